@@ -1,0 +1,3 @@
+from moesim.app import main
+
+main()

@@ -1,0 +1,76 @@
+"""The `moesim` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from moesim import MoesimError, __version__
+from moesim import trace_cmd
+from moesim.console import console, emit_json, table
+from moesim.sim.models import MODELS
+
+app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of-Experts inference.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+app.add_typer(trace_cmd.app, name="trace")
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"moesim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                    help="Print the version and exit.")] = None,
+) -> None:
+    """Trace-driven cache and prefetch simulator for Mixture-of-Experts inference."""
+
+
+@app.command()
+def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
+    """List the model presets: layers, experts, top-k, dims, bytes per expert.
+
+    Example: moesim models --json
+    """
+    rows = [{
+        "name": m.name, "hf_id": m.hf_id, "architecture": m.architecture, "layers": m.num_layers,
+        "experts": m.num_experts, "top_k": m.top_k, "d_model": m.d_model, "d_expert": m.d_expert,
+        "shared_experts": m.shared_experts, "expert_params": m.expert_params,
+        "expert_mb_bf16": m.expert_bytes("bf16") / 1e6, "expert_mb_int4": m.expert_bytes("int4") / 1e6,
+        "routed_experts_gb_bf16": m.routed_expert_bytes_bf16 / 1e9, "source": m.source,
+    } for m in MODELS.values()]
+    if as_json:
+        emit_json(rows)
+        return
+    cols = {"name": "name", "layers": "L", "experts": "E", "top_k": "k", "d_model": "d_model",
+            "d_expert": "d_expert", "expert_mb_bf16": "MB bf16", "expert_mb_int4": "MB 4-bit",
+            "routed_experts_gb_bf16": "GB all"}
+    table("Model presets: bytes per expert (1 MB = 1e6 B; 4-bit without scales), all routed experts",
+          list(cols.values()), [[r[c] for c in cols] for r in rows])
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the plot.")] = Path("moesim-demo"),
+) -> None:
+    """Describe the bundled real Mixtral-8x7B trace and plot its expert activations.
+
+    Example: moesim demo --out moesim-demo
+    """
+    from moesim.demo import run_demo
+
+    run_demo(out)
+
+
+def main() -> None:
+    """Entry point: user errors become one line on stderr and exit status 1."""
+    try:
+        app()
+    except MoesimError as exc:
+        print(f"moesim: error: {exc}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,105 @@
+"""`moesim trace ...`: import, synthesise and describe routing traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from moesim.console import console, emit_json, table, warn
+from moesim.sim.models import get_model
+from moesim.tracegen.fit import compare, fit_locality
+from moesim.tracegen.importers import FORMATS, import_trace
+from moesim.tracegen.io import load_trace, write_trace
+from moesim.tracegen.schema import TraceMeta
+from moesim.tracegen.stats import summary, trace_stats
+from moesim.tracegen.synth import Locality, synth_trace
+
+app = typer.Typer(help="Import, synthesise and describe routing traces.", no_args_is_help=True)
+
+
+@app.command("import")
+def import_(
+    src: Annotated[Path, typer.Argument(help="Routing log to convert.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Trace file to write (Parquet).")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help=f"Input format: {', '.join(FORMATS)}.")] = "vllm-jsonl",
+    model: Annotated[Optional[str], typer.Option(help="Model preset whose dims fill the metadata (see 'moesim models').")] = None,
+) -> None:
+    """Convert a serving-engine routing log or a CSV table into a trace file.
+
+    Example: moesim trace import gsm8k_2_routing.jsonl --format vllm-jsonl --model mixtral-8x7b --out t.parquet
+    """
+    trace, dropped = import_trace(src, fmt, out, model)
+    if dropped:
+        warn(f"{src}: dropped {dropped} incomplete token(s) that lacked some layer's record")
+    console.print(f"wrote {out}: {trace.num_sequences} sequences, {trace.num_rows} steps, "
+                  f"{trace.accesses} expert accesses")
+
+
+@app.command()
+def synth(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Trace file to write (Parquet).")],
+    layers: Annotated[Optional[int], typer.Option(help="MoE layers L [default: 16, or --model's / --like's].")] = None,
+    experts: Annotated[Optional[int], typer.Option(help="Experts per layer E [default: 64, or --model's / --like's].")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Experts per token k [default: 8, or --model's / --like's].")] = None,
+    sequences: Annotated[Optional[int], typer.Option(help="Sequences [default: 8, or --like's].")] = None,
+    tokens: Annotated[Optional[int], typer.Option(help="Decode tokens per sequence [default: 256, or --like's mean].")] = None,
+    prompt_tokens: Annotated[int, typer.Option(help="Prefill tokens per sequence.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed: same arguments, same trace.")] = 0,
+    model: Annotated[Optional[str], typer.Option(help="Take L, E, k and dims from a preset.")] = None,
+    layer_alpha: Annotated[float, typer.Option(help="Dirichlet alpha of per-layer popularity (lower: more skew).")] = Locality.layer_alpha,
+    seq_alpha: Annotated[float, typer.Option(help="Dirichlet alpha of per-sequence preference (lower: more skew).")] = Locality.seq_alpha,
+    reuse: Annotated[float, typer.Option(help="Chance a slot repeats an expert of the previous token.")] = Locality.reuse,
+    cross_layer: Annotated[float, typer.Option(help="Chance a slot follows the previous layer's expert map.")] = Locality.cross_layer,
+    like: Annotated[Optional[Path], typer.Option(help="Fit the locality knobs (and dims) to this real trace and report.")] = None,
+) -> None:
+    """Generate a synthetic trace with controlled locality, or one fitted to a real trace (--like).
+
+    Example: moesim trace synth --model olmoe-1b-7b --sequences 100 --tokens 512 --seed 1 --out olmoe-synth.parquet
+    """
+    real = load_trace(like) if like else None
+    if real:
+        meta = real.meta.replace(model=f"synthetic-like-{real.meta.model}")
+    elif model:
+        meta = get_model(model).trace_meta(model=f"synthetic-{get_model(model).name}")
+    else:
+        meta = TraceMeta(num_layers=16, num_experts=64, top_k=8, model="synthetic")
+    if real:
+        console.print(f"fitting locality to {like} ...")
+        locality = fit_locality(real, seed)
+        console.print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in locality.as_dict().items()))
+        sequences = sequences or real.num_sequences
+        tokens = tokens or max(1, real.decode_steps // real.num_sequences)
+    else:
+        locality = Locality(layer_alpha, seq_alpha, reuse, cross_layer)
+    trace = synth_trace(layers or meta.num_layers, experts or meta.num_experts, top_k or meta.top_k,
+                        sequences or 8, tokens or 256, seed, locality, prompt_tokens=prompt_tokens, meta=meta)
+    write_trace(trace, out)
+    console.print(f"wrote {out}: {trace.num_sequences} sequences, {trace.num_rows} steps, "
+                  f"{trace.accesses} expert accesses")
+    if real:
+        real_stats = trace_stats(real)
+        rows = compare(real_stats, trace_stats(trace, tuple(real_stats.lru_hit_rate)))
+        table(f"{like.name} vs the synthetic trace", ["statistic", "real", "synthetic"], [list(r) for r in rows])
+
+
+@app.command()
+def info(
+    trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (Parquet).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Describe a trace: model, dimensions, steps, accesses, expert popularity skew, reuse.
+
+    Example: moesim trace info t.parquet --json
+    """
+    info_ = summary(load_trace(trace_path))
+    if as_json:
+        emit_json(info_)
+        return
+    skew = info_.pop("layer_skew_gini")
+    hist = info_.pop("reuse_histogram")
+    rows = [[k, v] for k, v in info_.items()]
+    rows.append(["layer skew (Gini) min / mean / max", f"{min(skew):.3f} / {sum(skew) / len(skew):.3f} / {max(skew):.3f}"])
+    rows.append(["reuse distance histogram", "  ".join(f"{k}:{v:.3f}" for k, v in hist.items())])
+    table(str(trace_path), ["field", "value"], rows)

@@ -1,0 +1,1 @@
+"""Replacement policies and prefetchers, one module each, behind one registry."""

@@ -1,0 +1,1 @@
+"""Traces: the file format, importers from serving engines, the synthetic generator, statistics."""

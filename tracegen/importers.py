@@ -1,0 +1,183 @@
+"""Importers: routing logs of serving engines and plain tables -> trace files.
+
+Every importer streams its input in batches of lines, parses each batch with polars, and
+names the line of the first malformed record. Tokens that lack some layer's record are
+dropped whole, and counted (stderr and the trace metadata): nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from moesim import MoesimError
+from moesim.sim.models import get_model
+from moesim.tracegen.io import ORIGIN, write_frame
+from moesim.tracegen.schema import DECODE, TraceMeta
+from moesim.tracegen.trace import Trace
+
+FORMATS = ("vllm-jsonl", "csv")
+BATCH_LINES = 1 << 20
+
+_VLLM_SCHEMA = {
+    "dataset": pl.String, "problem_id": pl.String, "layer": pl.Int64,
+    "experts": pl.List(pl.Int64), "gating_probs": pl.List(pl.Float64),
+    "token_idx": pl.Int64, "token_pos": pl.Int64,
+}
+
+
+def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None = None,
+                 batch_lines: int = BATCH_LINES) -> tuple[Trace, int]:
+    """Convert `src` in format `fmt` to a trace file at `out`; returns the trace and tokens dropped."""
+    src = Path(src)
+    if fmt not in FORMATS:
+        raise MoesimError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+    if not src.is_file():
+        raise MoesimError(f"{src}: no such file")
+    parse = _parse_vllm if fmt == "vllm-jsonl" else _parse_csv
+    frames = [parse(src, lines, text) for lines, text in _batches(src, batch_lines, skip_header=fmt == "csv")]
+    if not frames:
+        raise MoesimError(f"{src}: no records")
+    records = pl.concat(frames, how="diagonal_relaxed")
+    records, keys = _number_sequences(records)
+    spec = get_model(model) if model else None
+    num_layers = spec.num_layers if spec else int(records["layer"].max()) + 1
+    records, dropped = _drop_incomplete(records, num_layers)
+    records = records.sort(["seq", "step", "layer"], maintain_order=True)  # logs need not be in order
+    if records.height == 0:
+        raise MoesimError(f"{src}: no token has a record for every one of its {num_layers} layers")
+    extra = {"source": f"{fmt}:{src.name}", "dropped_tokens": dropped, "sequence_keys": keys}
+    if spec:
+        meta = spec.trace_meta(**extra)
+    else:
+        meta = TraceMeta(num_layers=num_layers, num_experts=int(records["experts"].list.max().max()) + 1,
+                         top_k=int(records["experts"].list.len().max()), **extra)
+    return write_frame(records, meta, out, str(src), label="line"), dropped
+
+
+def _batches(src: Path, size: int, skip_header: bool) -> Iterator[tuple[np.ndarray, bytes]]:
+    """Batches of non-blank lines as (1-based line numbers, text); a CSV header rides on each."""
+    header = b""
+    with open(src, "rb") as fh:
+        if skip_header:
+            header = fh.readline()
+            if not header.strip():
+                raise MoesimError(f"{src}:1: empty header line")
+        numbers, chunk = [], []
+        for number, line in enumerate(fh, start=2 if skip_header else 1):
+            if line.strip():
+                numbers.append(number)
+                chunk.append(line if line.endswith(b"\n") else line + b"\n")
+            if len(chunk) == size:
+                yield np.asarray(numbers, dtype=np.int64), header + b"".join(chunk)
+                numbers, chunk = [], []
+        if chunk:
+            yield np.asarray(numbers, dtype=np.int64), header + b"".join(chunk)
+
+
+def _parse_vllm(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
+    """vLLM routing JSONL: {dataset, problem_id, layer, experts, gating_probs, token_idx|token_pos}."""
+    try:
+        raw = pl.read_ndjson(io.BytesIO(text), schema=_VLLM_SCHEMA)
+    except pl.exceptions.PolarsError as exc:
+        _locate(src, lines, text, _check_vllm_line, exc)
+    raw = raw.with_columns(pl.Series(ORIGIN, lines))
+    _require(src, raw, {"problem_id": "problem_id", "layer": "layer", "experts": "experts"})
+    raw = raw.with_columns(pl.coalesce("token_idx", "token_pos").alias("step"))
+    _require(src, raw, {"step": "token_idx or token_pos"})
+    return raw.select(
+        pl.concat_str(pl.col("dataset").fill_null(""), pl.lit("/"), "problem_id").alias("key"),
+        "step", "layer", "experts", pl.col("gating_probs").alias("weights"),
+        pl.lit(DECODE, pl.Int8).alias("phase"), ORIGIN,
+    )
+
+
+def _check_vllm_line(line: str) -> str | None:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return f"not JSON ({exc.msg})"
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    for name in ("layer", "token_idx", "token_pos"):
+        if name in rec and not _is_int(rec[name]):
+            return f"'{name}' is {rec[name]!r}, not an integer"
+    if "experts" in rec and not (isinstance(rec["experts"], list) and all(map(_is_int, rec["experts"]))):
+        return f"'experts' is {rec['experts']!r}, not a list of integers"
+    if "gating_probs" in rec and rec["gating_probs"] is not None and not (
+            isinstance(rec["gating_probs"], list) and all(isinstance(v, (int, float)) for v in rec["gating_probs"])):
+        return f"'gating_probs' is {rec['gating_probs']!r}, not a list of numbers"
+    return None
+
+
+def _parse_csv(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
+    """Plain table: seq,step,layer,e0..e{k-1}; optional phase (0 prefill, 1 decode; default 1)."""
+    header = text.split(b"\n", 1)[0].decode(errors="replace").strip().split(",")
+    experts = [h for h in header if h.startswith("e") and h[1:].isdigit()]
+    if not {"seq", "step", "layer"} <= set(header) or not experts:
+        raise MoesimError(f"{src}:1: header must name seq,step,layer,e0..ek-1 (got {','.join(header)})")
+    try:
+        raw = pl.read_csv(io.BytesIO(text), schema_overrides={h: pl.Int64 for h in header}, has_header=True)
+    except pl.exceptions.PolarsError as exc:
+        _locate(src, lines, text.split(b"\n", 1)[1], lambda line: _check_csv_line(line, len(header)), exc)
+    raw = raw.with_columns(pl.Series(ORIGIN, lines))
+    _require(src, raw, {h: h for h in header})
+    return raw.select(
+        pl.col("seq").cast(pl.String).alias("key"), "step", "layer",
+        pl.concat_list(sorted(experts, key=lambda h: int(h[1:]))).alias("experts"),
+        (pl.col("phase") if "phase" in header else pl.lit(DECODE)).cast(pl.Int8).alias("phase"), ORIGIN,
+    )
+
+
+def _check_csv_line(line: str, width: int) -> str | None:
+    fields = next(csv.reader([line]))
+    if len(fields) != width:
+        return f"{len(fields)} fields, the header has {width}"
+    bad = [f for f in fields if not f.strip().lstrip("-").isdigit()]
+    return f"'{bad[0]}' is not an integer" if bad else None
+
+
+def _locate(src: Path, lines: np.ndarray, text: bytes, check: Callable[[str], str | None], exc: Exception):
+    """Re-read a batch polars refused, line by line, to name the first bad line."""
+    for number, line in zip(lines, text.decode(errors="replace").splitlines()):
+        problem = check(line)
+        if problem:
+            raise MoesimError(f"{src}:{number}: {problem}") from None
+    raise MoesimError(f"{src}: lines {lines[0]}-{lines[-1]}: {str(exc).splitlines()[0]}") from None
+
+
+def _require(src: Path, raw: pl.DataFrame, fields: dict[str, str]) -> None:
+    for col, name in fields.items():
+        hit = raw.filter(pl.col(col).is_null()).head(1)
+        if hit.height:
+            raise MoesimError(f"{src}:{hit[ORIGIN][0]}: missing field '{name}'")
+
+
+def _number_sequences(records: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Sequence ids 0.. in order of first appearance; the keys they came from go to metadata."""
+    keys = records["key"].unique(maintain_order=True)
+    ids = pl.DataFrame({"key": keys, "seq": pl.int_range(keys.len(), eager=True).cast(pl.Int32)})
+    return records.join(ids, on="key", how="left", maintain_order="left").drop("key"), keys.to_list()
+
+
+def _drop_incomplete(records: pl.DataFrame, num_layers: int) -> tuple[pl.DataFrame, int]:
+    """Drop tokens that have fewer than num_layers records, each layer valid and present once.
+
+    Tokens with duplicate or out-of-range layers are kept, so validation reports them as errors.
+    """
+    per_token = records.group_by(["seq", "step"]).agg(
+        ((pl.len() < num_layers) & (pl.len() == pl.col("layer").n_unique())
+         & pl.col("layer").is_between(0, num_layers - 1).all()).alias("incomplete"))
+    incomplete = per_token.filter("incomplete").select("seq", "step")
+    kept = records.join(incomplete, on=["seq", "step"], how="anti", maintain_order="left")
+    return kept, incomplete.height
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,199 @@
+"""Reading and writing trace files: Parquet rows <-> dense arrays, validated both ways."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from moesim import MoesimError
+from moesim.files import atomic_output
+from moesim.tracegen.schema import COLUMNS, METADATA_KEY, NULLABLE, REQUIRED, TraceMeta
+from moesim.tracegen.trace import Trace
+
+ORIGIN = "_origin"  # optional frame column: the input row or line each record came from
+
+
+def read_meta(path: str | Path) -> TraceMeta:
+    """The metadata of a trace file, without reading its rows."""
+    path = Path(path)
+    if not path.is_file():
+        raise MoesimError(f"{path}: no such file")
+    try:
+        kv = pl.read_parquet_metadata(path)
+    except Exception as exc:  # polars raises several types for a non-Parquet file
+        raise MoesimError(f"{path}: not a Parquet file ({_first_line(exc)})") from None
+    if METADATA_KEY not in kv:
+        raise MoesimError(f"{path}: not a moesim trace (no '{METADATA_KEY}' metadata); convert it with 'moesim trace import'")
+    return TraceMeta.from_json(kv[METADATA_KEY], str(path))
+
+
+def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
+    """Load a trace file into dense arrays; `probs=True` also loads the full router distributions."""
+    meta = read_meta(path)
+    schema = pl.read_parquet_schema(path)
+    wanted = [c for c in COLUMNS if c in schema and (probs or c != "probs")]
+    try:
+        frame = pl.read_parquet(path, columns=wanted)
+    except Exception as exc:
+        raise MoesimError(f"{path}: unreadable Parquet ({_first_line(exc)})") from None
+    return trace_from_frame(frame, meta, str(path))
+
+
+def write_trace(trace: Trace, path: str | Path) -> None:
+    """Validate and write a trace; the file appears whole or not at all."""
+    trace.validate(str(path))
+    _atomic_write(frame_from_trace(trace), trace.meta, Path(path))
+
+
+def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: str = "row") -> Trace:
+    """Check a frame of trace rows against the schema and the metadata, and make dense arrays.
+
+    Rows of different sequences may interleave (as in a serving log); within a sequence the
+    steps must not go back. Every (seq, step) needs each layer 0..L-1 exactly once. Errors name
+    the first bad input row (or the `_origin` value, e.g. a line number, when the frame has one).
+    """
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing:
+        raise MoesimError(f"{where}: missing column '{missing[0]}' (a trace needs {', '.join(REQUIRED)})")
+    if ORIGIN not in frame.columns:
+        frame = frame.with_row_index(ORIGIN).with_columns(pl.col(ORIGIN).cast(pl.Int64))
+    frame = _cast(frame, where, label)
+    big_l, k = meta.num_layers, meta.top_k
+
+    def first(bad: pl.Expr, what) -> None:
+        hit = frame.filter(bad).head(1)
+        if hit.height:
+            row = hit.row(0, named=True)
+            raise MoesimError(f"{where}: {label} {row[ORIGIN]}: {what(row)}")
+
+    for col in REQUIRED:
+        first(pl.col(col).is_null(), lambda r, col=col: f"'{col}' is null")
+    first(~pl.col("layer").is_between(0, big_l - 1),
+          lambda r: f"layer {r['layer']} out of range 0..{big_l - 1}")
+    first(pl.col("experts").list.len() != k,
+          lambda r: f"{len(r['experts'])} experts, the trace's top_k is {k}")
+    for col, width in (("weights", k), ("spec", k), ("probs", meta.num_experts)):
+        if col in frame.columns:
+            first(pl.col(col).is_not_null() & (pl.col(col).list.len() != width),
+                  lambda r, col=col, width=width: f"'{col}' has {len(r[col])} values, expected {width}")
+
+    frame = frame.sort("seq", maintain_order=True)
+    first((pl.col("seq") == pl.col("seq").shift(1)) & (pl.col("step") < pl.col("step").shift(1)),
+          lambda r: f"seq {r['seq']}: step {r['step']} comes after a later step (steps must rise)")
+    frame = frame.sort(["seq", "step", "layer"], maintain_order=True)
+    counts = frame.group_by(["seq", "step"], maintain_order=True).agg(
+        pl.len().alias("n"), pl.col("layer").n_unique().alias("u"), pl.col(ORIGIN).first())
+    bad = counts.filter((pl.col("n") != big_l) | (pl.col("u") != big_l)).head(1)
+    if bad.height:
+        r = bad.row(0, named=True)
+        kind = "a layer twice" if r["n"] != r["u"] else f"{r['n']} of {big_l} layers"
+        raise MoesimError(f"{where}: {label} {r[ORIGIN]}: seq {r['seq']} step {r['step']} has {kind}")
+    first((pl.col("seq") == pl.col("seq").shift(1)) & (pl.col("step") == pl.col("step").shift(1))
+          & (pl.col("phase") != pl.col("phase").shift(1)),
+          lambda r: f"seq {r['seq']} step {r['step']}: layers disagree on the phase")
+
+    n = frame.height // big_l
+    heads = frame.gather_every(big_l)
+    seq = heads["seq"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    trace = Trace(
+        meta=meta,
+        experts=_dense(frame["experts"], k, 0, np.int16).reshape(n, big_l, k),
+        seq_ids=seq[starts].astype(np.int32),
+        seq_offsets=np.r_[starts, n].astype(np.int64),
+        steps=heads["step"].to_numpy().astype(np.int32),
+        phase=heads["phase"].to_numpy().astype(np.int8),
+        weights=_optional(frame, "weights", k, np.nan, np.float32, n, big_l),
+        probs=_optional(frame, "probs", meta.num_experts, np.nan, np.float32, n, big_l),
+        spec=_optional(frame, "spec", k, -1, np.int16, n, big_l),
+        tokens=(heads["token"].fill_null(-1).to_numpy().astype(np.int32)
+                if "token" in frame.columns and frame["token"].null_count() < frame.height else None),
+    )
+    trace.validate(where, frame[ORIGIN].to_numpy().reshape(n, big_l), label)
+    return trace
+
+
+def frame_from_trace(trace: Trace) -> pl.DataFrame:
+    """The Parquet rows of a trace, in (seq, step, layer) order."""
+    n, big_l, k = trace.experts.shape
+    cols = {
+        "seq": pl.Series(np.repeat(np.repeat(trace.seq_ids, np.diff(trace.seq_offsets)), big_l)),
+        "step": pl.Series(np.repeat(trace.steps, big_l)),
+        "phase": pl.Series(np.repeat(trace.phase, big_l)),
+        "layer": pl.Series(np.tile(np.arange(big_l, dtype=np.int16), n)),
+        "experts": _lists(trace.experts.reshape(n * big_l, k), None),
+    }
+    if trace.weights is not None:
+        cols["weights"] = _lists(trace.weights.reshape(n * big_l, -1), np.isnan(trace.weights).all(axis=2).ravel())
+    if trace.probs is not None:
+        cols["probs"] = _lists(trace.probs.reshape(n * big_l, -1), np.isnan(trace.probs).all(axis=2).ravel())
+    if trace.spec is not None:
+        cols["spec"] = _lists(trace.spec.reshape(n * big_l, -1), (trace.spec < 0).all(axis=2).ravel())
+    if trace.tokens is not None:
+        tok = np.repeat(trace.tokens, big_l)
+        cols["token"] = pl.Series(tok).set(pl.Series(tok < 0), None)
+    return pl.DataFrame(cols).cast({c: COLUMNS[c] for c in cols})
+
+
+def write_frame(frame: pl.DataFrame, meta: TraceMeta, path: str | Path, where: str, label: str = "row") -> Trace:
+    """Validate a frame of rows (any order, see trace_from_frame) and write it as a trace file."""
+    trace = trace_from_frame(frame, meta, where, label)
+    _atomic_write(frame_from_trace(trace), meta, Path(path))
+    return trace
+
+
+def _atomic_write(frame: pl.DataFrame, meta: TraceMeta, path: Path) -> None:
+    with atomic_output(path) as tmp:
+        frame.write_parquet(tmp, metadata={METADATA_KEY: meta.to_json()}, statistics=True)
+
+
+def _cast(frame: pl.DataFrame, where: str, label: str) -> pl.DataFrame:
+    """Cast known columns to the schema's types; a value that does not fit is named by row."""
+    present = {c: t for c, t in COLUMNS.items() if c in frame.columns}
+    try:
+        return frame.cast(present, strict=True)
+    except pl.exceptions.PolarsError:
+        for col, dtype in present.items():
+            fits = frame[col].cast(dtype, strict=False)
+            bad = fits.is_null() & frame[col].is_not_null()
+            if dtype.is_nested():
+                bad = bad | (fits.list.eval(pl.element().is_null()).list.any() &
+                             ~frame[col].list.eval(pl.element().is_null()).list.any())
+            if bad.any():
+                row = frame.filter(bad).head(1).row(0, named=True)
+                raise MoesimError(f"{where}: {label} {row[ORIGIN]}: '{col}' value {row[col]!r} is not {dtype}") from None
+        raise
+
+
+def _dense(series: pl.Series, width: int, fill, dtype) -> np.ndarray:
+    """A list column of fixed width as a [rows, width] array; null rows are filled with `fill`."""
+    out = np.full((series.len(), width), fill, dtype=dtype)
+    present = series.is_not_null().to_numpy()
+    if present.any():
+        out[present] = series.drop_nulls().explode().to_numpy().astype(dtype).reshape(-1, width)
+    return out
+
+
+def _optional(frame: pl.DataFrame, col: str, width: int, fill, dtype, n: int, big_l: int):
+    if col not in frame.columns or frame[col].null_count() == frame.height:
+        return None
+    return _dense(frame[col], width, fill, dtype).reshape(n, big_l, width)
+
+
+def _lists(values: np.ndarray, null_rows: np.ndarray | None) -> pl.Series:
+    series = pl.Series(values)
+    series = series.cast(pl.List(series.dtype.inner))
+    if null_rows is not None and null_rows.any():
+        series = series.set(pl.Series(null_rows), None)
+    return series
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def bundled_trace_path() -> Path:
+    """The real Mixtral-8x7B GSM8K routing trace shipped with moesim (see the README for its source)."""
+    return Path(__file__).parent / "data" / "mixtral-8x7b-gsm8k.parquet"

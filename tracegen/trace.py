@@ -1,0 +1,113 @@
+"""The in-memory trace: dense numpy arrays the simulator and the policies run on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moesim import MoesimError
+from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
+
+
+@dataclass
+class Trace:
+    """A routing trace as dense arrays; N is the number of (sequence, step) rows.
+
+    experts  int16   [N, L, k]  selected experts in router rank order
+    seq_ids  int32   [S]        sequence ids, ascending
+    seq_offsets int64 [S+1]     rows of sequence i are seq_offsets[i]:seq_offsets[i+1]
+    steps    int32   [N]        token position inside its sequence
+    phase    int8    [N]        0 prefill, 1 decode
+    weights  float32 [N, L, k]  gate weights (NaN where a row had none) or None
+    probs    float32 [N, L, E]  full router distribution (NaN where none) or None
+    spec     int16   [N, L, k]  predicted experts for layer+1 (-1 where none) or None
+    tokens   int32   [N]        token ids (-1 where none) or None
+    """
+
+    meta: TraceMeta
+    experts: np.ndarray
+    seq_ids: np.ndarray
+    seq_offsets: np.ndarray
+    steps: np.ndarray
+    phase: np.ndarray
+    weights: np.ndarray | None = None
+    probs: np.ndarray | None = None
+    spec: np.ndarray | None = None
+    tokens: np.ndarray | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.experts.shape[0])
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.seq_ids.shape[0])
+
+    @property
+    def accesses(self) -> int:
+        """Expert requests in the trace: rows x layers x k."""
+        return int(self.experts.size)
+
+    @property
+    def decode_steps(self) -> int:
+        return int(np.count_nonzero(self.phase == DECODE))
+
+    @property
+    def prefill_steps(self) -> int:
+        return int(np.count_nonzero(self.phase == PREFILL))
+
+    def row_sequence(self) -> np.ndarray:
+        """Index (0..S-1) of the sequence each row belongs to."""
+        return np.repeat(np.arange(self.num_sequences), np.diff(self.seq_offsets))
+
+    def validate(self, where: str = "trace", origin: np.ndarray | None = None, label: str = "row") -> None:
+        """Raise MoesimError naming the first bad row; `origin[n, l]` maps a cell to an input row/line."""
+        m = self.meta
+        n, big_l, k = self.num_rows, m.num_layers, m.top_k
+
+        def at(row: int, layer: int | None = None) -> str:
+            seq = int(self.seq_ids[np.searchsorted(self.seq_offsets, row, side="right") - 1])
+            cell = f"seq {seq}, step {int(self.steps[row])}" + ("" if layer is None else f", layer {layer}")
+            if origin is None:
+                return f"{where}: {label} {row * big_l + (layer or 0)} ({cell})"
+            return f"{where}: {label} {int(origin[row, layer or 0])} ({cell})"
+
+        if self.experts.ndim != 3 or self.experts.shape[1:] != (big_l, k):
+            raise MoesimError(f"{where}: experts have shape {self.experts.shape}, metadata says (N, {big_l}, {k})")
+        for name in ("steps", "phase"):
+            if getattr(self, name).shape != (n,):
+                raise MoesimError(f"{where}: {name} has shape {getattr(self, name).shape}, expected ({n},)")
+        offs = self.seq_offsets
+        if offs.shape != (self.num_sequences + 1,) or offs[0] != 0 or offs[-1] != n or np.any(np.diff(offs) < 1):
+            raise MoesimError(f"{where}: sequence offsets must rise strictly from 0 to {n}")
+        if np.any(np.diff(self.seq_ids.astype(np.int64)) <= 0):
+            raise MoesimError(f"{where}: sequence ids must be unique and ascending")
+        _first_bad(~((self.experts >= 0) & (self.experts < m.num_experts)), lambda r, l, j: (
+            f"{at(r, l)}: expert {int(self.experts[r, l, j])} out of range 0..{m.num_experts - 1}"))
+        ordered = np.sort(self.experts, axis=2)
+        _first_bad(ordered[:, :, 1:] == ordered[:, :, :-1], lambda r, l, j: (
+            f"{at(r, l)}: expert {int(ordered[r, l, j])} selected twice"))
+        within = self.row_sequence()[1:] == self.row_sequence()[:-1]
+        _first_bad(within & (np.diff(self.steps.astype(np.int64)) <= 0), lambda r: (
+            f"{at(r + 1)}: step {int(self.steps[r + 1])} does not follow step {int(self.steps[r])} "
+            "(steps must rise within a sequence)"))
+        _first_bad((self.phase != PREFILL) & (self.phase != DECODE), lambda r: (
+            f"{at(r)}: phase {int(self.phase[r])} is neither 0 (prefill) nor 1 (decode)"))
+        _first_bad(within & (self.phase[1:] < self.phase[:-1]), lambda r: (
+            f"{at(r + 1)}: a prefill step follows a decode step"))
+        for name, width in (("weights", k), ("spec", k), ("probs", m.num_experts)):
+            arr = getattr(self, name)
+            if arr is not None and arr.shape != (n, big_l, width):
+                raise MoesimError(f"{where}: {name} has shape {arr.shape}, expected ({n}, {big_l}, {width})")
+        if self.spec is not None:
+            _first_bad(~((self.spec >= -1) & (self.spec < m.num_experts)), lambda r, l, j: (
+                f"{at(r, l)}: spec expert {int(self.spec[r, l, j])} out of range 0..{m.num_experts - 1}"))
+        if self.tokens is not None and self.tokens.shape != (n,):
+            raise MoesimError(f"{where}: tokens has shape {self.tokens.shape}, expected ({n},)")
+
+
+def _first_bad(mask: np.ndarray, describe) -> None:
+    """Raise with describe(*index) for the first True cell of mask, in row-major order."""
+    if mask.any():
+        raise MoesimError(describe(*(int(i) for i in np.unravel_index(np.argmax(mask), mask.shape))))
