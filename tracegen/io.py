@@ -83,15 +83,14 @@ def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: st
     first((pl.col("seq") == pl.col("seq").shift(1)) & (pl.col("step") < pl.col("step").shift(1)),
           lambda r: f"seq {r['seq']}: step {r['step']} comes after a later step (steps must rise)")
     frame = frame.sort(["seq", "step", "layer"], maintain_order=True)
-    counts = frame.group_by(["seq", "step"], maintain_order=True).agg(
-        pl.len().alias("n"), pl.col("layer").n_unique().alias("u"), pl.col(ORIGIN).first())
-    bad = counts.filter((pl.col("n") != big_l) | (pl.col("u") != big_l)).head(1)
+    same = [pl.col(c) == pl.col(c).shift(1) for c in ("seq", "step", "layer")]
+    first(same[0] & same[1] & same[2], lambda r: f"seq {r['seq']} step {r['step']}: layer {r['layer']} appears twice")
+    counts = frame.group_by(["seq", "step"], maintain_order=True).agg(pl.len().alias("n"), pl.col(ORIGIN).first())
+    bad = counts.filter(pl.col("n") != big_l).head(1)
     if bad.height:
         r = bad.row(0, named=True)
-        kind = "a layer twice" if r["n"] != r["u"] else f"{r['n']} of {big_l} layers"
-        raise MoesimError(f"{where}: {label} {r[ORIGIN]}: seq {r['seq']} step {r['step']} has {kind}")
-    first((pl.col("seq") == pl.col("seq").shift(1)) & (pl.col("step") == pl.col("step").shift(1))
-          & (pl.col("phase") != pl.col("phase").shift(1)),
+        raise MoesimError(f"{where}: {label} {r[ORIGIN]}: seq {r['seq']} step {r['step']} has {r['n']} of {big_l} layers")
+    first(same[0] & same[1] & (pl.col("phase") != pl.col("phase").shift(1)),
           lambda r: f"seq {r['seq']} step {r['step']}: layers disagree on the phase")
 
     n = frame.height // big_l

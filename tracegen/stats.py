@@ -9,8 +9,9 @@ Definitions (all per layer; an access is one (row, layer, slot) of the trace):
 - concentration: share of a sequence's activations at a layer taken by its top ceil(E/8) experts
   (MELINOE's top-8-of-64 measure), averaged over sequences and layers.
 - skew: Gini coefficient of a layer's expert activation counts over the whole trace (0 uniform).
-- cross-layer predictability: share of layer l>0 activations whose expert is the most frequent
-  companion, within the same token, of an expert at layer l-1 (the signal next-layer prefetch uses).
+- cross-layer predictability: for each expert a selected at layer l-1, guess the expert most often
+  selected together with a at layer l (same token, whole trace); the share of guesses that are in
+  the token's layer-l set (the signal next-layer prefetch uses).
 """
 
 from __future__ import annotations
@@ -165,11 +166,15 @@ def _cross_layer(experts, num_experts):
                 for b in range(k):
                     pairs[layer, experts[r, layer - 1, a], experts[r, layer, b]] += 1
     hits = 0
-    for layer in range(1, layers):
-        for a in range(num_experts):
-            hits += pairs[layer, a].max()
-    return hits / (rows * (layers - 1) * k * k)
-
+    for r in range(rows):
+        for layer in range(1, layers):
+            for a in range(k):
+                guess = np.argmax(pairs[layer, experts[r, layer - 1, a]])
+                for b in range(k):
+                    if experts[r, layer, b] == guess:
+                        hits += 1
+                        break
+    return hits / (rows * (layers - 1) * k)
 
 def summary(trace: Trace) -> dict:
     """What `moesim trace info` reports: dimensions, sizes and the cheap locality measures."""

@@ -1,0 +1,113 @@
+"""Importers: the real vLLM log, CSV tables, and the errors a malformed log gets."""
+
+import json
+
+import numpy as np
+import pytest
+
+from moesim import MoesimError
+from moesim.tracegen.importers import import_trace
+from moesim.tracegen.io import bundled_trace_path, load_trace
+
+
+def test_real_mixtral_log(tmp_path, shared_jsonl):
+    trace, dropped = import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "t.parquet", model="mixtral-8x7b")
+    m = trace.meta
+    assert (m.num_layers, m.num_experts, m.top_k) == (32, 8, 2)
+    # problem 0 lacks layers of tokens 166 and 167, problem 1 of token 78: 81 records, 3 tokens
+    assert dropped == 3 and m.dropped_tokens == 3
+    assert trace.num_sequences == 2 and trace.decode_steps == 166 + 78 and trace.prefill_steps == 0
+    assert m.sequence_keys == ["gsm8k/0", "gsm8k/1"]
+    assert m.expert_bytes == 3 * 4096 * 14336 * 2
+    assert trace.experts[0, 0].tolist() == [7, 0]  # first record of the log
+    np.testing.assert_allclose(trace.weights[0, 0], [0.8003801107406616, 0.19961987435817719], rtol=1e-6)
+
+
+def test_bundled_trace_is_the_real_log_converted(tmp_path, shared_jsonl):
+    fresh, _ = import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "t.parquet", model="mixtral-8x7b")
+    shipped = load_trace(bundled_trace_path())
+    np.testing.assert_array_equal(fresh.experts, shipped.experts)
+    np.testing.assert_array_equal(fresh.weights, shipped.weights)
+    assert fresh.meta.replace(tool_version="") == shipped.meta.replace(tool_version="")
+
+
+def test_batches_do_not_change_the_result(tmp_path, shared_jsonl):
+    whole, _ = import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "a.parquet")
+    small, _ = import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "b.parquet", batch_lines=1000)
+    np.testing.assert_array_equal(whole.experts, small.experts)
+    assert whole.meta.num_experts == 8 and whole.meta.model == "unknown"  # dims inferred without --model
+
+
+def _jsonl(path, records, raw_lines=()):
+    lines = [json.dumps(r) for r in records] + list(raw_lines)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _records(tokens=2, layers=2, problem=0):
+    return [{"dataset": "d", "problem_id": problem, "layer": l, "experts": [l % 8, (l + 1) % 8],
+             "gating_probs": [0.6, 0.4], "token_idx": t} for l in range(layers) for t in range(tokens)]
+
+
+def _token(step, bad_layer=None, layers=32):
+    return [{"dataset": "d", "problem_id": 0, "layer": l, "experts": [1, 9 if l == bad_layer else 2], "token_idx": step}
+            for l in range(layers)]
+
+
+FULL = _records(tokens=2, layers=32)  # lines 1-64
+
+
+@pytest.mark.parametrize("records, raw, message", [
+    (FULL, ['{"problem_id": 0, "layer": 1, "experts": [1, 2], "token_idx": 9'], ":65: not JSON"),
+    (FULL, ['{"problem_id": 0, "layer": "one", "experts": [1, 2], "token_idx": 9}'], ":65: 'layer' is 'one'"),
+    (FULL, ['{"problem_id": 0, "layer": 1, "token_idx": 9}'], ":65: missing field 'experts'"),
+    (FULL, ['{"problem_id": 0, "layer": 1, "experts": [1, 2]}'], ":65: missing field 'token_idx or token_pos'"),
+    (FULL + _token(2, bad_layer=3), [], "line 68 (seq 0, step 2, layer 3): expert 9 out of range 0..7"),
+    (FULL + _token(2, layers=1) + _token(0, layers=1), [], "line 66: seq 0 step 0: layer 0 appears twice"),
+    (FULL + _token(2)[:5] + [{"dataset": "d", "problem_id": 0, "layer": 40, "experts": [1, 2], "token_idx": 2}], [],
+     "line 70: layer 40 out of range 0..31"),
+])
+def test_malformed_logs_name_the_line(tmp_path, records, raw, message):
+    src = _jsonl(tmp_path / "log.jsonl", records, raw)
+    with pytest.raises(MoesimError) as err:
+        import_trace(src, "vllm-jsonl", tmp_path / "t.parquet", model="mixtral-8x7b")
+    assert message in str(err.value) and str(src) in str(err.value)
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_incomplete_tokens_are_dropped_and_counted(tmp_path):
+    records = _records(tokens=3, layers=4) + _records(tokens=2, layers=4, problem=1)
+    records = [r for r in records if not (r["problem_id"] == 0 and r["token_idx"] == 1 and r["layer"] == 2)]
+    src = _jsonl(tmp_path / "log.jsonl", records)
+    trace, dropped = import_trace(src, "vllm-jsonl", tmp_path / "t.parquet")
+    assert dropped == 1 and trace.meta.dropped_tokens == 1
+    assert trace.steps.tolist() == [0, 2, 0, 1] and trace.seq_offsets.tolist() == [0, 2, 4]
+
+
+def test_csv_table(tmp_path):
+    src = tmp_path / "t.csv"
+    src.write_text("seq,step,layer,e0,e1\n"
+                   "5,0,0,1,2\n5,0,1,3,0\n\n5,1,0,2,1\n5,1,1,0,3\n7,0,0,1,0\n7,0,1,2,3\n")
+    trace, dropped = import_trace(src, "csv", tmp_path / "t.parquet")
+    assert dropped == 0 and trace.meta.sequence_keys == ["5", "7"]
+    assert (trace.meta.num_layers, trace.meta.num_experts, trace.meta.top_k) == (2, 4, 2)
+    assert trace.experts[:, 1].tolist() == [[3, 0], [0, 3], [2, 3]]
+
+
+@pytest.mark.parametrize("body, message", [
+    ("seq,step,layer,e0,e1\n0,0,0,1,2\n0,0,1,x,2\n", ":3: 'x' is not an integer"),
+    ("seq,step,layer,e0,e1\n0,0,0,1,2\n0,0,1,1,2,5\n", ":3: 6 fields, the header has 5"),
+    ("seq,layer,e0\n0,0,1\n", ":1: header must name seq,step,layer"),
+])
+def test_malformed_csv(tmp_path, body, message):
+    src = tmp_path / "t.csv"
+    src.write_text(body)
+    with pytest.raises(MoesimError, match=message):
+        import_trace(src, "csv", tmp_path / "t.parquet")
+
+
+def test_unknown_format_and_missing_file(tmp_path):
+    with pytest.raises(MoesimError, match="unknown format 'xml'"):
+        import_trace(tmp_path / "a", "xml", tmp_path / "t.parquet")
+    with pytest.raises(MoesimError, match="no such file"):
+        import_trace(tmp_path / "a", "csv", tmp_path / "t.parquet")
