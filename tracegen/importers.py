@@ -36,6 +36,7 @@ def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None =
                  batch_lines: int = BATCH_LINES) -> tuple[Trace, int]:
     """Convert `src` in format `fmt` to a trace file at `out`; returns the trace and tokens dropped."""
     src = Path(src)
+    spec = get_model(model) if model else None
     if fmt not in FORMATS:
         raise MoesimError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
     if not src.is_file():
@@ -46,7 +47,6 @@ def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None =
         raise MoesimError(f"{src}: no records")
     records = pl.concat(frames, how="diagonal_relaxed")
     records, keys = _number_sequences(records)
-    spec = get_model(model) if model else None
     num_layers = spec.num_layers if spec else int(records["layer"].max()) + 1
     records, dropped = _drop_incomplete(records, num_layers)
     records = records.sort(["seq", "step", "layer"], maintain_order=True)  # logs need not be in order

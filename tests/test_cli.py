@@ -1,0 +1,85 @@
+"""The moesim command as a user runs it: exit codes, JSON keys, files written."""
+
+import json
+
+import pytest
+
+from moesim import __version__
+
+
+def test_version_and_help_on_every_command(cli):
+    code, out, _ = cli("--version")
+    assert code == 0 and __version__ in out
+    for args in (["--help"], ["models", "--help"], ["demo", "--help"], ["trace", "--help"],
+                 ["trace", "import", "--help"], ["trace", "synth", "--help"], ["trace", "info", "--help"]):
+        code, out, _ = cli(*args)
+        assert code == 0 and "Usage" in out, args
+
+
+def test_import_then_info_json(cli, tmp_path, shared_jsonl):
+    out = tmp_path / "t.parquet"
+    code, _, err = cli("trace", "import", shared_jsonl, "--format", "vllm-jsonl", "--model", "mixtral-8x7b", "--out", out)
+    assert code == 0 and "dropped 3 incomplete token(s)" in err
+    code, text, _ = cli("trace", "info", out, "--json")
+    info = json.loads(text)
+    assert code == 0
+    assert {k: info[k] for k in ("layers", "experts", "top_k", "sequences", "decode_steps", "prefill_steps",
+                                 "accesses", "model")} == {
+        "layers": 32, "experts": 8, "top_k": 2, "sequences": 2, "decode_steps": 244, "prefill_steps": 0,
+        "accesses": 244 * 32 * 2, "model": "mixtral-8x7b"}
+    assert len(info["layer_skew_gini"]) == 32 and info["dropped_tokens"] == 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["trace", "import", "nope.jsonl", "--out", "x.parquet"], "nope.jsonl: no such file"),
+    (["trace", "import", "{bad}", "--format", "xml", "--out", "x.parquet"], "unknown format 'xml'"),
+    (["trace", "import", "{bad}", "--out", "x.parquet"], "bad.jsonl:2: not JSON"),
+    (["trace", "import", "{bad}", "--model", "gpt-5", "--out", "x.parquet"], "unknown model 'gpt-5'"),
+    (["trace", "info", "{bad}"], "bad.jsonl: not a Parquet file"),
+    (["trace", "synth", "--top-k", "9", "--experts", "8", "--out", "x.parquet"], "top-k 9 exceeds"),
+])
+def test_bad_input_is_one_line_and_non_zero(cli, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem_id": 0, "layer": 0, "experts": [1, 2], "token_idx": 0}\n{"problem_id": 0,\n')
+    code, out, err = cli(*[a.replace("{bad}", str(bad)) for a in args])
+    assert code == 1 and message in err
+    assert err.count("\n") == 1 and err.startswith("moesim: error: ")
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_usage_errors_exit_non_zero(cli):
+    code, _, _ = cli("trace", "import")
+    assert code == 2
+
+
+def test_synth_then_info(cli, tmp_path):
+    out = tmp_path / "s.parquet"
+    code, _, _ = cli("trace", "synth", "--model", "olmoe-1b-7b", "--sequences", "2", "--tokens", "20",
+                     "--prompt-tokens", "4", "--seed", "3", "--out", out)
+    assert code == 0
+    info = json.loads(cli("trace", "info", out, "--json")[1])
+    assert (info["layers"], info["experts"], info["top_k"]) == (16, 64, 8)
+    assert (info["decode_steps"], info["prefill_steps"]) == (40, 8)
+    assert info["model"] == "synthetic-olmoe-1b-7b" and info["expert_bytes"] == 3 * 2048 * 1024 * 2
+
+
+def test_synth_like_reports_the_comparison(cli, tmp_path):
+    from moesim.tracegen.io import bundled_trace_path
+
+    code, out, _ = cli("trace", "synth", "--like", bundled_trace_path(), "--seed", "1", "--out", tmp_path / "s.parquet")
+    assert code == 0 and "fitted: layer_alpha=" in out and "LRU hit rate, C=2" in out
+
+
+def test_models_json(cli):
+    rows = {r["name"]: r for r in json.loads(cli("models", "--json")[1])}
+    assert len(rows) == 10
+    assert rows["mixtral-8x7b"]["expert_params"] == 3 * 4096 * 14336
+    assert (rows["qwen3-30b-a3b"]["layers"], rows["qwen3-30b-a3b"]["experts"], rows["qwen3-30b-a3b"]["top_k"]) == (48, 128, 8)
+
+
+def test_demo_writes_its_plot(cli, tmp_path):
+    code, out, _ = cli("demo", "--out", tmp_path / "demo")
+    png = tmp_path / "demo" / "expert_activations.png"
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "244" in out and "LRU" in out
