@@ -89,24 +89,17 @@ def _pick_new(cdf: np.ndarray, chosen: np.ndarray, j: int) -> int:
         e = min(np.searchsorted(cdf, np.random.random(), side="right"), num_experts - 1)
         if not _member(chosen, j, e):
             return e
-    free = num_experts - j
-    pick = np.random.randint(free)
-    for e in range(num_experts):
-        if not _member(chosen, j, e):
-            if pick == 0:
-                return e
-            pick -= 1
-    return -1
+    return _pick_unused(np.arange(num_experts), chosen, j)
 
 
 @nb.njit(cache=True)
-def _pick_unused(previous: np.ndarray, chosen: np.ndarray, j: int) -> int:
-    """A uniform pick among the previous token's experts not yet in chosen[:j]."""
+def _pick_unused(candidates: np.ndarray, chosen: np.ndarray, j: int) -> int:
+    """A uniform pick among candidates not yet in chosen[:j]."""
     free = 0
-    for e in previous:
+    for e in candidates:
         free += not _member(chosen, j, e)
     pick = np.random.randint(free)
-    for e in previous:
+    for e in candidates:
         if not _member(chosen, j, e):
             if pick == 0:
                 return e
