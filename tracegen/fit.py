@@ -25,8 +25,9 @@ def fit_locality(real: Trace, seed: int, rounds: int = 3, min_accesses: int = 20
     length (more sequences when the real trace is short, so the score is not noise).
     """
     m = real.meta
-    capacities = tuple(trace_stats(real).lru_hit_rate)
-    target = trace_stats(real, capacities).vector()
+    real_stats = trace_stats(real)
+    capacities = tuple(real_stats.lru_hit_rate)
+    target = real_stats.vector()
     rows_per_seq = max(1, round(real.num_rows / real.num_sequences))
     prompt = round(real.prefill_steps / real.num_sequences)
     tokens = max(1, rows_per_seq - prompt)

@@ -88,7 +88,8 @@ class Trace:
         ordered = np.sort(self.experts, axis=2)
         _first_bad(ordered[:, :, 1:] == ordered[:, :, :-1], lambda r, l, j: (
             f"{at(r, l)}: expert {int(ordered[r, l, j])} selected twice"))
-        within = self.row_sequence()[1:] == self.row_sequence()[:-1]
+        seq_of_row = self.row_sequence()
+        within = seq_of_row[1:] == seq_of_row[:-1]
         _first_bad(within & (np.diff(self.steps.astype(np.int64)) <= 0), lambda r: (
             f"{at(r + 1)}: step {int(self.steps[r + 1])} does not follow step {int(self.steps[r])} "
             "(steps must rise within a sequence)"))
