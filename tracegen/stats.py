@@ -176,6 +176,7 @@ def _cross_layer(experts, num_experts):
                         break
     return hits / (rows * (layers - 1) * k)
 
+
 def summary(trace: Trace) -> dict:
     """What `moesim trace info` reports: dimensions, sizes and the cheap locality measures."""
     m = trace.meta
