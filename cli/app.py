@@ -9,13 +9,15 @@ from typing import Annotated, Optional
 import typer
 
 from moesim import MoesimError, __version__
-from moesim import trace_cmd
+from moesim import sim_cmd, trace_cmd, train_cmd
 from moesim.console import console, emit_json, table
 from moesim.sim.models import MODELS
 
 app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of-Experts inference.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(trace_cmd.app, name="trace")
+app.add_typer(sim_cmd.app, name="sim")
+app.add_typer(train_cmd.app, name="train")
 
 
 def _version(value: bool) -> None:

@@ -1,1 +1,20 @@
-"""Replacement policies and prefetchers, one module each, behind one registry."""
+"""Replacement policies, one module each, behind one registry.
+
+Every module has ``NAME``, ``make_state(ctx)`` and a compiled ``simulate(args, st)``; see
+``moesim.policies.base`` for the hook contract. Registering a policy is adding its name here.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from types import ModuleType
+
+from moesim import MoesimError
+
+POLICIES = ("belady", "lru", "lfu", "fifo", "lifo", "random", "arc", "lecar", "gamma", "ml-ffn", "static")
+
+
+def get_policy(name: str) -> ModuleType:
+    if name not in POLICIES:
+        raise MoesimError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+    return import_module(f"moesim.policies.{name.replace('-', '_')}")

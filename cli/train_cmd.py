@@ -1,0 +1,51 @@
+"""`moesim train ...`: fit learned policies from a routing trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from moesim import MoesimError
+from moesim.console import console, emit_json, table
+from moesim.sim.hitrate import simulate
+from moesim.tracegen.io import load_trace
+
+app = typer.Typer(help="Train learned eviction policies.", no_args_is_help=True)
+
+
+@app.command("ml-ffn")
+def ml_ffn(
+    train_trace: Annotated[Path, typer.Argument(metavar="TRAIN_TRACE", help="Trace to learn from (Parquet).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Model file to write (.npz, plain arrays).")],
+    layers: Annotated[str, typer.Option("--layers", help="per-layer: one FFN per layer (FlashMoE); shared: "
+                                                         "one for all layers.")] = "per-layer",
+    capacity: Annotated[int, typer.Option(help="Cache size per layer for the validation report.")] = 4,
+    val_fraction: Annotated[float, typer.Option(help="Share of sequences (the last ones) held out.")] = 0.2,
+    horizon: Annotated[int, typer.Option(help="Distances beyond this many tokens count as this many.")] = 64,
+    seed: Annotated[int, typer.Option(help="Seed of initialisation and batch order.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Train FlashMoE's ML-FFN eviction model; report validation hit rate against LRU and Belady.
+
+    Example: moesim train ml-ffn t.parquet --out ffn.npz --layers shared
+    """
+    from moesim.policies.ml_ffn_train import save_model, subset, train
+
+    if layers not in ("per-layer", "shared"):
+        raise MoesimError(f"--layers must be per-layer or shared, got {layers!r}")
+    trace = load_trace(train_trace)
+    arrays, log = train(trace, layers == "per-layer", horizon=horizon, val_fraction=val_fraction, seed=seed)
+    save_model(arrays, out)
+    val = subset(trace, log["val_sequences"])
+    rows = [simulate(val, p, capacity, **({"ml_model": out} if p == "ml-ffn" else {}))
+            for p in ("ml-ffn", "lru", "belady")]
+    report = {"model": str(out), **log, "capacity": capacity,
+              "val_hit_rate": {r.policy: r.hit_rate for r in rows}}
+    if as_json:
+        emit_json(report)
+        return
+    console.print(f"wrote {out}: {layers} model, {log['epochs']} epochs, validation MSE {log['val_mse']:.4g}")
+    table(f"validation: sequences {log['val_sequences']}, C={capacity}",
+          ["policy", "hit rate"], [[r.policy, r.hit_rate] for r in rows])

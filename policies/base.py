@@ -1,0 +1,186 @@
+"""What every policy module shares: its context, the hook contract, no-op hooks and two helpers.
+
+A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, and an njit
+``simulate(args, st)`` that calls ``moesim.sim.engine.run`` with its seven hooks:
+
+- ``reset(st)``: forget everything (start, and each sequence when the cache resets).
+- ``on_step(st, part, layer, row, ranked, t)``: R for (row, layer) arrives; ``ranked`` is int16[k].
+- ``on_hit(st, part, slot, obj, t)`` / ``on_miss(st, part, obj, t)``: one access, before any eviction.
+- ``choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t) -> slot``: slots
+  ``lo..hi-1`` are full; never pick a slot whose object has ``mark[o] == stamp`` (it is in R);
+  -1 leaves ``obj`` uncached.
+- ``on_evict(st, part, slot, obj, t)`` and ``on_insert(st, part, slot, obj, t)``.
+
+Hooks a policy does not need come from here. State lives in the tuple of arrays the policy built,
+so the engine compiles once per policy and never changes when a policy is added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+
+@dataclass(frozen=True)
+class Context:
+    """What ``make_state`` may look at: the trace being simulated and the cache configuration."""
+
+    experts: np.ndarray          # int16 [rows, L, k]
+    seq_offsets: np.ndarray      # int64 [S + 1]
+    num_experts: int
+    capacity: int
+    per_layer: bool
+    sequential: bool
+    reset_each_seq: bool
+    params: dict = field(default_factory=dict)
+
+    @property
+    def num_layers(self) -> int:
+        return self.experts.shape[1]
+
+    @property
+    def top_k(self) -> int:
+        return self.experts.shape[2]
+
+    @property
+    def num_objects(self) -> int:
+        return self.num_layers * self.num_experts
+
+    @property
+    def num_parts(self) -> int:
+        return self.num_layers if self.per_layer else 1
+
+
+@njit(cache=True)
+def no_reset(st):
+    pass
+
+
+@njit(cache=True)
+def no_step(st, part, layer, row, ranked, t):
+    pass
+
+
+@njit(cache=True)
+def no_access(st, part, slot, obj, t):
+    pass
+
+
+@njit(cache=True)
+def no_miss(st, part, obj, t):
+    pass
+
+
+@njit(cache=True, inline="always")
+def min_key_slot(key, tie, lo, hi, obj_of, mark, stamp):
+    """The slot in lo..hi-1 whose object has the smallest ``(key[obj], tie[obj])``, skipping R.
+
+    Equal pairs go to the lowest slot.
+    """
+    best = -1
+    for slot in range(lo, hi):
+        obj = obj_of[slot]
+        if mark[obj] == stamp:
+            continue
+        if best < 0:
+            best = slot
+            continue
+        b = obj_of[best]
+        if key[obj] < key[b] or (key[obj] == key[b] and tie[obj] < tie[b]):
+            best = slot
+    return best
+
+
+# Doubly linked lists over object ids, several per partition (LRU order, FIFO order, ARC's T1/T2/B1/B2,
+# LeCaR's histories). ``lists`` is (node, ends): node[obj] = (prev, next, list it is on) and
+# ends[part, list] = (head, tail, size). The head is the most recent end. Two 2-D tables rather than
+# six vectors: it is several times faster in numba.
+PREV, NEXT, WHICH = 0, 1, 2
+HEAD, TAIL, SIZE = 0, 1, 2
+
+
+def make_lists(num_objects: int, num_parts: int, num_lists: int) -> tuple:
+    node = np.full((num_objects, 3), -1, np.int64)
+    ends = np.full((num_parts, num_lists, 3), -1, np.int64)
+    ends[:, :, SIZE] = 0
+    return node, ends
+
+
+@njit(cache=True, inline="always")
+def lists_clear(lists):
+    node, ends = lists
+    node[:] = -1
+    ends[:] = -1
+    ends[:, :, SIZE] = 0
+
+
+@njit(cache=True, inline="always")
+def list_size(lists, part, li):
+    return lists[1][part, li, SIZE]
+
+
+@njit(cache=True, inline="always")
+def list_tail(lists, part, li):
+    return lists[1][part, li, TAIL]
+
+
+@njit(cache=True, inline="always")
+def list_of(lists, obj):
+    return lists[0][obj, WHICH]
+
+
+@njit(cache=True, inline="always")
+def list_push_head(lists, part, li, obj):
+    node, ends = lists
+    head = ends[part, li, HEAD]
+    node[obj, PREV] = -1
+    node[obj, NEXT] = head
+    if head >= 0:
+        node[head, PREV] = obj
+    else:
+        ends[part, li, TAIL] = obj
+    ends[part, li, HEAD] = obj
+    node[obj, WHICH] = li
+    ends[part, li, SIZE] += 1
+
+
+@njit(cache=True, inline="always")
+def list_remove(lists, part, obj):
+    node, ends = lists
+    li = node[obj, WHICH]
+    prev = node[obj, PREV]
+    nxt = node[obj, NEXT]
+    if prev >= 0:
+        node[prev, NEXT] = nxt
+    else:
+        ends[part, li, HEAD] = nxt
+    if nxt >= 0:
+        node[nxt, PREV] = prev
+    else:
+        ends[part, li, TAIL] = prev
+    node[obj, PREV] = -1
+    node[obj, NEXT] = -1
+    node[obj, WHICH] = -1
+    ends[part, li, SIZE] -= 1
+
+
+@njit(cache=True, inline="always")
+def list_oldest_unmarked(lists, part, li, mark, stamp):
+    """The object nearest the tail of list ``li`` that is not in R, or -1."""
+    node, ends = lists
+    obj = ends[part, li, TAIL]
+    while obj >= 0 and mark[obj] == stamp:
+        obj = node[obj, PREV]
+    return obj
+
+
+@njit(cache=True, inline="always")
+def list_newest_unmarked(lists, part, li, mark, stamp):
+    """The object nearest the head of list ``li`` that is not in R, or -1."""
+    node, ends = lists
+    obj = ends[part, li, HEAD]
+    while obj >= 0 and mark[obj] == stamp:
+        obj = node[obj, NEXT]
+    return obj

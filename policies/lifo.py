@@ -1,0 +1,22 @@
+"""lifo: evict the expert loaded most recently (FIFO's insertion list, taken from the other end).
+
+FlashMoE lists it among the heuristic baselines; it keeps the first experts a sequence touches.
+"""
+
+from numba import njit
+
+from moesim.policies.base import list_newest_unmarked, no_access, no_miss, no_step
+from moesim.policies.lru import make_state, on_evict, on_insert, reset
+from moesim.sim.engine import compile_engine
+
+NAME = "lifo"
+__all__ = ["NAME", "make_state", "simulate"]
+
+
+@njit(cache=True)
+def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
+    return slot_of[list_newest_unmarked(st[0], part, 0, mark, stamp)]
+
+
+simulate = compile_engine(__name__, reset=reset, on_step=no_step, on_hit=no_access, on_miss=no_miss,
+                          choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)

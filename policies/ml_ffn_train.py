@@ -1,0 +1,144 @@
+"""Training of the ml-ffn policy (FlashMoE §3.2): dataset from a trace, AdamW + MSE, npz export."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from moesim import MoesimError
+from moesim.files import atomic_output
+from moesim.policies.ml_ffn import WEIGHTS, features
+from moesim.tracegen.trace import Trace
+
+HIDDEN = 128
+
+
+@njit(cache=True)
+def dataset(experts, seq_offsets, num_experts, horizon):
+    """Inputs X[row, layer, 2E] as the policy sees them, and targets Y[row, layer, E].
+
+    Y is log(1 + d) / log(1 + horizon), d = tokens until the expert's next routing in the same
+    sequence, capped at ``horizon`` (never again counts as the horizon).
+    """
+    n_rows, n_layers, k = experts.shape
+    x = np.zeros((n_rows, n_layers, 2 * num_experts), np.float32)
+    y = np.zeros((n_rows, n_layers, num_experts), np.float32)
+    last_row = np.full(n_layers * num_experts, -1, np.int64)
+    count = np.zeros(n_layers * num_experts)
+    max_count = np.zeros(n_layers)
+    for row in range(n_rows):
+        for layer in range(n_layers):
+            for j in range(k):
+                obj = layer * num_experts + experts[row, layer, j]
+                last_row[obj] = row
+                count[obj] += 1.0
+                max_count[layer] = max(max_count[layer], count[obj])
+            features(last_row, count, max_count[layer], row, layer, num_experts, x[row, layer])
+    scale = np.log1p(horizon)
+    nxt = np.empty(n_layers * num_experts, np.int64)
+    for s in range(seq_offsets.shape[0] - 1):
+        nxt[:] = -1
+        for row in range(seq_offsets[s + 1] - 1, seq_offsets[s] - 1, -1):
+            for layer in range(n_layers):
+                for e in range(num_experts):
+                    n = nxt[layer * num_experts + e]
+                    d = horizon if n < 0 else min(n - row, horizon)
+                    y[row, layer, e] = np.log1p(d) / scale
+                for j in range(k):
+                    nxt[layer * num_experts + experts[row, layer, j]] = row
+    return x, y
+
+
+def subset(trace: Trace, sequences: np.ndarray) -> Trace:
+    """The trace restricted to the given sequence indices (in order)."""
+    off = trace.seq_offsets
+    rows = np.concatenate([np.arange(off[s], off[s + 1]) for s in sequences])
+    lengths = np.array([off[s + 1] - off[s] for s in sequences])
+    pick = {f.name: getattr(trace, f.name)[rows] for f in dataclasses.fields(trace)
+            if f.name not in ("meta", "seq_ids", "seq_offsets") and getattr(trace, f.name) is not None
+            and len(getattr(trace, f.name)) == trace.num_rows}
+    return dataclasses.replace(trace, seq_ids=trace.seq_ids[sequences],
+                               seq_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(trace.seq_offsets.dtype),
+                               **pick)
+
+
+def split(trace: Trace, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Train and validation sequence indices: the last ceil(fraction * S) sequences validate."""
+    s = trace.num_sequences
+    if s < 2:
+        raise MoesimError(f"training needs at least 2 sequences for a train/validation split; the trace has {s}")
+    n_val = min(s - 1, max(1, int(np.ceil(val_fraction * s))))
+    return np.arange(s - n_val), np.arange(s - n_val, s)
+
+
+def train(trace: Trace, per_layer: bool, *, horizon: int = 64, val_fraction: float = 0.2, epochs: int = 400,
+          patience: int = 30, batch: int = 256, seed: int = 0) -> tuple[dict, dict]:
+    """Fit the FFN(s); return the exported arrays and a log (epochs run, best validation MSE)."""
+    try:
+        import torch
+    except ImportError:
+        raise MoesimError("training ml-ffn needs torch: pip install 'moesim[torch]'") from None
+    torch.manual_seed(seed)
+    e, n_layers = trace.meta.num_experts, trace.meta.num_layers
+    x, y = dataset(trace.experts, trace.seq_offsets.astype(np.int64), e, horizon)
+    train_seq, val_seq = split(trace, val_fraction)
+    rows = lambda seqs: np.concatenate([np.arange(trace.seq_offsets[s], trace.seq_offsets[s + 1]) for s in seqs])
+
+    def stack(idx):  # -> [models, samples, features]
+        xs, ys = torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
+        if per_layer:
+            return xs.transpose(0, 1).contiguous(), ys.transpose(0, 1).contiguous()
+        return xs.reshape(1, -1, 2 * e), ys.reshape(1, -1, e)
+
+    xt, yt = stack(rows(train_seq))
+    xv, yv = stack(rows(val_seq))
+    m = n_layers if per_layer else 1
+    gen = torch.Generator().manual_seed(seed)
+
+    def init(fan_in, shape):
+        return torch.nn.Parameter((torch.rand(shape, generator=gen) * 2 - 1) / fan_in ** 0.5)
+
+    params = [init(2 * e, (m, 2 * e, HIDDEN)), init(2 * e, (m, 1, HIDDEN)), init(HIDDEN, (m, HIDDEN, HIDDEN)),
+              init(HIDDEN, (m, 1, HIDDEN)), init(HIDDEN, (m, HIDDEN, e)), init(HIDDEN, (m, 1, e))]
+
+    def net(inp):
+        w1, b1, w2, b2, w3, b3 = params
+        h = torch.nn.functional.silu(torch.bmm(inp, w1) + b1)
+        h = torch.nn.functional.silu(torch.bmm(h, w2) + b2)
+        return torch.bmm(h, w3) + b3
+
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2)
+    best, best_state, since, epoch = float("inf"), None, 0, 0
+    n = xt.shape[1]
+    for epoch in range(1, epochs + 1):
+        order = torch.randperm(n, generator=gen)
+        for start in range(0, n, batch):
+            idx = order[start:start + batch]
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(net(xt[:, idx]), yt[:, idx])
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            val = torch.nn.functional.mse_loss(net(xv), yv).item()
+        if val < best - 1e-6:
+            best, since = val, 0
+            best_state = [p.detach().clone() for p in params]
+        else:
+            since += 1
+            if since >= patience:
+                break
+    arrays = {name: t.numpy().astype(np.float32) for name, t in zip(WEIGHTS, best_state)}
+    for name in ("b1", "b2", "b3"):
+        arrays[name] = arrays[name][:, 0, :]
+    arrays.update(num_experts=np.int64(e), horizon=np.int64(horizon), per_layer=np.bool_(per_layer))
+    return arrays, {"epochs": epoch, "val_mse": best, "train_sequences": train_seq.tolist(),
+                    "val_sequences": val_seq.tolist()}
+
+
+def save_model(arrays: dict, path: Path) -> None:
+    with atomic_output(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)

@@ -1,0 +1,47 @@
+"""static: pin the C most popular experts of each layer (Fiddler / DAOP-style static placement).
+
+Popularity is the activation count in a training trace (parameter ``pin_trace``, a Trace; without
+one the simulated trace itself is used, which is an oracle upper bound for static placement). With
+global scope the C most popular (layer, expert) pairs are pinned. Pinned experts are loaded on first
+use and never leave; an expert that is not pinned is served from the slow tier without being cached
+(a miss every time), except while free slots remain at the start, which it may hold until a pinned
+expert needs the slot. Count ties go to the lower expert id.
+"""
+
+import numpy as np
+from numba import njit
+
+from moesim import MoesimError
+from moesim.policies.base import min_key_slot, no_access, no_miss, no_reset, no_step
+from moesim.sim.engine import compile_engine
+
+NAME = "static"
+
+
+def make_state(ctx):
+    source = ctx.params.get("pin_trace")
+    experts = ctx.experts if source is None else source.experts
+    if source is not None and (source.meta.num_experts != ctx.num_experts or experts.shape[1] != ctx.num_layers):
+        raise MoesimError(f"pin trace has {experts.shape[1]} layers x {source.meta.num_experts} experts, "
+                          f"the simulated trace {ctx.num_layers} x {ctx.num_experts}")
+    layers = np.broadcast_to(np.arange(ctx.num_layers)[None, :, None], experts.shape)
+    counts = np.bincount((layers * ctx.num_experts + experts).ravel(), minlength=ctx.num_objects)
+    pinned = np.zeros(ctx.num_objects, np.float64)
+    if ctx.per_layer:
+        by_layer = counts.reshape(ctx.num_layers, ctx.num_experts)
+        top = np.argsort(-by_layer, axis=1, kind="stable")[:, :ctx.capacity]
+        pinned[(np.arange(ctx.num_layers)[:, None] * ctx.num_experts + top).ravel()] = 1.0
+    else:
+        pinned[np.argsort(-counts, kind="stable")[:ctx.capacity]] = 1.0
+    return (pinned,)
+
+
+@njit(cache=True)
+def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
+    if st[0][obj] == 0.0:
+        return -1
+    return min_key_slot(st[0], st[0], lo, hi, obj_of, mark, stamp)
+
+
+simulate = compile_engine(__name__, reset=no_reset, on_step=no_step, on_hit=no_access, on_miss=no_miss,
+                          choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)
