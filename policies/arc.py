@@ -13,8 +13,8 @@ members of the current request set are skipped when walking from an LRU end.
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import (list_of, list_oldest_unmarked, list_size, list_tail, list_push_head, list_remove, lists_clear,
-                                  make_lists, no_step)
+from moesim.policies.base import (TAIL, list_of, list_first_unmarked, list_size, list_tail,
+                                  list_push_head, list_remove, lists_clear, make_lists, no_step)
 from moesim.sim.engine import compile_engine
 
 NAME = "arc"
@@ -59,11 +59,11 @@ def _replace(st, part, slot_of, mark, stamp):
     lists, ctl = st[0], st[1]
     t1 = list_size(lists, part, T1)
     p = st[3][part]
-    old1 = list_oldest_unmarked(lists, part, T1, mark, stamp)
+    old1 = list_first_unmarked(lists, part, T1, TAIL, mark, stamp)
     if old1 >= 0 and (t1 > p or (t1 == p and ctl[part, 0] == B2)):
         ctl[part, 1] = B1
         return slot_of[old1]
-    old2 = list_oldest_unmarked(lists, part, T2, mark, stamp)
+    old2 = list_first_unmarked(lists, part, T2, TAIL, mark, stamp)
     if old2 < 0:
         ctl[part, 1] = B1
         return slot_of[old1]
@@ -80,7 +80,7 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
                 list_remove(lists, part, list_tail(lists, part, B1))
             else:
                 ctl[part, 1] = NO_GHOST
-                return slot_of[list_oldest_unmarked(lists, part, T1, mark, stamp)]
+                return slot_of[list_first_unmarked(lists, part, T1, TAIL, mark, stamp)]
         elif list_size(lists, part, T1) + list_size(lists, part, T2) + list_size(lists, part, B1) + list_size(lists, part, B2) >= 2 * c:
             list_remove(lists, part, list_tail(lists, part, B2))
     return _replace(st, part, slot_of, mark, stamp)

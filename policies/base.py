@@ -167,20 +167,12 @@ def list_remove(lists, part, obj):
 
 
 @njit(cache=True, inline="always")
-def list_oldest_unmarked(lists, part, li, mark, stamp):
-    """The object nearest the tail of list ``li`` that is not in R, or -1."""
+def list_first_unmarked(lists, part, li, end, mark, stamp):
+    """Walking list ``li`` from ``end`` (TAIL: oldest first, HEAD: newest first), the first
+    object not in R, or -1."""
     node, ends = lists
-    obj = ends[part, li, TAIL]
+    step = PREV if end == TAIL else NEXT
+    obj = ends[part, li, end]
     while obj >= 0 and mark[obj] == stamp:
-        obj = node[obj, PREV]
-    return obj
-
-
-@njit(cache=True, inline="always")
-def list_newest_unmarked(lists, part, li, mark, stamp):
-    """The object nearest the head of list ``li`` that is not in R, or -1."""
-    node, ends = lists
-    obj = ends[part, li, HEAD]
-    while obj >= 0 and mark[obj] == stamp:
-        obj = node[obj, NEXT]
+        obj = node[obj, step]
     return obj

@@ -1,7 +1,5 @@
 """fifo: evict the expert that was loaded first; hits change nothing (LRU's list without the move)."""
 
-from numba import njit
-
 from moesim.policies.base import no_access, no_miss, no_step
 from moesim.policies.lru import choose_victim, make_state, on_evict, on_insert, reset
 from moesim.sim.engine import compile_engine

@@ -18,8 +18,9 @@ import math
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import (list_of, list_oldest_unmarked, list_size, list_tail, list_push_head, list_remove, lists_clear,
-                                  make_lists, min_key_slot, no_access, no_step)
+from moesim.policies.base import (TAIL, list_of, list_first_unmarked, list_size, list_tail,
+                                  list_push_head, list_remove, lists_clear, make_lists,
+                                  min_key_slot, no_access, no_step)
 from moesim.sim.engine import compile_engine
 
 NAME = "lecar"
@@ -74,7 +75,7 @@ def on_miss(st, part, obj, t):
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     lists = st[0]
     if np.random.random() < st[4][part]:
-        victim, history = slot_of[list_oldest_unmarked(lists, part, RECENCY, mark, stamp)], H_LRU
+        victim, history = slot_of[list_first_unmarked(lists, part, RECENCY, TAIL, mark, stamp)], H_LRU
     else:
         victim, history = min_key_slot(st[1], st[2], lo, hi, obj_of, mark, stamp), H_LFU
     gone = obj_of[victim]

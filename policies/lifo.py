@@ -5,7 +5,7 @@ FlashMoE lists it among the heuristic baselines; it keeps the first experts a se
 
 from numba import njit
 
-from moesim.policies.base import list_newest_unmarked, no_access, no_miss, no_step
+from moesim.policies.base import HEAD, list_first_unmarked, no_access, no_miss, no_step
 from moesim.policies.lru import make_state, on_evict, on_insert, reset
 from moesim.sim.engine import compile_engine
 
@@ -15,7 +15,7 @@ __all__ = ["NAME", "make_state", "simulate"]
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    return slot_of[list_newest_unmarked(st[0], part, 0, mark, stamp)]
+    return slot_of[list_first_unmarked(st[0], part, 0, HEAD, mark, stamp)]
 
 
 simulate = compile_engine(__name__, reset=reset, on_step=no_step, on_hit=no_access, on_miss=no_miss,

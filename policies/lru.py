@@ -6,7 +6,7 @@ head, the victim is the object nearest the tail that is not in the current reque
 
 from numba import njit
 
-from moesim.policies.base import (list_oldest_unmarked, list_push_head, list_remove, lists_clear,
+from moesim.policies.base import (TAIL, list_first_unmarked, list_push_head, list_remove, lists_clear,
                                   make_lists, no_miss, no_step)
 from moesim.sim.engine import compile_engine
 
@@ -30,7 +30,7 @@ def on_hit(st, part, slot, obj, t):
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    return slot_of[list_oldest_unmarked(st[0], part, 0, mark, stamp)]
+    return slot_of[list_first_unmarked(st[0], part, 0, TAIL, mark, stamp)]
 
 
 @njit(cache=True)
