@@ -5,7 +5,8 @@ here (sequential semantics, per-layer scope, C slots per layer) and in libCacheS
 (one cache per layer, ``process_trace`` over that layer's stream as an oracleGeneral file, the
 format its Belady needs; the 32 runs' times are summed),
 checks the miss counts agree where they must, and prints accesses/s of both and the ratio. Times
-exclude compilation and trace generation; libCacheSim's include reading its trace file, which is
+exclude compilation and trace generation but include each policy's set-up (Belady's next uses,
+ml-ffn's predictions); libCacheSim's include reading its trace file, which is
 how it consumes a trace. ml-ffn and gamma have no libCacheSim counterpart; their own rate is printed.
 
     python benchmarks/hitrate_vs_libcachesim.py [--accesses 50000000] [--capacity-per-layer 16]
@@ -14,13 +15,17 @@ how it consumes a trace. ml-ffn and gamma have no libCacheSim counterpart; their
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import libcachesim as lcs
-import numpy as np
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = "1"  # one core: ml-ffn's batched predictions must not borrow a second
+
+import libcachesim as lcs  # noqa: E402
+import numpy as np  # noqa: E402
 
 from moesim.policies.ml_ffn_train import save_model, train
 from moesim.sim.hitrate import simulate

@@ -54,7 +54,7 @@ def on_miss(st, part, obj, t):
         list_remove(lists, part, obj)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _replace(st, part, slot_of, mark, stamp):
     lists, ctl = st[0], st[1]
     t1 = list_size(lists, part, T1)

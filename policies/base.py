@@ -1,7 +1,7 @@
 """What every policy module shares: its context, the hook contract, no-op hooks and two helpers.
 
-A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, and an njit
-``simulate(args, st)`` that calls ``moesim.sim.engine.run`` with its seven hooks:
+A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, and
+``simulate = compile_engine(__name__, ...)`` with its seven njit hooks:
 
 - ``reset(st)``: forget everything (start, and each sequence when the cache resets).
 - ``on_step(st, part, layer, row, ranked, t)``: R for (row, layer) arrives; ``ranked`` is int16[k].
@@ -12,7 +12,9 @@ A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, and an
 - ``on_evict(st, part, slot, obj, t)`` and ``on_insert(st, part, slot, obj, t)``.
 
 Hooks a policy does not need come from here. State lives in the tuple of arrays the policy built,
-so the engine compiles once per policy and never changes when a policy is added.
+so the engine compiles once per policy and never changes when a policy is added. The hooks are
+inlined into the loop, which runs without reference counting: they must not allocate arrays (do
+that in ``make_state``).
 """
 
 from __future__ import annotations
@@ -79,17 +81,14 @@ def min_key_slot(key, tie, lo, hi, obj_of, mark, stamp):
 
     Equal pairs go to the lowest slot.
     """
-    best = -1
+    best, best_key, best_tie = -1, 0.0, 0.0
     for slot in range(lo, hi):
         obj = obj_of[slot]
         if mark[obj] == stamp:
             continue
-        if best < 0:
-            best = slot
-            continue
-        b = obj_of[best]
-        if key[obj] < key[b] or (key[obj] == key[b] and tie[obj] < tie[b]):
-            best = slot
+        k = key[obj]
+        if best < 0 or k < best_key or (k == best_key and tie[obj] < best_tie):
+            best, best_key, best_tie = slot, k, tie[obj]
     return best
 
 

@@ -28,9 +28,18 @@ def make_state(ctx):
         raise MoesimError(f"gamma must lie in [0, 1], got {gamma}")
     n = ctx.num_objects
     # count at its last update, token (row) of that update, order of the last access, scratch
-    # scores, [gamma], [experts per layer, access clock, current row]
-    return (np.zeros(n), np.zeros(n, np.int64), np.zeros(n), np.zeros(n), np.array([gamma]),
+    # scores, γ^d for every gap d a trace of this length can have, [experts per layer, access clock, current row]
+    return (np.zeros(n), np.zeros(n, np.int64), np.zeros(n), np.zeros(n), powers(gamma, ctx.experts.shape[0]),
             np.array([ctx.num_experts, 0, 0], np.int64))
+
+
+@njit(cache=True)
+def powers(gamma, n):
+    """γ^d for d = 0..n (the decay over d tokens), one table so the run computes no powers."""
+    out = np.empty(n + 1)
+    for d in range(n + 1):
+        out[d] = gamma ** d
+    return out
 
 
 @njit(cache=True)
@@ -48,9 +57,9 @@ def on_step(st, part, layer, row, ranked, t):
 
 @njit(cache=True)
 def on_access(st, part, obj, t):
-    count, last_row, last_seen, gamma, ctl = st[0], st[1], st[2], st[4][0], st[5]
+    count, last_row, last_seen, decay, ctl = st[0], st[1], st[2], st[4], st[5]
     row = ctl[2]
-    count[obj] = count[obj] * gamma ** (row - last_row[obj]) + 1.0
+    count[obj] = count[obj] * decay[row - last_row[obj]] + 1.0
     last_row[obj] = row
     ctl[1] += 1
     last_seen[obj] = ctl[1]
@@ -63,10 +72,10 @@ def on_hit(st, part, slot, obj, t):
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    count, last_row, score, gamma, row = st[0], st[1], st[3], st[4][0], st[5][2]
+    count, last_row, score, decay, row = st[0], st[1], st[3], st[4], st[5][2]
     for slot in range(lo, hi):
         o = obj_of[slot]
-        score[o] = count[o] * gamma ** (row - last_row[o])
+        score[o] = count[o] * decay[row - last_row[o]]
     return min_key_slot(score, st[2], lo, hi, obj_of, mark, stamp)
 
 

@@ -10,9 +10,14 @@ expert's next routing, with MSE and AdamW (lr 1e-3, weight decay 1e-2 from Flash
 
 Where this differs: the paper masks the loss to the experts Belady would evict; here every expert's
 distance is a target (log-scaled and capped at a horizon) because which experts are candidates
-depends on the policy running. Features count from the start of the trace (or the last reset).
-Inference runs inside the compiled engine, once per (token, layer) that needs a victim, from the
-exported weights (parameter ``ml_model``: the .npz path). One model per layer, or one shared.
+depends on the policy running. Features count from the start of the trace (or, with a reset per
+sequence, from the sequence's start). The features depend on the routing alone, never on what is
+cached, so the network runs before the engine, batched over tokens (float32 matrix products), and
+the engine reads the prediction of (token, layer) when it needs a victim: the same numbers as
+running it at each eviction, several times faster, for 4·E bytes per (token, layer). Under global
+scope a resident expert of a layer not yet reached in this token is judged by that layer's
+prediction at the previous token, the latest the policy could know. Parameter ``ml_model``: the
+.npz path; one model per layer, or one shared.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np
 from numba import njit
 
 from moesim import MoesimError
-from moesim.policies.base import min_key_slot, no_access, no_miss
+from moesim.policies.base import min_key_slot, no_access, no_miss, no_reset
 from moesim.sim.engine import compile_engine
 
 NAME = "ml-ffn"
@@ -43,6 +48,9 @@ def load_model(path: str | Path) -> dict:
     return model
 
 
+CHUNK_ROWS = 1024
+
+
 def make_state(ctx):
     path = ctx.params.get("ml_model")
     if path is None:
@@ -52,82 +60,107 @@ def make_state(ctx):
     if int(model["num_experts"]) != ctx.num_experts or num_models not in (1, ctx.num_layers):
         raise MoesimError(f"{path}: model is for {int(model['num_experts'])} experts and {num_models} layer "
                           f"model(s); the trace has {ctx.num_experts} experts and {ctx.num_layers} layers")
-    w = tuple(np.ascontiguousarray(model[k], np.float32) for k in WEIGHTS)
-    n, hidden = ctx.num_objects, w[0].shape[2]
-    scratch = (np.zeros(2 * ctx.num_experts, np.float32), np.zeros(hidden, np.float32),
-               np.zeros(hidden, np.float32), np.zeros(ctx.num_experts, np.float32))
-    # weights; last routed row per object; count per object; max count per layer; -prediction per
-    # object; row each layer's prediction is for; [experts per layer, current row]; scratch
-    return (w, np.zeros(n, np.int64), np.zeros(n), np.zeros(ctx.num_layers), np.zeros(n),
-            np.zeros(ctx.num_layers, np.int64), np.array([ctx.num_experts, 0], np.int64), scratch)
+    weights = tuple(np.ascontiguousarray(model[k], np.float32) for k in WEIGHTS)
+    neg_pred = predictions(ctx.experts, ctx.seq_offsets, ctx.num_experts, ctx.reset_each_seq, weights, negate=True)
+    # minus the predicted distance per (row, layer, expert); scratch key per object; [E, row, layer]
+    return (neg_pred, np.zeros(ctx.num_objects), np.array([ctx.num_experts, 0, 0], np.int64))
+
+
+def predictions(experts: np.ndarray, seq_offsets: np.ndarray, num_experts: int, reset_each_seq: bool,
+                weights: tuple, negate: bool = False) -> np.ndarray:
+    """The network's output for every (row, layer): float32 [rows, L, E], minus it when ``negate``."""
+    n_rows, n_layers, _ = experts.shape
+    w1, b1, w2, b2, w3, b3 = weights
+    if negate:
+        w3, b3 = -w3, -b3
+    starts = np.zeros(n_rows, np.bool_)
+    if reset_each_seq:
+        starts[seq_offsets[:-1]] = True
+    history = new_history(n_layers, num_experts)
+    x = np.empty((n_layers, CHUNK_ROWS, 2 * num_experts), np.float32)
+    y = np.empty((CHUNK_ROWS, num_experts), np.float32)
+    scratch = np.empty((3, CHUNK_ROWS, w1.shape[2]), np.float32)
+    out = np.empty((n_rows, n_layers, num_experts), np.float32)
+    for lo in range(0, n_rows, CHUNK_ROWS):
+        hi = min(n_rows, lo + CHUNK_ROWS)
+        fill_features(experts, starts, num_experts, lo, hi, *history, x)
+        for layer in range(n_layers):
+            m = 0 if w1.shape[0] == 1 else layer
+            _mlp(x[layer, :hi - lo], w1[m], b1[m], w2[m], b2[m], w3[m], b3[m], scratch, y[:hi - lo])
+            out[lo:hi, layer] = y[:hi - lo]
+    return out
+
+
+def _mlp(x, w1, b1, w2, b2, w3, b3, scratch, out):
+    """SiLU(SiLU(x W1 + b1) W2 + b2) W3 + b3 into ``out``. ``scratch`` is three [rows, hidden]
+    buffers reused across calls: fresh arrays of this size would be mapped and faulted in every time."""
+    h1, h2, e = (buf[:x.shape[0]] for buf in scratch)
+    np.matmul(x, w1, out=h1)
+    h1 += b1
+    _silu(h1, e)
+    np.matmul(h1, w2, out=h2)
+    h2 += b2
+    _silu(h2, e)
+    np.matmul(h2, w3, out=out)
+    out += b3
+
+
+def _silu(h, e):
+    """h · sigmoid(h), in place (``e`` is scratch of h's shape)."""
+    np.negative(h, out=e)
+    with np.errstate(over="ignore"):  # exp(-h) = inf for very negative h gives silu = -0, as it should
+        np.exp(e, out=e)
+    e += 1.0
+    h /= e
+
+
+def new_history(num_layers: int, num_experts: int) -> tuple:
+    """Routing so far: last row each (layer, expert) was routed (-1: never), its count, max count per layer."""
+    n = num_layers * num_experts
+    return np.full(n, -1, np.int64), np.zeros(n), np.zeros(num_layers)
 
 
 @njit(cache=True)
-def features(last_row, count, max_count, row, layer, num_experts, out):
-    """FlashMoE's input for one layer at token ``row``: [1/r ‖ f / max f] (r = row − last + 1)."""
-    base = layer * num_experts
-    for e in range(num_experts):
-        last = last_row[base + e]
-        out[e] = 0.0 if last < 0 else 1.0 / (row - last + 1)
-        out[num_experts + e] = 0.0 if max_count == 0.0 else count[base + e] / max_count
-
-
-@njit(cache=True, fastmath=True)
-def forward(w, m, x, h1, h2, out):
-    """One pass of the 3-layer FFN number ``m``: SiLU(x W1 + b1) -> SiLU(h W2 + b2) -> h W3 + b3."""
-    w1, b1, w2, b2, w3, b3 = w
-    _dense(x, w1[m], b1[m], h1, True)
-    _dense(h1, w2[m], b2[m], h2, True)
-    _dense(h2, w3[m], b3[m], out, False)
-
-
-@njit(cache=True, fastmath=True, inline="always")
-def _dense(x, w, b, out, silu):
-    out[:] = b
-    for i in range(x.shape[0]):
-        xi = x[i]
-        if xi != 0.0:
-            for j in range(out.shape[0]):
-                out[j] += xi * w[i, j]
-    if silu:
-        for j in range(out.shape[0]):
-            out[j] = out[j] / (1.0 + np.exp(-out[j]))
-
-
-@njit(cache=True)
-def reset(st):
-    st[1][:] = -1
-    st[2][:] = 0.0
-    st[3][:] = 0.0
-    st[5][:] = -1
+def fill_features(experts, starts, num_experts, lo, hi, last_row, count, max_count, out):
+    """FlashMoE's input for rows lo..hi-1, after each row's routing: out[layer, row - lo] =
+    [1/r ‖ f / max f] with r = 1 + rows since the last routing. The history carries over between
+    calls and is cleared at rows where ``starts`` is set."""
+    n_layers, k = experts.shape[1], experts.shape[2]
+    for row in range(lo, hi):
+        if starts[row]:
+            last_row[:] = -1
+            count[:] = 0.0
+            max_count[:] = 0.0
+        for layer in range(n_layers):
+            base = layer * num_experts
+            for j in range(k):
+                obj = base + experts[row, layer, j]
+                last_row[obj] = row
+                count[obj] += 1.0
+                max_count[layer] = max(max_count[layer], count[obj])
+            x = out[layer, row - lo]
+            for e in range(num_experts):
+                last = last_row[base + e]
+                x[e] = 0.0 if last < 0 else 1.0 / (row - last + 1)
+                x[num_experts + e] = count[base + e] / max_count[layer] if max_count[layer] > 0 else 0.0
 
 
 @njit(cache=True)
 def on_step(st, part, layer, row, ranked, t):
-    last_row, count, max_count, ctl = st[1], st[2], st[3], st[6]
-    ctl[1] = row
-    for j in range(ranked.shape[0]):
-        obj = layer * ctl[0] + ranked[j]
-        last_row[obj] = row
-        count[obj] += 1.0
-        max_count[layer] = max(max_count[layer], count[obj])
+    st[2][1] = row
+    st[2][2] = layer
 
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    w, last_row, count, max_count, neg_pred, pred_row, ctl, scratch = st
-    num_experts, row = ctl[0], ctl[1]
-    x, h1, h2, out = scratch
+    neg_pred, key, ctl = st
+    num_experts, row, layer = ctl[0], ctl[1], ctl[2]
     for slot in range(lo, hi):
-        layer = obj_of[slot] // num_experts
-        if pred_row[layer] != row:
-            pred_row[layer] = row
-            features(last_row, count, max_count[layer], row, layer, num_experts, x)
-            forward(w, 0 if w[0].shape[0] == 1 else layer, x, h1, h2, out)
-            for e in range(num_experts):
-                neg_pred[layer * num_experts + e] = -out[e]
-    return min_key_slot(neg_pred, neg_pred, lo, hi, obj_of, mark, stamp)
+        o = obj_of[slot]
+        other = o // num_experts
+        key[o] = neg_pred[row if other <= layer else row - 1, other, o - other * num_experts]
+    return min_key_slot(key, key, lo, hi, obj_of, mark, stamp)
 
 
-simulate = compile_engine(__name__, reset=reset, on_step=on_step, on_hit=no_access, on_miss=no_miss,
+simulate = compile_engine(__name__, reset=no_reset, on_step=on_step, on_hit=no_access, on_miss=no_miss,
                           choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)

@@ -10,33 +10,28 @@ from numba import njit
 
 from moesim import MoesimError
 from moesim.files import atomic_output
-from moesim.policies.ml_ffn import WEIGHTS, features
+from moesim.policies.ml_ffn import WEIGHTS, fill_features, new_history
 from moesim.tracegen.trace import Trace
 
 HIDDEN = 128
 
 
-@njit(cache=True)
-def dataset(experts, seq_offsets, num_experts, horizon):
-    """Inputs X[row, layer, 2E] as the policy sees them, and targets Y[row, layer, E].
+def dataset(experts: np.ndarray, seq_offsets: np.ndarray, num_experts: int, horizon: int) -> tuple:
+    """Inputs X[layer, row, 2E] as the policy sees them, and targets Y[layer, row, E].
 
     Y is log(1 + d) / log(1 + horizon), d = tokens until the expert's next routing in the same
     sequence, capped at ``horizon`` (never again counts as the horizon).
     """
+    n_rows, n_layers, _ = experts.shape
+    x = np.empty((n_layers, n_rows, 2 * num_experts), np.float32)
+    fill_features(experts, np.zeros(n_rows, np.bool_), num_experts, 0, n_rows, *new_history(n_layers, num_experts), x)
+    return x, targets(experts, seq_offsets, num_experts, horizon)
+
+
+@njit(cache=True)
+def targets(experts, seq_offsets, num_experts, horizon):
     n_rows, n_layers, k = experts.shape
-    x = np.zeros((n_rows, n_layers, 2 * num_experts), np.float32)
-    y = np.zeros((n_rows, n_layers, num_experts), np.float32)
-    last_row = np.full(n_layers * num_experts, -1, np.int64)
-    count = np.zeros(n_layers * num_experts)
-    max_count = np.zeros(n_layers)
-    for row in range(n_rows):
-        for layer in range(n_layers):
-            for j in range(k):
-                obj = layer * num_experts + experts[row, layer, j]
-                last_row[obj] = row
-                count[obj] += 1.0
-                max_count[layer] = max(max_count[layer], count[obj])
-            features(last_row, count, max_count[layer], row, layer, num_experts, x[row, layer])
+    y = np.empty((n_layers, n_rows, num_experts), np.float32)
     scale = np.log1p(horizon)
     nxt = np.empty(n_layers * num_experts, np.int64)
     for s in range(seq_offsets.shape[0] - 1):
@@ -46,10 +41,10 @@ def dataset(experts, seq_offsets, num_experts, horizon):
                 for e in range(num_experts):
                     n = nxt[layer * num_experts + e]
                     d = horizon if n < 0 else min(n - row, horizon)
-                    y[row, layer, e] = np.log1p(d) / scale
+                    y[layer, row, e] = np.log1p(d) / scale
                 for j in range(k):
                     nxt[layer * num_experts + experts[row, layer, j]] = row
-    return x, y
+    return y
 
 
 def subset(trace: Trace, sequences: np.ndarray) -> Trace:
@@ -88,9 +83,9 @@ def train(trace: Trace, per_layer: bool, *, horizon: int = 64, val_fraction: flo
     rows = lambda seqs: np.concatenate([np.arange(trace.seq_offsets[s], trace.seq_offsets[s + 1]) for s in seqs])
 
     def stack(idx):  # -> [models, samples, features]
-        xs, ys = torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
+        xs, ys = torch.from_numpy(x[:, idx]), torch.from_numpy(y[:, idx])
         if per_layer:
-            return xs.transpose(0, 1).contiguous(), ys.transpose(0, 1).contiguous()
+            return xs, ys
         return xs.reshape(1, -1, 2 * e), ys.reshape(1, -1, e)
 
     xt, yt = stack(rows(train_seq))

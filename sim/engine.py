@@ -20,9 +20,9 @@ A victim hook may return -1 to leave the missing object uncached (a bypass, used
 from __future__ import annotations
 
 import hashlib
-import inspect
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 from numba import njit
@@ -31,37 +31,36 @@ HOOKS = ("reset", "on_step", "on_hit", "on_miss", "choose_victim", "on_evict", "
 
 
 def compile_engine(module_name: str, **hooks):
-    """The compiled ``simulate(args, st) -> hits per layer`` of a policy whose hooks are given.
+    """The compiled ``simulate(args, st)`` of a policy whose hooks are given (hits land in ``args``).
 
     Passing the hooks as arguments of one shared compiled function would defeat numba's disk cache,
-    so the loop's code is bound to the policy's hooks as globals instead. The cache entry is named
-    after the policy and a digest of the files its hooks come from, so editing any recompiles.
+    so the loop's code is bound to the policy's hooks as globals instead. The hooks are inlined and
+    the loop runs without reference counting (``_nrt=False``; it allocates nothing): called hooks
+    took a state tuple by value and counted references on every access, several times the cost of
+    the policy itself. The cache entry is named after the policy and a digest of the engine and of
+    every module in the policy's package (hooks inline helpers from their neighbours), so editing
+    any of them recompiles.
     """
     if set(hooks) != set(HOOKS):
         raise TypeError(f"{module_name}: hooks must be exactly {', '.join(HOOKS)}")
     digest = hashlib.sha1()
-    owner = sys.modules[module_name].__file__
-    for path in sorted({__file__, owner} | {inspect.getfile(h.py_func) for h in hooks.values()}):
-        with open(path, "rb") as f:
-            digest.update(f.read())
-    namespace = dict(globals(), **hooks, __name__=module_name)
+    package = Path(sys.modules[module_name].__file__).parent
+    for path in [Path(__file__)] + sorted(package.glob("*.py")):
+        digest.update(path.read_bytes())
+    inlined = {k: njit(inline="always")(h.py_func) for k, h in hooks.items()}
+    namespace = dict(globals(), **inlined, __name__=module_name)
     name = f"simulate_{module_name.rsplit('.', 1)[-1]}_{digest.hexdigest()[:12]}"
     fn = types.FunctionType(_loop.__code__, namespace, name)
     fn.__qualname__ = name
-    return njit(cache=True)(fn)
+    return njit(cache=True, _nrt=False)(fn)
 
 
 def _loop(args, st):
-    """Simulate; return per-layer hit counts (int64[L]). ``args`` is built by ``engine_args``."""
-    experts, seq_offsets, capacity, num_experts, per_layer, sequential, reset_each_seq = args
+    """Simulate, counting hits per layer into ``args``'s hits array (built by ``engine_args``)."""
+    experts, seq_offsets, capacity, num_experts, per_layer, sequential, reset_each_seq, work = args
+    slot_of, obj_of, used, mark, hits = work
     n_rows, n_layers, k = experts.shape
-    n_parts = n_layers if per_layer else 1
-    slot_of = np.full(n_layers * num_experts, -1, np.int64)
-    obj_of = np.full(n_parts * capacity, -1, np.int64)
-    used = np.zeros(n_parts, np.int64)
-    mark = np.zeros(n_layers * num_experts, np.int64)
     stamp = 0
-    hits = np.zeros(n_layers, np.int64)
     reset(st)
     for s in range(seq_offsets.shape[0] - 1):
         if reset_each_seq and s > 0:
@@ -113,11 +112,24 @@ def _loop(args, st):
                     obj_of[slot] = obj
                     slot_of[obj] = slot
                     on_insert(st, part, slot, obj, t)
-    return hits
 
 
 def engine_args(experts: np.ndarray, seq_offsets: np.ndarray, capacity: int, num_experts: int,
                 per_layer: bool, sequential: bool, reset_each_seq: bool) -> tuple:
-    """The tuple :func:`run` unpacks, with the dtypes its compiled signature expects."""
+    """The tuple the compiled loop unpacks, with the dtypes its signature expects.
+
+    It carries the loop's working arrays too (slot of each object, object in each slot, slots used
+    per partition, request-set marks, hits per layer), so the loop allocates nothing.
+    """
+    n_layers = experts.shape[1]
+    n_objects, n_parts = n_layers * num_experts, n_layers if per_layer else 1
+    work = (np.full(n_objects, -1, np.int64), np.full(n_parts * capacity, -1, np.int64),
+            np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros(n_layers, np.int64))
     return (np.ascontiguousarray(experts, dtype=np.int16), np.ascontiguousarray(seq_offsets, dtype=np.int64),
-            np.int64(capacity), np.int64(num_experts), bool(per_layer), bool(sequential), bool(reset_each_seq))
+            np.int64(capacity), np.int64(num_experts), bool(per_layer), bool(sequential), bool(reset_each_seq),
+            work)
+
+
+def engine_hits(args: tuple) -> np.ndarray:
+    """Hits per layer counted by the run that was given ``args``."""
+    return args[-1][-1]

@@ -116,3 +116,35 @@ def test_usage_errors(mixtral):
     with pytest.raises(MoesimError, match="gamma"):
         simulate(mixtral, "gamma", 4, gamma=1.5)
     assert simulate(mixtral, "lru", 1, semantics="sequential").hits > 0
+
+
+def _forward(x, w1, b1, w2, b2, w3, b3):
+    silu = lambda h: h / (1.0 + np.exp(-h))
+    return silu(silu(x @ w1 + b1) @ w2 + b2) @ w3 + b3
+
+
+@pytest.mark.parametrize("models", [1, 3])
+def test_ml_ffn_batched_predictions_are_the_network_on_each_step(models):
+    """The batched pass equals the FFN run on each (step, layer) alone, and a reset per sequence
+    starts the features afresh: a sequence's predictions equal those of that sequence alone."""
+    from moesim.policies.ml_ffn import fill_features, new_history, predictions
+    from moesim.policies.ml_ffn_train import subset
+
+    trace = small(3, sequences=3, tokens=30)
+    e, hidden, layers = 8, 16, 3
+    rng = np.random.default_rng(0)
+    shapes = [(2 * e, hidden), (hidden,), (hidden, hidden), (hidden,), (hidden, e), (e,)]
+    weights = tuple(rng.standard_normal((models, *s)).astype(np.float32) for s in shapes)
+    offsets = trace.seq_offsets.astype(np.int64)
+    got = predictions(trace.experts, offsets, e, True, weights)
+    for s in range(3):
+        alone = subset(trace, np.array([s]))
+        rows = alone.experts.shape[0]
+        x = np.empty((layers, rows, 2 * e), np.float32)
+        fill_features(alone.experts, np.zeros(rows, np.bool_), e, 0, rows, *new_history(layers, e), x)
+        for layer in range(layers):
+            m = 0 if models == 1 else layer
+            want = _forward(x[layer].astype(np.float64), *(w[m].astype(np.float64) for w in weights))
+            np.testing.assert_allclose(got[offsets[s]:offsets[s + 1], layer], want, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(predictions(trace.experts, offsets, e, False, weights, negate=True),
+                          -predictions(trace.experts, offsets, e, False, weights))
