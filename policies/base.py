@@ -175,3 +175,28 @@ def list_first_unmarked(lists, part, li, end, mark, stamp):
     while obj >= 0 and mark[obj] == stamp:
         obj = node[obj, step]
     return obj
+
+
+# A seeded generator that lives in the policy's state: SplitMix64 (Steele, Lea & Flood, OOPSLA 2014).
+# rng = uint64[2] = (seed, position); the same seed gives the same draws, with no global state.
+_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def make_rng(seed: int) -> np.ndarray:
+    return np.array([seed, seed], np.int64).view(np.uint64)
+
+
+@njit(cache=True, inline="always")
+def rng_reset(rng):
+    rng[1] = rng[0]
+
+
+@njit(cache=True, inline="always")
+def rng_uniform(rng):
+    """The next draw, uniform in [0, 1)."""
+    rng[1] += _GOLDEN
+    z = rng[1]
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z = z ^ (z >> np.uint64(31))
+    return float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)

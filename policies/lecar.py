@@ -1,13 +1,15 @@
 """lecar: Learning Cache Replacement (Vietri et al., HotStorage 2018).
 
-Two experts, LRU and LFU (in-cache counts, ties to the least recently used: the ``lfu`` policy), with weights
-w = (w_LRU, w_LFU) starting at (0.5, 0.5). On eviction one expert's victim is taken with probability
+Two experts, LRU and LFU (the ``lfu`` policy: in-cache counts, ties to the least recently used),
+with weights w = (w_LRU, w_LFU) starting at (0.5, 0.5). On eviction one expert's victim is taken with probability
 equal to its weight and its id goes to that expert's history (FIFO, C ids each, as in the paper).
 A miss on an id in H_LRU means LRU was wrong: w_LRU ← w_LRU · e^(−λ·d^t), then w is normalised
-(the same update as the paper's w_LFU ← w_LFU · e^(λ·d^t)); likewise for H_LFU. t is the number of
-accesses to that cache (the layer's, under per-layer scope) since that eviction, λ = 0.45 (learning rate) and d = 0.005^(1/C) (discount), the paper's
-values. The penalty factor e^(−λ·d^t) is tabulated once per run for every t below the age at which
-it rounds to exactly 1.0, so a history hit costs a lookup. Draws come from a generator seeded with ``seed`` (default 0) at every reset.
+(the same update as the paper's w_LFU ← w_LFU · e^(λ·d^t)); likewise for H_LFU. t is the number
+of accesses to that cache (the layer's, under per-layer scope) since that eviction, λ = 0.45
+(learning rate) and d = 0.005^(1/C) (discount), the paper's values. The penalty factor e^(−λ·d^t)
+is tabulated once per run for every t below the age at which it rounds to exactly 1.0, so a history
+hit costs a lookup. Draws come from the policy's own generator, restarted from ``seed`` (default 0)
+at every reset.
 
 libCacheSim differs in three ways, which is why tests compare hit rates with a tolerance: each
 history holds C/2 ids, an eviction on which both experts agree goes to no history, and its random
@@ -20,7 +22,8 @@ import numpy as np
 from numba import njit
 
 from moesim.policies.base import (TAIL, list_of, list_first_unmarked, list_size, list_tail,
-                                  list_push_head, list_remove, lists_clear, make_lists, no_access, no_step)
+                                  list_push_head, list_remove, lists_clear, make_lists, make_rng, no_access,
+                                  no_step, rng_reset, rng_uniform)
 from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_hit, lfu_insert, lfu_victim, make_lfu
 from moesim.sim.engine import compile_engine
 
@@ -31,10 +34,10 @@ LEARNING_RATE = 0.45
 
 def make_state(ctx):
     # lists: recency order of residents and the two histories; the LFU expert's state; eviction time
-    # per id; per partition: w_LRU and access clock; [seed, capacity]; penalty factor by age
+    # per id; per partition: w_LRU and access clock; [capacity]; penalty factor by age; generator
     return (make_lists(ctx.num_objects, ctx.num_parts, 3), make_lfu(ctx), np.zeros(ctx.num_objects, np.int64),
             np.full(ctx.num_parts, 0.5), np.zeros(ctx.num_parts, np.int64),
-            np.array([int(ctx.params.get("seed", 0)), ctx.capacity], np.int64), penalty_table(ctx.capacity))
+            np.array([ctx.capacity], np.int64), penalty_table(ctx.capacity), make_rng(int(ctx.params.get("seed", 0))))
 
 
 def penalty_table(capacity: int) -> np.ndarray:
@@ -52,7 +55,7 @@ def reset(st):
     lfu_clear(st[1])
     st[3][:] = 0.5
     st[4][:] = 0
-    np.random.seed(st[5][0])
+    rng_reset(st[7])
 
 
 @njit(cache=True)
@@ -83,8 +86,8 @@ def on_miss(st, part, obj, t):
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    lists, lfu, evicted_at, w_lru, clock, capacity = st[0], st[1], st[2], st[3], st[4], st[5][1]
-    if np.random.random() < w_lru[part]:
+    lists, lfu, evicted_at, w_lru, clock, capacity = st[0], st[1], st[2], st[3], st[4], st[5][0]
+    if rng_uniform(st[7]) < w_lru[part]:
         victim, history = slot_of[list_first_unmarked(lists, part, RECENCY, TAIL, mark, stamp)], H_LRU
     else:
         victim, history = lfu_victim(lfu, part, lo, hi, obj_of, slot_of, mark, stamp), H_LFU
