@@ -60,7 +60,9 @@ def _loop(args, st):
     experts, seq_offsets, capacity, num_experts, per_layer, sequential, reset_each_seq, work = args
     slot_of, obj_of, used, mark, hits = work
     n_rows, n_layers, k = experts.shape
-    stamp = 0
+    # marks stamp the members of R under step semantics; under sequential R is the one expert being
+    # served, which is missing when a victim is chosen, so nothing is marked and no mark equals -1
+    stamp = 0 if not sequential else -1
     reset(st)
     for s in range(seq_offsets.shape[0] - 1):
         if reset_each_seq and s > 0:
@@ -90,8 +92,6 @@ def _loop(args, st):
                     obj = layer * num_experts + ranked[j]
                     t = base + j
                     if sequential:
-                        stamp += 1
-                        mark[obj] = stamp
                         if slot_of[obj] >= 0:
                             hits[layer] += 1
                             on_hit(st, part, slot_of[obj], obj, t)
