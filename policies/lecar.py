@@ -1,8 +1,9 @@
 """lecar: Learning Cache Replacement (Vietri et al., HotStorage 2018).
 
 Two experts, LRU and LFU (the ``lfu`` policy: in-cache counts, ties to the least recently used),
-with weights w = (w_LRU, w_LFU) starting at (0.5, 0.5). On eviction one expert's victim is taken with probability
-equal to its weight and its id goes to that expert's history (FIFO, C ids each, as in the paper).
+with weights w = (w_LRU, w_LFU) starting at (0.5, 0.5). On eviction one expert's victim is taken
+with probability equal to its weight and its id goes to that expert's history (FIFO, C ids each,
+as in the paper).
 A miss on an id in H_LRU means LRU was wrong: w_LRU ← w_LRU · e^(−λ·d^t), then w is normalised
 (the same update as the paper's w_LFU ← w_LFU · e^(λ·d^t)); likewise for H_LFU. t is the number
 of accesses to that cache (the layer's, under per-layer scope) since that eviction, λ = 0.45
