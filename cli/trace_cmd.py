@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
+import polars as pl
 import typer
 
 from moesim.console import console, emit_json, table, warn
@@ -35,6 +36,46 @@ def import_(
         warn(f"{src}: dropped {dropped} incomplete token(s) that lacked some layer's record")
     console.print(f"wrote {out}: {trace.num_sequences} sequences, {trace.num_rows} steps, "
                   f"{trace.accesses} expert accesses")
+
+
+@app.command()
+def record(
+    model: Annotated[str, typer.Option("--model", "-m", help="Model folder (save_pretrained layout, read offline) or a tiny preset: "
+                                       "tiny-mixtral, tiny-olmoe, tiny-qwen2moe, tiny-qwen3moe, tiny-deepseek, tiny-deepseek-v2, tiny-phimoe, tiny-gptoss.")],
+    prompts: Annotated[Path, typer.Option(help="Prompts: a text file with one per line, or JSONL with a 'prompt' field (and an optional 'id').")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Trace file to write (Parquet).")],
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per prompt.")] = 64,
+    batch_size: Annotated[int, typer.Option(help="Prompts per generate() call (left-padded).")] = 1,
+    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's), float32, bfloat16, float16 or float64.")] = "auto",
+    probs: Annotated[bool, typer.Option("--probs", help="Also record the full router distribution (softmax of the logits).")] = False,
+    speculate: Annotated[bool, typer.Option("--speculate", help="Also record spec: the experts layer l+1's router picks from layer l's router input.")] = False,
+    chat: Annotated[bool, typer.Option("--chat", help="Wrap each prompt in the tokenizer's chat template as a user turn.")] = False,
+    temperature: Annotated[float, typer.Option(help="0 decodes greedily; above 0 samples (seeded).")] = 0.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling threshold when sampling.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of the sampler: same seed and batch size, same trace.")] = 0,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-new-tokens tokens.")] = False,
+) -> None:
+    """Record routing traces by running a transformers MoE model on prompts.
+
+    Example: moesim trace record --model tiny-olmoe --prompts prompts.txt --max-new-tokens 16 --speculate --out t.parquet
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from moesim.tracegen.record import RecordOptions, read_prompts, record_trace
+
+    opts = RecordOptions(max_new_tokens=max_new_tokens, batch_size=batch_size, device=device, dtype=dtype, probs=probs,
+                         speculate=speculate, chat=chat, temperature=temperature, top_p=top_p, seed=seed,
+                         ignore_eos=ignore_eos)
+    total = len(read_prompts(prompts))
+    with Progress(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("record", total=total)
+        summary = record_trace(model, prompts, out, opts, progress=lambda n: bar.advance(task, n))
+    m = summary.meta
+    console.print(f"wrote {out}: {summary.sequences} sequences, {summary.prefill_rows} prefill + {summary.decode_rows} "
+                  f"decode steps, {m.num_layers} MoE layers x top-{m.top_k} of {m.num_experts} experts "
+                  f"({summary.seconds:.1f} s)")
 
 
 @app.command()
@@ -94,6 +135,8 @@ def info(
     Example: moesim trace info t.parquet --json
     """
     info_ = summary(load_trace(trace_path))
+    if "probs" in pl.read_parquet_schema(trace_path):  # summarised without loading the distributions
+        info_["has"] = [c for c in ("weights", "probs", "spec", "tokens") if c in info_["has"] or c == "probs"]
     if as_json:
         emit_json(info_)
         return

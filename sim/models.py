@@ -46,7 +46,8 @@ class ModelSpec:
         return TraceMeta(**{
             "num_layers": self.num_layers, "num_experts": self.num_experts, "top_k": self.top_k,
             "model": self.name, "d_model": self.d_model, "d_expert": self.d_expert,
-            "bytes_per_param": BYTES_PER_PARAM["bf16"], "expert_bytes": self.expert_bytes("bf16"), **fields})
+            "bytes_per_param": BYTES_PER_PARAM["bf16"], "expert_bytes": self.expert_bytes("bf16"),
+            "shared_experts": self.shared_experts, "d_shared": self.d_shared or None, **fields})
 
     @property
     def routed_expert_bytes_bf16(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,40 @@ def write_trace(trace: Trace, path: str | Path) -> None:
     """Validate and write a trace; the file appears whole or not at all."""
     trace.validate(str(path))
     _atomic_write(frame_from_trace(trace), trace.meta, Path(path))
+
+
+class TraceWriter:
+    """Write a trace in chunks of whole sequences, so memory stays bounded by one chunk.
+
+    Each chunk is validated and spilled to a part file in a hidden folder beside `path`;
+    `close()` streams the parts into `path` (atomically) and removes them. Leaving the `with`
+    block by an exception removes the parts and writes nothing.
+    """
+
+    def __init__(self, path: str | Path, meta: TraceMeta):
+        self.path, self.meta = Path(path), meta
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._parts = tempfile.TemporaryDirectory(prefix=f".{self.path.name}.parts.", dir=self.path.parent)
+        self._count = 0
+
+    def add(self, trace: Trace) -> None:
+        trace.validate(str(self.path))
+        frame_from_trace(trace).write_parquet(Path(self._parts.name) / f"{self._count:06d}.parquet")
+        self._count += 1
+
+    def close(self) -> None:
+        if not self._count:
+            raise MoesimError(f"{self.path}: nothing recorded, no file written")
+        with atomic_output(self.path) as tmp:
+            pl.scan_parquet(Path(self._parts.name) / "*.parquet").sink_parquet(
+                tmp, metadata={METADATA_KEY: self.meta.to_json()}, statistics=True)
+        self._parts.cleanup()
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._parts.cleanup()
 
 
 def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: str = "row") -> Trace:

@@ -45,6 +45,9 @@ class TraceMeta:
     source: str = ""
     dropped_tokens: int = 0
     sequence_keys: list[str] | None = None  # where each seq id came from (e.g. "gsm8k/0")
+    shared_experts: int = 0  # always-active experts per MoE layer (not in `experts`)
+    d_shared: int | None = None  # their intermediate size
+    routing: str = ""  # what the router computes (softmax/sigmoid, renormalisation, ...)
     schema_version: int = SCHEMA_VERSION
     tool_version: str = field(default=__version__)
 

@@ -108,6 +108,20 @@ class Trace:
             raise MoesimError(f"{where}: tokens has shape {self.tokens.shape}, expected ({n},)")
 
 
+def concat_traces(parts: list[Trace]) -> Trace:
+    """Traces of the same model and disjoint, ascending sequence ids, as one trace."""
+    def cat(name: str):
+        arrays = [getattr(p, name) for p in parts]
+        return None if arrays[0] is None else np.concatenate(arrays)
+
+    starts = np.cumsum([0] + [p.num_rows for p in parts[:-1]])
+    return Trace(meta=parts[0].meta, experts=cat("experts"), seq_ids=cat("seq_ids"),
+                 seq_offsets=np.r_[np.concatenate([p.seq_offsets[:-1] + s for p, s in zip(parts, starts)]),
+                                   starts[-1] + parts[-1].num_rows].astype(np.int64),
+                 steps=cat("steps"), phase=cat("phase"), weights=cat("weights"), probs=cat("probs"),
+                 spec=cat("spec"), tokens=cat("tokens"))
+
+
 def _first_bad(mask: np.ndarray, describe) -> None:
     """Raise with describe(*index) for the first True cell of mask, in row-major order."""
     if mask.any():

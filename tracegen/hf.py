@@ -1,0 +1,122 @@
+"""Loading a causal LM for `trace record`: from a local folder (never the hub) or a tiny preset.
+
+torch and transformers are optional extras, imported here only; every error is one line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from moesim import MoesimError
+from moesim.tracegen.families import FAMILIES, TINY_COMMON, TINY_MODELS, TINY_SEED, Family, family_of
+
+DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+SPECIALS = ("<pad>", "<s>", "</s>")  # ids 0, 1, 2 of the tiny tokenizer; bytes follow
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def require_torch():
+    """Import torch and transformers, or say how to install them."""
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        raise MoesimError(f"trace record needs torch and transformers ({exc.name} is missing): "
+                          "pip install 'moesim[torch]'") from None
+    if int(transformers.__version__.split(".")[0]) < 5:
+        raise MoesimError(f"trace record needs transformers 5 or newer (found {transformers.__version__}): "
+                          "pip install 'moesim[torch]'")
+    return torch, transformers
+
+
+def load_model(ref: str, dtype: str = "auto", device: str = "cpu"):
+    """(model in eval mode, tokenizer, family, display name) for a folder path or a `tiny-*` name."""
+    torch, transformers = require_torch()
+    if dtype not in DTYPES:
+        raise MoesimError(f"unknown dtype '{dtype}' (choose from {', '.join(DTYPES)})")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise MoesimError(f"--device {device}: torch sees no CUDA device here (torch {torch.__version__})")
+    torch_dtype = None if dtype == "auto" else getattr(torch, dtype)
+    if ref in TINY_MODELS:
+        model, tokenizer = tiny_model(ref, torch_dtype or torch.float32)
+        name = ref
+    else:
+        model, tokenizer = _from_folder(Path(ref), torch_dtype, transformers)
+        name = Path(ref).resolve().name
+    family = family_of(model.config.model_type, ref)
+    if model.dtype == torch.float64:  # the fused grouped-matmul experts take no float64
+        model.set_experts_implementation("eager")
+    return model.to(device).eval(), tokenizer, family, name
+
+
+def _from_folder(path: Path, torch_dtype, transformers):
+    if not path.exists():
+        raise MoesimError(f"{path}: no such model folder (or tiny preset: {', '.join(TINY_MODELS)})")
+    if not (path / "config.json").is_file():
+        raise MoesimError(f"{path}: not a model folder (no config.json); give a folder written by save_pretrained")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub at run time
+    try:
+        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise MoesimError(f"{path}/config.json: unreadable ({_first_line(exc)})") from None
+    family_of(getattr(config, "model_type", "?"), str(path))
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=torch_dtype or "auto", use_safetensors=True)
+    except Exception as exc:
+        raise MoesimError(f"{path}: cannot load the model weights ({_first_line(exc)})") from None
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise MoesimError(f"{path}: cannot load the tokenizer ({_first_line(exc)})") from None
+    return model, tokenizer
+
+
+def tiny_model(name: str, torch_dtype):
+    """A random-initialised model of the real architecture, seeded, with a byte-level tokenizer."""
+    torch, transformers = require_torch()
+    family = FAMILIES[TINY_MODELS[name]]
+    tokenizer = tiny_tokenizer()
+    config = transformers.AutoConfig.for_model(
+        family.model_type, **{**TINY_COMMON, **family.tiny}, vocab_size=len(tokenizer),
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(TINY_SEED)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    _randomise_router_biases(model, family, torch)
+    model.generation_config.pad_token_id = 0
+    return model, tokenizer
+
+
+def _randomise_router_biases(model, family: Family, torch) -> None:
+    """DeepSeek-V3's correction bias starts at zero; give it values so it takes part in routing."""
+    if family.model_type != "deepseek_v3":
+        return
+    gen = torch.Generator().manual_seed(TINY_SEED)
+    with torch.no_grad():
+        for module in model.modules():
+            bias = getattr(module, "e_score_correction_bias", None)
+            if bias is not None:
+                bias.copy_(torch.randn(bias.shape, generator=gen, dtype=torch.float64).to(bias.dtype) * 0.05)
+
+
+def tiny_tokenizer():
+    """Byte-level tokenizer (256 byte tokens, no merges) built offline, with a chat template."""
+    _, transformers = require_torch()
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {tok: i for i, tok in enumerate([*SPECIALS, *alphabet])}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token=SPECIALS[0], bos_token=SPECIALS[1], eos_token=SPECIALS[2])
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
