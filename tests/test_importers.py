@@ -1,5 +1,6 @@
 """Importers: the real vLLM log, CSV tables, and the errors a malformed log gets."""
 
+import base64
 import json
 
 import numpy as np
@@ -111,3 +112,71 @@ def test_unknown_format_and_missing_file(tmp_path):
         import_trace(tmp_path / "a", "xml", tmp_path / "t.parquet")
     with pytest.raises(MoesimError, match="no such file"):
         import_trace(tmp_path / "a", "csv", tmp_path / "t.parquet")
+
+
+def _sglang_response(rng, prompt, completion, layers=27, dense=1, experts=64, k=6, rid="req-0", encode=True):
+    """One /generate response as SGLang writes it: ids [positions, hidden layers, k], dense layers zero."""
+    ids = np.zeros((prompt + completion - 1, layers, k), dtype=np.int32)
+    for pos in range(ids.shape[0]):
+        for layer in range(dense, layers):
+            ids[pos, layer] = rng.choice(experts, size=k, replace=False)
+    payload = base64.b64encode(ids.tobytes()).decode() if encode else ids.tolist()
+    return {"text": "...", "meta_info": {"id": rid, "prompt_tokens": prompt, "completion_tokens": completion,
+                                         "routed_experts": payload}}, ids[:, dense:]
+
+
+def test_sglang_routed_experts(tmp_path):
+    rng = np.random.default_rng(0)
+    first, ids_a = _sglang_response(rng, 5, 4, rid="a")
+    second, ids_b = _sglang_response(rng, 3, 6, rid="b", encode=False)  # nested lists are read too
+    src = tmp_path / "responses.jsonl"
+    src.write_text(json.dumps(first) + "\n\n" + json.dumps(second) + "\n")
+    trace, dropped = import_trace(src, "sglang", tmp_path / "t.parquet", model="deepseek-v2-lite")
+    back = load_trace(tmp_path / "t.parquet")
+    assert dropped == 0 and back.meta.sequence_keys == ["a", "b"] and back.meta.num_layers == 26
+    np.testing.assert_array_equal(back.experts, np.concatenate([ids_a, ids_b]).astype(np.int16))
+    assert back.seq_offsets.tolist() == [0, 8, 16]
+    assert back.phase.tolist() == [0] * 5 + [1] * 3 + [0] * 3 + [1] * 5
+    assert back.steps.tolist() == list(range(8)) + list(range(8)) and back.weights is None
+    assert back.meta.shared_experts == 2
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda r: r["meta_info"].pop("routed_experts"), "responses.jsonl:1: no meta_info.routed_experts"),
+    (lambda r: r["meta_info"].update(routed_experts="***"), "responses.jsonl:1: routed_experts is not base64"),
+    (lambda r: r["meta_info"].update(prompt_tokens=7), "responses.jsonl:1: 1296 expert ids do not fill 10 positions x top-6"),
+    (lambda r: r["meta_info"].update(routed_experts=base64.b64encode(
+        np.full((8, 27, 6), 99, np.int32).tobytes()).decode()), "layers carry routing"),
+])
+def test_sglang_errors_name_the_line(tmp_path, mutate, message):
+    record, _ = _sglang_response(np.random.default_rng(1), 5, 4)
+    mutate(record)
+    src = tmp_path / "responses.jsonl"
+    src.write_text(json.dumps(record) + "\n")
+    with pytest.raises(MoesimError, match=message):
+        import_trace(src, "sglang", tmp_path / "t.parquet", model="deepseek-v2-lite")
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_sglang_needs_a_model_and_checks_ranges(tmp_path):
+    record, _ = _sglang_response(np.random.default_rng(2), 4, 2)
+    src = tmp_path / "responses.jsonl"
+    src.write_text(json.dumps(record) + "\n")
+    with pytest.raises(MoesimError, match="needs --model"):
+        import_trace(src, "sglang", tmp_path / "t.parquet")
+    with pytest.raises(MoesimError, match="responses.jsonl:1: 78 of 81 layers carry routing, the model preset has 32"):
+        import_trace(src, "sglang", tmp_path / "t.parquet", model="mixtral-8x7b")
+    record, ids = _sglang_response(np.random.default_rng(2), 4, 2, experts=100)
+    src.write_text(json.dumps(record) + "\n")
+    pos, layer, _ = np.argwhere(ids >= 64)[0]
+    with pytest.raises(MoesimError, match=f"responses.jsonl:1: position {pos}, MoE layer {layer}: expert .* out of range 0..63"):
+        import_trace(src, "sglang", tmp_path / "t.parquet", model="deepseek-v2-lite")
+
+
+def test_vllm_phase_field(tmp_path):
+    rows = [{"problem_id": 0, "layer": l, "experts": [l, l + 1], "token_idx": t, "phase": int(t > 1)}
+            for t in range(4) for l in range(2)]
+    src = tmp_path / "log.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace, _ = import_trace(src, "vllm-jsonl", tmp_path / "t.parquet")
+    assert trace.phase.tolist() == [0, 0, 1, 1] and trace.prefill_steps == 2

@@ -2,7 +2,8 @@
 
 Every importer streams its input in batches of lines, parses each batch with polars, and
 names the line of the first malformed record. Tokens that lack some layer's record are
-dropped whole, and counted (stderr and the trace metadata): nothing is guessed.
+dropped whole, and counted (stderr and the trace metadata): nothing is guessed. SGLang's
+responses hold one whole request per line and are read a line at a time (import_sglang.py).
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ import polars as pl
 
 from moesim import MoesimError
 from moesim.sim.models import get_model
+from moesim.tracegen.import_sglang import import_sglang
 from moesim.tracegen.io import ORIGIN, write_frame
 from moesim.tracegen.schema import DECODE, TraceMeta
 from moesim.tracegen.trace import Trace
 
-FORMATS = ("vllm-jsonl", "csv")
+FORMATS = ("vllm-jsonl", "sglang", "csv")
 BATCH_LINES = 1 << 20
 
 _VLLM_SCHEMA = {
     "dataset": pl.String, "problem_id": pl.String, "layer": pl.Int64,
     "experts": pl.List(pl.Int64), "gating_probs": pl.List(pl.Float64),
-    "token_idx": pl.Int64, "token_pos": pl.Int64,
+    "token_idx": pl.Int64, "token_pos": pl.Int64, "phase": pl.Int64,
 }
 
 
@@ -41,6 +43,8 @@ def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None =
         raise MoesimError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
     if not src.is_file():
         raise MoesimError(f"{src}: no such file")
+    if fmt == "sglang":
+        return import_sglang(src, Path(out), spec), 0
     parse = _parse_vllm if fmt == "vllm-jsonl" else _parse_csv
     frames = [parse(src, lines, text) for lines, text in _batches(src, batch_lines, skip_header=fmt == "csv")]
     if not frames:
@@ -82,7 +86,10 @@ def _batches(src: Path, size: int, skip_header: bool) -> Iterator[tuple[np.ndarr
 
 
 def _parse_vllm(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
-    """vLLM routing JSONL: {dataset, problem_id, layer, experts, gating_probs, token_idx|token_pos}."""
+    """vLLM routing JSONL: {dataset, problem_id, layer, experts, gating_probs, token_idx|token_pos[, phase]}.
+
+    `phase` (0 prefill, 1 decode) is optional; records without it are decode steps.
+    """
     try:
         raw = pl.read_ndjson(io.BytesIO(text), schema=_VLLM_SCHEMA)
     except pl.exceptions.PolarsError as exc:
@@ -94,7 +101,7 @@ def _parse_vllm(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
     return raw.select(
         pl.concat_str(pl.col("dataset").fill_null(""), pl.lit("/"), "problem_id").alias("key"),
         "step", "layer", "experts", pl.col("gating_probs").alias("weights"),
-        pl.lit(DECODE, pl.Int8).alias("phase"), ORIGIN,
+        pl.col("phase").fill_null(DECODE), ORIGIN,
     )
 
 
@@ -105,7 +112,7 @@ def _check_vllm_line(line: str) -> str | None:
         return f"not JSON ({exc.msg})"
     if not isinstance(rec, dict):
         return "not a JSON object"
-    for name in ("layer", "token_idx", "token_pos"):
+    for name in ("layer", "token_idx", "token_pos", "phase"):
         if name in rec and not _is_int(rec[name]):
             return f"'{name}' is {rec[name]!r}, not an integer"
     if "experts" in rec and not (isinstance(rec["experts"], list) and all(map(_is_int, rec["experts"]))):

@@ -1,0 +1,114 @@
+"""SGLang's routed-experts output -> trace file.
+
+A server started with `--enable-return-routed-experts` answers a request that sets
+`return_routed_experts: true` with `meta_info.routed_experts`: the base64 of an int32 array
+[positions, num_hidden_layers, top_k], positions 0 .. prompt_tokens + completion_tokens - 2
+(the last generated token is never run). Save one response per line (JSONL); this reads them
+one at a time. Rows below `prompt_tokens` are prefill, the rest decode.
+
+SGLang sends ids only: no weights, and the order is whatever its top-k kernel wrote, taken
+as rank order. Dense layers (DeepSeek's first layers) hold placeholders (-1, or zeros that
+repeat one id k times) and are dropped; `expert_ids_schema.moe_layer_ids`, when the response
+has it, names the MoE layers instead. The number of experts and the dims come from `--model`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from pathlib import Path
+
+import numpy as np
+
+from moesim import MoesimError
+from moesim.sim.models import ModelSpec
+from moesim.tracegen.io import write_trace
+from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
+from moesim.tracegen.trace import Trace, concat_traces
+
+
+def import_sglang(src: Path, out: Path, spec: ModelSpec | None) -> Trace:
+    """Convert a JSONL file of SGLang responses into a trace at `out`."""
+    if spec is None:
+        raise MoesimError(f"{src}: --format sglang needs --model (the payload holds expert ids only; "
+                          "the number of experts, top-k and dims come from the preset)")
+    meta = spec.trace_meta(source=f"sglang:{src.name}")
+    parts, keys = [], []
+    with open(src, "rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{src}:{number}"
+            key, experts, prompt = _parse(line, where, meta)
+            steps = np.arange(experts.shape[0], dtype=np.int32)
+            part = Trace(meta=meta, experts=experts, seq_ids=np.array([len(parts)], np.int32),
+                         seq_offsets=np.array([0, experts.shape[0]], np.int64), steps=steps,
+                         phase=np.where(steps < prompt, PREFILL, DECODE).astype(np.int8))
+            part.validate(where)
+            parts.append(part)
+            keys.append(key or f"{src.name}:{number}")
+    if not parts:
+        raise MoesimError(f"{src}: no records")
+    trace = concat_traces(parts)
+    trace.meta = meta.replace(sequence_keys=keys)
+    write_trace(trace, out)
+    return trace
+
+
+def _parse(line: bytes, where: str, meta: TraceMeta) -> tuple[str | None, np.ndarray, int]:
+    """(request id, experts [positions, L, k] int16, prompt length) of one response line."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise MoesimError(f"{where}: not JSON ({exc.msg})") from None
+    info = rec.get("meta_info", rec) if isinstance(rec, dict) else None
+    if not isinstance(info, dict) or info.get("routed_experts") is None:
+        raise MoesimError(f"{where}: no meta_info.routed_experts (start SGLang with --enable-return-routed-experts "
+                          "and send return_routed_experts: true)")
+    flat = _decode(info["routed_experts"], where)
+    prompt, completion = info.get("prompt_tokens"), info.get("completion_tokens")
+    k, schema = meta.top_k, info.get("expert_ids_schema") or {}
+    if schema.get("top_k", k) != k:
+        raise MoesimError(f"{where}: top_k {schema['top_k']} in the response, the model preset has {k}")
+    if isinstance(prompt, int) and isinstance(completion, int):
+        positions = prompt + completion - 1
+        if positions < 1 or flat.size % (positions * k):
+            raise MoesimError(f"{where}: {flat.size} expert ids do not fill {positions} positions x top-{k}")
+        layers = flat.size // (positions * k)
+    else:
+        prompt, layers = 0, int(schema.get("num_layers", meta.num_layers))
+        if flat.size % (layers * k):
+            raise MoesimError(f"{where}: {flat.size} expert ids do not fill {layers} layers x top-{k}")
+    grid = flat.reshape(-1, layers, k)
+    moe = schema.get("moe_layer_ids")
+    if moe is None:
+        placeholder = (grid < 0).all(axis=2) | ((grid == grid[:, :, :1]).all(axis=2) if k > 1 else False)
+        moe = np.flatnonzero(~placeholder.all(axis=0))
+    if len(moe) != meta.num_layers:
+        raise MoesimError(f"{where}: {len(moe)} of {layers} layers carry routing, the model preset has "
+                          f"{meta.num_layers} MoE layers (wrong --model?)")
+    experts = grid[:, moe]
+    bad = np.argwhere((experts < 0) | (experts >= meta.num_experts))
+    if bad.size:
+        pos, layer, slot = bad[0]
+        raise MoesimError(f"{where}: position {pos}, MoE layer {layer}: expert {experts[pos, layer, slot]} "
+                          f"out of range 0..{meta.num_experts - 1}")
+    key = info.get("id")
+    return (None if key is None else str(key)), experts.astype(np.int16), prompt
+
+
+def _decode(payload, where: str) -> np.ndarray:
+    """The int32 ids of a base64 string (SGLang's encoding) or of nested lists."""
+    if isinstance(payload, str):
+        try:
+            raw = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise MoesimError(f"{where}: routed_experts is not base64") from None
+        if len(raw) % 4:
+            raise MoesimError(f"{where}: routed_experts holds {len(raw)} bytes, not whole int32 values")
+        return np.frombuffer(raw, dtype="<i4")
+    try:
+        return np.asarray(payload, dtype=np.int64).ravel()
+    except (TypeError, ValueError):
+        raise MoesimError(f"{where}: routed_experts is neither base64 nor a nested list of integers") from None
