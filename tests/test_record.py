@@ -196,3 +196,24 @@ def test_bad_input_is_one_line_and_leaves_no_file(cli, tmp_path):
         code, _, err = cli("trace", "record", *args, "--out", out)
         assert code == 1 and message in err and err.count("\n") == 1, (args, err)
         assert not out.parent.exists() or not any(out.parent.iterdir()), args
+
+
+def test_random_presets_have_the_presets_moe_dims():
+    """random-<preset> builds the family's architecture at the preset's dims (checked on the meta device)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from moesim.sim.models import MODELS
+    from moesim.tracegen.families import FAMILIES
+    from moesim.tracegen.hf import _random_dims
+
+    for name, spec in MODELS.items():
+        if spec.architecture not in FAMILIES:
+            continue
+        family, dims = _random_dims(f"random-{name}")
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(family.model_type, **dims))
+        routers = [m for m in model.modules() if is_router(m)]
+        experts = model.get_submodule(next(n for n, m in model.named_modules() if is_router(m)).rsplit(".", 1)[0]).experts
+        per_expert = sum(p.numel() for p in experts.parameters()) // spec.num_experts
+        assert len(routers) == spec.num_layers, name
+        assert per_expert == spec.expert_params + (8640 if spec.architecture == "gpt_oss" else 0), name  # + biases

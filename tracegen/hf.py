@@ -11,6 +11,7 @@ from pathlib import Path
 from moesim import MoesimError
 from moesim.tracegen.families import FAMILIES, TINY_COMMON, TINY_MODELS, TINY_SEED, Family, family_of
 
+RANDOM_PREFIX = "random-"
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 SPECIALS = ("<pad>", "<s>", "</s>")  # ids 0, 1, 2 of the tiny tokenizer; bytes follow
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -39,8 +40,8 @@ def load_model(ref: str, dtype: str = "auto", device: str = "cpu"):
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise MoesimError(f"--device {device}: torch sees no CUDA device here (torch {torch.__version__})")
     torch_dtype = None if dtype == "auto" else getattr(torch, dtype)
-    if ref in TINY_MODELS:
-        model, tokenizer = tiny_model(ref, torch_dtype or torch.float32)
+    if ref in TINY_MODELS or ref.startswith(RANDOM_PREFIX):
+        model, tokenizer = tiny_model(ref, torch_dtype or torch.float32, device)
         name = ref
     else:
         model, tokenizer = _from_folder(Path(ref), torch_dtype, transformers)
@@ -53,7 +54,8 @@ def load_model(ref: str, dtype: str = "auto", device: str = "cpu"):
 
 def _from_folder(path: Path, torch_dtype, transformers):
     if not path.exists():
-        raise MoesimError(f"{path}: no such model folder (or tiny preset: {', '.join(TINY_MODELS)})")
+        raise MoesimError(f"{path}: no such model folder (or tiny preset: {', '.join(TINY_MODELS)}; "
+                          f"or {RANDOM_PREFIX}<model preset>)")
     if not (path / "config.json").is_file():
         raise MoesimError(f"{path}: not a model folder (no config.json); give a folder written by save_pretrained")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub at run time
@@ -74,19 +76,51 @@ def _from_folder(path: Path, torch_dtype, transformers):
     return model, tokenizer
 
 
-def tiny_model(name: str, torch_dtype):
-    """A random-initialised model of the real architecture, seeded, with a byte-level tokenizer."""
+def tiny_model(name: str, torch_dtype, device: str = "cpu"):
+    """A random-initialised model of the real architecture, seeded, with a byte-level tokenizer.
+
+    `tiny-*` names are test-sized; `random-<preset>` (e.g. random-olmoe-1b-7b) has a model
+    preset's MoE dims (layers, experts, top-k, d_model, d_expert) on the family's default config.
+    """
     torch, transformers = require_torch()
-    family = FAMILIES[TINY_MODELS[name]]
     tokenizer = tiny_tokenizer()
+    family, dims = _random_dims(name) if name.startswith(RANDOM_PREFIX) else (FAMILIES[TINY_MODELS[name]], None)
     config = transformers.AutoConfig.for_model(
-        family.model_type, **{**TINY_COMMON, **family.tiny}, vocab_size=len(tokenizer),
+        family.model_type, **(dims or {**TINY_COMMON, **family.tiny}), vocab_size=len(tokenizer),
         pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    with torch.device("meta"):
+        size = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
+    _check_fits(name, size * torch.empty((), dtype=torch_dtype).element_size(), device, torch)
     torch.manual_seed(TINY_SEED)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     _randomise_router_biases(model, family, torch)
     model.generation_config.pad_token_id = 0
     return model, tokenizer
+
+
+def _check_fits(name: str, need: int, device: str, torch) -> None:
+    """Refuse a random model that would not fit, instead of running out of memory while building it."""
+    if device.startswith("cuda"):
+        have = torch.cuda.mem_get_info(torch.device(device))[0]
+    else:
+        have = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if need > 0.9 * have:
+        raise MoesimError(f"{name}: needs {need / 1e9:.1f} GB of weights, {device} has {have / 1e9:.1f} GB free; "
+                          "try --dtype bfloat16 or a smaller preset")
+
+
+def _random_dims(name: str) -> tuple[Family, dict]:
+    from moesim.sim.models import get_model
+
+    spec = get_model(name[len(RANDOM_PREFIX):])
+    family = family_of(spec.architecture, name)
+    dense = 1 if family.model_type.startswith("deepseek") else 0  # first_k_dense_replace of the presets
+    dims = {"hidden_size": spec.d_model, "num_hidden_layers": spec.num_layers + dense, family.experts_key: spec.num_experts,
+            "num_experts_per_tok": spec.top_k, family.d_expert_key: spec.d_expert}
+    if dense:
+        dims.update(first_k_dense_replace=dense, n_shared_experts=spec.shared_experts)
+    return family, dims
 
 
 def _randomise_router_biases(model, family: Family, torch) -> None:
