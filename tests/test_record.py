@@ -217,3 +217,17 @@ def test_random_presets_have_the_presets_moe_dims():
         per_expert = sum(p.numel() for p in experts.parameters()) // spec.num_experts
         assert len(routers) == spec.num_layers, name
         assert per_expert == spec.expert_params + (8640 if spec.architecture == "gpt_oss" else 0), name  # + biases
+
+
+def test_chunked_writing_gives_the_same_file(prompts, tmp_path, monkeypatch):
+    """Rows spill to part files per chunk and are joined at the end; nothing is left beside the output."""
+    from moesim.tracegen import record
+
+    opts = RecordOptions(max_new_tokens=6, speculate=True, probs=True)
+    record_trace("tiny-phimoe", prompts, tmp_path / "a.parquet", opts)
+    monkeypatch.setattr(record, "FLUSH_ROWS", 1)  # every prompt its own part
+    record_trace("tiny-phimoe", prompts, tmp_path / "b.parquet", opts)
+    a, b = load_trace(tmp_path / "a.parquet", probs=True), load_trace(tmp_path / "b.parquet", probs=True)
+    for col in ("experts", "weights", "probs", "spec", "tokens", "steps", "phase", "seq_offsets", "seq_ids"):
+        assert np.array_equal(getattr(a, col), getattr(b, col)), col
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet"]
