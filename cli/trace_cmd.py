@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import polars as pl
 import typer
 
 from moesim.console import console, emit_json, table, warn
 from moesim.sim.models import get_model
 from moesim.tracegen.fit import compare, fit_locality
 from moesim.tracegen.importers import FORMATS, import_trace
-from moesim.tracegen.io import load_trace, write_trace
+from moesim.tracegen.io import load_trace, stored_columns, write_trace
 from moesim.tracegen.schema import TraceMeta
 from moesim.tracegen.stats import summary, trace_stats
 from moesim.tracegen.synth import Locality, synth_trace
@@ -40,8 +39,9 @@ def import_(
 
 @app.command()
 def record(
-    model: Annotated[str, typer.Option("--model", "-m", help="Model folder (save_pretrained layout, read offline) or a tiny preset: "
-                                       "tiny-mixtral, tiny-olmoe, tiny-qwen2moe, tiny-qwen3moe, tiny-deepseek, tiny-deepseek-v2, tiny-phimoe, tiny-gptoss.")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Model folder (save_pretrained layout, read offline); a tiny preset: "
+                                       "tiny-mixtral, tiny-olmoe, tiny-qwen2moe, tiny-qwen3moe, tiny-deepseek, tiny-deepseek-v2, tiny-phimoe, tiny-gptoss; "
+                                       "or random-<model preset> (a preset's dims, random weights).")],
     prompts: Annotated[Path, typer.Option(help="Prompts: a text file with one per line, or JSONL with a 'prompt' field (and an optional 'id').")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Trace file to write (Parquet).")],
     max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per prompt.")] = 64,
@@ -134,9 +134,7 @@ def info(
 
     Example: moesim trace info t.parquet --json
     """
-    info_ = summary(load_trace(trace_path))
-    if "probs" in pl.read_parquet_schema(trace_path):  # summarised without loading the distributions
-        info_["has"] = [c for c in ("weights", "probs", "spec", "tokens") if c in info_["has"] or c == "probs"]
+    info_ = summary(load_trace(trace_path), stored_columns(trace_path))
     if as_json:
         emit_json(info_)
         return

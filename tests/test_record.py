@@ -166,7 +166,7 @@ def test_record_cli_then_info_prints_real_dims(cli, prompts, tmp_path):
                                  "bytes_per_param", "expert_bytes", "decode_steps")} == {
         "layers": 4, "experts": 8, "top_k": 2, "d_model": 64, "d_expert": 32, "shared_experts": 1, "d_shared": 64,
         "bytes_per_param": 4.0, "expert_bytes": 3 * 64 * 32 * 4, "decode_steps": 9}
-    assert set(info["has"]) == {"weights", "probs", "spec", "tokens"}
+    assert set(info["has"]) == {"weights", "probs", "spec", "token"}
 
 
 def _bad_inputs(tmp_path):

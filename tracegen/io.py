@@ -30,6 +30,13 @@ def read_meta(path: str | Path) -> TraceMeta:
     return TraceMeta.from_json(kv[METADATA_KEY], str(path))
 
 
+def stored_columns(path: str | Path) -> list[str]:
+    """The optional columns (weights, probs, spec, token) a trace file holds, without reading rows."""
+    read_meta(path)
+    schema = pl.read_parquet_schema(path)
+    return [c for c in NULLABLE if c in schema]
+
+
 def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
     """Load a trace file into dense arrays; `probs=True` also loads the full router distributions."""
     meta = read_meta(path)

@@ -177,8 +177,11 @@ def _cross_layer(experts, num_experts):
     return hits / (rows * (layers - 1) * k)
 
 
-def summary(trace: Trace) -> dict:
-    """What `moesim trace info` reports: dimensions, sizes and the cheap locality measures."""
+def summary(trace: Trace, stored: list[str]) -> dict:
+    """What `moesim trace info` reports: dimensions, sizes and the cheap locality measures.
+
+    `stored`: the optional columns the file holds (the trace may have been loaded without probs).
+    """
     m = trace.meta
     st = trace_stats(trace, capacities=())
     return {
@@ -189,7 +192,7 @@ def summary(trace: Trace) -> dict:
         "d_model": m.d_model, "d_expert": m.d_expert, "bytes_per_param": m.bytes_per_param,
         "expert_bytes": m.expert_bytes, "shared_experts": m.shared_experts, "d_shared": m.d_shared,
         "routing": m.routing,
-        "has": [name for name in ("weights", "probs", "spec", "tokens") if getattr(trace, name) is not None],
+        "has": stored,
         "mean_reuse_distance": st.mean_reuse_distance,
         "reuse_histogram": dict(zip(REUSE_BUCKETS, st.reuse_histogram.round(6).tolist())),
         "concentration": st.concentration,
