@@ -10,3 +10,9 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 class MoesimError(Exception):
     """Bad input or usage. The command line prints it as one line and exits non-zero."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type when empty), for one-line errors."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -62,16 +62,16 @@ def record(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from moesim.tracegen.record import RecordOptions, read_prompts, record_trace
+    from moesim.tracegen.record import RecordOptions, record_trace
 
     opts = RecordOptions(max_new_tokens=max_new_tokens, batch_size=batch_size, device=device, dtype=dtype, probs=probs,
                          speculate=speculate, chat=chat, temperature=temperature, top_p=top_p, seed=seed,
                          ignore_eos=ignore_eos)
-    total = len(read_prompts(prompts))
     with Progress(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=console, transient=True) as bar:
-        task = bar.add_task("record", total=total)
-        summary = record_trace(model, prompts, out, opts, progress=lambda n: bar.advance(task, n))
+        task = bar.add_task("record", total=None)
+        summary = record_trace(model, prompts, out, opts,
+                               progress=lambda done, total: bar.update(task, completed=done, total=total))
     m = summary.meta
     console.print(f"wrote {out}: {summary.sequences} sequences, {summary.prefill_rows} prefill + {summary.decode_rows} "
                   f"decode steps, {m.num_layers} MoE layers x top-{m.top_k} of {m.num_experts} experts "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from moesim import MoesimError
+from moesim import MoesimError, first_line
 from moesim.tracegen.families import FAMILIES, TINY_COMMON, TINY_MODELS, TINY_SEED, Family, family_of
 
 RANDOM_PREFIX = "random-"
@@ -62,17 +62,17 @@ def _from_folder(path: Path, torch_dtype, transformers):
     try:
         config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
     except Exception as exc:
-        raise MoesimError(f"{path}/config.json: unreadable ({_first_line(exc)})") from None
+        raise MoesimError(f"{path}/config.json: unreadable ({first_line(exc)})") from None
     family_of(getattr(config, "model_type", "?"), str(path))
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
             path, local_files_only=True, dtype=torch_dtype or "auto", use_safetensors=True)
     except Exception as exc:
-        raise MoesimError(f"{path}: cannot load the model weights ({_first_line(exc)})") from None
+        raise MoesimError(f"{path}: cannot load the model weights ({first_line(exc)})") from None
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as exc:
-        raise MoesimError(f"{path}: cannot load the tokenizer ({_first_line(exc)})") from None
+        raise MoesimError(f"{path}: cannot load the tokenizer ({first_line(exc)})") from None
     return model, tokenizer
 
 
@@ -149,8 +149,3 @@ def tiny_tokenizer():
         tokenizer_object=core, pad_token=SPECIALS[0], bos_token=SPECIALS[1], eos_token=SPECIALS[2])
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from moesim import MoesimError
+from moesim import MoesimError, first_line
 from moesim.files import atomic_output
 from moesim.tracegen.schema import COLUMNS, METADATA_KEY, NULLABLE, REQUIRED, TraceMeta
 from moesim.tracegen.trace import Trace
@@ -24,7 +24,7 @@ def read_meta(path: str | Path) -> TraceMeta:
     try:
         kv = pl.read_parquet_metadata(path)
     except Exception as exc:  # polars raises several types for a non-Parquet file
-        raise MoesimError(f"{path}: not a Parquet file ({_first_line(exc)})") from None
+        raise MoesimError(f"{path}: not a Parquet file ({first_line(exc)})") from None
     if METADATA_KEY not in kv:
         raise MoesimError(f"{path}: not a moesim trace (no '{METADATA_KEY}' metadata); convert it with 'moesim trace import'")
     return TraceMeta.from_json(kv[METADATA_KEY], str(path))
@@ -45,7 +45,7 @@ def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
     try:
         frame = pl.read_parquet(path, columns=wanted)
     except Exception as exc:
-        raise MoesimError(f"{path}: unreadable Parquet ({_first_line(exc)})") from None
+        raise MoesimError(f"{path}: unreadable Parquet ({first_line(exc)})") from None
     return trace_from_frame(frame, meta, str(path))
 
 
@@ -229,10 +229,6 @@ def _lists(values: np.ndarray, null_rows: np.ndarray | None) -> pl.Series:
     if null_rows is not None and null_rows.any():
         series = series.set(pl.Series(null_rows), None)
     return series
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def bundled_trace_path() -> Path:

@@ -88,8 +88,11 @@ def read_prompts(path: str | Path) -> list[tuple[str, str]]:
 
 
 def record_trace(model_ref: str, prompts_path: str | Path, out: str | Path, opts: RecordOptions = RecordOptions(),
-                 progress: Callable[[int], None] | None = None) -> RecordSummary:
-    """Record the routing of `model_ref` (folder or tiny preset) on the prompts into a trace file."""
+                 progress: Callable[[int, int], None] | None = None) -> RecordSummary:
+    """Record the routing of `model_ref` (folder or tiny preset) on the prompts into a trace file.
+
+    `progress(sequences_done, sequences_total)` is called after every batch.
+    """
     prompts = read_prompts(prompts_path)
     if opts.max_new_tokens < 1 or opts.batch_size < 1:
         raise MoesimError("--max-new-tokens and --batch-size must be at least 1")
@@ -118,7 +121,7 @@ def record_trace(model_ref: str, prompts_path: str | Path, out: str | Path, opts
                     writer.add(concat_traces(pending))
                     pending = []
                 if progress:
-                    progress(len(texts))
+                    progress(first + len(texts), len(prompts))
             if pending:
                 writer.add(concat_traces(pending))
             writer.close()
