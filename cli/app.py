@@ -57,6 +57,32 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
           list(cols.values()), [[r[c] for c in cols] for r in rows])
 
 @app.command()
+def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False) -> None:
+    """List the hardware presets: machines (GPU + host link), GPUs, links, SSDs.
+
+    Use a machine with 'moesim sim run --hardware NAME' (or a TOML file, see moesim.sim.hardware),
+    swap its link with --link and add an SSD with --ssd.
+
+    Example: moesim hardware --json
+    """
+    from dataclasses import asdict
+
+    from moesim.sim.hardware import GPUS, LINKS, SSDS, SYSTEMS
+
+    if as_json:
+        emit_json({"systems": {k: {"gpu": g, "link": lk} for k, (g, lk) in SYSTEMS.items()},
+                   "gpus": {k: asdict(v) for k, v in GPUS.items()}, "links": {k: asdict(v) for k, v in LINKS.items()},
+                   "ssds": {k: asdict(v) for k, v in SSDS.items()}})
+        return
+    table("Machines (--hardware)", ["name", "gpu", "link"], [[k, g, lk] for k, (g, lk) in SYSTEMS.items()])
+    table("GPUs", ["name", "HBM GB/s", "TFLOP/s bf16", "GB", "mem eff", "flop eff", "launch us"],
+          [[k, g.hbm_gbps, g.tflops, g.hbm_gb, g.mem_eff, g.flop_eff, g.launch_us] for k, g in GPUS.items()])
+    table("Host links (--link)", ["name", "GB/s nominal", "efficiency", "GB/s effective", "latency us", "engines"],
+          [[k, lk.gbps, lk.efficiency, lk.bandwidth / 1e9, lk.latency_us, lk.engines] for k, lk in LINKS.items()])
+    table("SSDs (--ssd)", ["name", "read GB/s", "latency us"], [[k, s.gbps, s.latency_us] for k, s in SSDS.items()])
+
+
+@app.command()
 def demo(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the plot.")] = Path("moesim-demo"),
 ) -> None:

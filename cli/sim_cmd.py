@@ -1,4 +1,5 @@
-"""`moesim sim ...`: exact hit rates of replacement policies, and the golden table CI guards."""
+"""`moesim sim ...`: exact hit rates, time per token from the discrete-event simulator, and the golden
+table CI guards."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import typer
 
 from moesim import MoesimError
 from moesim.console import console, emit_json, table
-from moesim.policies import POLICIES
+from moesim.policies import POLICIES, PREFETCHERS
 from moesim.sim.hitrate import simulate
 from moesim.tracegen.io import load_trace
 
@@ -67,6 +68,81 @@ def hitrate(
           ["policy", "capacity", "hit rate", "hits", "misses", "worst layer", "best layer", "M acc/s"],
           [[r.policy, r.capacity, r.hit_rate, r.hits, r.misses, min(r.per_layer_hit_rate),
             max(r.per_layer_hit_rate), r.accesses_per_s / 1e6] for r in results])
+
+
+@app.command()
+def run(
+    trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (Parquet).")],
+    model: Annotated[Optional[str], typer.Option(help="Model preset (default: the trace's model; see "
+                                                      "'moesim models').")] = None,
+    hardware: Annotated[str, typer.Option(help="Hardware preset or TOML file (see 'moesim hardware').")] = "rtx4090",
+    link: Annotated[Optional[str], typer.Option(help="Swap the host link: pcie3, pcie4, pcie5, nvlink-c2c.")] = None,
+    ssd: Annotated[Optional[str], typer.Option(help="Add an SSD preset (pcie5-nvme, pcie4-nvme).")] = None,
+    policy: Annotated[str, typer.Option(help=f"Comma-separated policies: {', '.join(POLICIES)}.")] = "lru",
+    capacity: Annotated[str, typer.Option(help="Comma-separated GPU expert slots per layer (or in the pool with "
+                                               "--scope global); 0: no expert cache.")] = "4",
+    scope: Annotated[str, typer.Option(help="per-layer or global.")] = "per-layer",
+    dram_capacity: Annotated[Optional[int], typer.Option("--dram-capacity", help="Experts host DRAM caches in "
+                                                         "front of the SSD (needs --ssd); default: all in DRAM.")] = None,
+    prefetch: Annotated[str, typer.Option(help=f"Prefetcher: {', '.join(PREFETCHERS)}.")] = "none",
+    mode: Annotated[str, typer.Option(help="After a misprediction: fallback (fetch the right experts) or commit "
+                                           "(run the predicted ones, CommitMoE).")] = "fallback",
+    batch: Annotated[int, typer.Option(help="Sequences decoded in lockstep.")] = 1,
+    context: Annotated[int, typer.Option(help="KV tokens added to every sequence (a prompt the trace did not "
+                                              "record).")] = 0,
+    dtype: Annotated[Optional[str], typer.Option(help="Expert precision bf16, fp8, int4 (default: the trace's "
+                                                      "expert bytes, else bf16).")] = None,
+    reset: Annotated[bool, typer.Option("--reset", help="Empty the cache at every new batch.")] = False,
+    gamma: Annotated[float, typer.Option(help="Decay of the gamma policy (MELINOE).")] = 0.9,
+    seed: Annotated[int, typer.Option(help="Seed of random and lecar.")] = 0,
+    ml_model: Annotated[Optional[Path], typer.Option("--ml-model", help="Model file of ml-ffn.")] = None,
+    pin_trace: Annotated[Optional[Path], typer.Option("--pin-trace", help="Popularity source of static.")] = None,
+    train_trace: Annotated[Optional[Path], typer.Option("--train-trace", help="Trace the history and popular "
+                                                        "prefetchers learn from (default: TRACE itself).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Time per output token: the discrete-event simulation of decoding TRACE on a model and machine.
+
+    Example: moesim sim run t.parquet --hardware rtx4090 --policy lru,belady --capacity 4 --prefetch oracle
+    """
+    from moesim.sim.des import simulate_des
+    from moesim.sim.hardware import get_hardware
+    from moesim.sim.models import model_for_trace
+
+    trace = load_trace(trace_path)
+    spec = model_for_trace(trace.meta, model)
+    hw = get_hardware(hardware, link, ssd)
+    params = {"gamma": gamma, "seed": seed}
+    if ml_model is not None:
+        params["ml_model"] = ml_model
+    if pin_trace is not None:
+        params["pin_trace"] = load_trace(pin_trace)
+    if train_trace is not None:
+        params["train_trace"] = load_trace(train_trace)
+    names = [p.strip() for p in policy.split(",") if p.strip()]
+    capacities = int_list(capacity, "--capacity")
+    results = [simulate_des(trace, spec, hw, name, c, scope, prefetch, mode, batch, dram_capacity, context, reset,
+                            dtype, **params) for name in names for c in capacities]
+    if as_json:
+        emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
+        return
+    ttft = any(r.ttft_s is not None for r in results)
+    table(f"{trace_path}: {spec.name} on {hw.name} ({hw.gpu.name}, {hw.link.name}), {scope}, prefetch {prefetch} "
+          f"({mode}), batch {batch}; times per step in ms",
+          ["policy", "C", "TPOT", "p99", "tok/s", "compute", "copy", "stall", "hit rate"] + ["TTFT"] * ttft,
+          [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3,
+            r.copy_s * 1e3, r.stall_s * 1e3, r.hit_rate] + [(r.ttft_s or float("nan")) * 1e3] * ttft
+           for r in results])
+    if prefetch != "none":
+        for r in results:
+            console.print(f"{r.policy} @ {r.capacity}: prefetch precision {_pct(r.prefetch_precision)}, recall "
+                          f"{_pct(r.prefetch_recall)}, {r.prefetch_loads} prefetched, {r.prefetch_used} used"
+                          + (f"; {r.substitutions} substitutions carrying {r.substituted_weight:.3f} router weight "
+                             f"per layer and step" if mode == "commit" else ""))
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 @app.command()

@@ -15,7 +15,7 @@ from numba import njit
 
 from moesim.policies.base import (TAIL, list_of, list_first_unmarked, list_size, list_tail,
                                   list_push_head, list_remove, lists_clear, make_lists, no_step)
-from moesim.sim.engine import compile_engine
+from moesim.sim.engine import hooks
 
 NAME = "arc"
 T1, T2, B1, B2 = 0, 1, 2, 3
@@ -99,5 +99,5 @@ def on_insert(st, part, slot, obj, t):
     st[1][part, 0] = NO_GHOST
 
 
-simulate = compile_engine(__name__, reset=reset, on_step=no_step, on_hit=on_hit, on_miss=on_miss,
-                          choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)
+HOOKS = hooks(reset=reset, on_step=no_step, on_hit=on_hit, on_miss=on_miss,
+              choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)

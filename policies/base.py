@@ -1,11 +1,15 @@
 """What every policy module shares: its context, the hook contract, no-op hooks and two helpers.
 
 A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, and
-``simulate = compile_engine(__name__, ...)`` with its seven njit hooks:
+``HOOKS = hooks(...)`` with its seven njit hooks, which ``moesim.sim.engine.bind`` compiles into the
+hit-rate loop and into the discrete-event loop:
 
 - ``reset(st)``: forget everything (start, and each sequence when the cache resets).
-- ``on_step(st, part, layer, row, ranked, t)``: R for (row, layer) arrives; ``ranked`` is int16[k].
+- ``on_step(st, part, layer, row, ranked, t)``: R for (row, layer) arrives; ``ranked`` is int16[W]
+  (W = k in the hit-rate engine; the discrete-event engine's batched rows are wider and pad with -1).
 - ``on_hit(st, part, slot, obj, t)`` / ``on_miss(st, part, obj, t)``: one access, before any eviction.
+  ``t`` is a clock: the flat position ``(row * L + layer) * W + j`` of the access. A prefetch, which
+  is no access, loads with the position where it is issued (before the access it anticipates).
 - ``choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t) -> slot``: slots
   ``lo..hi-1`` are full; never pick a slot whose object has ``mark[o] == stamp`` (it is in R);
   -1 leaves ``obj`` uncached.
@@ -29,7 +33,7 @@ from numba import njit
 class Context:
     """What ``make_state`` may look at: the trace being simulated and the cache configuration."""
 
-    experts: np.ndarray          # int16 [rows, L, k]
+    experts: np.ndarray          # int16 [rows, L, W], W >= k; -1 entries are padding, not requests
     seq_offsets: np.ndarray      # int64 [S + 1]
     num_experts: int
     capacity: int

@@ -17,7 +17,7 @@ from numba import njit
 
 from moesim import MoesimError
 from moesim.policies.base import min_key_slot, no_access
-from moesim.sim.engine import compile_engine
+from moesim.sim.engine import hooks
 
 NAME = "gamma"
 
@@ -79,5 +79,5 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return min_key_slot(score, st[2], lo, hi, obj_of, mark, stamp)
 
 
-simulate = compile_engine(__name__, reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_access,
-                          choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)
+HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_access,
+              choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)

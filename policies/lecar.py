@@ -26,7 +26,7 @@ from moesim.policies.base import (TAIL, list_of, list_first_unmarked, list_size,
                                   list_push_head, list_remove, lists_clear, make_lists, make_rng, no_access,
                                   no_step, rng_reset, rng_uniform)
 from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_hit, lfu_insert, lfu_victim, make_lfu
-from moesim.sim.engine import compile_engine
+from moesim.sim.engine import hooks
 
 NAME = "lecar"
 RECENCY, H_LRU, H_LFU = 0, 1, 2
@@ -108,5 +108,5 @@ def on_insert(st, part, slot, obj, t):
     lfu_insert(st[1], part, obj, st[4][part])
 
 
-simulate = compile_engine(__name__, reset=reset, on_step=no_step, on_hit=on_hit, on_miss=on_miss,
-                          choose_victim=choose_victim, on_evict=no_access, on_insert=on_insert)
+HOOKS = hooks(reset=reset, on_step=no_step, on_hit=on_hit, on_miss=on_miss,
+              choose_victim=choose_victim, on_evict=no_access, on_insert=on_insert)

@@ -15,7 +15,7 @@ from numba import njit
 
 from moesim.policies.base import (TAIL, list_first_unmarked, list_of, list_push_head, list_remove, lists_clear,
                                   make_lists, min_key_slot, no_miss, no_step)
-from moesim.sim.engine import compile_engine
+from moesim.sim.engine import hooks
 
 NAME = "lfu"
 ONES = 0
@@ -90,5 +90,5 @@ def on_insert(st, part, slot, obj, t):
     lfu_insert(st, part, obj, t)
 
 
-simulate = compile_engine(__name__, reset=reset, on_step=no_step, on_hit=on_hit, on_miss=no_miss,
-                          choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)
+HOOKS = hooks(reset=reset, on_step=no_step, on_hit=on_hit, on_miss=no_miss,
+              choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)

@@ -8,7 +8,7 @@ from numba import njit
 
 from moesim.policies.base import (TAIL, list_first_unmarked, list_push_head, list_remove, lists_clear,
                                   make_lists, no_miss, no_step)
-from moesim.sim.engine import compile_engine
+from moesim.sim.engine import hooks
 
 NAME = "lru"
 
@@ -43,5 +43,5 @@ def on_insert(st, part, slot, obj, t):
     list_push_head(st[0], part, 0, obj)
 
 
-simulate = compile_engine(__name__, reset=reset, on_step=no_step, on_hit=on_hit, on_miss=no_miss,
-                          choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)
+HOOKS = hooks(reset=reset, on_step=no_step, on_hit=on_hit, on_miss=no_miss,
+              choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)

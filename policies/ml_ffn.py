@@ -29,7 +29,7 @@ from numba import njit
 
 from moesim import MoesimError
 from moesim.policies.base import min_key_slot, no_access, no_miss, no_reset
-from moesim.sim.engine import compile_engine
+from moesim.sim.engine import hooks
 
 NAME = "ml-ffn"
 WEIGHTS = ("w1", "b1", "w2", "b2", "w3", "b3")
@@ -134,6 +134,8 @@ def fill_features(experts, starts, num_experts, lo, hi, last_row, count, max_cou
         for layer in range(n_layers):
             base = layer * num_experts
             for j in range(k):
+                if experts[row, layer, j] < 0:
+                    continue
                 obj = base + experts[row, layer, j]
                 last_row[obj] = row
                 count[obj] += 1.0
@@ -162,5 +164,5 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return min_key_slot(key, key, lo, hi, obj_of, mark, stamp)
 
 
-simulate = compile_engine(__name__, reset=no_reset, on_step=on_step, on_hit=no_access, on_miss=no_miss,
-                          choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)
+HOOKS = hooks(reset=no_reset, on_step=on_step, on_hit=no_access, on_miss=no_miss,
+              choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)

@@ -7,7 +7,7 @@ reset, so the same trace, capacity and seed give the same misses.
 from numba import njit
 
 from moesim.policies.base import make_rng, no_access, no_miss, no_step, rng_reset, rng_uniform
-from moesim.sim.engine import compile_engine
+from moesim.sim.engine import hooks
 
 NAME = "random"
 
@@ -29,5 +29,5 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
             return slot
 
 
-simulate = compile_engine(__name__, reset=reset, on_step=no_step, on_hit=no_access, on_miss=no_miss,
-                          choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)
+HOOKS = hooks(reset=reset, on_step=no_step, on_hit=no_access, on_miss=no_miss,
+              choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)

@@ -13,7 +13,7 @@ from numba import njit
 
 from moesim import MoesimError
 from moesim.policies.base import min_key_slot, no_access, no_miss, no_reset, no_step
-from moesim.sim.engine import compile_engine
+from moesim.sim.engine import hooks
 
 NAME = "static"
 
@@ -25,7 +25,8 @@ def make_state(ctx):
         raise MoesimError(f"pin trace has {experts.shape[1]} layers x {source.meta.num_experts} experts, "
                           f"the simulated trace {ctx.num_layers} x {ctx.num_experts}")
     layers = np.broadcast_to(np.arange(ctx.num_layers)[None, :, None], experts.shape)
-    counts = np.bincount((layers * ctx.num_experts + experts).ravel(), minlength=ctx.num_objects)
+    routed = experts >= 0
+    counts = np.bincount((layers * ctx.num_experts + experts)[routed], minlength=ctx.num_objects)
     pinned = np.zeros(ctx.num_objects, np.float64)
     if ctx.per_layer:
         by_layer = counts.reshape(ctx.num_layers, ctx.num_experts)
@@ -43,5 +44,5 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return min_key_slot(st[0], st[0], lo, hi, obj_of, mark, stamp)
 
 
-simulate = compile_engine(__name__, reset=no_reset, on_step=no_step, on_hit=no_access, on_miss=no_miss,
-                          choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)
+HOOKS = hooks(reset=no_reset, on_step=no_step, on_hit=no_access, on_miss=no_miss,
+              choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)

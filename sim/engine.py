@@ -11,8 +11,9 @@ Time ``t`` given to the hooks is the flat access position ``(row * L + layer) * 
 access, increasing, and the index Belady's next-use array is built on.
 
 A policy is a module in moesim.policies with seven njit hooks (see ``moesim.policies.base``);
-``compile_engine`` binds them into this loop as compile-time constants, so every call is static
-and inlinable, and the result is cached on disk like any ``cache=True`` function. The engine owns
+``bind`` compiles a loop (this one, or the discrete-event loop of ``moesim.sim.des``) with them as
+compile-time constants, so every call is static and inlinable, and the result is cached on disk
+like any ``cache=True`` function. The engine owns
 residency (which object sits in which slot) and the counters; the policy owns its ordering state.
 A victim hook may return -1 to leave the missing object uncached (a bypass, used by the static pin).
 """
@@ -27,35 +28,51 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-HOOKS = ("reset", "on_step", "on_hit", "on_miss", "choose_victim", "on_evict", "on_insert")
+HOOK_NAMES = ("reset", "on_step", "on_hit", "on_miss", "choose_victim", "on_evict", "on_insert")
 
 
-def compile_engine(module_name: str, **hooks):
-    """The compiled ``simulate(args, st)`` of a policy whose hooks are given (hits land in ``args``).
+def hooks(**given) -> dict:
+    """A policy's hooks, checked: exactly the seven of ``HOOK_NAMES``, each an njit function."""
+    if set(given) != set(HOOK_NAMES):
+        raise TypeError(f"hooks must be exactly {', '.join(HOOK_NAMES)}")
+    return given
+
+
+_BOUND: dict = {}
+
+
+def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
+    """``loop`` (a plain function over ``(args, st)``) compiled with ``policy``'s hooks inlined.
+
+    ``helpers`` are plain functions of the loop's module that call hooks; they are bound the same way
+    and inlined.
 
     Passing the hooks as arguments of one shared compiled function would defeat numba's disk cache,
     so the loop's code is bound to the policy's hooks as globals instead. The hooks are inlined and
     the loop runs without reference counting (``_nrt=False``; it allocates nothing): called hooks
     took a state tuple by value and counted references on every access, several times the cost of
-    the policy itself. The cache entry is named after the policy and a digest of the engine and of
-    every module in the policy's package (hooks inline helpers from their neighbours), so editing
-    any of them recompiles.
+    the policy itself. The cache entry is named after the loop, the policy and a digest of the loop's
+    file and of every module in the policy's package (hooks inline helpers from their neighbours),
+    so editing any of them recompiles. One compilation per (policy, loop) and process.
     """
-    if set(hooks) != set(HOOKS):
-        raise TypeError(f"{module_name}: hooks must be exactly {', '.join(HOOKS)}")
-    digest = hashlib.sha1()
-    package = Path(sys.modules[module_name].__file__).parent
-    for path in [Path(__file__)] + sorted(package.glob("*.py")):
-        digest.update(path.read_bytes())
-    inlined = {k: njit(inline="always")(h.py_func) for k, h in hooks.items()}
-    namespace = dict(globals(), **inlined, __name__=module_name)
-    name = f"simulate_{module_name.rsplit('.', 1)[-1]}_{digest.hexdigest()[:12]}"
-    fn = types.FunctionType(_loop.__code__, namespace, name)
-    fn.__qualname__ = name
-    return njit(cache=True, _nrt=False)(fn)
+    key = (policy.__name__, loop.__module__, loop.__name__)
+    if key not in _BOUND:
+        digest = hashlib.sha1()
+        for path in [Path(loop.__code__.co_filename)] + sorted(Path(policy.__file__).parent.glob("*.py")):
+            digest.update(path.read_bytes())
+        inlined = {k: njit(inline="always")(h.py_func) for k, h in policy.HOOKS.items()}
+        namespace = dict(loop.__globals__, **inlined, __name__=loop.__module__)
+        for helper in helpers:
+            namespace[helper.__name__] = njit(inline="always")(types.FunctionType(helper.__code__, namespace,
+                                                                                  helper.__name__))
+        name = f"{loop.__name__.strip('_')}_{policy.__name__.rsplit('.', 1)[-1]}_{digest.hexdigest()[:12]}"
+        fn = types.FunctionType(loop.__code__, namespace, name)
+        fn.__qualname__ = name
+        _BOUND[key] = njit(cache=True, _nrt=False)(fn)
+    return _BOUND[key]
 
 
-def _loop(args, st):
+def hitrate_loop(args, st):
     """Simulate, counting hits per layer into ``args``'s hits array (built by ``engine_args``)."""
     experts, seq_offsets, capacity, num_experts, per_layer, sequential, reset_each_seq, work = args
     slot_of, obj_of, used, mark, hits = work

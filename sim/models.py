@@ -4,6 +4,13 @@ Sources: MELINOE Table 6 (OLMoE, Phi-3.5-MoE, Mixtral), Speculating Experts Tabl
 GLM-4.7-Flash, Qwen3-235B-A22B) and each model's public config.json. `num_layers` counts MoE
 layers only (DeepSeek-V2-Lite's first layer is dense). An expert is a SwiGLU FFN of
 3 * d_model * d_expert parameters (gate, up, down); biases and quantisation scales are not counted.
+`q_dim` / `kv_dim` (heads x head size) size the attention the cost model times; DeepSeek-V2's
+latent attention is approximated by its query width and its compressed KV width.
+
+MoLE (Mixture of Lookup Experts) presets are `kind="mole"`: the N routed experts are per-token
+lookup tables, the shared expert is the dense FFN (MoLE Tab. 2, Pythia dims: 160M d=768 L=12,
+410M d=1024 L=24, 1B d=2048 L=16, FFN 4d, vocabulary 50k, GELU MLPs of 2 matrices). Their MoE
+counterparts (`moe-*-10e`) halve the FFN width per expert, top-2, no shared expert, as MoLE §4.1 sets them.
 Speculating Experts Table 2 lists "GPT-OSS-120B" with 24 layers and 32 experts, which are
 GPT-OSS-20B's dimensions; the presets follow the public configs of both models.
 """
@@ -31,10 +38,15 @@ class ModelSpec:
     shared_experts: int = 0  # always-active experts per layer, each d_shared wide
     d_shared: int = 0
     source: str = ""
+    q_dim: int = 0  # query width, heads x head size (0: d_model)
+    kv_dim: int = 0  # width of K and of V, kv heads x head size (0: d_model)
+    ffn_mats: int = 3  # weight matrices per FFN: 3 SwiGLU (gate, up, down), 2 GELU MLP
+    kind: str = "moe"  # "mole": routed experts are lookup tables indexed by token id
+    vocab: int = 0
 
     @property
     def expert_params(self) -> int:
-        return 3 * self.d_model * self.d_expert
+        return self.ffn_mats * self.d_model * self.d_expert
 
     def expert_bytes(self, dtype: str = "bf16") -> int:
         if dtype not in BYTES_PER_PARAM:
@@ -57,27 +69,60 @@ class ModelSpec:
 
 _PRESETS = [
     ModelSpec("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "mixtral", 32, 8, 2, 4096, 14336,
-              source="MELINOE Tab. 6; config.json"),
+              source="MELINOE Tab. 6; config.json", q_dim=4096, kv_dim=1024),
     ModelSpec("olmoe-1b-7b", "allenai/OLMoE-1B-7B-0924", "olmoe", 16, 64, 8, 2048, 1024,
-              source="MELINOE Tab. 6; config.json"),
+              source="MELINOE Tab. 6; config.json", q_dim=2048, kv_dim=2048),
     ModelSpec("qwen1.5-moe-a2.7b", "Qwen/Qwen1.5-MoE-A2.7B", "qwen2_moe", 24, 60, 4, 2048, 1408,
-              shared_experts=1, d_shared=5632, source="config.json"),
+              shared_experts=1, d_shared=5632, source="config.json", q_dim=2048, kv_dim=2048),
     ModelSpec("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "qwen3_moe", 48, 128, 8, 2048, 768,
-              source="Speculating Experts Tab. 2; config.json"),
+              source="Speculating Experts Tab. 2; config.json", q_dim=4096, kv_dim=512),
     ModelSpec("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "qwen3_moe", 94, 128, 8, 4096, 1536,
-              source="Speculating Experts Tab. 2; config.json"),
+              source="Speculating Experts Tab. 2; config.json", q_dim=8192, kv_dim=512),
     ModelSpec("deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite", "deepseek_v2", 26, 64, 6, 2048, 1408,
-              shared_experts=2, d_shared=1408, source="config.json (27 layers, first dense)"),
+              shared_experts=2, d_shared=1408, source="config.json (27 layers, first dense)", q_dim=3072, kv_dim=576),
     ModelSpec("phi-3.5-moe", "microsoft/Phi-3.5-MoE-instruct", "phimoe", 32, 16, 2, 4096, 6400,
-              source="MELINOE Tab. 6; config.json"),
+              source="MELINOE Tab. 6; config.json", q_dim=4096, kv_dim=1024),
     ModelSpec("gpt-oss-20b", "openai/gpt-oss-20b", "gpt_oss", 24, 32, 4, 2880, 2880,
-              source="config.json"),
+              source="config.json", q_dim=4096, kv_dim=512),
     ModelSpec("gpt-oss-120b", "openai/gpt-oss-120b", "gpt_oss", 36, 128, 4, 2880, 2880,
-              source="config.json"),
+              source="config.json", q_dim=4096, kv_dim=512),
     ModelSpec("glm-4.7-flash", "zai-org/GLM-4.7-Flash", "glm4_moe_lite", 47, 64, 4, 2048, 1536,
               shared_experts=1, d_shared=1536, source="Speculating Experts Tab. 2; config.json"),
-]
+] + [spec for size, d, layers in (("160m", 768, 12), ("410m", 1024, 24), ("1b", 2048, 16)) for spec in (
+    ModelSpec(f"moe-{size}-10e", "", "moe", layers, 10, 2, d, 2 * d, source="MoLE Tab. 2-3 (Pythia dims)",
+              ffn_mats=2, vocab=50304),
+    ModelSpec(f"mole-{size}-4e", "", "mole", layers, 4, 4, d, 4 * d, shared_experts=1, d_shared=4 * d,
+              source="MoLE Tab. 2-3 (Pythia dims)", ffn_mats=2, kind="mole", vocab=50304),
+    ModelSpec(f"mole-{size}-16e", "", "mole", layers, 16, 16, d, 4 * d, shared_experts=1, d_shared=4 * d,
+              source="MoLE Tab. 2-3 (Pythia dims)", ffn_mats=2, kind="mole", vocab=50304))]
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _PRESETS}
+
+
+def model_for_trace(meta: TraceMeta, name: str | None = None) -> ModelSpec:
+    """The model a trace is simulated on: the preset ``name`` (default: the trace's own model), or,
+    for a model without a preset, one built from the dimensions in the trace's metadata.
+
+    A MoE preset must have the trace's layers, experts and top-k; a MoLE preset its layers (a MoLE
+    layer reads every lookup table, so the trace supplies only the steps).
+    """
+    name = name or meta.model
+    if name and name.lower() in MODELS:
+        spec = MODELS[name.lower()]
+        want = (meta.num_layers,) if spec.kind == "mole" else (meta.num_layers, meta.num_experts, meta.top_k)
+        have = (spec.num_layers,) if spec.kind == "mole" else (spec.num_layers, spec.num_experts, spec.top_k)
+        if want != have:
+            raise MoesimError(f"model {spec.name} has (layers, experts, top_k) = "
+                              f"{(spec.num_layers, spec.num_experts, spec.top_k)}, the trace "
+                              f"{(meta.num_layers, meta.num_experts, meta.top_k)}")
+        return spec
+    if name and name != meta.model:
+        get_model(name)  # raises: unknown preset
+    if not meta.d_model or not meta.d_expert:
+        raise MoesimError(f"trace model '{meta.model or '?'}' has no preset and its metadata lacks d_model / "
+                          f"d_expert; pass --model with a preset ({', '.join(MODELS)})")
+    return ModelSpec(meta.model or "trace", "", "", meta.num_layers, meta.num_experts, meta.top_k,
+                     int(meta.d_model), int(meta.d_expert), shared_experts=int(meta.shared_experts or 0),
+                     d_shared=int(meta.d_shared or 0), source="trace metadata")
 
 
 def get_model(name: str) -> ModelSpec:

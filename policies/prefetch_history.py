@@ -1,0 +1,80 @@
+"""history: predict the next layer's experts from this layer's and from the previous token's.
+
+Statistics learned on a training trace (MoE-Infinity / AdapMoE style activation history): for each
+layer l ≥ 1, P_cross[l](j | i) — expert j routed at layer l when i was routed at layer l-1 of the
+same token; for each layer, P_prev[l](j | i) — j routed at layer l when i was at layer l of the
+previous token. The score of j for (token t, layer l) is
+Σ_{i ∈ R(t, l-1)} P_cross[l](j | i) + Σ_{i ∈ R(t-1, l)} P_prev[l](j | i), and the k best are
+prefetched (ties to the lower id); layer 0 uses the temporal term alone. Both terms are known when
+layer l-1 has routed. Parameter ``train_trace``: a Trace (default: the simulated trace itself, which
+makes the statistics optimistic).
+"""
+
+import numpy as np
+from numba import njit
+
+from moesim import MoesimError
+
+NAME = "history"
+KIND = "next"
+
+
+def predict(trace, params) -> np.ndarray:
+    train = trace if params.get("train_trace") is None else params["train_trace"]
+    if (train.meta.num_layers, train.meta.num_experts) != (trace.meta.num_layers, trace.meta.num_experts):
+        raise MoesimError(f"training trace has {train.meta.num_layers} layers x {train.meta.num_experts} experts, "
+                          f"the simulated trace {trace.meta.num_layers} x {trace.meta.num_experts}")
+    cross, prev = learn(train.experts, train.seq_offsets.astype(np.int64), trace.meta.num_experts)
+    return apply(trace.experts, trace.seq_offsets.astype(np.int64), cross, prev)
+
+
+@njit(cache=True)
+def learn(experts, seq_offsets, num_experts):
+    n_layers, k = experts.shape[1], experts.shape[2]
+    cross = np.zeros((n_layers, num_experts, num_experts))
+    prev = np.zeros((n_layers, num_experts, num_experts))
+    for s in range(seq_offsets.shape[0] - 1):
+        for row in range(seq_offsets[s], seq_offsets[s + 1]):
+            for layer in range(n_layers):
+                for a in range(k):
+                    i = experts[row, layer, a]
+                    for b in range(k):
+                        if layer + 1 < n_layers:
+                            cross[layer + 1, i, experts[row, layer + 1, b]] += 1.0
+                        if row + 1 < seq_offsets[s + 1]:
+                            prev[layer, i, experts[row + 1, layer, b]] += 1.0
+    for table in (cross, prev):
+        for layer in range(n_layers):
+            for i in range(num_experts):
+                total = table[layer, i].sum()
+                if total > 0:
+                    table[layer, i] /= total
+    return cross, prev
+
+
+@njit(cache=True)
+def apply(experts, seq_offsets, cross, prev):
+    n_rows, n_layers, k = experts.shape
+    num_experts = cross.shape[1]
+    out = np.full((n_rows, n_layers, k), -1, np.int16)
+    score = np.empty(num_experts)
+    for s in range(seq_offsets.shape[0] - 1):
+        for row in range(seq_offsets[s], seq_offsets[s + 1]):
+            for layer in range(n_layers):
+                score[:] = 0.0
+                if layer > 0:
+                    for a in range(k):
+                        score += cross[layer, experts[row, layer - 1, a]]
+                if row > seq_offsets[s]:
+                    for a in range(k):
+                        score += prev[layer, experts[row - 1, layer, a]]
+                for j in range(k):
+                    best = 0
+                    for e in range(1, num_experts):
+                        if score[e] > score[best]:
+                            best = e
+                    if score[best] <= 0.0:
+                        break
+                    out[row, layer, j] = best
+                    score[best] = -1.0
+    return out

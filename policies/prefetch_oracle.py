@@ -1,0 +1,15 @@
+"""oracle: prefetch exactly the experts the next layer will use — the upper bound of next-layer prefetching.
+
+The prediction for (token, layer) is the routing itself, issued one layer ahead (for layer 0, at the
+previous token's last layer). Nothing real can predict better; it bounds what speculative and
+history prefetching can gain.
+"""
+
+import numpy as np
+
+NAME = "oracle"
+KIND = "next"
+
+
+def predict(trace, params) -> np.ndarray:
+    return trace.experts.copy()

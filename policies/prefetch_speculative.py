@@ -1,0 +1,23 @@
+"""speculative: prefetch what the model's own next router says on this layer's state (Speculating Experts §3.3).
+
+The trace's ``spec`` column holds, for layer l, the experts layer l+1's router picks when applied to
+layer l's router input (recorded with ``moesim trace record --speculate``); they are prefetched
+while layer l computes. Layer 0 has no speculation (the paper loads it on demand), and neither does
+the next token's layer 0.
+"""
+
+import numpy as np
+
+from moesim import MoesimError
+
+NAME = "speculative"
+KIND = "next"
+
+
+def predict(trace, params) -> np.ndarray:
+    if trace.spec is None:
+        raise MoesimError("prefetch 'speculative' needs the trace's spec column; record the trace with "
+                          "'moesim trace record --speculate' or use --prefetch history|oracle")
+    out = np.full(trace.experts.shape, -1, np.int16)
+    out[:, 1:] = trace.spec[:, :-1]
+    return out

@@ -1,0 +1,285 @@
+"""Time per output token from a trace: the discrete-event simulator's Python face.
+
+``simulate_des`` turns a trace into request rows (batching, prefill), times every piece from the
+model and the machine (``costs``), asks a prefetcher for its predictions, runs the compiled loop of
+``des_loop`` with the replacement policy's hooks, and summarises: TPOT (mean, p50, p99) over decode
+steps, tokens/s, TTFT (the prefill row, when the trace has prompt rows), the compute / copy / stall
+split per step, bytes over the link and from the SSD, hit rate (decode accesses served without an
+on-demand copy), the predictor's precision and recall, and CommitMoE's substitutions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numba import njit
+
+from moesim import MoesimError
+from moesim.policies import get_policy, get_prefetcher
+from moesim.policies.base import Context, make_lists
+from moesim.sim import des_loop as L
+from moesim.sim.costs import costs
+from moesim.sim.engine import bind
+from moesim.sim.hardware import Hardware
+from moesim.sim.hitrate import SCOPES
+from moesim.sim.models import BYTES_PER_PARAM, ModelSpec
+from moesim.sim.requests import build_requests
+from moesim.tracegen.schema import DECODE, PREFILL
+from moesim.tracegen.trace import Trace
+
+MODES = ("fallback", "commit")
+
+
+@dataclass
+class DesResult:
+    """One simulated configuration. Times in seconds; per-step figures are means over decode steps."""
+
+    model: str
+    hardware: str
+    policy: str
+    capacity: int
+    scope: str
+    prefetch: str
+    mode: str
+    batch: int
+    dram_capacity: int | None
+    tpot_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
+    tokens_per_s: float
+    ttft_s: float | None
+    compute_s: float
+    copy_s: float
+    stall_s: float
+    bytes_h2d: float
+    bytes_ssd: float
+    hit_rate: float
+    hits: int
+    accesses: int
+    loads: int
+    prefill_loads: int
+    prefetch_loads: int
+    prefetch_used: int
+    prefetch_precision: float | None
+    prefetch_recall: float | None
+    substitutions: int
+    substituted_weight: float | None
+    decode_steps: int
+    decode_tokens: int
+    per_layer_hit_rate: list
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lru", capacity: int = 4,
+                 scope: str = "per-layer", prefetch: str = "none", mode: str = "fallback", batch: int = 1,
+                 dram_capacity: int | None = None, context: int = 0, reset: bool = False,
+                 dtype: str | None = None, **params) -> DesResult:
+    """Simulate decoding ``trace`` on ``model`` and ``hardware``.
+
+    ``capacity`` experts per layer (or in one pool with scope ``global``) stay on the GPU; 0 keeps
+    none. ``dram_capacity`` None keeps every expert in host DRAM; D ≥ 0 puts an SSD behind a DRAM
+    cache of D experts (the hardware needs an SSD). ``context`` adds KV tokens to every sequence.
+    ``dtype`` (bf16, fp8, int4) sets the expert size; default: the trace's own expert bytes when it
+    records them for this model, else bf16. ``params`` go to the policy and the prefetcher
+    (seed, gamma, ml_model, pin_trace, train_trace).
+    """
+    _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity)
+    req = build_requests(trace, batch, context)
+    module = get_policy(policy)
+    predictor = get_prefetcher(prefetch)
+    n_rows, n_layers, width = req.experts.shape
+    num_experts, top_k = trace.meta.num_experts, trace.meta.top_k
+
+    pred = np.full((n_rows, n_layers, 0), -1, np.int16)
+    preload = np.full((1, n_layers, 0), -1, np.int16)
+    preload_at = np.full(n_rows, -1, np.int64)
+    if predictor is not None and predictor.KIND == "next":
+        pred = req.union(predictor.predict(trace, params), batch * top_k)
+        pred[req.kind == PREFILL] = -1
+    elif predictor is not None:
+        if mode == "commit":
+            raise MoesimError(f"mode commit runs next-layer predictions; prefetch '{prefetch}' only preloads")
+        preload, preload_at = _preloads(req, predictor.scores(trace, params), capacity, scope, num_experts)
+    if mode == "commit" and predictor is None:
+        raise MoesimError("mode commit needs a next-layer prefetcher (--prefetch oracle|speculative|history)")
+
+    bpp, eb = _sizes(trace, model, dtype)
+    cost = costs(model, hardware, req.tokens, req.ctx, bpp, eb)
+    times = np.array([cost.expert_mem_s, cost.expert_flop_s, cost.moe_launch_s, cost.copy_s, cost.ssd_s])
+    per_layer = scope == "per-layer"
+    n_parts = n_layers if per_layer else 1
+    n_objects = n_layers * num_experts
+    group_start = np.zeros(n_rows, np.bool_)
+    group_start[req.group_offsets[:-1][req.group_offsets[:-1] < n_rows]] = True
+    work = (np.full(n_objects, -1, np.int64), np.full(max(n_parts * capacity, 1), -1, np.int64),
+            np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros(n_objects),
+            np.zeros(n_objects, np.int64), np.full(n_objects, -1, np.int64),
+            np.zeros(max(hardware.link.engines, 1)), np.zeros(3), make_lists(n_objects, 1, 1),
+            np.zeros(n_objects, np.bool_), np.zeros(n_layers), np.zeros(L.N_COUNTERS), np.zeros((n_rows, 4)),
+            np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64))
+    args = (req.experts, req.weights, pred, req.kind, group_start, preload_at, preload, cost.pre_s, cost.lut_s,
+            req.tokens, times, np.int64(top_k), np.int64(capacity), np.int64(num_experts), per_layer, bool(reset),
+            mode == "commit", model.kind == "mole", np.int64(-1 if dram_capacity is None else dram_capacity), work)
+    ctx = Context(req.experts, req.group_offsets, num_experts, max(capacity, 1), per_layer, False, reset, params)
+    run = bind(module, L.des_loop, L.HELPERS)
+    start = time.perf_counter()
+    run(args, module.make_state(ctx))
+    seconds = time.perf_counter() - start
+    return _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity, req,
+                    pred, preload, preload_at, cost, work, seconds)
+
+
+def _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity):
+    if scope not in SCOPES:
+        raise MoesimError(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
+    if mode not in MODES:
+        raise MoesimError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    if batch < 1:
+        raise MoesimError(f"batch must be at least 1, got {batch}")
+    if capacity < 0:
+        raise MoesimError(f"capacity must be 0 (no expert cache) or more, got {capacity}")
+    if 0 < capacity < trace.meta.top_k:
+        raise MoesimError(f"capacity {capacity} is below top_k {trace.meta.top_k}: a step's k experts are resident "
+                          f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
+    if dram_capacity is not None:
+        if dram_capacity < 0:
+            raise MoesimError(f"dram capacity must be 0 or more, got {dram_capacity}")
+        if hardware.ssd is None:
+            raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and hardware "
+                              f"'{hardware.name}' has none; pass --ssd (e.g. pcie5-nvme)")
+    if model.num_layers != trace.meta.num_layers:
+        raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
+
+
+def _sizes(trace: Trace, model: ModelSpec, dtype: str | None) -> tuple[float, float | None]:
+    """Bytes per parameter of the non-expert weights and the bytes of one expert."""
+    if dtype is not None:
+        if dtype not in BYTES_PER_PARAM:
+            raise MoesimError(f"unknown dtype '{dtype}' (choose from {', '.join(BYTES_PER_PARAM)})")
+        return BYTES_PER_PARAM["bf16"], float(model.expert_params * BYTES_PER_PARAM[dtype])
+    own = trace.meta.expert_bytes if trace.meta.model == model.name and model.kind == "moe" else None
+    bpp = float(trace.meta.bytes_per_param or 2.0) if own else BYTES_PER_PARAM["bf16"]
+    return bpp, (float(own) if own else None)
+
+
+def _preloads(req, scores, capacity, scope, num_experts):
+    """Top-C experts per layer for every batch (its sequences' scores summed), issued at its first
+    decode row. With global scope the pool's C slots are shared out: the C best (layer, expert) pairs."""
+    n_groups = req.group_offsets.size - 1
+    n_layers = scores.shape[1]
+    width = max(capacity, 1)
+    sets = np.full((n_groups, n_layers, width), -1, np.int16)
+    at = np.full(req.num_rows, -1, np.int64)
+    for g in range(n_groups):
+        rows = np.arange(req.group_offsets[g], req.group_offsets[g + 1])
+        decode = rows[req.kind[rows] == DECODE]
+        if decode.size == 0 or capacity == 0:
+            continue
+        seqs = np.arange(g * req.batch, min((g + 1) * req.batch, scores.shape[0]))
+        total = scores[seqs].sum(axis=0)
+        if scope == "per-layer":
+            order = np.argsort(-total, axis=1, kind="stable")[:, :capacity]
+            keep = np.take_along_axis(total, order, axis=1) > 0
+            sets[g, :, :order.shape[1]] = np.where(keep, order, -1)
+        else:
+            flat = np.argsort(-total.ravel(), kind="stable")[:capacity]
+            flat = flat[total.ravel()[flat] > 0]
+            for layer in range(n_layers):
+                members = flat[flat // num_experts == layer] % num_experts
+                sets[g, layer, :members.size] = members
+        at[decode[0]] = g
+    return sets, at
+
+
+def _prediction_quality(req, pred, preload, preload_at) -> tuple[float | None, float | None]:
+    """Precision |P∩R|/|P| and recall |P∩R|/|R| of the predictions, over the decode cells that have one
+    (a preload is judged against the union its batch then decodes, per layer)."""
+    if pred.shape[2] > 0:
+        truth, guess = req.experts, pred
+        cells = (guess[..., 0] >= 0) & (req.kind == DECODE)[:, None]
+    elif preload.shape[2] > 0:
+        groups = np.flatnonzero(preload_at >= 0)
+        num_experts = int(max(req.experts.max(), preload.max())) + 1
+        truth = np.full((groups.size, req.experts.shape[1], num_experts), -1, np.int16)
+        for i, row in enumerate(groups):
+            g = preload_at[row]
+            rows = np.arange(row, req.group_offsets[g + 1])
+            used = np.zeros((req.experts.shape[1], num_experts + 1), bool)
+            layer = np.broadcast_to(np.arange(req.experts.shape[1])[None, :, None], req.experts[rows].shape)
+            used[layer.ravel(), req.experts[rows].ravel()] = True
+            used = used[:, :num_experts]
+            truth[i] = np.where(used, np.arange(num_experts), -1)
+        guess = preload[preload_at[groups]]
+        cells = guess[..., 0] >= 0
+    else:
+        return None, None
+    both, predicted, actual = _overlap(guess, truth, cells)
+    return (both / predicted if predicted else None), (both / actual if actual else None)
+
+
+@njit(cache=True)
+def _overlap(guess, truth, cells):
+    """Over the cells set in ``cells``: Σ|guess ∩ truth|, Σ|guess|, Σ|truth| (-1 entries are none)."""
+    both = predicted = actual = 0
+    for r in range(guess.shape[0]):
+        for layer in range(guess.shape[1]):
+            if not cells[r, layer]:
+                continue
+            for j in range(truth.shape[2]):
+                actual += truth[r, layer, j] >= 0
+            for i in range(guess.shape[2]):
+                g = guess[r, layer, i]
+                if g < 0:
+                    continue
+                predicted += 1
+                for j in range(truth.shape[2]):
+                    if truth[r, layer, j] == g:
+                        both += 1
+                        break
+    return both, predicted, actual
+
+
+def _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity, req, pred,
+             preload, preload_at, cost, work, seconds) -> DesResult:
+    counters, rows, layer_hits, layer_accesses = work[-4:]
+    decode = req.kind == DECODE
+    step_times = rows[decode, L.R_TIME]
+    n_steps = int(decode.sum())
+    tokens = float(req.tokens[decode].sum())
+    prefill = rows[req.kind == PREFILL, L.R_TIME]
+    precision, recall = _prediction_quality(req, pred, preload, preload_at)
+    loads = counters[L.C_LOADS] + counters[L.C_PREFILL_LOADS] + counters[L.C_PF_LOADS]
+    accesses = int(counters[L.C_ACCESSES])
+
+    def mean(x):
+        return float(x.mean()) if x.size else float("nan")
+
+    return DesResult(
+        model=model.name, hardware=hardware.name, policy=policy, capacity=capacity, scope=scope, prefetch=prefetch,
+        mode=mode, batch=batch, dram_capacity=dram_capacity,
+        tpot_s=mean(step_times),
+        tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
+        tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),
+        tokens_per_s=tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan"),
+        ttft_s=mean(prefill) if prefill.size else None,
+        compute_s=mean(rows[decode, L.R_COMPUTE]), copy_s=mean(rows[decode, L.R_COPY]),
+        stall_s=mean(rows[decode, L.R_STALL]),
+        bytes_h2d=float(loads * cost.expert_bytes + cost.lut_bytes.sum() * trace.meta.num_layers),
+        bytes_ssd=float(counters[L.C_SSD_READS] * cost.expert_bytes),
+        hit_rate=counters[L.C_HITS] / accesses if accesses else float("nan"),
+        hits=int(counters[L.C_HITS]), accesses=accesses, loads=int(counters[L.C_LOADS]),
+        prefill_loads=int(counters[L.C_PREFILL_LOADS]), prefetch_loads=int(counters[L.C_PF_LOADS]),
+        prefetch_used=int(counters[L.C_PF_USED]),
+        prefetch_precision=None if precision is None else float(precision),
+        prefetch_recall=None if recall is None else float(recall),
+        substitutions=int(counters[L.C_SUBS]),
+        substituted_weight=(float(counters[L.C_SUBS_MASS]) / (n_steps * trace.meta.num_layers)
+                            if mode == "commit" and n_steps else None),
+        decode_steps=n_steps, decode_tokens=int(tokens),
+        per_layer_hit_rate=[float(h / a) if a else float("nan") for h, a in zip(layer_hits, layer_accesses)],
+        seconds=seconds)

@@ -1,0 +1,274 @@
+"""The compiled discrete-event loop: one compute stream, FIFO copy engines, an optional SSD.
+
+Per request row (``moesim.sim.requests``) and layer 0..L-1, on the compute stream:
+attention + router (+ shared experts) take ``pre_s[row]``; then the execution set X is known —
+the routed experts, or under ``commit`` the experts predicted for this cell (CommitMoE: run what
+was prefetched; the true experts not in X are substitutions). Resident members of X are hits; the
+others are loaded now: the policy picks victims exactly as in the hit-rate engine (step semantics:
+never a member of X), and each load is a transfer queued at this moment on the copy engine that
+frees first. Then the prefetch for the next cell (this row's next layer, or the next row's layer
+0) is queued behind them: the predicted experts not resident are loaded like misses, never evicting
+a member of X or of the prediction. Last, one fused MoE kernel runs X once all its weights have
+arrived; the wait is stall. Transfers cannot be cancelled: a wrong prefetch occupies its engine
+and its slot, and the right expert's copy queues behind it (``fallback``).
+
+A transfer from the host link starts when its source is ready and its engine is free. With an SSD
+tier (``dram_capacity >= 0``), an expert not in the DRAM cache is first read from the SSD (one
+queue, in order) into DRAM, whose D slots are LRU; ``dram_capacity = -1`` keeps every expert in
+DRAM. Capacity 0 is no expert cache: every executed expert is copied for its layer and dropped,
+except a prefetched one, which waits in a staging buffer for the cell it was fetched for (the
+double buffering of Speculating Experts §5.1). MoLE rows copy each layer's lookup rows, all queued
+at the start of the row (the token id is all they need), and run no expert kernel.
+
+Counters (float64, see ``C_*``) and per-row times land in ``args``'s work arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.policies.base import list_push_head, list_remove, list_tail, lists_clear  # noqa: F401 (bound into the loop)
+
+# counters
+C_HITS, C_ACCESSES, C_LOADS, C_PREFILL_LOADS, C_PF_LOADS, C_PF_USED, C_SSD_READS, C_SUBS, C_SUBS_MASS, \
+    C_DRAM_HITS, C_BYPASS = range(11)
+N_COUNTERS = 11
+# per-row accounting columns
+R_TIME, R_COMPUTE, R_STALL, R_COPY = range(4)
+# scalar times
+T_EXPERT_MEM, T_EXPERT_FLOP, T_MOE_LAUNCH, T_COPY, T_SSD = range(5)
+
+
+def des_loop(args, st):
+    (req, wts, pred, kind, group_start, preload_at, preload, pre_s, lut_s, tokens, times, top_k, capacity,
+     num_experts, per_layer, reset_each_group, commit, mole, dram_capacity, work) = args
+    (slot_of, obj_of, used, mark, ready, by_prefetch, staged, eng_free, queues, dram_lists, in_dram,
+     lut_ready, counters, rows_out, layer_hits, layer_accesses) = work
+    n_rows, n_layers, width = req.shape
+    n_pred = pred.shape[2]
+    no_cache = capacity == 0
+    stamp = 0
+    now = 0.0
+    reset(st)
+    for row in range(n_rows):
+        if group_start[row] and reset_each_group and row > 0:
+            for slot in range(obj_of.shape[0]):
+                if obj_of[slot] >= 0:
+                    slot_of[obj_of[slot]] = -1
+                    obj_of[slot] = -1
+            used[:] = 0
+            reset(st)
+        begin = now
+        copy_before = queues[1]
+        decode = kind[row] == 1
+        if preload_at[row] >= 0:
+            g = preload_at[row]
+            for layer in range(n_layers):
+                part = layer if per_layer else 0
+                stamp += 1
+                for j in range(preload.shape[2]):
+                    if preload[g, layer, j] >= 0:
+                        mark[layer * num_experts + preload[g, layer, j]] = stamp
+                base = (row * n_layers + layer) * width
+                pinned = 0
+                for j in range(preload.shape[2]):
+                    e = preload[g, layer, j]
+                    if e < 0 or no_cache:
+                        continue
+                    obj = layer * num_experts + e
+                    if slot_of[obj] >= 0:
+                        pinned += 1
+                        continue
+                    if used[part] >= capacity and pinned >= capacity:
+                        continue
+                    on_miss(st, part, obj, base)
+                    if _place(st, part, obj, base, capacity, slot_of, obj_of, used, mark, stamp, by_prefetch) >= 0:
+                        pinned += 1
+                        ready[obj] = _transfer(obj, now, times, dram_capacity, eng_free, queues, dram_lists,
+                                               in_dram, counters)
+                        by_prefetch[obj] = 1
+                        counters[C_PF_LOADS] += 1
+        if mole:
+            for layer in range(n_layers):
+                lut_ready[layer] = _queue(now, lut_s[row], eng_free, queues)
+        for layer in range(n_layers):
+            part = layer if per_layer else 0
+            base = (row * n_layers + layer) * width
+            cell = row * n_layers + layer
+            now += pre_s[row]
+            rows_out[row, R_COMPUTE] += pre_s[row]
+            route = now
+            if mole:
+                start = max(now, lut_ready[layer])
+                rows_out[row, R_STALL] += start - now
+                now = start
+                continue
+            # a prediction was prefetched for this cell (none for a group's first decode layer 0)
+            use_pred = commit and decode and n_pred > 0 and pred[row, layer, 0] >= 0 and \
+                (layer > 0 or not group_start[row])
+            x = pred[row, layer] if use_pred else req[row, layer]
+            stamp += 1
+            for j in range(x.shape[0]):
+                if x[j] >= 0:
+                    mark[layer * num_experts + x[j]] = stamp
+            if use_pred and decode:
+                for j in range(width):
+                    e = req[row, layer, j]
+                    if e >= 0 and mark[layer * num_experts + e] != stamp:
+                        counters[C_SUBS] += 1
+                        counters[C_SUBS_MASS] += wts[row, layer, j]
+            on_step(st, part, layer, row, x, base)
+            n = 0
+            pinned = 0
+            weights_at = route
+            for j in range(x.shape[0]):
+                if x[j] < 0:
+                    continue
+                n += 1
+                obj = layer * num_experts + x[j]
+                if no_cache:
+                    continue
+                if slot_of[obj] >= 0:
+                    pinned += 1
+                    if decode:
+                        counters[C_HITS] += 1
+                        layer_hits[layer] += 1
+                    on_hit(st, part, slot_of[obj], obj, base + j)
+                    if by_prefetch[obj]:
+                        counters[C_PF_USED] += 1
+                        by_prefetch[obj] = 0
+                    weights_at = max(weights_at, ready[obj])
+            if decode:
+                counters[C_ACCESSES] += n
+                layer_accesses[layer] += n
+            for j in range(x.shape[0]):
+                if x[j] < 0:
+                    continue
+                obj = layer * num_experts + x[j]
+                if no_cache:
+                    if staged[obj] == cell:
+                        counters[C_PF_USED] += 1
+                        if decode:
+                            counters[C_HITS] += 1
+                            layer_hits[layer] += 1
+                        weights_at = max(weights_at, ready[obj])
+                        continue
+                elif slot_of[obj] >= 0:
+                    continue
+                else:
+                    on_miss(st, part, obj, base + j)
+                    if used[part] >= capacity and pinned >= capacity:
+                        counters[C_BYPASS] += 1
+                    elif _place(st, part, obj, base + j, capacity, slot_of, obj_of, used, mark, stamp,
+                                by_prefetch) >= 0:
+                        pinned += 1
+                    else:
+                        counters[C_BYPASS] += 1
+                done = _transfer(obj, route, times, dram_capacity, eng_free, queues, dram_lists, in_dram, counters)
+                ready[obj] = done
+                counters[C_LOADS if decode else C_PREFILL_LOADS] += 1
+                weights_at = max(weights_at, done)
+            # prefetch for the next cell, queued behind this cell's loads
+            nrow, nlayer = (row, layer + 1) if layer + 1 < n_layers else (row + 1, 0)
+            if n_pred > 0 and nrow < n_rows and not group_start[nrow] and kind[nrow] == 1:
+                npart = nlayer if per_layer else 0
+                nbase = nrow * n_layers + nlayer
+                pinned_next = pinned if npart == part else 0
+                for j in range(n_pred):
+                    e = pred[nrow, nlayer, j]
+                    if e >= 0:
+                        obj = nlayer * num_experts + e
+                        mark[obj] = stamp
+                        if not no_cache and slot_of[obj] >= 0:
+                            pinned_next += 1
+                for j in range(n_pred):
+                    e = pred[nrow, nlayer, j]
+                    if e < 0:
+                        continue
+                    obj = nlayer * num_experts + e
+                    if no_cache:
+                        if staged[obj] == nbase:
+                            continue
+                        staged[obj] = nbase
+                    elif slot_of[obj] >= 0:
+                        continue
+                    else:
+                        if used[npart] >= capacity and pinned_next >= capacity:
+                            continue
+                        on_miss(st, npart, obj, base)
+                        if _place(st, npart, obj, base, capacity, slot_of, obj_of, used, mark, stamp,
+                                  by_prefetch) < 0:
+                            continue
+                        pinned_next += 1
+                        by_prefetch[obj] = 1
+                    ready[obj] = _transfer(obj, route, times, dram_capacity, eng_free, queues, dram_lists,
+                                           in_dram, counters)
+                    counters[C_PF_LOADS] += 1
+            if n > 0:
+                pairs = tokens[row] * top_k
+                run = times[T_MOE_LAUNCH] + n * max(times[T_EXPERT_MEM], times[T_EXPERT_FLOP] * (pairs / n))
+                start = max(now, weights_at)
+                rows_out[row, R_STALL] += start - now
+                rows_out[row, R_COMPUTE] += run
+                now = start + run
+        rows_out[row, R_TIME] = now - begin
+        rows_out[row, R_COPY] = queues[1] - copy_before
+
+
+def _place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp, by_prefetch):
+    """Give ``obj`` a slot of ``part``: a free one, else the policy's victim (-1: left uncached)."""
+    lo = part * capacity
+    if used[part] < capacity:
+        slot = lo + used[part]
+        used[part] += 1
+    else:
+        slot = choose_victim(st, part, lo, lo + capacity, obj_of, slot_of, mark, stamp, obj, t)
+        if slot < 0:
+            return -1
+        victim = obj_of[slot]
+        slot_of[victim] = -1
+        by_prefetch[victim] = 0
+        on_evict(st, part, slot, victim, t)
+    obj_of[slot] = obj
+    slot_of[obj] = slot
+    on_insert(st, part, slot, obj, t)
+    return slot
+
+
+def _queue(at, duration, eng_free, queues):
+    """Queue a copy of ``duration`` at time ``at`` on the engine that frees first; when it is done."""
+    best = 0
+    for e in range(1, eng_free.shape[0]):
+        if eng_free[e] < eng_free[best]:
+            best = e
+    start = max(at, eng_free[best])
+    eng_free[best] = start + duration
+    queues[1] += duration
+    return eng_free[best]
+
+
+def _transfer(obj, at, times, dram_capacity, eng_free, queues, dram_lists, in_dram, counters):
+    """Bring expert ``obj`` to the GPU, from DRAM or through it from the SSD; when it arrives."""
+    source_ready = at
+    if dram_capacity >= 0:
+        if in_dram[obj]:
+            counters[C_DRAM_HITS] += 1
+            list_remove(dram_lists, 0, obj)
+            list_push_head(dram_lists, 0, 0, obj)
+        else:
+            queues[0] = max(at, queues[0]) + times[T_SSD]
+            source_ready = queues[0]
+            counters[C_SSD_READS] += 1
+            if dram_capacity > 0:
+                if queues[2] >= dram_capacity:
+                    gone = list_tail(dram_lists, 0, 0)
+                    list_remove(dram_lists, 0, gone)
+                    in_dram[gone] = False
+                else:
+                    queues[2] += 1
+                list_push_head(dram_lists, 0, 0, obj)
+                in_dram[obj] = True
+    return _queue(source_ready, times[T_COPY], eng_free, queues)
+
+
+HELPERS = (_place, _queue, _transfer)

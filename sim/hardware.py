@@ -1,0 +1,198 @@
+"""Hardware presets: the GPU that computes, the link experts cross, the SSD behind host memory.
+
+A machine is a GPU (HBM bandwidth, dense bf16 FLOP/s, the fraction of each a decode kernel
+reaches, launch overhead per kernel), a host link (nominal bandwidth, the fraction a pinned copy
+reaches, latency per transfer, copy engines) and optionally an SSD (read bandwidth, latency).
+Nominal figures are the vendors'; PCIe 3/4/5 x16 are 16/32/64 GB/s as the papers quote them
+(MELINOE Tab. 9, CommitMoE Tab. 1), the SSD is FlashMoE Tab. 2's PCIe 5 drive (7.4 GB/s).
+The efficiencies are typical measured fractions (pinned host-to-device copies reach ~80–85% of a
+PCIe link; memory-bound decode kernels ~80% of HBM), not fitted to any paper: `moesim calibrate`
+(replay) measures them on a real machine and writes the TOML file this module reads.
+
+TOML layout (every key optional except those a section needs to exist)::
+
+    name = "my-box"
+    [gpu]
+    name = "RTX 4090"; hbm_gbps = 1008; tflops = 165; mem_eff = 0.8; flop_eff = 0.6; launch_us = 5
+    [link]
+    name = "PCIe 4 x16"; gbps = 32; efficiency = 0.8; latency_us = 10; engines = 1
+    [ssd]
+    name = "PCIe 4 NVMe"; gbps = 7.0; latency_us = 80
+
+A section may instead name a preset: ``gpu = "rtx4090"``, ``link = "pcie4"``, ``ssd = "pcie5-nvme"``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from moesim import MoesimError
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    hbm_gbps: float          # GB/s
+    tflops: float            # dense bf16 (fp16 where the GPU has no bf16), 1e12 FLOP/s
+    hbm_gb: float = 0.0
+    mem_eff: float = 0.8     # fraction of HBM bandwidth a decode kernel reaches
+    flop_eff: float = 0.6    # fraction of peak FLOP/s a GEMM reaches
+    launch_us: float = 5.0   # per kernel launch
+
+    @property
+    def mem_bw(self) -> float:
+        """Bytes/s a kernel streams from HBM."""
+        return self.hbm_gbps * 1e9 * self.mem_eff
+
+    @property
+    def flops(self) -> float:
+        return self.tflops * 1e12 * self.flop_eff
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    gbps: float              # nominal GB/s, one direction
+    efficiency: float = 0.8  # fraction a pinned copy reaches
+    latency_us: float = 10.0
+    engines: int = 1         # copy engines working in parallel (transfers stay FIFO on each)
+
+    @property
+    def bandwidth(self) -> float:
+        return self.gbps * 1e9 * self.efficiency
+
+    def transfer_s(self, nbytes: float) -> float:
+        return self.latency_us * 1e-6 + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True)
+class SSD:
+    name: str
+    gbps: float              # sequential read, GB/s
+    latency_us: float = 80.0
+
+    def read_s(self, nbytes: float) -> float:
+        return self.latency_us * 1e-6 + nbytes / (self.gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    gpu: GPU
+    link: Link
+    ssd: SSD | None = None
+    source: str = field(default="", compare=False)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+GPUS = {g.name.lower().replace(" ", ""): g for g in [
+    GPU("H100", 3350, 989, 80),                   # SXM5, HBM3
+    GPU("A100-40G", 1555, 312, 40),
+    GPU("A6000", 768, 154.8, 48),                 # RTX A6000, GDDR6
+    GPU("RTX4090", 1008, 165.2, 24),
+    GPU("RTX2080Ti", 616, 53.8, 11),              # fp16 tensor cores with fp32 accumulate (no bf16)
+    GPU("RTX5070Ti", 896, 175.8, 16),             # GDDR7; bf16 dense from the Blackwell whitepaper
+    GPU("GH200", 4000, 989, 96),                  # H100 with HBM3 96 GB
+]}
+LINKS = {lk.name: lk for lk in [
+    Link("pcie3", 16, 0.8, 10),
+    Link("pcie4", 32, 0.8, 10),
+    Link("pcie5", 64, 0.85, 10),
+    Link("nvlink-c2c", 450, 0.9, 5),              # GH200 CPU-GPU, 450 GB/s each way
+]}
+SSDS = {s.name: s for s in [
+    SSD("pcie5-nvme", 7.4, 80),                   # FlashMoE Tab. 2: SK hynix P51
+    SSD("pcie4-nvme", 7.0, 80),                   # a typical PCIe 4 drive (Samsung 990 Pro class)
+]}
+# machines as the papers ran them: GPU and its host link
+SYSTEMS = {
+    "h100": ("h100", "pcie5"),                    # MELINOE Tab. 9
+    "a100-40g": ("a100-40g", "pcie4"),            # MELINOE Tab. 9, Speculating Experts Tab. 3 (A100)
+    "a6000": ("a6000", "pcie4"),                  # Speculating Experts Tab. 3
+    "rtx4090": ("rtx4090", "pcie4"),              # MELINOE Tab. 9
+    "rtx2080ti": ("rtx2080ti", "pcie3"),          # CommitMoE's PCIe Gen3 environment
+    "rtx5070ti": ("rtx5070ti", "pcie5"),          # FlashMoE Tab. 2 desktop
+    "gh200": ("gh200", "nvlink-c2c"),             # Speculating Experts Tab. 3
+}
+
+
+def _pick(table: dict, name: str, what: str):
+    try:
+        return table[name.lower().replace(" ", "")]
+    except KeyError:
+        raise MoesimError(f"unknown {what} '{name}' (presets: {', '.join(table)})") from None
+
+
+def get_hardware(name: str, link: str | None = None, ssd: str | None = None) -> Hardware:
+    """A system preset (``rtx4090``) or a TOML file; ``link`` / ``ssd`` swap in presets."""
+    if name.endswith(".toml") or Path(name).is_file():
+        hw = load_hardware(Path(name))
+    else:
+        gpu, default_link = _pick(SYSTEMS, name, "hardware")
+        hw = Hardware(name.lower(), GPUS[gpu], LINKS[default_link], source="preset")
+    if link is not None:
+        hw = replace(hw, link=_pick(LINKS, link, "link"), name=f"{hw.name}+{link}")
+    if ssd is not None:
+        hw = replace(hw, ssd=_pick(SSDS, ssd, "ssd"))
+    return hw
+
+
+def load_hardware(path: Path) -> Hardware:
+    """A machine from a TOML file (layout in the module docstring); errors name the file."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise MoesimError(f"{path}: no such hardware file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise MoesimError(f"{path}: not valid TOML ({exc})") from None
+    parts = {}
+    for key, cls, table in (("gpu", GPU, GPUS), ("link", Link, LINKS), ("ssd", SSD, SSDS)):
+        value = data.get(key)
+        if value is None:
+            if key != "ssd":
+                raise MoesimError(f"{path}: missing [{key}] section")
+            parts[key] = None
+        elif isinstance(value, str):
+            parts[key] = _pick(table, value, key)
+        elif isinstance(value, dict):
+            parts[key] = _section(path, key, cls, value)
+        else:
+            raise MoesimError(f"{path}: '{key}' must be a preset name or a table")
+    return Hardware(str(data.get("name", path.stem)), parts["gpu"], parts["link"], parts["ssd"], source=str(path))
+
+
+def _section(path: Path, key: str, cls, values: dict):
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise MoesimError(f"{path}: [{key}] has unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
+    values = {"name": key, **values}
+    try:
+        obj = cls(**values)
+    except TypeError as exc:
+        raise MoesimError(f"{path}: [{key}] {exc}") from None
+    for name in known:
+        v = getattr(obj, name)
+        if name != "name" and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
+            raise MoesimError(f"{path}: [{key}] {name} must be a non-negative number, got {v!r}")
+    return obj
+
+
+def write_hardware(hw: Hardware, path: Path) -> None:
+    """Write ``hw`` as the TOML file ``load_hardware`` reads (atomically)."""
+    from moesim.files import atomic_output
+
+    lines = [f'name = "{hw.name}"']
+    for key in ("gpu", "link", "ssd"):
+        part = getattr(hw, key)
+        if part is None:
+            continue
+        lines.append(f"\n[{key}]")
+        for name, value in asdict(part).items():
+            lines.append(f'{name} = "{value}"' if isinstance(value, str) else f"{name} = {value!r}")
+    with atomic_output(path) as tmp:
+        Path(tmp).write_text("\n".join(lines) + "\n")

@@ -1,0 +1,120 @@
+"""What the discrete-event engine serves: a trace turned into request rows under batching.
+
+Sequences are taken B at a time (static batching, in trace order) and decode in lockstep. A group
+contributes, if it has prompt rows, one prefill row: per layer the union of the experts all its
+prompt tokens chose (DESIGN.md: the prompt's union is loaded before decoding). Then one decode row
+per lockstep step: per layer the union of the experts its active sequences chose, each expert
+once, in the order sequence 0's ranks, then sequence 1's new ones, and so on. Rows are padded with
+-1 to a common width W (B·k, or E when there are prefill rows). A union member's router weight is
+the sum of the weights its tokens gave it. With B = 1 and no prefill rows the request rows are the
+trace's rows, so the engine's hits equal the hit-rate engine's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from moesim.tracegen.schema import DECODE, PREFILL
+from moesim.tracegen.trace import Trace
+
+
+@dataclass(frozen=True)
+class Requests:
+    experts: np.ndarray       # int16 [R, L, W], -1 padding
+    weights: np.ndarray       # float32 [R, L, W], summed router weight of each member (0 where unknown)
+    kind: np.ndarray          # int8 [R]: PREFILL or DECODE
+    tokens: np.ndarray        # float64 [R]: tokens in the row
+    ctx: np.ndarray           # float64 [R]: KV-cache tokens their attention reads, summed
+    group_offsets: np.ndarray  # int64 [G + 1]: rows of group g
+    src_ptr: np.ndarray       # int64 [R + 1]: trace rows behind request row r are
+    src_rows: np.ndarray      # int64: src_rows[src_ptr[r]:src_ptr[r + 1]]
+    batch: int
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.kind.shape[0])
+
+    def union(self, per_trace_row: np.ndarray, width: int) -> np.ndarray:
+        """Per-trace-row expert sets (int16 [N, L, j], -1 padded) gathered like the requests."""
+        out = np.full((self.num_rows, per_trace_row.shape[1], width), -1, np.int16)
+        gather(per_trace_row, np.zeros(per_trace_row.shape, np.float32), self.src_ptr, self.src_rows,
+               out, np.zeros(out.shape, np.float32))
+        return out
+
+
+def build_requests(trace: Trace, batch: int = 1, context: int = 0) -> Requests:
+    """Request rows for ``trace`` decoded ``batch`` sequences at a time; ``context`` KV tokens are
+    added to every sequence (a prompt the trace did not record)."""
+    phase, steps = trace.phase, trace.steps.astype(np.int64)
+    offsets = trace.seq_offsets.astype(np.int64)
+    seq = trace.row_sequence()
+    n_prompt = np.bincount(seq[phase == PREFILL], minlength=trace.num_sequences)
+    # a decode row's index among its sequence's decode rows (prompt rows come first)
+    d_index = np.arange(trace.num_rows) - offsets[seq] - n_prompt[seq]
+    src, sizes, kind, group_offsets = [], [], [], [0]
+    for g in range(0, trace.num_sequences, batch):
+        rows = np.arange(offsets[g], offsets[min(g + batch, trace.num_sequences)])
+        added = 0
+        prompt = rows[phase[rows] == PREFILL]
+        if prompt.size:
+            src.append(prompt)
+            sizes.append(np.array([prompt.size]))
+            kind.append(np.array([PREFILL], np.int8))
+            added += 1
+        decode = rows[phase[rows] == DECODE]
+        if decode.size:
+            d = d_index[decode]
+            src.append(decode[np.lexsort((seq[decode], d))])  # step-major, sequences in order
+            per_step = np.bincount(d)
+            sizes.append(per_step)
+            kind.append(np.full(per_step.size, DECODE, np.int8))
+            added += per_step.size
+        group_offsets.append(group_offsets[-1] + added)
+    src_ptr = np.concatenate([[0]] + [np.cumsum(np.concatenate(sizes))] if sizes else [[0]]).astype(np.int64)
+    kind = np.concatenate(kind) if kind else np.zeros(0, np.int8)
+    src_rows = np.concatenate(src).astype(np.int64) if src else np.zeros(0, np.int64)
+    k, n_layers = trace.meta.top_k, trace.meta.num_layers
+    width = max(batch * k, trace.meta.num_experts if (kind == PREFILL).any() else 0)
+    if width == k and np.array_equal(src_rows, np.arange(trace.num_rows)):
+        # one sequence at a time, no prompt rows: the request rows are the trace's rows
+        experts = np.ascontiguousarray(trace.experts, np.int16)
+        weights = (np.zeros(experts.shape, np.float32) if trace.weights is None
+                   else np.nan_to_num(trace.weights).astype(np.float32, copy=False))
+    else:
+        experts = np.full((kind.size, n_layers, width), -1, np.int16)
+        weights = np.zeros(experts.shape, np.float32)
+        src_w = np.zeros(trace.experts.shape, np.float32) if trace.weights is None else np.nan_to_num(trace.weights)
+        gather(trace.experts, src_w, src_ptr, src_rows, experts, weights)
+    tokens = np.diff(src_ptr).astype(np.float64)
+    ctx = np.add.reduceat(steps[src_rows] + 1 + context, src_ptr[:-1]).astype(np.float64) if src_rows.size \
+        else np.zeros(0)
+    return Requests(experts, weights, kind, tokens, ctx, np.array(group_offsets, np.int64), src_ptr, src_rows, batch)
+
+
+@njit(cache=True)
+def gather(src, src_w, ptr, rows, out, out_w):
+    """out[r, l] = the distinct experts of src[rows[ptr[r]:ptr[r+1]], l] in first-seen order; out_w
+    sums their weights. Entries beyond out's width are dropped (never happens for requests)."""
+    n_layers, k = src.shape[1], src.shape[2]
+    for r in range(out.shape[0]):
+        for layer in range(n_layers):
+            n = 0
+            for i in range(ptr[r], ptr[r + 1]):
+                for j in range(k):
+                    e = src[rows[i], layer, j]
+                    if e < 0:
+                        continue
+                    found = -1
+                    for m in range(n):
+                        if out[r, layer, m] == e:
+                            found = m
+                            break
+                    if found < 0 and n < out.shape[2]:
+                        found = n
+                        out[r, layer, n] = e
+                        n += 1
+                    if found >= 0:
+                        out_w[r, layer, found] += src_w[rows[i], layer, j]
