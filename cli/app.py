@@ -41,7 +41,7 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
     Example: moesim models --json
     """
     rows = [{
-        "name": m.name, "hf_id": m.hf_id, "architecture": m.architecture, "layers": m.num_layers,
+        "name": m.name, "kind": m.kind, "hf_id": m.hf_id, "architecture": m.architecture, "layers": m.num_layers,
         "experts": m.num_experts, "top_k": m.top_k, "d_model": m.d_model, "d_expert": m.d_expert,
         "shared_experts": m.shared_experts, "expert_params": m.expert_params,
         "expert_mb_bf16": m.expert_bytes("bf16") / 1e6, "expert_mb_int4": m.expert_bytes("int4") / 1e6,
@@ -50,7 +50,7 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
     if as_json:
         emit_json(rows)
         return
-    cols = {"name": "name", "layers": "L", "experts": "E", "top_k": "k", "d_model": "d_model",
+    cols = {"name": "name", "kind": "kind", "layers": "L", "experts": "E", "top_k": "k", "d_model": "d_model",
             "d_expert": "d_expert", "expert_mb_bf16": "MB bf16", "expert_mb_int4": "MB 4-bit",
             "routed_experts_gb_bf16": "GB all"}
     table("Model presets: bytes per expert (1 MB = 1e6 B; 4-bit without scales), all routed experts",

@@ -11,7 +11,7 @@ on-demand copy), the predictor's precision and recall, and CommitMoE's substitut
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from numba import njit
@@ -70,9 +70,13 @@ class DesResult:
     decode_tokens: int
     per_layer_hit_rate: list
     seconds: float
+    step_times: np.ndarray = field(repr=False)  # seconds of every decode step, in order
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Everything but the per-step times."""
+        out = asdict(self)
+        del out["step_times"]
+        return out
 
 
 def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lru", capacity: int = 4,
@@ -282,4 +286,4 @@ def _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, ba
                             if mode == "commit" and n_steps else None),
         decode_steps=n_steps, decode_tokens=int(tokens),
         per_layer_hit_rate=[float(h / a) if a else float("nan") for h, a in zip(layer_hits, layer_accesses)],
-        seconds=seconds)
+        seconds=seconds, step_times=step_times)

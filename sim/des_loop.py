@@ -170,7 +170,7 @@ def des_loop(args, st):
                 weights_at = max(weights_at, done)
             # prefetch for the next cell, queued behind this cell's loads
             nrow, nlayer = (row, layer + 1) if layer + 1 < n_layers else (row + 1, 0)
-            if n_pred > 0 and nrow < n_rows and not group_start[nrow] and kind[nrow] == 1:
+            if n_pred > 0 and nrow < n_rows and (nrow == row or not group_start[nrow]) and kind[nrow] == 1:
                 npart = nlayer if per_layer else 0
                 nbase = nrow * n_layers + nlayer
                 pinned_next = pinned if npart == part else 0

@@ -49,3 +49,57 @@ def test_train_ml_ffn_then_simulate(cli, tmp_path):
         assert f["w1"].shape == (32, 16, 128) and f["w3"].shape == (32, 128, 8)
     code, out, _ = cli("sim", "hitrate", bundled_trace_path(), "--policy", "ml-ffn", "--ml-model", model, "--json")
     assert code == 0 and 0 < json.loads(out)["results"][0]["hit_rate"] < 1
+
+
+def test_sim_run_json_has_the_documented_keys(cli):
+    code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--policy", "lru,belady",
+                       "--capacity", "4", "--json")
+    assert code == 0
+    results = json.loads(out)["results"]
+    keys = {"tpot_s", "tpot_p50_s", "tpot_p99_s", "tokens_per_s", "ttft_s", "compute_s", "copy_s", "stall_s",
+            "bytes_h2d", "bytes_ssd", "hit_rate", "prefetch_precision", "prefetch_recall", "substitutions"}
+    assert all(keys <= set(r) for r in results)
+    by = {r["policy"]: r for r in results}
+    assert by["belady"]["tpot_s"] < by["lru"]["tpot_s"]
+    assert by["lru"]["hits"] == 9389  # tests/golden/hitrates.csv: lru, per-layer, step, 4 slots
+    assert by["lru"]["ttft_s"] is None  # the trace has no prompt rows
+
+
+def test_sim_run_table_prefetch_tiers_and_errors(cli, tmp_path):
+    code, out, _ = cli("sim", "run", bundled_trace_path(), "--prefetch", "history", "--mode", "commit")
+    assert code == 0 and "substitutions" in out and "precision" in out
+    code, out, _ = cli("sim", "run", bundled_trace_path(), "--ssd", "pcie5-nvme", "--dram-capacity", "32",
+                       "--json")
+    assert code == 0 and json.loads(out)["results"][0]["bytes_ssd"] > 0
+    for args, message in ((["--prefetch", "speculative"], "spec column"), (["--hardware", "tpu"], "unknown hardware"),
+                          (["--dram-capacity", "4"], "has none"), (["--mode", "commit"], "commit needs"),
+                          (["--model", "olmoe-1b-7b"], "(layers, experts, top_k)"), (["--capacity", "1"], "below top_k")):
+        code, _, err = cli("sim", "run", bundled_trace_path(), *args)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+def test_hardware_presets_and_toml(cli, tmp_path):
+    code, out, _ = cli("hardware", "--json")
+    listed = json.loads(out)
+    assert code == 0 and listed["links"]["pcie4"]["gbps"] == 32 and listed["ssds"]["pcie5-nvme"]["gbps"] == 7.4
+    assert set(listed["systems"]) >= {"h100", "a100-40g", "a6000", "rtx4090", "rtx2080ti", "rtx5070ti", "gh200"}
+    box = tmp_path / "box.toml"
+    box.write_text('name = "box"\ngpu = "rtx4090"\n[link]\ngbps = 16\nefficiency = 0.5\nlatency_us = 20\n')
+    code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", box, "--json")
+    slow = json.loads(out)["results"][0]
+    code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--json")
+    assert slow["hardware"] == "box" and slow["tpot_s"] > json.loads(out)["results"][0]["tpot_s"]
+    for text, message in (("[link]\ngbps = 16\n", "missing [gpu]"), ('gpu = "rtx4090"\n[link]\nspeed = 1\n', "unknown key"),
+                          ("gpu = [", "not valid TOML"), ('gpu = "rtx4090"\n[link]\ngbps = -1\n', "non-negative")):
+        box.write_text(text)
+        code, _, err = cli("sim", "run", bundled_trace_path(), "--hardware", box)
+        assert code == 1 and message in err and str(box) in err, (text, err)
+
+
+def test_hardware_file_round_trips(tmp_path):
+    from moesim.sim.hardware import get_hardware, load_hardware, write_hardware
+
+    hw = get_hardware("a6000", ssd="pcie4-nvme")
+    write_hardware(hw, tmp_path / "hw.toml")
+    back = load_hardware(tmp_path / "hw.toml")
+    assert (back.gpu, back.link, back.ssd) == (hw.gpu, hw.link, hw.ssd)

@@ -1,0 +1,232 @@
+"""The discrete-event simulator: closed-form cases that must come out exactly, and behaviour.
+
+The machine below has powers of two for every rate (HBM 2^40 B/s, link 2^30 B/s, 2^50 FLOP/s,
+latencies and launches of 2^-20 s) and the model small power-of-two dims, so every duration is a
+dyadic rational and every sum the engine forms is exact: the tests compare with ``==``.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from moesim import MoesimError
+from moesim.sim.des import simulate_des
+from moesim.sim.hardware import GPU, SSD, Hardware, Link
+from moesim.sim.hitrate import simulate
+from moesim.sim.models import ModelSpec, get_model, model_for_trace
+from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
+from moesim.tracegen.synth import synth_trace
+from moesim.tracegen.trace import Trace
+
+US = 0.95367431640625  # 2^-20 s in microseconds
+GPU_ = GPU("test-gpu", hbm_gbps=1099.511627776, tflops=1125.899906842624, mem_eff=1.0, flop_eff=1.0, launch_us=US)
+LINK = Link("test-link", gbps=1.073741824, efficiency=1.0, latency_us=US)
+HW = Hardware("test", GPU_, LINK)
+MODEL = ModelSpec("toy", "", "toy", num_layers=2, num_experts=4, top_k=2, d_model=256, d_expert=512, q_dim=256,
+                  kv_dim=64)
+LAT = 2.0 ** -20
+MEM_BW, FLOPS, LINK_BW = 2.0 ** 40, 2.0 ** 50, 2.0 ** 30
+EXPERT_BYTES = 3 * 256 * 512 * 2
+
+
+def trace_of(experts, spec=None, phase=None, model="toy") -> Trace:
+    experts = np.asarray(experts, np.int16)
+    n, layers, k = experts.shape
+    return Trace(TraceMeta(num_layers=layers, num_experts=4, top_k=k, model=model), experts,
+                 np.zeros(1, np.int32), np.array([0, n], np.int64), np.arange(n, dtype=np.int32),
+                 np.full(n, DECODE, np.int8) if phase is None else np.asarray(phase, np.int8),
+                 spec=None if spec is None else np.asarray(spec, np.int16))
+
+
+def pre_s(ctx: int) -> float:
+    """Attention + router of one layer, one token whose sequence holds ``ctx`` KV tokens: memory-bound
+    (the FLOP terms are 2^10 smaller) plus 8 launches."""
+    d, q, kv, e = 256, 256, 64, 4
+    attn = (d * q + 2 * d * kv + q * d) * 2 + 2 * kv * ctx * 2
+    return attn / MEM_BW + d * e * 2 / MEM_BW + 8 * LAT
+
+
+def experts_s(n: int) -> float:
+    """The fused MoE kernel over n experts, one token each: n weight reads plus 2 launches."""
+    return 2 * LAT + n * (EXPERT_BYTES / MEM_BW)
+
+
+COPY = LAT + EXPERT_BYTES / LINK_BW
+
+
+def random_trace(rows=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return trace_of([[rng.choice(4, 2, replace=False) for _ in range(2)] for _ in range(rows)])
+
+
+def test_all_misses_on_demand_is_the_sum_of_the_parts():
+    trace = random_trace()
+    r = simulate_des(trace, MODEL, HW, "lru", capacity=0)
+    expected = [2 * (pre_s(step + 1) + 2 * COPY + experts_s(2)) for step in range(trace.num_rows)]
+    assert r.step_times.tolist() == expected
+    assert r.hit_rate == 0.0 and r.loads == trace.accesses
+    assert r.bytes_h2d == trace.accesses * EXPERT_BYTES
+    assert r.stall_s == pytest.approx(2 * 2 * COPY, rel=1e-15)  # compute waits for every copy
+
+
+def test_all_hits_cost_compute_only():
+    trace = trace_of([[[0, 1], [2, 3]]] * 5)
+    r = simulate_des(trace, MODEL, HW, "lru", capacity=2)
+    assert r.step_times[0] == 2 * (pre_s(1) + 2 * COPY + experts_s(2))
+    assert r.step_times[1:].tolist() == [2 * (pre_s(s + 1) + experts_s(2)) for s in range(1, 5)]
+    assert r.hits == 16 and r.loads == 4
+
+
+@pytest.mark.parametrize("bound", ["copy", "compute"])
+def test_oracle_prefetch_with_room_for_two_layers_is_sum_of_max(bound):
+    """Speculating Experts §5.1: TPOT = Σ_l max(t_compute,l, t_copy(E_l+1)) once the pipeline is full."""
+    hw = HW if bound == "copy" else replace(HW, link=replace(LINK, gbps=LINK.gbps * 2 ** 10))
+    copy = LAT + EXPERT_BYTES / (LINK_BW * (1 if bound == "copy" else 2 ** 10))
+    trace = random_trace(rows=5)
+    r = simulate_des(trace, MODEL, hw, "lru", capacity=0, prefetch="oracle")
+    for step in range(1, 5):
+        compute = pre_s(step + 1) + experts_s(2)
+        assert (compute < 2 * copy) == (bound == "copy")
+        assert r.step_times[step] == 2 * max(compute, 2 * copy)
+    assert r.prefetch_precision == r.prefetch_recall == 1.0
+
+
+def test_one_copy_engine_serialises_two_overlap():
+    trace = random_trace()
+    one = simulate_des(trace, MODEL, HW, "lru", capacity=0)
+    two = simulate_des(trace, MODEL, replace(HW, link=replace(LINK, engines=2)), "lru", capacity=0)
+    for step in range(trace.num_rows):
+        assert one.step_times[step] == 2 * (pre_s(step + 1) + 2 * COPY + experts_s(2))
+        assert two.step_times[step] == 2 * (pre_s(step + 1) + COPY + experts_s(2))
+
+
+def test_misprediction_under_fallback_costs_the_wasted_transfer_plus_the_right_one():
+    model = replace(MODEL, top_k=1)
+    experts = [[[0], [1]]] * 3
+    right = trace_of(experts, spec=[[[1], [-1]]] * 3)
+    wrong = trace_of(experts, spec=[[[2], [-1]]] * 3)
+    r_right = simulate_des(right, model, HW, "lru", capacity=0, prefetch="speculative")
+    r_wrong = simulate_des(wrong, model, HW, "lru", capacity=0, prefetch="speculative")
+    none = simulate_des(right, model, HW, "lru", capacity=0)
+    for step in range(3):
+        pre, run = pre_s(step + 1), experts_s(1)
+        assert COPY > pre + run  # copy-bound, so the wasted copy is still running when layer 1 routes
+        assert none.step_times[step] == 2 * (pre + COPY + run)
+        assert r_right.step_times[step] == pre + 2 * COPY + run  # layer 1's copy hid behind layer 0
+        assert r_wrong.step_times[step] == pre + 3 * COPY + run  # wasted copy, then the right one
+    assert r_wrong.prefetch_precision == 0.0 and r_wrong.prefetch_used == 0
+
+
+def test_commit_runs_the_prediction_and_counts_substitutions():
+    model = replace(MODEL, top_k=1)
+    experts = [[[0], [1]]] * 3
+    wrong = trace_of(experts, spec=[[[2], [-1]]] * 3)
+    wrong.weights = np.full((3, 2, 1), 0.75, np.float32)
+    r = simulate_des(wrong, model, HW, "lru", capacity=0, prefetch="speculative", mode="commit")
+    for step in range(3):
+        assert r.step_times[step] == pre_s(step + 1) + 2 * COPY + experts_s(1)  # no copy after the guess
+    assert r.substitutions == 3  # layer 1 of every step ran expert 2 instead of 1
+    assert r.substituted_weight == 3 * 0.75 / (3 * 2)
+
+
+def test_des_hits_equal_the_hit_rate_engine(mixtral):
+    hw = Hardware("test", GPU_, LINK)
+    spec = model_for_trace(mixtral.meta)
+    for policy in ("lru", "belady", "lfu", "fifo", "arc", "lecar", "gamma", "random", "static"):
+        for scope in ("per-layer", "global"):
+            capacity = 4 if scope == "per-layer" else 96
+            des = simulate_des(mixtral, spec, hw, policy, capacity, scope)
+            assert des.hits == simulate(mixtral, policy, capacity, scope).hits, (policy, scope)
+
+
+def test_policies_rank_by_tpot_as_by_misses_on_the_real_trace(mixtral):
+    """Acceptance: under on-demand loading, fewer misses is a shorter TPOT, on real routing."""
+    spec = model_for_trace(mixtral.meta)
+    from moesim.sim.hardware import get_hardware
+
+    for capacity in (3, 4, 6):
+        runs = [simulate_des(mixtral, spec, get_hardware("rtx4090"), p, capacity)
+                for p in ("belady", "lru", "lfu", "fifo", "arc", "lecar")]
+        by_misses = sorted(runs, key=lambda r: (r.accesses - r.hits, r.policy))
+        by_tpot = sorted(runs, key=lambda r: (r.tpot_s, r.policy))
+        assert [r.policy for r in by_misses] == [r.policy for r in by_tpot], capacity
+        assert by_tpot[0].policy == "belady"
+
+
+def test_prefetch_and_commit_move_tpot_the_expected_way_on_the_real_trace(mixtral):
+    from moesim.sim.hardware import get_hardware
+
+    spec, hw = model_for_trace(mixtral.meta), get_hardware("rtx4090")
+    base = simulate_des(mixtral, spec, hw, "lru", 4)
+    oracle = simulate_des(mixtral, spec, hw, "lru", 4, prefetch="oracle")
+    history = simulate_des(mixtral, spec, hw, "lru", 4, prefetch="history")
+    commit = simulate_des(mixtral, spec, hw, "lru", 4, prefetch="history", mode="commit")
+    assert oracle.tpot_s < base.tpot_s  # a perfect prefetch only helps
+    assert oracle.prefetch_precision == 1.0
+    # wrong guesses cost copies and slots under fallback; commit never fetches after a guess
+    assert history.tpot_s > oracle.tpot_s
+    assert commit.tpot_s < history.tpot_s and commit.tpot_s < base.tpot_s
+    assert commit.substitutions > 0 and 0 < commit.substituted_weight < 1
+    assert 0 < history.prefetch_precision < 1
+
+
+def test_batching_loads_the_union_once_and_decodes_in_lockstep():
+    trace = synth_trace(layers=2, experts=4, top_k=2, sequences=2, tokens=3, seed=3, model="toy")
+    one = simulate_des(trace, MODEL, HW, "lru", capacity=0)
+    two = simulate_des(trace, MODEL, HW, "lru", capacity=0, batch=2)
+    assert one.decode_steps == 6 and two.decode_steps == 3 and two.decode_tokens == 6
+    union = sum(len(set(trace.experts[s, layer]) | set(trace.experts[3 + s, layer]))
+                for s in range(3) for layer in range(2))
+    assert two.loads == union < one.loads
+    assert two.tokens_per_s > one.tokens_per_s
+
+
+def test_prefill_is_the_prompt_union_and_reported_as_ttft():
+    trace = synth_trace(layers=2, experts=4, top_k=2, sequences=1, tokens=3, seed=1, prompt_tokens=5, model="toy")
+    r = simulate_des(trace, MODEL, HW, "lru", capacity=4)
+    union = sum(len(set(trace.experts[:5, layer].ravel())) for layer in range(2))
+    assert r.prefill_loads == union and r.ttft_s > 0 and r.decode_steps == 3
+    prompt = simulate_des(trace, MODEL, HW, "lru", capacity=2, prefetch="prompt")
+    assert prompt.prefetch_precision is not None
+    with pytest.raises(MoesimError, match="prefill rows"):
+        simulate_des(random_trace(), MODEL, HW, "lru", 2, prefetch="prompt")
+
+
+def test_ssd_tier_reads_what_dram_does_not_hold():
+    trace = random_trace(rows=8)
+    hw = replace(HW, ssd=SSD("test-ssd", gbps=1.073741824 / 4, latency_us=US))
+    all_dram = simulate_des(trace, MODEL, hw, "lru", capacity=2)
+    no_dram = simulate_des(trace, MODEL, hw, "lru", capacity=2, dram_capacity=0)
+    big_dram = simulate_des(trace, MODEL, hw, "lru", capacity=2, dram_capacity=8)
+    assert all_dram.bytes_ssd == 0
+    assert no_dram.bytes_ssd == no_dram.loads * EXPERT_BYTES
+    assert big_dram.bytes_ssd == 8 * EXPERT_BYTES  # each expert read once, then served from DRAM
+    assert all_dram.tpot_s < big_dram.tpot_s < no_dram.tpot_s
+    with pytest.raises(MoesimError, match="SSD"):
+        simulate_des(trace, MODEL, HW, "lru", 2, dram_capacity=4)
+
+
+def test_mole_moves_lookup_rows_not_experts():
+    """MoLE Table 1: per token and layer MoE moves k experts (worst case), MoLE d·N values."""
+    moe, mole = get_model("moe-160m-10e"), get_model("mole-160m-4e")
+    trace = synth_trace(layers=moe.num_layers, experts=10, top_k=2, sequences=1, tokens=8, seed=0, model=moe.name)
+    hw = Hardware("test", GPU_, LINK)
+    r_moe = simulate_des(trace, moe, hw, "lru", capacity=0)
+    r_mole = simulate_des(trace, mole, hw, "lru", capacity=0)
+    per_token = r_moe.decode_tokens
+    assert r_moe.bytes_h2d / per_token == moe.num_layers * 2 * moe.d_model * moe.top_k * moe.d_expert * 2
+    assert r_mole.bytes_h2d / per_token == mole.num_layers * mole.d_model * mole.num_experts * 2
+    assert r_mole.tpot_s < r_moe.tpot_s and r_mole.hit_rate != r_mole.hit_rate  # no expert accesses: nan
+
+
+def test_usage_errors():
+    trace = random_trace()
+    with pytest.raises(MoesimError, match="below top_k"):
+        simulate_des(trace, MODEL, HW, "lru", 1)
+    with pytest.raises(MoesimError, match="spec column"):
+        simulate_des(trace, MODEL, HW, "lru", 2, prefetch="speculative")
+    with pytest.raises(MoesimError, match="commit needs"):
+        simulate_des(trace, MODEL, HW, "lru", 2, mode="commit")
+    with pytest.raises(MoesimError, match="layers"):
+        simulate_des(trace, replace(MODEL, num_layers=3), HW, "lru", 2)
