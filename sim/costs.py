@@ -13,6 +13,8 @@ Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache in
 - MoLE: no routed-expert compute; per row and layer T·d·N values cross the link (MoLE eq. 14).
 
 Kernel counts (launch overheads): attention 6, router 2, shared experts 3, the MoE kernel 2.
+A hardware file's ``[compute]`` section (measured for one model, ``moesim.sim.hardware.Compute``)
+replaces all of the compute side for that model; transfers stay link and SSD arithmetic.
 """
 
 from __future__ import annotations
@@ -41,13 +43,6 @@ class Costs:
     expert_bytes: float
     lut_bytes: np.ndarray    # MoLE bytes per row and layer (0 for MoE)
 
-    def experts_s(self, n: int, pairs: float) -> float:
-        """The fused MoE kernel over ``n`` distinct experts with ``pairs`` token-expert pairs (the
-        engine computes the same expression)."""
-        if n == 0:
-            return 0.0
-        return self.moe_launch_s + n * max(self.expert_mem_s, self.expert_flop_s * (pairs / n))
-
 
 def roofline(gpu, nbytes, flops):
     return np.maximum(nbytes / gpu.mem_bw, flops / gpu.flops)
@@ -72,6 +67,12 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
         shared_w = model.shared_experts * model.ffn_mats * d * model.d_shared
         pre = pre + roofline(gpu, shared_w * bpp, 2 * shared_w * tokens) + launch * KERNELS_SHARED
     eb = float(expert_bytes if expert_bytes is not None else model.expert_params * bpp)
+    expert_mem_s, expert_flop_s, moe_launch_s = eb / gpu.mem_bw, 2.0 * model.expert_params / gpu.flops, \
+        launch * KERNELS_MOE
+    measured = hw.compute
+    if measured is not None and measured.name == model.name:
+        pre = measured.layer_s + measured.layer_token_s * tokens + measured.layer_ctx_s * ctx
+        expert_mem_s, expert_flop_s, moe_launch_s = measured.expert_s, measured.expert_token_s, measured.moe_launch_s
     if model.kind == "mole":
         lut_bytes = tokens * d * model.num_experts * bpp
         lut_s = np.where(lut_bytes > 0, hw.link.latency_us * 1e-6 + lut_bytes / hw.link.bandwidth, 0.0)
@@ -79,7 +80,7 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
         lut_bytes = np.zeros_like(tokens)
         lut_s = np.zeros_like(tokens)
     return Costs(pre_s=np.ascontiguousarray(pre, np.float64), lut_s=np.ascontiguousarray(lut_s, np.float64),
-                 expert_mem_s=eb / gpu.mem_bw, expert_flop_s=2.0 * model.expert_params / gpu.flops,
-                 moe_launch_s=launch * KERNELS_MOE, copy_s=hw.link.transfer_s(eb),
+                 expert_mem_s=expert_mem_s, expert_flop_s=expert_flop_s, moe_launch_s=moe_launch_s,
+                 copy_s=hw.link.transfer_s(eb),
                  ssd_s=hw.ssd.read_s(eb) if hw.ssd is not None else float("nan"), expert_bytes=eb,
                  lut_bytes=np.ascontiguousarray(lut_bytes, np.float64))

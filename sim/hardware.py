@@ -18,6 +18,8 @@ TOML layout (every key optional except those a section needs to exist)::
     name = "PCIe 4 x16"; gbps = 32; efficiency = 0.8; latency_us = 10; engines = 1
     [ssd]
     name = "PCIe 4 NVMe"; gbps = 7.0; latency_us = 80
+    [compute]    # measured times for one model, replacing the roofline for it (see Compute)
+    name = "olmoe-1b-7b"; layer_s = 9e-5; expert_s = 1.2e-5; expert_token_s = 2e-8
 
 A section may instead name a preset: ``gpu = "rtx4090"``, ``link = "pcie4"``, ``ssd = "pcie5-nvme"``.
 """
@@ -78,12 +80,29 @@ class SSD:
 
 
 @dataclass(frozen=True)
+class Compute:
+    """Measured compute times for one model on this machine (what `moesim calibrate` fits); they
+    replace the roofline for that model. A layer's attention + router + shared experts take
+    ``layer_s + layer_token_s · T + layer_ctx_s · ctx``; the fused MoE kernel over n experts with A
+    token-expert pairs ``moe_launch_s + n · max(expert_s, expert_token_s · A / n)``."""
+
+    name: str                # the model preset these were measured for
+    layer_s: float
+    expert_s: float
+    layer_token_s: float = 0.0
+    layer_ctx_s: float = 0.0
+    expert_token_s: float = 0.0
+    moe_launch_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class Hardware:
     name: str
     gpu: GPU
     link: Link
     ssd: SSD | None = None
     source: str = field(default="", compare=False)
+    compute: Compute | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -150,10 +169,10 @@ def load_hardware(path: Path) -> Hardware:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise MoesimError(f"{path}: not valid TOML ({exc})") from None
     parts = {}
-    for key, cls, table in (("gpu", GPU, GPUS), ("link", Link, LINKS), ("ssd", SSD, SSDS)):
+    for key, cls, table in (("gpu", GPU, GPUS), ("link", Link, LINKS), ("ssd", SSD, SSDS), ("compute", Compute, {})):
         value = data.get(key)
         if value is None:
-            if key != "ssd":
+            if key in ("gpu", "link"):
                 raise MoesimError(f"{path}: missing [{key}] section")
             parts[key] = None
         elif isinstance(value, str):
@@ -162,7 +181,8 @@ def load_hardware(path: Path) -> Hardware:
             parts[key] = _section(path, key, cls, value)
         else:
             raise MoesimError(f"{path}: '{key}' must be a preset name or a table")
-    return Hardware(str(data.get("name", path.stem)), parts["gpu"], parts["link"], parts["ssd"], source=str(path))
+    return Hardware(str(data.get("name", path.stem)), parts["gpu"], parts["link"], parts["ssd"], source=str(path),
+                    compute=parts["compute"])
 
 
 def _section(path: Path, key: str, cls, values: dict):
@@ -187,7 +207,7 @@ def write_hardware(hw: Hardware, path: Path) -> None:
     from moesim.files import atomic_output
 
     lines = [f'name = "{hw.name}"']
-    for key in ("gpu", "link", "ssd"):
+    for key in ("gpu", "link", "ssd", "compute"):
         part = getattr(hw, key)
         if part is None:
             continue

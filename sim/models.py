@@ -99,23 +99,26 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in _PRESETS}
 
 
 def model_for_trace(meta: TraceMeta, name: str | None = None) -> ModelSpec:
-    """The model a trace is simulated on: the preset ``name`` (default: the trace's own model), or,
-    for a model without a preset, one built from the dimensions in the trace's metadata.
+    """The model a trace is simulated on: the preset ``name`` (default: the trace's own model, or the
+    preset a synthetic trace was made from), or, for a model without a preset, one built from the
+    dimensions in the trace's metadata.
 
     A MoE preset must have the trace's layers, experts and top-k; a MoLE preset its layers (a MoLE
     layer reads every lookup table, so the trace supplies only the steps).
     """
-    name = name or meta.model
-    if name and name.lower() in MODELS:
-        spec = MODELS[name.lower()]
+    # a synthetic trace of a preset (`moesim trace synth --model M`, or --like a trace of one) is that preset's
+    candidate = name or meta.model.removeprefix("synthetic-like-").removeprefix("synthetic-")
+    spec = MODELS.get(candidate.lower())
+    if spec is not None:
         want = (meta.num_layers,) if spec.kind == "mole" else (meta.num_layers, meta.num_experts, meta.top_k)
         have = (spec.num_layers,) if spec.kind == "mole" else (spec.num_layers, spec.num_experts, spec.top_k)
-        if want != have:
+        if want == have:
+            return spec
+        if name is not None:
             raise MoesimError(f"model {spec.name} has (layers, experts, top_k) = "
                               f"{(spec.num_layers, spec.num_experts, spec.top_k)}, the trace "
                               f"{(meta.num_layers, meta.num_experts, meta.top_k)}")
-        return spec
-    if name and name != meta.model:
+    elif name is not None:
         get_model(name)  # raises: unknown preset
     if not meta.d_model or not meta.d_expert:
         raise MoesimError(f"trace model '{meta.model or '?'}' has no preset and its metadata lacks d_model / "

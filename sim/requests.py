@@ -32,6 +32,7 @@ class Requests:
     src_ptr: np.ndarray       # int64 [R + 1]: trace rows behind request row r are
     src_rows: np.ndarray      # int64: src_rows[src_ptr[r]:src_ptr[r + 1]]
     batch: int
+    identity: bool = False    # the request rows are the trace's rows (batch 1, no prompt rows)
 
     @property
     def num_rows(self) -> int:
@@ -39,6 +40,8 @@ class Requests:
 
     def union(self, per_trace_row: np.ndarray, width: int) -> np.ndarray:
         """Per-trace-row expert sets (int16 [N, L, j], -1 padded) gathered like the requests."""
+        if self.identity and per_trace_row.shape[2] == width:
+            return np.ascontiguousarray(per_trace_row, np.int16)
         out = np.full((self.num_rows, per_trace_row.shape[1], width), -1, np.int16)
         gather(per_trace_row, np.zeros(per_trace_row.shape, np.float32), self.src_ptr, self.src_rows,
                out, np.zeros(out.shape, np.float32))
@@ -78,7 +81,8 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0) -> Requests:
     src_rows = np.concatenate(src).astype(np.int64) if src else np.zeros(0, np.int64)
     k, n_layers = trace.meta.top_k, trace.meta.num_layers
     width = max(batch * k, trace.meta.num_experts if (kind == PREFILL).any() else 0)
-    if width == k and np.array_equal(src_rows, np.arange(trace.num_rows)):
+    identity = width == k and np.array_equal(src_rows, np.arange(trace.num_rows))
+    if identity:
         # one sequence at a time, no prompt rows: the request rows are the trace's rows
         experts = np.ascontiguousarray(trace.experts, np.int16)
         weights = (np.zeros(experts.shape, np.float32) if trace.weights is None
@@ -91,7 +95,8 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0) -> Requests:
     tokens = np.diff(src_ptr).astype(np.float64)
     ctx = np.add.reduceat(steps[src_rows] + 1 + context, src_ptr[:-1]).astype(np.float64) if src_rows.size \
         else np.zeros(0)
-    return Requests(experts, weights, kind, tokens, ctx, np.array(group_offsets, np.int64), src_ptr, src_rows, batch)
+    return Requests(experts, weights, kind, tokens, ctx, np.array(group_offsets, np.int64), src_ptr, src_rows, batch,
+                    identity)
 
 
 @njit(cache=True)

@@ -230,3 +230,20 @@ def test_usage_errors():
         simulate_des(trace, MODEL, HW, "lru", 2, mode="commit")
     with pytest.raises(MoesimError, match="layers"):
         simulate_des(trace, replace(MODEL, num_layers=3), HW, "lru", 2)
+
+
+def test_a_measured_compute_table_replaces_the_roofline(tmp_path):
+    from moesim.sim.hardware import Compute, load_hardware, write_hardware
+
+    measured = Compute("toy", layer_s=2.0 ** -12, expert_s=2.0 ** -14, layer_ctx_s=2.0 ** -24,
+                       expert_token_s=2.0 ** -30, moe_launch_s=2.0 ** -18)
+    write_hardware(replace(HW, compute=measured), tmp_path / "hw.toml")
+    hw = load_hardware(tmp_path / "hw.toml")
+    assert hw.compute == measured
+    trace = random_trace()
+    r = simulate_des(trace, MODEL, hw, "lru", capacity=0)
+    for step in range(trace.num_rows):
+        layer = 2.0 ** -12 + 2.0 ** -24 * (step + 1)
+        assert r.step_times[step] == 2 * (layer + 2 * COPY + 2.0 ** -18 + 2 * 2.0 ** -14)
+    other = simulate_des(trace, replace(MODEL, name="other"), hw, "lru", capacity=0)  # measured for "toy" only
+    assert other.step_times.tolist() == simulate_des(trace, MODEL, HW, "lru", capacity=0).step_times.tolist()
