@@ -63,14 +63,17 @@ def des_loop(args, st):
         decode = kind[row] == 1
         if preload_at[row] >= 0:
             g = preload_at[row]
+            stamp += 1  # the whole preload is protected from itself
             for layer in range(n_layers):
-                part = layer if per_layer else 0
-                stamp += 1
                 for j in range(preload.shape[2]):
                     if preload[g, layer, j] >= 0:
                         mark[layer * num_experts + preload[g, layer, j]] = stamp
+            pinned = 0
+            for layer in range(n_layers):
+                part = layer if per_layer else 0
                 base = (row * n_layers + layer) * width
-                pinned = 0
+                if per_layer:
+                    pinned = 0
                 for j in range(preload.shape[2]):
                     e = preload[g, layer, j]
                     if e < 0 or no_cache:

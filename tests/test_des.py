@@ -169,6 +169,8 @@ def test_prefetch_and_commit_move_tpot_the_expected_way_on_the_real_trace(mixtra
     assert commit.tpot_s < history.tpot_s and commit.tpot_s < base.tpot_s
     assert commit.substitutions > 0 and 0 < commit.substituted_weight < 1
     assert 0 < history.prefetch_precision < 1
+    # Belady judges a prefetched expert by the access it was fetched for
+    assert simulate_des(mixtral, spec, hw, "belady", 4, prefetch="oracle").tpot_s < oracle.tpot_s
 
 
 def test_batching_loads_the_union_once_and_decodes_in_lockstep():
