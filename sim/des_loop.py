@@ -20,14 +20,14 @@ except a prefetched one, which waits in a staging buffer for the cell it was fet
 double buffering of Speculating Experts §5.1). MoLE rows copy each layer's lookup rows, all queued
 at the start of the row (the token id is all they need), and run no expert kernel.
 
-Counters (float64, see ``C_*``) and per-row times land in ``args``'s work arrays.
+Counters (float64, see ``C_*``) and per-row times land in ``args``'s work arrays. The names
+``reset``, ``on_step``, ``on_hit``, ``on_miss``, ``choose_victim``, ``on_evict`` and ``on_insert`` are
+the policy's hooks, bound by ``moesim.sim.engine.bind`` together with ``HELPERS``.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from moesim.policies.base import list_push_head, list_remove, list_tail, lists_clear  # noqa: F401 (bound into the loop)
+from moesim.policies.base import list_push_head, list_remove, list_tail
 
 # counters
 C_HITS, C_ACCESSES, C_LOADS, C_PREFILL_LOADS, C_PF_LOADS, C_PF_USED, C_SSD_READS, C_SUBS, C_SUBS_MASS, \

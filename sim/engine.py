@@ -21,7 +21,6 @@ A victim hook may return -1 to leave the missing object uncached (a bypass, used
 from __future__ import annotations
 
 import hashlib
-import sys
 import types
 from pathlib import Path
 

@@ -15,7 +15,7 @@ from moesim.sim.des import simulate_des
 from moesim.sim.hardware import GPU, SSD, Hardware, Link
 from moesim.sim.hitrate import simulate
 from moesim.sim.models import ModelSpec, get_model, model_for_trace
-from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
+from moesim.tracegen.schema import DECODE, TraceMeta
 from moesim.tracegen.synth import synth_trace
 from moesim.tracegen.trace import Trace
 
