@@ -26,11 +26,16 @@ A section may instead name a preset: ``gpu = "rtx4090"``, ``link = "pcie4"``, ``
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from moesim import MoesimError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)
