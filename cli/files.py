@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from moesim import MoesimError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
 
 
 @contextmanager
@@ -24,3 +32,14 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def read_toml(path: str | Path, what: str) -> dict:
+    """A TOML file's tables; a missing or malformed file is a one-line error naming it."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise MoesimError(f"{path}: no such {what}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise MoesimError(f"{path}: not valid TOML ({exc})") from None

@@ -26,16 +26,11 @@ A section may instead name a preset: ``gpu = "rtx4090"``, ``link = "pcie4"``, ``
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from moesim import MoesimError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10
-    import tomli as tomllib
+from moesim.files import atomic_output, read_toml
 
 
 @dataclass(frozen=True)
@@ -167,12 +162,7 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None) -> 
 
 def load_hardware(path: Path) -> Hardware:
     """A machine from a TOML file (layout in the module docstring); errors name the file."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise MoesimError(f"{path}: no such hardware file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise MoesimError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, "hardware file")
     parts = {}
     for key, cls, table in (("gpu", GPU, GPUS), ("link", Link, LINKS), ("ssd", SSD, SSDS), ("compute", Compute, {})):
         value = data.get(key)
@@ -209,8 +199,6 @@ def _section(path: Path, key: str, cls, values: dict):
 
 def write_hardware(hw: Hardware, path: Path) -> None:
     """Write ``hw`` as the TOML file ``load_hardware`` reads (atomically)."""
-    from moesim.files import atomic_output
-
     lines = [f'name = "{hw.name}"']
     for key in ("gpu", "link", "ssd", "compute"):
         part = getattr(hw, key)

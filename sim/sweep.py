@@ -1,0 +1,242 @@
+"""Sweeps: every configuration of a spec's axes over its traces, one Parquet row each, resumable.
+
+A spec is a TOML file::
+
+    traces = ["runs/*.parquet"]      # paths or globs, relative to the spec; "bundled": the shipped trace
+    kind = "hitrate"                 # or "des"; default hitrate
+    [axes]                           # the cartesian product of these
+    policy = ["lru", "belady", "gamma"]
+    capacity = [2, 4, 8]
+    [fixed]                          # the same for every row
+    scope = "per-layer"
+    [[exclude]]                      # rows matching every key of a rule are skipped
+    policy = "belady"
+    scope = "global"
+
+Each configuration is keyed by a hash of its kind and settings (``config_id``); a results file
+holds one row per configuration: the settings, the metrics of a hit-rate or discrete-event run,
+``error`` (the one-line reason a configuration failed, else null) and ``seconds``. Rows reach the
+file in atomic rewrites every few seconds, so a sweep killed half-way loses at most the last few
+and ``resume`` runs only the configurations the file lacks.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from moesim import MoesimError, first_line
+from moesim.files import atomic_output, read_toml
+
+KINDS = ("hitrate", "des")
+COMMON_KEYS = {"policy", "capacity", "scope", "reset", "gamma", "seed", "ml_model", "pin_trace"}
+KEYS = {"hitrate": COMMON_KEYS | {"semantics"},
+        "des": COMMON_KEYS | {"prefetch", "mode", "hardware", "link", "ssd", "dram_capacity", "model", "batch",
+                              "context", "dtype", "train_trace"}}
+PATH_KEYS = ("ml_model", "pin_trace", "train_trace", "hardware")
+FLUSH_SECONDS = 2.0
+
+
+@dataclass
+class SweepSpec:
+    path: Path
+    kind: str
+    traces: list[str]
+    axes: dict
+    fixed: dict = field(default_factory=dict)
+    exclude: list[dict] = field(default_factory=list)
+
+    def configs(self) -> list[dict]:
+        """Every configuration, trace-major (a worker keeps its trace loaded), minus the excluded."""
+        names = list(self.axes)
+        out = []
+        for trace in self.traces:
+            for values in itertools.product(*(self.axes[n] for n in names)):
+                config = {"trace": trace, **self.fixed, **dict(zip(names, values))}
+                if not any(all(config.get(k) == v for k, v in rule.items()) for rule in self.exclude):
+                    out.append(config)
+        return out
+
+
+def config_id(kind: str, config: dict) -> str:
+    return hashlib.sha1(json.dumps([kind, config], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and check a spec; every error names the file."""
+    path = Path(path)
+    data = read_toml(path, "sweep spec")
+    unknown = sorted(set(data) - {"traces", "kind", "axes", "fixed", "exclude"})
+    if unknown:
+        raise MoesimError(f"{path}: unknown top-level key(s) {', '.join(unknown)} (known: traces, kind, axes, fixed, "
+                          f"exclude)")
+    kind = data.get("kind", "hitrate")
+    if kind not in KINDS:
+        raise MoesimError(f"{path}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    axes, fixed, exclude = data.get("axes", {}), data.get("fixed", {}), data.get("exclude", [])
+    if not isinstance(axes, dict) or not isinstance(fixed, dict) or not isinstance(exclude, list):
+        raise MoesimError(f"{path}: [axes] and [fixed] must be tables, [[exclude]] a list of tables")
+    for name, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise MoesimError(f"{path}: axis '{name}' must be a non-empty list")
+    for name in list(axes) + list(fixed) + [k for rule in exclude for k in rule]:
+        if name not in KEYS[kind]:
+            raise MoesimError(f"{path}: '{name}' is not a setting of a {kind} run (known: {', '.join(sorted(KEYS[kind]))})")
+    both = sorted(set(axes) & set(fixed))
+    if both:
+        raise MoesimError(f"{path}: {', '.join(both)} given both as an axis and fixed")
+    fixed = {k: _resolve(path, k, v) for k, v in fixed.items()}
+    axes = {k: [_resolve(path, k, v) for v in vs] for k, vs in axes.items()}
+    return SweepSpec(path, kind, _traces(path, data.get("traces")), axes, fixed, exclude)
+
+
+def _resolve(spec: Path, key: str, value):
+    """Paths in a spec (model files, traces, hardware TOML) are relative to the spec's folder."""
+    if key in PATH_KEYS and isinstance(value, str) and (key != "hardware" or value.endswith(".toml")):
+        return value if Path(value).is_absolute() else str(spec.parent / value)
+    return value
+
+
+def _traces(path: Path, patterns) -> list[str]:
+    from moesim.tracegen.io import bundled_trace_path
+
+    if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+        raise MoesimError(f"{path}: 'traces' must be a non-empty list of paths or globs")
+    found = []
+    for pattern in patterns:
+        if pattern == "bundled":
+            found.append(str(bundled_trace_path()))
+            continue
+        full = pattern if Path(pattern).is_absolute() else str(path.parent / pattern)
+        matches = sorted(glob.glob(full))
+        if not matches:
+            raise MoesimError(f"{path}: trace pattern '{pattern}' matches no file")
+        found.extend(matches)
+    return list(dict.fromkeys(found))
+
+
+_TRACES: dict = {}
+
+
+def _trace(path: str):
+    """A worker's loaded traces (the last two), so configurations of one trace load it once."""
+    from moesim.tracegen.io import load_trace
+
+    if path not in _TRACES:
+        if len(_TRACES) >= 2:
+            _TRACES.pop(next(iter(_TRACES)))
+        _TRACES[path] = load_trace(path)
+    return _TRACES[path]
+
+
+def run_config(kind: str, config: dict) -> dict:
+    """One row: the configuration, its id, its metrics or its error, and the seconds it took."""
+    start = time.perf_counter()
+    row = {"config_id": config_id(kind, config), "kind": kind, **config}
+    try:
+        row.update(_metrics(kind, config))
+        row["error"] = None
+    except Exception as exc:  # a failing configuration is a row, not the end of the sweep
+        row["error"] = first_line(exc) if isinstance(exc, MoesimError) else f"{type(exc).__name__}: {first_line(exc)}"
+    row["seconds"] = time.perf_counter() - start
+    return row
+
+
+def _metrics(kind: str, config: dict) -> dict:
+    trace = _trace(config["trace"])
+    params = {k: config[k] for k in ("gamma", "seed", "ml_model") if k in config}
+    for key in ("pin_trace", "train_trace"):
+        if key in config:
+            params[key] = _trace(config[key])
+    settings = {k: config[k] for k in ("policy", "capacity", "scope", "reset") if k in config}
+    if kind == "hitrate":
+        from moesim.sim.hitrate import simulate
+
+        result = simulate(trace, semantics=config.get("semantics", "step"), **settings, **params).as_dict()
+        result.pop("seconds", None)
+        return {k: v for k, v in result.items() if k not in config}
+    from moesim.sim.des import simulate_des
+    from moesim.sim.hardware import get_hardware
+    from moesim.sim.models import model_for_trace
+
+    model = model_for_trace(trace.meta, config.get("model"))
+    hardware = get_hardware(config.get("hardware", "rtx4090"), config.get("link"), config.get("ssd"))
+    for key in ("prefetch", "mode", "batch", "dram_capacity", "context", "dtype"):
+        if key in config:
+            settings[key] = config[key]
+    result = simulate_des(trace, model, hardware, **settings, **params).as_dict()
+    result.pop("seconds", None)
+    return {k: v for k, v in result.items() if k not in config}
+
+
+@dataclass
+class SweepSummary:
+    total: int
+    skipped: int
+    ran: int
+    failed: int
+    seconds: float
+
+
+def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = False,
+              progress: Callable[[int, int], None] | None = None, flush_seconds: float = FLUSH_SECONDS) -> SweepSummary:
+    """Run every configuration ``out`` lacks (all of them unless ``resume``) on ``jobs`` workers,
+    rewriting ``out`` with the rows so far at most every ``flush_seconds``."""
+    out = Path(out)
+    if jobs < 1:
+        raise MoesimError(f"--jobs must be at least 1, got {jobs}")
+    done = pl.DataFrame()
+    if out.exists():
+        if not resume:
+            raise MoesimError(f"{out}: exists; pass --resume to continue that sweep, or remove it")
+        try:
+            done = pl.read_parquet(out)
+        except Exception as exc:
+            raise MoesimError(f"{out}: unreadable results file ({first_line(exc)})") from None
+    have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
+    configs = spec.configs()
+    todo = [c for c in configs if config_id(spec.kind, c) not in have]
+    start = time.perf_counter()
+    rows, failed, last = [], 0, time.monotonic()
+    for row in _execute(spec.kind, todo, jobs):
+        rows.append(row)
+        failed += row["error"] is not None
+        if progress is not None:
+            progress(len(rows), len(todo))
+        if time.monotonic() - last >= flush_seconds:
+            _write(done, rows, out)
+            last = time.monotonic()
+    if rows or not out.exists():
+        _write(done, rows, out)
+    return SweepSummary(len(configs), len(configs) - len(todo), len(rows), failed, time.perf_counter() - start)
+
+
+def _execute(kind: str, configs: list[dict], jobs: int) -> Iterator[dict]:
+    """Rows as configurations finish: in this process with one job, else on a pool of worker
+    processes, each keeping its compiled policies and its last traces between configurations."""
+    if jobs == 1 or len(configs) <= 1:
+        for config in configs:
+            yield run_config(kind, config)
+        return
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(run_config, kind, c) for c in configs]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def _write(done: pl.DataFrame, rows: list[dict], out: Path) -> None:
+    """All rows so far, old and new, written whole to a temporary file and renamed over ``out``."""
+    new = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+    frame = pl.concat([done, new], how="diagonal_relaxed") if done.height and new.height else (new if new.height else done)
+    with atomic_output(out) as tmp:
+        frame.write_parquet(tmp)

@@ -1,0 +1,97 @@
+"""`moesim sweep`: specs, the product of axes, errors as rows, parallel workers, kill and resume."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import polars as pl
+import pytest
+
+from moesim import MoesimError
+from moesim.sim.sweep import config_id, load_spec, run_sweep
+from moesim.tracegen.io import bundled_trace_path
+
+VOLATILE = ["seconds", "accesses_per_s"]
+
+SPEC = """
+traces = ["{trace}"]
+kind = "hitrate"
+[axes]
+policy = ["belady", "lru", "lfu", "fifo", "arc", "gamma"]
+capacity = [2, 3, 4, 5, 6]
+scope = ["per-layer", "global"]
+"""
+
+
+def stable(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.drop(VOLATILE, strict=False).sort("config_id")
+
+
+def test_product_exclude_and_errors_as_rows(tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'traces = ["bundled"]\n[axes]\npolicy = ["lru", "nope"]\ncapacity = [1, 4]\n'
+                    f'[fixed]\nscope = "per-layer"\n[[exclude]]\npolicy = "nope"\ncapacity = 1\n')
+    loaded = load_spec(spec)
+    assert [(c["policy"], c["capacity"]) for c in loaded.configs()] == [("lru", 1), ("lru", 4), ("nope", 4)]
+    summary = run_sweep(loaded, tmp_path / "r.parquet")
+    rows = {(r["policy"], r["capacity"]): r for r in pl.read_parquet(tmp_path / "r.parquet").to_dicts()}
+    assert summary.ran == 3 and summary.failed == 2
+    assert "below top_k" in rows[("lru", 1)]["error"] and "unknown policy" in rows[("nope", 4)]["error"]
+    assert rows[("lru", 4)]["error"] is None and rows[("lru", 4)]["hits"] == 9389  # golden table
+    assert rows[("lru", 4)]["config_id"] == config_id("hitrate", loaded.configs()[1])
+    with pytest.raises(MoesimError, match="exists"):
+        run_sweep(loaded, tmp_path / "r.parquet")
+    assert run_sweep(loaded, tmp_path / "r.parquet", resume=True).ran == 0
+
+
+@pytest.mark.parametrize("text, message", [
+    ("traces = []\n", "non-empty list"), ('traces = ["none*.parquet"]\n', "matches no file"),
+    ('traces = ["bundled"]\nkind = "x"\n', "kind must be"), ('traces = ["bundled"]\n[axes]\nspeed = [1]\n', "not a setting"),
+    ('traces = ["bundled"]\n[axes]\npolicy = []\n', "non-empty list"), ("traces = [", "not valid TOML"),
+    ('traces = ["bundled"]\n[axes]\nprefetch = ["oracle"]\n', "not a setting of a hitrate run"),
+])
+def test_bad_specs_name_the_file(tmp_path, text, message):
+    spec = tmp_path / "bad.toml"
+    spec.write_text(text)
+    with pytest.raises(MoesimError, match=message) as err:
+        load_spec(spec)
+    assert str(spec) in str(err.value)
+
+
+def test_des_sweep_with_hardware_axis_and_two_jobs(tmp_path):
+    spec = tmp_path / "d.toml"
+    spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\nhardware = ["rtx4090", "h100"]\n'
+                    'prefetch = ["none", "oracle"]\n[fixed]\npolicy = "lru"\ncapacity = 4\n')
+    run_sweep(load_spec(spec), tmp_path / "one.parquet", jobs=1)
+    run_sweep(load_spec(spec), tmp_path / "two.parquet", jobs=2)
+    one, two = pl.read_parquet(tmp_path / "one.parquet"), pl.read_parquet(tmp_path / "two.parquet")
+    assert stable(one).equals(stable(two))
+    by = {(r["hardware"], r["prefetch"]): r["tpot_s"] for r in one.to_dicts()}
+    assert by[("h100", "none")] < by[("rtx4090", "none")] and by[("rtx4090", "oracle")] < by[("rtx4090", "none")]
+
+
+def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path):
+    """Acceptance: 6 policies x 5 capacities x 2 scopes on the shipped trace, killed half-way, resumed."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(SPEC.format(trace=bundled_trace_path()))
+    full = tmp_path / "full.parquet"
+    run_sweep(load_spec(spec), full)
+    assert pl.read_parquet(full).height == 60
+
+    part = tmp_path / "part.parquet"
+    proc = subprocess.Popen([sys.executable, "-m", "moesim", "sweep", str(spec), "--out", str(part),
+                             "--flush-seconds", "0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not part.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    kept = pl.read_parquet(part).height
+    assert 0 < kept < 60, "the sweep was not interrupted half-way"
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temporary file left behind
+    summary = run_sweep(load_spec(spec), part, resume=True)
+    assert summary.skipped == kept and summary.ran == 60 - kept
+    assert stable(pl.read_parquet(part)).equals(stable(pl.read_parquet(full)))
