@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -29,12 +28,12 @@ def sweep(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from moesim.sim.sweep import load_spec, run_sweep
+    from moesim.sim.sweep import STOP, load_spec, run_sweep
 
     spec = load_spec(spec_path)
-    # `kill` (SIGTERM) unwinds like Ctrl-C: the results file keeps every row already flushed and no
-    # temporary file is left behind; --resume continues from there
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # `kill` (SIGTERM) ends the sweep after the configurations running now: their rows are written,
+    # nothing is left half-written, and --resume continues from there
+    signal.signal(signal.SIGTERM, lambda *_: STOP.set())
     with Progress(TextColumn(f"sweep ({spec.kind})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True) as bar:
         task = bar.add_task("sweep", total=None)

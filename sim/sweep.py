@@ -26,6 +26,7 @@ import glob
 import hashlib
 import itertools
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ KEYS = {"hitrate": COMMON_KEYS | {"semantics"},
                               "context", "dtype", "train_trace"}}
 PATH_KEYS = ("ml_model", "pin_trace", "train_trace", "hardware")
 FLUSH_SECONDS = 2.0
+STOP = threading.Event()  # set (by the command's SIGTERM handler) to end a sweep after the current rows
 
 
 @dataclass
@@ -205,17 +207,25 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     configs = spec.configs()
     todo = [c for c in configs if config_id(spec.kind, c) not in have]
     start = time.perf_counter()
+    STOP.clear()
     rows, failed, last = [], 0, time.monotonic()
-    for row in _execute(spec.kind, todo, jobs):
+    rows_iter = _execute(spec.kind, todo, jobs)
+    for row in rows_iter:
         rows.append(row)
         failed += row["error"] is not None
         if progress is not None:
             progress(len(rows), len(todo))
+        if STOP.is_set():
+            break
         if time.monotonic() - last >= flush_seconds:
             _write(done, rows, out)
             last = time.monotonic()
+    rows_iter.close()  # a stopped sweep cancels what the workers have not started
     if rows or not out.exists():
         _write(done, rows, out)
+    if STOP.is_set():
+        raise MoesimError(f"{out}: sweep stopped after {len(rows)} of {len(todo)} configuration(s); "
+                          f"run it again with --resume to finish")
     return SweepSummary(len(configs), len(configs) - len(todo), len(rows), failed, time.perf_counter() - start)
 
 
@@ -228,10 +238,13 @@ def _execute(kind: str, configs: list[dict], jobs: int) -> Iterator[dict]:
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
         futures = [pool.submit(run_config, kind, c) for c in configs]
         for future in as_completed(futures):
             yield future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _write(done: pl.DataFrame, rows: list[dict], out: Path) -> None:
