@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from moesim import MoesimError, __version__
-from moesim import sim_cmd, sweep_cmd, trace_cmd, train_cmd
+from moesim import plot_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd
 from moesim.console import console, emit_json, table
 from moesim.sim.models import MODELS
 
@@ -19,6 +19,7 @@ app.add_typer(trace_cmd.app, name="trace")
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(train_cmd.app, name="train")
 app.command()(sweep_cmd.sweep)
+app.command()(plot_cmd.plot)
 
 
 def _version(value: bool) -> None:

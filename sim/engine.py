@@ -74,7 +74,7 @@ def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
 def hitrate_loop(args, st):
     """Simulate, counting hits per layer into ``args``'s hits array (built by ``engine_args``)."""
     experts, seq_offsets, capacity, num_experts, per_layer, sequential, reset_each_seq, work = args
-    slot_of, obj_of, used, mark, hits = work
+    slot_of, obj_of, used, mark, evictions, n_evictions, hits = work
     n_rows, n_layers, k = experts.shape
     # marks stamp the members of R under step semantics; under sequential R is the one expert being
     # served, which is missing when a victim is chosen, so nothing is marked and no mark equals -1
@@ -125,25 +125,36 @@ def hitrate_loop(args, st):
                         victim = obj_of[slot]
                         slot_of[victim] = -1
                         on_evict(st, part, slot, victim, t)
+                        if n_evictions[0] < evictions.shape[0]:
+                            evictions[n_evictions[0], 0] = t
+                            evictions[n_evictions[0], 1] = victim
+                            n_evictions[0] += 1
                     obj_of[slot] = obj
                     slot_of[obj] = slot
                     on_insert(st, part, slot, obj, t)
 
 
 def engine_args(experts: np.ndarray, seq_offsets: np.ndarray, capacity: int, num_experts: int,
-                per_layer: bool, sequential: bool, reset_each_seq: bool) -> tuple:
+                per_layer: bool, sequential: bool, reset_each_seq: bool, log_evictions: int = 0) -> tuple:
     """The tuple the compiled loop unpacks, with the dtypes its signature expects.
 
     It carries the loop's working arrays too (slot of each object, object in each slot, slots used
-    per partition, request-set marks, hits per layer), so the loop allocates nothing.
+    per partition, request-set marks, the first ``log_evictions`` evictions as (t, object) and their
+    count, hits per layer), so the loop allocates nothing.
     """
     n_layers = experts.shape[1]
     n_objects, n_parts = n_layers * num_experts, n_layers if per_layer else 1
     work = (np.full(n_objects, -1, np.int64), np.full(n_parts * capacity, -1, np.int64),
-            np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros(n_layers, np.int64))
+            np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros((log_evictions, 2), np.int64),
+            np.zeros(1, np.int64), np.zeros(n_layers, np.int64))
     return (np.ascontiguousarray(experts, dtype=np.int16), np.ascontiguousarray(seq_offsets, dtype=np.int64),
             np.int64(capacity), np.int64(num_experts), bool(per_layer), bool(sequential), bool(reset_each_seq),
             work)
+
+
+def engine_evictions(args: tuple) -> np.ndarray:
+    """The evictions the run logged: int64 [n, 2] of (access position t, evicted object)."""
+    return args[-1][4][:args[-1][5][0]]
 
 
 def engine_hits(args: tuple) -> np.ndarray:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from moesim import MoesimError
 from moesim.policies import get_policy
 from moesim.policies.base import Context
-from moesim.sim.engine import bind, engine_args, engine_hits, hitrate_loop
+from moesim.sim.engine import bind, engine_args, engine_evictions, engine_hits, hitrate_loop
 from moesim.tracegen.trace import Trace
 
 SCOPES = ("per-layer", "global")
@@ -30,6 +30,7 @@ class HitRate:
     per_layer_hits: list
     per_layer_accesses: list
     seconds: float
+    evictions: np.ndarray | None = field(default=None, repr=False)  # (t, object) when asked for
 
     @property
     def misses(self) -> int:
@@ -48,7 +49,7 @@ class HitRate:
         return self.accesses / self.seconds if self.seconds > 0 else float("inf")
 
     def as_dict(self) -> dict:
-        out = {k: v for k, v in asdict(self).items() if k not in ("per_layer_hits", "per_layer_accesses")}
+        out = {k: v for k, v in asdict(self).items() if k not in ("per_layer_hits", "per_layer_accesses", "evictions")}
         out.update(misses=self.misses, hit_rate=self.hit_rate, per_layer_hit_rate=self.per_layer_hit_rate,
                    accesses_per_s=self.accesses_per_s)
         return out
@@ -67,10 +68,11 @@ def check_config(top_k: int, capacity: int, scope: str, semantics: str) -> None:
 
 
 def simulate(trace: Trace, policy: str, capacity: int, scope: str = "per-layer", semantics: str = "step",
-             reset: bool = False, **params) -> HitRate:
+             reset: bool = False, log_evictions: int = 0, **params) -> HitRate:
     """Run ``policy`` over ``trace`` and count hits per layer.
 
     ``params`` go to the policy (seed, gamma, ml_model, pin_trace; see each module's docstring).
+    ``log_evictions`` > 0 keeps the first that many evictions as (access position, object).
     """
     module = get_policy(policy)
     check_config(trace.meta.top_k, capacity, scope, semantics)
@@ -81,16 +83,17 @@ def simulate(trace: Trace, policy: str, capacity: int, scope: str = "per-layer",
                    ctx.sequential, reset, params)
     run = bind(module, hitrate_loop)
     run(_args(warm), module.make_state(warm))
-    args = _args(ctx)
+    args = _args(ctx, log_evictions)
     start = time.perf_counter()  # the policy's set-up counts: Belady's next uses, ml-ffn's predictions
     run(args, module.make_state(ctx))
     seconds = time.perf_counter() - start
     per_layer_accesses = [trace.num_rows * trace.meta.top_k] * trace.meta.num_layers
     hits = engine_hits(args)
     return HitRate(policy, capacity, scope, semantics, sum(per_layer_accesses), int(hits.sum()),
-                   [int(h) for h in hits], per_layer_accesses, seconds)
+                   [int(h) for h in hits], per_layer_accesses, seconds,
+                   engine_evictions(args).copy() if log_evictions else None)
 
 
-def _args(ctx: Context) -> tuple:
+def _args(ctx: Context, log_evictions: int = 0) -> tuple:
     return engine_args(ctx.experts, ctx.seq_offsets, ctx.capacity, ctx.num_experts, ctx.per_layer,
-                       ctx.sequential, ctx.reset_each_seq)
+                       ctx.sequential, ctx.reset_each_seq, log_evictions)

@@ -47,9 +47,23 @@ def plot_activations(trace: Trace, path: str | Path, seq_index: int = 0, max_lay
     fig.colorbar(image, ax=axes, shrink=0.6, label="gate weight" if trace.weights is not None else "rank (1 = top)")
     seq_id = int(trace.seq_ids[seq_index])
     fig.suptitle(f"{trace.meta.model}: expert activations of sequence {seq_id}, layers 0-{shown - 1}")
+    return save_figure(fig, path)
+
+
+FORMATS = ("png", "svg", "pdf")
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Write ``fig`` whole or not at all, in the format its suffix names, and close it."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower()
     try:
+        if fmt not in FORMATS:
+            from moesim import MoesimError
+
+            raise MoesimError(f"{path}: unknown figure format '{path.suffix}' (use {', '.join('.' + f for f in FORMATS)})")
         with atomic_output(path) as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
+            fig.savefig(tmp, dpi=110, format=fmt)
     finally:
         plt.close(fig)
-    return Path(path)
+    return path

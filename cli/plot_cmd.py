@@ -1,0 +1,55 @@
+"""`moesim plot`: figures from sweep results, or from a trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from moesim.console import console
+
+
+def plot(
+    source: Annotated[Path, typer.Argument(metavar="INPUT", help="Results file from 'moesim sweep' (Parquet), or a "
+                                                                 "trace for activation-heatmap / eviction-timeline.")],
+    kind: Annotated[str, typer.Option(help="hitrate-vs-capacity, tpot-vs-capacity, speedup-heatmap, "
+                                           "per-layer-hitrate (results); activation-heatmap, eviction-timeline "
+                                           "(trace).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Figure to write: .png, .svg or .pdf.")],
+    baseline: Annotated[str, typer.Option(help="speedup-heatmap: the policy others are compared with.")] = "lru",
+    capacity: Annotated[Optional[int], typer.Option(help="per-layer-hitrate: which capacity (default: the middle "
+                                                         "one); eviction-timeline: GPU slots per layer (default 4).")] = None,
+    layer: Annotated[int, typer.Option(help="eviction-timeline: the layer shown.")] = 0,
+    sequence: Annotated[int, typer.Option(help="Trace plots: which sequence (index, 0 = first).")] = 0,
+) -> None:
+    """Draw a figure from sweep results or from a trace.
+
+    Example: moesim plot fig6.parquet --kind hitrate-vs-capacity --out fig6.png
+    """
+    import polars as pl
+
+    from moesim import MoesimError, first_line
+    from moesim.sim.plot import KINDS, TRACE_KINDS, plot_eviction_timeline, plot_results
+    from moesim.tracegen.io import load_trace
+    from moesim.tracegen.plot import plot_activations
+
+    if kind not in KINDS:
+        raise MoesimError(f"unknown plot kind {kind!r}; choose from {', '.join(KINDS)}")
+    if kind in TRACE_KINDS:
+        trace = load_trace(source)
+        if not 0 <= sequence < trace.num_sequences:
+            raise MoesimError(f"{source}: sequence index {sequence} is out of range (it has {trace.num_sequences})")
+        if kind == "activation-heatmap":
+            path = plot_activations(trace, out, seq_index=sequence)
+        else:
+            path = plot_eviction_timeline(trace, out, capacity or 4, layer, sequence)
+    else:
+        try:
+            frame = pl.read_parquet(source)
+        except FileNotFoundError:
+            raise MoesimError(f"{source}: no such results file") from None
+        except Exception as exc:
+            raise MoesimError(f"{source}: unreadable results file ({first_line(exc)})") from None
+        path = plot_results(frame, kind, out, baseline, capacity, str(source))
+    console.print(f"wrote {path}")

@@ -1,0 +1,197 @@
+"""Figures of sweep results, and the eviction timeline (which runs the simulator on a trace).
+
+Every plot reads a results file written by ``moesim sweep`` (or any frame with its columns).
+Rows with an error are left out. Configurations that differ in a column the plot does not show
+(several traces, say) are averaged, and the title says over how many.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from moesim import MoesimError
+from moesim.tracegen.plot import plt, save_figure
+from moesim.tracegen.trace import Trace
+
+RESULT_KINDS = ("hitrate-vs-capacity", "tpot-vs-capacity", "speedup-heatmap", "per-layer-hitrate")
+TRACE_KINDS = ("activation-heatmap", "eviction-timeline")
+KINDS = RESULT_KINDS + TRACE_KINDS
+BOUND = "belady"
+
+
+def plot_results(frame: pl.DataFrame, kind: str, out: str | Path, baseline: str = "lru",
+                 capacity: int | None = None, source: str = "results") -> Path:
+    """Draw ``kind`` (one of ``RESULT_KINDS``) from sweep results into ``out``."""
+    if kind not in RESULT_KINDS:
+        raise MoesimError(f"unknown plot kind {kind!r} for a results file; choose from {', '.join(RESULT_KINDS)}")
+    if "error" in frame.columns:
+        frame = frame.filter(pl.col("error").is_null())
+    metric = "tpot_s" if kind == "tpot-vs-capacity" else None
+    need = {"policy", "capacity"} | ({metric} if metric else set())
+    need |= {"per_layer_hit_rate"} if kind == "per-layer-hitrate" else set()
+    need |= {"hit_rate"} if kind == "hitrate-vs-capacity" else set()
+    missing = sorted(need - set(frame.columns))
+    if missing or frame.height == 0:
+        what = f"lacks column(s) {', '.join(missing)}" if missing else "has no successful rows"
+        hint = " (a 'des' sweep writes tpot_s)" if "tpot_s" in missing else ""
+        raise MoesimError(f"{source}: {what}{hint}")
+    if kind == "hitrate-vs-capacity":
+        return _lines(frame, "hit_rate", "hit rate", "Hit rate against GPU cache size", out, source)
+    if kind == "tpot-vs-capacity":
+        frame = frame.with_columns((pl.col("tpot_s") * 1e3).alias("tpot_ms"))
+        return _lines(frame, "tpot_ms", "time per output token (ms)", "Time per output token against GPU cache size",
+                      out, source)
+    if kind == "speedup-heatmap":
+        return _heatmap(frame, baseline, out, source)
+    return _per_layer(frame, capacity, out, source)
+
+
+def _panels(frame: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+    """One panel per scope when the results hold several, else one."""
+    if "scope" in frame.columns and frame["scope"].n_unique() > 1:
+        return [(f"scope {s}", frame.filter(pl.col("scope") == s)) for s in sorted(frame["scope"].unique())]
+    return [("", frame)]
+
+
+def _averaged_note(frame: pl.DataFrame, keys: list[str]) -> str:
+    n = frame.group_by(keys).len()["len"].max()
+    return f" (mean of {n} configurations per point)" if n and n > 1 else ""
+
+
+def _style(policy: str) -> dict:
+    """The same colour for a policy in every figure; the Belady bound black and dashed."""
+    from moesim.policies import POLICIES
+
+    if policy == BOUND:
+        return {"color": "black", "linestyle": "--", "label": f"{policy} (optimal bound)"}
+    index = POLICIES.index(policy) if policy in POLICIES else len(POLICIES)
+    return {"color": f"C{index % 10}", "linestyle": "-", "label": policy}
+
+
+def _policy_order(frame: pl.DataFrame) -> list[str]:
+    policies = sorted(frame["policy"].unique().to_list())
+    return ([BOUND] if BOUND in policies else []) + [p for p in policies if p != BOUND]
+
+
+def _lines(frame, column, ylabel, title, out, source) -> Path:
+    panels = _panels(frame)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.6), squeeze=False, sharey=True,
+                             constrained_layout=True)
+    note = ""
+    for ax, (label, part) in zip(axes[0], panels):
+        note = note or _averaged_note(part, ["policy", "capacity"])
+        for policy in _policy_order(part):
+            points = (part.filter(pl.col("policy") == policy).group_by("capacity").agg(pl.col(column).mean())
+                      .sort("capacity"))
+            ax.plot(points["capacity"], points[column], marker="o", **_style(policy))
+        ax.set_xlabel("GPU cache capacity (experts" + (" per layer)" if "global" not in label else " in the pool)"))
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+        ax.set_xticks(sorted(part["capacity"].unique().to_list()))
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][-1].legend(title="policy", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"{title}{note}\n{Path(source).name}", fontsize="medium")
+    return save_figure(fig, out)
+
+
+def _heatmap(frame, baseline, out, source) -> Path:
+    des = "tpot_s" in frame.columns and frame["tpot_s"].is_not_null().any()
+    value = "tpot_s" if des else "misses"
+    if value not in frame.columns:
+        raise MoesimError(f"{source}: lacks column(s) tpot_s or misses")
+    if baseline not in frame["policy"].to_list():
+        raise MoesimError(f"{source}: baseline policy '{baseline}' is not in the results "
+                          f"({', '.join(sorted(frame['policy'].unique().to_list()))}); pass --baseline")
+    panels = _panels(frame)
+    fig, axes = plt.subplots(1, len(panels), figsize=(1.2 + 1.0 * frame["capacity"].n_unique() * len(panels) + 1.5,
+                                                      1.5 + 0.5 * frame["policy"].n_unique()),
+                             squeeze=False, constrained_layout=True)
+    for ax, (label, part) in zip(axes[0], panels):
+        mean = part.group_by(["policy", "capacity"]).agg(pl.col(value).mean())
+        policies, capacities = _policy_order(part), sorted(part["capacity"].unique().to_list())
+        grid = np.full((len(policies), len(capacities)), np.nan)
+        base = dict(mean.filter(pl.col("policy") == baseline).select("capacity", value).iter_rows())
+        for policy, cap, v in mean.iter_rows():
+            if base.get(cap) is not None and v:
+                grid[policies.index(policy), capacities.index(cap)] = base[cap] / v
+        limit = max(abs(np.log2(np.nanmax(grid))), abs(np.log2(np.nanmin(grid))), 0.05) if np.isfinite(grid).any() \
+            else 1.0
+        image = ax.imshow(np.log2(grid), cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
+        for (i, j), v in np.ndenumerate(grid):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.2f}×", ha="center", va="center", fontsize="small")
+        ax.set_xticks(range(len(capacities)), capacities)
+        ax.set_yticks(range(len(policies)), policies)
+        ax.set_xlabel("GPU cache capacity (experts)")
+        ax.set_title(label)
+    bar = fig.colorbar(image, ax=axes, shrink=0.8)
+    bar.set_label(f"log2 of the ratio to {baseline}")
+    what = "Speedup in time per token" if des else "Miss reduction (baseline misses / policy misses)"
+    fig.suptitle(f"{what} relative to {baseline}\n{Path(source).name}", fontsize="medium")
+    return save_figure(fig, out)
+
+
+def _per_layer(frame, capacity, out, source) -> Path:
+    capacities = sorted(frame["capacity"].unique().to_list())
+    if capacity is None:
+        capacity = capacities[len(capacities) // 2]
+    elif capacity not in capacities:
+        raise MoesimError(f"{source}: no rows at capacity {capacity} (have {', '.join(map(str, capacities))})")
+    part = frame.filter(pl.col("capacity") == capacity)
+    panels = _panels(part)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.4), squeeze=False, sharey=True,
+                             constrained_layout=True)
+    for ax, (label, rows) in zip(axes[0], panels):
+        for policy in _policy_order(rows):
+            lists = rows.filter(pl.col("policy") == policy)["per_layer_hit_rate"].to_list()
+            curve = np.mean(np.array(lists, dtype=float), axis=0)
+            ax.plot(range(curve.size), curve, marker=".", **_style(policy))
+        ax.set_xlabel("MoE layer")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("hit rate")
+    axes[0][-1].legend(title="policy", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"Hit rate per layer at capacity {capacity}\n{Path(source).name}", fontsize="medium")
+    return save_figure(fig, out)
+
+
+def plot_eviction_timeline(trace: Trace, out: str | Path, capacity: int = 4, layer: int = 0, seq_index: int = 0,
+                           policies: tuple[str, ...] = ("lru", BOUND)) -> Path:
+    """When each policy evicts each expert of one layer, over one sequence (FlashMoE Fig. 2).
+
+    Grey cells are the layer's routing; a marker is an eviction of that expert at that token.
+    """
+    from moesim.sim.hitrate import simulate
+
+    if not 0 <= layer < trace.meta.num_layers:
+        raise MoesimError(f"layer {layer} is out of range (the trace has {trace.meta.num_layers})")
+    if not 0 <= seq_index < trace.num_sequences:
+        raise MoesimError(f"sequence index {seq_index} is out of range (the trace has {trace.num_sequences})")
+    lo, hi = int(trace.seq_offsets[seq_index]), int(trace.seq_offsets[seq_index + 1])
+    one = Trace(trace.meta, trace.experts[lo:hi], trace.seq_ids[seq_index:seq_index + 1],
+            np.array([0, hi - lo], np.int64), trace.steps[lo:hi], trace.phase[lo:hi])
+    n_layers, k, num_experts = trace.meta.num_layers, trace.meta.top_k, trace.meta.num_experts
+    fig, axes = plt.subplots(len(policies), 1, figsize=(10, 1.2 + 1.6 * len(policies) * max(1, num_experts / 16)),
+                             sharex=True, squeeze=False, constrained_layout=True)
+    routed = np.zeros((num_experts, hi - lo))
+    for j in range(k):
+        routed[one.experts[:, layer, j], np.arange(hi - lo)] = 1.0
+    for ax, policy in zip(axes[:, 0], policies):
+        result = simulate(one, policy, capacity, log_evictions=one.accesses)
+        t, obj = result.evictions[:, 0], result.evictions[:, 1]
+        mine = obj // num_experts == layer
+        tokens, experts = t[mine] // (n_layers * k), obj[mine] % num_experts
+        ax.imshow(routed, aspect="auto", cmap="Greys", vmin=0, vmax=3, origin="lower", interpolation="nearest")
+        ax.scatter(tokens, experts, marker="x", s=18, color="tab:red", label="eviction")
+        ax.set_ylabel("expert")
+        ax.set_title(f"{policy}: {int(mine.sum())} evictions in layer {layer}, hit rate "
+                     f"{result.per_layer_hit_rate[layer]:.3f}", fontsize="medium", loc="left")
+        ax.set_yticks(range(0, num_experts, max(1, num_experts // 8)))
+    axes[-1, 0].set_xlabel("token (decode step)")
+    axes[0, 0].legend(loc="upper right", fontsize="small")
+    fig.suptitle(f"{trace.meta.model}: evictions with {capacity} GPU slots, layer {layer}, sequence "
+                 f"{int(trace.seq_ids[seq_index])} (grey: the expert was routed)", fontsize="medium")
+    return save_figure(fig, out)

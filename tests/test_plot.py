@@ -1,0 +1,66 @@
+"""`moesim plot`: every kind draws from sweep results or a trace; wrong inputs are one-line errors."""
+
+import polars as pl
+import pytest
+
+from moesim.sim.sweep import load_spec, run_sweep
+from moesim.tracegen.io import bundled_trace_path
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plots")
+    for kind, extra in (("hitrate", 'scope = ["per-layer", "global"]\n'), ("des", "")):
+        spec = folder / f"{kind}.toml"
+        capacities = "[2, 4, 6]" if kind == "hitrate" else "[4, 6]"
+        spec.write_text(f'traces = ["bundled"]\nkind = "{kind}"\n[axes]\npolicy = ["belady", "lru", "lfu"]\n'
+                        f"capacity = {capacities}\n{extra}")
+        run_sweep(load_spec(spec), folder / f"{kind}.parquet")
+    return folder
+
+
+@pytest.mark.parametrize("kind, source", [("hitrate-vs-capacity", "hitrate"), ("tpot-vs-capacity", "des"),
+                                          ("speedup-heatmap", "des"), ("speedup-heatmap", "hitrate"),
+                                          ("per-layer-hitrate", "hitrate")])
+def test_result_plots(cli, results, kind, source):
+    out = results / f"{kind}-{source}.png"
+    code, stdout, err = cli("plot", results / f"{source}.parquet", "--kind", kind, "--out", out)
+    assert code == 0, err
+    assert out.read_bytes()[:8] == PNG
+
+
+@pytest.mark.parametrize("kind", ["activation-heatmap", "eviction-timeline"])
+def test_trace_plots(cli, tmp_path, kind):
+    out = tmp_path / f"{kind}.svg"
+    code, _, err = cli("plot", bundled_trace_path(), "--kind", kind, "--out", out, "--sequence", "1")
+    assert code == 0, err
+    assert out.read_text().lstrip().startswith("<?xml")
+
+
+def test_eviction_log_matches_the_misses():
+    from moesim.sim.hitrate import simulate
+    from moesim.tracegen.io import load_trace
+
+    trace = load_trace(bundled_trace_path())
+    r = simulate(trace, "lru", 4, log_evictions=trace.accesses)
+    # every miss past the first four loads of a layer evicts one expert of that layer
+    assert len(r.evictions) == r.misses - 4 * trace.meta.num_layers
+    assert (r.evictions[:, 0] >= 0).all() and (r.evictions[:, 1] < 32 * 8).all()
+
+
+def test_plot_errors(cli, results, tmp_path):
+    for args, message in (
+        ([results / "hitrate.parquet", "--kind", "tpot-vs-capacity"], "lacks column(s) tpot_s"),
+        ([results / "hitrate.parquet", "--kind", "pie"], "unknown plot kind"),
+        ([results / "des.parquet", "--kind", "speedup-heatmap", "--baseline", "arc"], "baseline policy 'arc'"),
+        ([results / "hitrate.parquet", "--kind", "per-layer-hitrate", "--capacity", "5"], "no rows at capacity 5"),
+        ([tmp_path / "none.parquet", "--kind", "hitrate-vs-capacity"], "no such results file"),
+        ([bundled_trace_path(), "--kind", "eviction-timeline", "--layer", "40"], "out of range"),
+    ):
+        code, _, err = cli("plot", *args, "--out", tmp_path / "x.png")
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
+    code, _, err = cli("plot", results / "hitrate.parquet", "--kind", "hitrate-vs-capacity", "--out", tmp_path / "x.gif")
+    assert code == 1 and "unknown figure format" in err and not (tmp_path / "x.gif").exists()
+    assert pl.read_parquet(results / "hitrate.parquet").height == 18
