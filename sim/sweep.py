@@ -236,9 +236,11 @@ def _execute(kind: str, configs: list[dict], jobs: int) -> Iterator[dict]:
         for config in configs:
             yield run_config(kind, config)
         return
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    pool = ProcessPoolExecutor(max_workers=jobs)
+    # spawned, not forked: a fork copies polars' and numba's thread pools with their locks held
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
     try:
         futures = [pool.submit(run_config, kind, c) for c in configs]
         for future in as_completed(futures):

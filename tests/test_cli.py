@@ -2,6 +2,8 @@
 
 import json
 
+import polars as pl
+
 import pytest
 
 from moesim import __version__
@@ -79,8 +81,13 @@ def test_models_json(cli):
     assert (rows["qwen3-30b-a3b"]["layers"], rows["qwen3-30b-a3b"]["experts"], rows["qwen3-30b-a3b"]["top_k"]) == (48, 128, 8)
 
 
-def test_demo_writes_its_plot(cli, tmp_path):
+def test_demo_writes_its_table_and_plots(cli, tmp_path):
     code, out, _ = cli("demo", "--out", tmp_path / "demo")
-    png = tmp_path / "demo" / "expert_activations.png"
-    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "244" in out and "LRU" in out
+    assert code == 0
+    for name in ("expert_activations.png", "hitrate_vs_capacity.png", "tpot_vs_capacity.png"):
+        assert (tmp_path / "demo" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "244" in out and "TPOT ms" in out and "belady" in out
+    results = pl.read_parquet(tmp_path / "demo" / "demo-results.parquet")
+    assert results.height == 30 and results["error"].is_null().all()
+    lru4 = results.filter((pl.col("policy") == "lru") & (pl.col("capacity") == 4))
+    assert lru4["hits"][0] == 9389  # the golden hit-rate table's number (step semantics)
