@@ -20,6 +20,9 @@ def sweep(
                                                           "configurations.")] = False,
     flush_seconds: Annotated[float, typer.Option("--flush-seconds", help="Rewrite OUT with the rows so far at "
                                                  "most this often (a kill loses at most this much work).")] = 2.0,
+    executor: Annotated[str, typer.Option(help="local: worker processes here; ray: Ray tasks on the cluster "
+                                               "RAY_ADDRESS names, or a local Ray (pip install 'moesim[ray]').")]
+    = "local",
 ) -> None:
     """Run the cartesian product of a spec's axes over its traces.
 
@@ -37,7 +40,7 @@ def sweep(
     with Progress(TextColumn(f"sweep ({spec.kind})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True) as bar:
         task = bar.add_task("sweep", total=None)
-        summary = run_sweep(spec, out, jobs, resume, flush_seconds=flush_seconds,
+        summary = run_sweep(spec, out, jobs, resume, flush_seconds=flush_seconds, executor=executor,
                             progress=lambda done, total: bar.update(task, completed=done, total=total))
     console.print(f"wrote {out}: {summary.ran} configuration(s) run"
                   + (f", {summary.skipped} already there" if summary.skipped else "")

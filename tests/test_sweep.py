@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import polars as pl
 import pytest
@@ -100,3 +101,31 @@ def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, how):
     summary = run_sweep(load_spec(spec), part, resume=True)
     assert summary.skipped == kept and summary.ran == 60 - kept
     assert stable(pl.read_parquet(part)).equals(stable(pl.read_parquet(full)))
+
+
+def test_ray_executor_gives_the_local_result_and_resumes(tmp_path):
+    ray = pytest.importorskip("ray")
+    spec = tmp_path / "s.toml"
+    spec.write_text(SPEC.format(trace=bundled_trace_path()))
+    run_sweep(load_spec(spec), tmp_path / "local.parquet")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        whole = load_spec(spec)
+        part = replace(whole, axes={**whole.axes, "capacity": [2, 3]})  # the first 24, then resume the rest
+        first = run_sweep(part, tmp_path / "ray.parquet", jobs=2, executor="ray")
+        assert first.ran == 24
+        rest = run_sweep(load_spec(spec), tmp_path / "ray.parquet", jobs=2, resume=True, executor="ray")
+        assert rest.skipped == 24 and rest.ran == 36
+    finally:
+        ray.shutdown()
+    assert stable(pl.read_parquet(tmp_path / "ray.parquet")).equals(stable(pl.read_parquet(tmp_path / "local.parquet")))
+
+
+def test_unknown_executor_and_missing_ray(tmp_path, monkeypatch):
+    spec = tmp_path / "s.toml"
+    spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru"]\n')
+    with pytest.raises(MoesimError, match="unknown executor"):
+        run_sweep(load_spec(spec), tmp_path / "r.parquet", executor="dask")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    with pytest.raises(MoesimError, match=r"pip install 'moesim\[ray\]'"):
+        run_sweep(load_spec(spec), tmp_path / "r.parquet", executor="ray")
