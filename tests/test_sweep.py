@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -129,3 +130,16 @@ def test_unknown_executor_and_missing_ray(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     with pytest.raises(MoesimError, match=r"pip install 'moesim\[ray\]'"):
         run_sweep(load_spec(spec), tmp_path / "r.parquet", executor="ray")
+
+
+def test_the_flashmoe_fig6_example_runs_and_plots(cli, tmp_path):
+    example = Path(__file__).resolve().parents[1] / "examples" / "flashmoe_fig6.toml"
+    code, out, err = cli("sweep", example, "--out", tmp_path / "fig6.parquet", "--jobs", "2")
+    assert code == 0, err
+    rows = pl.read_parquet(tmp_path / "fig6.parquet")
+    assert rows.height == 42 and rows["error"].is_null().all()
+    best = rows.group_by("capacity").agg(pl.col("hit_rate").max(), pl.col("hit_rate").filter(
+        pl.col("policy") == "belady").first().alias("belady"))
+    assert (best["hit_rate"] == best["belady"]).all()  # Belady bounds every curve
+    code, _, err = cli("plot", tmp_path / "fig6.parquet", "--kind", "hitrate-vs-capacity", "--out", tmp_path / "f.png")
+    assert code == 0, err
