@@ -33,8 +33,8 @@ def stable(frame: pl.DataFrame) -> pl.DataFrame:
 
 def test_product_exclude_and_errors_as_rows(tmp_path):
     spec = tmp_path / "s.toml"
-    spec.write_text(f'traces = ["bundled"]\n[axes]\npolicy = ["lru", "nope"]\ncapacity = [1, 4]\n'
-                    f'[fixed]\nscope = "per-layer"\n[[exclude]]\npolicy = "nope"\ncapacity = 1\n')
+    spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru", "nope"]\ncapacity = [1, 4]\n'
+                    '[fixed]\nscope = "per-layer"\n[[exclude]]\npolicy = "nope"\ncapacity = 1\n')
     loaded = load_spec(spec)
     assert [(c["policy"], c["capacity"]) for c in loaded.configs()] == [("lru", 1), ("lru", 4), ("nope", 4)]
     summary = run_sweep(loaded, tmp_path / "r.parquet")
