@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from moesim import MoesimError, __version__
-from moesim import plot_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd
+from moesim import plot_cmd, replay_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd
 from moesim.console import console, emit_json, table
 from moesim.sim.models import MODELS
 
@@ -20,6 +20,9 @@ app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(train_cmd.app, name="train")
 app.command()(sweep_cmd.sweep)
 app.command()(plot_cmd.plot)
+app.command()(replay_cmd.calibrate)
+app.command()(replay_cmd.replay)
+app.command()(replay_cmd.validate)
 
 
 def _version(value: bool) -> None:

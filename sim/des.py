@@ -11,7 +11,7 @@ on-demand copy), the predictor's precision and recall, and CommitMoE's substitut
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 from numba import njit
@@ -71,18 +71,19 @@ class DesResult:
     per_layer_hit_rate: list
     seconds: float
     step_times: np.ndarray = field(repr=False)  # seconds of every decode step, in order
+    decisions: np.ndarray = field(repr=False)  # int64 [n, 5] (row, layer, event, object, slot), see des_loop
+    requests: object = field(repr=False, default=None)  # the request rows simulated (moesim.sim.requests)
 
     def as_dict(self) -> dict:
-        """Everything but the per-step times."""
-        out = asdict(self)
-        del out["step_times"]
-        return out
+        """Everything but the per-step times, the decision log and the request rows."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("step_times", "decisions", "requests")}
 
 
 def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lru", capacity: int = 4,
                  scope: str = "per-layer", prefetch: str = "none", mode: str = "fallback", batch: int = 1,
                  dram_capacity: int | None = None, context: int = 0, reset: bool = False,
-                 dtype: str | None = None, **params) -> DesResult:
+                 dtype: str | None = None, decisions: bool = False, **params) -> DesResult:
     """Simulate decoding ``trace`` on ``model`` and ``hardware``.
 
     ``capacity`` experts per layer (or in one pool with scope ``global``) stay on the GPU; 0 keeps
@@ -90,7 +91,8 @@ def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str
     cache of D experts (the hardware needs an SSD). ``context`` adds KV tokens to every sequence.
     ``dtype`` (bf16, fp8, int4) sets the expert size; default: the trace's own expert bytes when it
     records them for this model, else bf16. ``params`` go to the policy and the prefetcher
-    (seed, gamma, ml_model, pin_trace, train_trace).
+    (seed, gamma, ml_model, pin_trace, train_trace). ``decisions`` keeps the engine's log of hits,
+    loads and prefetches (``DesResult.decisions``, what ``moesim replay`` executes).
     """
     _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity)
     req = build_requests(trace, batch, context)
@@ -125,7 +127,9 @@ def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str
             np.zeros(n_objects, np.int64), np.full(n_objects, -1, np.int64),
             np.zeros(max(hardware.link.engines, 1)), np.zeros(3), make_lists(n_objects, 1, 1),
             np.zeros(n_objects, np.bool_), np.zeros(n_layers), np.zeros(L.N_COUNTERS), np.zeros((n_rows, 4)),
-            np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64))
+            np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64),
+            np.zeros((_log_size(req, pred, preload, preload_at) if decisions else 0, 5), np.int64),
+            np.zeros(1, np.int64))
     args = (req.experts, req.weights, pred, req.kind, group_start, preload_at, preload, cost.pre_s, cost.lut_s,
             req.tokens, times, np.int64(top_k), np.int64(capacity), np.int64(num_experts), per_layer, bool(reset),
             mode == "commit", model.kind == "mole", np.int64(-1 if dram_capacity is None else dram_capacity), work)
@@ -136,6 +140,12 @@ def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str
     seconds = time.perf_counter() - start
     return _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity, req,
                     pred, preload, preload_at, cost, work, seconds)
+
+
+def _log_size(req, pred, preload, preload_at) -> int:
+    """An upper bound on the decision log: every request, prediction and preload entry once."""
+    n = int((req.experts >= 0).sum()) + int((pred >= 0).sum())
+    return n + int((preload[preload_at[preload_at >= 0]] >= 0).sum())
 
 
 def _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity):
@@ -250,7 +260,7 @@ def _overlap(guess, truth, cells):
 
 def _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity, req, pred,
              preload, preload_at, cost, work, seconds) -> DesResult:
-    counters, rows, layer_hits, layer_accesses = work[-4:]
+    counters, rows, layer_hits, layer_accesses, log, n_log = work[-6:]
     decode = req.kind == DECODE
     step_times = rows[decode, L.R_TIME]
     n_steps = int(decode.sum())
@@ -286,4 +296,4 @@ def _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, ba
                             if mode == "commit" and n_steps else None),
         decode_steps=n_steps, decode_tokens=int(tokens),
         per_layer_hit_rate=[float(h / a) if a else float("nan") for h, a in zip(layer_hits, layer_accesses)],
-        seconds=seconds, step_times=step_times)
+        seconds=seconds, step_times=step_times, decisions=log[:n_log[0]].copy(), requests=req)

@@ -37,13 +37,16 @@ N_COUNTERS = 11
 R_TIME, R_COMPUTE, R_STALL, R_COPY = range(4)
 # scalar times
 T_EXPERT_MEM, T_EXPERT_FLOP, T_MOE_LAUNCH, T_COPY, T_SSD = range(5)
+# decision log events (row, layer, event, object, slot), in the order the engine made them: the
+# replay executes them. A slot of -1 is no slot (no-cache streaming, a staged prefetch, a bypass).
+EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD = range(4)
 
 
 def des_loop(args, st):
     (req, wts, pred, kind, group_start, preload_at, preload, pre_s, lut_s, tokens, times, top_k, capacity,
      num_experts, per_layer, reset_each_group, commit, mole, dram_capacity, work) = args
     (slot_of, obj_of, used, mark, ready, by_prefetch, staged, eng_free, queues, dram_lists, in_dram,
-     lut_ready, counters, rows_out, layer_hits, layer_accesses) = work
+     lut_ready, counters, rows_out, layer_hits, layer_accesses, log, n_log) = work
     n_rows, n_layers, width = req.shape
     n_pred = pred.shape[2]
     no_cache = capacity == 0
@@ -91,6 +94,7 @@ def des_loop(args, st):
                                                in_dram, counters)
                         by_prefetch[obj] = 1
                         counters[C_PF_LOADS] += 1
+                        _log(log, n_log, row, layer, EV_PRELOAD, obj, slot_of[obj])
         if mole:
             for layer in range(n_layers):
                 lut_ready[layer] = _queue(now, lut_s[row], eng_free, queues)
@@ -137,6 +141,7 @@ def des_loop(args, st):
                         counters[C_HITS] += 1
                         layer_hits[layer] += 1
                     on_hit(st, part, slot_of[obj], obj, base + j)
+                    _log(log, n_log, row, layer, EV_HIT, obj, slot_of[obj])
                     if by_prefetch[obj]:
                         counters[C_PF_USED] += 1
                         by_prefetch[obj] = 0
@@ -155,6 +160,7 @@ def des_loop(args, st):
                             counters[C_HITS] += 1
                             layer_hits[layer] += 1
                         weights_at = max(weights_at, ready[obj])
+                        _log(log, n_log, row, layer, EV_HIT, obj, -1)
                         continue
                 elif slot_of[obj] >= 0:
                     continue
@@ -170,6 +176,7 @@ def des_loop(args, st):
                 done = _transfer(obj, route, times, dram_capacity, eng_free, queues, dram_lists, in_dram, counters)
                 ready[obj] = done
                 counters[C_LOADS if decode else C_PREFILL_LOADS] += 1
+                _log(log, n_log, row, layer, EV_LOAD, obj, -1 if no_cache else slot_of[obj])
                 weights_at = max(weights_at, done)
             # prefetch for the next cell, queued behind this cell's loads
             nrow, nlayer = (row, layer + 1) if layer + 1 < n_layers else (row + 1, 0)
@@ -207,6 +214,7 @@ def des_loop(args, st):
                     ready[obj] = _transfer(obj, route, times, dram_capacity, eng_free, queues, dram_lists,
                                            in_dram, counters)
                     counters[C_PF_LOADS] += 1
+                    _log(log, n_log, row, layer, EV_PREFETCH, obj, -1 if no_cache else slot_of[obj])
             if n > 0:
                 pairs = tokens[row] * top_k
                 run = times[T_MOE_LAUNCH] + n * max(times[T_EXPERT_MEM], times[T_EXPERT_FLOP] * (pairs / n))
@@ -236,6 +244,18 @@ def _place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp, by_pr
     slot_of[obj] = slot
     on_insert(st, part, slot, obj, t)
     return slot
+
+
+def _log(log, n_log, row, layer, event, obj, slot):
+    """Append to the decision log when one was asked for (``log`` has rows)."""
+    i = n_log[0]
+    if i < log.shape[0]:
+        log[i, 0] = row
+        log[i, 1] = layer
+        log[i, 2] = event
+        log[i, 3] = obj
+        log[i, 4] = slot
+        n_log[0] = i + 1
 
 
 def _queue(at, duration, eng_free, queues):
@@ -274,4 +294,4 @@ def _transfer(obj, at, times, dram_capacity, eng_free, queues, dram_lists, in_dr
     return _queue(source_ready, times[T_COPY], eng_free, queues)
 
 
-HELPERS = (_place, _queue, _transfer)
+HELPERS = (_place, _log, _queue, _transfer)

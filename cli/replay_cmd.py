@@ -1,0 +1,144 @@
+"""`moesim calibrate`, `moesim replay`, `moesim validate`: the simulator against this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from moesim.console import console, emit_json, table
+
+Layers = Annotated[Optional[int], typer.Option(help="Keep only the first N MoE layers (recorded in the output).")]
+Scale = Annotated[float, typer.Option(help="Multiply the model's widths by S (0 < S <= 1; recorded).")]
+Backend = Annotated[str, typer.Option(help="cpu: experts in files on disk, RAM slots, torch on the CPU.")]
+
+
+def _inputs(trace_path: Path, model: Optional[str], layers, scale):
+    """The trace, its model, and the model as the replay will run it (cut and scaled)."""
+    from moesim.replay.run import shrink
+    from moesim.sim.models import model_for_trace
+    from moesim.tracegen.io import load_trace
+
+    trace = load_trace(trace_path)
+    spec = model_for_trace(trace.meta, model)
+    return trace, spec, shrink(trace, spec, layers, scale)[1]
+
+
+def _hardware(hardware: Optional[str], model, backend: str, workdir):
+    from moesim import MoesimError
+    from moesim.sim.hardware import get_hardware
+
+    if hardware is not None:
+        hw = get_hardware(hardware)
+        if hw.compute is None or hw.compute.name != model.name:
+            raise MoesimError(f"{hardware}: has no [compute] table for {model.name}; run 'moesim calibrate "
+                              f"--model ... ' with the same --layers/--scale, or leave --hardware out")
+        return hw
+    if backend != "cpu":
+        raise MoesimError(f"unknown backend {backend!r}; this build replays on: cpu")
+    from moesim.replay.calibrate import calibrate_cpu
+
+    with console.status("calibrating this machine (reads and compute)"):
+        return calibrate_cpu(model, workdir=workdir)
+
+
+def calibrate(
+    model: Annotated[str, typer.Option(help="Model preset whose dims are measured.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Hardware file to write (TOML).")],
+    backend: Backend = "cpu",
+    layers: Layers = None,
+    scale: Scale = 1.0,
+    repeats: Annotated[int, typer.Option(help="Measurements per quantity (the median is kept).")] = 15,
+    workdir: Annotated[Optional[Path], typer.Option(help="Folder for the scratch expert file.")] = None,
+) -> None:
+    """Measure reads and compute on this machine and write the hardware file the simulator takes.
+
+    Example: moesim calibrate --model olmoe-1b-7b --scale 0.5 --out hw.toml
+    """
+    from moesim import MoesimError
+    from moesim.replay.calibrate import calibrate_cpu
+    from moesim.replay.run import shrink
+    from moesim.sim.hardware import write_hardware
+    from moesim.sim.models import get_model
+    from moesim.tracegen.synth import synth_trace
+
+    if backend != "cpu":
+        raise MoesimError(f"unknown backend {backend!r}; this build calibrates: cpu")
+    spec = get_model(model)
+    _, spec = shrink(synth_trace(spec.num_layers, spec.num_experts, spec.top_k, 1, 1, seed=0), spec, layers, scale)
+    hw = calibrate_cpu(spec, repeats, workdir)
+    write_hardware(hw, out)
+    c = hw.compute
+    console.print(f"wrote {out}: reads {hw.link.latency_us:.0f} us + {hw.link.gbps:.2f} GB/s; expert FFN "
+                  f"{c.expert_s * 1e6:.0f} us (+{c.expert_token_s * 1e6:.1f} us/token); layer {c.layer_s * 1e6:.0f} us "
+                  f"({spec.name}: d={spec.d_model}, d_expert={spec.d_expert})")
+
+
+def replay(
+    trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (Parquet).")],
+    model: Annotated[Optional[str], typer.Option(help="Model preset (default: the trace's).")] = None,
+    policy: Annotated[str, typer.Option(help="Replacement policy.")] = "lru",
+    capacity: Annotated[int, typer.Option(help="Expert slots per layer (or in the pool with --scope global).")] = 4,
+    scope: Annotated[str, typer.Option(help="per-layer or global.")] = "per-layer",
+    prefetch: Annotated[str, typer.Option(help="Prefetcher, as in 'sim run'.")] = "none",
+    mode: Annotated[str, typer.Option(help="fallback or commit.")] = "fallback",
+    backend: Backend = "cpu",
+    layers: Layers = None,
+    scale: Scale = 1.0,
+    hardware: Annotated[Optional[str], typer.Option(help="Calibrated hardware file for the simulated side "
+                                                         "(default: calibrate now).")] = None,
+    workdir: Annotated[Optional[Path], typer.Option(help="Folder for the expert files (removed after).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Execute the simulator's decisions with real reads and compute; report measured TPOT.
+
+    Example: moesim replay t.parquet --model olmoe-1b-7b --layers 4 --scale 0.5 --policy lru --capacity 16
+    """
+    from moesim.replay.run import replay as run
+
+    trace, spec, small = _inputs(trace_path, model, layers, scale)
+    hw = _hardware(hardware, small, backend, workdir)
+    with console.status("replaying"):
+        r = run(trace, spec, hw, policy, capacity, scope, prefetch, mode, backend=backend, layers=layers, scale=scale,
+                workdir=workdir)
+    if as_json:
+        emit_json({"trace": str(trace_path), "model": small.name, "hardware": hw.name, **r.as_dict()})
+        return
+    table(f"{trace_path}: {small.name}, {r.layers} layers, {backend}; times per step in ms",
+          ["policy", "C", "TPOT", "p50", "p99", "read", "hit rate", "sim TPOT", "sim hit rate"],
+          [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p50_s * 1e3, r.tpot_p99_s * 1e3, r.read_s * 1e3,
+            r.hit_rate, r.sim_tpot_s * 1e3, r.sim_hit_rate]])
+
+
+def validate(
+    trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (Parquet).")],
+    model: Annotated[Optional[str], typer.Option(help="Model preset (default: the trace's).")] = None,
+    policies: Annotated[str, typer.Option(help="Comma-separated policies; speedups are over the first.")] = "lru,belady",
+    capacity: Annotated[str, typer.Option(help="Comma-separated capacities.")] = "4",
+    backend: Backend = "cpu",
+    layers: Layers = None,
+    scale: Scale = 1.0,
+    hardware: Annotated[Optional[str], typer.Option(help="Calibrated hardware file (default: calibrate now).")] = None,
+    workdir: Annotated[Optional[Path], typer.Option(help="Folder for the expert files (removed after).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """Simulate and replay each configuration; print simulated against measured TPOT and the error.
+
+    Example: moesim validate t.parquet --model olmoe-1b-7b --layers 4 --scale 0.5 --policies lru,belady --capacity 16,32
+    """
+    from moesim.replay.validate import validate as run
+    from moesim.sim_cmd import int_list
+
+    trace, spec, small = _inputs(trace_path, model, layers, scale)
+    hw = _hardware(hardware, small, backend, workdir)
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    with console.status("simulating and replaying"):
+        rows = run(trace, spec, hw, names, int_list(capacity, "--capacity"), backend, layers, scale, workdir)
+    if as_json:
+        emit_json({"trace": str(trace_path), "model": small.name, "hardware": hw.name, "rows": rows})
+        return
+    table(f"{trace_path}: {small.name}, {small.num_layers} layers, {backend} ({hw.name}); TPOT in ms",
+          ["policy", "C", "sim TPOT", "real TPOT", "error %", "sim speedup", "real speedup", "hit rate"],
+          [[r["policy"], r["capacity"], r["sim_tpot_s"] * 1e3, r["real_tpot_s"] * 1e3, r["error_pct"],
+            r["sim_speedup"], r["real_speedup"], r["hit_rate_real"]] for r in rows])

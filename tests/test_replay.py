@@ -1,0 +1,89 @@
+"""calibrate / replay / validate on the CPU backend: equal hit rates, an error band, clean interruption."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+TINY = ["--model", "olmoe-1b-7b", "--layers", "2", "--scale", "0.125"]
+
+
+@pytest.fixture(scope="module")
+def olmoe(tmp_path_factory):
+    from moesim.sim.models import get_model
+    from moesim.tracegen.io import write_trace
+    from moesim.tracegen.synth import synth_trace
+
+    m = get_model("olmoe-1b-7b")
+    path = tmp_path_factory.mktemp("replay") / "olmoe.parquet"
+    write_trace(synth_trace(m.num_layers, m.num_experts, m.top_k, 2, 8, seed=0, model=m.name, meta=m.trace_meta()),
+                path)
+    return path
+
+
+def test_validate_tiny_cpu(cli, olmoe, tmp_path):
+    code, out, err = cli("validate", olmoe, *TINY, "--policies", "lru,belady", "--capacity", "8,16",
+                         "--workdir", tmp_path, "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [(r["policy"], r["capacity"]) for r in rows] == [("lru", 8), ("belady", 8), ("lru", 16), ("belady", 16)]
+    for r in rows:
+        assert r["hit_rate_real"] == r["hit_rate_sim"]  # the same decisions, executed
+        assert r["layers"] == 2 and r["scale"] == 0.125
+        assert abs(r["error_pct"]) < 75, r  # a tiny model on a shared CI machine: a wide band
+    assert rows[0]["sim_speedup"] == rows[0]["real_speedup"] == 1.0
+    assert not list(tmp_path.iterdir())  # expert files removed
+
+
+def test_calibrate_writes_a_hardware_file_the_simulator_takes(cli, olmoe, tmp_path):
+    code, _, err = cli("calibrate", *TINY, "--out", tmp_path / "hw.toml", "--repeats", "5", "--workdir", tmp_path)
+    assert code == 0, err
+    from moesim.sim.hardware import load_hardware
+
+    hw = load_hardware(tmp_path / "hw.toml")
+    assert hw.compute.name == "olmoe-1b-7b@x0.125" and hw.compute.expert_s > 0 and hw.link.gbps > 0
+    code, out, err = cli("sim", "run", olmoe, "--model", "olmoe-1b-7b", "--hardware", tmp_path / "hw.toml",
+                         "--capacity", "16", "--json")
+    assert code == 0, err  # a full-size run on the scaled calibration falls back to the roofline: it still runs
+    code, out, err = cli("replay", olmoe, *TINY, "--capacity", "8", "--hardware", tmp_path / "hw.toml",
+                         "--workdir", tmp_path, "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["hit_rate"] == r["sim_hit_rate"] and r["decode_steps"] == 16 and r["tpot_s"] > 0
+
+
+def test_a_model_too_large_is_refused_with_advice(cli, tmp_path):
+    from moesim.sim.models import get_model
+    from moesim.tracegen.io import write_trace
+    from moesim.tracegen.synth import synth_trace
+
+    m = get_model("qwen3-235b-a22b")
+    path = tmp_path / "big.parquet"
+    write_trace(synth_trace(m.num_layers, m.num_experts, m.top_k, 1, 2, seed=0, model=m.name), path)
+    code, _, err = cli("replay", path, "--model", m.name, "--capacity", "8", "--hardware", "h100",
+                       "--workdir", tmp_path)
+    assert code == 1 and "--layers" in err and "--scale" in err and len(err.strip().splitlines()) == 1, err
+    assert [p.name for p in tmp_path.iterdir()] == ["big.parquet"]
+
+
+def test_killing_a_replay_leaves_no_files(olmoe, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "moesim", "replay", str(olmoe), "--model", "olmoe-1b-7b",
+                             "--layers", "4", "--scale", "0.25", "--capacity", "8", "--workdir", str(work)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not any(p.name.startswith("moesim-replay-") for p in work.iterdir()) and proc.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the replay ended before it could be killed"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert os.listdir(work) == []
