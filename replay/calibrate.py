@@ -2,10 +2,11 @@
 
 CPU backend, for one model's dims (cut and scaled as the replay will run them):
 
-- the slow tier: reads of a whole expert and of one 4 KiB page from a layer file, each followed by
-  dropping the pages, median of ``repeats``; the page read is the latency per read, the line from
-  it to the whole expert the bandwidth (the ``[link]`` the simulator's copies use), so one expert's
-  simulated copy takes exactly the measured median;
+- the slow tier: reads of whole experts (mean of 3 x ``repeats``) and of one 4 KiB page (median)
+  at random places in expert files laid out as the replay writes them, each followed by dropping
+  the pages; the page read is the latency per read, the line from it to the whole expert the
+  bandwidth (the ``[link]`` the simulator's copies use), so one expert's simulated copy takes the
+  measured mean;
 - the expert FFN on 1 and on 8 tokens (``expert_s``, and the per-token slope ``expert_token_s``);
 - one layer's attention projections and router on one token (``layer_s``).
 
@@ -30,13 +31,17 @@ from moesim.sim.models import ModelSpec
 PAGE = 4096
 
 
-def _median(fn, repeats: int) -> float:
+def _times(fn, repeats: int) -> np.ndarray:
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - start)
-    return float(np.median(samples))
+    return np.array(samples)
+
+
+def _median(fn, repeats: int) -> float:
+    return float(np.median(_times(fn, repeats)))
 
 
 def calibrate_cpu(model: ModelSpec, repeats: int = 15, workdir: str | Path | None = None, seed: int = 0) -> Hardware:
@@ -61,7 +66,7 @@ def calibrate_cpu(model: ModelSpec, repeats: int = 15, workdir: str | Path | Non
         buf = np.empty(files.expert_floats, np.float32)
         fds = [os.open(files.path(layer), os.O_RDONLY) for layer in range(layers)]
         n = layers * model.num_experts
-        order = np.random.default_rng(seed).permutation(np.tile(np.arange(n), 4 * repeats // n + 1))
+        order = np.random.default_rng(seed).permutation(np.tile(np.arange(n), 5 * repeats // n + 1))
         which = iter(order.tolist())
 
         def read(nbytes):
@@ -73,7 +78,8 @@ def calibrate_cpu(model: ModelSpec, repeats: int = 15, workdir: str | Path | Non
             return go
 
         try:
-            full, page = _median(read(size), repeats), _median(read(PAGE), repeats)
+            # the mean, not the median: a disk's slow reads are part of what a decode step waits for
+            full, page = float(_times(read(size), 3 * repeats).mean()), _median(read(PAGE), repeats)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -82,11 +88,15 @@ def calibrate_cpu(model: ModelSpec, repeats: int = 15, workdir: str | Path | Non
     latency = min(page, full)
     bandwidth = (size - PAGE) / max(full - latency, 1e-9)
     work = Work(model, seed)
-    weights = np.random.default_rng(seed).standard_normal(3 * model.d_model * model.d_expert, dtype=np.float32)
+    # distinct experts in turn, as the replay runs them: one expert's weights, computed again and
+    # again, would sit in the CPU's caches
+    rng = np.random.default_rng(seed)
+    weights = [rng.standard_normal(3 * model.d_model * model.d_expert, dtype=np.float32) for _ in range(8)]
+    turn = iter(range(10 ** 9))
     x1, x8 = work.tokens(1), work.tokens(8)
-    work.expert(x1, weights), work.layer(x1)  # warm up
-    expert_1 = _median(lambda: work.expert(x1, weights), repeats)
-    expert_8 = _median(lambda: work.expert(x8, weights), repeats)
+    work.expert(x1, weights[0]), work.layer(x1)  # warm up
+    expert_1 = _median(lambda: work.expert(x1, weights[next(turn) % 8]), repeats)
+    expert_8 = _median(lambda: work.expert(x8, weights[next(turn) % 8]), repeats)
     layer = _median(lambda: work.layer(x1), repeats)
     return Hardware(
         f"cpu-{os.uname().nodename}", GPU("cpu (roofline unused: see [compute])", 1.0, 1.0),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from moesim.tracegen.schema import DECODE
 from moesim.tracegen.trace import Trace
 
 BACKENDS = ("cpu",)
+GIL_SWITCH_S = 1e-4
 
 
 @dataclass
@@ -124,6 +126,10 @@ def replay(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lr
 
     tmp = Path(tempfile.mkdtemp(prefix="moesim-replay-", dir=folder))
     previous = signal.signal(signal.SIGTERM, _terminate)  # a kill unwinds, so the files are removed
+    # the reader needs the GIL back after each read: at Python's default 5 ms switch interval the compute
+    # thread's Python code would hold every read's completion up by milliseconds
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(GIL_SWITCH_S)
     try:
         files = ExpertFiles(tmp, model)
         files.write(seed)
@@ -137,6 +143,7 @@ def replay(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lr
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         signal.signal(signal.SIGTERM, previous)
+        sys.setswitchinterval(switch)
     hits, accesses, loads, prefetches = counts
     if (hits, accesses) != (sim.hits, sim.accesses):
         raise MoesimError(f"replay hits {hits}/{accesses} differ from the simulator's {sim.hits}/{sim.accesses}")
@@ -157,8 +164,12 @@ def _execute(sim: DesResult, files, reader, compute, n_slots: int, per_layer: bo
     req = sim.requests
     log = sim.decisions
     floats = files.expert_floats
+    # written once before the clock starts, so no read pays for faulting its buffer's pages in (the
+    # RAM counterpart of the pinned buffers a GPU replay copies into)
     slots = np.empty((max(n_slots, 1), floats), np.float32)
-    scratch = np.empty((req.experts.shape[2], floats), np.float32)  # bypassed loads of one step
+    slots.fill(0.0)
+    scratch = np.zeros((req.experts.shape[2], floats), np.float32)  # bypassed loads of one step
+    scratch.fill(0.0)
     held = np.full(max(n_slots, 1), -1, np.int64)
     pending: dict = {}  # object -> the read it waits for
     hits = accesses = loads = prefetches = 0
