@@ -25,6 +25,16 @@ def _inputs(trace_path: Path, model: Optional[str], layers, scale):
     return trace, spec, shrink(trace, spec, layers, scale)[1]
 
 
+def _check(small, capacity: int, per_layer: bool, workdir) -> None:
+    """Refuse a model too large for this machine before calibrating or writing anything."""
+    import tempfile
+
+    from moesim.replay.run import check_fits
+
+    check_fits(small, capacity * (small.num_layers if per_layer else 1),
+               Path(workdir) if workdir is not None else Path(tempfile.gettempdir()))
+
+
 def _hardware(hardware: Optional[str], model, backend: str, workdir):
     from moesim import MoesimError
     from moesim.sim.hardware import get_hardware
@@ -67,6 +77,7 @@ def calibrate(
         raise MoesimError(f"unknown backend {backend!r}; this build calibrates: cpu")
     spec = get_model(model)
     _, spec = shrink(synth_trace(spec.num_layers, spec.num_experts, spec.top_k, 1, 1, seed=0), spec, layers, scale)
+    _check(spec, spec.top_k, True, workdir)
     hw = calibrate_cpu(spec, repeats, workdir)
     write_hardware(hw, out)
     c = hw.compute
@@ -98,6 +109,7 @@ def replay(
     from moesim.replay.run import replay as run
 
     trace, spec, small = _inputs(trace_path, model, layers, scale)
+    _check(small, capacity, scope == "per-layer", workdir)
     hw = _hardware(hardware, small, backend, workdir)
     with console.status("replaying"):
         r = run(trace, spec, hw, policy, capacity, scope, prefetch, mode, backend=backend, layers=layers, scale=scale,
@@ -131,10 +143,12 @@ def validate(
     from moesim.sim_cmd import int_list
 
     trace, spec, small = _inputs(trace_path, model, layers, scale)
+    capacities = int_list(capacity, "--capacity")
+    _check(small, max(capacities), True, workdir)
     hw = _hardware(hardware, small, backend, workdir)
     names = [p.strip() for p in policies.split(",") if p.strip()]
     with console.status("simulating and replaying"):
-        rows = run(trace, spec, hw, names, int_list(capacity, "--capacity"), backend, layers, scale, workdir)
+        rows = run(trace, spec, hw, names, capacities, backend, layers, scale, workdir)
     if as_json:
         emit_json({"trace": str(trace_path), "model": small.name, "hardware": hw.name, "rows": rows})
         return

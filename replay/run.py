@@ -14,6 +14,7 @@ scaled by ``scale`` (both recorded in the result); the check happens before anyt
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import signal
 import sys
@@ -85,7 +86,7 @@ def shrink(trace: Trace, model: ModelSpec, layers: int | None, scale: float) -> 
     return cut, small
 
 
-def check_fits(model: ModelSpec, capacity: int, slots: int, folder: Path) -> None:
+def check_fits(model: ModelSpec, slots: int, folder: Path) -> None:
     """Refuse up front a model whose expert files or slot buffers would not fit."""
     expert = 4 * 3 * model.d_model * model.d_expert
     on_disk = expert * model.num_experts * model.num_layers
@@ -102,8 +103,6 @@ def check_fits(model: ModelSpec, capacity: int, slots: int, folder: Path) -> Non
 
 
 def _available_ram() -> int:
-    import os
-
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
@@ -117,11 +116,11 @@ def replay(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lr
     trace, model = shrink(trace, model, layers, scale)
     if capacity < trace.meta.top_k:
         raise MoesimError(f"replay keeps at least top_k = {trace.meta.top_k} slots per layer; got capacity {capacity}")
-    sim = simulate_des(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dtype="fp32",
-                       decisions=True, **params)
     n_slots = capacity * (model.num_layers if scope == "per-layer" else 1)
     folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
-    check_fits(model, capacity, n_slots, folder)
+    check_fits(model, n_slots, folder)
+    sim = simulate_des(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dtype="fp32",
+                       decisions=True, **params)
     from moesim.replay.cpu import Compute, ExpertFiles, Reader
 
     tmp = Path(tempfile.mkdtemp(prefix="moesim-replay-", dir=folder))

@@ -66,9 +66,11 @@ def test_a_model_too_large_is_refused_with_advice(cli, tmp_path):
     m = get_model("qwen3-235b-a22b")
     path = tmp_path / "big.parquet"
     write_trace(synth_trace(m.num_layers, m.num_experts, m.top_k, 1, 2, seed=0, model=m.name), path)
-    code, _, err = cli("replay", path, "--model", m.name, "--capacity", "8", "--hardware", "h100",
-                       "--workdir", tmp_path)
-    assert code == 1 and "--layers" in err and "--scale" in err and len(err.strip().splitlines()) == 1, err
+    for command in (["replay", path, "--model", m.name, "--capacity", "8"], ["calibrate", "--model", m.name,
+                                                                               "--out", tmp_path / "hw.toml"]):
+        code, _, err = cli(*command, "--workdir", tmp_path)
+        assert code == 1 and "GB" in err and "--layers N" in err and "--scale S" in err, err
+        assert len(err.strip().splitlines()) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["big.parquet"]
 
 
