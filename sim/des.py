@@ -23,7 +23,7 @@ from moesim.sim import des_loop as L
 from moesim.sim.costs import costs
 from moesim.sim.engine import bind
 from moesim.sim.hardware import Hardware
-from moesim.sim.hitrate import SCOPES
+from moesim.sim.hitrate import check_scope
 from moesim.sim.models import BYTES_PER_PARAM, ModelSpec
 from moesim.sim.requests import build_requests
 from moesim.tracegen.schema import DECODE, PREFILL
@@ -149,8 +149,7 @@ def _log_size(req, pred, preload, preload_at) -> int:
 
 
 def _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity):
-    if scope not in SCOPES:
-        raise MoesimError(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
+    check_scope(scope)
     if mode not in MODES:
         raise MoesimError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     if batch < 1:

@@ -28,6 +28,7 @@ the policy's hooks, bound by ``moesim.sim.engine.bind`` together with ``HELPERS`
 from __future__ import annotations
 
 from moesim.policies.base import list_push_head, list_remove, list_tail
+from moesim.sim.engine import empty
 
 # counters
 C_HITS, C_ACCESSES, C_LOADS, C_PREFILL_LOADS, C_PF_LOADS, C_PF_USED, C_SSD_READS, C_SUBS, C_SUBS_MASS, \
@@ -55,11 +56,7 @@ def des_loop(args, st):
     reset(st)
     for row in range(n_rows):
         if group_start[row] and reset_each_group and row > 0:
-            for slot in range(obj_of.shape[0]):
-                if obj_of[slot] >= 0:
-                    slot_of[obj_of[slot]] = -1
-                    obj_of[slot] = -1
-            used[:] = 0
+            empty(slot_of, obj_of, used)
             reset(st)
         begin = now
         copy_before = queues[1]

@@ -71,6 +71,16 @@ def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
     return _BOUND[key]
 
 
+@njit(cache=True, inline="always")
+def empty(slot_of, obj_of, used):
+    """Evict everything (a per-sequence reset): no object in any slot, no slot used."""
+    for slot in range(obj_of.shape[0]):
+        if obj_of[slot] >= 0:
+            slot_of[obj_of[slot]] = -1
+            obj_of[slot] = -1
+    used[:] = 0
+
+
 def hitrate_loop(args, st):
     """Simulate, counting hits per layer into ``args``'s hits array (built by ``engine_args``)."""
     experts, seq_offsets, capacity, num_experts, per_layer, sequential, reset_each_seq, work = args
@@ -82,11 +92,7 @@ def hitrate_loop(args, st):
     reset(st)
     for s in range(seq_offsets.shape[0] - 1):
         if reset_each_seq and s > 0:
-            for slot in range(obj_of.shape[0]):
-                if obj_of[slot] >= 0:
-                    slot_of[obj_of[slot]] = -1
-                    obj_of[slot] = -1
-            used[:] = 0
+            empty(slot_of, obj_of, used)
             reset(st)
         for row in range(seq_offsets[s], seq_offsets[s + 1]):
             for layer in range(n_layers):

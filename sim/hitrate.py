@@ -55,9 +55,13 @@ class HitRate:
         return out
 
 
-def check_config(top_k: int, capacity: int, scope: str, semantics: str) -> None:
+def check_scope(scope: str) -> None:
     if scope not in SCOPES:
         raise MoesimError(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
+
+
+def check_config(top_k: int, capacity: int, scope: str, semantics: str) -> None:
+    check_scope(scope)
     if semantics not in SEMANTICS:
         raise MoesimError(f"unknown semantics {semantics!r}; choose from {', '.join(SEMANTICS)}")
     if capacity < 1:

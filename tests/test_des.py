@@ -249,3 +249,10 @@ def test_a_measured_compute_table_replaces_the_roofline(tmp_path):
         assert r.step_times[step] == 2 * (layer + 2 * COPY + 2.0 ** -18 + 2 * 2.0 ** -14)
     other = simulate_des(trace, replace(MODEL, name="other"), hw, "lru", capacity=0)  # measured for "toy" only
     assert other.step_times.tolist() == simulate_des(trace, MODEL, HW, "lru", capacity=0).step_times.tolist()
+
+
+def test_a_reset_per_sequence_empties_the_cache_as_in_the_hit_rate_engine(mixtral):
+    spec = model_for_trace(mixtral.meta)
+    for policy in ("lru", "belady"):
+        des = simulate_des(mixtral, spec, HW, policy, 4, reset=True)
+        assert des.hits == simulate(mixtral, policy, 4, reset=True).hits < simulate(mixtral, policy, 4).hits + 64
