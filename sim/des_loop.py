@@ -28,7 +28,7 @@ the policy's hooks, bound by ``moesim.sim.engine.bind`` together with ``HELPERS`
 from __future__ import annotations
 
 from moesim.policies.base import list_push_head, list_remove, list_tail
-from moesim.sim.engine import empty
+from moesim.sim.engine import empty, place
 
 # counters
 C_HITS, C_ACCESSES, C_LOADS, C_PREFILL_LOADS, C_PF_LOADS, C_PF_USED, C_SSD_READS, C_SUBS, C_SUBS_MASS, \
@@ -224,22 +224,10 @@ def des_loop(args, st):
 
 
 def _place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp, by_prefetch):
-    """Give ``obj`` a slot of ``part``: a free one, else the policy's victim (-1: left uncached)."""
-    lo = part * capacity
-    if used[part] < capacity:
-        slot = lo + used[part]
-        used[part] += 1
-    else:
-        slot = choose_victim(st, part, lo, lo + capacity, obj_of, slot_of, mark, stamp, obj, t)
-        if slot < 0:
-            return -1
-        victim = obj_of[slot]
-        slot_of[victim] = -1
+    """``place``, and an evicted expert no longer counts as prefetched (-1: left uncached)."""
+    slot, victim = place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp)
+    if victim >= 0:
         by_prefetch[victim] = 0
-        on_evict(st, part, slot, victim, t)
-    obj_of[slot] = obj
-    slot_of[obj] = slot
-    on_insert(st, part, slot, obj, t)
     return slot
 
 
@@ -291,4 +279,4 @@ def _transfer(obj, at, times, dram_capacity, eng_free, queues, dram_lists, in_dr
     return _queue(source_ready, times[T_COPY], eng_free, queues)
 
 
-HELPERS = (_place, _log, _queue, _transfer)
+HELPERS = (place, _place, _log, _queue, _transfer)

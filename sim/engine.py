@@ -81,6 +81,30 @@ def empty(slot_of, obj_of, used):
     used[:] = 0
 
 
+def place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp):
+    """Give ``obj`` a slot of ``part``: a free one, else the policy's victim, which is evicted.
+
+    Returns (slot, evicted object); slot -1 leaves ``obj`` uncached, object -1 means none was evicted.
+    A helper of every loop (``bind(..., helpers=(place,))``): it calls the policy's hooks.
+    """
+    lo = part * capacity
+    victim = -1
+    if used[part] < capacity:
+        slot = lo + used[part]
+        used[part] += 1
+    else:
+        slot = choose_victim(st, part, lo, lo + capacity, obj_of, slot_of, mark, stamp, obj, t)
+        if slot < 0:
+            return -1, -1
+        victim = obj_of[slot]
+        slot_of[victim] = -1
+        on_evict(st, part, slot, victim, t)
+    obj_of[slot] = obj
+    slot_of[obj] = slot
+    on_insert(st, part, slot, obj, t)
+    return slot, victim
+
+
 def hitrate_loop(args, st):
     """Simulate, counting hits per layer into ``args``'s hits array (built by ``engine_args``)."""
     experts, seq_offsets, capacity, num_experts, per_layer, sequential, reset_each_seq, work = args
@@ -97,7 +121,6 @@ def hitrate_loop(args, st):
         for row in range(seq_offsets[s], seq_offsets[s + 1]):
             for layer in range(n_layers):
                 part = layer if per_layer else 0
-                lo = part * capacity
                 base = (row * n_layers + layer) * k
                 ranked = experts[row, layer]
                 on_step(st, part, layer, row, ranked, base)
@@ -121,23 +144,11 @@ def hitrate_loop(args, st):
                     elif slot_of[obj] >= 0:
                         continue
                     on_miss(st, part, obj, t)
-                    if used[part] < capacity:
-                        slot = lo + used[part]
-                        used[part] += 1
-                    else:
-                        slot = choose_victim(st, part, lo, lo + capacity, obj_of, slot_of, mark, stamp, obj, t)
-                        if slot < 0:
-                            continue
-                        victim = obj_of[slot]
-                        slot_of[victim] = -1
-                        on_evict(st, part, slot, victim, t)
-                        if n_evictions[0] < evictions.shape[0]:
-                            evictions[n_evictions[0], 0] = t
-                            evictions[n_evictions[0], 1] = victim
-                            n_evictions[0] += 1
-                    obj_of[slot] = obj
-                    slot_of[obj] = slot
-                    on_insert(st, part, slot, obj, t)
+                    slot, victim = place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp)
+                    if victim >= 0 and n_evictions[0] < evictions.shape[0]:
+                        evictions[n_evictions[0], 0] = t
+                        evictions[n_evictions[0], 1] = victim
+                        n_evictions[0] += 1
 
 
 def engine_args(experts: np.ndarray, seq_offsets: np.ndarray, capacity: int, num_experts: int,

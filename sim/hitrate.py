@@ -10,7 +10,7 @@ import numpy as np
 from moesim import MoesimError
 from moesim.policies import get_policy
 from moesim.policies.base import Context
-from moesim.sim.engine import bind, engine_args, engine_evictions, engine_hits, hitrate_loop
+from moesim.sim.engine import bind, engine_args, engine_evictions, engine_hits, hitrate_loop, place
 from moesim.tracegen.trace import Trace
 
 SCOPES = ("per-layer", "global")
@@ -85,7 +85,7 @@ def simulate(trace: Trace, policy: str, capacity: int, scope: str = "per-layer",
     # compile (or load the compiled code from cache) on a one-row slice so the timing is the engine's
     warm = Context(ctx.experts[:1], np.array([0, 1], np.int64), ctx.num_experts, capacity, ctx.per_layer,
                    ctx.sequential, reset, params)
-    run = bind(module, hitrate_loop)
+    run = bind(module, hitrate_loop, (place,))
     run(_args(warm), module.make_state(warm))
     args = _args(ctx, log_evictions)
     start = time.perf_counter()  # the policy's set-up counts: Belady's next uses, ml-ffn's predictions
