@@ -11,7 +11,8 @@ from moesim.console import console, emit_json, table
 
 Layers = Annotated[Optional[int], typer.Option(help="Keep only the first N MoE layers (recorded in the output).")]
 Scale = Annotated[float, typer.Option(help="Multiply the model's widths by S (0 < S <= 1; recorded).")]
-Backend = Annotated[str, typer.Option(help="cpu: experts in files on disk, RAM slots, torch on the CPU.")]
+Backend = Annotated[str, typer.Option(help="cpu: experts in files on disk, RAM slots, torch on the CPU; cuda: "
+                                            "experts in pinned host memory, GPU slots, a copy stream.")]
 
 
 def _inputs(trace_path: Path, model: Optional[str], layers, scale):
@@ -25,13 +26,13 @@ def _inputs(trace_path: Path, model: Optional[str], layers, scale):
     return trace, spec, shrink(trace, spec, layers, scale)[1]
 
 
-def _check(small, capacity: int, per_layer: bool, workdir) -> None:
+def _check(small, capacity: int, per_layer: bool, backend: str, workdir) -> None:
     """Refuse a model too large for this machine before calibrating or writing anything."""
     import tempfile
 
     from moesim.replay.run import check_fits
 
-    check_fits(small, capacity * (small.num_layers if per_layer else 1),
+    check_fits(small, capacity * (small.num_layers if per_layer else 1), backend,
                Path(workdir) if workdir is not None else Path(tempfile.gettempdir()))
 
 
@@ -45,12 +46,10 @@ def _hardware(hardware: Optional[str], model, backend: str, workdir):
             raise MoesimError(f"{hardware}: has no [compute] table for {model.name}; run 'moesim calibrate "
                               f"--model ... ' with the same --layers/--scale, or leave --hardware out")
         return hw
-    if backend != "cpu":
-        raise MoesimError(f"unknown backend {backend!r}; this build replays on: cpu")
-    from moesim.replay.calibrate import calibrate_cpu
+    from moesim.replay.calibrate import calibrate
 
-    with console.status("calibrating this machine (reads and compute)"):
-        return calibrate_cpu(model, workdir=workdir)
+    with console.status(f"calibrating this machine ({backend}: copies and compute)"):
+        return calibrate(model, backend, workdir=workdir).hardware
 
 
 def calibrate(
@@ -62,26 +61,24 @@ def calibrate(
     repeats: Annotated[int, typer.Option(help="Measurements per quantity (the median is kept).")] = 15,
     workdir: Annotated[Optional[Path], typer.Option(help="Folder for the scratch expert file.")] = None,
 ) -> None:
-    """Measure reads and compute on this machine and write the hardware file the simulator takes.
+    """Measure copies and compute on this machine and write the hardware file the simulator takes.
 
     Example: moesim calibrate --model olmoe-1b-7b --scale 0.5 --out hw.toml
     """
-    from moesim import MoesimError
-    from moesim.replay.calibrate import calibrate_cpu
+    from moesim.replay.calibrate import calibrate as measure
     from moesim.replay.run import shrink
     from moesim.sim.hardware import write_hardware
     from moesim.sim.models import get_model
     from moesim.tracegen.synth import synth_trace
 
-    if backend != "cpu":
-        raise MoesimError(f"unknown backend {backend!r}; this build calibrates: cpu")
     spec = get_model(model)
     _, spec = shrink(synth_trace(spec.num_layers, spec.num_experts, spec.top_k, 1, 1, seed=0), spec, layers, scale)
-    _check(spec, spec.top_k, True, workdir)
-    hw = calibrate_cpu(spec, repeats, workdir)
+    _check(spec, spec.top_k, True, backend, workdir)
+    result = measure(spec, backend, repeats, workdir)
+    hw, c = result.hardware, result.hardware.compute
     write_hardware(hw, out)
-    c = hw.compute
-    console.print(f"wrote {out}: reads {hw.link.latency_us:.0f} us + {hw.link.gbps:.2f} GB/s; expert FFN "
+    pageable = "" if result.pageable_gbps is None else f" (pageable: {result.pageable_gbps:.2f} GB/s)"
+    console.print(f"wrote {out}: {hw.link.name} {hw.link.latency_us:.0f} us + {hw.link.gbps:.2f} GB/s{pageable}; expert FFN "
                   f"{c.expert_s * 1e6:.0f} us (+{c.expert_token_s * 1e6:.1f} us/token); layer {c.layer_s * 1e6:.0f} us "
                   f"({spec.name}: d={spec.d_model}, d_expert={spec.d_expert})")
 
@@ -94,6 +91,7 @@ def replay(
     scope: Annotated[str, typer.Option(help="per-layer or global.")] = "per-layer",
     prefetch: Annotated[str, typer.Option(help="Prefetcher, as in 'sim run'.")] = "none",
     mode: Annotated[str, typer.Option(help="fallback or commit.")] = "fallback",
+    batch: Annotated[int, typer.Option(help="Sequences decoded in lockstep (each layer loads their union).")] = 1,
     backend: Backend = "cpu",
     layers: Layers = None,
     scale: Scale = 1.0,
@@ -109,17 +107,16 @@ def replay(
     from moesim.replay.run import replay as run
 
     trace, spec, small = _inputs(trace_path, model, layers, scale)
-    _check(small, capacity, scope == "per-layer", workdir)
+    _check(small, capacity, scope == "per-layer", backend, workdir)
     hw = _hardware(hardware, small, backend, workdir)
     with console.status("replaying"):
-        r = run(trace, spec, hw, policy, capacity, scope, prefetch, mode, backend=backend, layers=layers, scale=scale,
-                workdir=workdir)
+        r = run(trace, spec, hw, policy, capacity, scope, prefetch, mode, batch, backend, layers, scale, workdir)
     if as_json:
         emit_json({"trace": str(trace_path), "model": small.name, "hardware": hw.name, **r.as_dict()})
         return
     table(f"{trace_path}: {small.name}, {r.layers} layers, {backend}; times per step in ms",
-          ["policy", "C", "TPOT", "p50", "p99", "read", "hit rate", "sim TPOT", "sim hit rate"],
-          [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p50_s * 1e3, r.tpot_p99_s * 1e3, r.read_s * 1e3,
+          ["policy", "C", "TPOT", "p50", "p99", "copy", "hit rate", "sim TPOT", "sim hit rate"],
+          [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p50_s * 1e3, r.tpot_p99_s * 1e3, r.copy_s * 1e3,
             r.hit_rate, r.sim_tpot_s * 1e3, r.sim_hit_rate]])
 
 
@@ -144,7 +141,7 @@ def validate(
 
     trace, spec, small = _inputs(trace_path, model, layers, scale)
     capacities = int_list(capacity, "--capacity")
-    _check(small, max(capacities), True, workdir)
+    _check(small, max(capacities), True, backend, workdir)
     hw = _hardware(hardware, small, backend, workdir)
     names = [p.strip() for p in policies.split(",") if p.strip()]
     with console.status("simulating and replaying"):

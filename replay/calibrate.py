@@ -1,34 +1,48 @@
 """`moesim calibrate`: measure this machine and write the hardware file the simulator reads.
 
-CPU backend, for one model's dims (cut and scaled as the replay will run them):
+For one model's dims (cut and scaled as the replay will run them), on the replay's backend:
 
-- the slow tier: reads of whole experts (mean of 3 x ``repeats``) and of one 4 KiB page (median)
-  at random places in expert files laid out as the replay writes them, each followed by dropping
-  the pages; the page read is the latency per read, the line from it to the whole expert the
-  bandwidth (the ``[link]`` the simulator's copies use), so one expert's simulated copy takes the
-  measured mean;
+- the copy path, as ``[link]`` (latency + size / bandwidth):
+  - cpu: reads of whole experts (mean of 3 x ``repeats``) and of one 4 KiB page (median) at random
+    places in expert files laid out as the replay writes them, each followed by dropping the pages;
+    the page read is the latency, the line from it to the whole expert the bandwidth, so one
+    expert's simulated copy takes the measured mean;
+  - cuda: back-to-back host-to-device copies on a copy stream at five sizes up to one expert,
+    timed with events and fitted by least squares; from pinned memory, as the replay copies (the
+    pageable bandwidth is measured too and reported, ``Calibration.pageable_gbps``);
 - the expert FFN on 1 and on 8 tokens (``expert_s``, and the per-token slope ``expert_token_s``);
-- one layer's attention projections and router on one token (``layer_s``).
+- one layer's attention projections and router on one token, up to the router's choice being on
+  the host (``layer_s``).
 
-They are the very functions the replay runs (``moesim.replay.cpu``), so the simulator times what
-the replay executes. The ``[gpu]`` section is a placeholder: the ``[compute]`` table replaces the
-roofline for this model.
+They are the very functions the replay runs (``moesim.replay.compute`` and the backend), so the
+simulator times what the replay executes. The ``[gpu]`` section only names the device: the
+``[compute]`` table replaces the roofline for this model.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from moesim import MoesimError
+from moesim.replay.compute import Compute as Work
 from moesim.sim.hardware import GPU, Compute, Hardware, Link
 from moesim.sim.models import ModelSpec
 
 PAGE = 4096
+DISTINCT = 8  # experts computed in turn: one expert computed again and again would sit in the CPU's caches
+
+
+@dataclass(frozen=True)
+class Calibration:
+    hardware: Hardware
+    pageable_gbps: float | None = None  # cuda: host-to-device copies from pageable memory
 
 
 def _times(fn, repeats: int) -> np.ndarray:
@@ -44,14 +58,57 @@ def _median(fn, repeats: int) -> float:
     return float(np.median(_times(fn, repeats)))
 
 
-def calibrate_cpu(model: ModelSpec, repeats: int = 15, workdir: str | Path | None = None, seed: int = 0) -> Hardware:
-    """Measure reads and compute for ``model`` on this machine; a Hardware with a [compute] table."""
-    import os
-
-    from moesim.replay.cpu import Compute as Work, ExpertFiles
-
+def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir: str | Path | None = None,
+              seed: int = 0) -> Calibration:
+    """Measure copies and compute for ``model`` on ``backend``; a Hardware with a [compute] table."""
     if repeats < 3:
         raise MoesimError(f"--repeats must be at least 3, got {repeats}")
+    if backend == "cpu":
+        link, pageable = _disk_link(model, repeats, workdir, seed), None
+        device, memory_gb, name = "cpu", 0.0, f"cpu-{os.uname().nodename}"
+
+        def sync() -> None:
+            pass
+    elif backend == "cuda":
+        from moesim.replay.cuda import require_cuda
+
+        torch = require_cuda()
+        props = torch.cuda.get_device_properties(0)
+        link, pageable = _copy_link(model, repeats, seed, torch)
+        device, memory_gb, name = props.name, props.total_memory / 1e9, f"cuda-{props.name.replace(' ', '-')}"
+        sync = torch.cuda.synchronize
+    else:
+        raise MoesimError(f"unknown backend {backend!r} (choose from cpu, cuda)")
+    work = Work(model, seed, backend)
+    torch = work.torch
+    gen = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(work.expert_numel, generator=gen).to(work.device, work.dtype) for _ in range(DISTINCT)]
+
+    def per_call(fn) -> float:
+        """Median over ``repeats`` of DISTINCT calls in a row (then the device drained), per call."""
+        def calls():
+            for k in range(DISTINCT):
+                fn(k)
+            sync()
+        calls()  # warm up
+        return _median(calls, repeats) / DISTINCT
+
+    x1, x8 = work.tokens(1), work.tokens(8)
+    expert_1 = per_call(lambda k: work.expert(x1, weights[k]))
+    expert_8 = per_call(lambda k: work.expert(x8, weights[k]))
+    # each layer ends with the router's choice on the host: one synchronisation per layer on a GPU
+    layer = per_call(lambda k: (work.layer(x1), sync()))
+    compute = Compute(model.name, layer_s=layer, expert_s=expert_1,
+                      expert_token_s=max(expert_8 - expert_1, 0.0) / 7, moe_launch_s=0.0)
+    gpu = GPU(f"{device} (roofline unused: see [compute])", 1.0, 1.0, hbm_gb=memory_gb)
+    return Calibration(Hardware(name, gpu, link, source=f"moesim calibrate --backend {backend}", compute=compute),
+                       pageable)
+
+
+def _disk_link(model: ModelSpec, repeats: int, workdir, seed: int) -> Link:
+    """Reads of experts from files laid out as the CPU replay writes them, pages dropped after each."""
+    from moesim.replay.cpu import ExpertFiles
+
     folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
     expert_bytes = 12 * model.d_model * model.d_expert
     # the expert files the replay writes (all layers, up to 4 GB), read at random (layer, expert):
@@ -87,20 +144,37 @@ def calibrate_cpu(model: ModelSpec, repeats: int = 15, workdir: str | Path | Non
         shutil.rmtree(tmp, ignore_errors=True)
     latency = min(page, full)
     bandwidth = (size - PAGE) / max(full - latency, 1e-9)
-    work = Work(model, seed)
-    # distinct experts in turn, as the replay runs them: one expert's weights, computed again and
-    # again, would sit in the CPU's caches
-    rng = np.random.default_rng(seed)
-    weights = [rng.standard_normal(3 * model.d_model * model.d_expert, dtype=np.float32) for _ in range(8)]
-    turn = iter(range(10 ** 9))
-    x1, x8 = work.tokens(1), work.tokens(8)
-    work.expert(x1, weights[0]), work.layer(x1)  # warm up
-    expert_1 = _median(lambda: work.expert(x1, weights[next(turn) % 8]), repeats)
-    expert_8 = _median(lambda: work.expert(x8, weights[next(turn) % 8]), repeats)
-    layer = _median(lambda: work.layer(x1), repeats)
-    return Hardware(
-        f"cpu-{os.uname().nodename}", GPU("cpu (roofline unused: see [compute])", 1.0, 1.0),
-        Link("disk reads", gbps=bandwidth / 1e9, efficiency=1.0, latency_us=latency * 1e6, engines=1),
-        source="moesim calibrate --backend cpu",
-        compute=Compute(model.name, layer_s=layer, expert_s=expert_1, expert_token_s=max(expert_8 - expert_1, 0.0) / 7,
-                        moe_launch_s=0.0))
+    return Link("disk reads", gbps=bandwidth / 1e9, efficiency=1.0, latency_us=latency * 1e6, engines=1)
+
+
+def _copy_link(model: ModelSpec, repeats: int, seed: int, torch) -> tuple[Link, float]:
+    """Host-to-device copies on a copy stream: the pinned line fitted over sizes, and pageable GB/s."""
+    numel = 3 * model.d_model * model.d_expert
+    gen = torch.Generator().manual_seed(seed)
+    pinned = torch.randn((DISTINCT, numel), generator=gen).to(torch.bfloat16).pin_memory()
+    pageable = torch.empty((DISTINCT, numel), dtype=torch.bfloat16)
+    pageable.copy_(pinned)
+    dst = torch.empty(numel, dtype=torch.bfloat16, device="cuda")
+    stream = torch.cuda.Stream()
+
+    def per_copy(src, n: int) -> float:
+        """Seconds per copy of n elements, DISTINCT copies back to back on the copy stream (mean of repeats)."""
+        samples = []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(stream):
+                start.record(stream)
+                for k in range(DISTINCT):
+                    dst[:n].copy_(src[k, :n], non_blocking=True)
+                end.record(stream)
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3 / DISTINCT)
+        return float(np.mean(samples[1:]))
+
+    sizes = np.array([PAGE // 2, numel // 8, numel // 4, numel // 2, numel])
+    seconds = np.array([per_copy(pinned, int(n)) for n in sizes])
+    slope, intercept = np.polyfit(2.0 * sizes, seconds, 1)
+    pageable_gbps = 2.0 * numel / per_copy(pageable, numel) / 1e9
+    link = Link(f"pinned host-to-device copies ({torch.cuda.get_device_name()})", gbps=1.0 / slope / 1e9,
+                efficiency=1.0, latency_us=max(intercept, 0.0) * 1e6, engines=1)
+    return link, pageable_gbps

@@ -1,19 +1,20 @@
-"""The CPU backend: experts in files on disk, read into RAM slots by a reader thread, computed with torch.
+"""The CPU backend: experts in files on disk, read into RAM buffers by a reader thread, computed with torch.
 
 This is the machine the simulator is checked against on any computer. The slow tier is the disk:
 one file per layer holds that layer's experts (float32, random values with the model's shapes);
 after every read the pages are dropped from the page cache (``posix_fadvise(DONTNEED)``) so the
 next read of the same expert goes to the disk again, as an expert fetched from the slow tier does.
-The fast tier is RAM: C slot buffers per layer (or C in one pool). One reader thread is the copy
-stream (FIFO, like the simulator's copy engine); the main thread is the compute stream: per layer
-the attention projections and the router on the step's tokens, then every executed expert's
-SwiGLU FFN once its weights are in its slot.
+The fast tier is RAM buffers (the slots, and scratch). One reader thread is the copy stream (FIFO,
+like the simulator's copy engine); the main thread is the compute stream (``moesim.replay.compute``).
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import shutil
+import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -22,16 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from moesim import MoesimError
+from moesim.replay.compute import require_torch
 from moesim.sim.models import ModelSpec
 
-
-def require_torch():
-    try:
-        import torch
-    except ImportError:
-        raise MoesimError("replay computes with torch: pip install 'moesim[torch]'") from None
-    torch.set_num_threads(1)  # the compute stream is one thread; the reader is the other
-    return torch
+# the reader needs the GIL back after each read: at Python's default 5 ms switch interval the compute
+# thread's Python code would hold every read's completion up by milliseconds
+GIL_SWITCH_S = 1e-4
 
 
 @dataclass
@@ -121,31 +118,80 @@ class Reader:
             os.close(fd)
 
 
-class Compute:
-    """The compute stream's work for one layer: attention projections and router (resident weights),
-    and the SwiGLU FFN of an expert whose weights sit in a slot buffer."""
+def check_fits(model: ModelSpec, n_buffers: int, folder: Path) -> str | None:
+    """Why the expert files or the RAM buffers would not fit on this machine (None: they fit)."""
+    expert = 4 * 3 * model.d_model * model.d_expert
+    on_disk = expert * model.num_experts * model.num_layers
+    in_ram = expert * (n_buffers + model.num_experts)
+    free_disk = shutil.disk_usage(folder).free
+    free_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    if on_disk > 0.8 * free_disk:
+        return f"its experts take {on_disk / 1e9:.1f} GB on disk, {folder} has {free_disk / 1e9:.1f} GB free"
+    if in_ram > 0.5 * free_ram:
+        return f"{n_buffers} buffers need {in_ram / 1e9:.1f} GB of RAM, {free_ram / 1e9:.1f} GB is available"
+    return None
 
-    def __init__(self, model: ModelSpec, seed: int = 0):
-        self.torch = torch = require_torch()
-        d, q, kv = model.d_model, model.q_dim or model.d_model, model.kv_dim or model.d_model
-        gen = torch.Generator().manual_seed(seed)
-        shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, model.num_experts)]
-        self.dense = [torch.randn(s, generator=gen) / s[0] ** 0.5 for s in shapes]
-        self.d, self.de = d, model.d_expert
 
-    def layer(self, x):
-        """Attention projections (q, k, v, o) and the router on x [T, d]; returns the new x."""
-        wq, wk, wv, wo, router = self.dense
-        q = x @ wq
-        (x @ wk), (x @ wv), (x @ router)
-        return x + q @ wo * 0.01
+class CpuBackend:
+    """Experts in files under a temporary folder in ``folder``, ``n_buffers`` RAM buffers, the reader
+    thread as the copy stream, torch on the CPU as the compute stream. The interface the replay
+    drives (``moesim.replay.run``), the same on every backend:
 
-    def expert(self, x, weights: np.ndarray):
-        """SwiGLU: (silu(x W1) * x W3) W2 with the expert's flat float32 weights."""
-        torch, d, de = self.torch, self.d, self.de
-        w = torch.from_numpy(weights)
-        w1, w3, w2 = w[:d * de].view(d, de), w[d * de:2 * d * de].view(d, de), w[2 * d * de:].view(de, d)
-        return (torch.nn.functional.silu(x @ w1) * (x @ w3)) @ w2
+    - ``load(obj, buf)``: queue the copy of expert ``obj`` (layer * E + expert) into buffer ``buf``;
+      returns a handle for ``ready``;
+    - ``ready(handle)``: the compute stream waits for that copy;
+    - ``weights(buf)``: the buffer as a flat tensor for ``Compute.expert``;
+    - ``release(buf)``: the compute queued so far is all that reads ``buf``; a later copy into it
+      waits for that (nothing to do here: the compute stream runs synchronously);
+    - ``routed()``: returns once the router's choice is known on the host (here: at once);
+    - ``finish_step()``: returns once the compute stream is idle (here: at once);
+    - ``copy_busy_s``: the copy stream's busy time so far; ``close()``: everything freed, files removed.
+    """
 
-    def tokens(self, n: int):
-        return self.torch.randn(max(int(n), 1), self.d, generator=self.torch.Generator().manual_seed(1)) * 0.1
+    def __init__(self, model: ModelSpec, n_buffers: int, folder: Path, seed: int = 0):
+        self.torch = require_torch()
+        self.tmp = Path(tempfile.mkdtemp(prefix="moesim-replay-", dir=folder))
+        self.reader: Reader | None = None
+        self.switch = sys.getswitchinterval()
+        try:
+            self.files = ExpertFiles(self.tmp, model)
+            self.files.write(seed)
+            # written once before the clock starts, so no read pays for faulting its buffer's pages
+            # in (the RAM counterpart of the pinned buffers a GPU replay copies into)
+            self.buffers = np.empty((max(n_buffers, 1), self.files.expert_floats), np.float32)
+            self.buffers.fill(0.0)
+            sys.setswitchinterval(GIL_SWITCH_S)
+            self.reader = Reader(self.files)
+        except BaseException:
+            self.close()
+            raise
+
+    def load(self, obj: int, buf: int) -> threading.Event:
+        e = self.files.model.num_experts
+        return self.reader.submit(obj // e, obj % e, self.buffers[buf])
+
+    def ready(self, handle: threading.Event) -> None:
+        self.reader.wait(handle)
+
+    def weights(self, buf: int):
+        return self.torch.from_numpy(self.buffers[buf])
+
+    def release(self, buf: int) -> None:
+        pass
+
+    def routed(self) -> None:
+        pass
+
+    def finish_step(self) -> None:
+        pass
+
+    @property
+    def copy_busy_s(self) -> float:
+        return self.reader.busy_s
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        sys.setswitchinterval(self.switch)
+        shutil.rmtree(self.tmp, ignore_errors=True)

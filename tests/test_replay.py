@@ -89,3 +89,62 @@ def test_killing_a_replay_leaves_no_files(olmoe, tmp_path):
     proc.wait(timeout=60)
     assert proc.returncode != 0
     assert os.listdir(work) == []
+
+
+@pytest.fixture(scope="module")
+def with_prompts():
+    from moesim.sim.models import get_model
+    from moesim.tracegen.synth import synth_trace
+
+    m = get_model("olmoe-1b-7b")
+    return m, synth_trace(m.num_layers, m.num_experts, m.top_k, 2, 6, seed=1, prompt_tokens=4, model=m.name,
+                          meta=m.trace_meta())
+
+
+@pytest.mark.parametrize("config", [
+    dict(capacity=0),                                        # no cache: every expert streamed
+    dict(capacity=0, prefetch="oracle"),                     # no cache, prefetches wait in staging buffers
+    dict(capacity=12, scope="global", policy="belady", prefetch="oracle"),
+    dict(capacity=8, prefetch="prompt"),                     # a preload at each sequence's start
+    dict(capacity=8, prefetch="history", mode="commit"),
+    dict(capacity=8, policy="arc", batch=2),                 # a union of up to 16 experts: some loads bypass
+])
+def test_every_kind_of_decision_is_executed_with_the_simulators_hits(with_prompts, tmp_path, config):
+    from moesim.replay.run import replay
+    from moesim.sim.hardware import get_hardware
+
+    model, trace = with_prompts
+    r = replay(trace, model, get_hardware("rtx4090"), layers=2, scale=0.0625, workdir=tmp_path, **config)
+    assert (r.hit_rate, r.decode_steps) == (r.sim_hit_rate, 12 // config.get("batch", 1))
+    assert r.hits + r.loads == r.accesses
+    if config == dict(capacity=0):
+        assert r.hits == 0 and r.prefetch_loads == 0
+    if config == dict(capacity=0, prefetch="oracle"):  # every expert was staged for its cell
+        assert r.hit_rate == 1.0 and r.prefetch_loads == r.accesses
+    assert not list(tmp_path.iterdir())
+
+
+def test_backend_errors_are_one_line(cli, olmoe, tmp_path):
+    from moesim.tracegen.io import write_trace
+    from moesim.tracegen.synth import synth_trace
+
+    torch = pytest.importorskip("torch")
+    mole = tmp_path / "mole.parquet"
+    write_trace(synth_trace(12, 4, 4, 1, 4, seed=0, model="mole-160m-4e"), mole)
+    cases = [(["replay", mole, "--model", "mole-160m-4e"], "MoLE"),
+             (["replay", olmoe, *TINY, "--backend", "tpu"], "unknown backend 'tpu'")]
+    if not torch.cuda.is_available():
+        cases.append((["validate", olmoe, *TINY, "--backend", "cuda"], "needs a CUDA GPU"))
+    for args, message in cases:
+        code, _, err = cli(*args, "--workdir", tmp_path)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert [p.name for p in tmp_path.iterdir()] == ["mole.parquet"]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_validate_tiny_cuda(cli, olmoe, tmp_path):
+    code, out, err = cli("validate", olmoe, *TINY, "--policies", "lru,belady", "--capacity", "8,16",
+                         "--backend", "cuda", "--json")
+    assert code == 0, err
+    for r in json.loads(out)["rows"]:
+        assert r["hit_rate_real"] == r["hit_rate_sim"]
