@@ -58,7 +58,7 @@ def calibrate(
     backend: Backend = "cpu",
     layers: Layers = None,
     scale: Scale = 1.0,
-    repeats: Annotated[int, typer.Option(help="Measurements per quantity (the median is kept).")] = 15,
+    repeats: Annotated[int, typer.Option(help="Measurements per quantity (see docs/replay.md: which are medians, which means).")] = 15,
     workdir: Annotated[Optional[Path], typer.Option(help="Folder for the scratch expert file.")] = None,
 ) -> None:
     """Measure copies and compute on this machine and write the hardware file the simulator takes.
