@@ -19,15 +19,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import libcachesim as lcs
-
 from moesim.sim.des import simulate_des
 from moesim.sim.hardware import get_hardware
 from moesim.sim.models import get_model
-from moesim.tracegen.synth import synth_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from oracle import stream, write_oracle_general  # noqa: E402
+from oracle import (BENCH_EXPERTS, BENCH_K, BENCH_LAYERS, benchmark_trace, stream, timed_per_layer,  # noqa: E402
+                    write_oracle_general)
 
 
 def main() -> None:
@@ -35,14 +33,13 @@ def main() -> None:
     ap.add_argument("--accesses", type=int, default=20_000_000)
     ap.add_argument("--capacity-per-layer", type=int, default=16)
     args = ap.parse_args()
-    layers, experts, k, sequences = 32, 64, 8, 64
-    tokens = max(1, args.accesses // (layers * k * sequences))
-    trace = synth_trace(layers=layers, experts=experts, top_k=k, sequences=sequences, tokens=tokens, seed=0)
+    layers, experts = BENCH_LAYERS, BENCH_EXPERTS
+    trace = benchmark_trace(args.accesses)
     model = replace(get_model("olmoe-1b-7b"), num_layers=layers)
     hw = get_hardware("rtx4090")
     cap = args.capacity_per_layer
-    small = synth_trace(layers=layers, experts=experts, top_k=k, sequences=2, tokens=4, seed=1)
-    print(f"trace: {trace.accesses:,} accesses ({layers} layers, {experts} experts, top-{k}); {cap} slots per "
+    small = benchmark_trace(2048, sequences=2, seed=1)
+    print(f"trace: {trace.accesses:,} accesses ({layers} layers, {experts} experts, top-{BENCH_K}); {cap} slots per "
           f"layer; {hw.name}; one core")
     rates = {}
     for prefetch in ("none", "oracle"):
@@ -53,13 +50,9 @@ def main() -> None:
         print(f"moesim DES lru, prefetch {prefetch:6}: {rates[prefetch] / 1e6:7.1f} M acc/s  "
               f"(TPOT {r.tpot_s * 1e3:.2f} ms, hit rate {r.hit_rate:.4f})")
     with tempfile.TemporaryDirectory() as tmp:
-        seconds = 0.0
-        for layer in range(layers):
-            path = write_oracle_general(stream(trace.experts, experts, layer), Path(tmp) / f"l{layer}.bin")
-            reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
-            start = time.perf_counter()
-            lcs.LRU(cache_size=cap).process_trace(reader)
-            seconds += time.perf_counter() - start
+        paths = [write_oracle_general(stream(trace.experts, experts, layer), Path(tmp) / f"l{layer}.bin")
+                 for layer in range(layers)]
+        seconds, _ = timed_per_layer("lru", paths, cap, trace.accesses // layers)
     lib = trace.accesses / seconds
     print(f"libCacheSim LRU (hits only)      : {lib / 1e6:7.1f} M acc/s")
     print(f"ratio DES / libCacheSim: no prefetch {rates['none'] / lib:.2f}x, oracle prefetch "

@@ -18,21 +18,17 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = "1"  # one core: ml-ffn's batched predictions must not borrow a second
 
-import libcachesim as lcs  # noqa: E402
-import numpy as np  # noqa: E402
-
-from moesim.policies.ml_ffn_train import save_model, train
-from moesim.sim.hitrate import simulate
-from moesim.tracegen.synth import synth_trace
+from moesim.policies.ml_ffn_train import save_model, train  # noqa: E402
+from moesim.sim.hitrate import simulate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from oracle import CACHES, stream, write_oracle_general  # noqa: E402
+from oracle import (BENCH_EXPERTS, BENCH_K, BENCH_LAYERS, CACHES, benchmark_trace, stream,  # noqa: E402
+                    timed_per_layer, write_oracle_general)
 
 EXACT = {"lru", "fifo", "belady", "lfu", "arc"}
 
@@ -42,14 +38,13 @@ def main() -> None:
     ap.add_argument("--accesses", type=int, default=50_000_000)
     ap.add_argument("--capacity-per-layer", type=int, default=16)
     args = ap.parse_args()
-    layers, experts, k, sequences = 32, 64, 8, 64
-    tokens = max(1, args.accesses // (layers * k * sequences))
-    trace = synth_trace(layers=layers, experts=experts, top_k=k, sequences=sequences, tokens=tokens, seed=0)
+    layers, experts = BENCH_LAYERS, BENCH_EXPERTS
+    trace = benchmark_trace(args.accesses)
     cap = args.capacity_per_layer
-    print(f"trace: {trace.accesses:,} accesses ({layers} layers, {experts} experts, top-{k}); "
+    print(f"trace: {trace.accesses:,} accesses ({layers} layers, {experts} experts, top-{BENCH_K}); "
           f"{cap} slots per layer; one core")
     with tempfile.TemporaryDirectory() as tmp:
-        small = synth_trace(layers=layers, experts=experts, top_k=k, sequences=4, tokens=64, seed=1)
+        small = benchmark_trace(65536, sequences=4, seed=1)
         arrays, _ = train(small, per_layer=False, epochs=3)
         model = Path(tmp) / "ffn.npz"
         save_model(arrays, model)
@@ -61,14 +56,7 @@ def main() -> None:
             if policy not in CACHES:
                 print(f"{policy:8} {ours.accesses_per_s:14,.0f} {'-':>18} {'-':>7}")
                 continue
-            seconds, misses = 0.0, 0
-            for path in paths:
-                reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
-                cache = CACHES[policy](cache_size=cap)
-                start = time.perf_counter()
-                miss_ratio, _ = cache.process_trace(reader)
-                seconds += time.perf_counter() - start
-                misses += int(round(miss_ratio * trace.accesses / layers))
+            seconds, misses = timed_per_layer(policy, paths, cap, trace.accesses // layers)
             theirs = trace.accesses / seconds
             agree = misses == ours.misses
             note = ("yes" if agree else "NO") if policy in EXACT else f"{'yes' if agree else 'no'} (seeded, differs by design)"

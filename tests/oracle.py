@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import time
+
 import libcachesim as lcs
 import numpy as np
 
@@ -53,3 +55,29 @@ def oracle_misses(policy: str, experts: np.ndarray, num_experts: int, capacity: 
         return misses(policy, stream(experts, num_experts), capacity, tmp / "global.bin")
     return sum(misses(policy, stream(experts, num_experts, layer), capacity, tmp / f"layer{layer}.bin")
                for layer in range(experts.shape[1]))
+
+
+# the benchmarks' workload: OLMoE's router (64 experts, top-8) at 32 layers
+BENCH_LAYERS, BENCH_EXPERTS, BENCH_K = 32, 64, 8
+
+
+def benchmark_trace(accesses: int, sequences: int = 64, seed: int = 0):
+    """A synthetic trace of the benchmarks' shape with about ``accesses`` accesses."""
+    from moesim.tracegen.synth import synth_trace
+
+    tokens = max(1, accesses // (BENCH_LAYERS * BENCH_K * sequences))
+    return synth_trace(BENCH_LAYERS, BENCH_EXPERTS, BENCH_K, sequences, tokens, seed)
+
+
+def timed_per_layer(policy: str, paths: list[Path], capacity: int, per_layer_accesses: int) -> tuple[float, int]:
+    """libCacheSim's own loop over each layer's oracleGeneral file, one cache each: (seconds of
+    ``process_trace``, summed), misses)."""
+    seconds, total = 0.0, 0
+    for path in paths:
+        reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
+        cache = CACHES[policy](cache_size=capacity)
+        start = time.perf_counter()
+        miss_ratio, _ = cache.process_trace(reader)
+        seconds += time.perf_counter() - start
+        total += int(round(miss_ratio * per_layer_accesses))
+    return seconds, total
