@@ -12,7 +12,8 @@ from types import ModuleType
 
 from moesim import MoesimError
 
-POLICIES = ("belady", "lru", "lfu", "fifo", "lifo", "random", "arc", "lecar", "gamma", "ml-ffn", "static")
+POLICIES = ("belady", "lru", "lfu", "fifo", "lifo", "random", "arc", "lecar", "gamma", "gamma-admit", "ml-ffn",
+            "static")
 
 
 PREFETCHERS = ("none", "oracle", "speculative", "history", "prompt", "popular")

@@ -1,24 +1,30 @@
 """What every policy module shares: its context, the hook contract, no-op hooks and two helpers.
 
-A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, and
-``HOOKS = hooks(...)`` with its seven njit hooks, which ``moesim.sim.engine.bind`` compiles into the
-hit-rate loop and into the discrete-event loop:
+A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, and ``HOOKS = hooks(...)``
+with its njit hooks, which ``moesim.sim.engine.bind`` compiles into the hit-rate loop and into the
+discrete-event loop. Hooks a policy leaves out are no-ops (``on_miss`` then admits every miss):
 
 - ``reset(st)``: forget everything (start, and each sequence when the cache resets).
 - ``on_step(st, part, layer, row, ranked, t)``: R for (row, layer) arrives; ``ranked`` is int16[W]
   (W = k in the hit-rate engine; the discrete-event engine's batched rows are wider and pad with -1).
-- ``on_hit(st, part, slot, obj, t)`` / ``on_miss(st, part, obj, t)``: one access, before any eviction.
-  ``t`` is a clock: the flat position ``(row * L + layer) * W + j`` of the access. A prefetch, which
-  is no access, loads with the position where it is issued (before the access it anticipates).
+- ``on_hit(st, part, slot, obj, t)``: one access that found ``obj`` resident.
+- ``on_miss(st, part, obj, t) -> bool``: one access that missed, before any eviction; False leaves
+  ``obj`` uncached (a bypass: it is served from the slow tier and nothing is evicted).
+- ``on_prefetch(st, part, obj, t)``: ``obj`` is about to be loaded without being requested (a
+  prefetch or a preload, DESIGN.md: "no access"). ``place`` follows, as after an admitted miss; a
+  policy that treats a fill unlike a demand load records that here and applies it in ``on_insert``.
 - ``choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t) -> slot``: slots
-  ``lo..hi-1`` are full; never pick a slot whose object has ``mark[o] == stamp`` (it is in R);
-  -1 leaves ``obj`` uncached.
+  ``lo..hi-1`` are full; never pick a slot whose object has ``mark[o] == stamp`` (it is in R, or
+  protected while a prefetch is placed); -1 leaves ``obj`` uncached.
 - ``on_evict(st, part, slot, obj, t)`` and ``on_insert(st, part, slot, obj, t)``.
 
-Hooks a policy does not need come from here. State lives in the tuple of arrays the policy built,
-so the engine compiles once per policy and never changes when a policy is added. The hooks are
-inlined into the loop, which runs without reference counting: they must not allocate arrays (do
-that in ``make_state``).
+``t`` is a clock: the flat position ``(row * L + layer) * W + j`` of an access. A prefetch carries the
+position of the cell that issues it (before the accesses it anticipates); a preload at the start of
+a row carries the position just before the row.
+
+State lives in the tuple of arrays the policy built, so the engine compiles once per policy and
+never changes when a policy is added. The hooks are inlined into the loop, which runs without
+reference counting: they must not allocate arrays (do that in ``make_state``).
 """
 
 from __future__ import annotations
@@ -75,8 +81,26 @@ def no_access(st, part, slot, obj, t):
 
 
 @njit(cache=True)
-def no_miss(st, part, obj, t):
+def admit(st, part, obj, t):
+    return True
+
+
+@njit(cache=True)
+def no_prefetch(st, part, obj, t):
     pass
+
+
+HOOK_NAMES = ("reset", "on_step", "on_hit", "on_miss", "on_prefetch", "choose_victim", "on_evict", "on_insert")
+DEFAULT_HOOKS = dict(reset=no_reset, on_step=no_step, on_hit=no_access, on_miss=admit, on_prefetch=no_prefetch,
+                     on_evict=no_access, on_insert=no_access)
+
+
+def hooks(**given) -> dict:
+    """A policy's hooks: ``choose_victim`` and any of ``HOOK_NAMES``; the others are the no-ops above."""
+    unknown = set(given) - set(HOOK_NAMES)
+    if unknown or "choose_victim" not in given:
+        raise TypeError(f"hooks are {', '.join(HOOK_NAMES)} (choose_victim required), got {', '.join(sorted(given))}")
+    return {**DEFAULT_HOOKS, **given}
 
 
 @njit(cache=True, inline="always")

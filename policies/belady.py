@@ -3,18 +3,17 @@
 One backward pass (O(accesses)) links every access to the same object's next access; a pointer per
 object stands at its next access after the clock, and the next use after ``t`` is found by following
 the links from there — one step per access, since the clock only grows. Asking "after t" rather
-than "after this access" serves prefetches too: an expert loaded early is judged by the access it
-was fetched for. Under ``step`` semantics the victim is never in the
-current request set. With a per-sequence reset, a use in a later sequence does not count (the cache
-will have been emptied by then). Experts never used again tie at +infinity and the lowest slot goes
+than "after this access" serves prefetches too (prefetch rule): an expert loaded early is judged by
+the access it was fetched for. Under ``step`` semantics the victim is never in the current request
+set. With a per-sequence reset, a use in a later sequence does not count (the cache will have been
+emptied by then). Experts never used again tie at +infinity and the lowest slot goes
 first; which one goes does not change the miss count.
 """
 
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import min_key_slot, no_access, no_miss
-from moesim.sim.engine import hooks
+from moesim.policies.base import hooks, min_key_slot
 
 NAME = "belady"
 NEVER = np.iinfo(np.int64).max
@@ -50,8 +49,8 @@ def make_state(ctx):
         lengths = np.diff(ctx.seq_offsets)
         seq_end[:] = np.repeat(ctx.seq_offsets[1:] * n_layers * width, lengths)
     # links to the next access, each object's next access after the clock, minus the next use per
-    # object (the key), the row-end table and [the current row's limit]
-    return (nxt, first, np.zeros(ctx.num_objects, np.float64), seq_end, np.array([NEVER], np.int64))
+    # object (the key), the row-end table and [the current row's limit, positions per row]
+    return (nxt, first, np.zeros(ctx.num_objects, np.float64), seq_end, np.array([NEVER, n_layers * width], np.int64))
 
 
 @njit(cache=True)
@@ -62,6 +61,13 @@ def reset(st):
 @njit(cache=True)
 def on_step(st, part, layer, row, ranked, t):
     st[4][0] = st[3][row]
+
+
+@njit(cache=True)
+def on_prefetch(st, part, obj, t):
+    # a fill's clock lies just before the row it serves (a preload) or at the end of the cell that
+    # issues it: the limit is the one of the row after the clock
+    st[4][0] = st[3][(t + 1) // st[4][1]]
 
 
 @njit(cache=True)
@@ -80,5 +86,5 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return min_key_slot(st[2], st[2], lo, hi, obj_of, mark, stamp)
 
 
-HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_access, on_miss=no_miss,
-              choose_victim=choose_victim, on_evict=no_access, on_insert=on_access)
+HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_access, on_prefetch=on_prefetch, choose_victim=choose_victim,
+              on_insert=on_access)

@@ -1,83 +1,188 @@
-"""gamma: MELINOE's γ-cache — a decayed request count per expert, evict the lowest.
+"""gamma: MELINOE's γ-cache (Definition C.1, eq. 8–9) — the cache is the Top-C of decayed request counts.
 
-MELINOE (eq. 8–9, Definition C.1): at every token t and layer ℓ, Count ← γ·Count + r, where r is
-the 0/1 request vector of the k routed experts, and the cache is Top-C of Count. Here the count is
-kept for every expert of the layer whether resident or not, starts at 0 (the paper's fill-phase
-initialisation), and the lowest decayed count among resident experts outside the current request
-set is evicted. Decay is applied lazily: an expert last counted at token τ has score c·γ^(t−τ) now, and
-an expert is counted when it is served (hits first, then misses), so under ``sequential`` semantics
-an expert later in the request set is not yet counted when an earlier one misses. Ties go to the
-least recently served expert, so γ = 0 is exactly LRU and γ = 1 is perfect LFU (counts that survive
-eviction), the two limits the paper states. Parameter ``gamma`` (default 0.9, the
-paper's value). With global scope the count is still per (layer, expert) and decays once per token.
+At every token t and layer ℓ, Count ← γ·Count + r, where r is the 0/1 vector of the experts
+requested, and the cache holds Top-C(Count). A requested expert whose count does not reach the
+Top-C is served from the slow tier and not kept (a bypass). As the paper notes (Remark C.2), the
+Top-C changes only by admitting requested experts, so the cache is updated lazily: a miss either
+takes the place of the resident with the lowest count or is bypassed.
+
+Choices the definition leaves open, and where this differs:
+
+- **Initialisation.** Counts start at 0 and the cache empty (the paper's fill phase, not its
+  uniform Count¹ of mass C, whose Top-C would be C experts cached without ever being loaded): an
+  expert's first request is a cold miss, and experts never requested are never resident.
+- **Ties** in the decayed count go to the expert served more recently (a clock that ticks per
+  served request: under ``step`` semantics a step's hits in rank order, then its misses). Hence
+  γ = 0 is exactly LRU; γ = 1 is perfect LFU (counts that survive eviction) with bypass, the two
+  limits Remark C.2 states.
+- **Step semantics.** The k requests of a token arrive together (the count update is eq. 8 as
+  written) and the members of R that hit stay for the step (DESIGN.md: a victim is never in R);
+  the cache after the step is those hits plus the Top-(C − hits) of the missed members and the
+  other residents. That is Top-C(Count) except when a hit and a miss of the same step tie exactly
+  in count at the boundary. ``sequential`` serves R one expert at a time: each request updates its
+  count and is admitted if it outranks the lowest resident.
+- **Batches** (the discrete-event engine) count the union of the batch's requests once per step.
+- **Global scope** keeps the count per (layer, expert), decayed once per token; the pool is the Top-C.
+- **Decay** is lazy: an expert last counted at token τ has count c·γ^(t−τ), with γ^d tabulated.
+
+Prefetch rule: a prefetch or preload is no request, so it leaves the counts alone; the prefetched
+expert takes the place of the lowest-count resident outside the protected set and is judged by its
+count from then on. Parameter ``gamma`` (default 0.9, the paper's value). ``gamma-admit`` is the
+variant that always admits a missed expert.
 """
 
 import numpy as np
 from numba import njit
 
 from moesim import MoesimError
-from moesim.policies.base import min_key_slot, no_access
-from moesim.sim.engine import hooks
+from moesim.policies.base import (HEAD, NEXT, hooks, list_of, list_push_head, list_remove, lists_clear, make_lists,
+                                  min_key_slot)
 
 NAME = "gamma"
+# control words: experts per layer, service clock, current row, sequential?, capacity, step stamp
+C_E, C_CLOCK, C_ROW, C_SEQ, C_CAP, C_STAMP = range(6)
 
 
-def make_state(ctx):
+def make_counts(ctx) -> tuple:
+    """Decayed counts: count at its last update, row of that update, service clock of the last
+    request (-1: never), scratch scores, γ^d for every gap d the trace can have, control words."""
     gamma = float(ctx.params.get("gamma", 0.9))
     if not 0.0 <= gamma <= 1.0:
         raise MoesimError(f"gamma must lie in [0, 1], got {gamma}")
     n = ctx.num_objects
-    # count at its last update, token (row) of that update, order of the last access, scratch
-    # scores, γ^d for every gap d a trace of this length can have, [experts per layer, access clock, current row]
-    return (np.zeros(n), np.zeros(n, np.int64), np.zeros(n), np.zeros(n), powers(gamma, ctx.experts.shape[0]),
-            np.array([ctx.num_experts, 0, 0], np.int64))
+    decay = np.power(gamma, np.arange(ctx.experts.shape[0] + 1, dtype=np.float64))
+    ctl = np.array([ctx.num_experts, 0, 0, int(ctx.sequential), ctx.capacity, 0], np.int64)
+    return np.zeros(n), np.zeros(n, np.int64), np.full(n, -1.0), np.zeros(n), decay, ctl
 
 
-@njit(cache=True)
-def powers(gamma, n):
-    """γ^d for d = 0..n (the decay over d tokens), one table so the run computes no powers."""
-    out = np.empty(n + 1)
-    for d in range(n + 1):
-        out[d] = gamma ** d
-    return out
+def make_state(ctx):
+    # the counts, the residents per partition (order unused), and per object the step stamp at which
+    # it was admitted and at which it was requested
+    return make_counts(ctx) + (make_lists(ctx.num_objects, ctx.num_parts, 1), np.full(ctx.num_objects, -1, np.int64),
+                               np.full(ctx.num_objects, -1, np.int64))
+
+
+@njit(cache=True, inline="always")
+def clear_counts(st):
+    st[0][:] = 0.0
+    st[1][:] = 0
+    st[2][:] = -1.0
+    st[5][C_CLOCK] = 0
+
+
+@njit(cache=True, inline="always")
+def count_request(st, obj):
+    """eq. 8 for one requested expert: decay its count to the current row, add 1, stamp the clock."""
+    count, last_row, served, decay, ctl = st[0], st[1], st[2], st[4], st[5]
+    row = ctl[C_ROW]
+    count[obj] = count[obj] * decay[row - last_row[obj]] + 1.0
+    last_row[obj] = row
+    ctl[C_CLOCK] += 1
+    served[obj] = ctl[C_CLOCK]
+
+
+@njit(cache=True, inline="always")
+def score(st, obj):
+    """The decayed count now."""
+    return st[0][obj] * st[4][st[5][C_ROW] - st[1][obj]]
+
+
+@njit(cache=True, inline="always")
+def outranks(st, a, b):
+    """Whether expert a ranks above b: a higher count, or an equal one served more recently."""
+    sa, sb = score(st, a), score(st, b)
+    return sa > sb or (sa == sb and st[2][a] > st[2][b])
+
+
+@njit(cache=True, inline="always")
+def lowest_resident(st, lo, hi, obj_of, mark, stamp):
+    """The slot of the lowest-ranked resident outside the protected set."""
+    for slot in range(lo, hi):
+        o = obj_of[slot]
+        st[3][o] = score(st, o)
+    return min_key_slot(st[3], st[2], lo, hi, obj_of, mark, stamp)
 
 
 @njit(cache=True)
 def reset(st):
-    st[0][:] = 0.0
-    st[1][:] = 0
-    st[2][:] = -1.0
-    st[5][1] = 0
+    clear_counts(st)
+    lists_clear(st[6])
 
 
 @njit(cache=True)
 def on_step(st, part, layer, row, ranked, t):
-    st[5][2] = row
-
-
-@njit(cache=True)
-def on_access(st, part, obj, t):
-    count, last_row, last_seen, decay, ctl = st[0], st[1], st[2], st[4], st[5]
-    row = ctl[2]
-    count[obj] = count[obj] * decay[row - last_row[obj]] + 1.0
-    last_row[obj] = row
-    ctl[1] += 1
-    last_seen[obj] = ctl[1]
+    """Under ``step`` semantics: count R (hits first, as they are served), then decide which misses
+    the Top-C admits: a miss is kept iff fewer than C − |hits| of the other misses and residents outside R
+    outrank it."""
+    ctl, residents, admitted, requested = st[5], st[6], st[7], st[8]
+    ctl[C_ROW] = row
+    if ctl[C_SEQ]:
+        return
+    ctl[C_STAMP] += 1
+    now = ctl[C_STAMP]
+    hits = 0
+    for hit_pass in (True, False):
+        for j in range(ranked.shape[0]):
+            obj = layer * ctl[C_E] + ranked[j]
+            if ranked[j] >= 0 and (list_of(residents, obj) >= 0) == hit_pass:
+                count_request(st, obj)
+                requested[obj] = now
+                if hit_pass:
+                    hits += 1
+    room = ctl[C_CAP] - hits
+    for j in range(ranked.shape[0]):
+        e = layer * ctl[C_E] + ranked[j]
+        if ranked[j] < 0 or list_of(residents, e) >= 0:
+            continue
+        above = 0
+        for i in range(ranked.shape[0]):
+            o = layer * ctl[C_E] + ranked[i]
+            if ranked[i] >= 0 and o != e and list_of(residents, o) < 0 and outranks(st, o, e):
+                above += 1
+        o = residents[1][part, 0, HEAD]
+        while o >= 0:
+            if requested[o] != now and outranks(st, o, e):
+                above += 1
+            o = residents[0][o, NEXT]
+        if above < room:
+            admitted[e] = now
 
 
 @njit(cache=True)
 def on_hit(st, part, slot, obj, t):
-    on_access(st, part, obj, t)
+    if st[5][C_SEQ]:
+        count_request(st, obj)
+
+
+@njit(cache=True)
+def on_miss(st, part, obj, t):
+    ctl = st[5]
+    if not ctl[C_SEQ]:
+        return st[7][obj] == ctl[C_STAMP]
+    count_request(st, obj)
+    above = 0
+    o = st[6][1][part, 0, HEAD]
+    while o >= 0:
+        if outranks(st, o, obj):
+            above += 1
+        o = st[6][0][o, NEXT]
+    return above < ctl[C_CAP]
 
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    count, last_row, score, decay, row = st[0], st[1], st[3], st[4], st[5][2]
-    for slot in range(lo, hi):
-        o = obj_of[slot]
-        score[o] = count[o] * decay[row - last_row[o]]
-    return min_key_slot(score, st[2], lo, hi, obj_of, mark, stamp)
+    return lowest_resident(st, lo, hi, obj_of, mark, stamp)
 
 
-HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_access,
-              choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)
+@njit(cache=True)
+def on_evict(st, part, slot, obj, t):
+    list_remove(st[6], part, obj)
+
+
+@njit(cache=True)
+def on_insert(st, part, slot, obj, t):
+    list_push_head(st[6], part, 0, obj)
+
+
+HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_miss, choose_victim=choose_victim,
+              on_evict=on_evict, on_insert=on_insert)

@@ -12,6 +12,10 @@ is tabulated once per run for every t below the age at which it rounds to exactl
 hit costs a lookup. Draws come from the policy's own generator, restarted from ``seed`` (default 0)
 at every reset.
 
+Prefetch rule (the paper has no prefetch; a fill is no request): the clock does not advance, the
+weights do not move, a history entry of the expert is dropped (it is resident again), and the
+experts take it in as a load: LRU at its MRU end, LFU at count 0 (see ``lfu``).
+
 libCacheSim differs in three ways, which is why tests compare hit rates with a tolerance: each
 history holds C/2 ids, an eviction on which both experts agree goes to no history, and its random
 draws come from its own generator.
@@ -22,11 +26,9 @@ import math
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import (TAIL, list_of, list_first_unmarked, list_size, list_tail,
-                                  list_push_head, list_remove, lists_clear, make_lists, make_rng, no_access,
-                                  no_step, rng_reset, rng_uniform)
-from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_hit, lfu_insert, lfu_victim, make_lfu
-from moesim.sim.engine import hooks
+from moesim.policies.base import (TAIL, hooks, list_first_unmarked, list_of, list_push_head, list_remove,
+                                  list_size, list_tail, lists_clear, make_lists, make_rng, rng_reset, rng_uniform)
+from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_fill_next, lfu_hit, lfu_insert, lfu_victim, make_lfu
 
 NAME = "lecar"
 RECENCY, H_LRU, H_LFU = 0, 1, 2
@@ -83,6 +85,16 @@ def on_miss(st, part, obj, t):
             lfu = (1.0 - w_lru[part]) * penalty
         w_lru[part] = lru / (lru + lfu)
         list_remove(lists, part, obj)
+    lfu_fill_next(st[1], 0)
+    return True
+
+
+@njit(cache=True)
+def on_prefetch(st, part, obj, t):
+    found = list_of(st[0], obj)
+    if found == H_LRU or found == H_LFU:
+        list_remove(st[0], part, obj)
+    lfu_fill_next(st[1], 1)
 
 
 @njit(cache=True)
@@ -108,5 +120,5 @@ def on_insert(st, part, slot, obj, t):
     lfu_insert(st[1], part, obj, st[4][part])
 
 
-HOOKS = hooks(reset=reset, on_step=no_step, on_hit=on_hit, on_miss=on_miss,
-              choose_victim=choose_victim, on_evict=no_access, on_insert=on_insert)
+HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch, choose_victim=choose_victim,
+              on_insert=on_insert)

@@ -1,29 +1,32 @@
-"""lfu: evict the resident expert with the fewest hits since it was loaded (in-cache counts).
+"""lfu: evict the resident expert with the fewest accesses since it was loaded (in-cache counts).
 
 A loaded expert starts at count 1 and each hit adds one; the count is forgotten on eviction, as in
 libCacheSim's LFU. Ties go to the least recently used of the tied experts (then the lowest slot).
-For counts that survive eviction ("perfect LFU") use ``gamma`` with γ = 1.
+A prefetched or preloaded expert starts at count 0, since loading it was no access (prefetch rule):
+its first use brings it to 1, as for an expert loaded on demand. For counts that survive eviction
+("perfect LFU") use ``gamma`` with γ = 1.
 
-Counts never fall below 1, so while some resident has count 1 the victim is the oldest of those:
-they sit on one list in load order and the victim is found at its tail; only when every resident
-outside the request set has been hit does the victim take a scan of the slots. The helpers below are
-LeCaR's LFU expert too.
+Counts never fall below the starting value, so while some resident has count 0 or 1 the victim is
+the oldest of those: residents of count 0 and of count 1 sit on two lists in the order they got
+that count, and the victim is found at a tail; only when every resident outside the request set has
+been hit twice does the victim take a scan of the slots. The helpers below are LeCaR's LFU expert too.
 """
 
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import (TAIL, list_first_unmarked, list_of, list_push_head, list_remove, lists_clear,
-                                  make_lists, min_key_slot, no_miss, no_step)
-from moesim.sim.engine import hooks
+from moesim.policies.base import (TAIL, hooks, list_first_unmarked, list_of, list_push_head, list_remove,
+                                  lists_clear, make_lists, min_key_slot)
 
 NAME = "lfu"
-ONES = 0
+ONES, ZEROS = 0, 1
 
 
 def make_lfu(ctx) -> tuple:
-    """LFU state: count and last access per object, and the list of residents with count 1."""
-    return np.zeros(ctx.num_objects), np.zeros(ctx.num_objects), make_lists(ctx.num_objects, ctx.num_parts, 1)
+    """LFU state: count and last access per object, the lists of residents with count 1 and 0, and
+    whether the next insert is a fill (set by ``lfu_fill_next``)."""
+    return (np.zeros(ctx.num_objects), np.zeros(ctx.num_objects), make_lists(ctx.num_objects, ctx.num_parts, 2),
+            np.zeros(1, np.int64))
 
 
 @njit(cache=True, inline="always")
@@ -32,32 +35,42 @@ def lfu_clear(lfu):
 
 
 @njit(cache=True, inline="always")
+def lfu_fill_next(lfu, fill):
+    """The next insert is a prefetch fill (count 0) or a demand load (count 1)."""
+    lfu[3][0] = fill
+
+
+@njit(cache=True, inline="always")
 def lfu_hit(lfu, part, obj, now):
-    count, seen, ones = lfu
-    if count[obj] == 1.0:
-        list_remove(ones, part, obj)
+    count, seen, lists = lfu[0], lfu[1], lfu[2]
+    if count[obj] <= 1.0:
+        list_remove(lists, part, obj)
+        if count[obj] == 0.0:
+            list_push_head(lists, part, ONES, obj)
     count[obj] += 1.0
     seen[obj] = now
 
 
 @njit(cache=True, inline="always")
 def lfu_insert(lfu, part, obj, now):
-    lfu[0][obj] = 1.0
+    fill = lfu[3][0] == 1
+    lfu[0][obj] = 0.0 if fill else 1.0
     lfu[1][obj] = now
-    list_push_head(lfu[2], part, ONES, obj)
+    list_push_head(lfu[2], part, ZEROS if fill else ONES, obj)
 
 
 @njit(cache=True, inline="always")
 def lfu_evict(lfu, part, obj):
-    if list_of(lfu[2], obj) == ONES:
+    if list_of(lfu[2], obj) >= 0:
         list_remove(lfu[2], part, obj)
 
 
 @njit(cache=True, inline="always")
 def lfu_victim(lfu, part, lo, hi, obj_of, slot_of, mark, stamp):
-    oldest_one = list_first_unmarked(lfu[2], part, ONES, TAIL, mark, stamp)
-    if oldest_one >= 0:
-        return slot_of[oldest_one]
+    for li in (ZEROS, ONES):
+        oldest = list_first_unmarked(lfu[2], part, li, TAIL, mark, stamp)
+        if oldest >= 0:
+            return slot_of[oldest]
     return min_key_slot(lfu[0], lfu[1], lo, hi, obj_of, mark, stamp)
 
 
@@ -76,6 +89,17 @@ def on_hit(st, part, slot, obj, t):
 
 
 @njit(cache=True)
+def on_miss(st, part, obj, t):
+    lfu_fill_next(st, 0)
+    return True
+
+
+@njit(cache=True)
+def on_prefetch(st, part, obj, t):
+    lfu_fill_next(st, 1)
+
+
+@njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return lfu_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp)
 
@@ -90,5 +114,5 @@ def on_insert(st, part, slot, obj, t):
     lfu_insert(st, part, obj, t)
 
 
-HOOKS = hooks(reset=reset, on_step=no_step, on_hit=on_hit, on_miss=no_miss,
-              choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)
+HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch, choose_victim=choose_victim,
+              on_evict=on_evict, on_insert=on_insert)

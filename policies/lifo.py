@@ -1,13 +1,13 @@
 """lifo: evict the expert loaded most recently (FIFO's insertion list, taken from the other end).
 
 FlashMoE lists it among the heuristic baselines; it keeps the first experts a sequence touches.
+A prefetched or preloaded expert is a load like any other (prefetch rule).
 """
 
 from numba import njit
 
-from moesim.policies.base import HEAD, list_first_unmarked, no_access, no_miss, no_step
+from moesim.policies.base import HEAD, hooks, list_first_unmarked
 from moesim.policies.lru import make_state, on_evict, on_insert, reset
-from moesim.sim.engine import hooks
 
 NAME = "lifo"
 __all__ = ["NAME", "make_state", "HOOKS"]
@@ -18,5 +18,4 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return slot_of[list_first_unmarked(st[0], part, 0, HEAD, mark, stamp)]
 
 
-HOOKS = hooks(reset=reset, on_step=no_step, on_hit=no_access, on_miss=no_miss,
-              choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)
+HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)

@@ -1,14 +1,15 @@
 """lru: evict the least recently used expert.
 
 Recency is a linked list per partition, most recent at the head; a hit moves the object to the
-head, the victim is the object nearest the tail that is not in the current request set.
+head, the victim is the object nearest the tail that is not in the current request set. Under
+``step`` semantics a step's hits are served first, in rank order, then its misses, so the last
+miss is the most recent. A prefetched or preloaded expert enters at the head like a load: it was
+fetched for an access about to come (prefetch rule).
 """
 
 from numba import njit
 
-from moesim.policies.base import (TAIL, list_first_unmarked, list_push_head, list_remove, lists_clear,
-                                  make_lists, no_miss, no_step)
-from moesim.sim.engine import hooks
+from moesim.policies.base import TAIL, hooks, list_first_unmarked, list_push_head, list_remove, lists_clear, make_lists
 
 NAME = "lru"
 
@@ -43,5 +44,4 @@ def on_insert(st, part, slot, obj, t):
     list_push_head(st[0], part, 0, obj)
 
 
-HOOKS = hooks(reset=reset, on_step=no_step, on_hit=on_hit, on_miss=no_miss,
-              choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)
+HOOKS = hooks(reset=reset, on_hit=on_hit, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)

@@ -28,8 +28,7 @@ import numpy as np
 from numba import njit
 
 from moesim import MoesimError
-from moesim.policies.base import min_key_slot, no_access, no_miss, no_reset
-from moesim.sim.engine import hooks
+from moesim.policies.base import hooks, min_key_slot
 
 NAME = "ml-ffn"
 WEIGHTS = ("w1", "b1", "w2", "b2", "w3", "b3")
@@ -164,5 +163,4 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return min_key_slot(key, key, lo, hi, obj_of, mark, stamp)
 
 
-HOOKS = hooks(reset=no_reset, on_step=on_step, on_hit=no_access, on_miss=no_miss,
-              choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)
+HOOKS = hooks(on_step=on_step, choose_victim=choose_victim)

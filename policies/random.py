@@ -1,13 +1,13 @@
 """random: evict a uniformly chosen resident expert that is not in the request set.
 
 Seeded (``seed`` parameter, default 0): the policy's own generator restarts from the seed at every
-reset, so the same trace, capacity and seed give the same misses.
+reset, so the same trace, capacity and seed give the same misses. A prefetch draws its victim the
+same way (prefetch rule).
 """
 
 from numba import njit
 
-from moesim.policies.base import make_rng, no_access, no_miss, no_step, rng_reset, rng_uniform
-from moesim.sim.engine import hooks
+from moesim.policies.base import hooks, make_rng, rng_reset, rng_uniform
 
 NAME = "random"
 
@@ -29,5 +29,4 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
             return slot
 
 
-HOOKS = hooks(reset=reset, on_step=no_step, on_hit=no_access, on_miss=no_miss,
-              choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)
+HOOKS = hooks(reset=reset, choose_victim=choose_victim)

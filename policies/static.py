@@ -5,15 +5,15 @@ one the simulated trace itself is used, which is an oracle upper bound for stati
 global scope the C most popular (layer, expert) pairs are pinned. Pinned experts are loaded on first
 use and never leave; an expert that is not pinned is served from the slow tier without being cached
 (a miss every time), except while free slots remain at the start, which it may hold until a pinned
-expert needs the slot. Count ties go to the lower expert id.
+expert needs the slot. Count ties go to the lower expert id. A prefetch of an expert that is not
+pinned is dropped once the cache is full; a pinned one is placed as a miss would be (prefetch rule).
 """
 
 import numpy as np
 from numba import njit
 
 from moesim import MoesimError
-from moesim.policies.base import min_key_slot, no_access, no_miss, no_reset, no_step
-from moesim.sim.engine import hooks
+from moesim.policies.base import hooks, min_key_slot
 
 NAME = "static"
 
@@ -44,5 +44,4 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return min_key_slot(st[0], st[0], lo, hi, obj_of, mark, stamp)
 
 
-HOOKS = hooks(reset=no_reset, on_step=no_step, on_hit=no_access, on_miss=no_miss,
-              choose_victim=choose_victim, on_evict=no_access, on_insert=no_access)
+HOOKS = hooks(choose_victim=choose_victim)

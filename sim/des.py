@@ -97,22 +97,9 @@ def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str
     _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity)
     req = build_requests(trace, batch, context)
     module = get_policy(policy)
-    predictor = get_prefetcher(prefetch)
     n_rows, n_layers, width = req.experts.shape
     num_experts, top_k = trace.meta.num_experts, trace.meta.top_k
-
-    pred = np.full((n_rows, n_layers, 0), -1, np.int16)
-    preload = np.full((1, n_layers, 0), -1, np.int16)
-    preload_at = np.full(n_rows, -1, np.int64)
-    if predictor is not None and predictor.KIND == "next":
-        pred = req.union(predictor.predict(trace, params), batch * top_k)
-        pred[req.kind == PREFILL] = -1
-    elif predictor is not None:
-        if mode == "commit":
-            raise MoesimError(f"mode commit runs next-layer predictions; prefetch '{prefetch}' only preloads")
-        preload, preload_at = _preloads(req, predictor.scores(trace, params), capacity, scope, num_experts)
-    if mode == "commit" and predictor is None:
-        raise MoesimError("mode commit needs a next-layer prefetcher (--prefetch oracle|speculative|history)")
+    pred, preload, preload_at = predictions(trace, req, prefetch, mode, capacity, scope, **params)
 
     bpp, eb = _sizes(trace, model, dtype)
     cost = costs(model, hardware, req.tokens, req.ctx, bpp, eb)
@@ -130,16 +117,54 @@ def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str
             np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64),
             np.zeros((_log_size(req, pred, preload, preload_at) if decisions else 0, 5), np.int64),
             np.zeros(1, np.int64))
-    args = (req.experts, req.weights, pred, req.kind, group_start, preload_at, preload, cost.pre_s, cost.lut_s,
-            req.tokens, times, np.int64(top_k), np.int64(capacity), np.int64(num_experts), per_layer, bool(reset),
-            mode == "commit", model.kind == "mole", np.int64(-1 if dram_capacity is None else dram_capacity), work)
-    ctx = Context(req.experts, req.group_offsets, num_experts, max(capacity, 1), per_layer, False, reset, params)
+    exe, committed = executed(req, pred, mode == "commit")
+    args = (req.experts, exe, committed, req.weights, pred, req.kind, group_start, preload_at, preload, cost.pre_s,
+            cost.lut_s, req.tokens, times, np.int64(top_k), np.int64(capacity), np.int64(num_experts), per_layer,
+            bool(reset), model.kind == "mole", np.int64(-1 if dram_capacity is None else dram_capacity), work)
+    # the policy sees what the cache serves: under commit, the predictions (Belady's future, static's popularity)
+    ctx = Context(exe, req.group_offsets, num_experts, max(capacity, 1), per_layer, False, reset, params)
     run = bind(module, L.des_loop, L.HELPERS)
     start = time.perf_counter()
     run(args, module.make_state(ctx))
     seconds = time.perf_counter() - start
     return _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity, req,
                     pred, preload, preload_at, cost, work, seconds)
+
+
+def predictions(trace: Trace, req, prefetch: str, mode: str, capacity: int, scope: str, **params) -> tuple:
+    """What the prefetcher tells the engine: next-cell predictions per request row (int16 [R, L, P],
+    P = 0 without), and preload sets per batch (int16 [G, L, C]) with the row each is issued at (-1: none)."""
+    predictor = get_prefetcher(prefetch)
+    n_rows, n_layers = req.experts.shape[:2]
+    pred = np.full((n_rows, n_layers, 0), -1, np.int16)
+    preload = np.full((1, n_layers, 0), -1, np.int16)
+    preload_at = np.full(n_rows, -1, np.int64)
+    if predictor is not None and predictor.KIND == "next":
+        pred = req.union(predictor.predict(trace, params), req.batch * trace.meta.top_k)
+        pred[req.kind == PREFILL] = -1
+    elif predictor is not None:
+        if mode == "commit":
+            raise MoesimError(f"mode commit runs next-layer predictions; prefetch '{prefetch}' only preloads")
+        preload, preload_at = _preloads(req, predictor.scores(trace, params), capacity, scope, trace.meta.num_experts)
+    if mode == "commit" and predictor is None:
+        raise MoesimError("mode commit needs a next-layer prefetcher (--prefetch oracle|speculative|history)")
+    return pred, preload, preload_at
+
+
+def executed(req, pred: np.ndarray, commit: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The experts each cell runs (int16 [R, L, W]) and which cells run a prediction (bool [R, L]):
+    under ``commit``, every decode cell with a prediction (prefetched from the cell before it, so not a
+    group's first layer 0); elsewhere the routed experts."""
+    committed = np.zeros(req.experts.shape[:2], np.bool_)
+    if commit and pred.shape[2] > 0:
+        committed = (req.kind == DECODE)[:, None] & (pred[..., 0] >= 0)
+        committed[req.group_offsets[:-1][req.group_offsets[:-1] < req.num_rows], 0] = False
+    if not committed.any():
+        return req.experts, committed
+    exe = req.experts.copy()
+    exe[committed] = -1
+    exe[committed, :pred.shape[2]] = pred[committed]
+    return exe, committed
 
 
 def _log_size(req, pred, preload, preload_at) -> int:

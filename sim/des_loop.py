@@ -2,8 +2,8 @@
 
 Per request row (``moesim.sim.requests``) and layer 0..L-1, on the compute stream:
 attention + router (+ shared experts) take ``pre_s[row]``; then the execution set X is known —
-the routed experts, or under ``commit`` the experts predicted for this cell (CommitMoE: run what
-was prefetched; the true experts not in X are substitutions). Resident members of X are hits; the
+``exe[row, layer]``: the routed experts, or in a ``committed`` cell the experts predicted for it
+(CommitMoE: run what was prefetched; the true experts not in X are substitutions). Resident members of X are hits; the
 others are loaded now: the policy picks victims exactly as in the hit-rate engine (step semantics:
 never a member of X), and each load is a transfer queued at this moment on the copy engine that
 frees first. Then the prefetch for the next cell (this row's next layer, or the next row's layer
@@ -21,8 +21,10 @@ double buffering of Speculating Experts §5.1). MoLE rows copy each layer's look
 at the start of the row (the token id is all they need), and run no expert kernel.
 
 Counters (float64, see ``C_*``) and per-row times land in ``args``'s work arrays. The names
-``reset``, ``on_step``, ``on_hit``, ``on_miss``, ``choose_victim``, ``on_evict`` and ``on_insert`` are
-the policy's hooks, bound by ``moesim.sim.engine.bind`` together with ``HELPERS``.
+``reset``, ``on_step``, ``on_hit``, ``on_miss``, ``on_prefetch``, ``choose_victim``, ``on_evict`` and
+``on_insert`` are the policy's hooks (``moesim.policies.base``), bound by ``moesim.sim.engine.bind``
+together with ``HELPERS``. A miss the policy declines (``on_miss`` False) is a bypass, as is one
+for which every resident is protected.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD = range(4)
 
 
 def des_loop(args, st):
-    (req, wts, pred, kind, group_start, preload_at, preload, pre_s, lut_s, tokens, times, top_k, capacity,
-     num_experts, per_layer, reset_each_group, commit, mole, dram_capacity, work) = args
+    (req, exe, committed, wts, pred, kind, group_start, preload_at, preload, pre_s, lut_s, tokens, times, top_k,
+     capacity, num_experts, per_layer, reset_each_group, mole, dram_capacity, work) = args
     (slot_of, obj_of, used, mark, ready, by_prefetch, staged, eng_free, queues, dram_lists, in_dram,
      lut_ready, counters, rows_out, layer_hits, layer_accesses, log, n_log) = work
     n_rows, n_layers, width = req.shape
@@ -68,24 +70,28 @@ def des_loop(args, st):
                 for j in range(preload.shape[2]):
                     if preload[g, layer, j] >= 0:
                         mark[layer * num_experts + preload[g, layer, j]] = stamp
-            pinned = 0
+            before = row * n_layers * width - 1  # the clock just before the row's first access
+            pinned = 0  # protected residents of the partition: a full one with no other has no victim
             for layer in range(n_layers):
                 part = layer if per_layer else 0
-                base = (row * n_layers + layer) * width
-                if per_layer:
+                if per_layer or layer == 0:
                     pinned = 0
+                    for lay in range(layer, layer + 1 if per_layer else n_layers):
+                        for j in range(preload.shape[2]):
+                            e = preload[g, lay, j]
+                            if e >= 0 and slot_of[lay * num_experts + e] >= 0:
+                                pinned += 1
                 for j in range(preload.shape[2]):
                     e = preload[g, layer, j]
                     if e < 0 or no_cache:
                         continue
                     obj = layer * num_experts + e
                     if slot_of[obj] >= 0:
-                        pinned += 1
                         continue
                     if used[part] >= capacity and pinned >= capacity:
                         continue
-                    on_miss(st, part, obj, base)
-                    if _place(st, part, obj, base, capacity, slot_of, obj_of, used, mark, stamp, by_prefetch) >= 0:
+                    on_prefetch(st, part, obj, before)
+                    if _place(st, part, obj, before, capacity, slot_of, obj_of, used, mark, stamp, by_prefetch) >= 0:
                         pinned += 1
                         ready[obj] = _transfer(obj, now, times, dram_capacity, eng_free, queues, dram_lists,
                                                in_dram, counters)
@@ -107,10 +113,8 @@ def des_loop(args, st):
                 rows_out[row, R_STALL] += start - now
                 now = start
                 continue
-            # a prediction was prefetched for this cell (none for a group's first decode layer 0)
-            use_pred = commit and decode and n_pred > 0 and pred[row, layer, 0] >= 0 and \
-                (layer > 0 or not group_start[row])
-            x = pred[row, layer] if use_pred else req[row, layer]
+            use_pred = committed[row, layer]
+            x = exe[row, layer]
             stamp += 1
             for j in range(x.shape[0]):
                 if x[j] >= 0:
@@ -162,8 +166,7 @@ def des_loop(args, st):
                 elif slot_of[obj] >= 0:
                     continue
                 else:
-                    on_miss(st, part, obj, base + j)
-                    if used[part] >= capacity and pinned >= capacity:
+                    if not on_miss(st, part, obj, base + j) or (used[part] >= capacity and pinned >= capacity):
                         counters[C_BYPASS] += 1
                     elif _place(st, part, obj, base + j, capacity, slot_of, obj_of, used, mark, stamp,
                                 by_prefetch) >= 0:
@@ -180,10 +183,11 @@ def des_loop(args, st):
             if n_pred > 0 and nrow < n_rows and (nrow == row or not group_start[nrow]) and kind[nrow] == 1:
                 npart = nlayer if per_layer else 0
                 nbase = nrow * n_layers + nlayer
+                issued = base + width - 1  # the clock after this cell's accesses, before the next cell's
                 pinned_next = pinned if npart == part else 0
                 for j in range(n_pred):
                     e = pred[nrow, nlayer, j]
-                    if e >= 0:
+                    if e >= 0 and mark[nlayer * num_experts + e] != stamp:
                         obj = nlayer * num_experts + e
                         mark[obj] = stamp
                         if not no_cache and slot_of[obj] >= 0:
@@ -202,8 +206,8 @@ def des_loop(args, st):
                     else:
                         if used[npart] >= capacity and pinned_next >= capacity:
                             continue
-                        on_miss(st, npart, obj, base)
-                        if _place(st, npart, obj, base, capacity, slot_of, obj_of, used, mark, stamp,
+                        on_prefetch(st, npart, obj, issued)
+                        if _place(st, npart, obj, issued, capacity, slot_of, obj_of, used, mark, stamp,
                                   by_prefetch) < 0:
                             continue
                         pinned_next += 1

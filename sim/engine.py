@@ -10,12 +10,13 @@ a member of R. ``sequential`` serves R's experts one by one in rank order, a tex
 Time ``t`` given to the hooks is the flat access position ``(row * L + layer) * k + j``: unique per
 access, increasing, and the index Belady's next-use array is built on.
 
-A policy is a module in moesim.policies with seven njit hooks (see ``moesim.policies.base``);
+A policy is a module in moesim.policies with its njit hooks (the contract: ``moesim.policies.base``);
 ``bind`` compiles a loop (this one, or the discrete-event loop of ``moesim.sim.des``) with them as
 compile-time constants, so every call is static and inlinable, and the result is cached on disk
 like any ``cache=True`` function. The engine owns
 residency (which object sits in which slot) and the counters; the policy owns its ordering state.
-A victim hook may return -1 to leave the missing object uncached (a bypass, used by the static pin).
+A policy leaves a missing object uncached (a bypass) by returning False from ``on_miss`` (the
+γ-cache's Top-C) or -1 from ``choose_victim`` (the static pin).
 """
 
 from __future__ import annotations
@@ -27,17 +28,27 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-HOOK_NAMES = ("reset", "on_step", "on_hit", "on_miss", "choose_victim", "on_evict", "on_insert")
-
-
-def hooks(**given) -> dict:
-    """A policy's hooks, checked: exactly the seven of ``HOOK_NAMES``, each an njit function."""
-    if set(given) != set(HOOK_NAMES):
-        raise TypeError(f"hooks must be exactly {', '.join(HOOK_NAMES)}")
-    return given
-
-
 _BOUND: dict = {}
+
+
+def source_files(functions) -> list[Path]:
+    """Every source file whose code a compiled call of ``functions`` may inline: their own files and,
+    transitively, those of every Python or numba function their code names as a global."""
+    seen, files, todo = set(), set(), list(functions)
+    while todo:
+        fn = todo.pop()
+        fn = getattr(fn, "py_func", fn)  # a numba dispatcher: its Python function
+        code = getattr(fn, "__code__", None)
+        if not isinstance(fn, types.FunctionType) or fn in seen:
+            continue
+        seen.add(fn)
+        files.add(Path(code.co_filename))
+        codes = [code]
+        while codes:  # names used by nested code (comprehensions, inner functions) count too
+            c = codes.pop()
+            codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+            todo.extend(fn.__globals__[n] for n in c.co_names if n in fn.__globals__)
+    return sorted(files)
 
 
 def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
@@ -50,14 +61,14 @@ def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
     so the loop's code is bound to the policy's hooks as globals instead. The hooks are inlined and
     the loop runs without reference counting (``_nrt=False``; it allocates nothing): called hooks
     took a state tuple by value and counted references on every access, several times the cost of
-    the policy itself. The cache entry is named after the loop, the policy and a digest of the loop's
-    file and of every module in the policy's package (hooks inline helpers from their neighbours),
-    so editing any of them recompiles. One compilation per (policy, loop) and process.
+    the policy itself. Numba's cache checks only the loop's own file, so the cache entry is named
+    after the loop, the policy and a digest of every file whose code is inlined (``source_files``):
+    editing a helper anywhere recompiles. One compilation per (policy, loop) and process.
     """
     key = (policy.__name__, loop.__module__, loop.__name__)
     if key not in _BOUND:
         digest = hashlib.sha1()
-        for path in [Path(loop.__code__.co_filename)] + sorted(Path(policy.__file__).parent.glob("*.py")):
+        for path in source_files([loop, *helpers, *policy.HOOKS.values()]):
             digest.update(path.read_bytes())
         inlined = {k: njit(inline="always")(h.py_func) for k, h in policy.HOOKS.items()}
         namespace = dict(loop.__globals__, **inlined, __name__=loop.__module__)
@@ -143,7 +154,8 @@ def hitrate_loop(args, st):
                             continue
                     elif slot_of[obj] >= 0:
                         continue
-                    on_miss(st, part, obj, t)
+                    if not on_miss(st, part, obj, t):
+                        continue
                     slot, victim = place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp)
                     if victim >= 0 and n_evictions[0] < evictions.shape[0]:
                         evictions[n_evictions[0], 0] = t

@@ -81,7 +81,7 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0) -> Requests:
     src_rows = np.concatenate(src).astype(np.int64) if src else np.zeros(0, np.int64)
     k, n_layers = trace.meta.top_k, trace.meta.num_layers
     width = max(batch * k, trace.meta.num_experts if (kind == PREFILL).any() else 0)
-    identity = width == k and np.array_equal(src_rows, np.arange(trace.num_rows))
+    identity = width == k and kind.size == trace.num_rows and np.array_equal(src_rows, np.arange(trace.num_rows))
     if identity:
         # one sequence at a time, no prompt rows: the request rows are the trace's rows
         experts = np.ascontiguousarray(trace.experts, np.int16)

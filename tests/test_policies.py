@@ -42,44 +42,66 @@ def test_room_for_everything_gives_only_cold_misses(seed, semantics):
 
 def test_step_semantics_never_evicts_a_member_of_the_request_set():
     # capacity k: every step's k experts must all be resident afterwards, so the cache after a step
-    # is exactly its set, whatever the policy; evicting a member would lose hits below
+    # is exactly its set, whatever the policy that admits every miss (gamma's Top-C may keep older
+    # experts instead); evicting a member would lose hits below
     experts = np.array([[[0, 1]], [[0, 1]], [[2, 0]], [[2, 0]], [[1, 3]], [[1, 3]]], np.int16)
     trace = small(0, layers=1, experts=4, top_k=2, sequences=1, tokens=6)
     trace.experts[:] = experts
-    for policy in ONLINE + ["belady"]:
+    for policy in [p for p in ONLINE if p != "gamma"] + ["belady"]:
         r = simulate(trace, policy, 2, "per-layer", "step")
         # rows 1, 3 and 5 repeat their predecessor (2 hits each), row 2 keeps expert 0, row 4 nothing
         assert r.hits == 2 + 1 + 2 + 0 + 2, policy
 
 
-def test_gamma_limits(mixtral):
-    for semantics in ("step", "sequential"):
-        for c in (2, 4, 6):
-            assert simulate(mixtral, "gamma", c, semantics=semantics, gamma=0.0).hits == \
-                simulate(mixtral, "lru", c, semantics=semantics).hits
+def test_gamma_zero_is_lru(mixtral):
+    """Remark C.2's recency limit: at γ = 0 only the current token counts and ties go to the later
+    served, which is LRU's order (γ → 0⁺ differs only in how experts of one token are ordered)."""
+    for policy in ("gamma", "gamma-admit"):
+        for semantics in ("step", "sequential"):
+            for c in (2, 4, 6):
+                assert simulate(mixtral, policy, c, semantics=semantics, gamma=0.0).hits == \
+                    simulate(mixtral, "lru", c, semantics=semantics).hits
 
 
-def perfect_lfu_misses(experts, c):
-    """Reference for gamma = 1: counts of every request so far, evict the lowest resident count,
-    ties to the least recently served (sequential semantics, one layer)."""
-    count, seen, cache, misses, clock = {}, {}, [], 0, 0
-    for e in experts.reshape(-1).tolist():
-        clock += 1
+def perfect_lfu_misses(experts, c, admit_all):
+    """Remark C.2's frequency limit, γ = 1, sequential semantics, one layer: counts of every request
+    so far, ties to the later served. Top-C (Definition C.1): a miss is kept only if it outranks the
+    lowest resident; ``admit_all`` (gamma-admit): every miss is kept and the lowest resident goes."""
+    count, seen, cache, misses = {}, {}, [], 0
+    for clock, e in enumerate(experts.reshape(-1).tolist()):
         count[e] = count.get(e, 0) + 1
-        if e not in cache:
-            misses += 1
-            if len(cache) == c:
-                cache.remove(min(cache, key=lambda o: (count[o], seen[o])))
-            cache.append(e)
         seen[e] = clock
+        if e in cache:
+            continue
+        misses += 1
+        if len(cache) < c:
+            cache.append(e)
+            continue
+        lowest = min(cache, key=lambda o: (count[o], seen[o]))
+        if admit_all or (count[e], seen[e]) > (count[lowest], seen[lowest]):
+            cache[cache.index(lowest)] = e
     return misses
 
 
 def test_gamma_one_is_perfect_lfu():
     trace = small(3, layers=1, experts=8, top_k=2, sequences=1, tokens=300)
     for c in (2, 3, 5):
-        assert simulate(trace, "gamma", c, semantics="sequential", gamma=1.0).misses == \
-            perfect_lfu_misses(trace.experts[:, 0, :], c)
+        for policy in ("gamma", "gamma-admit"):
+            assert simulate(trace, policy, c, semantics="sequential", gamma=1.0).misses == \
+                perfect_lfu_misses(trace.experts[:, 0, :], c, policy == "gamma-admit"), (policy, c)
+
+
+def test_gamma_keeps_the_top_c_and_bypasses_the_rest():
+    """Definition C.1 by hand: γ = 1, C = 2, one layer, top-1, tokens a a b b c c. After b b the
+    counts are a = b = 2; c's first request (count 1) does not reach the Top-2: served, not kept.
+    Its second (count 2, served last) outranks a (2, served before b): a goes. gamma-admit keeps c
+    at once, in a's place."""
+    trace = small(0, layers=1, experts=4, top_k=1, sequences=1, tokens=6)
+    trace.experts[:, 0, 0] = [0, 0, 1, 1, 2, 2]
+    top_c = simulate(trace, "gamma", 2, semantics="sequential", gamma=1.0, log_evictions=10)
+    assert top_c.misses == 4 and top_c.evictions.tolist() == [[5, 0]]
+    admit = simulate(trace, "gamma-admit", 2, semantics="sequential", gamma=1.0, log_evictions=10)
+    assert admit.misses == 3 and admit.evictions.tolist() == [[4, 0]]
 
 
 def test_static_pins_the_most_popular(mixtral):
