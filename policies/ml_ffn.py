@@ -4,9 +4,10 @@ Features, per expert of a layer at token t (FlashMoE's definitions): recency r (
 else one more than at t−1; never routed → 1/r = 0) and frequency f (routings so far), fed as
 [1/r_1..1/r_E ‖ f_1/max f .. f_E/max f] — the concatenated score vector of Algorithm 1. A 3-layer
 FFN (hidden 128, SiLU) maps it to one predicted distance-to-next-use per expert of the layer, and
-the resident expert outside the request set with the largest prediction is evicted. Training
-(``moesim train ml-ffn``, see ``ml_ffn_train``) regresses Belady's quantity, the tokens until each
-expert's next routing, with MSE and AdamW (lr 1e-3, weight decay 1e-2 from FlashMoE Table 1).
+the resident expert outside the request set with the largest prediction is evicted; equal
+predictions go to the least recently served expert (LRU's order). Training (``moesim train ml-ffn``,
+see ``ml_ffn_train``) regresses Belady's quantity, the tokens until each expert's next routing,
+with MSE and AdamW at learning rate 1e-3 decayed as FlashMoE Table 1 says.
 
 Where this differs: the paper masks the loss to the experts Belady would evict; here every expert's
 distance is a target (log-scaled and capped at a horizon) because which experts are candidates
@@ -17,7 +18,8 @@ the engine reads the prediction of (token, layer) when it needs a victim: the sa
 running it at each eviction, several times faster, for 4·E bytes per (token, layer). Under global
 scope a resident expert of a layer not yet reached in this token is judged by that layer's
 prediction at the previous token, the latest the policy could know. Parameter ``ml_model``: the
-.npz path; one model per layer, or one shared.
+.npz path; one model per layer, or one shared. A network whose output is minus the recency
+feature is LRU exactly, one whose output is the distance to the next use is Belady (tests).
 """
 
 from __future__ import annotations
@@ -61,8 +63,10 @@ def make_state(ctx):
                           f"model(s); the trace has {ctx.num_experts} experts and {ctx.num_layers} layers")
     weights = tuple(np.ascontiguousarray(model[k], np.float32) for k in WEIGHTS)
     neg_pred = predictions(ctx.experts, ctx.seq_offsets, ctx.num_experts, ctx.reset_each_seq, weights, negate=True)
-    # minus the predicted distance per (row, layer, expert); scratch key per object; [E, row, layer]
-    return (neg_pred, np.zeros(ctx.num_objects), np.array([ctx.num_experts, 0, 0], np.int64))
+    # minus the predicted distance per (row, layer, expert); scratch key per object; [E, row, layer,
+    # service clock]; the clock when each object was last served
+    return (neg_pred, np.zeros(ctx.num_objects), np.array([ctx.num_experts, 0, 0, 0], np.int64),
+            np.zeros(ctx.num_objects))
 
 
 def predictions(experts: np.ndarray, seq_offsets: np.ndarray, num_experts: int, reset_each_seq: bool,
@@ -153,14 +157,20 @@ def on_step(st, part, layer, row, ranked, t):
 
 
 @njit(cache=True)
+def served(st, part, slot, obj, t):
+    st[2][3] += 1
+    st[3][obj] = st[2][3]
+
+
+@njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    neg_pred, key, ctl = st
+    neg_pred, key, ctl = st[0], st[1], st[2]
     num_experts, row, layer = ctl[0], ctl[1], ctl[2]
     for slot in range(lo, hi):
         o = obj_of[slot]
         other = o // num_experts
         key[o] = neg_pred[row if other <= layer else row - 1, other, o - other * num_experts]
-    return min_key_slot(key, key, lo, hi, obj_of, mark, stamp)
+    return min_key_slot(key, st[3], lo, hi, obj_of, mark, stamp)
 
 
-HOOKS = hooks(on_step=on_step, choose_victim=choose_victim)
+HOOKS = hooks(on_step=on_step, on_hit=served, choose_victim=choose_victim, on_insert=served)

@@ -1,0 +1,66 @@
+"""The compiled loops are cached on disk under a digest of every file whose code they inline."""
+
+import subprocess
+import sys
+import textwrap
+
+from moesim.sim import des_loop
+from moesim.policies import get_policy
+from moesim.sim.engine import source_files
+
+RUN = """
+import sys
+import numpy as np
+sys.path[:0] = {paths!r}
+import loop_mod, policy_mod
+from moesim.sim.engine import bind
+out = np.zeros(1, np.int64)
+bind(policy_mod, loop_mod.loop)((out,), ())
+print(out[0])
+"""
+
+
+def test_editing_an_inlined_helper_in_another_file_recompiles(tmp_path):
+    """A helper the loop calls lives in a third folder: after it is edited, the next process must
+    compile afresh rather than load the cached loop (which would still print the old value)."""
+    folders = {name: tmp_path / name for name in ("loops", "helpers", "policies")}
+    for folder in folders.values():
+        folder.mkdir()
+    helper = folders["helpers"] / "helper_mod.py"
+    helper.write_text("from numba import njit\n\n\n@njit(cache=True)\ndef value():\n    return 1\n")
+    (folders["loops"] / "loop_mod.py").write_text(textwrap.dedent("""
+        from helper_mod import value
+
+
+        def loop(args, st):
+            args[0][0] = value() + choose_victim(st, 0, 0, 0, args[0], args[0], args[0], 0, 0, 0)
+    """))
+    (folders["policies"] / "policy_mod.py").write_text(textwrap.dedent("""
+        from numba import njit
+        from moesim.policies.base import hooks
+
+
+        @njit(cache=True)
+        def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
+            return 10
+
+
+        HOOKS = hooks(choose_victim=choose_victim)
+    """))
+    script = RUN.format(paths=[str(f) for f in folders.values()])
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+
+    def run() -> str:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+        return done.stdout.strip()
+
+    assert run() == "11"
+    assert run() == "11"  # from the cache
+    helper.write_text(helper.read_text().replace("return 1", "return 2"))
+    assert run() == "12"
+    assert any((tmp_path / "cache").rglob("*.nbi"))
+
+
+def test_the_digest_covers_the_helpers_and_the_policys_neighbours():
+    files = {f.name for f in source_files([des_loop.des_loop, *des_loop.HELPERS, *get_policy("lecar").HOOKS.values()])}
+    assert {"des_loop.py", "engine.py", "base.py", "lecar.py", "lfu.py"} <= files
