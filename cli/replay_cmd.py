@@ -12,7 +12,10 @@ from moesim.console import console, emit_json, table
 Layers = Annotated[Optional[int], typer.Option(help="Keep only the first N MoE layers (recorded in the output).")]
 Scale = Annotated[float, typer.Option(help="Multiply the model's widths by S (0 < S <= 1; recorded).")]
 Backend = Annotated[str, typer.Option(help="cpu: experts in files on disk, RAM slots, torch on the CPU; cuda: "
-                                            "experts in pinned host memory, GPU slots, a copy stream.")]
+                                            "experts in pinned host memory, GPU slots, a copy stream; virtual: "
+                                            "the simulator's durations on a virtual clock (checks the executor).")]
+Kernel = Annotated[str, typer.Option(help="fused: a layer's experts run once all are loaded; per-expert: each as "
+                                          "its weights land. Simulated and executed alike.")]
 
 
 def _inputs(trace_path: Path, model: Optional[str], layers, scale):
@@ -32,14 +35,21 @@ def _check(small, capacity: int, per_layer: bool, backend: str, workdir) -> None
 
     from moesim.replay.run import check_fits
 
+    if backend == "virtual":
+        return
+
     check_fits(small, capacity * (small.num_layers if per_layer else 1), backend,
                Path(workdir) if workdir is not None else Path(tempfile.gettempdir()))
 
 
-def _hardware(hardware: Optional[str], model, backend: str, workdir):
+def _hardware(hardware: Optional[str], model, backend: str, workdir, link=None, ssd=None):
     from moesim import MoesimError
     from moesim.sim.hardware import get_hardware
 
+    if backend == "virtual":  # any machine the simulator knows: a preset, or a file
+        return get_hardware(hardware or "rtx4090", link, ssd)
+    if link is not None or ssd is not None:
+        raise MoesimError(f"--link and --ssd swap simulated presets; --backend {backend} runs on this machine")
     if hardware is not None:
         hw = get_hardware(hardware)
         if hw.compute is None or hw.compute.name != model.name:
@@ -74,13 +84,18 @@ def calibrate(
     spec = get_model(model)
     _, spec = shrink(synth_trace(spec.num_layers, spec.num_experts, spec.top_k, 1, 1, seed=0), spec, layers, scale)
     _check(spec, spec.top_k, True, backend, workdir)
-    result = measure(spec, backend, repeats, workdir)
+    with console.status(f"calibrating ({backend}): copies, compute, then the replay's executor"):
+        result = measure(spec, backend, repeats, workdir)
     hw, c = result.hardware, result.hardware.compute
     write_hardware(hw, out)
     pageable = "" if result.pageable_gbps is None else f" (pageable: {result.pageable_gbps:.2f} GB/s)"
-    console.print(f"wrote {out}: {hw.link.name} {hw.link.latency_us:.0f} us + {hw.link.gbps:.2f} GB/s{pageable}; expert FFN "
-                  f"{c.expert_s * 1e6:.0f} us (+{c.expert_token_s * 1e6:.1f} us/token); layer {c.layer_s * 1e6:.0f} us "
-                  f"({spec.name}: d={spec.d_model}, d_expert={spec.d_expert})")
+    console.print(f"wrote {out} ({spec.name}: d={spec.d_model}, d_expert={spec.d_expert})\n"
+                  f"  copies: {hw.link.name}, {hw.link.gbps:.2f} GB/s{pageable}, latency {hw.link.latency_us:.0f} us "
+                  f"(microbenchmark {result.measured_latency_us:.0f} us, fitted to the replay's all-miss steps)\n"
+                  f"  layer: {c.layer_s * 1e6:.0f} us + {c.layer_token_s * 1e6:.2f} us/token + "
+                  f"{c.layer_ctx_s * 1e9:.2f} ns/KV token (executor: {result.layer_overhead_s * 1e6:+.0f} us)\n"
+                  f"  expert: {c.expert_s * 1e6:.0f} us + {c.expert_token_s * 1e6:.2f} us per extra token "
+                  f"(executor: {result.expert_overhead_s * 1e6:+.0f} us)")
 
 
 def replay(
@@ -92,11 +107,18 @@ def replay(
     prefetch: Annotated[str, typer.Option(help="Prefetcher, as in 'sim run'.")] = "none",
     mode: Annotated[str, typer.Option(help="fallback or commit.")] = "fallback",
     batch: Annotated[int, typer.Option(help="Sequences decoded in lockstep (each layer loads their union).")] = 1,
+    kernel: Kernel = "fused",
     backend: Backend = "cpu",
     layers: Layers = None,
     scale: Scale = 1.0,
     hardware: Annotated[Optional[str], typer.Option(help="Calibrated hardware file for the simulated side "
-                                                         "(default: calibrate now).")] = None,
+                                                         "(default: calibrate now; virtual: rtx4090, or any "
+                                                         "preset or file).")] = None,
+    link: Annotated[Optional[str], typer.Option(help="virtual: swap the host link preset.")] = None,
+    ssd: Annotated[Optional[str], typer.Option(help="virtual: add an SSD preset.")] = None,
+    dram_capacity: Annotated[Optional[int], typer.Option("--dram-capacity", help="virtual: experts host DRAM "
+                                                         "caches in front of the SSD.")] = None,
+    context: Annotated[int, typer.Option(help="KV tokens added to every sequence.")] = 0,
     workdir: Annotated[Optional[Path], typer.Option(help="Folder for the expert files (removed after).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -108,13 +130,14 @@ def replay(
 
     trace, spec, small = _inputs(trace_path, model, layers, scale)
     _check(small, capacity, scope == "per-layer", backend, workdir)
-    hw = _hardware(hardware, small, backend, workdir)
+    hw = _hardware(hardware, small, backend, workdir, link, ssd)
     with console.status("replaying"):
-        r = run(trace, spec, hw, policy, capacity, scope, prefetch, mode, batch, backend, layers, scale, workdir)
+        r = run(trace, spec, hw, policy, capacity, scope, prefetch, mode, batch, backend, layers, scale, workdir,
+                kernel=kernel, dram_capacity=dram_capacity, context=context)
     if as_json:
         emit_json({"trace": str(trace_path), "model": small.name, "hardware": hw.name, **r.as_dict()})
         return
-    table(f"{trace_path}: {small.name}, {r.layers} layers, {backend}; times per step in ms",
+    table(f"{trace_path}: {small.name}, {r.layers} layers, {backend}, {kernel} kernel; times per step in ms",
           ["policy", "C", "TPOT", "p50", "p99", "copy", "hit rate", "sim TPOT", "sim hit rate"],
           [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p50_s * 1e3, r.tpot_p99_s * 1e3, r.copy_s * 1e3,
             r.hit_rate, r.sim_tpot_s * 1e3, r.sim_hit_rate]])
@@ -125,6 +148,7 @@ def validate(
     model: Annotated[Optional[str], typer.Option(help="Model preset (default: the trace's).")] = None,
     policies: Annotated[str, typer.Option(help="Comma-separated policies; speedups are over the first.")] = "lru,belady",
     capacity: Annotated[str, typer.Option(help="Comma-separated capacities.")] = "4",
+    kernel: Kernel = "fused",
     backend: Backend = "cpu",
     layers: Layers = None,
     scale: Scale = 1.0,
@@ -145,7 +169,7 @@ def validate(
     hw = _hardware(hardware, small, backend, workdir)
     names = [p.strip() for p in policies.split(",") if p.strip()]
     with console.status("simulating and replaying"):
-        rows = run(trace, spec, hw, names, capacities, backend, layers, scale, workdir)
+        rows = run(trace, spec, hw, names, capacities, backend, layers, scale, workdir, kernel=kernel)
     if as_json:
         emit_json({"trace": str(trace_path), "model": small.name, "hardware": hw.name, "rows": rows})
         return

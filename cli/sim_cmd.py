@@ -87,6 +87,9 @@ def run(
     prefetch: Annotated[str, typer.Option(help=f"Prefetcher: {', '.join(PREFETCHERS)}.")] = "none",
     mode: Annotated[str, typer.Option(help="After a misprediction: fallback (fetch the right experts) or commit "
                                            "(run the predicted ones, CommitMoE).")] = "fallback",
+    kernel: Annotated[str, typer.Option(help="fused: a layer's experts in one kernel once all are on the GPU "
+                                             "(vLLM); per-expert: each as its weights land (Mixtral-offloading).")]
+    = "fused",
     batch: Annotated[int, typer.Option(help="Sequences decoded in lockstep.")] = 1,
     context: Annotated[int, typer.Option(help="KV tokens added to every sequence (a prompt the trace did not "
                                               "record).")] = 0,
@@ -122,13 +125,13 @@ def run(
     names = [p.strip() for p in policy.split(",") if p.strip()]
     capacities = int_list(capacity, "--capacity")
     results = [simulate_des(trace, spec, hw, name, c, scope, prefetch, mode, batch, dram_capacity, context, reset,
-                            dtype, **params) for name in names for c in capacities]
+                            dtype, kernel=kernel, **params) for name in names for c in capacities]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
         return
     ttft = any(r.ttft_s is not None for r in results)
     table(f"{trace_path}: {spec.name} on {hw.name} ({hw.gpu.name}, {hw.link.name}), {scope}, prefetch {prefetch} "
-          f"({mode}), batch {batch}; times per step in ms",
+          f"({mode}), {kernel} kernel, batch {batch}; times per step in ms",
           ["policy", "C", "TPOT", "p99", "tok/s", "compute", "copy", "stall", "hit rate"] + ["TTFT"] * ttft,
           [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3,
             r.copy_s * 1e3, r.stall_s * 1e3, r.hit_rate] + [(r.ttft_s or float("nan")) * 1e3] * ttft

@@ -1,6 +1,16 @@
-"""The compute stream's work, the same on every backend: per layer the attention projections and the
-router on the step's tokens (their weights stay resident), then the SwiGLU FFN of each executed
-expert, read from the buffer its weights were copied into."""
+"""The compute stream's work, the same on every real backend: per layer the attention projections,
+attention over the KV cache the step's tokens read, and the router (their weights stay resident),
+then the SwiGLU FFN of each executed expert on the tokens that chose it, read from the buffer its
+weights were copied into.
+
+The replay's executor (``moesim.replay.run``) drives it through ``row``, ``layer``, ``scratch``,
+``expert``, ``fused`` and ``combine``; ``moesim.replay.virtual`` implements the same calls on a
+virtual clock. Hidden states are synthetic: an expert on T tokens computes on the first T rows of
+the step's states (what it costs depends on T, not on which tokens). Attention is one head of the
+KV width: a row of T tokens whose sequences hold ctx KV tokens in all has each token attend to
+ctx/T cached keys and values, from one random cache block shared by the layers (the work the
+simulator's attention term counts; a real engine reads a separate cache per layer and sequence).
+"""
 
 from __future__ import annotations
 
@@ -22,34 +32,69 @@ def require_torch():
 class Compute:
     """Dense weights of one layer (random, seeded) on ``device`` ("cpu" or "cuda"), in its ``DTYPE``."""
 
-    def __init__(self, model: ModelSpec, seed: int = 0, device: str = "cpu"):
+    def __init__(self, model: ModelSpec, seed: int = 0, device: str = "cpu", max_keys: int = 0):
         self.torch = torch = require_torch()
         self.device, self.dtype = device, {"fp32": torch.float32, "bf16": torch.bfloat16}[DTYPE[device]]
         d, q, kv = model.d_model, model.q_dim or model.d_model, model.kv_dim or model.d_model
         gen = torch.Generator().manual_seed(seed)
-        shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, model.num_experts)]
-        self.dense = [(torch.randn(s, generator=gen) / s[0] ** 0.5).to(device, self.dtype) for s in shapes]
-        self.d, self.de = d, model.d_expert
+        shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, model.num_experts), (max_keys, kv), (max_keys, kv)]
+        *self.dense, self.keys, self.values = [(torch.randn(s, generator=gen) / max(s[0], 1) ** 0.5).to(device, self.dtype)
+                                                for s in shapes]
+        self.d, self.de, self.q, self.kv, self.ctx, self.states = d, model.d_expert, q, min(q, kv), 0, {}
 
     @property
     def expert_numel(self) -> int:
         return 3 * self.d * self.de
 
+    def tokens(self, n: int):
+        """n hidden states (at least one), the same every call (made once per n)."""
+        n = max(int(n), 1)
+        if n not in self.states:
+            torch = self.torch
+            x = torch.randn(n, self.d, generator=torch.Generator().manual_seed(1)) * 0.1
+            self.states[n] = x.to(self.device, self.dtype)
+        return self.states[n]
+
+    def row(self, row: int, tokens: int, ctx: float = 0):
+        """The hidden states a request row starts from; its layers attend to ``ctx`` KV tokens in all."""
+        self.ctx = int(ctx)
+        return self.tokens(tokens)
+
     def layer(self, x):
-        """Attention projections (q, k, v, o) and the router on x [T, d]; returns the new x."""
+        """Attention projections (q, k, v, o), attention over the row's KV tokens and the router on
+        x [T, d]; returns the new x."""
+        torch = self.torch
         wq, wk, wv, wo, router = self.dense
         q = x @ wq
         (x @ wk), (x @ wv), (x @ router)
+        per_token = min(self.ctx // x.shape[0], self.keys.shape[0])
+        if per_token > 0:
+            t, kv = x.shape[0], self.kv
+            keys = self.keys[:per_token, :kv].expand(t, per_token, kv)
+            values = self.values[:per_token, :kv].expand(t, per_token, kv)
+            scores = torch.softmax(torch.bmm(q[:, None, :kv], keys.transpose(1, 2)) * kv ** -0.5, dim=-1)
+            attended = torch.bmm(scores, values)[:, 0]
+            q = torch.nn.functional.pad(attended, (0, self.q - kv)) + q
         return x + q @ wo * 0.01
 
-    def expert(self, x, weights):
+    def ffn(self, x, weights):
         """SwiGLU: (silu(x W1) * x W3) W2 with the expert's flat weights (w1, w3: d x de; w2: de x d)."""
         d, de = self.d, self.de
         w1, w3, w2 = weights[:d * de].view(d, de), weights[d * de:2 * d * de].view(d, de), weights[2 * d * de:].view(de, d)
         return (self.torch.nn.functional.silu(x @ w1) * (x @ w3)) @ w2
 
-    def tokens(self, n: int):
-        """n hidden states (at least one), the same every call."""
-        torch = self.torch
-        x = torch.randn(max(int(n), 1), self.d, generator=torch.Generator().manual_seed(1)) * 0.1
-        return x.to(self.device, self.dtype)
+    def scratch(self, x):
+        """Where a layer's expert outputs accumulate."""
+        return self.torch.zeros_like(x)
+
+    def expert(self, x, out, weights, tokens: int) -> None:
+        """One expert on ``tokens`` tokens, added into ``out``."""
+        out[:tokens] += self.ffn(x[:tokens], weights)
+
+    def fused(self, x, out, run: list) -> None:
+        """A layer's experts back to back, ``run`` = [(weights, tokens), ...], with no wait between them."""
+        for weights, tokens in run:
+            self.expert(x, out, weights, tokens)
+
+    def combine(self, x, out):
+        return x + out * 0.01

@@ -145,6 +145,7 @@ class CpuBackend:
       waits for that (nothing to do here: the compute stream runs synchronously);
     - ``routed()``: returns once the router's choice is known on the host (here: at once);
     - ``finish_step()``: returns once the compute stream is idle (here: at once);
+    - ``clock()``: the time now, in seconds (wall time here; the virtual backend's own clock);
     - ``copy_busy_s``: the copy stream's busy time so far; ``close()``: everything freed, files removed.
     """
 
@@ -184,6 +185,9 @@ class CpuBackend:
 
     def finish_step(self) -> None:
         pass
+
+    def clock(self) -> float:
+        return time.perf_counter()
 
     @property
     def copy_busy_s(self) -> float:

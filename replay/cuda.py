@@ -11,6 +11,7 @@ random and seeded. The backend interface is ``moesim.replay.cpu.CpuBackend``'s.
 from __future__ import annotations
 
 import os
+import time
 
 from moesim import MoesimError
 from moesim.replay.compute import require_torch
@@ -88,6 +89,9 @@ class CudaBackend:
 
     def finish_step(self) -> None:
         self.torch.cuda.current_stream().synchronize()
+
+    def clock(self) -> float:
+        return time.perf_counter()
 
     @property
     def copy_busy_s(self) -> float:

@@ -9,18 +9,24 @@ output token is the wall time of each decode step, up to the end of its last exp
 
 A backend (``cpu``: ``moesim.replay.cpu``; ``cuda``: ``moesim.replay.cuda``) holds the experts on
 its slow tier, the buffers on its fast tier, and a copy stream; ``moesim.replay.compute`` is the
-compute stream's work on either.
+compute stream's work on either. The executor runs the kernel kind the simulation named: ``fused``
+waits for every copy of a layer's experts and then runs them back to back, ``per-expert`` runs each
+as soon as its own copy has landed, in the simulator's order. The ``virtual`` backend
+(``moesim.replay.virtual``) gives every copy and kernel the simulator's own duration: its time per
+token must equal the simulator's exactly, which checks that the executor runs the simulator's schedule.
 
 Models too large for this machine are cut to their first ``layers`` layers and their widths
 scaled by ``scale`` (both recorded in the result); the check happens before anything is written.
+The virtual backend needs neither.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import signal
 import tempfile
-import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +34,7 @@ import numpy as np
 
 from moesim import MoesimError
 from moesim.replay.compute import DTYPE, Compute
+from moesim.replay.virtual import VirtualBackend
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.des_loop import EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD
 from moesim.sim.hardware import Hardware
@@ -35,7 +42,7 @@ from moesim.sim.models import ModelSpec
 from moesim.tracegen.schema import DECODE
 from moesim.tracegen.trace import Trace
 
-BACKENDS = ("cpu", "cuda")
+BACKENDS = ("cpu", "cuda", "virtual")
 
 
 @dataclass
@@ -43,6 +50,7 @@ class ReplayResult:
     policy: str
     capacity: int
     backend: str
+    kernel: str
     layers: int
     scale: float
     tpot_s: float
@@ -58,10 +66,12 @@ class ReplayResult:
     decode_steps: int
     sim_tpot_s: float
     sim_hit_rate: float
-    step_times: np.ndarray = field(repr=False)
+    step_times: np.ndarray = field(repr=False)      # measured, every decode step
+    sim_step_times: np.ndarray = field(repr=False)  # simulated, the same steps
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "step_times"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("step_times", "sim_step_times")}
 
 
 def shrink(trace: Trace, model: ModelSpec, layers: int | None, scale: float) -> tuple[Trace, ModelSpec]:
@@ -82,7 +92,7 @@ def shrink(trace: Trace, model: ModelSpec, layers: int | None, scale: float) -> 
     name = model.name if scale == 1 else f"{model.name}@x{scale:g}"
     small = dataclasses.replace(model, name=name, num_layers=n, d_model=width(model.d_model), d_expert=width(model.d_expert),
                                 q_dim=width(model.q_dim), kv_dim=width(model.kv_dim), d_shared=width(model.d_shared))
-    meta = trace.meta.replace(num_layers=n, expert_bytes=None)
+    meta = trace.meta.replace(num_layers=n, expert_bytes=trace.meta.expert_bytes if scale == 1 else None)
     cut = dataclasses.replace(trace, meta=meta, experts=np.ascontiguousarray(trace.experts[:, :n]),
                               weights=None if trace.weights is None else trace.weights[:, :n],
                               probs=None if trace.probs is None else trace.probs[:, :n],
@@ -120,35 +130,59 @@ def open_backend(backend: str, model: ModelSpec, n_buffers: int, folder: Path, s
 def replay(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lru", capacity: int = 4,
            scope: str = "per-layer", prefetch: str = "none", mode: str = "fallback", batch: int = 1,
            backend: str = "cpu", layers: int | None = None, scale: float = 1.0, workdir: str | Path | None = None,
-           seed: int = 0, **params) -> ReplayResult:
-    """Simulate, then execute the simulator's decisions for real on ``backend``."""
+           seed: int = 0, kernel: str = "fused", dram_capacity: int | None = None, context: int = 0,
+           **params) -> ReplayResult:
+    """Simulate, then execute the simulator's decisions on ``backend`` (for real, or on the virtual clock)."""
+    if backend == "virtual":
+        trace, model = shrink(trace, model, layers, scale)
+        sim = simulate_des(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity,
+                           context, decisions=True, kernel=kernel, **params)
+        n_slots = capacity * (model.num_layers if scope == "per-layer" else 1)
+        machine = VirtualBackend(sim, model.num_layers * trace.meta.num_experts, hardware.link.engines, dram_capacity)
+        times, counts = _execute(sim, machine, machine, Buffers.for_log(sim, n_slots), trace.meta.num_experts)
+        copy_per_step = machine.copy_busy_s / max(sim.decode_steps, 1)
+        return _result(sim, backend, kernel, model.num_layers, scale, times, counts, copy_per_step)
+    if dram_capacity is not None:
+        raise MoesimError(f"--backend {backend} replays two tiers (slow tier -> fast buffers); the SSD tier "
+                          "(--dram-capacity) is replayed on --backend virtual only")
     trace, model = shrink(trace, model, layers, scale)
     per_layer = scope == "per-layer"
     n_slots = capacity * (model.num_layers if per_layer else 1)
     folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
     check_fits(model, n_slots, backend, folder)
-    sim = simulate_des(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dtype=DTYPE[backend],
-                       decisions=True, **params)
+    sim = simulate_des(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, None, context,
+                       dtype=DTYPE[backend], decisions=True, kernel=kernel, **params)
     layout = Buffers.for_log(sim, n_slots)
+    req = sim.requests
+    max_keys = int(np.max(req.ctx // np.maximum(req.tokens, 1), initial=0))
     previous = signal.signal(signal.SIGTERM, _terminate)  # a kill unwinds, so the files are removed
     try:
         machine = open_backend(backend, model, layout.total, folder, seed)
         try:
-            times, counts = _execute(sim, machine, Compute(model, seed, backend), layout,
-                                     trace.meta.num_experts)
-            copy_per_step = machine.copy_busy_s / max(sim.decode_steps, 1)
+            compute = Compute(model, seed, backend, max_keys)
+            warm_up(machine, compute, int(req.tokens.max(initial=1)))
+            busy = machine.copy_busy_s
+            with no_gc():
+                times, counts = _execute(sim, machine, compute, layout, trace.meta.num_experts)
+            copy_per_step = (machine.copy_busy_s - busy) / max(sim.decode_steps, 1)
         finally:
             machine.close()
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return _result(sim, backend, kernel, model.num_layers, scale, times, counts, copy_per_step)
+
+
+def _result(sim: DesResult, backend: str, kernel: str, layers: int, scale: float, times: np.ndarray, counts: tuple,
+            copy_per_step: float) -> ReplayResult:
     hits, accesses, loads, prefetches = counts
     if (hits, accesses) != (sim.hits, sim.accesses):
         raise MoesimError(f"replay hits {hits}/{accesses} differ from the simulator's {sim.hits}/{sim.accesses}")
     tokens = float(sim.decode_tokens)
-    return ReplayResult(policy, capacity, backend, model.num_layers, scale, float(times.mean()),
+    return ReplayResult(sim.policy, sim.capacity, backend, kernel, layers, scale, float(times.mean()),
                         float(np.percentile(times, 50)), float(np.percentile(times, 99)),
                         tokens / float(times.sum()), copy_per_step, hits / accesses if accesses else float("nan"),
-                        hits, accesses, loads, prefetches, int(times.size), sim.tpot_s, sim.hit_rate, times)
+                        hits, accesses, loads, prefetches, int(times.size), sim.tpot_s, sim.hit_rate, times,
+                        sim.step_times)
 
 
 @dataclass(frozen=True)
@@ -177,10 +211,40 @@ def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
 
+@contextmanager
+def no_gc():
+    """No garbage collection pause inside a timed region (collected once before it)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def warm_up(machine, compute, tokens: int, rounds: int = 3) -> None:
+    """Run each kind of work a few times before the clock starts: the first calls pay for library
+    initialisation (cuBLAS handles, kernel selection, CPU thread pools) and for clocks ramping up,
+    which would otherwise land on the first configuration replayed."""
+    for _ in range(rounds):
+        for n in {1, tokens}:
+            x = compute.row(0, n, 64 * n)
+            x = compute.layer(x)
+            machine.ready(machine.load(0, 0))
+            out = compute.scratch(x)
+            compute.expert(x, out, machine.weights(0), n)
+            machine.release(0)
+            compute.combine(x, out)
+        machine.finish_step()
+
+
 def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int) -> tuple[np.ndarray, tuple]:
-    """Run the decision log on ``machine``: returns decode-step wall times and (hits, accesses, loads,
-    prefetches). Every hit is checked against the replay's own table of what each buffer holds."""
+    """Run the decision log on ``machine`` with ``compute``: returns decode-step times (the machine's
+    clock) and (hits, accesses, loads, prefetches). Every hit is checked against the replay's own
+    table of what each buffer holds."""
     req, log = sim.requests, sim.decisions
+    exe, exe_tokens = sim.executed
+    per_expert = sim.kernel == "per-expert"
     held = np.full(layout.slots, -1, np.int64)
     copying: dict = {}  # buffer -> the copy into it that compute has not waited for yet
     free_staging = list(range(layout.slots + layout.scratch, layout.total))
@@ -193,10 +257,14 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
     def copy(obj: int, buf: int) -> None:
         copying[buf] = machine.load(obj, buf)
 
+    def wait(buf: int) -> None:
+        if buf in copying:
+            machine.ready(copying.pop(buf))
+
     for row in range(req.num_rows):
         decode = req.kind[row] == DECODE
-        x = compute.tokens(req.tokens[row])
-        start = time.perf_counter()
+        x = compute.row(row, req.tokens[row], req.ctx[row])
+        start = machine.clock()
         while i < len(log) and log[i, 0] == row and log[i, 2] == EV_PRELOAD:
             obj, slot = int(log[i, 3]), int(log[i, 4])
             copy(obj, slot)
@@ -207,7 +275,9 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
             x = compute.layer(x)
             machine.routed()
             staged, staged_next = staged_next, {}
-            run = []
+            tokens_of = {layer * num_experts + int(e): int(t) for e, t in zip(exe[row, layer], exe_tokens[row, layer])
+                         if e >= 0}
+            run = []  # (buffer, tokens) of the experts to compute, in the simulator's order
             while i < len(log) and log[i, 0] == row and log[i, 1] == layer:
                 event, obj, slot = int(log[i, 2]), int(log[i, 3]), int(log[i, 4])
                 i += 1
@@ -222,7 +292,7 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
                                           f"{where} as the simulator says")
                     hits += decode
                     accesses += decode
-                    run.append(buf)
+                    run.append((buf, tokens_of[obj]))
                     continue
                 if slot >= 0:
                     buf = slot
@@ -235,20 +305,24 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
                 if event == EV_LOAD:
                     loads += decode
                     accesses += decode
-                    run.append(buf)
+                    run.append((buf, tokens_of[obj]))
                 else:
                     prefetches += 1
-            out = None
-            for buf in run:
-                if buf in copying:
-                    machine.ready(copying.pop(buf))
-                y = compute.expert(x, machine.weights(buf))
-                out = y if out is None else out + y
-                machine.release(buf)
-            if out is not None:
-                x = x + out * 0.01
+            if run:
+                out = compute.scratch(x)
+                if per_expert:
+                    for buf, tokens in run:
+                        wait(buf)
+                        compute.expert(x, out, machine.weights(buf), tokens)
+                else:
+                    for buf, _ in run:
+                        wait(buf)
+                    compute.fused(x, out, [(machine.weights(buf), tokens) for buf, tokens in run])
+                for buf, _ in run:
+                    machine.release(buf)
+                x = compute.combine(x, out)
             free_staging.extend(staged.values())
         machine.finish_step()
         if decode:
-            times.append(time.perf_counter() - start)
+            times.append(machine.clock() - start)
     return np.array(times), (hits, accesses, loads, prefetches)

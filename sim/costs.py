@@ -6,15 +6,23 @@ Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache in
 
 - attention: weights d·q + 2·d·kv + q·d, KV read 2·kv·ctx values; 2·weights·T + 4·q·ctx FLOPs;
 - router: d·E weights; shared experts: their FFNs (resident, so computed, never copied);
-- routed experts, one fused MoE kernel over the n distinct experts the row needs, with A = T·k
-  token-expert pairs: ``n · max(expert_bytes / bw, 2·expert_params·(A/n) / FLOP/s)``;
+- one routed expert on the T_e tokens that chose it: ``max(expert_bytes / bw, 2·expert_params·T_e /
+  FLOP/s)`` (``by_tokens[T_e]``); the layer's experts run as one of two kernel kinds:
+  - ``fused`` (vLLM's fused MoE): one kernel, ``moe_launch + Σ_e by_tokens[T_e]``, once every
+    expert's weights are resident;
+  - ``per-expert`` (Mixtral-offloading): one kernel per expert, ``expert_launch + by_tokens[T_e]``,
+    each as soon as its own weights are resident, in the order the engine decided;
 - a copy of one expert over the host link: ``latency + expert_bytes / (nominal · efficiency)``;
   from the SSD: ``latency + expert_bytes / read bw``;
 - MoLE: no routed-expert compute; per row and layer T·d·N values cross the link (MoLE eq. 14).
 
-Kernel counts (launch overheads): attention 6, router 2, shared experts 3, the MoE kernel 2.
+Kernel counts (launch overheads): attention 6, router 2, shared experts 3, the fused MoE kernel 2,
+one expert's kernels 4 (two input projections, the gated activation, the output projection).
 A hardware file's ``[compute]`` section (measured for one model, ``moesim.sim.hardware.Compute``)
-replaces all of the compute side for that model; transfers stay link and SSD arithmetic.
+replaces all of the compute side for that model — ``by_tokens[T] = expert_s + expert_token_s ·
+(T − 1)`` — and names the model, so a table measured for another one is refused; transfers stay
+link and SSD arithmetic. The discrete-event engine and the virtual replay backend take their
+durations from here (``fused_kernel_s``, ``expert_kernel_s``), so both run one schedule.
 """
 
 from __future__ import annotations
@@ -22,11 +30,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
+
+from moesim import MoesimError
 
 from moesim.sim.hardware import Hardware
 from moesim.sim.models import ModelSpec
 
-KERNELS_ATTN, KERNELS_ROUTER, KERNELS_SHARED, KERNELS_MOE = 6, 2, 3, 2
+KERNELS_ATTN, KERNELS_ROUTER, KERNELS_SHARED, KERNELS_MOE, KERNELS_EXPERT = 6, 2, 3, 2, 4
+KERNELS = ("fused", "per-expert")
 
 
 @dataclass(frozen=True)
@@ -35,9 +47,9 @@ class Costs:
 
     pre_s: np.ndarray        # attention + router + shared experts of one layer, per row
     lut_s: np.ndarray        # MoLE: the lookup-row transfer of one layer, per row (0 for MoE)
-    expert_mem_s: float      # streaming one expert's weights from HBM
-    expert_flop_s: float     # one token through one expert
-    moe_launch_s: float
+    by_tokens: np.ndarray    # one expert's work on T tokens, T = 0..max (index 0 unused)
+    moe_launch_s: float      # a fused MoE kernel's overhead
+    expert_launch_s: float   # a per-expert kernel's overhead
     copy_s: float            # one expert over the host link
     ssd_s: float             # one expert read from the SSD (nan without one)
     expert_bytes: float
@@ -48,9 +60,25 @@ def roofline(gpu, nbytes, flops):
     return np.maximum(nbytes / gpu.mem_bw, flops / gpu.flops)
 
 
+@njit(cache=True)
+def fused_kernel_s(by_tokens, launch, tokens, n):
+    """One fused MoE kernel over the first n experts of ``tokens`` (their token counts)."""
+    total = launch
+    for i in range(n):
+        total += by_tokens[tokens[i]]
+    return total
+
+
+@njit(cache=True)
+def expert_kernel_s(by_tokens, launch, tokens):
+    """One expert's own kernel on ``tokens`` tokens."""
+    return launch + by_tokens[tokens]
+
+
 def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, bytes_per_param: float = 2.0,
-          expert_bytes: float | None = None) -> Costs:
-    """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all.
+          expert_bytes: float | None = None, max_expert_tokens: int = 1) -> Costs:
+    """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all, experts
+    computing up to ``max_expert_tokens`` tokens each.
 
     ``expert_bytes`` overrides the model's (a trace records its own, e.g. for quantised experts).
     """
@@ -67,12 +95,18 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
         shared_w = model.shared_experts * model.ffn_mats * d * model.d_shared
         pre = pre + roofline(gpu, shared_w * bpp, 2 * shared_w * tokens) + launch * KERNELS_SHARED
     eb = float(expert_bytes if expert_bytes is not None else model.expert_params * bpp)
-    expert_mem_s, expert_flop_s, moe_launch_s = eb / gpu.mem_bw, 2.0 * model.expert_params / gpu.flops, \
-        launch * KERNELS_MOE
+    n_tokens = np.arange(max(int(max_expert_tokens), 1) + 1, dtype=np.float64)
+    by_tokens = np.maximum(eb / gpu.mem_bw, 2.0 * model.expert_params * n_tokens / gpu.flops)
+    moe_launch_s, expert_launch_s = launch * KERNELS_MOE, launch * KERNELS_EXPERT
     measured = hw.compute
-    if measured is not None and measured.name == model.name:
+    if measured is not None:
+        if measured.name != model.name:
+            raise MoesimError(f"{hw.source or hw.name}: its [compute] table was measured for {measured.name}, not "
+                              f"{model.name}; calibrate this model ('moesim calibrate --model ...') or use a "
+                              "hardware file without [compute]")
         pre = measured.layer_s + measured.layer_token_s * tokens + measured.layer_ctx_s * ctx
-        expert_mem_s, expert_flop_s, moe_launch_s = measured.expert_s, measured.expert_token_s, measured.moe_launch_s
+        by_tokens = measured.expert_s + measured.expert_token_s * np.maximum(n_tokens - 1, 0)
+        moe_launch_s, expert_launch_s = measured.moe_launch_s, measured.expert_launch_s
     if model.kind == "mole":
         lut_bytes = tokens * d * model.num_experts * bpp
         lut_s = np.where(lut_bytes > 0, hw.link.latency_us * 1e-6 + lut_bytes / hw.link.bandwidth, 0.0)
@@ -80,7 +114,7 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
         lut_bytes = np.zeros_like(tokens)
         lut_s = np.zeros_like(tokens)
     return Costs(pre_s=np.ascontiguousarray(pre, np.float64), lut_s=np.ascontiguousarray(lut_s, np.float64),
-                 expert_mem_s=expert_mem_s, expert_flop_s=expert_flop_s, moe_launch_s=moe_launch_s,
+                 by_tokens=by_tokens, moe_launch_s=moe_launch_s, expert_launch_s=expert_launch_s,
                  copy_s=hw.link.transfer_s(eb),
                  ssd_s=hw.ssd.read_s(eb) if hw.ssd is not None else float("nan"), expert_bytes=eb,
                  lut_bytes=np.ascontiguousarray(lut_bytes, np.float64))

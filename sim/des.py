@@ -20,7 +20,7 @@ from moesim import MoesimError
 from moesim.policies import get_policy, get_prefetcher
 from moesim.policies.base import Context, make_lists
 from moesim.sim import des_loop as L
-from moesim.sim.costs import costs
+from moesim.sim.costs import KERNELS, Costs, costs
 from moesim.sim.engine import bind
 from moesim.sim.hardware import Hardware
 from moesim.sim.hitrate import check_scope
@@ -43,6 +43,7 @@ class DesResult:
     scope: str
     prefetch: str
     mode: str
+    kernel: str
     batch: int
     dram_capacity: int | None
     tpot_s: float
@@ -73,37 +74,41 @@ class DesResult:
     step_times: np.ndarray = field(repr=False)  # seconds of every decode step, in order
     decisions: np.ndarray = field(repr=False)  # int64 [n, 5] (row, layer, event, object, slot), see des_loop
     requests: object = field(repr=False, default=None)  # the request rows simulated (moesim.sim.requests)
+    executed: tuple = field(repr=False, default=None)  # (experts, tokens) each cell ran, see ``executed``
+    costs: Costs | None = field(repr=False, default=None)  # the durations the engine strung together
 
     def as_dict(self) -> dict:
-        """Everything but the per-step times, the decision log and the request rows."""
+        """Everything but the per-step times, the decision log and the arrays behind them."""
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("step_times", "decisions", "requests")}
+                if f.name not in ("step_times", "decisions", "requests", "executed", "costs")}
 
 
 def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lru", capacity: int = 4,
                  scope: str = "per-layer", prefetch: str = "none", mode: str = "fallback", batch: int = 1,
                  dram_capacity: int | None = None, context: int = 0, reset: bool = False,
-                 dtype: str | None = None, decisions: bool = False, **params) -> DesResult:
+                 dtype: str | None = None, decisions: bool = False, kernel: str = "fused", **params) -> DesResult:
     """Simulate decoding ``trace`` on ``model`` and ``hardware``.
 
     ``capacity`` experts per layer (or in one pool with scope ``global``) stay on the GPU; 0 keeps
     none. ``dram_capacity`` None keeps every expert in host DRAM; D ≥ 0 puts an SSD behind a DRAM
     cache of D experts (the hardware needs an SSD). ``context`` adds KV tokens to every sequence.
     ``dtype`` (bf16, fp8, int4) sets the expert size; default: the trace's own expert bytes when it
-    records them for this model, else bf16. ``params`` go to the policy and the prefetcher
+    records them for this model, else bf16. ``kernel``: ``fused`` (a layer's experts in one kernel
+    once all are resident) or ``per-expert`` (each as its weights land). ``params`` go to the policy and the prefetcher
     (seed, gamma, ml_model, pin_trace, train_trace). ``decisions`` keeps the engine's log of hits,
     loads and prefetches (``DesResult.decisions``, what ``moesim replay`` executes).
     """
-    _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity)
+    _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity, kernel)
     req = build_requests(trace, batch, context)
     module = get_policy(policy)
     n_rows, n_layers, width = req.experts.shape
-    num_experts, top_k = trace.meta.num_experts, trace.meta.top_k
-    pred, preload, preload_at = predictions(trace, req, prefetch, mode, capacity, scope, **params)
+    num_experts = trace.meta.num_experts
+    pred, pred_tokens, preload, preload_at = predictions(trace, req, prefetch, mode, capacity, scope, **params)
+    exe, exe_tokens, committed = executed(req, pred, pred_tokens, mode == "commit")
 
     bpp, eb = _sizes(trace, model, dtype)
-    cost = costs(model, hardware, req.tokens, req.ctx, bpp, eb)
-    times = np.array([cost.expert_mem_s, cost.expert_flop_s, cost.moe_launch_s, cost.copy_s, cost.ssd_s])
+    cost = costs(model, hardware, req.tokens, req.ctx, bpp, eb, int(exe_tokens.max(initial=1)))
+    times = np.array([cost.moe_launch_s, cost.expert_launch_s, cost.copy_s, cost.ssd_s])
     per_layer = scope == "per-layer"
     n_parts = n_layers if per_layer else 1
     n_objects = n_layers * num_experts
@@ -116,31 +121,35 @@ def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str
             np.zeros(n_objects, np.bool_), np.zeros(n_layers), np.zeros(L.N_COUNTERS), np.zeros((n_rows, 4)),
             np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64),
             np.zeros((_log_size(req, pred, preload, preload_at) if decisions else 0, 5), np.int64),
-            np.zeros(1, np.int64))
-    exe, committed = executed(req, pred, mode == "commit")
-    args = (req.experts, exe, committed, req.weights, pred, req.kind, group_start, preload_at, preload, cost.pre_s,
-            cost.lut_s, req.tokens, times, np.int64(top_k), np.int64(capacity), np.int64(num_experts), per_layer,
-            bool(reset), model.kind == "mole", np.int64(-1 if dram_capacity is None else dram_capacity), work)
+            np.zeros(1, np.int64), np.zeros(width), np.zeros(width, np.int32))
+    args = (req.experts, exe, exe_tokens, committed, req.weights, pred, req.kind, group_start, preload_at, preload,
+            cost.pre_s, cost.lut_s, cost.by_tokens, times, kernel == "per-expert", np.int64(capacity),
+            np.int64(num_experts), per_layer, bool(reset), model.kind == "mole",
+            np.int64(-1 if dram_capacity is None else dram_capacity), work)
     # the policy sees what the cache serves: under commit, the predictions (Belady's future, static's popularity)
     ctx = Context(exe, req.group_offsets, num_experts, max(capacity, 1), per_layer, False, reset, params)
     run = bind(module, L.des_loop, L.HELPERS)
     start = time.perf_counter()
     run(args, module.make_state(ctx))
     seconds = time.perf_counter() - start
-    return _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity, req,
-                    pred, preload, preload_at, cost, work, seconds)
+    result = _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, kernel, batch, dram_capacity,
+                      req, pred, preload, preload_at, cost, work, seconds)
+    result.executed = (exe, exe_tokens)
+    return result
 
 
 def predictions(trace: Trace, req, prefetch: str, mode: str, capacity: int, scope: str, **params) -> tuple:
     """What the prefetcher tells the engine: next-cell predictions per request row (int16 [R, L, P],
-    P = 0 without), and preload sets per batch (int16 [G, L, C]) with the row each is issued at (-1: none)."""
+    P = 0 without) and the tokens behind each predicted expert, and preload sets per batch
+    (int16 [G, L, C]) with the row each is issued at (-1: none)."""
     predictor = get_prefetcher(prefetch)
     n_rows, n_layers = req.experts.shape[:2]
     pred = np.full((n_rows, n_layers, 0), -1, np.int16)
+    pred_tokens = np.zeros(pred.shape, np.int32)
     preload = np.full((1, n_layers, 0), -1, np.int16)
     preload_at = np.full(n_rows, -1, np.int64)
     if predictor is not None and predictor.KIND == "next":
-        pred = req.union(predictor.predict(trace, params), req.batch * trace.meta.top_k)
+        pred, pred_tokens = req.union(predictor.predict(trace, params), req.batch * trace.meta.top_k)
         pred[req.kind == PREFILL] = -1
     elif predictor is not None:
         if mode == "commit":
@@ -148,23 +157,24 @@ def predictions(trace: Trace, req, prefetch: str, mode: str, capacity: int, scop
         preload, preload_at = _preloads(req, predictor.scores(trace, params), capacity, scope, trace.meta.num_experts)
     if mode == "commit" and predictor is None:
         raise MoesimError("mode commit needs a next-layer prefetcher (--prefetch oracle|speculative|history)")
-    return pred, preload, preload_at
+    return pred, pred_tokens, preload, preload_at
 
 
-def executed(req, pred: np.ndarray, commit: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The experts each cell runs (int16 [R, L, W]) and which cells run a prediction (bool [R, L]):
-    under ``commit``, every decode cell with a prediction (prefetched from the cell before it, so not a
-    group's first layer 0); elsewhere the routed experts."""
+def executed(req, pred: np.ndarray, pred_tokens: np.ndarray, commit: bool) -> tuple:
+    """The experts each cell runs (int16 [R, L, W]), the tokens each computes (int32 [R, L, W]) and
+    which cells run a prediction (bool [R, L]): under ``commit``, every decode cell with a prediction
+    (prefetched from the cell before it, so not a group's first layer 0), each predicted expert on
+    the tokens whose prediction held it; elsewhere the routed experts."""
     committed = np.zeros(req.experts.shape[:2], np.bool_)
     if commit and pred.shape[2] > 0:
         committed = (req.kind == DECODE)[:, None] & (pred[..., 0] >= 0)
         committed[req.group_offsets[:-1][req.group_offsets[:-1] < req.num_rows], 0] = False
     if not committed.any():
-        return req.experts, committed
-    exe = req.experts.copy()
-    exe[committed] = -1
-    exe[committed, :pred.shape[2]] = pred[committed]
-    return exe, committed
+        return req.experts, req.counts, committed
+    exe, tokens = req.experts.copy(), req.counts.copy()
+    exe[committed], tokens[committed] = -1, 0
+    exe[committed, :pred.shape[2]], tokens[committed, :pred.shape[2]] = pred[committed], pred_tokens[committed]
+    return exe, tokens, committed
 
 
 def _log_size(req, pred, preload, preload_at) -> int:
@@ -173,10 +183,12 @@ def _log_size(req, pred, preload, preload_at) -> int:
     return n + int((preload[preload_at[preload_at >= 0]] >= 0).sum())
 
 
-def _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity):
+def _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity, kernel):
     check_scope(scope)
     if mode not in MODES:
         raise MoesimError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    if kernel not in KERNELS:
+        raise MoesimError(f"unknown kernel kind {kernel!r}; choose from {', '.join(KERNELS)}")
     if batch < 1:
         raise MoesimError(f"batch must be at least 1, got {batch}")
     if capacity < 0:
@@ -282,9 +294,9 @@ def _overlap(guess, truth, cells):
     return both, predicted, actual
 
 
-def _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity, req, pred,
+def _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, kernel, batch, dram_capacity, req, pred,
              preload, preload_at, cost, work, seconds) -> DesResult:
-    counters, rows, layer_hits, layer_accesses, log, n_log = work[-6:]
+    counters, rows, layer_hits, layer_accesses, log, n_log = work[12:18]
     decode = req.kind == DECODE
     step_times = rows[decode, L.R_TIME]
     n_steps = int(decode.sum())
@@ -299,7 +311,7 @@ def _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, ba
 
     return DesResult(
         model=model.name, hardware=hardware.name, policy=policy, capacity=capacity, scope=scope, prefetch=prefetch,
-        mode=mode, batch=batch, dram_capacity=dram_capacity,
+        mode=mode, kernel=kernel, batch=batch, dram_capacity=dram_capacity,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),
@@ -320,4 +332,4 @@ def _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, ba
                             if mode == "commit" and n_steps else None),
         decode_steps=n_steps, decode_tokens=int(tokens),
         per_layer_hit_rate=[float(h / a) if a else float("nan") for h, a in zip(layer_hits, layer_accesses)],
-        seconds=seconds, step_times=step_times, decisions=log[:n_log[0]].copy(), requests=req)
+        seconds=seconds, step_times=step_times, decisions=log[:n_log[0]].copy(), requests=req, costs=cost)

@@ -3,14 +3,16 @@
 Per request row (``moesim.sim.requests``) and layer 0..L-1, on the compute stream:
 attention + router (+ shared experts) take ``pre_s[row]``; then the execution set X is known —
 ``exe[row, layer]``: the routed experts, or in a ``committed`` cell the experts predicted for it
-(CommitMoE: run what was prefetched; the true experts not in X are substitutions). Resident members of X are hits; the
-others are loaded now: the policy picks victims exactly as in the hit-rate engine (step semantics:
-never a member of X), and each load is a transfer queued at this moment on the copy engine that
-frees first. Then the prefetch for the next cell (this row's next layer, or the next row's layer
-0) is queued behind them: the predicted experts not resident are loaded like misses, never evicting
-a member of X or of the prediction. Last, one fused MoE kernel runs X once all its weights have
-arrived; the wait is stall. Transfers cannot be cancelled: a wrong prefetch occupies its engine
-and its slot, and the right expert's copy queues behind it (``fallback``).
+(CommitMoE: run what was prefetched; the true experts not in X are substitutions). Resident
+members of X are hits; the others are loaded now: the policy picks victims exactly as in the
+hit-rate engine (step semantics: never a member of X), and each load is a transfer queued at this
+moment on the copy engine that frees first. Then the prefetch for the next cell (this row's next
+layer, or the next row's layer 0) is queued behind them: the predicted experts not resident are
+loaded like misses, never evicting a member of X or of the prediction. Last, X's experts run, in
+the order decided (hits, then loads), on ``exe_tokens`` tokens each (``moesim.sim.costs``): as one
+fused kernel once all their weights have arrived, or (``per_expert``) each as soon as its own
+weights have; a wait is stall. Transfers cannot be cancelled: a wrong prefetch occupies its
+engine and its slot, and the right expert's copy queues behind it (``fallback``).
 
 A transfer from the host link starts when its source is ready and its engine is free. With an SSD
 tier (``dram_capacity >= 0``), an expert not in the DRAM cache is first read from the SSD (one
@@ -30,6 +32,7 @@ for which every resident is protected.
 from __future__ import annotations
 
 from moesim.policies.base import list_push_head, list_remove, list_tail
+from moesim.sim.costs import expert_kernel_s, fused_kernel_s
 from moesim.sim.engine import empty, place
 
 # counters
@@ -39,17 +42,17 @@ N_COUNTERS = 11
 # per-row accounting columns
 R_TIME, R_COMPUTE, R_STALL, R_COPY = range(4)
 # scalar times
-T_EXPERT_MEM, T_EXPERT_FLOP, T_MOE_LAUNCH, T_COPY, T_SSD = range(5)
+T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD = range(4)
 # decision log events (row, layer, event, object, slot), in the order the engine made them: the
 # replay executes them. A slot of -1 is no slot (no-cache streaming, a staged prefetch, a bypass).
 EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD = range(4)
 
 
 def des_loop(args, st):
-    (req, exe, committed, wts, pred, kind, group_start, preload_at, preload, pre_s, lut_s, tokens, times, top_k,
-     capacity, num_experts, per_layer, reset_each_group, mole, dram_capacity, work) = args
+    (req, exe, exe_tokens, committed, wts, pred, kind, group_start, preload_at, preload, pre_s, lut_s, by_tokens,
+     times, per_expert, capacity, num_experts, per_layer, reset_each_group, mole, dram_capacity, work) = args
     (slot_of, obj_of, used, mark, ready, by_prefetch, staged, eng_free, queues, dram_lists, in_dram,
-     lut_ready, counters, rows_out, layer_hits, layer_accesses, log, n_log) = work
+     lut_ready, counters, rows_out, layer_hits, layer_accesses, log, n_log, run_ready, run_tokens) = work
     n_rows, n_layers, width = req.shape
     n_pred = pred.shape[2]
     no_cache = capacity == 0
@@ -127,8 +130,8 @@ def des_loop(args, st):
                         counters[C_SUBS_MASS] += wts[row, layer, j]
             on_step(st, part, layer, row, x, base)
             n = 0
+            n_run = 0  # the experts to run, in the order decided: when their weights land, their tokens
             pinned = 0
-            weights_at = route
             for j in range(x.shape[0]):
                 if x[j] < 0:
                     continue
@@ -146,7 +149,7 @@ def des_loop(args, st):
                     if by_prefetch[obj]:
                         counters[C_PF_USED] += 1
                         by_prefetch[obj] = 0
-                    weights_at = max(weights_at, ready[obj])
+                    n_run = _run(run_ready, run_tokens, n_run, ready[obj], exe_tokens[row, layer, j])
             if decode:
                 counters[C_ACCESSES] += n
                 layer_accesses[layer] += n
@@ -160,7 +163,7 @@ def des_loop(args, st):
                         if decode:
                             counters[C_HITS] += 1
                             layer_hits[layer] += 1
-                        weights_at = max(weights_at, ready[obj])
+                        n_run = _run(run_ready, run_tokens, n_run, ready[obj], exe_tokens[row, layer, j])
                         _log(log, n_log, row, layer, EV_HIT, obj, -1)
                         continue
                 elif slot_of[obj] >= 0:
@@ -177,7 +180,7 @@ def des_loop(args, st):
                 ready[obj] = done
                 counters[C_LOADS if decode else C_PREFILL_LOADS] += 1
                 _log(log, n_log, row, layer, EV_LOAD, obj, -1 if no_cache else slot_of[obj])
-                weights_at = max(weights_at, done)
+                n_run = _run(run_ready, run_tokens, n_run, done, exe_tokens[row, layer, j])
             # prefetch for the next cell, queued behind this cell's loads
             nrow, nlayer = (row, layer + 1) if layer + 1 < n_layers else (row + 1, 0)
             if n_pred > 0 and nrow < n_rows and (nrow == row or not group_start[nrow]) and kind[nrow] == 1:
@@ -216,10 +219,18 @@ def des_loop(args, st):
                                            in_dram, counters)
                     counters[C_PF_LOADS] += 1
                     _log(log, n_log, row, layer, EV_PREFETCH, obj, -1 if no_cache else slot_of[obj])
-            if n > 0:
-                pairs = tokens[row] * top_k
-                run = times[T_MOE_LAUNCH] + n * max(times[T_EXPERT_MEM], times[T_EXPERT_FLOP] * (pairs / n))
-                start = max(now, weights_at)
+            if per_expert:  # each expert's kernel as soon as its weights are in
+                for i in range(n_run):
+                    start = max(now, run_ready[i])
+                    run = expert_kernel_s(by_tokens, times[T_EXPERT_LAUNCH], run_tokens[i])
+                    rows_out[row, R_STALL] += start - now
+                    rows_out[row, R_COMPUTE] += run
+                    now = start + run
+            elif n_run > 0:  # one fused kernel once all of them are in
+                start = now
+                for i in range(n_run):
+                    start = max(start, run_ready[i])
+                run = fused_kernel_s(by_tokens, times[T_MOE_LAUNCH], run_tokens, n_run)
                 rows_out[row, R_STALL] += start - now
                 rows_out[row, R_COMPUTE] += run
                 now = start + run
@@ -233,6 +244,13 @@ def _place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp, by_pr
     if victim >= 0:
         by_prefetch[victim] = 0
     return slot
+
+
+def _run(run_ready, run_tokens, n_run, at, tokens):
+    """Append an expert to the layer's run: its weights land at ``at``; it computes ``tokens`` tokens."""
+    run_ready[n_run] = at
+    run_tokens[n_run] = tokens
+    return n_run + 1
 
 
 def _log(log, n_log, row, layer, event, obj, slot):
@@ -283,4 +301,4 @@ def _transfer(obj, at, times, dram_capacity, eng_free, queues, dram_lists, in_dr
     return _queue(source_ready, times[T_COPY], eng_free, queues)
 
 
-HELPERS = (place, _place, _log, _queue, _transfer)
+HELPERS = (place, _place, _run, _log, _queue, _transfer)

@@ -82,9 +82,10 @@ class SSD:
 @dataclass(frozen=True)
 class Compute:
     """Measured compute times for one model on this machine (what `moesim calibrate` fits); they
-    replace the roofline for that model. A layer's attention + router + shared experts take
-    ``layer_s + layer_token_s · T + layer_ctx_s · ctx``; the fused MoE kernel over n experts with A
-    token-expert pairs ``moe_launch_s + n · max(expert_s, expert_token_s · A / n)``."""
+    replace the roofline for that model (``moesim.sim.costs``). A layer's attention + router + shared
+    experts take ``layer_s + layer_token_s · T + layer_ctx_s · ctx`` for T tokens whose sequences
+    hold ctx KV tokens; one expert on T tokens ``expert_s + expert_token_s · (T − 1)``; a fused MoE
+    kernel adds ``moe_launch_s``, a per-expert kernel ``expert_launch_s``."""
 
     name: str                # the model preset these were measured for
     layer_s: float
@@ -93,6 +94,7 @@ class Compute:
     layer_ctx_s: float = 0.0
     expert_token_s: float = 0.0
     moe_launch_s: float = 0.0
+    expert_launch_s: float = 0.0
 
 
 @dataclass(frozen=True)

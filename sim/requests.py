@@ -6,8 +6,9 @@ prompt tokens chose (DESIGN.md: the prompt's union is loaded before decoding). T
 per lockstep step: per layer the union of the experts its active sequences chose, each expert
 once, in the order sequence 0's ranks, then sequence 1's new ones, and so on. Rows are padded with
 -1 to a common width W (B·k, or E when there are prefill rows). A union member's router weight is
-the sum of the weights its tokens gave it. With B = 1 and no prefill rows the request rows are the
-trace's rows, so the engine's hits equal the hit-rate engine's.
+the sum of the weights its tokens gave it, and its token count the number of tokens that chose it
+(what its expert kernel computes). With B = 1 and no prefill rows the request rows are the trace's
+rows, so the engine's hits equal the hit-rate engine's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from moesim.tracegen.trace import Trace
 class Requests:
     experts: np.ndarray       # int16 [R, L, W], -1 padding
     weights: np.ndarray       # float32 [R, L, W], summed router weight of each member (0 where unknown)
+    counts: np.ndarray        # int32 [R, L, W]: tokens of the row that chose each member (0: padding)
     kind: np.ndarray          # int8 [R]: PREFILL or DECODE
     tokens: np.ndarray        # float64 [R]: tokens in the row
     ctx: np.ndarray           # float64 [R]: KV-cache tokens their attention reads, summed
@@ -38,14 +40,17 @@ class Requests:
     def num_rows(self) -> int:
         return int(self.kind.shape[0])
 
-    def union(self, per_trace_row: np.ndarray, width: int) -> np.ndarray:
-        """Per-trace-row expert sets (int16 [N, L, j], -1 padded) gathered like the requests."""
+    def union(self, per_trace_row: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-trace-row expert sets (int16 [N, L, j], -1 padded) gathered like the requests, and each
+        member's token count."""
         if self.identity and per_trace_row.shape[2] == width:
-            return np.ascontiguousarray(per_trace_row, np.int16)
+            out = np.ascontiguousarray(per_trace_row, np.int16)
+            return out, (out >= 0).astype(np.int32)
         out = np.full((self.num_rows, per_trace_row.shape[1], width), -1, np.int16)
+        counts = np.zeros(out.shape, np.int32)
         gather(per_trace_row, np.zeros(per_trace_row.shape, np.float32), self.src_ptr, self.src_rows,
-               out, np.zeros(out.shape, np.float32))
-        return out
+               out, np.zeros(out.shape, np.float32), counts)
+        return out, counts
 
 
 def build_requests(trace: Trace, batch: int = 1, context: int = 0) -> Requests:
@@ -87,22 +92,25 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0) -> Requests:
         experts = np.ascontiguousarray(trace.experts, np.int16)
         weights = (np.zeros(experts.shape, np.float32) if trace.weights is None
                    else np.nan_to_num(trace.weights).astype(np.float32, copy=False))
+        counts = (experts >= 0).astype(np.int32)
     else:
         experts = np.full((kind.size, n_layers, width), -1, np.int16)
         weights = np.zeros(experts.shape, np.float32)
+        counts = np.zeros(experts.shape, np.int32)
         src_w = np.zeros(trace.experts.shape, np.float32) if trace.weights is None else np.nan_to_num(trace.weights)
-        gather(trace.experts, src_w, src_ptr, src_rows, experts, weights)
+        gather(trace.experts, src_w, src_ptr, src_rows, experts, weights, counts)
     tokens = np.diff(src_ptr).astype(np.float64)
     ctx = np.add.reduceat(steps[src_rows] + 1 + context, src_ptr[:-1]).astype(np.float64) if src_rows.size \
         else np.zeros(0)
-    return Requests(experts, weights, kind, tokens, ctx, np.array(group_offsets, np.int64), src_ptr, src_rows, batch,
-                    identity)
+    return Requests(experts, weights, counts, kind, tokens, ctx, np.array(group_offsets, np.int64), src_ptr, src_rows,
+                    batch, identity)
 
 
 @njit(cache=True)
-def gather(src, src_w, ptr, rows, out, out_w):
+def gather(src, src_w, ptr, rows, out, out_w, out_n):
     """out[r, l] = the distinct experts of src[rows[ptr[r]:ptr[r+1]], l] in first-seen order; out_w
-    sums their weights. Entries beyond out's width are dropped (never happens for requests)."""
+    sums their weights, out_n counts the rows that chose each. Entries beyond out's width are
+    dropped (never happens for requests)."""
     n_layers, k = src.shape[1], src.shape[2]
     for r in range(out.shape[0]):
         for layer in range(n_layers):
@@ -123,3 +131,4 @@ def gather(src, src_w, ptr, rows, out, out_w):
                         n += 1
                     if found >= 0:
                         out_w[r, layer, found] += src_w[rows[i], layer, j]
+                        out_n[r, layer, found] += 1

@@ -41,8 +41,8 @@ from moesim.files import atomic_output, read_toml
 KINDS = ("hitrate", "des")
 COMMON_KEYS = {"policy", "capacity", "scope", "reset", "gamma", "seed", "ml_model", "pin_trace"}
 KEYS = {"hitrate": COMMON_KEYS | {"semantics"},
-        "des": COMMON_KEYS | {"prefetch", "mode", "hardware", "link", "ssd", "dram_capacity", "model", "batch",
-                              "context", "dtype", "train_trace"}}
+        "des": COMMON_KEYS | {"prefetch", "mode", "kernel", "hardware", "link", "ssd", "dram_capacity", "model",
+                              "batch", "context", "dtype", "train_trace"}}
 PATH_KEYS = ("ml_model", "pin_trace", "train_trace", "hardware")
 FLUSH_SECONDS = 2.0
 STOP = threading.Event()  # set (by the command's SIGTERM handler) to end a sweep after the current rows
@@ -172,7 +172,7 @@ def _metrics(kind: str, config: dict) -> dict:
 
     model = model_for_trace(trace.meta, config.get("model"))
     hardware = get_hardware(config.get("hardware", "rtx4090"), config.get("link"), config.get("ssd"))
-    for key in ("prefetch", "mode", "batch", "dram_capacity", "context", "dtype"):
+    for key in ("prefetch", "mode", "kernel", "batch", "dram_capacity", "context", "dtype"):
         if key in config:
             settings[key] = config[key]
     result = simulate_des(trace, model, hardware, **settings, **params).as_dict()

@@ -12,7 +12,7 @@ import pytest
 
 from moesim import MoesimError
 from moesim.sim.des import simulate_des
-from moesim.sim.hardware import GPU, SSD, Hardware, Link
+from moesim.sim.hardware import GPU, SSD, Compute, Hardware, Link
 from moesim.sim.hitrate import simulate
 from moesim.sim.models import ModelSpec, get_model, model_for_trace
 from moesim.tracegen.schema import DECODE, TraceMeta
@@ -235,7 +235,7 @@ def test_usage_errors():
 
 
 def test_a_measured_compute_table_replaces_the_roofline(tmp_path):
-    from moesim.sim.hardware import Compute, load_hardware, write_hardware
+    from moesim.sim.hardware import load_hardware, write_hardware
 
     measured = Compute("toy", layer_s=2.0 ** -12, expert_s=2.0 ** -14, layer_ctx_s=2.0 ** -24,
                        expert_token_s=2.0 ** -30, moe_launch_s=2.0 ** -18)
@@ -247,8 +247,46 @@ def test_a_measured_compute_table_replaces_the_roofline(tmp_path):
     for step in range(trace.num_rows):
         layer = 2.0 ** -12 + 2.0 ** -24 * (step + 1)
         assert r.step_times[step] == 2 * (layer + 2 * COPY + 2.0 ** -18 + 2 * 2.0 ** -14)
-    other = simulate_des(trace, replace(MODEL, name="other"), hw, "lru", capacity=0)  # measured for "toy" only
-    assert other.step_times.tolist() == simulate_des(trace, MODEL, HW, "lru", capacity=0).step_times.tolist()
+    with pytest.raises(MoesimError, match="measured for toy, not other"):  # never a silent roofline
+        simulate_des(trace, replace(MODEL, name="other"), hw, "lru", capacity=0)
+
+
+def test_each_expert_computes_the_tokens_that_chose_it():
+    """Batch 2, a measured table (expert_s + expert_token_s · (T − 1)): an expert both sequences chose
+    computes 2 tokens, one only its sequence chose 1; the fused kernel sums them."""
+    measured = Compute("toy", layer_s=2.0 ** -12, expert_s=2.0 ** -14, expert_token_s=2.0 ** -16,
+                       moe_launch_s=2.0 ** -18)
+    hw = replace(HW, compute=measured)
+    trace = trace_of([[[0, 1], [2, 3]], [[0, 2], [2, 3]]])
+    trace.seq_offsets = np.array([0, 1, 2], np.int64)
+    trace.seq_ids = np.arange(2, dtype=np.int32)
+    trace.steps = np.zeros(2, np.int32)
+    r = simulate_des(trace, MODEL, hw, "lru", capacity=0, batch=2)
+    # layer 0: experts 0 (2 tokens), 1, 2 (1 each); layer 1: experts 2, 3 (2 tokens each)
+    e1, e2 = 2.0 ** -14, 2.0 ** -14 + 2.0 ** -16
+    layers = (2.0 ** -12 + 3 * COPY + 2.0 ** -18 + e2 + 2 * e1) + (2.0 ** -12 + 2 * COPY + 2.0 ** -18 + 2 * e2)
+    assert r.step_times.tolist() == [layers]
+
+
+@pytest.mark.parametrize("bound", ["copy", "compute"])
+def test_per_expert_kernels_run_each_expert_as_its_weights_land(bound):
+    """No cache, two misses per layer on one copy engine: a per-expert kernel hides the first expert
+    behind the second copy when copies are slower (layer = pre + 2·copy + expert), and runs the
+    experts back to back once the first is in when they are faster (pre + copy + 2·expert); the
+    fused kernel always waits for both copies (pre + 2·copy + the fused kernel)."""
+    hw = HW if bound == "copy" else replace(HW, link=replace(LINK, gbps=LINK.gbps * 2 ** 10))
+    copy = LAT + EXPERT_BYTES / (LINK_BW * (1 if bound == "copy" else 2 ** 10))
+    expert = 4 * LAT + EXPERT_BYTES / MEM_BW  # one expert's own kernels: four launches
+    assert (copy > expert) == (bound == "copy")
+    trace = random_trace()
+    per = simulate_des(trace, MODEL, hw, "lru", capacity=0, kernel="per-expert")
+    fused = simulate_des(trace, MODEL, hw, "lru", capacity=0)
+    for step in range(trace.num_rows):
+        layer = pre_s(step + 1) + (2 * copy + expert if bound == "copy" else copy + 2 * expert)
+        assert per.step_times[step] == 2 * layer
+        assert fused.step_times[step] == 2 * (pre_s(step + 1) + 2 * copy + experts_s(2))
+    with pytest.raises(MoesimError, match="kernel kind"):
+        simulate_des(trace, MODEL, hw, "lru", capacity=0, kernel="grouped")
 
 
 def test_a_reset_per_sequence_empties_the_cache_as_in_the_hit_rate_engine(mixtral):

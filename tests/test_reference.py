@@ -82,7 +82,7 @@ def test_des_decisions_equal_the_reference(data, trace, policy, scope, prefetch,
     ours = simulate_des(trace, model, get_hardware("rtx4090"), policy, c, scope, prefetch, mode, batch, reset=reset,
                         decisions=True, **params)
     req = ours.requests
-    pred, preload, preload_at = predictions(trace, req, prefetch, mode, c, scope, **params)
+    pred, _, preload, preload_at = predictions(trace, req, prefetch, mode, c, scope, **params)
     log = reference.des_decisions(req.experts, pred, preload, preload_at, req.group_offsets, req.kind,
                                   m.num_experts, policy, c, scope == "per-layer", reset, mode == "commit", **params)
     assert [tuple(d) for d in ours.decisions.tolist()] == log

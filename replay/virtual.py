@@ -1,0 +1,89 @@
+"""The virtual backend: copies and kernels take exactly the simulator's durations, on a virtual clock.
+
+It checks the replay's executor, not a machine: the executor drives it through the same calls as the
+CPU and CUDA backends (``moesim.replay.cpu.CpuBackend`` documents them) and the same compute calls
+as ``moesim.replay.compute.Compute``, and every duration comes from the cost table the
+discrete-event run used (``DesResult.costs``): a layer's attention and router take ``pre_s`` of its
+row, a copy goes through the simulator's own transfer function (copy engines, and the SSD and DRAM
+tiers when there is one), a fused kernel and a per-expert kernel take ``moesim.sim.costs``'s
+formulas. So the executor reproduces the simulated time per token to the last bit exactly when it
+issues every copy at the moment the simulator did and waits on exactly what the simulator waits on.
+No weights exist: any model and capacity runs, with no disk or RAM for experts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.policies.base import make_lists
+from moesim.sim.costs import expert_kernel_s, fused_kernel_s
+from moesim.sim.des import DesResult
+from moesim.sim.des_loop import C_SSD_READS, N_COUNTERS, T_EXPERT_LAUNCH, T_MOE_LAUNCH, _transfer
+
+
+class VirtualBackend:
+    """The copy engines and the compute stream of the simulated machine, on one clock (seconds)."""
+
+    def __init__(self, sim: DesResult, num_objects: int, engines: int, dram_capacity: int | None):
+        cost = sim.costs
+        self.cost, self.now = cost, 0.0
+        self.times = np.array([cost.moe_launch_s, cost.expert_launch_s, cost.copy_s, cost.ssd_s])
+        self.dram_capacity = -1 if dram_capacity is None else dram_capacity
+        self.eng_free, self.queues = np.zeros(max(engines, 1)), np.zeros(3)
+        self.dram_lists, self.in_dram = make_lists(num_objects, 1, 1), np.zeros(num_objects, np.bool_)
+        self.counters = np.zeros(N_COUNTERS)
+
+    # the backend interface
+    def load(self, obj: int, buf: int) -> float:
+        return _transfer(obj, self.now, self.times, self.dram_capacity, self.eng_free, self.queues, self.dram_lists,
+                         self.in_dram, self.counters)
+
+    def ready(self, done: float) -> None:
+        self.now = max(self.now, done)
+
+    def weights(self, buf: int):
+        return None
+
+    def release(self, buf: int) -> None:
+        pass
+
+    def routed(self) -> None:
+        pass
+
+    def finish_step(self) -> None:
+        pass
+
+    def clock(self) -> float:
+        return self.now
+
+    @property
+    def copy_busy_s(self) -> float:
+        return float(self.queues[1])
+
+    @property
+    def ssd_reads(self) -> int:
+        return int(self.counters[C_SSD_READS])
+
+    def close(self) -> None:
+        pass
+
+    # the compute interface: the hidden state is the request row
+    def row(self, row: int, tokens: int, ctx: float = 0) -> int:
+        return row
+
+    def layer(self, row: int) -> int:
+        self.now += self.cost.pre_s[row]
+        return row
+
+    def scratch(self, row: int) -> None:
+        return None
+
+    def expert(self, row: int, out, weights, tokens: int) -> None:
+        self.now += expert_kernel_s(self.cost.by_tokens, self.times[T_EXPERT_LAUNCH], tokens)
+
+    def fused(self, row: int, out, run: list) -> None:
+        tokens = np.array([t for _, t in run], np.int32)
+        self.now += fused_kernel_s(self.cost.by_tokens, self.times[T_MOE_LAUNCH], tokens, tokens.size)
+
+    def combine(self, row: int, out) -> int:
+        return row
