@@ -1,13 +1,17 @@
-"""How far the simulator is from this machine: calibrate, then simulate and replay LRU and Belady.
+"""How far the simulator is from this machine, as a new user would find it: calibrate, then simulate
+and replay LRU and Belady, several times over, and report the median error and its spread.
 
-A synthetic OLMoE-shaped trace (2 sequences x 24 decode tokens) runs with the model cut to its
-first ``--layers`` layers and widths times ``--scale``; on the CPU backend (experts in files on
-disk, RAM slots, torch compute) or the CUDA backend (pinned host memory, GPU slots, a copy
-stream). Prints, per policy and capacity, simulated and measured TPOT, the error and both speedups
-over LRU (the fidelity targets: |error| <= 15% on cpu, <= 10% on cuda, and the same order).
+A synthetic OLMoE-shaped trace (2 sequences x 24 decode tokens) runs with the model cut to its first
+N layers and its widths times S, for each ``--scales`` entry (S:N); on the CPU backend (experts in
+files on disk, RAM slots, torch compute) or the CUDA backend (pinned host memory, GPU slots, a copy
+stream). Every run calibrates afresh (``moesim calibrate``) and validates (``moesim validate``), so
+the spread covers calibration noise as well as the replay's. Printed per scale, policy and capacity:
+median simulated and measured TPOT, the median error with its range over the runs, the median
+speedups over LRU, and in how many runs the two agreed on the policy order.
 
-    python benchmarks/replay_fidelity.py [--layers 4] [--scale 0.5] [--capacity 16,32]
-    python benchmarks/replay_fidelity.py --backend cuda --layers 16 --scale 1   # OLMoE-sized, on a GPU
+    python benchmarks/replay_fidelity.py                           # 5 runs at x0.5 (4 layers) and x1 (2 layers)
+    python benchmarks/replay_fidelity.py --runs 3 --scales 0.5:4 --kernel per-expert
+    python benchmarks/replay_fidelity.py --backend cuda --scales 1:16                # OLMoE-sized, on a GPU
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from moesim.replay.calibrate import calibrate
 from moesim.replay.run import shrink
@@ -25,28 +31,50 @@ from moesim.tracegen.synth import synth_trace
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--scale", type=float, default=0.5)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--scales", default="0.5:4,1:2", help="comma-separated SCALE:LAYERS")
     ap.add_argument("--capacity", default="16,32")
     ap.add_argument("--tokens", type=int, default=24)
+    ap.add_argument("--kernel", choices=["fused", "per-expert"], default="fused")
     ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
     olmoe = get_model("olmoe-1b-7b")
     trace = synth_trace(olmoe.num_layers, olmoe.num_experts, olmoe.top_k, 2, args.tokens, seed=0, model=olmoe.name,
                         meta=olmoe.trace_meta())
-    _, small = shrink(trace, olmoe, args.layers, args.scale)
-    with tempfile.TemporaryDirectory() as tmp:
-        hw = calibrate(small, args.backend, workdir=Path(tmp)).hardware
-        c = hw.compute
-        print(f"{small.name}: {args.layers} layers, d={small.d_model}, d_expert={small.d_expert}; {hw.name} "
-              f"calibrated: {hw.link.name} {hw.link.latency_us:.0f} us + "
-              f"{hw.link.gbps:.2f} GB/s, expert {c.expert_s * 1e6:.0f} us, layer {c.layer_s * 1e6:.0f} us")
-        rows = validate(trace, olmoe, hw, ["lru", "belady"], [int(v) for v in args.capacity.split(",")], args.backend,
-                        args.layers, args.scale, Path(tmp))
-    print(f"{'policy':8} {'C':>3} {'sim ms':>8} {'real ms':>8} {'error':>7} {'sim x':>6} {'real x':>6} {'hit rate':>8}")
-    for r in rows:
-        print(f"{r['policy']:8} {r['capacity']:3} {r['sim_tpot_s'] * 1e3:8.2f} {r['real_tpot_s'] * 1e3:8.2f} "
-              f"{r['error_pct']:6.1f}% {r['sim_speedup']:6.2f} {r['real_speedup']:6.2f} {r['hit_rate_real']:8.4f}")
+    capacities = [int(v) for v in args.capacity.split(",")]
+    for item in args.scales.split(","):
+        scale, layers = float(item.split(":")[0]), int(item.split(":")[1])
+        _, small = shrink(trace, olmoe, layers, scale)
+        runs = []
+        for run in range(args.runs):
+            with tempfile.TemporaryDirectory() as tmp:
+                cal = calibrate(small, args.backend, workdir=Path(tmp), seed=run)
+                runs.append(validate(trace, olmoe, cal.hardware, ["lru", "belady"], capacities, args.backend, layers,
+                                     scale, Path(tmp), kernel=args.kernel))
+            hw, c = cal.hardware, cal.hardware.compute
+            print(f"run {run + 1}: {hw.link.gbps:.2f} GB/s + {hw.link.latency_us:.0f} us per copy, layer "
+                  f"{c.layer_s * 1e6:.0f} us, expert {c.expert_s * 1e6:.0f} us; errors "
+                  + " ".join(f"{r['policy']}@{r['capacity']} {r['error_pct']:+.1f}%" for r in runs[-1]), flush=True)
+        print(f"\n{small.name}: {layers} layers, d={small.d_model}, d_expert={small.d_expert}, {args.backend}, "
+              f"{args.kernel} kernel; medians over {args.runs} runs (each: calibrate, then validate)")
+        print(f"{'policy':8} {'C':>3} {'sim ms':>8} {'real ms':>8} {'error':>7} {'error range':>16} "
+              f"{'sim x':>6} {'real x':>6} {'same order':>10}")
+        for i, first in enumerate(runs[0]):
+            rows = [r[i] for r in runs]
+            err = np.array([r["error_pct"] for r in rows])
+            order = sum(_same_order(r, first["capacity"]) for r in runs)
+            print(f"{first['policy']:8} {first['capacity']:3} {np.median([r['sim_tpot_s'] for r in rows]) * 1e3:8.2f} "
+                  f"{np.median([r['real_tpot_s'] for r in rows]) * 1e3:8.2f} {np.median(err):6.1f}% "
+                  f"{f'{err.min():+.1f}%..{err.max():+.1f}%':>16} "
+                  f"{np.median([r['sim_speedup'] for r in rows]):6.2f} {np.median([r['real_speedup'] for r in rows]):6.2f} "
+                  f"{f'{order}/{len(runs)}':>10}")
+        print()
+
+
+def _same_order(rows: list[dict], capacity: int) -> bool:
+    """Whether simulation and replay rank the policies at ``capacity`` alike."""
+    at = [r for r in rows if r["capacity"] == capacity]
+    return sorted(at, key=lambda r: r["sim_tpot_s"]) == sorted(at, key=lambda r: r["real_tpot_s"])
 
 
 if __name__ == "__main__":

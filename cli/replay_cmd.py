@@ -90,8 +90,9 @@ def calibrate(
     write_hardware(hw, out)
     pageable = "" if result.pageable_gbps is None else f" (pageable: {result.pageable_gbps:.2f} GB/s)"
     console.print(f"wrote {out} ({spec.name}: d={spec.d_model}, d_expert={spec.d_expert})\n"
-                  f"  copies: {hw.link.name}, {hw.link.gbps:.2f} GB/s{pageable}, latency {hw.link.latency_us:.0f} us "
-                  f"(microbenchmark {result.measured_latency_us:.0f} us, fitted to the replay's all-miss steps)\n"
+                  f"  copies: {hw.link.name}, {hw.link.latency_us:.0f} us + {hw.link.gbps:.2f} GB/s{pageable}, fitted to "
+                  f"the replay's all-miss steps (microbenchmark: {result.microbenchmark.latency_us:.0f} us + "
+                  f"{result.microbenchmark.gbps:.2f} GB/s)\n"
                   f"  layer: {c.layer_s * 1e6:.0f} us + {c.layer_token_s * 1e6:.2f} us/token + "
                   f"{c.layer_ctx_s * 1e9:.2f} ns/KV token (executor: {result.layer_overhead_s * 1e6:+.0f} us)\n"
                   f"  expert: {c.expert_s * 1e6:.0f} us + {c.expert_token_s * 1e6:.2f} us per extra token "

@@ -35,8 +35,8 @@ import numpy as np
 from numba import njit
 
 from moesim import MoesimError
-from moesim.policies.base import (HEAD, NEXT, hooks, list_of, list_push_head, list_remove, lists_clear, make_lists,
-                                  min_key_slot)
+from moesim.policies.base import (HEAD, NEXT, hooks, list_of, list_push_head, list_remove, list_size, lists_clear,
+                                  make_lists, min_key_slot)
 
 NAME = "gamma"
 # control words: experts per layer, service clock, current row, sequential?, capacity, step stamp
@@ -89,9 +89,10 @@ def score(st, obj):
 
 @njit(cache=True, inline="always")
 def outranks(st, a, b):
-    """Whether expert a ranks above b: a higher count, or an equal one served more recently."""
-    sa, sb = score(st, a), score(st, b)
-    return sa > sb or (sa == sb and st[2][a] > st[2][b])
+    """Whether expert a ranks above b by the scores in ``st[3]``: a higher count, or an equal one
+    served more recently."""
+    score, served = st[3], st[2]
+    return score[a] > score[b] or (score[a] == score[b] and served[a] > served[b])
 
 
 @njit(cache=True, inline="always")
@@ -112,24 +113,32 @@ def reset(st):
 @njit(cache=True)
 def on_step(st, part, layer, row, ranked, t):
     """Under ``step`` semantics: count R (hits first, as they are served), then decide which misses
-    the Top-C admits: a miss is kept iff fewer than C − |hits| of the other misses and residents outside R
-    outrank it."""
-    ctl, residents, admitted, requested = st[5], st[6], st[7], st[8]
+    the Top-C admits: a miss is kept iff fewer than C − |hits| of the other misses and of the
+    residents outside R outrank it."""
+    ctl, residents, admitted, requested, scores = st[5], st[6], st[7], st[8], st[3]
     ctl[C_ROW] = row
     if ctl[C_SEQ]:
         return
     ctl[C_STAMP] += 1
     now = ctl[C_STAMP]
-    hits = 0
+    hits = misses = 0
     for hit_pass in (True, False):
         for j in range(ranked.shape[0]):
             obj = layer * ctl[C_E] + ranked[j]
             if ranked[j] >= 0 and (list_of(residents, obj) >= 0) == hit_pass:
                 count_request(st, obj)
                 requested[obj] = now
+                scores[obj] = st[0][obj]
                 if hit_pass:
                     hits += 1
+                else:
+                    misses += 1
     room = ctl[C_CAP] - hits
+    everyone = misses + list_size(residents, part, 0) - hits <= room  # all of them fit: no ranking
+    o = residents[1][part, 0, HEAD]
+    while o >= 0 and not everyone:
+        scores[o] = score(st, o)
+        o = residents[0][o, NEXT]
     for j in range(ranked.shape[0]):
         e = layer * ctl[C_E] + ranked[j]
         if ranked[j] < 0 or list_of(residents, e) >= 0:
@@ -137,10 +146,10 @@ def on_step(st, part, layer, row, ranked, t):
         above = 0
         for i in range(ranked.shape[0]):
             o = layer * ctl[C_E] + ranked[i]
-            if ranked[i] >= 0 and o != e and list_of(residents, o) < 0 and outranks(st, o, e):
+            if not everyone and ranked[i] >= 0 and o != e and list_of(residents, o) < 0 and outranks(st, o, e):
                 above += 1
         o = residents[1][part, 0, HEAD]
-        while o >= 0:
+        while o >= 0 and above < room and not everyone:
             if requested[o] != now and outranks(st, o, e):
                 above += 1
             o = residents[0][o, NEXT]
@@ -156,17 +165,22 @@ def on_hit(st, part, slot, obj, t):
 
 @njit(cache=True)
 def on_miss(st, part, obj, t):
-    ctl = st[5]
+    """Under ``sequential`` semantics: count the request; the cache keeps it iff it outranks some
+    resident (or there is room)."""
+    ctl, residents = st[5], st[6]
     if not ctl[C_SEQ]:
         return st[7][obj] == ctl[C_STAMP]
     count_request(st, obj)
-    above = 0
-    o = st[6][1][part, 0, HEAD]
+    if list_size(residents, part, 0) < ctl[C_CAP]:
+        return True
+    st[3][obj] = st[0][obj]
+    o = residents[1][part, 0, HEAD]
     while o >= 0:
-        if outranks(st, o, obj):
-            above += 1
-        o = st[6][0][o, NEXT]
-    return above < ctl[C_CAP]
+        st[3][o] = score(st, o)
+        if outranks(st, obj, o):
+            return True
+        o = residents[0][o, NEXT]
+    return False
 
 
 @njit(cache=True)

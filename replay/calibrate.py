@@ -12,14 +12,18 @@ replay's own code, timed with garbage collection off after a warm-up:
 2. **Compute**, by least squares over a grid of the replay's ``Compute`` calls: a layer (projections,
    attention over the KV cache, router) at T tokens and ctx KV tokens, ``layer_s + layer_token_s · T
    + layer_ctx_s · ctx``; one expert on T tokens, ``expert_s + expert_token_s · (T − 1)``. Experts are
-   computed in turn from a pool of distinct weights: on a GPU twice its L2 cache, so that weights come
-   from memory as in decoding; on a CPU 8 (its last-level cache may well hold the replay's slots).
-3. **The executor's overhead**: the replay itself runs two all-hit logs (every step the same 1 or k
-   experts per layer, resident after the first step); the per-layer and per-expert difference
-   between replay and simulation is added to ``layer_s`` and ``expert_s``.
-4. **The copy hand-off**: the replay runs an all-miss log (no cache, every expert copied when
-   routed); the link latency becomes the one at which the simulated time per token equals the
-   replayed one (found by bisection: the simulation is monotone in it).
+   computed in turn from a pool of distinct weights twice the size of the last-level cache (a GPU's
+   L2, a CPU's L3), so that their weights come from memory as a decoding step's do: the simulator
+   has one expert time, and a model's experts (the cache's slots) exceed any cache by far.
+3. **The executor's overhead**: the replay itself runs two all-hit logs (1 or k experts per layer
+   and step, taken in turn from a set of resident experts as large as that pool, each a hit once
+   the set is loaded); the per-layer and per-expert difference between replay and simulation is
+   added to ``layer_s`` and ``expert_s``.
+4. **Copies as the executor sees them**: the replay runs an all-miss log (no cache, every expert
+   copied when routed) three times; the copy time per expert becomes the one at which the simulated
+   time per token equals the median replayed one (by bisection: the simulation is monotone in it). A slower replay
+   adds latency per copy (hand-off to the copy stream and back); a faster one scales the
+   microbenchmark's latency and transfer time down alike.
 
 ``moe_launch_s`` and ``expert_launch_s`` stay 0: the replay's launches are inside the measured
 layer and expert times. The ``[gpu]`` section only names the device.
@@ -57,7 +61,7 @@ class Calibration:
     pageable_gbps: float | None = None  # cuda: host-to-device copies from pageable memory
     layer_overhead_s: float = 0.0       # the executor's own time per layer (in layer_s)
     expert_overhead_s: float = 0.0      # and per expert (in expert_s)
-    measured_latency_us: float = 0.0    # the link latency the copy microbenchmark found (before step 4)
+    microbenchmark: Link | None = None  # the link the copy microbenchmark found (before step 4)
 
 
 def _times(fn, repeats: int) -> np.ndarray:
@@ -81,7 +85,8 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
     if backend == "cpu":
         with no_gc():
             link, pageable = _disk_link(model, repeats, workdir, seed), None
-        device, memory_gb, name, pool = "cpu", 0.0, f"cpu-{os.uname().nodename}", DISTINCT
+        device, memory_gb, name, cache = "cpu", 0.0, f"cpu-{os.uname().nodename}", last_level_cache()
+        free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
         def sync() -> None:
             pass
@@ -93,18 +98,18 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
         with no_gc():
             link, pageable = _copy_link(model, repeats, seed, torch)
         device, memory_gb, name = props.name, props.total_memory / 1e9, f"cuda-{props.name.replace(' ', '-')}"
-        expert_bytes = 2 * 3 * model.d_model * model.d_expert
-        pool = int(min(max(DISTINCT, math.ceil(2 * getattr(props, "L2_cache_size", 0) / expert_bytes)),
-                       0.25 * torch.cuda.mem_get_info()[0] // expert_bytes))
+        cache, free = getattr(props, "L2_cache_size", 0), torch.cuda.mem_get_info()[0]
         sync = torch.cuda.synchronize
     else:
         raise MoesimError(f"unknown backend {backend!r} (choose from cpu, cuda)")
-    compute = _compute_table(model, backend, repeats, seed, sync, max(pool, 1))
+    expert_bytes = model.expert_bytes(_dtype(backend))
+    pool = int(max(DISTINCT, min(math.ceil(2 * cache / expert_bytes), 0.25 * free // expert_bytes)))
+    compute = _compute_table(model, backend, repeats, seed, sync, pool)
     gpu = GPU(f"{device} (roofline unused: see [compute])", 1.0, 1.0, hbm_gb=memory_gb)
     hw = Hardware(name, gpu, link, source=f"moesim calibrate --backend {backend}", compute=compute)
-    hw, per_layer, per_expert = _executor_overhead(hw, model, backend, repeats, workdir, seed)
-    measured = hw.link.latency_us
-    hw = _handoff_latency(hw, model, backend, repeats, workdir, seed)
+    hw, per_layer, per_expert = _executor_overhead(hw, model, backend, repeats, workdir, seed, pool)
+    measured = hw.link
+    hw = _copy_fit(hw, model, backend, repeats, workdir, seed)
     return Calibration(hw, pageable, per_layer, per_expert, measured)
 
 
@@ -144,17 +149,31 @@ def _compute_table(model: ModelSpec, backend: str, repeats: int, seed: int, sync
                    expert_token_s=max(float(expert_token_s), 0.0))
 
 
+def last_level_cache() -> int:
+    """The CPU's largest cache in bytes (Linux sysfs; 32 MiB when it cannot be read)."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip()
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        try:
+            sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+        except (ValueError, IndexError):
+            continue
+    return max(sizes, default=32 << 20)
+
+
 def _executor_model(model: ModelSpec) -> ModelSpec:
     return dataclasses.replace(model, num_layers=min(EXECUTOR_LAYERS, model.num_layers))
 
 
 def _replayed(hw: Hardware, model: ModelSpec, trace, capacity: int, backend: str, workdir, seed: int,
               skip: int) -> tuple[float, float]:
-    """Median step time of the replay and of its simulation on ``hw``, leaving out the first ``skip`` steps."""
+    """Mean step time of the replay and of its simulation on ``hw`` (time per token is a mean),
+    leaving out the first ``skip`` steps."""
     from moesim.replay.run import replay
 
     r = replay(trace, model, hw, "lru", capacity, backend=backend, workdir=workdir, seed=seed)
-    return float(np.median(r.step_times[skip:])), float(np.median(r.sim_step_times[skip:]))
+    return float(np.mean(r.step_times[skip:])), float(np.mean(r.sim_step_times[skip:]))
 
 
 def _trace(model: ModelSpec, experts: np.ndarray):
@@ -168,15 +187,18 @@ def _trace(model: ModelSpec, experts: np.ndarray):
                  np.arange(n, dtype=np.int32), np.full(n, DECODE, np.int8))
 
 
-def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdir, seed: int):
-    """Replay all-hit logs with 1 and k experts per layer; the per-layer and per-expert residuals go
-    into layer_s and expert_s."""
+def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdir, seed: int, pool: int):
+    """Replay all-hit logs with 1 and k experts per layer, taken in turn from ``pool`` resident
+    experts (as many as fit a layer); the per-layer and per-expert residuals go into layer_s and expert_s."""
     small = _executor_model(model)
-    steps = 1 + max(8, repeats)
+    resident = int(min(model.num_experts, max(model.top_k, math.ceil(pool / small.num_layers))))
     residual = {}
     for n in sorted({1, model.top_k}):
-        experts = np.broadcast_to(np.arange(n), (steps, small.num_layers, n))
-        real, simulated = _replayed(hw, small, _trace(small, experts), n, backend, workdir, seed, skip=1)
+        fill = math.ceil(resident / n)  # steps until the set is loaded; every access after is a hit
+        steps = np.arange(fill + max(8, repeats))
+        turn = (steps[:, None] * n + np.arange(n)[None, :]) % resident
+        experts = np.broadcast_to(turn[:, None, :], (steps.size, small.num_layers, n))
+        real, simulated = _replayed(hw, small, _trace(small, experts), resident, backend, workdir, seed, skip=fill)
         residual[n] = (real - simulated) / small.num_layers
     k = model.top_k
     per_expert = (residual[k] - residual[1]) / (k - 1) if k > 1 else 0.0
@@ -186,29 +208,39 @@ def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: in
     return dataclasses.replace(hw, compute=compute), per_layer, per_expert
 
 
-def _handoff_latency(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdir, seed: int) -> Hardware:
-    """Replay an all-miss log; the link latency at which the simulation matches it."""
+def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdir, seed: int) -> Hardware:
+    """Replay an all-miss log; the copy time per expert at which the simulation matches it: extra
+    latency per copy when the replay is slower than the microbenchmark says, latency and transfer
+    time scaled down alike when it is faster (the simulator only ever copies experts of one size)."""
     from moesim.sim.des import simulate_des
     from moesim.tracegen.synth import synth_trace
 
     small = _executor_model(model)
-    trace = synth_trace(small.num_layers, small.num_experts, small.top_k, 1, max(8, repeats), seed=seed,
+    trace = synth_trace(small.num_layers, small.num_experts, small.top_k, 1, max(16, 2 * repeats), seed=seed,
                         model=small.name)
-    real, _ = _replayed(hw, small, trace, 0, backend, workdir, seed, skip=0)
+    # the median of three replays: one slow spell of the disk must not set every copy's time
+    real = float(np.median([_replayed(hw, small, trace, 0, backend, workdir, seed, skip=0)[0] for _ in range(3)]))
+    link = hw.link
+    micro = link.transfer_s(model.expert_bytes(_dtype(backend)))
 
-    def simulated(latency_us: float) -> float:
-        h = dataclasses.replace(hw, link=dataclasses.replace(hw.link, latency_us=latency_us))
-        return float(np.median(simulate_des(trace, small, h, "lru", 0, dtype=_dtype(backend)).step_times))
+    def with_copy(seconds: float) -> Hardware:
+        if seconds >= micro:
+            fitted = dataclasses.replace(link, latency_us=link.latency_us + (seconds - micro) * 1e6)
+        else:
+            factor = seconds / micro
+            fitted = dataclasses.replace(link, latency_us=link.latency_us * factor, gbps=link.gbps / factor)
+        return dataclasses.replace(hw, link=fitted)
 
-    lo, hi = 0.0, max(hw.link.latency_us, 1.0)
-    if simulated(lo) >= real:
-        return dataclasses.replace(hw, link=dataclasses.replace(hw.link, latency_us=0.0))
+    def simulated(seconds: float) -> float:
+        return simulate_des(trace, small, with_copy(seconds), "lru", 0, dtype=_dtype(backend)).tpot_s
+
+    lo, hi = 0.0, micro
     while simulated(hi) < real:
-        hi *= 2
+        lo, hi = hi, 2 * hi
     for _ in range(50):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if simulated(mid) < real else (lo, mid)
-    return dataclasses.replace(hw, link=dataclasses.replace(hw.link, latency_us=hi))
+    return with_copy(hi)
 
 
 def _dtype(backend: str) -> str:

@@ -22,7 +22,7 @@ A hardware file's ``[compute]`` section (measured for one model, ``moesim.sim.ha
 replaces all of the compute side for that model — ``by_tokens[T] = expert_s + expert_token_s ·
 (T − 1)`` — and names the model, so a table measured for another one is refused; transfers stay
 link and SSD arithmetic. The discrete-event engine and the virtual replay backend take their
-durations from here (``fused_kernel_s``, ``expert_kernel_s``), so both run one schedule.
+durations from here (``fused_add``/``fused_kernel_s``, ``expert_kernel_s``), so both run one schedule.
 """
 
 from __future__ import annotations
@@ -60,12 +60,18 @@ def roofline(gpu, nbytes, flops):
     return np.maximum(nbytes / gpu.mem_bw, flops / gpu.flops)
 
 
+@njit(cache=True, inline="always")
+def fused_add(total, by_tokens, tokens):
+    """A fused kernel's duration so far (it starts at its launch) with one more expert on ``tokens`` tokens."""
+    return total + by_tokens[tokens]
+
+
 @njit(cache=True)
 def fused_kernel_s(by_tokens, launch, tokens, n):
-    """One fused MoE kernel over the first n experts of ``tokens`` (their token counts)."""
+    """One fused MoE kernel over the first n experts of ``tokens`` (their token counts), in that order."""
     total = launch
     for i in range(n):
-        total += by_tokens[tokens[i]]
+        total = fused_add(total, by_tokens, tokens[i])
     return total
 
 

@@ -32,7 +32,7 @@ for which every resident is protected.
 from __future__ import annotations
 
 from moesim.policies.base import list_push_head, list_remove, list_tail
-from moesim.sim.costs import expert_kernel_s, fused_kernel_s
+from moesim.sim.costs import expert_kernel_s, fused_add
 from moesim.sim.engine import empty, place
 
 # counters
@@ -130,7 +130,9 @@ def des_loop(args, st):
                         counters[C_SUBS_MASS] += wts[row, layer, j]
             on_step(st, part, layer, row, x, base)
             n = 0
-            n_run = 0  # the experts to run, in the order decided: when their weights land, their tokens
+            # the experts to run, in the order decided: per-expert kernels keep when each one's weights
+            # land and its tokens; a fused kernel only the last landing and its duration so far
+            n_run, weights_at, fused = 0, route, times[T_MOE_LAUNCH]
             pinned = 0
             for j in range(x.shape[0]):
                 if x[j] < 0:
@@ -149,7 +151,8 @@ def des_loop(args, st):
                     if by_prefetch[obj]:
                         counters[C_PF_USED] += 1
                         by_prefetch[obj] = 0
-                    n_run = _run(run_ready, run_tokens, n_run, ready[obj], exe_tokens[row, layer, j])
+                    n_run, weights_at, fused = _run(run_ready, run_tokens, n_run, weights_at, fused, per_expert, by_tokens,
+                                                    ready[obj], exe_tokens[row, layer, j])
             if decode:
                 counters[C_ACCESSES] += n
                 layer_accesses[layer] += n
@@ -163,7 +166,8 @@ def des_loop(args, st):
                         if decode:
                             counters[C_HITS] += 1
                             layer_hits[layer] += 1
-                        n_run = _run(run_ready, run_tokens, n_run, ready[obj], exe_tokens[row, layer, j])
+                        n_run, weights_at, fused = _run(run_ready, run_tokens, n_run, weights_at, fused, per_expert, by_tokens,
+                                                        ready[obj], exe_tokens[row, layer, j])
                         _log(log, n_log, row, layer, EV_HIT, obj, -1)
                         continue
                 elif slot_of[obj] >= 0:
@@ -180,7 +184,8 @@ def des_loop(args, st):
                 ready[obj] = done
                 counters[C_LOADS if decode else C_PREFILL_LOADS] += 1
                 _log(log, n_log, row, layer, EV_LOAD, obj, -1 if no_cache else slot_of[obj])
-                n_run = _run(run_ready, run_tokens, n_run, done, exe_tokens[row, layer, j])
+                n_run, weights_at, fused = _run(run_ready, run_tokens, n_run, weights_at, fused, per_expert, by_tokens,
+                                                done, exe_tokens[row, layer, j])
             # prefetch for the next cell, queued behind this cell's loads
             nrow, nlayer = (row, layer + 1) if layer + 1 < n_layers else (row + 1, 0)
             if n_pred > 0 and nrow < n_rows and (nrow == row or not group_start[nrow]) and kind[nrow] == 1:
@@ -227,13 +232,10 @@ def des_loop(args, st):
                     rows_out[row, R_COMPUTE] += run
                     now = start + run
             elif n_run > 0:  # one fused kernel once all of them are in
-                start = now
-                for i in range(n_run):
-                    start = max(start, run_ready[i])
-                run = fused_kernel_s(by_tokens, times[T_MOE_LAUNCH], run_tokens, n_run)
+                start = max(now, weights_at)
                 rows_out[row, R_STALL] += start - now
-                rows_out[row, R_COMPUTE] += run
-                now = start + run
+                rows_out[row, R_COMPUTE] += fused
+                now = start + fused
         rows_out[row, R_TIME] = now - begin
         rows_out[row, R_COPY] = queues[1] - copy_before
 
@@ -246,11 +248,15 @@ def _place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp, by_pr
     return slot
 
 
-def _run(run_ready, run_tokens, n_run, at, tokens):
-    """Append an expert to the layer's run: its weights land at ``at``; it computes ``tokens`` tokens."""
-    run_ready[n_run] = at
-    run_tokens[n_run] = tokens
-    return n_run + 1
+def _run(run_ready, run_tokens, n_run, weights_at, fused, per_expert, by_tokens, at, tokens):
+    """Add an expert whose weights land at ``at`` and which computes ``tokens`` tokens to the layer's run."""
+    if per_expert:
+        run_ready[n_run] = at
+        run_tokens[n_run] = tokens
+    else:
+        weights_at = max(weights_at, at)
+        fused = fused_add(fused, by_tokens, tokens)
+    return n_run + 1, weights_at, fused
 
 
 def _log(log, n_log, row, layer, event, obj, slot):

@@ -67,8 +67,19 @@ def _style(policy: str) -> dict:
 
     if policy == BOUND:
         return {"color": "black", "linestyle": "--", "label": f"{policy} (optimal bound)"}
-    index = POLICIES.index(policy) if policy in POLICIES else len(POLICIES)
-    return {"color": f"C{index % 10}", "linestyle": "-", "label": policy}
+    others = [p for p in POLICIES if p != BOUND]
+    index = others.index(policy) if policy in others else len(others)
+    colours = [f"C{i}" for i in range(10)] + ["navy", "maroon", "grey"]
+    return {"color": colours[min(index, len(colours) - 1)], "linestyle": "-", "label": policy}
+
+
+def _setting(frame: pl.DataFrame) -> str:
+    """What the rows share that a reader needs to trust the numbers: model, machine, kernel kind."""
+    parts = []
+    for column, fmt in (("model", "{}"), ("hardware", "on {}"), ("kernel", "{} kernel"), ("batch", "batch {}")):
+        if column in frame.columns and frame[column].n_unique() == 1 and frame[column][0] is not None:
+            parts.append(fmt.format(frame[column][0]))
+    return ", ".join(parts)
 
 
 def _policy_order(frame: pl.DataFrame) -> list[str]:
@@ -93,7 +104,8 @@ def _lines(frame, column, ylabel, title, out, source) -> Path:
         ax.set_xticks(sorted(part["capacity"].unique().to_list()))
     axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(title="policy", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"{title}{note}\n{Path(source).name}", fontsize="medium")
+    setting = _setting(frame)
+    fig.suptitle(f"{title}{note}\n{Path(source).name}" + (f": {setting}" if setting else ""), fontsize="medium")
     return save_figure(fig, out)
 
 
@@ -130,7 +142,9 @@ def _heatmap(frame, baseline, out, source) -> Path:
     bar = fig.colorbar(image, ax=axes, shrink=0.8)
     bar.set_label(f"log2 of the ratio to {baseline}")
     what = "Speedup in time per token" if des else "Miss reduction (baseline misses / policy misses)"
-    fig.suptitle(f"{what} relative to {baseline}\n{Path(source).name}", fontsize="medium")
+    setting = _setting(frame)
+    fig.suptitle(f"{what} relative to {baseline}\n{Path(source).name}" + (f": {setting}" if setting else ""),
+                 fontsize="medium")
     return save_figure(fig, out)
 
 

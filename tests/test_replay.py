@@ -137,7 +137,13 @@ def test_backend_errors_are_one_line(cli, olmoe, tmp_path):
     mole = tmp_path / "mole.parquet"
     write_trace(synth_trace(12, 4, 4, 1, 4, seed=0, model="mole-160m-4e"), mole)
     cases = [(["replay", mole, "--model", "mole-160m-4e"], "MoLE"),
-             (["replay", olmoe, *TINY, "--backend", "tpu"], "unknown backend 'tpu'")]
+             (["replay", mole, "--model", "mole-160m-4e", "--backend", "virtual"], "MoLE"),
+             (["replay", olmoe, *TINY, "--backend", "tpu"], "unknown backend 'tpu'"),
+             (["replay", olmoe, *TINY, "--hardware", "rtx4090", "--ssd", "pcie4-nvme"], "--link and --ssd"),
+             (["replay", olmoe, "--backend", "virtual", "--capacity", "8", "--kernel", "grouped"],
+              "unknown kernel kind 'grouped'"),
+             (["replay", olmoe, "--backend", "virtual", "--capacity", "8", "--dram-capacity", "8"], "SSD"),
+             (["replay", olmoe, "--backend", "virtual", "--hardware", tmp_path / "nope.toml"], "nope.toml")]
     if not torch.cuda.is_available():
         cases.append((["validate", olmoe, *TINY, "--backend", "cuda"], "needs a CUDA GPU"))
     for args, message in cases:
