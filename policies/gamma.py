@@ -13,8 +13,9 @@ Choices the definition leaves open, and where this differs:
   expert's first request is a cold miss, and experts never requested are never resident.
 - **Ties** in the decayed count go to the expert served more recently (a clock that ticks per
   served request: under ``step`` semantics a step's hits in rank order, then its misses). Hence
-  γ = 0 is exactly LRU; γ = 1 is perfect LFU (counts that survive eviction) with bypass, the two
-  limits Remark C.2 states.
+  γ = 0 is exactly LRU and γ = 1 perfect LFU (counts that survive eviction) with bypass, the two
+  limits Remark C.2 states; a small γ > 0 differs from LRU only in ordering the experts of one
+  token by their earlier requests rather than by service order.
 - **Step semantics.** The k requests of a token arrive together (the count update is eq. 8 as
   written) and the members of R that hit stay for the step (DESIGN.md: a victim is never in R);
   the cache after the step is those hits plus the Top-(C − hits) of the missed members and the
@@ -91,8 +92,8 @@ def score(st, obj):
 def outranks(st, a, b):
     """Whether expert a ranks above b by the scores in ``st[3]``: a higher count, or an equal one
     served more recently."""
-    score, served = st[3], st[2]
-    return score[a] > score[b] or (score[a] == score[b] and served[a] > served[b])
+    scores, served = st[3], st[2]
+    return scores[a] > scores[b] or (scores[a] == scores[b] and served[a] > served[b])
 
 
 @njit(cache=True, inline="always")

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim import MoesimError
+from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
 from moesim.sim.models import ModelSpec
 
@@ -132,22 +133,10 @@ def check_fits(model: ModelSpec, n_buffers: int, folder: Path) -> str | None:
     return None
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     """Experts in files under a temporary folder in ``folder``, ``n_buffers`` RAM buffers, the reader
-    thread as the copy stream, torch on the CPU as the compute stream. The interface the replay
-    drives (``moesim.replay.run``), the same on every backend:
-
-    - ``load(obj, buf)``: queue the copy of expert ``obj`` (layer * E + expert) into buffer ``buf``;
-      returns a handle for ``ready``;
-    - ``ready(handle)``: the compute stream waits for that copy;
-    - ``weights(buf)``: the buffer as a flat tensor for ``Compute.expert``;
-    - ``release(buf)``: the compute queued so far is all that reads ``buf``; a later copy into it
-      waits for that (nothing to do here: the compute stream runs synchronously);
-    - ``routed()``: returns once the router's choice is known on the host (here: at once);
-    - ``finish_step()``: returns once the compute stream is idle (here: at once);
-    - ``clock()``: the time now, in seconds (wall time here; the virtual backend's own clock);
-    - ``copy_busy_s``: the copy stream's busy time so far; ``close()``: everything freed, files removed.
-    """
+    thread as the copy stream, torch on the CPU as the compute stream (synchronous: the interface's
+    defaults, ``moesim.replay.backend``)."""
 
     def __init__(self, model: ModelSpec, n_buffers: int, folder: Path, seed: int = 0):
         self.torch = require_torch()
@@ -176,18 +165,6 @@ class CpuBackend:
 
     def weights(self, buf: int):
         return self.torch.from_numpy(self.buffers[buf])
-
-    def release(self, buf: int) -> None:
-        pass
-
-    def routed(self) -> None:
-        pass
-
-    def finish_step(self) -> None:
-        pass
-
-    def clock(self) -> float:
-        return time.perf_counter()
 
     @property
     def copy_busy_s(self) -> float:

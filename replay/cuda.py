@@ -5,15 +5,15 @@ It runs the decisions as an offloading engine would: the router's choice is read
 stream in the simulator's order, each a single ``non_blocking`` DMA from pinned memory followed by
 an event the compute stream waits on before the expert that reads it; a copy into a buffer first
 waits for the event recorded after the last compute that read that buffer. Weights are bf16,
-random and seeded. The backend interface is ``moesim.replay.cpu.CpuBackend``'s.
+random and seeded. The backend interface: ``moesim.replay.backend``.
 """
 
 from __future__ import annotations
 
 import os
-import time
 
 from moesim import MoesimError
+from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
 from moesim.sim.models import ModelSpec
 
@@ -45,7 +45,7 @@ def check_fits(model: ModelSpec, n_buffers: int) -> str | None:
     return None
 
 
-class CudaBackend:
+class CudaBackend(Backend):
     def __init__(self, model: ModelSpec, n_buffers: int, seed: int = 0):
         self.torch = torch = require_cuda()
         numel, e = 3 * model.d_model * model.d_expert, model.num_experts
@@ -89,9 +89,6 @@ class CudaBackend:
 
     def finish_step(self) -> None:
         self.torch.cuda.current_stream().synchronize()
-
-    def clock(self) -> float:
-        return time.perf_counter()
 
     @property
     def copy_busy_s(self) -> float:

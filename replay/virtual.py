@@ -1,7 +1,7 @@
 """The virtual backend: copies and kernels take exactly the simulator's durations, on a virtual clock.
 
 It checks the replay's executor, not a machine: the executor drives it through the same calls as the
-CPU and CUDA backends (``moesim.replay.cpu.CpuBackend`` documents them) and the same compute calls
+CPU and CUDA backends (``moesim.replay.backend``) and the same compute calls
 as ``moesim.replay.compute.Compute``, and every duration comes from the cost table the
 discrete-event run used (``DesResult.costs``): a layer's attention and router take ``pre_s`` of its
 row, a copy goes through the simulator's own transfer function (copy engines, and the SSD and DRAM
@@ -16,12 +16,13 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.policies.base import make_lists
+from moesim.replay.backend import Backend
 from moesim.sim.costs import expert_kernel_s, fused_kernel_s
 from moesim.sim.des import DesResult
 from moesim.sim.des_loop import C_SSD_READS, N_COUNTERS, T_EXPERT_LAUNCH, T_MOE_LAUNCH, _transfer
 
 
-class VirtualBackend:
+class VirtualBackend(Backend):
     """The copy engines and the compute stream of the simulated machine, on one clock (seconds)."""
 
     def __init__(self, sim: DesResult, num_objects: int, engines: int, dram_capacity: int | None):
@@ -43,15 +44,6 @@ class VirtualBackend:
 
     def weights(self, buf: int):
         return None
-
-    def release(self, buf: int) -> None:
-        pass
-
-    def routed(self) -> None:
-        pass
-
-    def finish_step(self) -> None:
-        pass
 
     def clock(self) -> float:
         return self.now

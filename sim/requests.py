@@ -26,7 +26,7 @@ from moesim.tracegen.trace import Trace
 class Requests:
     experts: np.ndarray       # int16 [R, L, W], -1 padding
     weights: np.ndarray       # float32 [R, L, W], summed router weight of each member (0 where unknown)
-    counts: np.ndarray        # int32 [R, L, W]: tokens of the row that chose each member (0: padding)
+    counts: np.ndarray        # int32 [R, L, W]: tokens of the row that chose each member (where experts >= 0)
     kind: np.ndarray          # int8 [R]: PREFILL or DECODE
     tokens: np.ndarray        # float64 [R]: tokens in the row
     ctx: np.ndarray           # float64 [R]: KV-cache tokens their attention reads, summed
@@ -45,7 +45,7 @@ class Requests:
         member's token count."""
         if self.identity and per_trace_row.shape[2] == width:
             out = np.ascontiguousarray(per_trace_row, np.int16)
-            return out, (out >= 0).astype(np.int32)
+            return out, one_token_each(out.shape)
         out = np.full((self.num_rows, per_trace_row.shape[1], width), -1, np.int16)
         counts = np.zeros(out.shape, np.int32)
         gather(per_trace_row, np.zeros(per_trace_row.shape, np.float32), self.src_ptr, self.src_rows,
@@ -92,7 +92,7 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0) -> Requests:
         experts = np.ascontiguousarray(trace.experts, np.int16)
         weights = (np.zeros(experts.shape, np.float32) if trace.weights is None
                    else np.nan_to_num(trace.weights).astype(np.float32, copy=False))
-        counts = (experts >= 0).astype(np.int32)
+        counts = one_token_each(experts.shape)
     else:
         experts = np.full((kind.size, n_layers, width), -1, np.int16)
         weights = np.zeros(experts.shape, np.float32)
@@ -104,6 +104,11 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0) -> Requests:
         else np.zeros(0)
     return Requests(experts, weights, counts, kind, tokens, ctx, np.array(group_offsets, np.int64), src_ptr, src_rows,
                     batch, identity)
+
+
+def one_token_each(shape: tuple) -> np.ndarray:
+    """Token counts of rows that are single tokens: 1 for every member (a read-only view, no memory)."""
+    return np.broadcast_to(np.ones(1, np.int32), shape)
 
 
 @njit(cache=True)

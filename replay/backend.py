@@ -1,0 +1,34 @@
+"""The interface the replay's executor (``moesim.replay.run``) drives, the same on every backend.
+
+- ``load(obj, buf)``: queue the copy of expert ``obj`` (layer * E + expert) into buffer ``buf``;
+  returns a handle for ``ready``;
+- ``ready(handle)``: the compute stream waits for that copy;
+- ``weights(buf)``: the buffer as a flat tensor for ``Compute.expert``;
+- ``release(buf)``: the compute queued so far is all that reads ``buf``; a later copy into it
+  waits for that;
+- ``routed()``: returns once the router's choice is known on the host;
+- ``finish_step()``: returns once the compute stream is idle;
+- ``clock()``: the time now, in seconds;
+- ``copy_busy_s``: the copy stream's busy time so far; ``close()``: everything freed, files removed.
+
+The defaults below suit a backend whose compute stream runs synchronously on the host (the CPU's):
+nothing to release, route or drain, and the wall clock.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class Backend:
+    def release(self, buf: int) -> None:
+        pass
+
+    def routed(self) -> None:
+        pass
+
+    def finish_step(self) -> None:
+        pass
+
+    def clock(self) -> float:
+        return time.perf_counter()
