@@ -123,7 +123,8 @@ def replay(
     workdir: Annotated[Optional[Path], typer.Option(help="Folder for the expert files (removed after).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Execute the simulator's decisions with real reads and compute; report measured TPOT.
+    """Execute the simulator's decisions with real reads and compute (or, --backend virtual, on the
+    simulator's own durations); report measured TPOT.
 
     Example: moesim replay t.parquet --model olmoe-1b-7b --layers 4 --scale 0.5 --policy lru --capacity 16
     """

@@ -38,7 +38,9 @@ def test_validate_tiny_cpu(cli, olmoe, tmp_path):
     for r in rows:
         assert r["hit_rate_real"] == r["hit_rate_sim"]  # the same decisions, executed
         assert r["layers"] == 2 and r["scale"] == 0.125
-        assert abs(r["error_pct"]) < 75, r  # a tiny model on a shared CI machine: a wide band
+        # a smoke test: a tiny model on a shared CI machine swings by tens of percent (the fidelity
+        # figures come from benchmarks/replay_fidelity.py; the virtual backend is tested exactly)
+        assert abs(r["error_pct"]) < 50, r
     assert rows[0]["sim_speedup"] == rows[0]["real_speedup"] == 1.0
     assert not list(tmp_path.iterdir())  # expert files removed
 
