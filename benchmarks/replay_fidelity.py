@@ -63,11 +63,11 @@ def main() -> None:
             rows = [r[i] for r in runs]
             err = np.array([r["error_pct"] for r in rows])
             order = sum(_same_order(r, first["capacity"]) for r in runs)
-            print(f"{first['policy']:8} {first['capacity']:3} {np.median([r['sim_tpot_s'] for r in rows]) * 1e3:8.2f} "
-                  f"{np.median([r['real_tpot_s'] for r in rows]) * 1e3:8.2f} {np.median(err):6.1f}% "
-                  f"{f'{err.min():+.1f}%..{err.max():+.1f}%':>16} "
-                  f"{np.median([r['sim_speedup'] for r in rows]):6.2f} {np.median([r['real_speedup'] for r in rows]):6.2f} "
-                  f"{f'{order}/{len(runs)}':>10}")
+            med = {key: np.median([r[key] for r in rows]) for key in ("sim_tpot_s", "real_tpot_s", "sim_speedup",
+                                                                       "real_speedup")}
+            print(f"{first['policy']:8} {first['capacity']:3} {med['sim_tpot_s'] * 1e3:8.2f} "
+                  f"{med['real_tpot_s'] * 1e3:8.2f} {np.median(err):6.1f}% {f'{err.min():+.1f}%..{err.max():+.1f}%':>16} "
+                  f"{med['sim_speedup']:6.2f} {med['real_speedup']:6.2f} {f'{order}/{len(runs)}':>10}")
         print()
 
 

@@ -43,8 +43,10 @@ from pathlib import Path
 import numpy as np
 
 from moesim import MoesimError
+from moesim.replay.compute import DTYPE
 from moesim.replay.compute import Compute as Work
-from moesim.replay.run import no_gc
+from moesim.replay.run import no_gc, replay
+from moesim.sim.des import simulate_des
 from moesim.sim.hardware import GPU, Compute, Hardware, Link
 from moesim.sim.models import ModelSpec
 
@@ -102,7 +104,7 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
         sync = torch.cuda.synchronize
     else:
         raise MoesimError(f"unknown backend {backend!r} (choose from cpu, cuda)")
-    expert_bytes = model.expert_bytes(_dtype(backend))
+    expert_bytes = model.expert_bytes(DTYPE[backend])
     pool = int(max(DISTINCT, min(math.ceil(2 * cache / expert_bytes), 0.25 * free // expert_bytes)))
     compute = _compute_table(model, backend, repeats, seed, sync, pool)
     gpu = GPU(f"{device} (roofline unused: see [compute])", 1.0, 1.0, hbm_gb=memory_gb)
@@ -170,8 +172,6 @@ def _replayed(hw: Hardware, model: ModelSpec, trace, capacity: int, backend: str
               skip: int) -> tuple[float, float]:
     """Mean step time of the replay and of its simulation on ``hw`` (time per token is a mean),
     leaving out the first ``skip`` steps."""
-    from moesim.replay.run import replay
-
     r = replay(trace, model, hw, "lru", capacity, backend=backend, workdir=workdir, seed=seed)
     return float(np.mean(r.step_times[skip:])), float(np.mean(r.sim_step_times[skip:]))
 
@@ -204,7 +204,8 @@ def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: in
     per_expert = (residual[k] - residual[1]) / (k - 1) if k > 1 else 0.0
     per_layer = residual[1] - per_expert
     c = hw.compute
-    compute = dataclasses.replace(c, layer_s=max(c.layer_s + per_layer, 0.0), expert_s=max(c.expert_s + per_expert, 0.0))
+    compute = dataclasses.replace(c, layer_s=max(c.layer_s + per_layer, 0.0),
+                                  expert_s=max(c.expert_s + per_expert, 0.0))
     return dataclasses.replace(hw, compute=compute), per_layer, per_expert
 
 
@@ -212,7 +213,6 @@ def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdi
     """Replay an all-miss log; the copy time per expert at which the simulation matches it: extra
     latency per copy when the replay is slower than the microbenchmark says, latency and transfer
     time scaled down alike when it is faster (the simulator only ever copies experts of one size)."""
-    from moesim.sim.des import simulate_des
     from moesim.tracegen.synth import synth_trace
 
     small = _executor_model(model)
@@ -221,7 +221,7 @@ def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdi
     # the median of three replays: one slow spell of the disk must not set every copy's time
     real = float(np.median([_replayed(hw, small, trace, 0, backend, workdir, seed, skip=0)[0] for _ in range(3)]))
     link = hw.link
-    micro = link.transfer_s(model.expert_bytes(_dtype(backend)))
+    micro = link.transfer_s(model.expert_bytes(DTYPE[backend]))
 
     def with_copy(seconds: float) -> Hardware:
         if seconds >= micro:
@@ -232,7 +232,7 @@ def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdi
         return dataclasses.replace(hw, link=fitted)
 
     def simulated(seconds: float) -> float:
-        return simulate_des(trace, small, with_copy(seconds), "lru", 0, dtype=_dtype(backend)).tpot_s
+        return simulate_des(trace, small, with_copy(seconds), "lru", 0, dtype=DTYPE[backend]).tpot_s
 
     lo, hi = 0.0, micro
     while simulated(hi) < real:
@@ -241,12 +241,6 @@ def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdi
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if simulated(mid) < real else (lo, mid)
     return with_copy(hi)
-
-
-def _dtype(backend: str) -> str:
-    from moesim.replay.compute import DTYPE
-
-    return DTYPE[backend]
 
 
 def _disk_link(model: ModelSpec, repeats: int, workdir, seed: int) -> Link:

@@ -38,8 +38,8 @@ class Compute:
         d, q, kv = model.d_model, model.q_dim or model.d_model, model.kv_dim or model.d_model
         gen = torch.Generator().manual_seed(seed)
         shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, model.num_experts), (max_keys, kv), (max_keys, kv)]
-        *self.dense, self.keys, self.values = [(torch.randn(s, generator=gen) / max(s[0], 1) ** 0.5).to(device, self.dtype)
-                                                for s in shapes]
+        *self.dense, self.keys, self.values = [
+            (torch.randn(s, generator=gen) / max(s[0], 1) ** 0.5).to(device, self.dtype) for s in shapes]
         self.d, self.de, self.q, self.kv, self.ctx, self.states = d, model.d_expert, q, min(q, kv), 0, {}
 
     @property

@@ -133,26 +133,22 @@ def replay(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lr
            seed: int = 0, kernel: str = "fused", dram_capacity: int | None = None, context: int = 0,
            **params) -> ReplayResult:
     """Simulate, then execute the simulator's decisions on ``backend`` (for real, or on the virtual clock)."""
-    if backend == "virtual":
-        trace, model = shrink(trace, model, layers, scale)
-        sim = simulate_des(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity,
-                           context, decisions=True, kernel=kernel, **params)
-        n_slots = capacity * (model.num_layers if scope == "per-layer" else 1)
-        machine = VirtualBackend(sim, model.num_layers * trace.meta.num_experts, hardware.link.engines, dram_capacity)
-        times, counts = _execute(sim, machine, machine, Buffers.for_log(sim, n_slots), trace.meta.num_experts)
-        copy_per_step = machine.copy_busy_s / max(sim.decode_steps, 1)
-        return _result(sim, backend, kernel, model.num_layers, scale, times, counts, copy_per_step)
-    if dram_capacity is not None:
+    real = backend != "virtual"
+    if real and dram_capacity is not None:
         raise MoesimError(f"--backend {backend} replays two tiers (slow tier -> fast buffers); the SSD tier "
                           "(--dram-capacity) is replayed on --backend virtual only")
     trace, model = shrink(trace, model, layers, scale)
-    per_layer = scope == "per-layer"
-    n_slots = capacity * (model.num_layers if per_layer else 1)
+    n_slots = capacity * (model.num_layers if scope == "per-layer" else 1)
     folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
-    check_fits(model, n_slots, backend, folder)
-    sim = simulate_des(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, None, context,
-                       dtype=DTYPE[backend], decisions=True, kernel=kernel, **params)
+    if real:
+        check_fits(model, n_slots, backend, folder)
+    sim = simulate_des(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity, context,
+                       dtype=DTYPE.get(backend), decisions=True, kernel=kernel, **params)
     layout = Buffers.for_log(sim, n_slots)
+    if not real:
+        machine = VirtualBackend(sim, model.num_layers * trace.meta.num_experts, hardware.link.engines, dram_capacity)
+        times, counts = _execute(sim, machine, machine, layout, trace.meta.num_experts)
+        return _result(sim, backend, model.num_layers, scale, times, counts, machine.copy_busy_s)
     req = sim.requests
     max_keys = int(np.max(req.ctx // np.maximum(req.tokens, 1), initial=0))
     previous = signal.signal(signal.SIGTERM, _terminate)  # a kill unwinds, so the files are removed
@@ -164,23 +160,23 @@ def replay(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lr
             busy = machine.copy_busy_s
             with no_gc():
                 times, counts = _execute(sim, machine, compute, layout, trace.meta.num_experts)
-            copy_per_step = (machine.copy_busy_s - busy) / max(sim.decode_steps, 1)
+            busy = machine.copy_busy_s - busy
         finally:
             machine.close()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return _result(sim, backend, kernel, model.num_layers, scale, times, counts, copy_per_step)
+    return _result(sim, backend, model.num_layers, scale, times, counts, busy)
 
 
-def _result(sim: DesResult, backend: str, kernel: str, layers: int, scale: float, times: np.ndarray, counts: tuple,
-            copy_per_step: float) -> ReplayResult:
+def _result(sim: DesResult, backend: str, layers: int, scale: float, times: np.ndarray, counts: tuple,
+            copy_busy_s: float) -> ReplayResult:
     hits, accesses, loads, prefetches = counts
     if (hits, accesses) != (sim.hits, sim.accesses):
         raise MoesimError(f"replay hits {hits}/{accesses} differ from the simulator's {sim.hits}/{sim.accesses}")
     tokens = float(sim.decode_tokens)
-    return ReplayResult(sim.policy, sim.capacity, backend, kernel, layers, scale, float(times.mean()),
-                        float(np.percentile(times, 50)), float(np.percentile(times, 99)),
-                        tokens / float(times.sum()), copy_per_step, hits / accesses if accesses else float("nan"),
+    return ReplayResult(sim.policy, sim.capacity, backend, sim.kernel, layers, scale, float(times.mean()),
+                        float(np.percentile(times, 50)), float(np.percentile(times, 99)), tokens / float(times.sum()),
+                        copy_busy_s / max(sim.decode_steps, 1), hits / accesses if accesses else float("nan"),
                         hits, accesses, loads, prefetches, int(times.size), sim.tpot_s, sim.hit_rate, times,
                         sim.step_times)
 

@@ -19,7 +19,7 @@ from moesim.policies.base import make_lists
 from moesim.replay.backend import Backend
 from moesim.sim.costs import expert_kernel_s, fused_kernel_s
 from moesim.sim.des import DesResult
-from moesim.sim.des_loop import C_SSD_READS, N_COUNTERS, T_EXPERT_LAUNCH, T_MOE_LAUNCH, _transfer
+from moesim.sim.des_loop import N_COUNTERS, T_EXPERT_LAUNCH, T_MOE_LAUNCH, _transfer, scalar_times
 
 
 class VirtualBackend(Backend):
@@ -28,7 +28,7 @@ class VirtualBackend(Backend):
     def __init__(self, sim: DesResult, num_objects: int, engines: int, dram_capacity: int | None):
         cost = sim.costs
         self.cost, self.now = cost, 0.0
-        self.times = np.array([cost.moe_launch_s, cost.expert_launch_s, cost.copy_s, cost.ssd_s])
+        self.times = scalar_times(cost)
         self.dram_capacity = -1 if dram_capacity is None else dram_capacity
         self.eng_free, self.queues = np.zeros(max(engines, 1)), np.zeros(3)
         self.dram_lists, self.in_dram = make_lists(num_objects, 1, 1), np.zeros(num_objects, np.bool_)
@@ -51,10 +51,6 @@ class VirtualBackend(Backend):
     @property
     def copy_busy_s(self) -> float:
         return float(self.queues[1])
-
-    @property
-    def ssd_reads(self) -> int:
-        return int(self.counters[C_SSD_READS])
 
     def close(self) -> None:
         pass

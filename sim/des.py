@@ -94,8 +94,8 @@ def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str
     cache of D experts (the hardware needs an SSD). ``context`` adds KV tokens to every sequence.
     ``dtype`` (bf16, fp8, int4) sets the expert size; default: the trace's own expert bytes when it
     records them for this model, else bf16. ``kernel``: ``fused`` (a layer's experts in one kernel
-    once all are resident) or ``per-expert`` (each as its weights land). ``params`` go to the policy and the prefetcher
-    (seed, gamma, ml_model, pin_trace, train_trace). ``decisions`` keeps the engine's log of hits,
+    once all are resident) or ``per-expert`` (each as its weights land). ``params`` go to the policy
+    and the prefetcher (seed, gamma, ml_model, pin_trace, train_trace). ``decisions`` keeps the engine's log of hits,
     loads and prefetches (``DesResult.decisions``, what ``moesim replay`` executes).
     """
     _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity, kernel)
@@ -108,7 +108,7 @@ def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str
 
     bpp, eb = _sizes(trace, model, dtype)
     cost = costs(model, hardware, req.tokens, req.ctx, bpp, eb, int(exe_tokens.max(initial=1)))
-    times = np.array([cost.moe_launch_s, cost.expert_launch_s, cost.copy_s, cost.ssd_s])
+    times = L.scalar_times(cost)
     per_layer = scope == "per-layer"
     n_parts = n_layers if per_layer else 1
     n_objects = n_layers * num_experts

@@ -31,6 +31,8 @@ for which every resident is protected.
 
 from __future__ import annotations
 
+import numpy as np
+
 from moesim.policies.base import list_push_head, list_remove, list_tail
 from moesim.sim.costs import expert_kernel_s, fused_add
 from moesim.sim.engine import empty, place
@@ -43,6 +45,13 @@ N_COUNTERS = 11
 R_TIME, R_COMPUTE, R_STALL, R_COPY = range(4)
 # scalar times
 T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD = range(4)
+
+
+def scalar_times(cost) -> np.ndarray:
+    """The ``times`` array (``T_*``) the loop and ``_transfer`` read, from a ``moesim.sim.costs.Costs``."""
+    return np.array([cost.moe_launch_s, cost.expert_launch_s, cost.copy_s, cost.ssd_s])
+
+
 # decision log events (row, layer, event, object, slot), in the order the engine made them: the
 # replay executes them. A slot of -1 is no slot (no-cache streaming, a staged prefetch, a bypass).
 EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD = range(4)
@@ -151,8 +160,8 @@ def des_loop(args, st):
                     if by_prefetch[obj]:
                         counters[C_PF_USED] += 1
                         by_prefetch[obj] = 0
-                    n_run, weights_at, fused = _run(run_ready, run_tokens, n_run, weights_at, fused, per_expert, by_tokens,
-                                                    ready[obj], exe_tokens[row, layer, j])
+                    n_run, weights_at, fused = _run(run_ready, run_tokens, n_run, weights_at, fused,
+                                                    per_expert, by_tokens, ready[obj], exe_tokens[row, layer, j])
             if decode:
                 counters[C_ACCESSES] += n
                 layer_accesses[layer] += n
@@ -166,8 +175,8 @@ def des_loop(args, st):
                         if decode:
                             counters[C_HITS] += 1
                             layer_hits[layer] += 1
-                        n_run, weights_at, fused = _run(run_ready, run_tokens, n_run, weights_at, fused, per_expert, by_tokens,
-                                                        ready[obj], exe_tokens[row, layer, j])
+                        n_run, weights_at, fused = _run(run_ready, run_tokens, n_run, weights_at, fused,
+                                                        per_expert, by_tokens, ready[obj], exe_tokens[row, layer, j])
                         _log(log, n_log, row, layer, EV_HIT, obj, -1)
                         continue
                 elif slot_of[obj] >= 0:
@@ -184,8 +193,8 @@ def des_loop(args, st):
                 ready[obj] = done
                 counters[C_LOADS if decode else C_PREFILL_LOADS] += 1
                 _log(log, n_log, row, layer, EV_LOAD, obj, -1 if no_cache else slot_of[obj])
-                n_run, weights_at, fused = _run(run_ready, run_tokens, n_run, weights_at, fused, per_expert, by_tokens,
-                                                done, exe_tokens[row, layer, j])
+                n_run, weights_at, fused = _run(run_ready, run_tokens, n_run, weights_at, fused,
+                                                per_expert, by_tokens, done, exe_tokens[row, layer, j])
             # prefetch for the next cell, queued behind this cell's loads
             nrow, nlayer = (row, layer + 1) if layer + 1 < n_layers else (row + 1, 0)
             if n_pred > 0 and nrow < n_rows and (nrow == row or not group_start[nrow]) and kind[nrow] == 1:

@@ -345,9 +345,10 @@ def des_decisions(req, pred, preload, preload_at, group_offsets, kind, num_exper
             protected = {o for s in sets for o in s}
             for pol in cache.policies:
                 pol.step([], [], row)
+            before = row * n_layers * width - 1  # the clock just before the row
             for layer, objs in enumerate(sets):
                 for obj in objs:
-                    placed = None if cache.slot(obj) >= 0 else cache.load(obj, row * n_layers * width - 1, protected, True)
+                    placed = None if cache.slot(obj) >= 0 else cache.load(obj, before, protected, True)
                     if placed is not None:
                         log.append((row, layer, PRELOAD, obj, placed[0]))
         for layer in range(n_layers):
