@@ -19,9 +19,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from moesim.sim.config import Config
 from moesim.sim.des import simulate_des
 from moesim.sim.hardware import get_hardware
-from moesim.sim.models import get_model
+from moesim.tracegen.models import get_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracle import (BENCH_EXPERTS, BENCH_K, BENCH_LAYERS, benchmark_trace, stream, timed_per_layer,  # noqa: E402
@@ -43,9 +44,10 @@ def main() -> None:
           f"layer; {hw.name}; one core")
     rates = {}
     for prefetch in ("none", "oracle"):
-        simulate_des(small, model, hw, "lru", cap, prefetch=prefetch)  # compile
+        config = Config.build(policy="lru", capacity=cap, prefetch=prefetch)
+        simulate_des(small, config, model, hw)  # compile
         start = time.perf_counter()
-        r = simulate_des(trace, model, hw, "lru", cap, prefetch=prefetch)
+        r = simulate_des(trace, config, model, hw)
         rates[prefetch] = trace.accesses / (time.perf_counter() - start)
         print(f"moesim DES lru, prefetch {prefetch:6}: {rates[prefetch] / 1e6:7.1f} M acc/s  "
               f"(TPOT {r.tpot_s * 1e3:.2f} ms, hit rate {r.hit_rate:.4f})")

@@ -24,6 +24,7 @@ for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = "1"  # one core: ml-ffn's batched predictions must not borrow a second
 
 from moesim.policies.ml_ffn_train import save_model, train  # noqa: E402
+from moesim.sim.config import CacheConfig  # noqa: E402
 from moesim.sim.hitrate import simulate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -52,7 +53,8 @@ def main() -> None:
                  for layer in range(layers)]
         print(f"{'policy':8} {'moesim acc/s':>14} {'libCacheSim acc/s':>18} {'ratio':>7}  misses agree")
         for policy in ("lru", "fifo", "belady", "lfu", "arc", "lecar", "gamma", "ml-ffn"):
-            ours = simulate(trace, policy, cap, "per-layer", "sequential", ml_model=model)
+            ours = simulate(trace, CacheConfig(policy=policy, capacity=cap, semantics="sequential",
+                                               params={"ml_model": str(model)} if policy == "ml-ffn" else {}))
             if policy not in CACHES:
                 print(f"{policy:8} {ours.accesses_per_s:14,.0f} {'-':>18} {'-':>7}")
                 continue

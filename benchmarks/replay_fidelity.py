@@ -25,7 +25,8 @@ import numpy as np
 from moesim.replay.calibrate import calibrate
 from moesim.replay.run import shrink
 from moesim.replay.validate import validate
-from moesim.sim.models import get_model
+from moesim.sim.config import Config
+from moesim.tracegen.models import get_model
 from moesim.tracegen.synth import synth_trace
 
 
@@ -49,8 +50,8 @@ def main() -> None:
         for run in range(args.runs):
             with tempfile.TemporaryDirectory() as tmp:
                 cal = calibrate(small, args.backend, workdir=Path(tmp), seed=run)
-                runs.append(validate(trace, olmoe, cal.hardware, ["lru", "belady"], capacities, args.backend, layers,
-                                     scale, Path(tmp), kernel=args.kernel))
+                runs.append(validate(trace, Config.build(kernel=args.kernel), cal.hardware, ["lru", "belady"],
+                                     capacities, args.backend, layers, scale, Path(tmp), model=olmoe))
             hw, c = cal.hardware, cal.hardware.compute
             print(f"run {run + 1}: {hw.link.gbps:.2f} GB/s + {hw.link.latency_us:.0f} us per copy, layer "
                   f"{c.layer_s * 1e6:.0f} us, expert {c.expert_s * 1e6:.0f} us; errors "

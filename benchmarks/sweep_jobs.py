@@ -17,8 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
-from moesim.sim.models import get_model
-from moesim.sim.sweep import load_spec, run_sweep
+from moesim.tracegen.models import get_model
+from moesim.experiments.sweep import load_spec, run_sweep
 from moesim.tracegen.io import write_trace
 from moesim.tracegen.synth import synth_trace
 

@@ -8,10 +8,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from moesim import MoesimError, __version__
-from moesim import plot_cmd, replay_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd
-from moesim.console import console, emit_json, table
-from moesim.sim.models import MODELS
+from moesim import __version__
+from moesim.errors import MoesimError
+from moesim.cli import plot_cmd, replay_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd
+from moesim.cli.console import console, emit_json, table
+from moesim.tracegen.models import MODELS
 
 app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of-Experts inference.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -97,7 +98,7 @@ def demo(
 
     Example: moesim demo --out moesim-demo
     """
-    from moesim.demo import run_demo
+    from moesim.cli.demo import run_demo
 
     run_demo(out, jobs)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import polars as pl
 
-from moesim.console import console, table
+from moesim.cli.console import console, table
 from moesim.tracegen.io import bundled_trace_path, load_trace
-from moesim.tracegen.plot import plot_activations
+from moesim.plots.trace import plot_activations
 from moesim.tracegen.stats import REUSE_BUCKETS, trace_stats
 
 DEMO_POLICIES = ("belady", "lru", "lfu", "fifo", "gamma")
@@ -22,8 +22,8 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     """Describe the trace, sweep the demo policies x capacities on an RTX 4090 / PCIe 4 with the
     discrete-event simulator (its hits are the hit-rate engine's), print the policy table, and
     write the hit-rate curve, the TPOT curve and the activation heatmap into ``out``."""
-    from moesim.sim.plot import plot_results
-    from moesim.sim.sweep import SweepSpec, run_sweep
+    from moesim.plots.results import plot_results
+    from moesim.experiments.sweep import SweepSpec, run_sweep
 
     out = Path(out)
     trace = load_trace(bundled_trace_path())

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from moesim.console import console
+from moesim.cli.console import console
 
 
 def plot(
@@ -27,15 +27,13 @@ def plot(
 
     Example: moesim plot fig6.parquet --kind hitrate-vs-capacity --out fig6.png
     """
-    import polars as pl
-
-    from moesim import MoesimError, first_line
-    from moesim.sim.plot import KINDS, TRACE_KINDS, plot_eviction_timeline, plot_results
+    from moesim.errors import MoesimError
+    from moesim.plots.results import RESULT_KINDS, plot_results, read_results
+    from moesim.plots.trace import TRACE_KINDS, plot_activations, plot_eviction_timeline
     from moesim.tracegen.io import load_trace
-    from moesim.tracegen.plot import plot_activations
 
-    if kind not in KINDS:
-        raise MoesimError(f"unknown plot kind {kind!r}; choose from {', '.join(KINDS)}")
+    if kind not in RESULT_KINDS + TRACE_KINDS:
+        raise MoesimError(f"unknown plot kind {kind!r}; choose from {', '.join(RESULT_KINDS + TRACE_KINDS)}")
     if kind in TRACE_KINDS:
         trace = load_trace(source)
         if not 0 <= sequence < trace.num_sequences:
@@ -45,11 +43,5 @@ def plot(
         else:
             path = plot_eviction_timeline(trace, out, capacity or 4, layer, sequence)
     else:
-        try:
-            frame = pl.read_parquet(source)
-        except FileNotFoundError:
-            raise MoesimError(f"{source}: no such results file") from None
-        except Exception as exc:
-            raise MoesimError(f"{source}: unreadable results file ({first_line(exc)})") from None
-        path = plot_results(frame, kind, out, baseline, capacity, str(source))
+        path = plot_results(read_results(source), kind, out, baseline, capacity, str(source))
     console.print(f"wrote {path}")

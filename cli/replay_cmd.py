@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from moesim.console import console, emit_json, table
+from moesim.cli.console import console, emit_json, table
 
 Layers = Annotated[Optional[int], typer.Option(help="Keep only the first N MoE layers (recorded in the output).")]
 Scale = Annotated[float, typer.Option(help="Multiply the model's widths by S (0 < S <= 1; recorded).")]
@@ -21,7 +21,7 @@ Kernel = Annotated[str, typer.Option(help="fused: a layer's experts run once all
 def _inputs(trace_path: Path, model: Optional[str], layers, scale):
     """The trace, its model, and the model as the replay will run it (cut and scaled)."""
     from moesim.replay.run import shrink
-    from moesim.sim.models import model_for_trace
+    from moesim.tracegen.models import model_for_trace
     from moesim.tracegen.io import load_trace
 
     trace = load_trace(trace_path)
@@ -43,7 +43,7 @@ def _check(small, capacity: int, per_layer: bool, backend: str, workdir) -> None
 
 
 def _hardware(hardware: Optional[str], model, backend: str, workdir, link=None, ssd=None):
-    from moesim import MoesimError
+    from moesim.errors import MoesimError
     from moesim.sim.hardware import get_hardware
 
     if backend == "virtual":  # any machine the simulator knows: a preset, or a file
@@ -78,7 +78,7 @@ def calibrate(
     from moesim.replay.calibrate import calibrate as measure
     from moesim.replay.run import shrink
     from moesim.sim.hardware import write_hardware
-    from moesim.sim.models import get_model
+    from moesim.tracegen.models import get_model
     from moesim.tracegen.synth import synth_trace
 
     spec = get_model(model)
@@ -129,13 +129,15 @@ def replay(
     Example: moesim replay t.parquet --model olmoe-1b-7b --layers 4 --scale 0.5 --policy lru --capacity 16
     """
     from moesim.replay.run import replay as run
+    from moesim.sim.config import Config
 
+    config = Config.build(policy=policy, capacity=capacity, scope=scope, prefetch=prefetch, mode=mode, batch=batch,
+                          kernel=kernel, dram_capacity=dram_capacity, context=context)
     trace, spec, small = _inputs(trace_path, model, layers, scale)
     _check(small, capacity, scope == "per-layer", backend, workdir)
     hw = _hardware(hardware, small, backend, workdir, link, ssd)
     with console.status("replaying"):
-        r = run(trace, spec, hw, policy, capacity, scope, prefetch, mode, batch, backend, layers, scale, workdir,
-                kernel=kernel, dram_capacity=dram_capacity, context=context)
+        r = run(trace, config, hw, backend, layers, scale, workdir, model=spec)
     if as_json:
         emit_json({"trace": str(trace_path), "model": small.name, "hardware": hw.name, **r.as_dict()})
         return
@@ -162,16 +164,17 @@ def validate(
 
     Example: moesim validate t.parquet --model olmoe-1b-7b --layers 4 --scale 0.5 --policies lru,belady --capacity 16,32
     """
+    from moesim.cli.sim_cmd import int_list, names
     from moesim.replay.validate import validate as run
-    from moesim.sim_cmd import int_list
+    from moesim.sim.config import Config
 
+    config = Config.build(kernel=kernel)
     trace, spec, small = _inputs(trace_path, model, layers, scale)
     capacities = int_list(capacity, "--capacity")
     _check(small, max(capacities), True, backend, workdir)
     hw = _hardware(hardware, small, backend, workdir)
-    names = [p.strip() for p in policies.split(",") if p.strip()]
     with console.status("simulating and replaying"):
-        rows = run(trace, spec, hw, names, capacities, backend, layers, scale, workdir, kernel=kernel)
+        rows = run(trace, config, hw, names(policies), capacities, backend, layers, scale, workdir, model=spec)
     if as_json:
         emit_json({"trace": str(trace_path), "model": small.name, "hardware": hw.name, "rows": rows})
         return

@@ -9,9 +9,11 @@ from typing import Annotated, Optional
 import polars as pl
 import typer
 
-from moesim import MoesimError
-from moesim.console import console, emit_json, table
-from moesim.policies import POLICIES, PREFETCHERS
+from moesim.cli.console import console, emit_json, table
+from moesim.errors import MoesimError
+from moesim.policies import POLICIES
+from moesim.policies.prefetch import PREFETCHERS
+from moesim.sim.config import CacheConfig, Config, check_params_used, params_for
 from moesim.sim.hitrate import simulate
 from moesim.tracegen.io import load_trace
 
@@ -28,6 +30,24 @@ def int_list(text: str, what: str) -> list[int]:
     return values
 
 
+def names(text: str) -> list[str]:
+    """A comma-separated list of policy names."""
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def policy_params(**given) -> dict:
+    """The policy and prefetcher parameters given on the command line (None: not given; the policy's default)."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in given.items() if v is not None}
+
+
+Gamma = Annotated[Optional[float], typer.Option(help="Decay of the gamma policies (MELINOE; default 0.9).")]
+Seed = Annotated[Optional[int], typer.Option(help="Seed of random and lecar (default 0).")]
+MlModel = Annotated[Optional[Path], typer.Option("--ml-model", help="Model file from 'moesim train ml-ffn' (needed by "
+                                                                    "ml-ffn).")]
+PinTrace = Annotated[Optional[Path], typer.Option("--pin-trace", help="Trace whose popularity the static policy pins "
+                                                                      "(default: TRACE).")]
+
+
 @app.command()
 def hitrate(
     trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (Parquet).")],
@@ -39,12 +59,10 @@ def hitrate(
                                                 "evicted for each other; sequential: one by one, a "
                                                 "textbook cache.")] = "step",
     reset: Annotated[bool, typer.Option("--reset", help="Empty the cache at every new sequence.")] = False,
-    gamma: Annotated[float, typer.Option(help="Decay of the gamma policy (MELINOE).")] = 0.9,
-    seed: Annotated[int, typer.Option(help="Seed of random and lecar.")] = 0,
-    ml_model: Annotated[Optional[Path], typer.Option("--ml-model", help="Model file from 'moesim train "
-                                                                        "ml-ffn' (needed by ml-ffn).")] = None,
-    pin_trace: Annotated[Optional[Path], typer.Option("--pin-trace", help="Trace whose popularity the static "
-                                                                          "policy pins (default: TRACE).")] = None,
+    gamma: Gamma = None,
+    seed: Seed = None,
+    ml_model: MlModel = None,
+    pin_trace: PinTrace = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Exact hit rates of each policy at each capacity.
@@ -52,14 +70,11 @@ def hitrate(
     Example: moesim sim hitrate t.parquet --policy belady,lru,lfu,arc --capacity 2,4,6 --semantics sequential
     """
     trace = load_trace(trace_path)
-    params = {"gamma": gamma, "seed": seed}
-    if ml_model is not None:
-        params["ml_model"] = ml_model
-    if pin_trace is not None:
-        params["pin_trace"] = load_trace(pin_trace)
-    names = [p.strip() for p in policy.split(",") if p.strip()]
-    results = [simulate(trace, name, c, scope, semantics, reset, **params)
-               for name in names for c in int_list(capacity, "--capacity")]
+    given = policy_params(gamma=gamma, seed=seed, ml_model=ml_model, pin_trace=pin_trace)
+    check_params_used(names(policy), given)
+    results = [simulate(trace, CacheConfig(policy=name, capacity=c, scope=scope, semantics=semantics, reset=reset,
+                                           params=params_for(name, given)))
+               for name in names(policy) for c in int_list(capacity, "--capacity")]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
         return
@@ -96,10 +111,10 @@ def run(
     dtype: Annotated[Optional[str], typer.Option(help="Expert precision bf16, fp8, int4 (default: the trace's "
                                                       "expert bytes, else bf16).")] = None,
     reset: Annotated[bool, typer.Option("--reset", help="Empty the cache at every new batch.")] = False,
-    gamma: Annotated[float, typer.Option(help="Decay of the gamma policy (MELINOE).")] = 0.9,
-    seed: Annotated[int, typer.Option(help="Seed of random and lecar.")] = 0,
-    ml_model: Annotated[Optional[Path], typer.Option("--ml-model", help="Model file of ml-ffn.")] = None,
-    pin_trace: Annotated[Optional[Path], typer.Option("--pin-trace", help="Popularity source of static.")] = None,
+    gamma: Gamma = None,
+    seed: Seed = None,
+    ml_model: MlModel = None,
+    pin_trace: PinTrace = None,
     train_trace: Annotated[Optional[Path], typer.Option("--train-trace", help="Trace the history and popular "
                                                         "prefetchers learn from (default: TRACE itself).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
@@ -109,23 +124,16 @@ def run(
     Example: moesim sim run t.parquet --hardware rtx4090 --policy lru,belady --capacity 4 --prefetch oracle
     """
     from moesim.sim.des import simulate_des
-    from moesim.sim.hardware import get_hardware
-    from moesim.sim.models import model_for_trace
 
     trace = load_trace(trace_path)
-    spec = model_for_trace(trace.meta, model)
-    hw = get_hardware(hardware, link, ssd)
-    params = {"gamma": gamma, "seed": seed}
-    if ml_model is not None:
-        params["ml_model"] = ml_model
-    if pin_trace is not None:
-        params["pin_trace"] = load_trace(pin_trace)
-    if train_trace is not None:
-        params["train_trace"] = load_trace(train_trace)
-    names = [p.strip() for p in policy.split(",") if p.strip()]
-    capacities = int_list(capacity, "--capacity")
-    results = [simulate_des(trace, spec, hw, name, c, scope, prefetch, mode, batch, dram_capacity, context, reset,
-                            dtype, kernel=kernel, **params) for name in names for c in capacities]
+    base = Config.build(model=model, hardware=hardware, link=link, ssd=ssd, scope=scope, dram_capacity=dram_capacity,
+                        prefetch=prefetch, mode=mode, kernel=kernel, batch=batch, context=context, dtype=dtype,
+                        reset=reset, **policy_params(train_trace=train_trace))
+    given = policy_params(gamma=gamma, seed=seed, ml_model=ml_model, pin_trace=pin_trace)
+    check_params_used(names(policy), given)
+    spec, hw = base.model.spec(trace.meta), base.hardware.spec()
+    results = [simulate_des(trace, base.replace(policy=name, capacity=c, **params_for(name, given)), spec, hw)
+               for name in names(policy) for c in int_list(capacity, "--capacity")]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
         return
@@ -157,7 +165,7 @@ def golden(
 
     Example: moesim sim golden --update
     """
-    from moesim.sim.golden import diff, golden_table, write_golden
+    from moesim.experiments.golden import diff, golden_table, write_golden
 
     new = golden_table()
     old = pl.read_csv(path) if path.exists() else new.clear()

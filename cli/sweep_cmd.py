@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from moesim.console import console
+from moesim.cli.console import console
 
 
 def sweep(
@@ -31,7 +31,7 @@ def sweep(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from moesim.sim.sweep import STOP, load_spec, run_sweep
+    from moesim.experiments.sweep import STOP, load_spec, run_sweep
 
     spec = load_spec(spec_path)
     # `kill` (SIGTERM) ends the sweep after the configurations running now: their rows are written,

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from moesim.console import console, emit_json, table, warn
-from moesim.sim.models import get_model
+from moesim.cli.console import console, emit_json, table, warn
+from moesim.tracegen.models import get_model
 from moesim.tracegen.fit import compare, fit_locality
 from moesim.tracegen.importers import FORMATS, import_trace
 from moesim.tracegen.io import load_trace, stored_columns, write_trace

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from moesim import MoesimError
-from moesim.console import console, emit_json, table
+from moesim.errors import MoesimError
+from moesim.cli.console import console, emit_json, table
+from moesim.sim.config import CacheConfig
 from moesim.sim.hitrate import simulate
 from moesim.tracegen.io import load_trace
 
@@ -31,15 +32,15 @@ def ml_ffn(
 
     Example: moesim train ml-ffn t.parquet --out ffn.npz --layers shared
     """
-    from moesim.policies.ml_ffn_train import save_model, subset, train
+    from moesim.policies.ml_ffn_train import save_model, train
 
     if layers not in ("per-layer", "shared"):
         raise MoesimError(f"--layers must be per-layer or shared, got {layers!r}")
     trace = load_trace(train_trace)
     arrays, log = train(trace, layers == "per-layer", horizon=horizon, val_fraction=val_fraction, seed=seed)
     save_model(arrays, out)
-    val = subset(trace, log["val_sequences"])
-    rows = [simulate(val, p, capacity, **({"ml_model": out} if p == "ml-ffn" else {}))
+    val = trace.select(log["val_sequences"])
+    rows = [simulate(val, CacheConfig(policy=p, capacity=capacity, params={"ml_model": str(out)} if p == "ml-ffn" else {}))
             for p in ("ml-ffn", "lru", "belady")]
     report = {"model": str(out), **log, "capacity": capacity,
               "val_hit_rate": {r.policy: r.hit_rate for r in rows}}

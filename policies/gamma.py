@@ -35,11 +35,12 @@ variant that always admits a missed expert.
 import numpy as np
 from numba import njit
 
-from moesim import MoesimError
 from moesim.policies.base import (HEAD, NEXT, hooks, list_of, list_push_head, list_remove, list_size, lists_clear,
                                   make_lists, min_key_slot)
 
 NAME = "gamma"
+PARAMS = {"gamma": 0.9}  # the decay γ of eq. 8
+PARAM_BOUNDS = {"gamma": (0.0, 1.0)}
 # control words: experts per layer, service clock, current row, sequential?, capacity, step stamp
 C_E, C_CLOCK, C_ROW, C_SEQ, C_CAP, C_STAMP = range(6)
 
@@ -47,9 +48,7 @@ C_E, C_CLOCK, C_ROW, C_SEQ, C_CAP, C_STAMP = range(6)
 def make_counts(ctx) -> tuple:
     """Decayed counts: count at its last update, row of that update, service clock of the last
     request (-1: never), scratch scores, γ^d for every gap d the trace can have, control words."""
-    gamma = float(ctx.params.get("gamma", 0.9))
-    if not 0.0 <= gamma <= 1.0:
-        raise MoesimError(f"gamma must lie in [0, 1], got {gamma}")
+    gamma = float(ctx.params["gamma"])
     n = ctx.num_objects
     decay = np.power(gamma, np.arange(ctx.experts.shape[0] + 1, dtype=np.float64))
     ctl = np.array([ctx.num_experts, 0, 0, int(ctx.sequential), ctx.capacity, 0], np.int64)

@@ -17,6 +17,8 @@ from moesim.policies.base import hooks
 from moesim.policies.gamma import C_ROW, clear_counts, count_request, lowest_resident, make_counts
 
 NAME = "gamma-admit"
+PARAMS = {"gamma": 0.9}
+PARAM_BOUNDS = {"gamma": (0.0, 1.0)}
 
 
 def make_state(ctx):

@@ -31,6 +31,7 @@ from moesim.policies.base import (TAIL, hooks, list_first_unmarked, list_of, lis
 from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_fill_next, lfu_hit, lfu_insert, lfu_victim, make_lfu
 
 NAME = "lecar"
+PARAMS = {"seed": 0}  # of the random choice between its two experts
 RECENCY, H_LRU, H_LFU = 0, 1, 2
 LEARNING_RATE = 0.45
 
@@ -40,7 +41,7 @@ def make_state(ctx):
     # per id; per partition: w_LRU and access clock; [capacity]; penalty factor by age; generator
     return (make_lists(ctx.num_objects, ctx.num_parts, 3), make_lfu(ctx), np.zeros(ctx.num_objects, np.int64),
             np.full(ctx.num_parts, 0.5), np.zeros(ctx.num_parts, np.int64),
-            np.array([ctx.capacity], np.int64), penalty_table(ctx.capacity), make_rng(int(ctx.params.get("seed", 0))))
+            np.array([ctx.capacity], np.int64), penalty_table(ctx.capacity), make_rng(int(ctx.params["seed"])))
 
 
 def penalty_table(capacity: int) -> np.ndarray:

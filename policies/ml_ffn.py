@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.policies.base import hooks, min_key_slot
 
 NAME = "ml-ffn"
+PARAMS = {"ml_model": None}  # the model file from 'moesim train ml-ffn' (required)
 WEIGHTS = ("w1", "b1", "w2", "b2", "w3", "b3")
 
 
@@ -53,7 +54,7 @@ CHUNK_ROWS = 1024
 
 
 def make_state(ctx):
-    path = ctx.params.get("ml_model")
+    path = ctx.params["ml_model"]
     if path is None:
         raise MoesimError("policy ml-ffn needs a model: pass --ml-model MODEL.npz (from 'moesim train ml-ffn')")
     model = load_model(path)

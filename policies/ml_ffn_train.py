@@ -9,13 +9,12 @@ weight decay (0.01); the table gives none.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 from numba import njit
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.files import atomic_output
 from moesim.policies.ml_ffn import WEIGHTS, fill_features, new_history
 from moesim.tracegen.trace import Trace
@@ -53,19 +52,6 @@ def targets(experts, seq_offsets, num_experts, horizon):
                 for j in range(k):
                     nxt[layer * num_experts + experts[row, layer, j]] = row
     return y
-
-
-def subset(trace: Trace, sequences: np.ndarray) -> Trace:
-    """The trace restricted to the given sequence indices (in order)."""
-    off = trace.seq_offsets
-    rows = np.concatenate([np.arange(off[s], off[s + 1]) for s in sequences])
-    lengths = np.array([off[s + 1] - off[s] for s in sequences])
-    pick = {f.name: getattr(trace, f.name)[rows] for f in dataclasses.fields(trace)
-            if f.name not in ("meta", "seq_ids", "seq_offsets") and getattr(trace, f.name) is not None
-            and len(getattr(trace, f.name)) == trace.num_rows}
-    return dataclasses.replace(trace, seq_ids=trace.seq_ids[sequences],
-                               seq_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(trace.seq_offsets.dtype),
-                               **pick)
 
 
 def split(trace: Trace, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:

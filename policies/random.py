@@ -10,10 +10,11 @@ from numba import njit
 from moesim.policies.base import hooks, make_rng, rng_reset, rng_uniform
 
 NAME = "random"
+PARAMS = {"seed": 0}
 
 
 def make_state(ctx):
-    return (make_rng(int(ctx.params.get("seed", 0))),)
+    return (make_rng(int(ctx.params["seed"])),)
 
 
 @njit(cache=True)

@@ -12,14 +12,15 @@ pinned is dropped once the cache is full; a pinned one is placed as a miss would
 import numpy as np
 from numba import njit
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.policies.base import hooks, min_key_slot
 
 NAME = "static"
+PARAMS = {"pin_trace": None}  # the trace whose popularity is pinned (None: the simulated one)
 
 
 def make_state(ctx):
-    source = ctx.params.get("pin_trace")
+    source = ctx.params["pin_trace"]
     experts = ctx.experts if source is None else source.experts
     if source is not None and (source.meta.num_experts != ctx.num_experts or experts.shape[1] != ctx.num_layers):
         raise MoesimError(f"pin trace has {experts.shape[1]} layers x {source.meta.num_experts} experts, "

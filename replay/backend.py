@@ -3,7 +3,7 @@
 - ``load(obj, buf)``: queue the copy of expert ``obj`` (layer * E + expert) into buffer ``buf``;
   returns a handle for ``ready``;
 - ``ready(handle)``: the compute stream waits for that copy;
-- ``weights(buf)``: the buffer as a flat tensor for ``Compute.expert``;
+- ``weights(buf)``: the buffer as a flat tensor for ``ComputeStream.expert``;
 - ``release(buf)``: the compute queued so far is all that reads ``buf``; a later copy into it
   waits for that;
 - ``routed()``: returns once the router's choice is known on the host;

@@ -1,7 +1,7 @@
 """`moesim calibrate`: measure this machine and write the hardware file the simulator reads.
 
 For one model's dims (cut and scaled as the replay will run them), on the replay's backend, it fits
-the simulator's own formulas (``moesim.sim.costs``; the ``[compute]`` table, ``Compute``) to the
+the simulator's own formulas (``moesim.sim.costs``; the ``[compute]`` table, ``MeasuredCompute``) to the
 replay's own code, timed with garbage collection off after a warm-up:
 
 1. **The copy path**, ``[link]`` = latency + size / bandwidth:
@@ -9,7 +9,7 @@ replay's own code, timed with garbage collection off after a warm-up:
      places in expert files laid out as the replay writes them, each followed by dropping the pages;
    - cuda: host-to-device copies from pinned memory on a copy stream at five sizes up to one expert,
      timed with events, fitted by least squares (the pageable bandwidth is measured and reported).
-2. **Compute**, by least squares over a grid of the replay's ``Compute`` calls: a layer (projections,
+2. **Compute**, by least squares over a grid of the replay's ``ComputeStream`` calls: a layer (projections,
    attention over the KV cache, router) at T tokens and ctx KV tokens, ``layer_s + layer_token_s · T
    + layer_ctx_s · ctx``; one expert on T tokens, ``expert_s + expert_token_s · (T − 1)``. Experts are
    computed in turn from a pool of distinct weights twice the size of the last-level cache (a GPU's
@@ -42,13 +42,15 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.replay.compute import DTYPE
-from moesim.replay.compute import Compute as Work
+from moesim.replay.compute import ComputeStream
 from moesim.replay.run import no_gc, replay
+from moesim.sim.config import Config
+from moesim.sim.costs import link_copy_s
 from moesim.sim.des import simulate_des
-from moesim.sim.hardware import GPU, Compute, Hardware, Link
-from moesim.sim.models import ModelSpec
+from moesim.sim.hardware import GPU, MeasuredCompute, Hardware, Link
+from moesim.tracegen.models import ModelSpec
 
 PAGE = 4096
 DISTINCT = 8  # the smallest pool of distinct experts computed in turn
@@ -115,9 +117,9 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
     return Calibration(hw, pageable, per_layer, per_expert, measured)
 
 
-def _compute_table(model: ModelSpec, backend: str, repeats: int, seed: int, sync, pool: int) -> Compute:
+def _compute_table(model: ModelSpec, backend: str, repeats: int, seed: int, sync, pool: int) -> MeasuredCompute:
     """Least-squares fits of the replay's layer and expert calls to the [compute] table's formulas."""
-    work = Work(model, seed, backend, max_keys=max(KEYS_PER_TOKEN))
+    work = ComputeStream(model, seed, backend, max_keys=max(KEYS_PER_TOKEN))
     torch = work.torch
     gen = torch.Generator().manual_seed(seed)
     weights = [torch.randn(work.expert_numel, generator=gen).to(work.device, work.dtype) for _ in range(pool)]
@@ -146,7 +148,7 @@ def _compute_table(model: ModelSpec, backend: str, repeats: int, seed: int, sync
         out = work.scratch(x)
         expert_times.append(per_call(lambda k: work.expert(x, out, weights[k % pool], t), pool))
     expert_token_s, expert_s = np.polyfit(np.array(TOKENS) - 1.0, np.array(expert_times), 1)
-    return Compute(model.name, layer_s=max(float(layer_s), 0.0), expert_s=max(float(expert_s), 0.0),
+    return MeasuredCompute(model.name, layer_s=max(float(layer_s), 0.0), expert_s=max(float(expert_s), 0.0),
                    layer_token_s=max(float(layer_token_s), 0.0), layer_ctx_s=max(float(layer_ctx_s), 0.0),
                    expert_token_s=max(float(expert_token_s), 0.0))
 
@@ -172,7 +174,8 @@ def _replayed(hw: Hardware, model: ModelSpec, trace, capacity: int, backend: str
               skip: int) -> tuple[float, float]:
     """Mean step time of the replay and of its simulation on ``hw`` (time per token is a mean),
     leaving out the first ``skip`` steps."""
-    r = replay(trace, model, hw, "lru", capacity, backend=backend, workdir=workdir, seed=seed)
+    r = replay(trace, Config.build(policy="lru", capacity=capacity), hw, backend, workdir=workdir, seed=seed,
+               model=model)
     return float(np.mean(r.step_times[skip:])), float(np.mean(r.sim_step_times[skip:]))
 
 
@@ -221,7 +224,7 @@ def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdi
     # the median of three replays: one slow spell of the disk must not set every copy's time
     real = float(np.median([_replayed(hw, small, trace, 0, backend, workdir, seed, skip=0)[0] for _ in range(3)]))
     link = hw.link
-    micro = link.transfer_s(model.expert_bytes(DTYPE[backend]))
+    micro = link_copy_s(link, model.expert_bytes(DTYPE[backend]))
 
     def with_copy(seconds: float) -> Hardware:
         if seconds >= micro:
@@ -232,7 +235,8 @@ def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdi
         return dataclasses.replace(hw, link=fitted)
 
     def simulated(seconds: float) -> float:
-        return simulate_des(trace, small, with_copy(seconds), "lru", 0, dtype=DTYPE[backend]).tpot_s
+        return simulate_des(trace, Config.build(policy="lru", capacity=0, dtype=DTYPE[backend]), small,
+                            with_copy(seconds)).tpot_s
 
     lo, hi = 0.0, micro
     while simulated(hi) < real:

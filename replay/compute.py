@@ -14,8 +14,8 @@ simulator's attention term counts; a real engine reads a separate cache per laye
 
 from __future__ import annotations
 
-from moesim import MoesimError
-from moesim.sim.models import ModelSpec
+from moesim.errors import MoesimError
+from moesim.tracegen.models import ModelSpec
 
 DTYPE = {"cpu": "fp32", "cuda": "bf16"}  # the weights' type on each backend (torch on a CPU is slow in bf16)
 
@@ -29,7 +29,7 @@ def require_torch():
     return torch
 
 
-class Compute:
+class ComputeStream:
     """Dense weights of one layer (random, seeded) on ``device`` ("cpu" or "cuda"), in its ``DTYPE``."""
 
     def __init__(self, model: ModelSpec, seed: int = 0, device: str = "cpu", max_keys: int = 0):

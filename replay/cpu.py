@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
-from moesim.sim.models import ModelSpec
+from moesim.tracegen.models import ModelSpec
 
 # the reader needs the GIL back after each read: at Python's default 5 ms switch interval the compute
 # thread's Python code would hold every read's completion up by milliseconds

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
-from moesim.sim.models import ModelSpec
+from moesim.tracegen.models import ModelSpec
 
 BYTES = 2  # bf16
 

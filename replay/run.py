@@ -32,13 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim import MoesimError
-from moesim.replay.compute import DTYPE, Compute
+from moesim.errors import MoesimError
+from moesim.replay.compute import DTYPE, ComputeStream
 from moesim.replay.virtual import VirtualBackend
+from moesim.sim.config import Config
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.des_loop import EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD
 from moesim.sim.hardware import Hardware
-from moesim.sim.models import ModelSpec
+from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE
 from moesim.tracegen.trace import Trace
 
@@ -127,13 +128,15 @@ def open_backend(backend: str, model: ModelSpec, n_buffers: int, folder: Path, s
     return CudaBackend(model, n_buffers, seed)
 
 
-def replay(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lru", capacity: int = 4,
-           scope: str = "per-layer", prefetch: str = "none", mode: str = "fallback", batch: int = 1,
-           backend: str = "cpu", layers: int | None = None, scale: float = 1.0, workdir: str | Path | None = None,
-           seed: int = 0, kernel: str = "fused", dram_capacity: int | None = None, context: int = 0,
-           **params) -> ReplayResult:
-    """Simulate, then execute the simulator's decisions on ``backend`` (for real, or on the virtual clock)."""
+def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu", layers: int | None = None,
+           scale: float = 1.0, workdir: str | Path | None = None, seed: int = 0,
+           model: ModelSpec | None = None) -> ReplayResult:
+    """Simulate ``config`` on ``hardware``, then execute the simulator's decisions on ``backend`` (for real,
+    or on the virtual clock). The model is ``model`` or the configuration's, cut to ``layers`` and
+    scaled by ``scale``; a real backend runs the experts in its own dtype (``DTYPE``)."""
     real = backend != "virtual"
+    model = model if model is not None else config.model.spec(trace.meta)
+    capacity, scope, dram_capacity = config.cache.capacity, config.cache.scope, config.cache.dram_capacity
     if real and dram_capacity is not None:
         raise MoesimError(f"--backend {backend} replays two tiers (slow tier -> fast buffers); the SSD tier "
                           "(--dram-capacity) is replayed on --backend virtual only")
@@ -142,8 +145,8 @@ def replay(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lr
     folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
     if real:
         check_fits(model, n_slots, backend, folder)
-    sim = simulate_des(trace, model, hardware, policy, capacity, scope, prefetch, mode, batch, dram_capacity, context,
-                       dtype=DTYPE.get(backend), decisions=True, kernel=kernel, **params)
+    sim = simulate_des(trace, config.replace(dtype=DTYPE[backend]) if real else config, model, hardware,
+                       decisions=True)
     layout = Buffers.for_log(sim, n_slots)
     if not real:
         machine = VirtualBackend(sim, model.num_layers * trace.meta.num_experts, hardware.link.engines, dram_capacity)
@@ -155,7 +158,7 @@ def replay(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lr
     try:
         machine = open_backend(backend, model, layout.total, folder, seed)
         try:
-            compute = Compute(model, seed, backend, max_keys)
+            compute = ComputeStream(model, seed, backend, max_keys)
             warm_up(machine, compute, int(req.tokens.max(initial=1)))
             busy = machine.copy_busy_s
             with no_gc():

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from moesim.replay.run import replay
+from moesim.sim.config import Config
 from moesim.sim.hardware import Hardware
-from moesim.sim.models import ModelSpec
+from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.trace import Trace
 
 
-def validate(trace: Trace, model: ModelSpec, hardware: Hardware, policies: list[str], capacities: list[int],
+def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[str], capacities: list[int],
              backend: str = "cpu", layers: int | None = None, scale: float = 1.0, workdir=None,
-             kernel: str = "fused") -> list[dict]:
-    """One row per (capacity, policy): simulated and replayed TPOT, the error in percent, each policy's
-    speedup over the first policy at that capacity in simulation and in replay, and both hit rates."""
+             model: ModelSpec | None = None) -> list[dict]:
+    """One row per (capacity, policy) of ``config``: simulated and replayed TPOT, the error in percent, each
+    policy's speedup over the first policy at that capacity in simulation and in replay, and both hit rates."""
     rows = []
     for capacity in capacities:
-        runs = [replay(trace, model, hardware, p, capacity, backend=backend, layers=layers, scale=scale, workdir=workdir,
-                       kernel=kernel) for p in policies]
+        runs = [replay(trace, config.replace(policy=p, capacity=capacity), hardware, backend, layers, scale, workdir,
+                       model=model) for p in policies]
         base = runs[0]
         for r in runs:
             rows.append({"policy": r.policy, "capacity": capacity, "sim_tpot_s": r.sim_tpot_s, "real_tpot_s": r.tpot_s,

@@ -2,7 +2,7 @@
 
 It checks the replay's executor, not a machine: the executor drives it through the same calls as the
 CPU and CUDA backends (``moesim.replay.backend``) and the same compute calls
-as ``moesim.replay.compute.Compute``, and every duration comes from the cost table the
+as ``moesim.replay.compute.ComputeStream``, and every duration comes from the cost table the
 discrete-event run used (``DesResult.costs``): a layer's attention and router take ``pre_s`` of its
 row, a copy goes through the simulator's own transfer function (copy engines, and the SSD and DRAM
 tiers when there is one), a fused kernel and a per-expert kernel take ``moesim.sim.costs``'s
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.policies.base import make_lists
 from moesim.replay.backend import Backend
-from moesim.sim.costs import expert_kernel_s, fused_kernel_s
+from moesim.sim.costs import T_EXPERT_LAUNCH, T_MOE_LAUNCH, expert_kernel_s, fused_kernel_s
 from moesim.sim.des import DesResult
-from moesim.sim.des_loop import N_COUNTERS, T_EXPERT_LAUNCH, T_MOE_LAUNCH, _transfer, scalar_times
+from moesim.sim.des_state import COPY_BUSY, N_COUNTERS, make_tiers
+from moesim.sim.des_tiers import transfer
 
 
 class VirtualBackend(Backend):
@@ -28,16 +28,14 @@ class VirtualBackend(Backend):
     def __init__(self, sim: DesResult, num_objects: int, engines: int, dram_capacity: int | None):
         cost = sim.costs
         self.cost, self.now = cost, 0.0
-        self.times = scalar_times(cost)
+        self.times = cost.scalar_times()
         self.dram_capacity = -1 if dram_capacity is None else dram_capacity
-        self.eng_free, self.queues = np.zeros(max(engines, 1)), np.zeros(3)
-        self.dram_lists, self.in_dram = make_lists(num_objects, 1, 1), np.zeros(num_objects, np.bool_)
+        self.tiers = make_tiers(num_objects, sim.requests.experts.shape[1], engines)
         self.counters = np.zeros(N_COUNTERS)
 
     # the backend interface
     def load(self, obj: int, buf: int) -> float:
-        return _transfer(obj, self.now, self.times, self.dram_capacity, self.eng_free, self.queues, self.dram_lists,
-                         self.in_dram, self.counters)
+        return transfer(self.tiers, obj, self.now, self.times, self.dram_capacity, self.counters)
 
     def ready(self, done: float) -> None:
         self.now = max(self.now, done)
@@ -50,7 +48,7 @@ class VirtualBackend(Backend):
 
     @property
     def copy_busy_s(self) -> float:
-        return float(self.queues[1])
+        return float(self.tiers.clocks[COPY_BUSY])
 
     def close(self) -> None:
         pass

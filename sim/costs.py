@@ -18,7 +18,7 @@ Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache in
 
 Kernel counts (launch overheads): attention 6, router 2, shared experts 3, the fused MoE kernel 2,
 one expert's kernels 4 (two input projections, the gated activation, the output projection).
-A hardware file's ``[compute]`` section (measured for one model, ``moesim.sim.hardware.Compute``)
+A hardware file's ``[compute]`` section (measured for one model, ``moesim.sim.hardware.MeasuredCompute``)
 replaces all of the compute side for that model — ``by_tokens[T] = expert_s + expert_token_s ·
 (T − 1)`` — and names the model, so a table measured for another one is refused; transfers stay
 link and SSD arithmetic. The discrete-event engine and the virtual replay backend take their
@@ -32,13 +32,14 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 
 from moesim.sim.hardware import Hardware
-from moesim.sim.models import ModelSpec
+from moesim.tracegen.models import ModelSpec
 
 KERNELS_ATTN, KERNELS_ROUTER, KERNELS_SHARED, KERNELS_MOE, KERNELS_EXPERT = 6, 2, 3, 2, 4
-KERNELS = ("fused", "per-expert")
+# the scalar durations the compiled engine reads, by index (``scalar_times``)
+T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD = range(4)
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,23 @@ class Costs:
     lut_bytes: np.ndarray    # MoLE bytes per row and layer (0 for MoE)
 
 
+    def scalar_times(self) -> np.ndarray:
+        """The scalar durations as the array (``T_*``) the compiled engine and its copy queue read."""
+        return np.array([self.moe_launch_s, self.expert_launch_s, self.copy_s, self.ssd_s])
+
+
 def roofline(gpu, nbytes, flops):
     return np.maximum(nbytes / gpu.mem_bw, flops / gpu.flops)
+
+
+def link_copy_s(link, nbytes: float) -> float:
+    """One copy of ``nbytes`` over a host link: its latency, then the bytes at the bandwidth it reaches."""
+    return link.latency_us * 1e-6 + nbytes / link.bandwidth
+
+
+def ssd_read_s(ssd, nbytes: float) -> float:
+    """One read of ``nbytes`` from an SSD: its latency, then the bytes at its read bandwidth."""
+    return ssd.latency_us * 1e-6 + nbytes / (ssd.gbps * 1e9)
 
 
 @njit(cache=True, inline="always")
@@ -115,12 +131,12 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
         moe_launch_s, expert_launch_s = measured.moe_launch_s, measured.expert_launch_s
     if model.kind == "mole":
         lut_bytes = tokens * d * model.num_experts * bpp
-        lut_s = np.where(lut_bytes > 0, hw.link.latency_us * 1e-6 + lut_bytes / hw.link.bandwidth, 0.0)
+        lut_s = np.where(lut_bytes > 0, link_copy_s(hw.link, lut_bytes), 0.0)
     else:
         lut_bytes = np.zeros_like(tokens)
         lut_s = np.zeros_like(tokens)
     return Costs(pre_s=np.ascontiguousarray(pre, np.float64), lut_s=np.ascontiguousarray(lut_s, np.float64),
                  by_tokens=by_tokens, moe_launch_s=moe_launch_s, expert_launch_s=expert_launch_s,
-                 copy_s=hw.link.transfer_s(eb),
-                 ssd_s=hw.ssd.read_s(eb) if hw.ssd is not None else float("nan"), expert_bytes=eb,
+                 copy_s=link_copy_s(hw.link, eb),
+                 ssd_s=ssd_read_s(hw.ssd, eb) if hw.ssd is not None else float("nan"), expert_bytes=eb,
                  lut_bytes=np.ascontiguousarray(lut_bytes, np.float64))

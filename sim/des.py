@@ -16,36 +16,29 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 from numba import njit
 
-from moesim import MoesimError
-from moesim.policies import get_policy, get_prefetcher
-from moesim.policies.base import Context, make_lists
-from moesim.sim import des_loop as L
-from moesim.sim.costs import KERNELS, Costs, costs
+from moesim.errors import MoesimError
+from moesim.policies import get_policy
+from moesim.policies.base import Context
+from moesim.policies.prefetch import get_prefetcher
+from moesim.sim.config import Config, PrefetchConfig, module_params
+from moesim.sim.costs import Costs, costs
+from moesim.sim.des_loop import HELPERS, des_loop
+from moesim.sim.des_state import (C_ACCESSES, C_HITS, C_LOADS, C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_SSD_READS,
+                                  C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY, R_STALL, R_TIME, Inputs, build_state)
 from moesim.sim.engine import bind
 from moesim.sim.hardware import Hardware
-from moesim.sim.hitrate import check_scope
-from moesim.sim.models import BYTES_PER_PARAM, ModelSpec
+from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 from moesim.sim.requests import build_requests
 from moesim.tracegen.schema import DECODE, PREFILL
 from moesim.tracegen.trace import Trace
-
-MODES = ("fallback", "commit")
-
 
 @dataclass
 class DesResult:
     """One simulated configuration. Times in seconds; per-step figures are means over decode steps."""
 
-    model: str
-    hardware: str
-    policy: str
-    capacity: int
-    scope: str
-    prefetch: str
-    mode: str
-    kernel: str
-    batch: int
-    dram_capacity: int | None
+    model: str                 # the model simulated (the preset, or the trace's own dimensions)
+    hardware: str              # the machine simulated (with the link swapped in, if any)
+    config: Config = field(repr=False)
     tpot_s: float
     tpot_p50_s: float
     tpot_p99_s: float
@@ -72,77 +65,78 @@ class DesResult:
     per_layer_hit_rate: list
     seconds: float
     step_times: np.ndarray = field(repr=False)  # seconds of every decode step, in order
-    decisions: np.ndarray = field(repr=False)  # int64 [n, 5] (row, layer, event, object, slot), see des_loop
+    decisions: np.ndarray = field(repr=False)  # int64 [n, 5] (row, layer, event, object, slot), see des_state
     requests: object = field(repr=False, default=None)  # the request rows simulated (moesim.sim.requests)
     executed: tuple = field(repr=False, default=None)  # (experts, tokens) each cell ran, see ``executed``
     costs: Costs | None = field(repr=False, default=None)  # the durations the engine strung together
 
+    @property
+    def policy(self) -> str:
+        return self.config.cache.policy
+
+    @property
+    def capacity(self) -> int:
+        return self.config.cache.capacity
+
+    @property
+    def kernel(self) -> str:
+        return self.config.execution.kernel
+
     def as_dict(self) -> dict:
-        """Everything but the per-step times, the decision log and the arrays behind them."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("step_times", "decisions", "requests", "executed", "costs")}
+        """The model and machine simulated, every setting (``Config.flat``) and every metric; not the
+        per-step times, the decision log or the arrays behind them."""
+        settings = {k: v for k, v in self.config.flat().items() if k not in ("model", "hardware")}
+        return {"model": self.model, "hardware": self.hardware, **settings,
+                **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in
+                   ("model", "hardware", "config", "step_times", "decisions", "requests", "executed", "costs")}}
 
 
-def simulate_des(trace: Trace, model: ModelSpec, hardware: Hardware, policy: str = "lru", capacity: int = 4,
-                 scope: str = "per-layer", prefetch: str = "none", mode: str = "fallback", batch: int = 1,
-                 dram_capacity: int | None = None, context: int = 0, reset: bool = False,
-                 dtype: str | None = None, decisions: bool = False, kernel: str = "fused", **params) -> DesResult:
-    """Simulate decoding ``trace`` on ``model`` and ``hardware``.
+def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
+                 decisions: bool = False) -> DesResult:
+    """Simulate decoding ``trace`` under ``config`` (its sections say what each setting does).
 
-    ``capacity`` experts per layer (or in one pool with scope ``global``) stay on the GPU; 0 keeps
-    none. ``dram_capacity`` None keeps every expert in host DRAM; D ≥ 0 puts an SSD behind a DRAM
-    cache of D experts (the hardware needs an SSD). ``context`` adds KV tokens to every sequence.
-    ``dtype`` (bf16, fp8, int4) sets the expert size; default: the trace's own expert bytes when it
-    records them for this model, else bf16. ``kernel``: ``fused`` (a layer's experts in one kernel
-    once all are resident) or ``per-expert`` (each as its weights land). ``params`` go to the policy
-    and the prefetcher (seed, gamma, ml_model, pin_trace, train_trace). ``decisions`` keeps the engine's log of hits,
-    loads and prefetches (``DesResult.decisions``, what ``moesim replay`` executes).
+    ``model`` and ``hardware`` replace the configuration's (a model without a preset, a machine built
+    in code). ``decisions`` keeps the engine's log of hits, loads and prefetches
+    (``DesResult.decisions``, what ``moesim replay`` executes).
     """
-    _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity, kernel)
-    req = build_requests(trace, batch, context)
-    module = get_policy(policy)
-    n_rows, n_layers, width = req.experts.shape
-    num_experts = trace.meta.num_experts
-    pred, pred_tokens, preload, preload_at = predictions(trace, req, prefetch, mode, capacity, scope, **params)
-    exe, exe_tokens, committed = executed(req, pred, pred_tokens, mode == "commit")
-
-    bpp, eb = _sizes(trace, model, dtype)
+    model = model if model is not None else config.model.spec(trace.meta)
+    hardware = hardware if hardware is not None else config.hardware.spec()
+    cache, pf, batch = config.cache, config.prefetch, config.workload.batch
+    _check(trace, model, hardware, config)
+    req = build_requests(trace, batch, config.workload.context)
+    module = get_policy(cache.policy)
+    pred, pred_tokens, preload, preload_at = predictions(trace, req, pf, cache.capacity, cache.scope)
+    exe, exe_tokens, committed = executed(req, pred, pred_tokens, pf.mode == "commit")
+    bpp, eb = _sizes(trace, model, config.model.dtype)
     cost = costs(model, hardware, req.tokens, req.ctx, bpp, eb, int(exe_tokens.max(initial=1)))
-    times = L.scalar_times(cost)
-    per_layer = scope == "per-layer"
-    n_parts = n_layers if per_layer else 1
-    n_objects = n_layers * num_experts
+    n_rows = req.num_rows
+    per_layer = cache.scope == "per-layer"
     group_start = np.zeros(n_rows, np.bool_)
     group_start[req.group_offsets[:-1][req.group_offsets[:-1] < n_rows]] = True
-    work = (np.full(n_objects, -1, np.int64), np.full(max(n_parts * capacity, 1), -1, np.int64),
-            np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros(n_objects),
-            np.zeros(n_objects, np.int64), np.full(n_objects, -1, np.int64),
-            np.zeros(max(hardware.link.engines, 1)), np.zeros(3), make_lists(n_objects, 1, 1),
-            np.zeros(n_objects, np.bool_), np.zeros(n_layers), np.zeros(L.N_COUNTERS), np.zeros((n_rows, 4)),
-            np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64),
-            np.zeros((_log_size(req, pred, preload, preload_at) if decisions else 0, 5), np.int64),
-            np.zeros(1, np.int64), np.zeros(width), np.zeros(width, np.int32))
-    args = (req.experts, exe, exe_tokens, committed, req.weights, pred, req.kind, group_start, preload_at, preload,
-            cost.pre_s, cost.lut_s, cost.by_tokens, times, kernel == "per-expert", np.int64(capacity),
-            np.int64(num_experts), per_layer, bool(reset), model.kind == "mole",
-            np.int64(-1 if dram_capacity is None else dram_capacity), work)
+    inputs = Inputs(req.experts, exe, exe_tokens, committed, req.weights, pred, req.kind, group_start, preload_at,
+                    preload, cost.pre_s, cost.lut_s, cost.by_tokens, cost.scalar_times(),
+                    config.execution.kernel == "per-expert", np.int64(cache.capacity), np.int64(trace.meta.num_experts),
+                    per_layer, cache.reset, model.kind == "mole",
+                    np.int64(-1 if cache.dram_capacity is None else cache.dram_capacity))
+    state = build_state(inputs, hardware.link.engines, _log_size(req, pred, preload, preload_at) if decisions else 0)
     # the policy sees what the cache serves: under commit, the predictions (Belady's future, static's popularity)
-    ctx = Context(exe, req.group_offsets, num_experts, max(capacity, 1), per_layer, False, reset, params)
-    run = bind(module, L.des_loop, L.HELPERS)
+    ctx = Context(exe, req.group_offsets, trace.meta.num_experts, max(cache.capacity, 1), per_layer, False,
+                  cache.reset, module_params(module, cache.params))
+    run = bind(module, des_loop, HELPERS)
     start = time.perf_counter()
-    run(args, module.make_state(ctx))
+    run(state, module.make_state(ctx))
     seconds = time.perf_counter() - start
-    result = _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, kernel, batch, dram_capacity,
-                      req, pred, preload, preload_at, cost, work, seconds)
+    result = _summary(trace, model, hardware, config, req, pred, preload, preload_at, cost, state.tally, seconds)
     result.executed = (exe, exe_tokens)
     return result
 
 
-def predictions(trace: Trace, req, prefetch: str, mode: str, capacity: int, scope: str, **params) -> tuple:
+def predictions(trace: Trace, req, prefetch: PrefetchConfig, capacity: int, scope: str) -> tuple:
     """What the prefetcher tells the engine: next-cell predictions per request row (int16 [R, L, P],
     P = 0 without) and the tokens behind each predicted expert, and preload sets per batch
     (int16 [G, L, C]) with the row each is issued at (-1: none)."""
-    predictor = get_prefetcher(prefetch)
+    predictor = get_prefetcher(prefetch.prefetcher)
+    params = module_params(predictor, prefetch.params) if predictor is not None else {}
     n_rows, n_layers = req.experts.shape[:2]
     pred = np.full((n_rows, n_layers, 0), -1, np.int16)
     pred_tokens = np.zeros(pred.shape, np.int32)
@@ -152,11 +146,7 @@ def predictions(trace: Trace, req, prefetch: str, mode: str, capacity: int, scop
         pred, pred_tokens = req.union(predictor.predict(trace, params), req.batch * trace.meta.top_k)
         pred[req.kind == PREFILL] = -1
     elif predictor is not None:
-        if mode == "commit":
-            raise MoesimError(f"mode commit runs next-layer predictions; prefetch '{prefetch}' only preloads")
         preload, preload_at = _preloads(req, predictor.scores(trace, params), capacity, scope, trace.meta.num_experts)
-    if mode == "commit" and predictor is None:
-        raise MoesimError("mode commit needs a next-layer prefetcher (--prefetch oracle|speculative|history)")
     return pred, pred_tokens, preload, preload_at
 
 
@@ -183,22 +173,16 @@ def _log_size(req, pred, preload, preload_at) -> int:
     return n + int((preload[preload_at[preload_at >= 0]] >= 0).sum())
 
 
-def _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_capacity, kernel):
-    check_scope(scope)
-    if mode not in MODES:
-        raise MoesimError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
-    if kernel not in KERNELS:
-        raise MoesimError(f"unknown kernel kind {kernel!r}; choose from {', '.join(KERNELS)}")
-    if batch < 1:
-        raise MoesimError(f"batch must be at least 1, got {batch}")
-    if capacity < 0:
-        raise MoesimError(f"capacity must be 0 (no expert cache) or more, got {capacity}")
+def _check(trace, model, hardware, config: Config):
+    """What the configuration alone cannot tell: whether it suits this trace, model and machine."""
+    capacity, dram_capacity = config.cache.capacity, config.cache.dram_capacity
+    if config.cache.semantics != "step":
+        raise MoesimError("the discrete-event simulator serves a step's experts at once (semantics step); "
+                          "sequential semantics is the hit-rate engine's")
     if 0 < capacity < trace.meta.top_k:
         raise MoesimError(f"capacity {capacity} is below top_k {trace.meta.top_k}: a step's k experts are resident "
                           f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
     if dram_capacity is not None:
-        if dram_capacity < 0:
-            raise MoesimError(f"dram capacity must be 0 or more, got {dram_capacity}")
         if hardware.ssd is None:
             raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and hardware "
                               f"'{hardware.name}' has none; pass --ssd (e.g. pcie5-nvme)")
@@ -209,8 +193,6 @@ def _check(trace, model, hardware, capacity, scope, prefetch, mode, batch, dram_
 def _sizes(trace: Trace, model: ModelSpec, dtype: str | None) -> tuple[float, float | None]:
     """Bytes per parameter of the non-expert weights and the bytes of one expert."""
     if dtype is not None:
-        if dtype not in BYTES_PER_PARAM:
-            raise MoesimError(f"unknown dtype '{dtype}' (choose from {', '.join(BYTES_PER_PARAM)})")
         return BYTES_PER_PARAM["bf16"], float(model.expert_params * BYTES_PER_PARAM[dtype])
     own = trace.meta.expert_bytes if trace.meta.model == model.name and model.kind == "moe" else None
     bpp = float(trace.meta.bytes_per_param or 2.0) if own else BYTES_PER_PARAM["bf16"]
@@ -294,42 +276,40 @@ def _overlap(guess, truth, cells):
     return both, predicted, actual
 
 
-def _summary(trace, model, hardware, policy, capacity, scope, prefetch, mode, kernel, batch, dram_capacity, req, pred,
-             preload, preload_at, cost, work, seconds) -> DesResult:
-    counters, rows, layer_hits, layer_accesses, log, n_log = work[12:18]
+def _summary(trace, model, hardware, config, req, pred, preload, preload_at, cost, tally, seconds) -> DesResult:
+    counters, rows, layer_hits, layer_accesses, log, n_log = tally
     decode = req.kind == DECODE
-    step_times = rows[decode, L.R_TIME]
+    step_times = rows[decode, R_TIME]
     n_steps = int(decode.sum())
     tokens = float(req.tokens[decode].sum())
-    prefill = rows[req.kind == PREFILL, L.R_TIME]
+    prefill = rows[req.kind == PREFILL, R_TIME]
     precision, recall = _prediction_quality(req, pred, preload, preload_at)
-    loads = counters[L.C_LOADS] + counters[L.C_PREFILL_LOADS] + counters[L.C_PF_LOADS]
-    accesses = int(counters[L.C_ACCESSES])
+    loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS]
+    accesses = int(counters[C_ACCESSES])
 
     def mean(x):
         return float(x.mean()) if x.size else float("nan")
 
     return DesResult(
-        model=model.name, hardware=hardware.name, policy=policy, capacity=capacity, scope=scope, prefetch=prefetch,
-        mode=mode, kernel=kernel, batch=batch, dram_capacity=dram_capacity,
+        model=model.name, hardware=hardware.name, config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),
         tokens_per_s=tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan"),
         ttft_s=mean(prefill) if prefill.size else None,
-        compute_s=mean(rows[decode, L.R_COMPUTE]), copy_s=mean(rows[decode, L.R_COPY]),
-        stall_s=mean(rows[decode, L.R_STALL]),
+        compute_s=mean(rows[decode, R_COMPUTE]), copy_s=mean(rows[decode, R_COPY]),
+        stall_s=mean(rows[decode, R_STALL]),
         bytes_h2d=float(loads * cost.expert_bytes + cost.lut_bytes.sum() * trace.meta.num_layers),
-        bytes_ssd=float(counters[L.C_SSD_READS] * cost.expert_bytes),
-        hit_rate=counters[L.C_HITS] / accesses if accesses else float("nan"),
-        hits=int(counters[L.C_HITS]), accesses=accesses, loads=int(counters[L.C_LOADS]),
-        prefill_loads=int(counters[L.C_PREFILL_LOADS]), prefetch_loads=int(counters[L.C_PF_LOADS]),
-        prefetch_used=int(counters[L.C_PF_USED]),
+        bytes_ssd=float(counters[C_SSD_READS] * cost.expert_bytes),
+        hit_rate=float(counters[C_HITS] / accesses) if accesses else float("nan"),
+        hits=int(counters[C_HITS]), accesses=accesses, loads=int(counters[C_LOADS]),
+        prefill_loads=int(counters[C_PREFILL_LOADS]), prefetch_loads=int(counters[C_PF_LOADS]),
+        prefetch_used=int(counters[C_PF_USED]),
         prefetch_precision=None if precision is None else float(precision),
         prefetch_recall=None if recall is None else float(recall),
-        substitutions=int(counters[L.C_SUBS]),
-        substituted_weight=(float(counters[L.C_SUBS_MASS]) / (n_steps * trace.meta.num_layers)
-                            if mode == "commit" and n_steps else None),
+        substitutions=int(counters[C_SUBS]),
+        substituted_weight=(float(counters[C_SUBS_MASS]) / (n_steps * trace.meta.num_layers)
+                            if config.prefetch.mode == "commit" and n_steps else None),
         decode_steps=n_steps, decode_tokens=int(tokens),
         per_layer_hit_rate=[float(h / a) if a else float("nan") for h, a in zip(layer_hits, layer_accesses)],
         seconds=seconds, step_times=step_times, decisions=log[:n_log[0]].copy(), requests=req, costs=cost)

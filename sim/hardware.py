@@ -18,7 +18,7 @@ TOML layout (every key optional except those a section needs to exist)::
     name = "PCIe 4 x16"; gbps = 32; efficiency = 0.8; latency_us = 10; engines = 1
     [ssd]
     name = "PCIe 4 NVMe"; gbps = 7.0; latency_us = 80
-    [compute]    # measured times for one model, replacing the roofline for it (see Compute)
+    [compute]    # measured times for one model, replacing the roofline for it (see MeasuredCompute)
     name = "olmoe-1b-7b"; layer_s = 9e-5; expert_s = 1.2e-5; expert_token_s = 2e-8
 
 A section may instead name a preset: ``gpu = "rtx4090"``, ``link = "pcie4"``, ``ssd = "pcie5-nvme"``.
@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.files import atomic_output, read_toml
 
 
@@ -65,9 +65,6 @@ class Link:
     def bandwidth(self) -> float:
         return self.gbps * 1e9 * self.efficiency
 
-    def transfer_s(self, nbytes: float) -> float:
-        return self.latency_us * 1e-6 + nbytes / self.bandwidth
-
 
 @dataclass(frozen=True)
 class SSD:
@@ -75,12 +72,9 @@ class SSD:
     gbps: float              # sequential read, GB/s
     latency_us: float = 80.0
 
-    def read_s(self, nbytes: float) -> float:
-        return self.latency_us * 1e-6 + nbytes / (self.gbps * 1e9)
-
 
 @dataclass(frozen=True)
-class Compute:
+class MeasuredCompute:
     """Measured compute times for one model on this machine (what `moesim calibrate` fits); they
     replace the roofline for that model (``moesim.sim.costs``). A layer's attention + router + shared
     experts take ``layer_s + layer_token_s · T + layer_ctx_s · ctx`` for T tokens whose sequences
@@ -104,7 +98,7 @@ class Hardware:
     link: Link
     ssd: SSD | None = None
     source: str = field(default="", compare=False)
-    compute: Compute | None = None
+    compute: MeasuredCompute | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -148,9 +142,14 @@ def _pick(table: dict, name: str, what: str):
         raise MoesimError(f"unknown {what} '{name}' (presets: {', '.join(table)})") from None
 
 
+def is_file_name(name: str) -> bool:
+    """Whether a hardware name is a TOML file rather than a preset."""
+    return name.endswith(".toml") or Path(name).is_file()
+
+
 def get_hardware(name: str, link: str | None = None, ssd: str | None = None) -> Hardware:
     """A system preset (``rtx4090``) or a TOML file; ``link`` / ``ssd`` swap in presets."""
-    if name.endswith(".toml") or Path(name).is_file():
+    if is_file_name(name):
         hw = load_hardware(Path(name))
     else:
         gpu, default_link = _pick(SYSTEMS, name, "hardware")
@@ -166,7 +165,7 @@ def load_hardware(path: Path) -> Hardware:
     """A machine from a TOML file (layout in the module docstring); errors name the file."""
     data = read_toml(path, "hardware file")
     parts = {}
-    for key, cls, table in (("gpu", GPU, GPUS), ("link", Link, LINKS), ("ssd", SSD, SSDS), ("compute", Compute, {})):
+    for key, cls, table in (("gpu", GPU, GPUS), ("link", Link, LINKS), ("ssd", SSD, SSDS), ("compute", MeasuredCompute, {})):
         value = data.get(key)
         if value is None:
             if key in ("gpu", "link"):

@@ -7,14 +7,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.policies import get_policy
 from moesim.policies.base import Context
+from moesim.sim.config import CacheConfig, module_params
 from moesim.sim.engine import bind, engine_args, engine_evictions, engine_hits, hitrate_loop, place
 from moesim.tracegen.trace import Trace
-
-SCOPES = ("per-layer", "global")
-SEMANTICS = ("step", "sequential")
 
 
 @dataclass
@@ -55,15 +53,8 @@ class HitRate:
         return out
 
 
-def check_scope(scope: str) -> None:
-    if scope not in SCOPES:
-        raise MoesimError(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
-
-
-def check_config(top_k: int, capacity: int, scope: str, semantics: str) -> None:
-    check_scope(scope)
-    if semantics not in SEMANTICS:
-        raise MoesimError(f"unknown semantics {semantics!r}; choose from {', '.join(SEMANTICS)}")
+def check_capacity(top_k: int, capacity: int, semantics: str) -> None:
+    """A hit-rate run caches at least one expert, and under step semantics a whole step's k."""
     if capacity < 1:
         raise MoesimError(f"capacity must be at least 1, got {capacity}")
     if semantics == "step" and capacity < top_k:
@@ -71,15 +62,15 @@ def check_config(top_k: int, capacity: int, scope: str, semantics: str) -> None:
                           f"of a step are resident at once; use a capacity >= {top_k} or --semantics sequential")
 
 
-def simulate(trace: Trace, policy: str, capacity: int, scope: str = "per-layer", semantics: str = "step",
-             reset: bool = False, log_evictions: int = 0, **params) -> HitRate:
-    """Run ``policy`` over ``trace`` and count hits per layer.
+def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRate:
+    """Run ``cache.policy`` over ``trace`` and count hits per layer.
 
-    ``params`` go to the policy (seed, gamma, ml_model, pin_trace; see each module's docstring).
     ``log_evictions`` > 0 keeps the first that many evictions as (access position, object).
     """
-    module = get_policy(policy)
-    check_config(trace.meta.top_k, capacity, scope, semantics)
+    module = get_policy(cache.policy)
+    policy, capacity, scope, semantics, reset = cache.policy, cache.capacity, cache.scope, cache.semantics, cache.reset
+    check_capacity(trace.meta.top_k, capacity, semantics)
+    params = module_params(module, cache.params)
     ctx = Context(trace.experts, trace.seq_offsets.astype(np.int64), trace.meta.num_experts, capacity,
                   scope == "per-layer", semantics == "sequential", reset, params)
     # compile (or load the compiled code from cache) on a one-row slice so the timing is the engine's

@@ -24,7 +24,7 @@ def shared_jsonl():
 @pytest.fixture
 def cli(monkeypatch, capsys):
     """Run the moesim command in-process: returns (exit status, stdout, stderr)."""
-    from moesim.app import main
+    from moesim.cli.app import main
 
     def run(*args):
         monkeypatch.setattr(sys, "argv", ["moesim", *map(str, args)])

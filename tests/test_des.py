@@ -10,11 +10,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from moesim import MoesimError
-from moesim.sim.des import simulate_des
-from moesim.sim.hardware import GPU, SSD, Compute, Hardware, Link
-from moesim.sim.hitrate import simulate
-from moesim.sim.models import ModelSpec, get_model, model_for_trace
+from moesim.errors import MoesimError
+from moesim import simulate
+from moesim.sim.hardware import GPU, SSD, MeasuredCompute, Hardware, Link
+from moesim import hitrate
+from moesim.tracegen.models import ModelSpec, get_model, model_for_trace
 from moesim.tracegen.schema import DECODE, TraceMeta
 from moesim.tracegen.synth import synth_trace
 from moesim.tracegen.trace import Trace
@@ -62,7 +62,7 @@ def random_trace(rows=6, seed=0):
 
 def test_all_misses_on_demand_is_the_sum_of_the_parts():
     trace = random_trace()
-    r = simulate_des(trace, MODEL, HW, "lru", capacity=0)
+    r = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=0)
     expected = [2 * (pre_s(step + 1) + 2 * COPY + experts_s(2)) for step in range(trace.num_rows)]
     assert r.step_times.tolist() == expected
     assert r.hit_rate == 0.0 and r.loads == trace.accesses
@@ -72,7 +72,7 @@ def test_all_misses_on_demand_is_the_sum_of_the_parts():
 
 def test_all_hits_cost_compute_only():
     trace = trace_of([[[0, 1], [2, 3]]] * 5)
-    r = simulate_des(trace, MODEL, HW, "lru", capacity=2)
+    r = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=2)
     assert r.step_times[0] == 2 * (pre_s(1) + 2 * COPY + experts_s(2))
     assert r.step_times[1:].tolist() == [2 * (pre_s(s + 1) + experts_s(2)) for s in range(1, 5)]
     assert r.hits == 16 and r.loads == 4
@@ -84,7 +84,7 @@ def test_oracle_prefetch_with_room_for_two_layers_is_sum_of_max(bound):
     hw = HW if bound == "copy" else replace(HW, link=replace(LINK, gbps=LINK.gbps * 2 ** 10))
     copy = LAT + EXPERT_BYTES / (LINK_BW * (1 if bound == "copy" else 2 ** 10))
     trace = random_trace(rows=5)
-    r = simulate_des(trace, MODEL, hw, "lru", capacity=0, prefetch="oracle")
+    r = simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=0, prefetch="oracle")
     for step in range(1, 5):
         compute = pre_s(step + 1) + experts_s(2)
         assert (compute < 2 * copy) == (bound == "copy")
@@ -94,8 +94,8 @@ def test_oracle_prefetch_with_room_for_two_layers_is_sum_of_max(bound):
 
 def test_one_copy_engine_serialises_two_overlap():
     trace = random_trace()
-    one = simulate_des(trace, MODEL, HW, "lru", capacity=0)
-    two = simulate_des(trace, MODEL, replace(HW, link=replace(LINK, engines=2)), "lru", capacity=0)
+    one = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=0)
+    two = simulate(trace, model=MODEL, hardware=replace(HW, link=replace(LINK, engines=2)), policy="lru", capacity=0)
     for step in range(trace.num_rows):
         assert one.step_times[step] == 2 * (pre_s(step + 1) + 2 * COPY + experts_s(2))
         assert two.step_times[step] == 2 * (pre_s(step + 1) + COPY + experts_s(2))
@@ -106,9 +106,9 @@ def test_misprediction_under_fallback_costs_the_wasted_transfer_plus_the_right_o
     experts = [[[0], [1]]] * 3
     right = trace_of(experts, spec=[[[1], [-1]]] * 3)
     wrong = trace_of(experts, spec=[[[2], [-1]]] * 3)
-    r_right = simulate_des(right, model, HW, "lru", capacity=0, prefetch="speculative")
-    r_wrong = simulate_des(wrong, model, HW, "lru", capacity=0, prefetch="speculative")
-    none = simulate_des(right, model, HW, "lru", capacity=0)
+    r_right = simulate(right, model=model, hardware=HW, policy="lru", capacity=0, prefetch="speculative")
+    r_wrong = simulate(wrong, model=model, hardware=HW, policy="lru", capacity=0, prefetch="speculative")
+    none = simulate(right, model=model, hardware=HW, policy="lru", capacity=0)
     for step in range(3):
         pre, run = pre_s(step + 1), experts_s(1)
         assert COPY > pre + run  # copy-bound, so the wasted copy is still running when layer 1 routes
@@ -123,7 +123,7 @@ def test_commit_runs_the_prediction_and_counts_substitutions():
     experts = [[[0], [1]]] * 3
     wrong = trace_of(experts, spec=[[[2], [-1]]] * 3)
     wrong.weights = np.full((3, 2, 1), 0.75, np.float32)
-    r = simulate_des(wrong, model, HW, "lru", capacity=0, prefetch="speculative", mode="commit")
+    r = simulate(wrong, model=model, hardware=HW, policy="lru", capacity=0, prefetch="speculative", mode="commit")
     for step in range(3):
         assert r.step_times[step] == pre_s(step + 1) + 2 * COPY + experts_s(1)  # no copy after the guess
     assert r.substitutions == 3  # layer 1 of every step ran expert 2 instead of 1
@@ -136,8 +136,8 @@ def test_des_hits_equal_the_hit_rate_engine(mixtral):
     for policy in ("lru", "belady", "lfu", "fifo", "arc", "lecar", "gamma", "random", "static"):
         for scope in ("per-layer", "global"):
             capacity = 4 if scope == "per-layer" else 96
-            des = simulate_des(mixtral, spec, hw, policy, capacity, scope)
-            assert des.hits == simulate(mixtral, policy, capacity, scope).hits, (policy, scope)
+            des = simulate(mixtral, model=spec, hardware=hw, policy=policy, capacity=capacity, scope=scope)
+            assert des.hits == hitrate(mixtral, policy, capacity, scope).hits, (policy, scope)
 
 
 def test_policies_rank_by_tpot_as_by_misses_on_the_real_trace(mixtral):
@@ -146,7 +146,7 @@ def test_policies_rank_by_tpot_as_by_misses_on_the_real_trace(mixtral):
     from moesim.sim.hardware import get_hardware
 
     for capacity in (3, 4, 6):
-        runs = [simulate_des(mixtral, spec, get_hardware("rtx4090"), p, capacity)
+        runs = [simulate(mixtral, model=spec, hardware=get_hardware("rtx4090"), policy=p, capacity=capacity)
                 for p in ("belady", "lru", "lfu", "fifo", "arc", "lecar")]
         by_misses = sorted(runs, key=lambda r: (r.accesses - r.hits, r.policy))
         by_tpot = sorted(runs, key=lambda r: (r.tpot_s, r.policy))
@@ -158,10 +158,10 @@ def test_prefetch_and_commit_move_tpot_the_expected_way_on_the_real_trace(mixtra
     from moesim.sim.hardware import get_hardware
 
     spec, hw = model_for_trace(mixtral.meta), get_hardware("rtx4090")
-    base = simulate_des(mixtral, spec, hw, "lru", 4)
-    oracle = simulate_des(mixtral, spec, hw, "lru", 4, prefetch="oracle")
-    history = simulate_des(mixtral, spec, hw, "lru", 4, prefetch="history")
-    commit = simulate_des(mixtral, spec, hw, "lru", 4, prefetch="history", mode="commit")
+    base = simulate(mixtral, model=spec, hardware=hw, policy="lru", capacity=4)
+    oracle = simulate(mixtral, model=spec, hardware=hw, policy="lru", capacity=4, prefetch="oracle")
+    history = simulate(mixtral, model=spec, hardware=hw, policy="lru", capacity=4, prefetch="history")
+    commit = simulate(mixtral, model=spec, hardware=hw, policy="lru", capacity=4, prefetch="history", mode="commit")
     assert oracle.tpot_s < base.tpot_s  # a perfect prefetch only helps
     assert oracle.prefetch_precision == 1.0
     # wrong guesses cost copies and slots under fallback; commit never fetches after a guess
@@ -170,13 +170,13 @@ def test_prefetch_and_commit_move_tpot_the_expected_way_on_the_real_trace(mixtra
     assert commit.substitutions > 0 and 0 < commit.substituted_weight < 1
     assert 0 < history.prefetch_precision < 1
     # Belady judges a prefetched expert by the access it was fetched for
-    assert simulate_des(mixtral, spec, hw, "belady", 4, prefetch="oracle").tpot_s < oracle.tpot_s
+    assert simulate(mixtral, model=spec, hardware=hw, policy="belady", capacity=4, prefetch="oracle").tpot_s < oracle.tpot_s
 
 
 def test_batching_loads_the_union_once_and_decodes_in_lockstep():
     trace = synth_trace(layers=2, experts=4, top_k=2, sequences=2, tokens=3, seed=3, model="toy")
-    one = simulate_des(trace, MODEL, HW, "lru", capacity=0)
-    two = simulate_des(trace, MODEL, HW, "lru", capacity=0, batch=2)
+    one = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=0)
+    two = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=0, batch=2)
     assert one.decode_steps == 6 and two.decode_steps == 3 and two.decode_tokens == 6
     union = sum(len(set(trace.experts[s, layer]) | set(trace.experts[3 + s, layer]))
                 for s in range(3) for layer in range(2))
@@ -186,27 +186,27 @@ def test_batching_loads_the_union_once_and_decodes_in_lockstep():
 
 def test_prefill_is_the_prompt_union_and_reported_as_ttft():
     trace = synth_trace(layers=2, experts=4, top_k=2, sequences=1, tokens=3, seed=1, prompt_tokens=5, model="toy")
-    r = simulate_des(trace, MODEL, HW, "lru", capacity=4)
+    r = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=4)
     union = sum(len(set(trace.experts[:5, layer].ravel())) for layer in range(2))
     assert r.prefill_loads == union and r.ttft_s > 0 and r.decode_steps == 3
-    prompt = simulate_des(trace, MODEL, HW, "lru", capacity=2, prefetch="prompt")
+    prompt = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=2, prefetch="prompt")
     assert prompt.prefetch_precision is not None
     with pytest.raises(MoesimError, match="prefill rows"):
-        simulate_des(random_trace(), MODEL, HW, "lru", 2, prefetch="prompt")
+        simulate(random_trace(), model=MODEL, hardware=HW, policy="lru", capacity=2, prefetch="prompt")
 
 
 def test_ssd_tier_reads_what_dram_does_not_hold():
     trace = random_trace(rows=8)
     hw = replace(HW, ssd=SSD("test-ssd", gbps=1.073741824 / 4, latency_us=US))
-    all_dram = simulate_des(trace, MODEL, hw, "lru", capacity=2)
-    no_dram = simulate_des(trace, MODEL, hw, "lru", capacity=2, dram_capacity=0)
-    big_dram = simulate_des(trace, MODEL, hw, "lru", capacity=2, dram_capacity=8)
+    all_dram = simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=2)
+    no_dram = simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=2, dram_capacity=0)
+    big_dram = simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=2, dram_capacity=8)
     assert all_dram.bytes_ssd == 0
     assert no_dram.bytes_ssd == no_dram.loads * EXPERT_BYTES
     assert big_dram.bytes_ssd == 8 * EXPERT_BYTES  # each expert read once, then served from DRAM
     assert all_dram.tpot_s < big_dram.tpot_s < no_dram.tpot_s
     with pytest.raises(MoesimError, match="SSD"):
-        simulate_des(trace, MODEL, HW, "lru", 2, dram_capacity=4)
+        simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=2, dram_capacity=4)
 
 
 def test_mole_moves_lookup_rows_not_experts():
@@ -214,8 +214,8 @@ def test_mole_moves_lookup_rows_not_experts():
     moe, mole = get_model("moe-160m-10e"), get_model("mole-160m-4e")
     trace = synth_trace(layers=moe.num_layers, experts=10, top_k=2, sequences=1, tokens=8, seed=0, model=moe.name)
     hw = Hardware("test", GPU_, LINK)
-    r_moe = simulate_des(trace, moe, hw, "lru", capacity=0)
-    r_mole = simulate_des(trace, mole, hw, "lru", capacity=0)
+    r_moe = simulate(trace, model=moe, hardware=hw, policy="lru", capacity=0)
+    r_mole = simulate(trace, model=mole, hardware=hw, policy="lru", capacity=0)
     per_token = r_moe.decode_tokens
     assert r_moe.bytes_h2d / per_token == moe.num_layers * 2 * moe.d_model * moe.top_k * moe.d_expert * 2
     assert r_mole.bytes_h2d / per_token == mole.num_layers * mole.d_model * mole.num_experts * 2
@@ -225,43 +225,43 @@ def test_mole_moves_lookup_rows_not_experts():
 def test_usage_errors():
     trace = random_trace()
     with pytest.raises(MoesimError, match="below top_k"):
-        simulate_des(trace, MODEL, HW, "lru", 1)
+        simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=1)
     with pytest.raises(MoesimError, match="spec column"):
-        simulate_des(trace, MODEL, HW, "lru", 2, prefetch="speculative")
-    with pytest.raises(MoesimError, match="commit needs"):
-        simulate_des(trace, MODEL, HW, "lru", 2, mode="commit")
+        simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=2, prefetch="speculative")
+    with pytest.raises(MoesimError, match="mode commit runs next-layer predictions"):
+        simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=2, mode="commit")
     with pytest.raises(MoesimError, match="layers"):
-        simulate_des(trace, replace(MODEL, num_layers=3), HW, "lru", 2)
+        simulate(trace, model=replace(MODEL, num_layers=3), hardware=HW, policy="lru", capacity=2)
 
 
 def test_a_measured_compute_table_replaces_the_roofline(tmp_path):
     from moesim.sim.hardware import load_hardware, write_hardware
 
-    measured = Compute("toy", layer_s=2.0 ** -12, expert_s=2.0 ** -14, layer_ctx_s=2.0 ** -24,
+    measured = MeasuredCompute("toy", layer_s=2.0 ** -12, expert_s=2.0 ** -14, layer_ctx_s=2.0 ** -24,
                        expert_token_s=2.0 ** -30, moe_launch_s=2.0 ** -18)
     write_hardware(replace(HW, compute=measured), tmp_path / "hw.toml")
     hw = load_hardware(tmp_path / "hw.toml")
     assert hw.compute == measured
     trace = random_trace()
-    r = simulate_des(trace, MODEL, hw, "lru", capacity=0)
+    r = simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=0)
     for step in range(trace.num_rows):
         layer = 2.0 ** -12 + 2.0 ** -24 * (step + 1)
         assert r.step_times[step] == 2 * (layer + 2 * COPY + 2.0 ** -18 + 2 * 2.0 ** -14)
     with pytest.raises(MoesimError, match="measured for toy, not other"):  # never a silent roofline
-        simulate_des(trace, replace(MODEL, name="other"), hw, "lru", capacity=0)
+        simulate(trace, model=replace(MODEL, name="other"), hardware=hw, policy="lru", capacity=0)
 
 
 def test_each_expert_computes_the_tokens_that_chose_it():
     """Batch 2, a measured table (expert_s + expert_token_s · (T − 1)): an expert both sequences chose
     computes 2 tokens, one only its sequence chose 1; the fused kernel sums them."""
-    measured = Compute("toy", layer_s=2.0 ** -12, expert_s=2.0 ** -14, expert_token_s=2.0 ** -16,
+    measured = MeasuredCompute("toy", layer_s=2.0 ** -12, expert_s=2.0 ** -14, expert_token_s=2.0 ** -16,
                        moe_launch_s=2.0 ** -18)
     hw = replace(HW, compute=measured)
     trace = trace_of([[[0, 1], [2, 3]], [[0, 2], [2, 3]]])
     trace.seq_offsets = np.array([0, 1, 2], np.int64)
     trace.seq_ids = np.arange(2, dtype=np.int32)
     trace.steps = np.zeros(2, np.int32)
-    r = simulate_des(trace, MODEL, hw, "lru", capacity=0, batch=2)
+    r = simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=0, batch=2)
     # layer 0: experts 0 (2 tokens), 1, 2 (1 each); layer 1: experts 2, 3 (2 tokens each)
     e1, e2 = 2.0 ** -14, 2.0 ** -14 + 2.0 ** -16
     layers = (2.0 ** -12 + 3 * COPY + 2.0 ** -18 + e2 + 2 * e1) + (2.0 ** -12 + 2 * COPY + 2.0 ** -18 + 2 * e2)
@@ -279,18 +279,18 @@ def test_per_expert_kernels_run_each_expert_as_its_weights_land(bound):
     expert = 4 * LAT + EXPERT_BYTES / MEM_BW  # one expert's own kernels: four launches
     assert (copy > expert) == (bound == "copy")
     trace = random_trace()
-    per = simulate_des(trace, MODEL, hw, "lru", capacity=0, kernel="per-expert")
-    fused = simulate_des(trace, MODEL, hw, "lru", capacity=0)
+    per = simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=0, kernel="per-expert")
+    fused = simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=0)
     for step in range(trace.num_rows):
         layer = pre_s(step + 1) + (2 * copy + expert if bound == "copy" else copy + 2 * expert)
         assert per.step_times[step] == 2 * layer
         assert fused.step_times[step] == 2 * (pre_s(step + 1) + 2 * copy + experts_s(2))
     with pytest.raises(MoesimError, match="kernel kind"):
-        simulate_des(trace, MODEL, hw, "lru", capacity=0, kernel="grouped")
+        simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=0, kernel="grouped")
 
 
 def test_a_reset_per_sequence_empties_the_cache_as_in_the_hit_rate_engine(mixtral):
     spec = model_for_trace(mixtral.meta)
     for policy in ("lru", "belady"):
-        des = simulate_des(mixtral, spec, HW, policy, 4, reset=True)
-        assert des.hits == simulate(mixtral, policy, 4, reset=True).hits
+        des = simulate(mixtral, model=spec, hardware=HW, policy=policy, capacity=4, reset=True)
+        assert des.hits == hitrate(mixtral, policy, 4, reset=True).hits

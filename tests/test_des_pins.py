@@ -58,22 +58,22 @@ def traces() -> dict:
 
 
 def hardware(name: str):
-    from moesim.sim.hardware import Compute, get_hardware
+    from moesim.sim.hardware import MeasuredCompute, get_hardware
 
     if name == "rtx4090+pcie3+ssd":
         return get_hardware("rtx4090", "pcie3", "pcie5-nvme")
     if name == "measured":
-        return dataclasses.replace(get_hardware("rtx4090"), compute=Compute(
+        return dataclasses.replace(get_hardware("rtx4090"), compute=MeasuredCompute(
             "olmoe-1b-7b", layer_s=9e-5, expert_s=1.2e-5, layer_token_s=3e-7, layer_ctx_s=2e-9, expert_token_s=2e-8,
             moe_launch_s=1.5e-5, expert_launch_s=6e-6))
     return get_hardware(name)
 
 
 def run_case(trace, model, hw, settings) -> dict:
+    from moesim.sim.config import Config
     from moesim.sim.des import simulate_des
-    from moesim.sim.models import model_for_trace
 
-    r = simulate_des(trace, model_for_trace(trace.meta, model), hw, **settings)
+    r = simulate_des(trace, Config.build(**settings, **({"model": model} if model else {})), hardware=hw)
     out = {k: getattr(r, k) for k in KEEP}
     out["step_times_sum"] = float(r.step_times.sum())
     out["step_times_head"] = [float(x) for x in r.step_times[:5]]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from moesim.sim.golden import diff, golden_table
+from moesim.experiments.golden import diff, golden_table
 
 GOLDEN = Path(__file__).parent / "golden" / "hitrates.csv"
 

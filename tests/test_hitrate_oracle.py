@@ -2,7 +2,7 @@
 
 import pytest
 
-from moesim.sim.hitrate import simulate
+from moesim import hitrate
 from moesim.tracegen.synth import synth_trace
 from oracle import oracle_misses
 
@@ -22,7 +22,7 @@ def test_exact_agreement(policy, scope, which, mixtral, tmp_path):
     # libCacheSim's frequency buckets keep (first in, first out within a count)
     trace = mixtral if which == "mixtral" else SYNTH
     for c in capacities(scope, trace.meta.num_layers):
-        ours = simulate(trace, policy, c, scope, "sequential").misses
+        ours = hitrate(trace, policy, c, scope, "sequential").misses
         assert ours == oracle_misses(policy, trace.experts, trace.meta.num_experts, c, scope, tmp_path), (policy, c)
 
 
@@ -32,6 +32,6 @@ def test_lecar_within_band(scope, mixtral, tmp_path):
     # eviction both experts agree on to no history, and draws from its own generator. Measured gap
     # on this trace: at most 0.7 points of hit rate; the band is 1.5 points.
     for c in capacities(scope, mixtral.meta.num_layers):
-        ours = simulate(mixtral, "lecar", c, scope, "sequential")
+        ours = hitrate(mixtral, "lecar", c, scope, "sequential")
         theirs = oracle_misses("lecar", mixtral.experts, 8, c, scope, tmp_path)
         assert abs(ours.misses - theirs) / ours.accesses <= 0.015, c

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.tracegen.importers import import_trace
 from moesim.tracegen.io import bundled_trace_path, load_trace
 

@@ -6,7 +6,7 @@ import pytest
 
 from moesim.policies import ml_ffn
 from moesim.policies.belady import NEVER, next_uses
-from moesim.sim.hitrate import simulate
+from moesim import hitrate
 from moesim.tracegen.synth import Locality, synth_trace
 
 
@@ -50,8 +50,8 @@ def trace():
 @pytest.mark.parametrize("reset", [False, True])
 def test_a_network_of_minus_recency_is_lru(trace, tmp_path, scope, capacity, reset):
     model = lru_network(tmp_path / "lru.npz", 8)
-    ours = simulate(trace, "ml-ffn", capacity, scope, reset=reset, ml_model=model, log_evictions=10 ** 5)
-    lru = simulate(trace, "lru", capacity, scope, reset=reset, log_evictions=10 ** 5)
+    ours = hitrate(trace, "ml-ffn", capacity, scope, reset=reset, ml_model=model, log_evictions=10 ** 5)
+    lru = hitrate(trace, "lru", capacity, scope, reset=reset, log_evictions=10 ** 5)
     assert ours.hits == lru.hits
     assert ours.evictions.tolist() == lru.evictions.tolist()
 
@@ -61,8 +61,8 @@ def test_a_network_of_minus_recency_is_lru(trace, tmp_path, scope, capacity, res
 def test_a_network_of_next_use_is_belady(trace, tmp_path, monkeypatch, scope, capacity, reset):
     model = lru_network(tmp_path / "any.npz", 8)  # a valid file; its forward pass is replaced
     monkeypatch.setattr(ml_ffn, "predictions", next_use_network)
-    ours = simulate(trace, "ml-ffn", capacity, scope, reset=reset, ml_model=model)
-    assert ours.hits == simulate(trace, "belady", capacity, scope, reset=reset).hits
+    ours = hitrate(trace, "ml-ffn", capacity, scope, reset=reset, ml_model=model)
+    assert ours.hits == hitrate(trace, "belady", capacity, scope, reset=reset).hits
 
 
 def test_training_decays_the_learning_rate_as_table_1(trace):

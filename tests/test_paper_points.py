@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from moesim.sim.des import simulate_des
+from moesim import simulate
 from moesim.sim.hardware import get_hardware
-from moesim.sim.models import get_model
+from moesim.tracegen.models import get_model
 from moesim.tracegen.synth import synth_trace
 
 
@@ -20,7 +20,7 @@ def decode_trace(model, tokens=8):
 
 
 def per_expert_copy_s(model, hw):
-    r = simulate_des(decode_trace(model, 2), model, hw, "lru", capacity=0)
+    r = simulate(decode_trace(model, 2), model=model, hardware=hw, policy="lru", capacity=0)
     return r.copy_s / (model.num_layers * model.top_k)
 
 
@@ -42,8 +42,8 @@ def test_speculating_experts_qwen3_on_a6000(context, copy_share, cut):
     overheads count as compute), and moves the same way with context."""
     qwen, a6000 = get_model("qwen3-30b-a3b"), get_hardware("a6000")
     trace = decode_trace(qwen)
-    on_demand = simulate_des(trace, qwen, a6000, "lru", 0, context=context)
-    prefetch = simulate_des(trace, qwen, a6000, "lru", 0, prefetch="oracle", context=context)
+    on_demand = simulate(trace, model=qwen, hardware=a6000, policy="lru", capacity=0, context=context)
+    prefetch = simulate(trace, model=qwen, hardware=a6000, policy="lru", capacity=0, prefetch="oracle", context=context)
     assert on_demand.copy_s / on_demand.tpot_s == pytest.approx(copy_share, abs=0.05)
     assert 1 - prefetch.tpot_s / on_demand.tpot_s == pytest.approx(cut, abs=0.05)
     # eq. 1: the saving is min(copy, compute) per layer, here the compute
@@ -57,8 +57,8 @@ def test_mole_moves_a_fraction_of_moe_per_token(size, paper_ratio):
     moe, mole = get_model(f"moe-{size}-10e"), get_model(f"mole-{size}-4e")
     trace = decode_trace(moe, 4)
     hw = get_hardware("rtx4090")
-    moe_bytes = simulate_des(trace, moe, hw, "lru", capacity=0).bytes_h2d
-    mole_bytes = simulate_des(trace, mole, hw, "lru", capacity=0).bytes_h2d
+    moe_bytes = simulate(trace, model=moe, hardware=hw, policy="lru", capacity=0).bytes_h2d
+    mole_bytes = simulate(trace, model=mole, hardware=hw, policy="lru", capacity=0).bytes_h2d
     assert moe_bytes / mole_bytes == 2 * moe.d_model
     assert moe_bytes / mole_bytes == pytest.approx(paper_ratio, rel=0.02)
     assert moe_bytes / trace.decode_steps / 2 == pytest.approx({"160m": 57e6, "410m": 201e6}[size], rel=0.01)

@@ -3,7 +3,7 @@
 import polars as pl
 import pytest
 
-from moesim.sim.sweep import load_spec, run_sweep
+from moesim.experiments.sweep import load_spec, run_sweep
 from moesim.tracegen.io import bundled_trace_path
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -40,11 +40,11 @@ def test_trace_plots(cli, tmp_path, kind):
 
 
 def test_eviction_log_matches_the_misses():
-    from moesim.sim.hitrate import simulate
+    from moesim import hitrate
     from moesim.tracegen.io import load_trace
 
     trace = load_trace(bundled_trace_path())
-    r = simulate(trace, "lru", 4, log_evictions=trace.accesses)
+    r = hitrate(trace, "lru", 4, log_evictions=trace.accesses)
     # every miss past the first four loads of a layer evicts one expert of that layer
     assert len(r.evictions) == r.misses - 4 * trace.meta.num_layers
     assert (r.evictions[:, 0] >= 0).all() and (r.evictions[:, 1] < 32 * 8).all()

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.policies import POLICIES
-from moesim.sim.hitrate import simulate
+from moesim import hitrate
 from moesim.tracegen.synth import Locality, synth_trace
 
 ONLINE = [p for p in POLICIES if p not in ("belady", "ml-ffn", "static")]
@@ -24,9 +24,9 @@ def small(seed, layers=3, experts=8, top_k=2, sequences=2, tokens=40):
 def test_belady_is_best_and_counts_are_sane(seed, c, semantics, scope):
     trace = small(seed)
     cap = c if scope == "per-layer" else c * 3
-    best = simulate(trace, "belady", cap, scope, semantics)
+    best = hitrate(trace, "belady", cap, scope, semantics)
     for policy in ONLINE:
-        r = simulate(trace, policy, cap, scope, semantics)
+        r = hitrate(trace, policy, cap, scope, semantics)
         assert 0 <= r.hits <= r.accesses == trace.accesses
         assert best.misses <= r.misses, policy
 
@@ -37,7 +37,7 @@ def test_room_for_everything_gives_only_cold_misses(seed, semantics):
     trace = small(seed)
     cold = sum(len(np.unique(trace.experts[:, layer, :])) for layer in range(3))
     for policy in ONLINE + ["belady", "static"]:
-        assert simulate(trace, policy, 8, "per-layer", semantics).misses == cold, policy
+        assert hitrate(trace, policy, 8, "per-layer", semantics).misses == cold, policy
 
 
 def test_step_semantics_never_evicts_a_member_of_the_request_set():
@@ -48,7 +48,7 @@ def test_step_semantics_never_evicts_a_member_of_the_request_set():
     trace = small(0, layers=1, experts=4, top_k=2, sequences=1, tokens=6)
     trace.experts[:] = experts
     for policy in [p for p in ONLINE if p != "gamma"] + ["belady"]:
-        r = simulate(trace, policy, 2, "per-layer", "step")
+        r = hitrate(trace, policy, 2, "per-layer", "step")
         # rows 1, 3 and 5 repeat their predecessor (2 hits each), row 2 keeps expert 0, row 4 nothing
         assert r.hits == 2 + 1 + 2 + 0 + 2, policy
 
@@ -59,8 +59,8 @@ def test_gamma_zero_is_lru(mixtral):
     for policy in ("gamma", "gamma-admit"):
         for semantics in ("step", "sequential"):
             for c in (2, 4, 6):
-                assert simulate(mixtral, policy, c, semantics=semantics, gamma=0.0).hits == \
-                    simulate(mixtral, "lru", c, semantics=semantics).hits
+                assert hitrate(mixtral, policy, c, semantics=semantics, gamma=0.0).hits == \
+                    hitrate(mixtral, "lru", c, semantics=semantics).hits
 
 
 def perfect_lfu_misses(experts, c, admit_all):
@@ -87,7 +87,7 @@ def test_gamma_one_is_perfect_lfu():
     trace = small(3, layers=1, experts=8, top_k=2, sequences=1, tokens=300)
     for c in (2, 3, 5):
         for policy in ("gamma", "gamma-admit"):
-            assert simulate(trace, policy, c, semantics="sequential", gamma=1.0).misses == \
+            assert hitrate(trace, policy, c, semantics="sequential", gamma=1.0).misses == \
                 perfect_lfu_misses(trace.experts[:, 0, :], c, policy == "gamma-admit"), (policy, c)
 
 
@@ -98,14 +98,14 @@ def test_gamma_keeps_the_top_c_and_bypasses_the_rest():
     at once, in a's place."""
     trace = small(0, layers=1, experts=4, top_k=1, sequences=1, tokens=6)
     trace.experts[:, 0, 0] = [0, 0, 1, 1, 2, 2]
-    top_c = simulate(trace, "gamma", 2, semantics="sequential", gamma=1.0, log_evictions=10)
+    top_c = hitrate(trace, "gamma", 2, semantics="sequential", gamma=1.0, log_evictions=10)
     assert top_c.misses == 4 and top_c.evictions.tolist() == [[5, 0]]
-    admit = simulate(trace, "gamma-admit", 2, semantics="sequential", gamma=1.0, log_evictions=10)
+    admit = hitrate(trace, "gamma-admit", 2, semantics="sequential", gamma=1.0, log_evictions=10)
     assert admit.misses == 3 and admit.evictions.tolist() == [[4, 0]]
 
 
 def test_static_pins_the_most_popular(mixtral):
-    r = simulate(mixtral, "static", 4)
+    r = hitrate(mixtral, "static", 4)
     counts = [np.bincount(mixtral.experts[:, l, :].ravel(), minlength=8) for l in range(32)]
     top4 = sum(np.sort(c)[-4:].sum() for c in counts)
     # every access to a pinned expert hits except its first one; the rest miss (free slots at the
@@ -114,15 +114,15 @@ def test_static_pins_the_most_popular(mixtral):
 
 
 def test_seeded_policies_repeat_and_seeds_differ(mixtral):
-    a = simulate(mixtral, "random", 4, seed=1).hits
-    assert a == simulate(mixtral, "random", 4, seed=1).hits
-    assert a != simulate(mixtral, "random", 4, seed=2).hits
-    assert simulate(mixtral, "lecar", 4, seed=5).hits == simulate(mixtral, "lecar", 4, seed=5).hits
+    a = hitrate(mixtral, "random", 4, seed=1).hits
+    assert a == hitrate(mixtral, "random", 4, seed=1).hits
+    assert a != hitrate(mixtral, "random", 4, seed=2).hits
+    assert hitrate(mixtral, "lecar", 4, seed=5).hits == hitrate(mixtral, "lecar", 4, seed=5).hits
 
 
 def test_reset_per_sequence_counts_cold_misses_again(mixtral):
-    kept = simulate(mixtral, "lru", 8, "per-layer", "step")
-    reset = simulate(mixtral, "lru", 8, "per-layer", "step", reset=True)
+    kept = hitrate(mixtral, "lru", 8, "per-layer", "step")
+    reset = hitrate(mixtral, "lru", 8, "per-layer", "step", reset=True)
     assert kept.misses == 8 * 32 - sum(  # all 8 experts per layer fit: only first-ever uses miss
         8 - len(np.unique(mixtral.experts[:, l, :])) for l in range(32))
     assert reset.misses > kept.misses
@@ -130,14 +130,14 @@ def test_reset_per_sequence_counts_cold_misses_again(mixtral):
 
 def test_usage_errors(mixtral):
     with pytest.raises(MoesimError, match="below top_k"):
-        simulate(mixtral, "lru", 1)
+        hitrate(mixtral, "lru", 1)
     with pytest.raises(MoesimError, match="unknown policy"):
-        simulate(mixtral, "nope", 4)
+        hitrate(mixtral, "nope", 4)
     with pytest.raises(MoesimError, match="needs a model"):
-        simulate(mixtral, "ml-ffn", 4)
+        hitrate(mixtral, "ml-ffn", 4)
     with pytest.raises(MoesimError, match="gamma"):
-        simulate(mixtral, "gamma", 4, gamma=1.5)
-    assert simulate(mixtral, "lru", 1, semantics="sequential").hits > 0
+        hitrate(mixtral, "gamma", 4, gamma=1.5)
+    assert hitrate(mixtral, "lru", 1, semantics="sequential").hits > 0
 
 
 def _forward(x, w1, b1, w2, b2, w3, b3):
@@ -150,7 +150,6 @@ def test_ml_ffn_batched_predictions_are_the_network_on_each_step(models):
     """The batched pass equals the FFN run on each (step, layer) alone, and a reset per sequence
     starts the features afresh: a sequence's predictions equal those of that sequence alone."""
     from moesim.policies.ml_ffn import fill_features, new_history, predictions
-    from moesim.policies.ml_ffn_train import subset
 
     trace = small(3, sequences=3, tokens=30)
     e, hidden, layers = 8, 16, 3
@@ -160,7 +159,7 @@ def test_ml_ffn_batched_predictions_are_the_network_on_each_step(models):
     offsets = trace.seq_offsets.astype(np.int64)
     got = predictions(trace.experts, offsets, e, True, weights)
     for s in range(3):
-        alone = subset(trace, np.array([s]))
+        alone = trace.select([s])
         rows = alone.experts.shape[0]
         x = np.empty((layers, rows, 2 * e), np.float32)
         fill_features(alone.experts, np.zeros(rows, np.bool_), e, 0, rows, *new_history(layers, e), x)

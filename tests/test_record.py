@@ -202,7 +202,7 @@ def test_random_presets_have_the_presets_moe_dims():
     """random-<preset> builds the family's architecture at the preset's dims (checked on the meta device)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from moesim.sim.models import MODELS
+    from moesim.tracegen.models import MODELS
     from moesim.tracegen.families import FAMILIES
     from moesim.tracegen.hf import _random_dims
 

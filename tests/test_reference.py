@@ -9,10 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
-from moesim.sim.des import predictions, simulate_des
+from moesim import simulate
+from moesim.sim.config import PrefetchConfig
+from moesim.sim.des import predictions
 from moesim.sim.hardware import get_hardware
-from moesim.sim.hitrate import simulate
-from moesim.sim.models import ModelSpec
+from moesim import hitrate
+from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
 from moesim.tracegen.trace import Trace
 
@@ -55,7 +57,7 @@ def capacity_for(draw, trace, scope, lowest):
 def test_hit_rate_engine_equals_the_reference(data, trace, policy, scope, semantics, reset, gamma):
     c = capacity_for(data.draw, trace, scope, trace.meta.top_k if semantics == "step" else 1)
     params = {"gamma": gamma} if policy.startswith("gamma") else {}
-    ours = simulate(trace, policy, c, scope, semantics, reset, log_evictions=10 ** 6, **params)
+    ours = hitrate(trace, policy, c, scope, semantics, reset, log_evictions=10 ** 6, **params)
     hits, evictions = reference.hitrate(trace.experts, trace.seq_offsets, trace.meta.num_experts, policy, c,
                                         scope == "per-layer", semantics == "sequential", reset, **params)
     assert ours.per_layer_hits == hits
@@ -79,10 +81,9 @@ def test_des_decisions_equal_the_reference(data, trace, policy, scope, prefetch,
     m = trace.meta
     model = ModelSpec("toy", "", "toy", num_layers=m.num_layers, num_experts=m.num_experts, top_k=m.top_k,
                       d_model=64, d_expert=64)
-    ours = simulate_des(trace, model, get_hardware("rtx4090"), policy, c, scope, prefetch, mode, batch, reset=reset,
-                        decisions=True, **params)
+    ours = simulate(trace, model=model, hardware=get_hardware("rtx4090"), policy=policy, capacity=c, scope=scope, prefetch=prefetch, mode=mode, batch=batch, reset=reset, decisions=True, **params)
     req = ours.requests
-    pred, _, preload, preload_at = predictions(trace, req, prefetch, mode, c, scope, **params)
+    pred, _, preload, preload_at = predictions(trace, req, PrefetchConfig(prefetch, mode), c, scope)
     log = reference.des_decisions(req.experts, pred, preload, preload_at, req.group_offsets, req.kind,
                                   m.num_experts, policy, c, scope == "per-layer", reset, mode == "commit", **params)
     assert [tuple(d) for d in ours.decisions.tolist()] == log
@@ -94,6 +95,6 @@ def test_des_decisions_equal_the_reference(data, trace, policy, scope, prefetch,
 def test_bundled_trace_equals_the_reference(mixtral, policy):
     # exact fractions make γ's global pool slow here; generated traces cover it
     for scope, c in (("per-layer", 4),) + ((("global", 128),) if not policy.startswith("gamma") else ()):
-        ours = simulate(mixtral, policy, c, scope, log_evictions=10 ** 6)
+        ours = hitrate(mixtral, policy, c, scope, log_evictions=10 ** 6)
         hits, evictions = reference.hitrate(mixtral.experts, mixtral.seq_offsets, 8, policy, c, scope == "per-layer")
         assert ours.per_layer_hits == hits and [tuple(e) for e in ours.evictions.tolist()] == evictions

@@ -18,7 +18,7 @@ TINY = ["--model", "olmoe-1b-7b", "--layers", "2", "--scale", "0.125"]
 
 @pytest.fixture(scope="module")
 def olmoe(tmp_path_factory):
-    from moesim.sim.models import get_model
+    from moesim.tracegen.models import get_model
     from moesim.tracegen.io import write_trace
     from moesim.tracegen.synth import synth_trace
 
@@ -66,7 +66,7 @@ def test_calibrate_writes_a_hardware_file_the_simulator_takes(cli, olmoe, tmp_pa
 
 
 def test_a_model_too_large_is_refused_with_advice(cli, tmp_path):
-    from moesim.sim.models import get_model
+    from moesim.tracegen.models import get_model
     from moesim.tracegen.io import write_trace
     from moesim.tracegen.synth import synth_trace
 
@@ -100,7 +100,7 @@ def test_killing_a_replay_leaves_no_files(olmoe, tmp_path):
 
 @pytest.fixture(scope="module")
 def with_prompts():
-    from moesim.sim.models import get_model
+    from moesim.tracegen.models import get_model
     from moesim.tracegen.synth import synth_trace
 
     m = get_model("olmoe-1b-7b")
@@ -118,10 +118,12 @@ def with_prompts():
 ])
 def test_every_kind_of_decision_is_executed_with_the_simulators_hits(with_prompts, tmp_path, config):
     from moesim.replay.run import replay
+    from moesim.sim.config import Config
     from moesim.sim.hardware import get_hardware
 
     model, trace = with_prompts
-    r = replay(trace, model, get_hardware("rtx4090"), layers=2, scale=0.0625, workdir=tmp_path, **config)
+    r = replay(trace, Config.build(**config), get_hardware("rtx4090"), layers=2, scale=0.0625, workdir=tmp_path,
+               model=model)
     assert (r.hit_rate, r.decode_steps) == (r.sim_hit_rate, 12 // config.get("batch", 1))
     assert r.hits + r.loads == r.accesses
     if config == dict(capacity=0):
@@ -182,14 +184,14 @@ VIRTUAL = [
 def test_the_virtual_backend_reproduces_the_simulator_exactly(with_prompts, config, kernel):
     """Copies and kernels take the simulator's durations: a replay that issues and waits as the
     simulator does gives its time per token to the last bit, step by step."""
+    from moesim import Config, simulate
     from moesim.replay.run import replay
-    from moesim.sim.des import simulate_des
     from moesim.sim.hardware import get_hardware
 
     model, trace = with_prompts
     hw = get_hardware("rtx4090", ssd="pcie4-nvme")
-    r = replay(trace, model, hw, backend="virtual", kernel=kernel, **config)
-    sim = simulate_des(trace, model, hw, kernel=kernel, **{k: v for k, v in config.items()})
+    r = replay(trace, Config.build(kernel=kernel, **config), hw, backend="virtual", model=model)
+    sim = simulate(trace, model=model, hardware=hw, kernel=kernel, **config)
     assert r.tpot_s == r.sim_tpot_s == sim.tpot_s
     assert r.step_times.tolist() == sim.step_times.tolist()
     assert (r.hits, r.accesses) == (sim.hits, sim.accesses)

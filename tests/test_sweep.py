@@ -11,8 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from moesim import MoesimError
-from moesim.sim.sweep import config_id, load_spec, run_sweep
+from moesim.errors import MoesimError
+from moesim.experiments.sweep import load_spec, row_id, run_sweep
 from moesim.tracegen.io import bundled_trace_path
 
 VOLATILE = ["seconds", "accesses_per_s"]
@@ -42,7 +42,8 @@ def test_product_exclude_and_errors_as_rows(tmp_path):
     assert summary.ran == 3 and summary.failed == 2
     assert "below top_k" in rows[("lru", 1)]["error"] and "unknown policy" in rows[("nope", 4)]["error"]
     assert rows[("lru", 4)]["error"] is None and rows[("lru", 4)]["hits"] == 9389  # golden table
-    assert rows[("lru", 4)]["config_id"] == config_id("hitrate", loaded.configs()[1])
+    assert rows[("lru", 4)]["config_id"] == row_id("hitrate", loaded.configs()[1])
+    assert rows[("lru", 4)]["semantics"] == "step" and rows[("lru", 4)]["reset"] is False  # every setting
     with pytest.raises(MoesimError, match="exists"):
         run_sweep(loaded, tmp_path / "r.parquet")
     assert run_sweep(loaded, tmp_path / "r.parquet", resume=True).ran == 0
@@ -143,3 +144,20 @@ def test_the_flashmoe_fig6_example_runs_and_plots(cli, tmp_path):
     assert (best["hit_rate"] == best["belady"]).all()  # Belady bounds every curve
     code, _, err = cli("plot", tmp_path / "fig6.parquet", "--kind", "hitrate-vs-capacity", "--out", tmp_path / "f.png")
     assert code == 0, err
+
+
+def test_a_policy_parameter_goes_to_the_rows_whose_policy_takes_it(tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru", "gamma"]\n[fixed]\ncapacity = 4\ngamma = 0.0\n')
+    configs = load_spec(spec).configs()
+    assert [c.get("gamma") for c in configs] == [None, 0.0]
+    run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    rows = {r["policy"]: r for r in pl.read_parquet(tmp_path / "r.parquet").to_dicts()}
+    assert rows["gamma"]["hits"] == rows["lru"]["hits"] == 9389  # γ = 0 is LRU
+    assert rows["lru"]["gamma"] is None and rows["gamma"]["gamma"] == 0.0
+    plain = tmp_path / "plain.toml"
+    plain.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru"]\n[fixed]\ncapacity = 4\n')
+    assert row_id("hitrate", load_spec(plain).configs()[0]) == rows["lru"]["config_id"]
+    spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru", "fifo"]\n[fixed]\ngamma = 0.5\n')
+    with pytest.raises(MoesimError, match="s.toml: gamma: no policy or prefetcher of this run takes it"):
+        load_spec(spec)

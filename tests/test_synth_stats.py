@@ -4,7 +4,7 @@ import libcachesim as lcs
 import numpy as np
 import pytest
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.tracegen.fit import compare, fit_locality
 from moesim.tracegen.schema import TraceMeta
 from moesim.tracegen.stats import trace_stats

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.tracegen.io import frame_from_trace, load_trace, read_meta, write_frame, write_trace
 from moesim.tracegen.schema import TraceMeta
 from moesim.tracegen.synth import Locality, synth_trace

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 
 
 @dataclass(frozen=True)

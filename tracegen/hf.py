@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from moesim import MoesimError, first_line
+from moesim.errors import MoesimError, first_line
 from moesim.tracegen.families import FAMILIES, TINY_COMMON, TINY_MODELS, TINY_SEED, Family, family_of
 
 RANDOM_PREFIX = "random-"
@@ -111,7 +111,7 @@ def _check_fits(name: str, need: int, device: str, torch) -> None:
 
 
 def _random_dims(name: str) -> tuple[Family, dict]:
-    from moesim.sim.models import get_model
+    from moesim.tracegen.models import get_model
 
     spec = get_model(name[len(RANDOM_PREFIX):])
     family = family_of(spec.architecture, name)

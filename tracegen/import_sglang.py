@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim import MoesimError
-from moesim.sim.models import ModelSpec
+from moesim.errors import MoesimError
+from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.io import write_trace
 from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
 from moesim.tracegen.trace import Trace, concat_traces

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from moesim import MoesimError
-from moesim.sim.models import get_model
+from moesim.errors import MoesimError
+from moesim.tracegen.models import get_model
 from moesim.tracegen.import_sglang import import_sglang
 from moesim.tracegen.io import ORIGIN, write_frame
 from moesim.tracegen.schema import DECODE, TraceMeta

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from moesim import MoesimError, first_line
+from moesim.errors import MoesimError, first_line
 from moesim.files import atomic_output
 from moesim.tracegen.schema import COLUMNS, METADATA_KEY, NULLABLE, REQUIRED, TraceMeta
 from moesim.tracegen.trace import Trace

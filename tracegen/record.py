@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.tracegen.families import Family, is_router
 from moesim.tracegen.hf import load_model, require_torch
 from moesim.tracegen.io import TraceWriter

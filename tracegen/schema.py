@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 import polars as pl
 
-from moesim import MoesimError, __version__
+from moesim import __version__
+from moesim.errors import MoesimError
 
 SCHEMA_VERSION = 1
 METADATA_KEY = "moesim"

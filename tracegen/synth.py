@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import numba as nb
 import numpy as np
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
 from moesim.tracegen.trace import Trace
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
 
 
@@ -60,6 +61,19 @@ class Trace:
     def row_sequence(self) -> np.ndarray:
         """Index (0..S-1) of the sequence each row belongs to."""
         return np.repeat(np.arange(self.num_sequences), np.diff(self.seq_offsets))
+
+    def select(self, sequences) -> "Trace":
+        """The trace restricted to the given sequence indices, in that order."""
+        off = self.seq_offsets
+        sequences = np.asarray(sequences, np.int64)
+        rows = np.concatenate([np.arange(off[s], off[s + 1]) for s in sequences]) if sequences.size else \
+            np.zeros(0, np.int64)
+        lengths = off[sequences + 1] - off[sequences]
+        pick = {f.name: getattr(self, f.name)[rows] for f in dataclasses.fields(self)
+                if f.name not in ("meta", "seq_ids", "seq_offsets") and getattr(self, f.name) is not None
+                and len(getattr(self, f.name)) == self.num_rows}
+        return dataclasses.replace(self, seq_ids=self.seq_ids[sequences],
+                                   seq_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(off.dtype), **pick)
 
     def validate(self, where: str = "trace", origin: np.ndarray | None = None, label: str = "row") -> None:
         """Raise MoesimError naming the first bad row; `origin[n, l]` maps a cell to an input row/line."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.tracegen.schema import TraceMeta
 
 BYTES_PER_PARAM = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5, "fp32": 4.0}

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -8,7 +8,7 @@ the next token's layer 0.
 
 import numpy as np
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 
 NAME = "speculative"
 KIND = "next"

@@ -15,7 +15,8 @@ import polars as pl
 
 from moesim.files import atomic_output
 from moesim.policies import POLICIES
-from moesim.sim.hitrate import SCOPES, SEMANTICS, simulate
+from moesim.sim.config import SCOPES, SEMANTICS, CacheConfig
+from moesim.sim.hitrate import simulate
 from moesim.tracegen.io import bundled_trace_path, load_trace
 from moesim.tracegen.synth import synth_trace
 
@@ -37,7 +38,7 @@ def golden_table() -> pl.DataFrame:
                 for semantics in SEMANTICS:
                     for c in CAPACITIES:
                         slots = c if scope == "per-layer" else c * trace.meta.num_layers
-                        r = simulate(trace, policy, slots, scope, semantics)
+                        r = simulate(trace, CacheConfig(policy=policy, capacity=slots, scope=scope, semantics=semantics))
                         rows.append({"trace": name, "policy": policy, "scope": scope, "semantics": semantics,
                                      "capacity": slots, "accesses": r.accesses, "hits": r.hits,
                                      "hit_rate": round(r.hit_rate, 6)})

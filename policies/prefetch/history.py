@@ -13,14 +13,15 @@ makes the statistics optimistic).
 import numpy as np
 from numba import njit
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 
 NAME = "history"
+PARAMS = {"train_trace": None}  # the trace it learns from (None: the simulated one)
 KIND = "next"
 
 
 def predict(trace, params) -> np.ndarray:
-    train = trace if params.get("train_trace") is None else params["train_trace"]
+    train = trace if params["train_trace"] is None else params["train_trace"]
     if (train.meta.num_layers, train.meta.num_experts) != (trace.meta.num_layers, trace.meta.num_experts):
         raise MoesimError(f"training trace has {train.meta.num_layers} layers x {train.meta.num_experts} experts, "
                           f"the simulated trace {trace.meta.num_layers} x {trace.meta.num_experts}")

@@ -9,7 +9,7 @@ trace schema holds no prompt features, so that predictor is not offered.
 
 import numpy as np
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 from moesim.tracegen.schema import PREFILL
 
 NAME = "prompt"

@@ -1,4 +1,4 @@
-"""Figures of sweep results, and the eviction timeline (which runs the simulator on a trace).
+"""Figures of sweep results: hit rate and TPOT against capacity, speedups over a baseline, per-layer hit rates.
 
 Every plot reads a results file written by ``moesim sweep`` (or any frame with its columns).
 Rows with an error are left out. Configurations that differ in a column the plot does not show
@@ -12,14 +12,20 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from moesim import MoesimError
-from moesim.tracegen.plot import plt, save_figure
-from moesim.tracegen.trace import Trace
+from moesim.errors import MoesimError, first_line
+from moesim.plots.trace import BOUND, plt, save_figure
 
 RESULT_KINDS = ("hitrate-vs-capacity", "tpot-vs-capacity", "speedup-heatmap", "per-layer-hitrate")
-TRACE_KINDS = ("activation-heatmap", "eviction-timeline")
-KINDS = RESULT_KINDS + TRACE_KINDS
-BOUND = "belady"
+
+
+def read_results(path: str | Path) -> pl.DataFrame:
+    """A results file (Parquet) from ``moesim sweep``; a missing or unreadable one is a one-line error."""
+    try:
+        return pl.read_parquet(path, glob=False)
+    except FileNotFoundError:
+        raise MoesimError(f"{path}: no such results file") from None
+    except Exception as exc:
+        raise MoesimError(f"{path}: unreadable results file ({first_line(exc)})") from None
 
 
 def plot_results(frame: pl.DataFrame, kind: str, out: str | Path, baseline: str = "lru",
@@ -167,43 +173,4 @@ def _per_layer(frame, capacity, out, source) -> Path:
     axes[0][0].set_ylabel("hit rate")
     axes[0][-1].legend(title="policy", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"Hit rate per layer at capacity {capacity}\n{_source_line(frame, source)}", fontsize="medium")
-    return save_figure(fig, out)
-
-
-def plot_eviction_timeline(trace: Trace, out: str | Path, capacity: int = 4, layer: int = 0, seq_index: int = 0,
-                           policies: tuple[str, ...] = ("lru", BOUND)) -> Path:
-    """When each policy evicts each expert of one layer, over one sequence (FlashMoE Fig. 2).
-
-    Grey cells are the layer's routing; a marker is an eviction of that expert at that token.
-    """
-    from moesim.sim.hitrate import simulate
-
-    if not 0 <= layer < trace.meta.num_layers:
-        raise MoesimError(f"layer {layer} is out of range (the trace has {trace.meta.num_layers})")
-    if not 0 <= seq_index < trace.num_sequences:
-        raise MoesimError(f"sequence index {seq_index} is out of range (the trace has {trace.num_sequences})")
-    lo, hi = int(trace.seq_offsets[seq_index]), int(trace.seq_offsets[seq_index + 1])
-    one = Trace(trace.meta, trace.experts[lo:hi], trace.seq_ids[seq_index:seq_index + 1],
-            np.array([0, hi - lo], np.int64), trace.steps[lo:hi], trace.phase[lo:hi])
-    n_layers, k, num_experts = trace.meta.num_layers, trace.meta.top_k, trace.meta.num_experts
-    fig, axes = plt.subplots(len(policies), 1, figsize=(10, 1.2 + 1.6 * len(policies) * max(1, num_experts / 16)),
-                             sharex=True, squeeze=False, constrained_layout=True)
-    routed = np.zeros((num_experts, hi - lo))
-    for j in range(k):
-        routed[one.experts[:, layer, j], np.arange(hi - lo)] = 1.0
-    for ax, policy in zip(axes[:, 0], policies):
-        result = simulate(one, policy, capacity, log_evictions=one.accesses)
-        t, obj = result.evictions[:, 0], result.evictions[:, 1]
-        mine = obj // num_experts == layer
-        tokens, experts = t[mine] // (n_layers * k), obj[mine] % num_experts
-        ax.imshow(routed, aspect="auto", cmap="Greys", vmin=0, vmax=3, origin="lower", interpolation="nearest")
-        ax.scatter(tokens, experts, marker="x", s=18, color="tab:red", label="eviction")
-        ax.set_ylabel("expert")
-        ax.set_title(f"{policy}: {int(mine.sum())} evictions in layer {layer}, hit rate "
-                     f"{result.per_layer_hit_rate[layer]:.3f}", fontsize="medium", loc="left")
-        ax.set_yticks(range(0, num_experts, max(1, num_experts // 8)))
-    axes[-1, 0].set_xlabel("token (decode step)")
-    axes[0, 0].legend(loc="upper right", fontsize="small")
-    fig.suptitle(f"{trace.meta.model}: evictions with {capacity} GPU slots, layer {layer}, sequence "
-                 f"{int(trace.seq_ids[seq_index])} (grey: the expert was routed)", fontsize="medium")
     return save_figure(fig, out)

@@ -8,14 +8,15 @@ to pin it instead).
 
 import numpy as np
 
-from moesim import MoesimError
+from moesim.errors import MoesimError
 
 NAME = "popular"
 KIND = "preload"
+PARAMS = {"train_trace": None}  # the trace whose popularity it preloads (None: the simulated one)
 
 
 def scores(trace, params) -> np.ndarray:
-    train = trace if params.get("train_trace") is None else params["train_trace"]
+    train = trace if params["train_trace"] is None else params["train_trace"]
     n_layers, num_experts = trace.meta.num_layers, trace.meta.num_experts
     if (train.meta.num_layers, train.meta.num_experts) != (n_layers, num_experts):
         raise MoesimError(f"training trace has {train.meta.num_layers} layers x {train.meta.num_experts} experts, "

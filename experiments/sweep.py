@@ -13,8 +13,11 @@ A spec is a TOML file::
     policy = "belady"
     scope = "global"
 
-Each configuration is keyed by a hash of its kind and settings (``config_id``); a results file
-holds one row per configuration: the settings, the metrics of a hit-rate or discrete-event run,
+The keys are the flat settings of ``moesim.Config`` (``moesim.sim.config.SETTINGS``) and the policies'
+and prefetchers' parameters; a parameter applies to the rows whose policy (or prefetcher) takes it,
+and one that no policy or prefetcher of the spec takes is an error. Each configuration is keyed by
+a hash of its kind, trace and ``Config`` (``config_id``); a results file holds one row per
+configuration: every setting, the metrics of a hit-rate or discrete-event run,
 ``error`` (the one-line reason a configuration failed, else null) and ``seconds``. Rows reach the
 file in atomic rewrites every few seconds, so a sweep killed half-way loses at most the last few
 and ``resume`` runs only the configurations the file lacks.
@@ -23,9 +26,7 @@ and ``resume`` runs only the configurations the file lacks.
 from __future__ import annotations
 
 import glob
-import hashlib
 import itertools
-import json
 import os
 import threading
 import time
@@ -35,15 +36,15 @@ from pathlib import Path
 
 import polars as pl
 
-from moesim import MoesimError, first_line
+from moesim.errors import MoesimError, first_line
 from moesim.files import atomic_output, read_toml
+from moesim.sim.config import (CACHE_PARAMS, HITRATE_SETTINGS, PATH_PARAMS, PREFETCH_PARAMS, SETTINGS, Config,
+                               check_params_used, config_id, load_cached_trace, params_for)
 
 KINDS = ("hitrate", "des")
-COMMON_KEYS = {"policy", "capacity", "scope", "reset", "gamma", "seed", "ml_model", "pin_trace"}
-KEYS = {"hitrate": COMMON_KEYS | {"semantics"},
-        "des": COMMON_KEYS | {"prefetch", "mode", "kernel", "hardware", "link", "ssd", "dram_capacity", "model",
-                              "batch", "context", "dtype", "train_trace"}}
-PATH_KEYS = ("ml_model", "pin_trace", "train_trace", "hardware")
+KEYS = {"hitrate": set(HITRATE_SETTINGS),
+        "des": (set(SETTINGS) - {"semantics"}) | set(CACHE_PARAMS) | set(PREFETCH_PARAMS)}
+PATH_KEYS = (*PATH_PARAMS, "hardware")
 FLUSH_SECONDS = 2.0
 STOP = threading.Event()  # set (by the command's SIGTERM handler) to end a sweep after the current rows
 
@@ -58,19 +59,38 @@ class SweepSpec:
     exclude: list[dict] = field(default_factory=list)
 
     def configs(self) -> list[dict]:
-        """Every configuration, trace-major (a worker keeps its trace loaded), minus the excluded."""
+        """Every configuration, trace-major (a worker keeps its trace loaded), minus the excluded; each
+        policy parameter only where the row's policy takes it."""
         names = list(self.axes)
         out = []
         for trace in self.traces:
             for values in itertools.product(*(self.axes[n] for n in names)):
                 config = {"trace": trace, **self.fixed, **dict(zip(names, values))}
                 if not any(all(config.get(k) == v for k, v in rule.items()) for rule in self.exclude):
-                    out.append(config)
+                    out.append(_applicable(config))
         return out
 
 
-def config_id(kind: str, config: dict) -> str:
-    return hashlib.sha1(json.dumps([kind, config], sort_keys=True).encode()).hexdigest()[:16]
+def _applicable(config: dict) -> dict:
+    """A row's settings without the policy parameters its policy does not take."""
+    policy = config.get("policy", Config().cache.policy)
+    given = {k: v for k, v in config.items() if k in CACHE_PARAMS}
+    try:
+        kept = params_for(policy, given)
+    except MoesimError:  # an unknown policy: the row reports it
+        return config
+    return {k: v for k, v in config.items() if k not in given or k in kept}
+
+
+def row_id(kind: str, config: dict) -> str:
+    """The ``config_id`` of a spec row: of its ``Config`` (the settings a run of this kind reads), or of
+    the raw settings when they do not build one (that row's error says why)."""
+    settings = {k: v for k, v in config.items() if k != "trace"}
+    try:
+        flat = Config.build(**settings).flat()
+    except MoesimError:
+        return config_id(kind, config["trace"], settings)
+    return config_id(kind, config["trace"], {k: v for k, v in flat.items() if k in KEYS[kind]})
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -96,6 +116,12 @@ def load_spec(path: str | Path) -> SweepSpec:
     both = sorted(set(axes) & set(fixed))
     if both:
         raise MoesimError(f"{path}: {', '.join(both)} given both as an axis and fixed")
+    params = {k: v for k, v in {**fixed, **axes}.items() if k in CACHE_PARAMS + PREFETCH_PARAMS}
+    try:
+        check_params_used(axes.get("policy", [fixed.get("policy", Config().cache.policy)]), params,
+                          axes.get("prefetch", [fixed.get("prefetch", "none")]))
+    except MoesimError as exc:
+        raise MoesimError(f"{path}: {exc}") from None
     fixed = {k: _resolve(path, k, v) for k, v in fixed.items()}
     axes = {k: [_resolve(path, k, v) for v in vs] for k, vs in axes.items()}
     return SweepSpec(path, kind, _traces(path, data.get("traces")), axes, fixed, exclude)
@@ -126,24 +152,10 @@ def _traces(path: Path, patterns) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-_TRACES: dict = {}
-
-
-def _trace(path: str):
-    """A worker's loaded traces (the last two), so configurations of one trace load it once."""
-    from moesim.tracegen.io import load_trace
-
-    if path not in _TRACES:
-        if len(_TRACES) >= 2:
-            _TRACES.pop(next(iter(_TRACES)))
-        _TRACES[path] = load_trace(path)
-    return _TRACES[path]
-
-
 def run_config(kind: str, config: dict) -> dict:
-    """One row: the configuration, its id, its metrics or its error, and the seconds it took."""
+    """One row: the configuration's id and every setting, its metrics or its error, and the seconds it took."""
     start = time.perf_counter()
-    row = {"config_id": config_id(kind, config), "kind": kind, **config}
+    row = {"config_id": row_id(kind, config), "kind": kind, **config}
     try:
         row.update(_metrics(kind, config))
         row["error"] = None
@@ -154,30 +166,21 @@ def run_config(kind: str, config: dict) -> dict:
 
 
 def _metrics(kind: str, config: dict) -> dict:
-    trace = _trace(config["trace"])
-    params = {k: config[k] for k in ("gamma", "seed", "ml_model") if k in config}
-    for key in ("pin_trace", "train_trace"):
-        if key in config:
-            params[key] = _trace(config[key])
-    settings = {k: config[k] for k in ("policy", "capacity", "scope", "reset") if k in config}
+    """The settings of the run and what it measured."""
+    trace = load_cached_trace(config["trace"])
+    settings = Config.build(**{k: v for k, v in config.items() if k != "trace"})
     if kind == "hitrate":
         from moesim.sim.hitrate import simulate
 
-        result = simulate(trace, semantics=config.get("semantics", "step"), **settings, **params).as_dict()
-        result.pop("seconds", None)
-        return {k: v for k, v in result.items() if k not in config}
-    from moesim.sim.des import simulate_des
-    from moesim.sim.hardware import get_hardware
-    from moesim.sim.models import model_for_trace
+        result = simulate(trace, settings.cache).as_dict()
+        flat = {k: v for k, v in settings.flat().items() if k in KEYS["hitrate"]}
+    else:
+        from moesim.sim.des import simulate_des
 
-    model = model_for_trace(trace.meta, config.get("model"))
-    hardware = get_hardware(config.get("hardware", "rtx4090"), config.get("link"), config.get("ssd"))
-    for key in ("prefetch", "mode", "kernel", "batch", "dram_capacity", "context", "dtype"):
-        if key in config:
-            settings[key] = config[key]
-    result = simulate_des(trace, model, hardware, **settings, **params).as_dict()
+        result = simulate_des(trace, settings).as_dict()
+        flat = {}
     result.pop("seconds", None)
-    return {k: v for k, v in result.items() if k not in config}
+    return {**flat, **{k: v for k, v in result.items() if k not in config}}
 
 
 @dataclass
@@ -217,7 +220,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
             raise MoesimError(f"{out}: unreadable results file ({first_line(exc)})") from None
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
     configs = spec.configs()
-    todo = [c for c in configs if config_id(spec.kind, c) not in have]
+    todo = [c for c in configs if row_id(spec.kind, c) not in have]
     start = time.perf_counter()
     STOP.clear()
     rows, failed, last = [], 0, time.monotonic()

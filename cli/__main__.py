@@ -1,3 +1,0 @@
-from moesim.app import main
-
-main()

@@ -1,0 +1,3 @@
+from moesim.cli.app import main
+
+main()

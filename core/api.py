@@ -1,0 +1,168 @@
+"""The public API, for notebooks and scripts: ``import moesim`` gives every name here.
+
+Settings are the flat names of ``moesim.Config`` (``policy``, ``capacity``, ``prefetch``, ``gamma``, ...),
+the same as the command line's options and a sweep spec's keys; pass them as keywords, or pass a
+whole ``Config``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from moesim.sim.config import CacheConfig, Config
+from moesim.sim.des import DesResult, simulate_des
+from moesim.sim.hardware import Hardware
+from moesim.sim.hitrate import HitRate
+from moesim.tracegen.models import ModelSpec
+from moesim.tracegen.synth import Locality
+from moesim.tracegen.trace import Trace
+
+
+def load_trace(path: str | Path) -> Trace:
+    """A trace file (Parquet) as dense arrays.
+
+    >>> moesim.load_trace(moesim.bundled_trace()).meta.model
+    'mixtral-8x7b'
+    """
+    from moesim.tracegen.io import load_trace as load
+
+    return load(path)
+
+
+def write_trace(trace: Trace, path: str | Path) -> None:
+    """Write a trace file (Parquet, atomically).
+
+    >>> moesim.write_trace(trace.select([1]), "second-sequence.parquet")
+    """
+    from moesim.tracegen.io import write_trace as write
+
+    write(trace, path)
+
+
+def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: int, seed: int = 0,
+                locality: Locality | None = None, prompt_tokens: int = 0, model: str | None = None) -> Trace:
+    """A synthetic trace with controlled locality (``Locality``: popularity skew per layer and per sequence,
+    reuse, cross-layer correlation); ``model`` names a preset whose dimensions it takes on.
+
+    >>> moesim.synth_trace(16, 64, 8, sequences=2, tokens=32, seed=1, model="olmoe-1b-7b").experts.shape
+    (64, 16, 8)
+    """
+    from moesim.tracegen.models import get_model
+    from moesim.tracegen.synth import synth_trace as synth
+
+    meta = get_model(model).trace_meta() if model is not None else None
+    return synth(layers, experts, top_k, sequences, tokens, seed, locality or Locality(), prompt_tokens,
+                 model or "synthetic", meta)
+
+
+def train_ml_ffn(trace: Trace, out: str | Path, per_layer: bool = False, **options) -> dict:
+    """Train FlashMoE's ML-FFN eviction model on ``trace`` and save it to ``out`` (the ``ml_model`` of policy
+    ``ml-ffn``); ``options`` are ``moesim.policies.ml_ffn_train.train``'s. Returns the training log
+    (epochs, losses, the train and validation sequences). Needs torch.
+
+    >>> log = moesim.train_ml_ffn(trace, "ffn.npz", val_fraction=0.5, epochs=5)
+    >>> log["val_sequences"]
+    [1]
+    """
+    from moesim.policies.ml_ffn_train import save_model, train
+
+    arrays, log = train(trace, per_layer, **options)
+    save_model(arrays, Path(out))
+    return log
+
+
+def bundled_trace() -> Path:
+    """The path of the real Mixtral-8x7B routing trace shipped with moesim (2 GSM8K sequences, 244 tokens).
+
+    >>> moesim.bundled_trace().name
+    'mixtral-8x7b-gsm8k.parquet'
+    """
+    from moesim.tracegen.io import bundled_trace_path
+
+    return bundled_trace_path()
+
+
+def hitrate(trace: Trace, policy: str = "lru", capacity: int = 4, scope: str = "per-layer", semantics: str = "step",
+            reset: bool = False, *, log_evictions: int = 0, **params) -> HitRate:
+    """Exact hits of a replacement policy on a trace: ``capacity`` experts per layer (or in one pool,
+    ``scope="global"``); ``params`` are the policy's (``gamma``, ``seed``, ``ml_model``, ``pin_trace``).
+
+    >>> moesim.hitrate(trace, "belady", 4).hit_rate
+    0.7329...
+    """
+    from moesim.sim.hitrate import simulate as run
+
+    return run(trace, CacheConfig(policy=policy, capacity=capacity, scope=scope, semantics=semantics, reset=reset,
+                                  params=params), log_evictions)
+
+
+def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSpec | None = None,
+             hardware: str | Hardware | None = None, decisions: bool = False, **settings) -> DesResult:
+    """Time per output token: the discrete-event simulation of decoding ``trace``, under ``config`` with
+    the flat ``settings`` changed. ``model`` and ``hardware`` are preset names (or a hardware TOML file),
+    or objects built in code.
+
+    >>> r = moesim.simulate(trace, policy="lru", capacity=4, hardware="rtx4090", prefetch="oracle")
+    >>> round(r.tpot_s * 1e3, 1), round(r.tokens_per_s, 2), round(r.hit_rate, 4)
+    (363.4, 2.75, 0.9998)
+    """
+    config = config or Config()
+    objects = {}
+    for key, value in (("model", model), ("hardware", hardware)):
+        if isinstance(value, str):
+            settings[key] = value
+        elif value is not None:
+            objects[key] = value
+    return simulate_des(trace, config.replace(**settings), decisions=decisions, **objects)
+
+
+def sweep(spec: str | Path, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local"):
+    """Run every configuration of a sweep spec (TOML: traces, kind, [axes], [fixed], [[exclude]]) into a
+    Parquet results file, one row per configuration; returns the run's summary.
+
+    >>> moesim.sweep("examples/flashmoe_fig6.toml", "fig6.parquet", jobs=2).ran
+    42
+    """
+    from moesim.experiments.sweep import load_spec, run_sweep
+
+    return run_sweep(load_spec(spec), out, jobs, resume, executor=executor)
+
+
+def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baseline: str = "lru",
+         capacity: int | None = None, source: str | None = None) -> Path:
+    """A figure from sweep results — a results file or its frame — (``hitrate-vs-capacity``,
+    ``tpot-vs-capacity``, ``speedup-heatmap``, ``per-layer-hitrate``); returns its path. ``source``
+    names the results in the figure (default: the file's name).
+
+    >>> moesim.plot("fig6.parquet", "hitrate-vs-capacity", "fig6.png")
+    PosixPath('fig6.png')
+    """
+    from moesim.plots.results import plot_results, read_results
+
+    frame = results if isinstance(results, pl.DataFrame) else read_results(results)
+    return plot_results(frame, kind, out, baseline, capacity, source or str(results if not isinstance(
+        results, pl.DataFrame) else "results"))
+
+
+def models() -> dict[str, ModelSpec]:
+    """The model presets by name.
+
+    >>> moesim.models()["mixtral-8x7b"].num_experts
+    8
+    """
+    from moesim.tracegen.models import MODELS
+
+    return dict(MODELS)
+
+
+def hardware(name: str = "rtx4090", link: str | None = None, ssd: str | None = None) -> Hardware:
+    """A machine: a preset (``h100``, ``rtx4090``, ...) or a hardware TOML file, with a link or SSD preset swapped in.
+
+    >>> moesim.hardware("rtx4090", link="pcie5").link.gbps
+    64
+    """
+    from moesim.sim.hardware import get_hardware
+
+    return get_hardware(name, link, ssd)

@@ -1,0 +1,113 @@
+"""Plots of a trace: its activations, and when policies evict its experts (the result plots are ``results``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from moesim.errors import MoesimError  # noqa: E402
+from moesim.files import atomic_output  # noqa: E402
+from moesim.tracegen.trace import Trace  # noqa: E402
+
+TRACE_KINDS = ("activation-heatmap", "eviction-timeline")
+BOUND = "belady"  # the offline optimum, drawn apart in every figure
+
+
+def plot_activations(trace: Trace, path: str | Path, seq_index: int = 0, max_layers: int = 10) -> Path:
+    """Expert activations of one sequence over its tokens, one panel per layer (MELINOE Fig. 7 style).
+
+    A cell is coloured by the gate weight the router gave the expert at that token (rank
+    order decides the shade when the trace has no weights); blank cells were not selected.
+    """
+    lo, hi = trace.seq_offsets[seq_index], trace.seq_offsets[seq_index + 1]
+    experts = trace.experts[lo:hi]
+    rows, layers, k = experts.shape
+    shown = min(layers, max_layers)
+    if trace.weights is not None:
+        weight = np.nan_to_num(trace.weights[lo:hi], nan=0.0)
+    else:
+        weight = np.broadcast_to((k - np.arange(k)) / k, experts.shape)
+    cols = 2 if shown > 4 else 1
+    fig, axes = plt.subplots(int(np.ceil(shown / cols)), cols, figsize=(7 * cols, 1.0 + 0.9 * shown / cols * 2),
+                             squeeze=False, sharex=True, constrained_layout=True)
+    for layer, ax in enumerate(axes.flat):
+        if layer >= shown:
+            ax.set_visible(False)
+            continue
+        grid = np.zeros((trace.meta.num_experts, rows))
+        for j in range(k):
+            grid[experts[:, layer, j], np.arange(rows)] = weight[:, layer, j]
+        image = ax.imshow(np.ma.masked_equal(grid, 0.0), aspect="auto", interpolation="nearest",
+                          cmap="viridis", vmin=0.0, vmax=1.0, origin="lower")
+        ax.set_ylabel(f"layer {layer}\nexpert")
+        ax.set_yticks(range(0, trace.meta.num_experts, max(1, trace.meta.num_experts // 4)))
+    for ax in axes[-1]:
+        ax.set_xlabel("token")
+    fig.colorbar(image, ax=axes, shrink=0.6, label="gate weight" if trace.weights is not None else "rank (1 = top)")
+    seq_id = int(trace.seq_ids[seq_index])
+    fig.suptitle(f"{trace.meta.model}: expert activations of sequence {seq_id}, layers 0-{shown - 1}")
+    return save_figure(fig, path)
+
+
+FORMATS = ("png", "svg", "pdf")
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Write ``fig`` whole or not at all, in the format its suffix names, and close it."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower()
+    try:
+        if fmt not in FORMATS:
+            from moesim.errors import MoesimError
+
+            raise MoesimError(f"{path}: unknown figure format '{path.suffix}' (use {', '.join('.' + f for f in FORMATS)})")
+        with atomic_output(path) as tmp:
+            fig.savefig(tmp, dpi=110, format=fmt)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def plot_eviction_timeline(trace: Trace, out: str | Path, capacity: int = 4, layer: int = 0, seq_index: int = 0,
+                           policies: tuple[str, ...] = ("lru", BOUND)) -> Path:
+    """When each policy evicts each expert of one layer, over one sequence (FlashMoE Fig. 2).
+
+    Grey cells are the layer's routing; a marker is an eviction of that expert at that token.
+    """
+    from moesim.sim.config import CacheConfig
+    from moesim.sim.hitrate import simulate
+
+    if not 0 <= layer < trace.meta.num_layers:
+        raise MoesimError(f"layer {layer} is out of range (the trace has {trace.meta.num_layers})")
+    if not 0 <= seq_index < trace.num_sequences:
+        raise MoesimError(f"sequence index {seq_index} is out of range (the trace has {trace.num_sequences})")
+    lo, hi = int(trace.seq_offsets[seq_index]), int(trace.seq_offsets[seq_index + 1])
+    one = Trace(trace.meta, trace.experts[lo:hi], trace.seq_ids[seq_index:seq_index + 1],
+            np.array([0, hi - lo], np.int64), trace.steps[lo:hi], trace.phase[lo:hi])
+    n_layers, k, num_experts = trace.meta.num_layers, trace.meta.top_k, trace.meta.num_experts
+    fig, axes = plt.subplots(len(policies), 1, figsize=(10, 1.2 + 1.6 * len(policies) * max(1, num_experts / 16)),
+                             sharex=True, squeeze=False, constrained_layout=True)
+    routed = np.zeros((num_experts, hi - lo))
+    for j in range(k):
+        routed[one.experts[:, layer, j], np.arange(hi - lo)] = 1.0
+    for ax, policy in zip(axes[:, 0], policies):
+        result = simulate(one, CacheConfig(policy=policy, capacity=capacity), log_evictions=one.accesses)
+        t, obj = result.evictions[:, 0], result.evictions[:, 1]
+        mine = obj // num_experts == layer
+        tokens, experts = t[mine] // (n_layers * k), obj[mine] % num_experts
+        ax.imshow(routed, aspect="auto", cmap="Greys", vmin=0, vmax=3, origin="lower", interpolation="nearest")
+        ax.scatter(tokens, experts, marker="x", s=18, color="tab:red", label="eviction")
+        ax.set_ylabel("expert")
+        ax.set_title(f"{policy}: {int(mine.sum())} evictions in layer {layer}, hit rate "
+                     f"{result.per_layer_hit_rate[layer]:.3f}", fontsize="medium", loc="left")
+        ax.set_yticks(range(0, num_experts, max(1, num_experts // 8)))
+    axes[-1, 0].set_xlabel("token (decode step)")
+    axes[0, 0].legend(loc="upper right", fontsize="small")
+    fig.suptitle(f"{trace.meta.model}: evictions with {capacity} GPU slots, layer {layer}, sequence "
+                 f"{int(trace.seq_ids[seq_index])} (grey: the expert was routed)", fontsize="medium")
+    return save_figure(fig, out)

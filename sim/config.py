@@ -1,0 +1,362 @@
+"""The one configuration object: what a simulation, a sweep row, a replay and a notebook call are set to.
+
+``Config`` is six frozen sections, each validated when it is built (bad values are one-line
+``MoesimError``s), holding names and numbers only, so it hashes (``config_id``), writes to TOML
+(``to_toml``/``from_toml``) and to a results row (``flat``/``build``):
+
+- ``model``: the preset (default: the trace's own model) and the experts' dtype;
+- ``hardware``: a machine preset or a hardware TOML file, a host link and an SSD to swap in;
+- ``cache``: replacement policy and its parameters, GPU slots, scope, access semantics, reset,
+  the DRAM cache in front of an SSD;
+- ``prefetch``: the prefetcher and its parameters, and what runs after a misprediction;
+- ``execution``: the kernel kind;
+- ``workload``: sequences decoded in lockstep, KV tokens added to each.
+
+The flat setting names (``SETTINGS``: ``policy``, ``capacity``, ``gamma``, ...) are the command
+line's options, a sweep spec's keys and the results' columns; they are defined here and nowhere
+else. A policy's or prefetcher's parameters are those its module lists in ``PARAMS``; any other is an
+error, as is a key no section knows.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import numbers
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from moesim.errors import MoesimError
+from moesim.files import atomic_output, read_toml
+from moesim.policies import POLICIES, get_policy
+from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
+from moesim.sim.hardware import LINKS, SSDS, SYSTEMS, Hardware, get_hardware, is_file_name
+from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, model_for_trace
+
+SCOPES = ("per-layer", "global")
+SEMANTICS = ("step", "sequential")
+MODES = ("fallback", "commit")
+KERNELS = ("fused", "per-expert")
+DTYPES = tuple(BYTES_PER_PARAM)
+PATH_PARAMS = ("ml_model", "pin_trace", "train_trace")  # parameters that name files
+TRACE_PARAMS = ("pin_trace", "train_trace")  # ... which are traces, loaded when a run starts
+
+
+def _choice(section: str, name: str, value, choices) -> None:
+    if value not in choices:
+        raise MoesimError(f"[{section}] unknown {name} {value!r}; choose from {', '.join(map(str, choices))}")
+
+
+def _int(obj, section: str, name: str, low: int, optional: bool = False) -> None:
+    """``obj.name`` must be an integer of at least ``low`` (or None when ``optional``); numpy's become int."""
+    value = getattr(obj, name)
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise MoesimError(f"[{section}] {name} must be an integer, got {value!r}")
+    if value < low:
+        raise MoesimError(f"[{section}] {name} must be at least {low}, got {value}")
+    object.__setattr__(obj, name, int(value))
+
+
+def _name(section: str, name: str, value, optional: bool = True) -> None:
+    if (value is None and optional) or isinstance(value, str) and value:
+        return
+    raise MoesimError(f"[{section}] {name} must be a name{' or left out' if optional else ''}, got {value!r}")
+
+
+def _params(section: str, owner: str, value, module) -> dict:
+    """A policy's or prefetcher's parameters: only those its module lists, of its types."""
+    if not isinstance(value, dict):
+        raise MoesimError(f"[{section}] params must be a table, got {value!r}")
+    takes = getattr(module, "PARAMS", {}) if module is not None else {}
+    out = {}
+    for key, v in sorted(value.items()):
+        if key not in takes:
+            raise MoesimError(f"[{section}] {owner} takes no parameter {key!r} "
+                              f"({'it takes ' + ', '.join(takes) if takes else 'it takes none'})")
+        if key in PATH_PARAMS:  # a file, read when the run starts
+            kind, ok, v = "a file", isinstance(v, (str, Path)) and bool(str(v)), str(v)
+        elif isinstance(takes[key], float):
+            kind, ok = "float", isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+            v = float(v) if ok else v
+        else:
+            kind, ok = "int", isinstance(v, numbers.Integral) and not isinstance(v, bool)
+            v = int(v) if ok else v
+        if not ok:
+            raise MoesimError(f"[{section}] {owner}'s {key} must be {kind}, got {v!r}")
+        low, high = getattr(module, "PARAM_BOUNDS", {}).get(key, (None, None))
+        if low is not None and not low <= v <= high:
+            raise MoesimError(f"[{section}] {owner}'s {key} must be in [{low}, {high}], got {v!r}")
+        out[key] = v
+    return out
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """``name``: a model preset (None: the trace's own model); ``dtype``: the experts' precision (None: the
+    trace's recorded expert bytes, else bf16)."""
+
+    name: str | None = None
+    dtype: str | None = None
+
+    def __post_init__(self):
+        _name("model", "name", self.name)
+        if self.dtype is not None:
+            _choice("model", "dtype", self.dtype, DTYPES)
+
+    def spec(self, meta) -> ModelSpec:
+        """The model a trace with metadata ``meta`` is simulated on."""
+        return model_for_trace(meta, self.name)
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """``machine``: a preset (``moesim hardware``) or a hardware TOML file; ``link`` / ``ssd`` swap in presets."""
+
+    machine: str = "rtx4090"
+    link: str | None = None
+    ssd: str | None = None
+
+    def __post_init__(self):
+        _name("hardware", "machine", self.machine, optional=False)
+        if not is_file_name(self.machine):
+            _choice("hardware", "hardware", self.machine.lower(), SYSTEMS)
+        if self.link is not None:
+            _choice("hardware", "link", self.link, LINKS)
+        if self.ssd is not None:
+            _choice("hardware", "ssd", self.ssd, SSDS)
+
+    def spec(self) -> Hardware:
+        """The machine: the preset or file, with the link and SSD swapped in."""
+        return get_hardware(self.machine, self.link, self.ssd)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The GPU's expert cache: ``capacity`` slots per layer (scope ``per-layer``) or in one pool
+    (``global``), 0 for none; ``semantics`` of a step's accesses (the hit-rate engine; the discrete-event
+    engine serves a step at once); ``reset`` empties it at each sequence (batch); ``dram_capacity``
+    experts host DRAM caches in front of an SSD (None: every expert in DRAM); ``params`` of the policy."""
+
+    policy: str = "lru"
+    capacity: int = 4
+    scope: str = "per-layer"
+    semantics: str = "step"
+    reset: bool = False
+    dram_capacity: int | None = None
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _choice("cache", "policy", self.policy, POLICIES)
+        _int(self, "cache", "capacity", 0)
+        _choice("cache", "scope", self.scope, SCOPES)
+        _choice("cache", "semantics", self.semantics, SEMANTICS)
+        if not isinstance(self.reset, bool):
+            raise MoesimError(f"[cache] reset must be true or false, got {self.reset!r}")
+        _int(self, "cache", "dram_capacity", 0, optional=True)
+        object.__setattr__(self, "params", _params("cache", f"policy {self.policy}", self.params,
+                                                   get_policy(self.policy)))
+
+    def __hash__(self):
+        return hash(_canonical(self))
+
+
+@dataclass(frozen=True)
+class PrefetchConfig:
+    """``prefetcher`` (``none``: fetch on demand only) and its ``params``; ``mode`` after a misprediction:
+    ``fallback`` fetches the routed experts, ``commit`` runs the predicted ones (CommitMoE)."""
+
+    prefetcher: str = "none"
+    mode: str = "fallback"
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _choice("prefetch", "prefetcher", self.prefetcher, PREFETCHERS)
+        _choice("prefetch", "mode", self.mode, MODES)
+        module = get_prefetcher(self.prefetcher)
+        if self.mode == "commit" and (module is None or module.KIND != "next"):
+            raise MoesimError(f"[prefetch] mode commit runs next-layer predictions; prefetcher '{self.prefetcher}' "
+                              "makes none (use oracle, speculative or history)")
+        object.__setattr__(self, "params", _params("prefetch", f"prefetcher {self.prefetcher}", self.params, module))
+
+    def __hash__(self):
+        return hash(_canonical(self))
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    """``kernel``: ``fused`` (a layer's experts in one kernel once all are resident, vLLM) or
+    ``per-expert`` (each as its weights land, Mixtral-offloading)."""
+
+    kernel: str = "fused"
+
+    def __post_init__(self):
+        _choice("execution", "kernel kind", self.kernel, KERNELS)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """``batch`` sequences decode in lockstep (a layer loads their union); ``context`` KV tokens are added to
+    every sequence (a prompt the trace did not record)."""
+
+    batch: int = 1
+    context: int = 0
+
+    def __post_init__(self):
+        _int(self, "workload", "batch", 1)
+        _int(self, "workload", "context", 0)
+
+
+SECTIONS = {"model": ModelConfig, "hardware": HardwareConfig, "cache": CacheConfig, "prefetch": PrefetchConfig,
+            "execution": ExecutionConfig, "workload": WorkloadConfig}
+# flat setting name -> (section, field); a section's own field names, except where a bare name would be unclear
+_RENAMED = {("model", "name"): "model", ("hardware", "machine"): "hardware", ("prefetch", "prefetcher"): "prefetch"}
+SETTINGS = {_RENAMED.get((s, f.name), f.name): (s, f.name)
+            for s, cls in SECTIONS.items() for f in fields(cls) if f.name != "params"}
+CACHE_PARAMS = tuple(dict.fromkeys(k for p in POLICIES for k in getattr(get_policy(p), "PARAMS", {})))
+PREFETCH_PARAMS = tuple(dict.fromkeys(k for p in PREFETCHERS if p != "none"
+                                      for k in getattr(get_prefetcher(p), "PARAMS", {})))
+HITRATE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "cache" and k != "dram_capacity") + CACHE_PARAMS
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting of a run, in six validated sections (see the module docstring)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    prefetch: PrefetchConfig = field(default_factory=PrefetchConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+
+    def __post_init__(self):
+        for name, cls in SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise MoesimError(f"Config.{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
+
+    @classmethod
+    def build(cls, **settings) -> Config:
+        """A configuration from flat settings (``policy="lru", capacity=4, gamma=0.9, ...``); the rest default.
+
+        >>> Config.build(policy="gamma", gamma=0.8, capacity=4).cache.params
+        {'gamma': 0.8}
+        """
+        return cls().replace(**settings)
+
+    def replace(self, **settings) -> Config:
+        """This configuration with the flat settings given changed (a policy parameter must suit the policy)."""
+        parts = {name: {} for name in SECTIONS}
+        params = {"cache": dict(self.cache.params), "prefetch": dict(self.prefetch.params)}
+        for key, value in settings.items():
+            if key in SETTINGS:
+                section, name = SETTINGS[key]
+                parts[section][name] = value
+            elif key in CACHE_PARAMS or key in PREFETCH_PARAMS:
+                params["cache" if key in CACHE_PARAMS else "prefetch"][key] = value
+            else:
+                raise MoesimError(f"unknown setting {key!r} (known: {', '.join(SETTINGS)}, "
+                                  f"{', '.join(CACHE_PARAMS + PREFETCH_PARAMS)})")
+        if settings.get("policy", self.cache.policy) != self.cache.policy:  # a new policy drops the old one's parameters
+            params["cache"] = {k: v for k, v in params["cache"].items() if k in settings}
+        if settings.get("prefetch", self.prefetch.prefetcher) != self.prefetch.prefetcher:
+            params["prefetch"] = {k: v for k, v in params["prefetch"].items() if k in settings}
+        parts["cache"]["params"], parts["prefetch"]["params"] = params["cache"], params["prefetch"]
+        return Config(**{name: replace(getattr(self, name), **parts[name]) for name in SECTIONS})
+
+    def flat(self) -> dict:
+        """Every setting under its flat name, the policy's and prefetcher's parameters included."""
+        out = {key: getattr(getattr(self, s), f) for key, (s, f) in SETTINGS.items()}
+        return {**out, **self.cache.params, **self.prefetch.params}
+
+    def to_toml(self, path: str | Path) -> None:
+        """Write the sections as TOML tables (unset settings left out), atomically."""
+        lines = []
+        for name in SECTIONS:
+            values = {k: v for k, v in asdict(getattr(self, name)).items() if v is not None and k != "params"}
+            params = getattr(getattr(self, name), "params", {})
+            lines.append(f"[{name}]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+            if params:
+                lines.append(f"params = {{ {', '.join(f'{k} = {_toml_value(v)}' for k, v in params.items())} }}")
+            lines.append("")
+        with atomic_output(path) as tmp:
+            Path(tmp).write_text("\n".join(lines))
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Config:
+        """A configuration file's sections (every one optional); errors name the file."""
+        data = read_toml(path, "configuration file")
+        unknown = sorted(set(data) - set(SECTIONS))
+        if unknown:
+            raise MoesimError(f"{path}: unknown section(s) {', '.join(unknown)} (known: {', '.join(SECTIONS)})")
+        try:
+            parts = {}
+            for name, cls_ in SECTIONS.items():
+                table = data.get(name, {})
+                if not isinstance(table, dict):
+                    raise MoesimError(f"[{name}] must be a table")
+                known = {f.name for f in fields(cls_)}
+                extra = sorted(set(table) - known)
+                if extra:
+                    raise MoesimError(f"[{name}] unknown key(s) {', '.join(extra)} (known: {', '.join(known)})")
+                parts[name] = cls_(**table)
+            return cls(**parts)
+        except MoesimError as exc:
+            raise MoesimError(f"{path}: {exc}") from None
+
+
+def _canonical(section) -> str:
+    """A section as sorted JSON: what it hashes by (its parameters are a dict)."""
+    return json.dumps(asdict(section), sort_keys=True, default=str)
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value)
+
+
+def config_id(kind: str, trace: str, config: Config | dict) -> str:
+    """A short stable hash of a run: its kind, its trace and every setting."""
+    flat = config.flat() if isinstance(config, Config) else config
+    return hashlib.sha1(json.dumps([kind, trace, flat], sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def params_for(policy: str, given: dict) -> dict:
+    """Of parameters given for several policies at once (a command line's ``--gamma``), those ``policy`` takes."""
+    takes = getattr(get_policy(policy), "PARAMS", {})
+    return {k: v for k, v in given.items() if k in takes}
+
+
+def check_params_used(policies: list[str], given: dict, prefetchers: list[str] = ("none",)) -> None:
+    """A parameter that none of ``policies`` (nor of the prefetchers) takes was given by mistake."""
+    takes = {k for p in policies if p in POLICIES for k in getattr(get_policy(p), "PARAMS", {})}
+    takes |= {k for p in prefetchers if p in PREFETCHERS for k in getattr(get_prefetcher(p), "PARAMS", {})}
+    unused = sorted(k for k in given if k not in takes)
+    if unused:
+        raise MoesimError(f"{', '.join(unused)}: no policy or prefetcher of this run takes it "
+                          f"(policies {', '.join(policies)}; prefetchers {', '.join(prefetchers)})")
+
+
+def module_params(module, given: dict) -> dict:
+    """The parameters a policy or prefetcher module runs with: its defaults (``PARAMS``), the values given,
+    and the traces that name files loaded (each once per process, the last few kept)."""
+    out = {**getattr(module, "PARAMS", {}), **given}
+    for key in TRACE_PARAMS:
+        if isinstance(out.get(key), (str, Path)):
+            out[key] = load_cached_trace(str(out[key]))
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def load_cached_trace(path: str):
+    """A trace file, loaded once per process while it is among the last few asked for."""
+    from moesim.tracegen.io import load_trace
+
+    return load_trace(path)

@@ -1,0 +1,119 @@
+"""The discrete-event engine's state: named, typed arrays built by one function (``build_state``).
+
+The compiled loop (``moesim.sim.des_loop``) reads and writes nothing else. Five named tuples,
+numba-typed by their fields, so a field is read by name, never by position:
+
+- ``Inputs``: what the run reads — the request rows, what each cell executes, predictions and
+  preloads, the durations of ``moesim.sim.costs``, and the run's switches;
+- ``Cache``: residency — which object (``layer * E + expert``) sits in which GPU slot, when its
+  weights land, whether a prefetch brought it, and the request-set marks victims must avoid;
+- ``Tiers``: the copy engines, the SSD queue and the DRAM cache in front of it (``moesim.sim.des_tiers``);
+- ``Tally``: what the run records — counters (``C_*``), per-row times (``R_*``), per-layer hits,
+  the decision log (``EV_*``);
+- ``Kernels``: the current layer's expert kernels (when each one's weights land, its tokens).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from moesim.policies.base import make_lists
+
+# counters
+C_HITS, C_ACCESSES, C_LOADS, C_PREFILL_LOADS, C_PF_LOADS, C_PF_USED, C_SSD_READS, C_SUBS, C_SUBS_MASS, \
+    C_DRAM_HITS, C_BYPASS = range(11)
+N_COUNTERS = 11
+# per-row accounting columns
+R_TIME, R_COMPUTE, R_STALL, R_COPY = range(4)
+# decision log events (row, layer, event, object, slot), in the order the engine made them: the
+# replay executes them. A slot of -1 is no slot (no-cache streaming, a staged prefetch, a bypass).
+EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD = range(4)
+# the tiers' clocks: when the SSD's queue is free, seconds the copy engines were busy, DRAM slots used
+SSD_FREE, COPY_BUSY, DRAM_USED = range(3)
+
+
+class Inputs(NamedTuple):
+    experts: np.ndarray        # int16 [R, L, W]: the routed experts of each request row (-1 padding)
+    exe: np.ndarray            # int16 [R, L, W']: the experts each cell executes
+    exe_tokens: np.ndarray     # int32 [R, L, W']: the tokens each executed expert computes
+    committed: np.ndarray      # bool [R, L]: the cell runs its prediction (CommitMoE)
+    weights: np.ndarray        # float32 [R, L, W]: router weight of each routed expert
+    pred: np.ndarray           # int16 [R, L, P]: experts predicted for each cell (P = 0: no prefetcher)
+    kind: np.ndarray           # int8 [R]: PREFILL or DECODE
+    group_start: np.ndarray    # bool [R]: the row starts a batch
+    preload_at: np.ndarray     # int64 [R]: the preload set issued at this row (-1: none)
+    preload: np.ndarray        # int16 [G, L, C]: preload sets
+    pre_s: np.ndarray          # float64 [R]: a layer's attention + router + shared experts
+    lut_s: np.ndarray          # float64 [R]: MoLE: a layer's lookup-row copy
+    by_tokens: np.ndarray      # float64 [T + 1]: one expert's work on T tokens
+    times: np.ndarray          # float64 [4]: scalar durations (``moesim.sim.costs.T_*``)
+    per_expert: bool           # kernel kind: per-expert (else fused)
+    capacity: np.int64         # GPU slots per partition (0: no expert cache)
+    num_experts: np.int64
+    per_layer: bool            # scope per-layer (else one global pool)
+    reset_each_group: bool
+    mole: bool
+    dram_capacity: np.int64    # DRAM slots in front of the SSD (-1: every expert in DRAM)
+
+
+class Cache(NamedTuple):
+    slot_of: np.ndarray        # int64 [objects]: its slot (-1: not resident)
+    obj_of: np.ndarray         # int64 [slots]: the object in it (-1: free)
+    used: np.ndarray           # int64 [partitions]: slots filled
+    mark: np.ndarray           # int64 [objects]: stamp of the request set (or prediction) it is in
+    ready: np.ndarray          # float64 [objects]: when its weights landed or land
+    by_prefetch: np.ndarray    # int64 [objects]: 1 if a prefetch put it in its slot and no hit used it yet
+    staged: np.ndarray         # int64 [objects]: no cache: the cell a prefetched copy waits for
+
+
+class Tiers(NamedTuple):
+    eng_free: np.ndarray       # float64 [engines]: when each copy engine is free
+    clocks: np.ndarray         # float64 [3]: SSD_FREE, COPY_BUSY, DRAM_USED
+    dram_lists: tuple          # the DRAM cache's LRU list (``moesim.policies.base.make_lists``)
+    in_dram: np.ndarray        # bool [objects]
+    lut_ready: np.ndarray      # float64 [L]: MoLE: when each layer's lookup rows land
+
+
+class Tally(NamedTuple):
+    counters: np.ndarray       # float64 [N_COUNTERS]
+    rows: np.ndarray           # float64 [R, 4]: R_TIME, R_COMPUTE, R_STALL, R_COPY of each row
+    layer_hits: np.ndarray     # int64 [L]: decode hits
+    layer_accesses: np.ndarray  # int64 [L]: decode accesses
+    log: np.ndarray            # int64 [n, 5]: the decision log (0 rows: not kept)
+    n_log: np.ndarray          # int64 [1]: entries logged
+
+
+class Kernels(NamedTuple):
+    ready: np.ndarray          # float64 [W']: when each expert of the layer's run has its weights
+    tokens: np.ndarray         # int32 [W']: the tokens it computes
+
+
+class State(NamedTuple):
+    inputs: Inputs
+    cache: Cache
+    tiers: Tiers
+    tally: Tally
+    kernels: Kernels
+
+
+def make_tiers(num_objects: int, num_layers: int, engines: int) -> Tiers:
+    """Idle copy engines, an idle SSD queue, an empty DRAM cache."""
+    return Tiers(np.zeros(max(engines, 1)), np.zeros(3), make_lists(num_objects, 1, 1),
+                 np.zeros(num_objects, np.bool_), np.zeros(num_layers))
+
+
+def build_state(inputs: Inputs, engines: int, log_rows: int) -> State:
+    """Everything the loop works on, for ``inputs``: an empty cache, idle tiers, zeroed tallies."""
+    n_rows, n_layers, width = inputs.experts.shape
+    n_objects = n_layers * int(inputs.num_experts)
+    n_parts = n_layers if inputs.per_layer else 1
+    exe_width = inputs.exe.shape[2]
+    cache = Cache(np.full(n_objects, -1, np.int64), np.full(max(n_parts * int(inputs.capacity), 1), -1, np.int64),
+                  np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros(n_objects),
+                  np.zeros(n_objects, np.int64), np.full(n_objects, -1, np.int64))
+    tally = Tally(np.zeros(N_COUNTERS), np.zeros((n_rows, 4)), np.zeros(n_layers, np.int64),
+                  np.zeros(n_layers, np.int64), np.zeros((log_rows, 5), np.int64), np.zeros(1, np.int64))
+    return State(inputs, cache, make_tiers(n_objects, n_layers, engines), tally,
+                 Kernels(np.zeros(exe_width), np.zeros(exe_width, np.int32)))

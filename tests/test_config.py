@@ -1,0 +1,105 @@
+"""The one configuration object: validated once, one-line errors, flat names, TOML and hashing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from moesim import CacheConfig, Config, MoesimError
+from moesim.sim.config import CACHE_PARAMS, PREFETCH_PARAMS, SETTINGS, config_id
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(polcy="lru"), "unknown setting 'polcy'"),
+    (dict(policy="lru", gamma=0.5), "policy lru takes no parameter 'gamma'"),
+    (dict(policy="gamma", gamma=1.5), "gamma must be in [0.0, 1.0]"),
+    (dict(policy="gamma", gamma=float("nan")), "gamma must be float"),
+    (dict(policy="random", seed=1.5), "seed must be int"),
+    (dict(policy="nope"), "unknown policy 'nope'"),
+    (dict(capacity=-1), "capacity must be at least 0"),
+    (dict(capacity=4.0), "capacity must be an integer"),
+    (dict(capacity=True), "capacity must be an integer"),
+    (dict(batch=0), "batch must be at least 1"),
+    (dict(context=-5), "context must be at least 0"),
+    (dict(dram_capacity=-1), "dram_capacity must be at least 0"),
+    (dict(scope="everywhere"), "unknown scope 'everywhere'"),
+    (dict(kernel="grouped"), "unknown kernel kind 'grouped'"),
+    (dict(mode="commit"), "mode commit runs next-layer predictions; prefetcher 'none'"),
+    (dict(prefetch="popular", mode="commit"), "prefetcher 'popular' makes none"),
+    (dict(prefetch="oracle", train_trace="t.parquet"), "prefetcher oracle takes no parameter 'train_trace'"),
+    (dict(hardware="rtx9090"), "unknown hardware 'rtx9090'"),
+    (dict(link="pcie9"), "unknown link 'pcie9'"),
+    (dict(dtype="int3"), "unknown dtype 'int3'"),
+    (dict(reset="yes"), "reset must be true or false"),
+])
+def test_bad_settings_are_one_line_errors(settings, message):
+    with pytest.raises(MoesimError) as err:
+        Config.build(**settings)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_every_setting_has_one_flat_name_and_round_trips():
+    config = Config.build(policy="gamma", gamma=0.8, capacity=np.int64(6), scope="global", prefetch="history",
+                          train_trace="train.parquet", mode="commit", kernel="per-expert", batch=2, context=128,
+                          hardware="h100", link="pcie4", ssd="pcie5-nvme", dram_capacity=32, model="mixtral-8x7b",
+                          dtype="int4", reset=True)
+    flat = config.flat()
+    assert set(flat) == set(SETTINGS) | {"gamma", "train_trace"}
+    assert type(flat["capacity"]) is int and flat["capacity"] == 6
+    assert Config.build(**flat) == config
+    assert config.cache.params == {"gamma": 0.8} and config.prefetch.params == {"train_trace": "train.parquet"}
+    assert set(CACHE_PARAMS) == {"gamma", "seed", "ml_model", "pin_trace"} and PREFETCH_PARAMS == ("train_trace",)
+
+
+def test_a_new_policy_drops_the_old_ones_parameters():
+    gamma = Config.build(policy="gamma", gamma=0.5)
+    assert gamma.replace(policy="lru").cache.params == {}
+    assert gamma.replace(capacity=8).cache.params == {"gamma": 0.5}
+    assert gamma.replace(policy="gamma-admit", gamma=0.7).cache.params == {"gamma": 0.7}
+
+
+def test_toml_round_trip_and_its_errors_name_the_file(tmp_path):
+    config = Config.build(policy="static", pin_trace="pop.parquet", capacity=5, prefetch="oracle", batch=3,
+                          hardware="rtx5070ti", ssd="pcie5-nvme", dram_capacity=0)
+    path = tmp_path / "run.toml"
+    config.to_toml(path)
+    assert Config.from_toml(path) == config
+    assert Config.from_toml(_write(tmp_path, "")) == Config()
+    for text, message in (("[cahce]\npolicy = 'lru'", "unknown section(s) cahce"),
+                          ("[cache]\npolicy = 'lru'\nsize = 3", "[cache] unknown key(s) size"),
+                          ("[cache]\ncapacity = 'four'", "capacity must be an integer"),
+                          ("[cache]\npolicy = 'lru'\nparams = { gamma = 0.5 }", "takes no parameter 'gamma'"),
+                          ("cache = 3", "[cache] must be a table"),
+                          ("[cache\n", "not valid TOML")):
+        bad = _write(tmp_path, text)
+        with pytest.raises(MoesimError) as err:
+            Config.from_toml(bad)
+        assert str(err.value).startswith(str(bad)) and message in str(err.value), err.value
+
+
+def _write(folder, text):
+    path = folder / "c.toml"
+    path.write_text(text)
+    return path
+
+
+def test_equal_configurations_hash_alike_and_ids_tell_them_apart():
+    a, b = Config.build(policy="gamma", gamma=0.9), Config.build(policy="gamma")
+    assert a != b and hash(a) != hash(b)  # a default left implicit is a different configuration
+    assert a == Config.build(policy="gamma", gamma=0.9) and hash(a) == hash(Config.build(policy="gamma", gamma=0.9))
+    ids = {config_id("des", "t.parquet", c) for c in (a, b, a.replace(capacity=5))}
+    assert len(ids) == 3 and config_id("hitrate", "t.parquet", a) != config_id("des", "t.parquet", a)
+    assert {CacheConfig(): 1}[CacheConfig()] == 1
+
+
+def test_policy_parameters_on_the_command_line_go_to_the_policies_that_take_them(cli, tmp_path):
+    from moesim.tracegen.io import bundled_trace_path
+
+    code, _, err = cli("sim", "hitrate", bundled_trace_path(), "--policy", "lru,fifo", "--gamma", "0.5")
+    assert code == 1 and "gamma: no policy or prefetcher of this run takes it" in err
+    code, out, err = cli("sim", "hitrate", bundled_trace_path(), "--policy", "lru,gamma", "--gamma", "0", "--json")
+    assert code == 0, err
+    import json
+
+    lru, gamma = json.loads(out)["results"]
+    assert gamma["hits"] == lru["hits"]  # γ = 0 is LRU (MELINOE Remark C.2)
