@@ -13,7 +13,7 @@ from moesim.cli.console import console, emit_json, table
 from moesim.errors import MoesimError
 from moesim.policies import POLICIES
 from moesim.policies.prefetch import PREFETCHERS
-from moesim.sim.config import CacheConfig, Config, check_params_used, params_for
+from moesim.sim.config import SETTINGS, CacheConfig, Config, check_params_used, params_for
 from moesim.sim.hitrate import simulate
 from moesim.tracegen.io import load_trace
 
@@ -87,6 +87,7 @@ def hitrate(
 
 @app.command()
 def run(
+    ctx: typer.Context,
     trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (Parquet).")],
     model: Annotated[Optional[str], typer.Option(help="Model preset (default: the trace's model; see "
                                                       "'moesim models').")] = None,
@@ -117,6 +118,11 @@ def run(
     pin_trace: PinTrace = None,
     train_trace: Annotated[Optional[Path], typer.Option("--train-trace", help="Trace the history and popular "
                                                         "prefetchers learn from (default: TRACE itself).")] = None,
+    config_file: Annotated[Optional[Path], typer.Option("--config", help="Start from this configuration file "
+                                                        "(TOML: [model] [hardware] [cache] [prefetch] [execution] "
+                                                        "[workload]); options given here override it.")] = None,
+    save_config: Annotated[Optional[Path], typer.Option("--save-config", help="Write the configuration of the "
+                                                        "first run as TOML (for --config).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Time per output token: the discrete-event simulation of decoding TRACE on a model and machine.
@@ -125,21 +131,29 @@ def run(
     """
     from moesim.sim.des import simulate_des
 
-    trace = load_trace(trace_path)
-    base = Config.build(model=model, hardware=hardware, link=link, ssd=ssd, scope=scope, dram_capacity=dram_capacity,
-                        prefetch=prefetch, mode=mode, kernel=kernel, batch=batch, context=context, dtype=dtype,
-                        reset=reset, **policy_params(train_trace=train_trace))
+    base = Config.from_toml(config_file) if config_file is not None else Config()
+    typed = {k: v for k, v in ctx.params.items() if getattr(ctx.get_parameter_source(k), "name", "") == "COMMANDLINE"}
+    base = base.replace(**{k: v for k, v in typed.items() if k in SETTINGS and k not in ("policy", "capacity")},
+                        **policy_params(train_trace=train_trace))
+    policies = names(policy) if "policy" in typed or config_file is None else [base.cache.policy]
+    capacities = int_list(capacity, "--capacity") if "capacity" in typed or config_file is None else \
+        [base.cache.capacity]
     given = policy_params(gamma=gamma, seed=seed, ml_model=ml_model, pin_trace=pin_trace)
-    check_params_used(names(policy), given)
+    check_params_used(policies, given)
+    configs = [base.replace(policy=name, capacity=c, **params_for(name, given)) for name in policies
+               for c in capacities]
+    if save_config is not None:
+        configs[0].to_toml(save_config)
+    trace = load_trace(trace_path)
     spec, hw = base.model.spec(trace.meta), base.hardware.spec()
-    results = [simulate_des(trace, base.replace(policy=name, capacity=c, **params_for(name, given)), spec, hw)
-               for name in names(policy) for c in int_list(capacity, "--capacity")]
+    results = [simulate_des(trace, config, spec, hw) for config in configs]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
         return
     ttft = any(r.ttft_s is not None for r in results)
+    scope, prefetch, mode = base.cache.scope, base.prefetch.prefetcher, base.prefetch.mode
     table(f"{trace_path}: {spec.name} on {hw.name} ({hw.gpu.name}, {hw.link.name}), {scope}, prefetch {prefetch} "
-          f"({mode}), {kernel} kernel, batch {batch}; times per step in ms",
+          f"({mode}), {base.execution.kernel} kernel, batch {base.workload.batch}; times per step in ms",
           ["policy", "C", "TPOT", "p99", "tok/s", "compute", "copy", "stall", "hit rate"] + ["TTFT"] * ttft,
           [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3,
             r.copy_s * 1e3, r.stall_s * 1e3, r.hit_rate] + [(r.ttft_s or float("nan")) * 1e3] * ttft

@@ -103,3 +103,30 @@ def test_policy_parameters_on_the_command_line_go_to_the_policies_that_take_them
 
     lru, gamma = json.loads(out)["results"]
     assert gamma["hits"] == lru["hits"]  # γ = 0 is LRU (MELINOE Remark C.2)
+
+
+def test_sim_run_saves_and_starts_from_a_configuration_file(cli, tmp_path):
+    import json
+
+    from moesim.tracegen.io import bundled_trace_path
+
+    saved = tmp_path / "run.toml"
+    args = ("sim", "run", bundled_trace_path(), "--json")
+    code, first, err = cli(*args, "--policy", "gamma", "--gamma", "0.8", "--capacity", "5", "--prefetch", "oracle",
+                           "--batch", "2", "--save-config", saved)
+    assert code == 0, err
+    assert Config.from_toml(saved) == Config.build(policy="gamma", gamma=0.8, capacity=5, prefetch="oracle", batch=2)
+    code, again, err = cli(*args, "--config", saved)
+    assert code == 0 and _metrics(again) == _metrics(first), err
+    code, changed, err = cli(*args, "--config", saved, "--capacity", "6")
+    row = json.loads(changed)["results"][0]
+    assert code == 0 and (row["capacity"], row["prefetch"], row["batch"], row["gamma"]) == (6, "oracle", 2, 0.8)
+    saved.write_text("[workload]\nbatch = 0\n")
+    code, _, err = cli(*args, "--config", saved)
+    assert code == 1 and err.strip() == f"moesim: error: {saved}: [workload] batch must be at least 1, got 0"
+
+
+def _metrics(out):
+    import json
+
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in json.loads(out)["results"]]
