@@ -40,7 +40,8 @@ def ml_ffn(
     arrays, log = train(trace, layers == "per-layer", horizon=horizon, val_fraction=val_fraction, seed=seed)
     save_model(arrays, out)
     val = trace.select(log["val_sequences"])
-    rows = [simulate(val, CacheConfig(policy=p, capacity=capacity, params={"ml_model": str(out)} if p == "ml-ffn" else {}))
+    rows = [simulate(val, CacheConfig(policy=p, capacity=capacity,
+                                      params={"ml_model": str(out)} if p == "ml-ffn" else {}))
             for p in ("ml-ffn", "lru", "belady")]
     report = {"model": str(out), **log, "capacity": capacity,
               "val_hit_rate": {r.policy: r.hit_rate for r in rows}}

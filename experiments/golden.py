@@ -38,7 +38,8 @@ def golden_table() -> pl.DataFrame:
                 for semantics in SEMANTICS:
                     for c in CAPACITIES:
                         slots = c if scope == "per-layer" else c * trace.meta.num_layers
-                        r = simulate(trace, CacheConfig(policy=policy, capacity=slots, scope=scope, semantics=semantics))
+                        cache = CacheConfig(policy=policy, capacity=slots, scope=scope, semantics=semantics)
+                        r = simulate(trace, cache)
                         rows.append({"trace": name, "policy": policy, "scope": scope, "semantics": semantics,
                                      "capacity": slots, "accesses": r.accesses, "hits": r.hits,
                                      "hit_rate": round(r.hit_rate, 6)})

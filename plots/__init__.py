@@ -1,1 +1,2 @@
-"""Every figure moesim draws: traces (activation heatmaps) and results (hit rate and TPOT against capacity, speedups, per-layer hit rates, eviction timelines)."""
+"""Every figure moesim draws: of a trace (activations, eviction timelines) and of results (hit rate and
+TPOT against capacity, speedups, per-layer hit rates)."""

@@ -96,7 +96,8 @@ def plot_eviction_timeline(trace: Trace, out: str | Path, capacity: int = 4, lay
     for j in range(k):
         routed[one.experts[:, layer, j], np.arange(hi - lo)] = 1.0
     for ax, policy in zip(axes[:, 0], policies):
-        result = simulate(one, CacheConfig(policy=policy, capacity=capacity), log_evictions=one.accesses)
+        cache = CacheConfig(policy=policy, capacity=capacity)
+        result = simulate(one, cache, log_evictions=one.accesses)
         t, obj = result.evictions[:, 0], result.evictions[:, 1]
         mine = obj // num_experts == layer
         tokens, experts = t[mine] // (n_layers * k), obj[mine] % num_experts

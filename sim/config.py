@@ -260,7 +260,8 @@ class Config:
             else:
                 raise MoesimError(f"unknown setting {key!r} (known: {', '.join(SETTINGS)}, "
                                   f"{', '.join(CACHE_PARAMS + PREFETCH_PARAMS)})")
-        if settings.get("policy", self.cache.policy) != self.cache.policy:  # a new policy drops the old one's parameters
+        # a new policy (prefetcher) drops the old one's parameters
+        if settings.get("policy", self.cache.policy) != self.cache.policy:
             params["cache"] = {k: v for k, v in params["cache"].items() if k in settings}
         if settings.get("prefetch", self.prefetch.prefetcher) != self.prefetch.prefetcher:
             params["prefetch"] = {k: v for k, v in params["prefetch"].items() if k in settings}

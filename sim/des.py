@@ -1,8 +1,9 @@
 """Time per output token from a trace: the discrete-event simulator's Python face.
 
-``simulate_des`` turns a trace into request rows (batching, prefill), times every piece from the
-model and the machine (``costs``), asks a prefetcher for its predictions, runs the compiled loop of
-``des_loop`` with the replacement policy's hooks, and summarises: TPOT (mean, p50, p99) over decode
+``simulate_des`` runs one ``Config`` (``moesim.sim.config``) on a trace: it turns the trace into
+request rows (batching, prefill), times every piece from the model and the machine (``costs``), asks
+the prefetcher for its predictions, builds the engine's named state (``des_state``), runs the compiled
+loop of ``des_loop`` with the replacement policy's hooks, and summarises: TPOT (mean, p50, p99) over decode
 steps, tokens/s, TTFT (the prefill row, when the trace has prompt rows), the compute / copy / stall
 split per step, bytes over the link and from the SSD, hit rate (decode accesses served without an
 on-demand copy), the predictor's precision and recall, and CommitMoE's substitutions.
