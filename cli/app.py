@@ -14,7 +14,7 @@ from moesim.cli import plot_cmd, replay_cmd, sim_cmd, sweep_cmd, trace_cmd, trai
 from moesim.cli.console import console, emit_json, table
 from moesim.tracegen.models import MODELS
 
-app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of-Experts inference.",
+app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of-Experts inference.", rich_markup_mode="markdown",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(trace_cmd.app, name="trace")
 app.add_typer(sim_cmd.app, name="sim")
@@ -104,9 +104,19 @@ def demo(
 
 
 def main() -> None:
-    """Entry point: user errors become one line on stderr and exit status 1."""
+    """Entry point: bad input becomes one line on stderr and exit status 1, a usage error (an unknown
+    option, a missing argument, a value of the wrong type) one line and status 2, Ctrl-C status 130."""
     try:
-        app()
+        status = app(standalone_mode=False)
     except MoesimError as exc:
         print(f"moesim: error: {exc}", file=sys.stderr)
         sys.exit(1)
+    except typer.Abort:
+        print("moesim: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except typer.TyperException as exc:  # click's usage errors
+        message = " ".join((exc.format_message() if hasattr(exc, "format_message") else str(exc)).split())
+        if message:  # empty: the help was asked for by giving no arguments, and is printed
+            print(f"moesim: error: {message}", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", 2))
+    sys.exit(status if isinstance(status, int) else 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -28,15 +29,25 @@ def fmt(value) -> str:
 
 
 def emit_json(payload) -> None:
-    """JSON on stdout with nothing else on it, so it pipes into jq."""
-    sys.stdout.write(json.dumps(payload, indent=2, default=_plain) + "\n")
+    """JSON on stdout with nothing else on it, so it pipes into jq; NaN and infinities are null (JSON has
+    no such numbers, and jq and most parsers refuse them)."""
+    sys.stdout.write(json.dumps(_json_ready(payload), indent=2, allow_nan=False) + "\n")
 
 
 def warn(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _plain(value):
+def _json_ready(value):
+    """``value`` with numpy arrays and scalars as Python ones, and non-finite floats as None."""
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
     if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+        return _json_ready(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Path):
+        return str(value)
+    return value

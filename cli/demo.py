@@ -51,7 +51,7 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     with console.status(f"simulating {len(DEMO_POLICIES)} policies x {len(DEMO_CAPACITIES)} capacities "
                         f"(the first run compiles each policy)"):
         run_sweep(spec, results, jobs=jobs)
-    frame = pl.read_parquet(results)
+    frame = pl.read_parquet(results, glob=False)
     rows = frame.filter(pl.col("capacity") == TABLE_CAPACITY).sort("tpot_s")
     lru = rows.filter(pl.col("policy") == "lru")["tpot_s"][0]
     table(f"{TABLE_CAPACITY} of {m.num_experts} experts per layer on the GPU, RTX 4090 + PCIe 4, bf16: "

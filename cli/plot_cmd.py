@@ -28,12 +28,14 @@ def plot(
     Example: moesim plot fig6.parquet --kind hitrate-vs-capacity --out fig6.png
     """
     from moesim.errors import MoesimError
+    from moesim.files import check_output
     from moesim.plots.results import RESULT_KINDS, plot_results, read_results
     from moesim.plots.trace import TRACE_KINDS, plot_activations, plot_eviction_timeline
     from moesim.tracegen.io import load_trace
 
     if kind not in RESULT_KINDS + TRACE_KINDS:
         raise MoesimError(f"unknown plot kind {kind!r}; choose from {', '.join(RESULT_KINDS + TRACE_KINDS)}")
+    check_output(out, "figure", inputs=(source,))
     if kind in TRACE_KINDS:
         trace = load_trace(source)
         if not 0 <= sequence < trace.num_sequences:

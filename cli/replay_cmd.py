@@ -76,11 +76,13 @@ def calibrate(
     Example: moesim calibrate --model olmoe-1b-7b --scale 0.5 --out hw.toml
     """
     from moesim.replay.calibrate import calibrate as measure
+    from moesim.files import check_output
     from moesim.replay.run import shrink
     from moesim.sim.hardware import write_hardware
     from moesim.tracegen.models import get_model
     from moesim.tracegen.synth import synth_trace
 
+    check_output(out, "hardware file")
     spec = get_model(model)
     _, spec = shrink(synth_trace(spec.num_layers, spec.num_experts, spec.top_k, 1, 1, seed=0), spec, layers, scale)
     _check(spec, spec.top_k, True, backend, workdir)

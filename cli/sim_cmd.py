@@ -10,6 +10,7 @@ import polars as pl
 import typer
 
 from moesim.cli.console import console, emit_json, table
+from moesim.cli.options import Gamma, MlModel, PinTrace, Seed
 from moesim.errors import MoesimError
 from moesim.policies import POLICIES
 from moesim.policies.prefetch import PREFETCHERS
@@ -17,7 +18,7 @@ from moesim.sim.config import SETTINGS, CacheConfig, Config, check_params_used, 
 from moesim.sim.hitrate import simulate
 from moesim.tracegen.io import load_trace
 
-app = typer.Typer(help="Simulate caches over a trace.", no_args_is_help=True)
+app = typer.Typer(help="Simulate caches over a trace.", no_args_is_help=True, rich_markup_mode="markdown")
 
 
 def int_list(text: str, what: str) -> list[int]:
@@ -39,13 +40,6 @@ def policy_params(**given) -> dict:
     """The policy and prefetcher parameters given on the command line (None: not given; the policy's default)."""
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in given.items() if v is not None}
 
-
-Gamma = Annotated[Optional[float], typer.Option(help="Decay of the gamma policies (MELINOE; default 0.9).")]
-Seed = Annotated[Optional[int], typer.Option(help="Seed of random and lecar (default 0).")]
-MlModel = Annotated[Optional[Path], typer.Option("--ml-model", help="Model file from 'moesim train ml-ffn' (needed by "
-                                                                    "ml-ffn).")]
-PinTrace = Annotated[Optional[Path], typer.Option("--pin-trace", help="Trace whose popularity the static policy pins "
-                                                                      "(default: TRACE).")]
 
 
 @app.command()
@@ -181,8 +175,11 @@ def golden(
     """
     from moesim.experiments.golden import diff, golden_table, write_golden
 
+    if not path.exists() and not update:
+        raise MoesimError(f"{path}: no golden table here (run from the repository, pass --file, or --update to "
+                          "write one)")
     new = golden_table()
-    old = pl.read_csv(path) if path.exists() else new.clear()
+    old = pl.read_csv(path, glob=False) if path.exists() else new.clear()
     changed = diff(old, new)
     if changed.height:
         table(f"{changed.height} golden row(s) differ", changed.columns, changed.rows())

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from moesim.cli.console import console
+from moesim.files import check_output
 
 
 def sweep(
@@ -34,9 +35,11 @@ def sweep(
     from moesim.experiments.sweep import STOP, load_spec, run_sweep
 
     spec = load_spec(spec_path)
-    # `kill` (SIGTERM) ends the sweep after the configurations running now: their rows are written,
-    # nothing is left half-written, and --resume continues from there
+    check_output(out, "results", inputs=(spec_path, *spec.traces))
+    # `kill` (SIGTERM) and Ctrl-C end the sweep after the configurations running now: their rows are
+    # written, nothing is left half-written, and --resume continues from there
     signal.signal(signal.SIGTERM, lambda *_: STOP.set())
+    signal.signal(signal.SIGINT, lambda *_: STOP.set())
     with Progress(TextColumn(f"sweep ({spec.kind})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True) as bar:
         task = bar.add_task("sweep", total=None)

@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.cli.console import console, emit_json, table, warn
+from moesim.cli.options import Force
+from moesim.files import check_output
 from moesim.tracegen.models import get_model
 from moesim.tracegen.fit import compare, fit_locality
 from moesim.tracegen.importers import FORMATS, import_trace
@@ -16,7 +18,8 @@ from moesim.tracegen.schema import TraceMeta
 from moesim.tracegen.stats import summary, trace_stats
 from moesim.tracegen.synth import Locality, synth_trace
 
-app = typer.Typer(help="Import, synthesise and describe routing traces.", no_args_is_help=True)
+app = typer.Typer(help="Import, synthesise and describe routing traces.", no_args_is_help=True,
+                  rich_markup_mode="markdown")
 
 
 @app.command("import")
@@ -25,11 +28,13 @@ def import_(
     out: Annotated[Path, typer.Option("--out", "-o", help="Trace file to write (Parquet).")],
     fmt: Annotated[str, typer.Option("--format", "-f", help=f"Input format: {', '.join(FORMATS)}.")] = "vllm-jsonl",
     model: Annotated[Optional[str], typer.Option(help="Model preset whose dims fill the metadata (see 'moesim models').")] = None,
+    force: Force = False,
 ) -> None:
     """Convert a serving-engine routing log or a CSV table into a trace file.
 
     Example: moesim trace import gsm8k_2_routing.jsonl --format vllm-jsonl --model mixtral-8x7b --out t.parquet
     """
+    check_output(out, "trace", force=force, inputs=(src,))
     trace, dropped = import_trace(src, fmt, out, model)
     if dropped:
         warn(f"{src}: dropped {dropped} incomplete token(s) that lacked some layer's record")
@@ -55,6 +60,7 @@ def record(
     top_p: Annotated[float, typer.Option(help="Nucleus sampling threshold when sampling.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed of the sampler: same seed and batch size, same trace.")] = 0,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-new-tokens tokens.")] = False,
+    force: Force = False,
 ) -> None:
     """Record routing traces by running a transformers MoE model on prompts.
 
@@ -64,6 +70,7 @@ def record(
 
     from moesim.tracegen.record import RecordOptions, record_trace
 
+    check_output(out, "trace", force=force, inputs=(prompts, model))
     opts = RecordOptions(max_new_tokens=max_new_tokens, batch_size=batch_size, device=device, dtype=dtype, probs=probs,
                          speculate=speculate, chat=chat, temperature=temperature, top_p=top_p, seed=seed,
                          ignore_eos=ignore_eos)
@@ -94,11 +101,13 @@ def synth(
     reuse: Annotated[float, typer.Option(help="Chance a slot repeats an expert of the previous token.")] = Locality.reuse,
     cross_layer: Annotated[float, typer.Option(help="Chance a slot follows the previous layer's expert map.")] = Locality.cross_layer,
     like: Annotated[Optional[Path], typer.Option(help="Fit the locality knobs (and dims) to this real trace and report.")] = None,
+    force: Force = False,
 ) -> None:
     """Generate a synthetic trace with controlled locality, or one fitted to a real trace (--like).
 
     Example: moesim trace synth --model olmoe-1b-7b --sequences 100 --tokens 512 --seed 1 --out olmoe-synth.parquet
     """
+    check_output(out, "trace", force=force, inputs=(like,))
     real = load_trace(like) if like else None
     if real:
         meta = real.meta.replace(model=f"synthetic-like-{real.meta.model}")
@@ -110,12 +119,15 @@ def synth(
         console.print(f"fitting locality to {like} ...")
         locality = fit_locality(real, seed)
         console.print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in locality.as_dict().items()))
-        sequences = sequences or real.num_sequences
-        tokens = tokens or max(1, real.decode_steps // real.num_sequences)
+        sequences = real.num_sequences if sequences is None else sequences
+        tokens = max(1, real.decode_steps // real.num_sequences) if tokens is None else tokens
     else:
         locality = Locality(layer_alpha, seq_alpha, reuse, cross_layer)
-    trace = synth_trace(layers or meta.num_layers, experts or meta.num_experts, top_k or meta.top_k,
-                        sequences or 8, tokens or 256, seed, locality, prompt_tokens=prompt_tokens, meta=meta)
+    def given(value, default):
+        return default if value is None else value
+
+    trace = synth_trace(given(layers, meta.num_layers), given(experts, meta.num_experts), given(top_k, meta.top_k),
+                        given(sequences, 8), given(tokens, 256), seed, locality, prompt_tokens=prompt_tokens, meta=meta)
     write_trace(trace, out)
     console.print(f"wrote {out}: {trace.num_sequences} sequences, {trace.num_rows} steps, "
                   f"{trace.accesses} expert accesses")

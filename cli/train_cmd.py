@@ -9,11 +9,13 @@ import typer
 
 from moesim.errors import MoesimError
 from moesim.cli.console import console, emit_json, table
+from moesim.cli.options import Force
+from moesim.files import check_output
 from moesim.sim.config import CacheConfig
 from moesim.sim.hitrate import simulate
 from moesim.tracegen.io import load_trace
 
-app = typer.Typer(help="Train learned eviction policies.", no_args_is_help=True)
+app = typer.Typer(help="Train learned eviction policies.", no_args_is_help=True, rich_markup_mode="markdown")
 
 
 @app.command("ml-ffn")
@@ -27,6 +29,7 @@ def ml_ffn(
     horizon: Annotated[int, typer.Option(help="Distances beyond this many tokens count as this many.")] = 64,
     seed: Annotated[int, typer.Option(help="Seed of initialisation and batch order.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    force: Force = False,
 ) -> None:
     """Train FlashMoE's ML-FFN eviction model; report validation hit rate against LRU and Belady.
 
@@ -36,6 +39,7 @@ def ml_ffn(
 
     if layers not in ("per-layer", "shared"):
         raise MoesimError(f"--layers must be per-layer or shared, got {layers!r}")
+    check_output(out, "model", force=force, inputs=(train_trace,))
     trace = load_trace(train_trace)
     arrays, log = train(trace, layers == "per-layer", horizon=horizon, val_fraction=val_fraction, seed=seed)
     save_model(arrays, out)

@@ -17,6 +17,27 @@ else:  # Python 3.10
     import tomli as tomllib
 
 
+def check_output(path: str | Path, what: str, *, force: bool = True, inputs: tuple = ()) -> Path:
+    """Refuse, before any work, an output that cannot be written: its folder missing, not a folder or not
+    writable, the output one of the command's own ``inputs``, or an existing file when not ``force``."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise MoesimError(f"{path}: is a folder; give the {what} a file name")
+    if not parent.exists():
+        raise MoesimError(f"{path}: no such folder {parent} for the {what}")
+    if not parent.is_dir():
+        raise MoesimError(f"{path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise MoesimError(f"{path}: cannot write in {parent} (permission denied)")
+    for source in inputs:
+        if source is not None and Path(source).exists() and path.exists() and path.samefile(source):
+            raise MoesimError(f"{path}: is also an input of this command; write the {what} elsewhere")
+    if path.exists() and not force:
+        raise MoesimError(f"{path}: exists; pass --force to replace the {what}")
+    return path
+
+
 @contextmanager
 def atomic_output(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to `path`; it replaces `path` if the block succeeds, else vanishes."""

@@ -25,9 +25,12 @@ and ``resume`` runs only the configurations the file lacks.
 
 from __future__ import annotations
 
+import functools
 import glob
+import hashlib
 import itertools
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -83,14 +86,34 @@ def _applicable(config: dict) -> dict:
 
 
 def row_id(kind: str, config: dict) -> str:
-    """The ``config_id`` of a spec row: of its ``Config`` (the settings a run of this kind reads), or of
-    the raw settings when they do not build one (that row's error says why)."""
+    """The ``config_id`` of a spec row: of its trace's content (not its path: a resume from another
+    install or folder finds the same rows) and its ``Config`` (the settings a run of this kind reads), or
+    of the raw settings when they do not build one (that row's error says why)."""
     settings = {k: v for k, v in config.items() if k != "trace"}
+    trace = trace_digest(config["trace"])
     try:
         flat = Config.build(**settings).flat()
     except MoesimError:
-        return config_id(kind, config["trace"], settings)
-    return config_id(kind, config["trace"], {k: v for k, v in flat.items() if k in KEYS[kind]})
+        return config_id(kind, trace, settings)
+    return config_id(kind, trace, {k: v for k, v in flat.items() if k in KEYS[kind]})
+
+
+def trace_digest(path: str) -> str:
+    """SHA-1 of a trace file's bytes (read once per file version and process); the path when unreadable."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return path
+    return _digest(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    sha = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -215,7 +238,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
         if not resume:
             raise MoesimError(f"{out}: exists; pass --resume to continue that sweep, or remove it")
         try:
-            done = pl.read_parquet(out)
+            done = pl.read_parquet(out, glob=False)
         except Exception as exc:
             raise MoesimError(f"{out}: unreadable results file ({first_line(exc)})") from None
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
@@ -255,13 +278,27 @@ def _execute(kind: str, configs: list[dict], jobs: int) -> Iterator[dict]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     # spawned, not forked: a fork copies polars' and numba's thread pools with their locks held
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_init, initargs=(os.getpid(),))
     try:
         futures = [pool.submit(run_config, kind, c) for c in configs]
         for future in as_completed(futures):
             yield future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init(parent: int) -> None:
+    """A worker finishes its configuration on Ctrl-C (the parent decides when to stop) and exits when its
+    parent is gone (killed with SIGKILL, it cannot tell its workers)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _write(done: pl.DataFrame, rows: list[dict], out: Path) -> None:

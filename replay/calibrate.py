@@ -43,13 +43,13 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.replay.compute import DTYPE
-from moesim.replay.compute import ComputeStream
+from moesim.replay.compute import DTYPE, ComputeStream
 from moesim.replay.run import no_gc, replay
+from moesim.replay.scratch import scratch_folder
 from moesim.sim.config import Config
 from moesim.sim.costs import link_copy_s
 from moesim.sim.des import simulate_des
-from moesim.sim.hardware import GPU, MeasuredCompute, Hardware, Link
+from moesim.sim.hardware import GPU, Hardware, Link, MeasuredCompute
 from moesim.tracegen.models import ModelSpec
 
 PAGE = 4096
@@ -257,7 +257,7 @@ def _disk_link(model: ModelSpec, repeats: int, workdir, seed: int) -> Link:
     # sequential or repeated reads of a few experts are served by read-ahead and the host's caches
     layers = int(max(1, min(model.num_layers, 4e9 // (expert_bytes * model.num_experts))))
     shape = ModelSpec(model.name, "", "", layers, model.num_experts, 1, model.d_model, model.d_expert)
-    tmp = Path(tempfile.mkdtemp(prefix="moesim-calibrate-", dir=folder))
+    tmp = scratch_folder(folder, "calibrate")
     try:
         files = ExpertFiles(tmp, shape)
         files.write(seed)

@@ -14,7 +14,6 @@ import os
 import queue
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
+from moesim.replay.scratch import scratch_folder
 from moesim.tracegen.models import ModelSpec
 
 # the reader needs the GIL back after each read: at Python's default 5 ms switch interval the compute
@@ -140,7 +140,7 @@ class CpuBackend(Backend):
 
     def __init__(self, model: ModelSpec, n_buffers: int, folder: Path, seed: int = 0):
         self.torch = require_torch()
-        self.tmp = Path(tempfile.mkdtemp(prefix="moesim-replay-", dir=folder))
+        self.tmp = scratch_folder(folder, "replay")
         self.reader: Reader | None = None
         self.switch = sys.getswitchinterval()
         try:

@@ -161,3 +161,19 @@ def test_a_policy_parameter_goes_to_the_rows_whose_policy_takes_it(tmp_path):
     spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru", "fifo"]\n[fixed]\ngamma = 0.5\n')
     with pytest.raises(MoesimError, match="s.toml: gamma: no policy or prefetcher of this run takes it"):
         load_spec(spec)
+
+
+def test_a_configuration_id_follows_the_traces_content_not_its_path(tmp_path):
+    import shutil
+
+    from moesim.tracegen.io import bundled_trace_path
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(bundled_trace_path(), tmp_path / folder / "t.parquet")
+        (tmp_path / folder / "s.toml").write_text('traces = ["t.parquet"]\n[axes]\ncapacity = [4, 5]\n')
+    run_sweep(load_spec(tmp_path / "a" / "s.toml"), tmp_path / "r.parquet")
+    assert run_sweep(load_spec(tmp_path / "b" / "s.toml"), tmp_path / "r.parquet", resume=True).ran == 0
+    bundled = tmp_path / "bundled.toml"
+    bundled.write_text('traces = ["bundled"]\n[axes]\ncapacity = [4, 5]\n')
+    assert run_sweep(load_spec(bundled), tmp_path / "r.parquet", resume=True).ran == 0

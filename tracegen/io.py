@@ -33,20 +33,27 @@ def read_meta(path: str | Path) -> TraceMeta:
 def stored_columns(path: str | Path) -> list[str]:
     """The optional columns (weights, probs, spec, token) a trace file holds, without reading rows."""
     read_meta(path)
-    schema = pl.read_parquet_schema(path)
-    return [c for c in NULLABLE if c in schema]
+    return [c for c in NULLABLE if c in _schema(path)]
 
 
 def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
     """Load a trace file into dense arrays; `probs=True` also loads the full router distributions."""
     meta = read_meta(path)
-    schema = pl.read_parquet_schema(path)
+    schema = _schema(path)
     wanted = [c for c in COLUMNS if c in schema and (probs or c != "probs")]
     try:
-        frame = pl.read_parquet(path, columns=wanted)
+        frame = pl.read_parquet(path, columns=wanted, glob=False)  # a file name is never a pattern
     except Exception as exc:
         raise MoesimError(f"{path}: unreadable Parquet ({first_line(exc)})") from None
     return trace_from_frame(frame, meta, str(path))
+
+
+def _schema(path: str | Path) -> dict:
+    """A Parquet file's column types (its name taken literally, never as a glob)."""
+    try:
+        return dict(pl.scan_parquet(path, glob=False).collect_schema())
+    except Exception as exc:
+        raise MoesimError(f"{path}: unreadable Parquet ({first_line(exc)})") from None
 
 
 def write_trace(trace: Trace, path: str | Path) -> None:
@@ -78,7 +85,8 @@ class TraceWriter:
         if not self._count:
             raise MoesimError(f"{self.path}: nothing recorded, no file written")
         with atomic_output(self.path) as tmp:
-            pl.scan_parquet(Path(self._parts.name) / "*.parquet").sink_parquet(
+            parts = sorted(Path(self._parts.name).iterdir())  # listed, not globbed: the folder's name is OUT's
+            pl.scan_parquet(parts, glob=False).sink_parquet(
                 tmp, metadata={METADATA_KEY: self.meta.to_json()}, statistics=True)
         self._parts.cleanup()
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 import polars as pl
 
 from moesim import __version__
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, first_line
 
 SCHEMA_VERSION = 1
 METADATA_KEY = "moesim"
@@ -29,6 +30,19 @@ REQUIRED = ("seq", "step", "phase", "layer", "experts")
 NULLABLE = ("weights", "probs", "spec", "token")
 
 PREFILL, DECODE = 0, 1
+
+# metadata fields: (name, type, lowest value) — ints and floats within range, strings, a list of strings
+_FIELD_RULES = [("num_layers", int, 1), ("num_experts", int, 1), ("top_k", int, 1), ("model", str, 0),
+                ("d_model", int, 1), ("d_expert", int, 1), ("bytes_per_param", float, 0), ("expert_bytes", int, 1),
+                ("source", str, 0), ("dropped_tokens", int, 0), ("sequence_keys", list, 0),
+                ("shared_experts", int, 0), ("d_shared", int, 1), ("routing", str, 0), ("schema_version", int, 1),
+                ("tool_version", str, 0)]
+_OPTIONAL = {"d_model", "d_expert", "bytes_per_param", "expert_bytes", "sequence_keys", "d_shared"}
+# experts and layers are int16 in the arrays; sizes past these are corrupt, not models
+_MAX_INT = {"num_layers": 2 ** 15 - 1, "num_experts": 2 ** 15 - 1, "top_k": 2 ** 15 - 1}
+_MAX_INT = {name: _MAX_INT.get(name, 2 ** 62) for name, _, _ in _FIELD_RULES}
+_DESCRIBE = {int: lambda n, low: f"an integer in {low}..{_MAX_INT[n]}", float: lambda n, low: f"a finite number > {low}",
+             str: lambda n, low: "a string", list: lambda n, low: "a list of strings"}
 
 
 @dataclass(frozen=True)
@@ -53,9 +67,21 @@ class TraceMeta:
     tool_version: str = field(default=__version__)
 
     def __post_init__(self):
-        for name in ("num_layers", "num_experts", "top_k"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise MoesimError(f"metadata: {name} must be a positive integer, got {getattr(self, name)!r}")
+        for name, kind, low in _FIELD_RULES:
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
+            if kind is int:
+                ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= _MAX_INT[name]
+            elif kind is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+                    and value > low
+            elif kind is list:
+                ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+            else:
+                ok = isinstance(value, kind)
+            if not ok:
+                raise MoesimError(f"metadata: {name} must be {_DESCRIBE[kind](name, low)}, got {value!r}")
         if self.top_k > self.num_experts:
             raise MoesimError(f"metadata: top_k {self.top_k} exceeds num_experts {self.num_experts}")
 
@@ -66,13 +92,18 @@ class TraceMeta:
     def from_json(cls, text: str, where: str) -> "TraceMeta":
         try:
             raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise MoesimError(f"{where}: metadata '{METADATA_KEY}' is not JSON ({exc.msg})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise MoesimError(f"{where}: metadata '{METADATA_KEY}' is not JSON ({first_line(exc)})") from None
+        if not isinstance(raw, dict):
+            raise MoesimError(f"{where}: metadata '{METADATA_KEY}' must be a JSON object, got {type(raw).__name__}")
         known = {f.name for f in fields(cls)}
         missing = {"num_layers", "num_experts", "top_k"} - raw.keys()
         if missing:
             raise MoesimError(f"{where}: metadata '{METADATA_KEY}' lacks {', '.join(sorted(missing))}")
-        if raw.get("schema_version", SCHEMA_VERSION) > SCHEMA_VERSION:
+        version = raw.get("schema_version", SCHEMA_VERSION)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise MoesimError(f"{where}: metadata schema_version must be a positive integer, got {version!r}")
+        if version > SCHEMA_VERSION:
             raise MoesimError(
                 f"{where}: trace schema version {raw['schema_version']} is newer than this moesim "
                 f"understands ({SCHEMA_VERSION}); upgrade moesim"
