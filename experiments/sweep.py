@@ -41,6 +41,7 @@ import polars as pl
 
 from moesim.errors import MoesimError, first_line
 from moesim.files import atomic_output, read_toml
+from moesim.tracegen.io import READ_FAILURES
 from moesim.sim.config import (CACHE_PARAMS, HITRATE_SETTINGS, PATH_PARAMS, PREFETCH_PARAMS, SETTINGS, Config,
                                check_params_used, config_id, load_cached_trace, params_for)
 
@@ -128,11 +129,16 @@ def load_spec(path: str | Path) -> SweepSpec:
     if kind not in KINDS:
         raise MoesimError(f"{path}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     axes, fixed, exclude = data.get("axes", {}), data.get("fixed", {}), data.get("exclude", [])
-    if not isinstance(axes, dict) or not isinstance(fixed, dict) or not isinstance(exclude, list):
+    if not isinstance(axes, dict) or not isinstance(fixed, dict) or not isinstance(exclude, list) \
+            or not all(isinstance(rule, dict) for rule in exclude):
         raise MoesimError(f"{path}: [axes] and [fixed] must be tables, [[exclude]] a list of tables")
     for name, values in axes.items():
         if not isinstance(values, list) or not values:
             raise MoesimError(f"{path}: axis '{name}' must be a non-empty list")
+    for name, value in [(n, v) for n, vs in axes.items() for v in vs] + list(fixed.items()) \
+            + [item for rule in exclude for item in rule.items()]:
+        if not isinstance(value, (str, int, float, bool)):
+            raise MoesimError(f"{path}: '{name}' takes a single value (a string, number or boolean), got {value!r}")
     for name in list(axes) + list(fixed) + [k for rule in exclude for k in rule]:
         if name not in KEYS[kind]:
             raise MoesimError(f"{path}: '{name}' is not a setting of a {kind} run (known: {', '.join(sorted(KEYS[kind]))})")
@@ -239,7 +245,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
             raise MoesimError(f"{out}: exists; pass --resume to continue that sweep, or remove it")
         try:
             done = pl.read_parquet(out, glob=False)
-        except Exception as exc:
+        except READ_FAILURES as exc:
             raise MoesimError(f"{out}: unreadable results file ({first_line(exc)})") from None
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
     configs = spec.configs()

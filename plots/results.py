@@ -14,6 +14,7 @@ import polars as pl
 
 from moesim.errors import MoesimError, first_line
 from moesim.plots.trace import BOUND, plt, save_figure
+from moesim.tracegen.io import READ_FAILURES
 
 RESULT_KINDS = ("hitrate-vs-capacity", "tpot-vs-capacity", "speedup-heatmap", "per-layer-hitrate")
 
@@ -24,7 +25,7 @@ def read_results(path: str | Path) -> pl.DataFrame:
         return pl.read_parquet(path, glob=False)
     except FileNotFoundError:
         raise MoesimError(f"{path}: no such results file") from None
-    except Exception as exc:
+    except READ_FAILURES as exc:
         raise MoesimError(f"{path}: unreadable results file ({first_line(exc)})") from None
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, first_line
 from moesim.policies.base import hooks, min_key_slot
 
 NAME = "ml-ffn"
@@ -38,15 +38,35 @@ WEIGHTS = ("w1", "b1", "w2", "b2", "w3", "b3")
 
 
 def load_model(path: str | Path) -> dict:
-    """The arrays of a model file written by ``moesim train ml-ffn`` (plain npz, no pickles)."""
+    """The arrays of a model file written by ``moesim train ml-ffn`` (plain npz, no pickles), checked: the
+    networks' shapes fit each other and ``num_experts`` (m networks of 2E → H → H → E), the weights are
+    finite floats."""
     try:
         with np.load(path, allow_pickle=False) as f:
+            if not hasattr(f, "files"):
+                raise ValueError("a single array, not an npz archive")
             model = {k: f[k] for k in f.files}
-    except (OSError, ValueError) as exc:
-        raise MoesimError(f"{path}: not a readable ml-ffn model file ({exc})") from None
+    except FileNotFoundError:
+        raise MoesimError(f"{path}: no such ml-ffn model file") from None
+    except Exception as exc:  # numpy and zipfile raise many kinds for a damaged file
+        raise MoesimError(f"{path}: not a readable ml-ffn model file ({first_line(exc)})") from None
     missing = [k for k in WEIGHTS + ("num_experts",) if k not in model]
     if missing:
         raise MoesimError(f"{path}: not an ml-ffn model file (missing {', '.join(missing)})")
+    e = model["num_experts"]
+    if e.shape != () or e.dtype.kind not in "iu" or not 1 <= int(e) < 2 ** 15:
+        raise MoesimError(f"{path}: num_experts must be one integer in 1..32767, got {e.dtype} of shape {e.shape}")
+    e, w1 = int(e), model["w1"]
+    m, hidden = (w1.shape[0], w1.shape[2]) if w1.ndim == 3 else (0, 0)
+    want = {"w1": (m, 2 * e, hidden), "b1": (m, hidden), "w2": (m, hidden, hidden), "b2": (m, hidden),
+            "w3": (m, hidden, e), "b3": (m, e)}
+    for name, shape in want.items():
+        array = model[name]
+        if array.shape != shape or min(shape) < 1 or array.dtype.kind != "f":
+            raise MoesimError(f"{path}: {name} has shape {array.shape} and dtype {array.dtype}; a model of "
+                              f"{e} experts needs float {shape}")
+        if not np.isfinite(array).all():
+            raise MoesimError(f"{path}: {name} holds NaN or infinite weights")
     return model
 
 

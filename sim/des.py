@@ -28,6 +28,7 @@ from moesim.sim.des_state import (C_ACCESSES, C_HITS, C_LOADS, C_PF_LOADS, C_PF_
                                   C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY, R_STALL, R_TIME, Inputs, build_state)
 from moesim.sim.engine import bind
 from moesim.sim.hardware import Hardware
+from moesim.sim.hitrate import check_fits_experts
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 from moesim.sim.requests import build_requests
 from moesim.tracegen.schema import DECODE, PREFILL
@@ -180,6 +181,9 @@ def _check(trace, model, hardware, config: Config):
     if config.cache.semantics != "step":
         raise MoesimError("the discrete-event simulator serves a step's experts at once (semantics step); "
                           "sequential semantics is the hit-rate engine's")
+    check_fits_experts(trace.meta, capacity, config.cache.scope)
+    if config.workload.batch > trace.num_sequences:
+        raise MoesimError(f"batch {config.workload.batch} is more than the trace's {trace.num_sequences} sequence(s)")
     if 0 < capacity < trace.meta.top_k:
         raise MoesimError(f"capacity {capacity} is below top_k {trace.meta.top_k}: a step's k experts are resident "
                           f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")

@@ -26,6 +26,8 @@ A section may instead name a preset: ``gpu = "rtx4090"``, ``link = "pcie4"``, ``
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -181,6 +183,13 @@ def load_hardware(path: Path) -> Hardware:
                     compute=parts["compute"])
 
 
+# what each number of a hardware file may be; anything else would give silently wrong times
+RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "non-negative", "mem_eff": "fraction",
+         "flop_eff": "fraction", "launch_us": "non-negative", "gbps": "positive", "efficiency": "fraction",
+         "latency_us": "non-negative", "engines": "engines", "layer_s": "positive", "expert_s": "positive"}
+MAX_ENGINES = 64
+
+
 def _section(path: Path, key: str, cls, values: dict):
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(values) - set(known))
@@ -191,22 +200,37 @@ def _section(path: Path, key: str, cls, values: dict):
         obj = cls(**values)
     except TypeError as exc:
         raise MoesimError(f"{path}: [{key}] {exc}") from None
+    if not isinstance(obj.name, str):
+        raise MoesimError(f"{path}: [{key}] name must be a string, got {obj.name!r}")
     for name in known:
-        v = getattr(obj, name)
-        if name != "name" and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
-            raise MoesimError(f"{path}: [{key}] {name} must be a non-negative number, got {v!r}")
+        if name != "name":
+            _check_number(path, key, name, getattr(obj, name), RULES.get(name, "non-negative"))
     return obj
 
 
+def _check_number(path: Path, key: str, name: str, v, rule: str) -> None:
+    """One number of a hardware file against its rule (``RULES``); a one-line error naming file, table and key."""
+    number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    ok = number and {"positive": lambda: v > 0, "non-negative": lambda: v >= 0, "fraction": lambda: 0 < v <= 1,
+                     "engines": lambda: isinstance(v, int) and 1 <= v <= MAX_ENGINES}[rule]()
+    if not ok:
+        want = {"positive": "a finite number > 0", "non-negative": "a finite number >= 0",
+                "fraction": "a fraction in (0, 1]", "engines": f"a whole number of copy engines, 1..{MAX_ENGINES}"}
+        raise MoesimError(f"{path}: [{key}] {name} must be {want[rule]}, got {v!r}")
+
+
 def write_hardware(hw: Hardware, path: Path) -> None:
-    """Write ``hw`` as the TOML file ``load_hardware`` reads (atomically)."""
-    lines = [f'name = "{hw.name}"']
+    """Write ``hw`` as the TOML file ``load_hardware`` reads (atomically); a number ``load_hardware`` would
+    refuse (a calibration that fitted a negative bandwidth) is refused here, before anything is written."""
+    lines = [f"name = {json.dumps(hw.name)}"]
     for key in ("gpu", "link", "ssd", "compute"):
         part = getattr(hw, key)
         if part is None:
             continue
         lines.append(f"\n[{key}]")
         for name, value in asdict(part).items():
-            lines.append(f'{name} = "{value}"' if isinstance(value, str) else f"{name} = {value!r}")
+            if name != "name":
+                _check_number(path, key, name, value, RULES.get(name, "non-negative"))
+            lines.append(f"{name} = {json.dumps(value) if isinstance(value, str) else repr(value)}")
     with atomic_output(path) as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n")

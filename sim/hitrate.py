@@ -53,6 +53,14 @@ class HitRate:
         return out
 
 
+def check_fits_experts(meta, capacity: int, scope: str) -> None:
+    """A cache larger than the experts there are is a mistake (a capacity meant for another model)."""
+    most = meta.num_experts if scope == "per-layer" else meta.num_layers * meta.num_experts
+    if capacity > most:
+        where = "per layer" if scope == "per-layer" else f"in all {meta.num_layers} layers"
+        raise MoesimError(f"capacity {capacity} is more than the {most} experts {where}")
+
+
 def check_capacity(top_k: int, capacity: int, semantics: str) -> None:
     """A hit-rate run caches at least one expert, and under step semantics a whole step's k."""
     if capacity < 1:
@@ -70,6 +78,7 @@ def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRat
     module = get_policy(cache.policy)
     policy, capacity, scope, semantics, reset = cache.policy, cache.capacity, cache.scope, cache.semantics, cache.reset
     check_capacity(trace.meta.top_k, capacity, semantics)
+    check_fits_experts(trace.meta, capacity, scope)
     params = module_params(module, cache.params)
     ctx = Context(trace.experts, trace.seq_offsets.astype(np.int64), trace.meta.num_experts, capacity,
                   scope == "per-layer", semantics == "sequential", reset, params)

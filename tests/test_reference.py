@@ -74,6 +74,7 @@ PREFETCH = [("none", "fallback"), ("oracle", "fallback"), ("speculative", "fallb
        batch=st.integers(1, 3), reset=st.booleans(), gamma=st.sampled_from(GAMMAS))
 def test_des_decisions_equal_the_reference(data, trace, policy, scope, prefetch, batch, reset, gamma):
     prefetch, mode = prefetch
+    batch = min(batch, trace.num_sequences)
     if prefetch == "prompt" and not (trace.phase == PREFILL).any():
         prefetch = "popular"
     c = capacity_for(data.draw, trace, scope, trace.meta.top_k)

@@ -175,7 +175,7 @@ VIRTUAL = [
     dict(capacity=8, policy="arc", batch=2),                  # batch unions, some loads bypass
     dict(capacity=8, policy="gamma"),                         # Top-C bypasses
     dict(capacity=16, dram_capacity=64),                      # the SSD tier behind DRAM
-    dict(capacity=8, batch=3, prefetch="oracle", context=512),
+    dict(capacity=8, batch=2, prefetch="oracle", context=512),
 ]
 
 

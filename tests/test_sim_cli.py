@@ -90,7 +90,7 @@ def test_hardware_presets_and_toml(cli, tmp_path):
     code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--json")
     assert slow["hardware"] == "box" and slow["tpot_s"] > json.loads(out)["results"][0]["tpot_s"]
     for text, message in (("[link]\ngbps = 16\n", "missing [gpu]"), ('gpu = "rtx4090"\n[link]\nspeed = 1\n', "unknown key"),
-                          ("gpu = [", "not valid TOML"), ('gpu = "rtx4090"\n[link]\ngbps = -1\n', "non-negative")):
+                          ("gpu = [", "not valid TOML"), ('gpu = "rtx4090"\n[link]\ngbps = -1\n', "gbps must be a finite number > 0")):
         box.write_text(text)
         code, _, err = cli("sim", "run", bundled_trace_path(), "--hardware", box)
         assert code == 1 and message in err and str(box) in err, (text, err)

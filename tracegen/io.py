@@ -14,6 +14,8 @@ from moesim.tracegen.schema import COLUMNS, METADATA_KEY, NULLABLE, REQUIRED, Tr
 from moesim.tracegen.trace import Trace
 
 ORIGIN = "_origin"  # optional frame column: the input row or line each record came from
+# what polars raises on a damaged file: its errors, and a panic of its Rust core (not an Exception)
+READ_FAILURES = (Exception, pl.exceptions.PanicException)
 
 
 def read_meta(path: str | Path) -> TraceMeta:
@@ -23,7 +25,7 @@ def read_meta(path: str | Path) -> TraceMeta:
         raise MoesimError(f"{path}: no such file")
     try:
         kv = pl.read_parquet_metadata(path)
-    except Exception as exc:  # polars raises several types for a non-Parquet file
+    except READ_FAILURES as exc:  # polars raises several types for a non-Parquet file
         raise MoesimError(f"{path}: not a Parquet file ({first_line(exc)})") from None
     if METADATA_KEY not in kv:
         raise MoesimError(f"{path}: not a moesim trace (no '{METADATA_KEY}' metadata); convert it with 'moesim trace import'")
@@ -43,7 +45,7 @@ def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
     wanted = [c for c in COLUMNS if c in schema and (probs or c != "probs")]
     try:
         frame = pl.read_parquet(path, columns=wanted, glob=False)  # a file name is never a pattern
-    except Exception as exc:
+    except READ_FAILURES as exc:
         raise MoesimError(f"{path}: unreadable Parquet ({first_line(exc)})") from None
     return trace_from_frame(frame, meta, str(path))
 
@@ -52,7 +54,7 @@ def _schema(path: str | Path) -> dict:
     """A Parquet file's column types (its name taken literally, never as a glob)."""
     try:
         return dict(pl.scan_parquet(path, glob=False).collect_schema())
-    except Exception as exc:
+    except READ_FAILURES as exc:
         raise MoesimError(f"{path}: unreadable Parquet ({first_line(exc)})") from None
 
 
@@ -107,6 +109,8 @@ def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: st
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
         raise MoesimError(f"{where}: missing column '{missing[0]}' (a trace needs {', '.join(REQUIRED)})")
+    if frame.height == 0:
+        raise MoesimError(f"{where}: no rows (a trace needs at least one token)")
     if ORIGIN not in frame.columns:
         frame = frame.with_row_index(ORIGIN).with_columns(pl.col(ORIGIN).cast(pl.Int64))
     frame = _cast(frame, where, label)

@@ -115,6 +115,14 @@ class Trace:
             arr = getattr(self, name)
             if arr is not None and arr.shape != (n, big_l, width):
                 raise MoesimError(f"{where}: {name} has shape {arr.shape}, expected ({n}, {big_l}, {width})")
+        # NaN: the row had none. Gate weights are >= 0 (some families scale them past 1), router
+        # probabilities lie in [0, 1]
+        for name, high, what in (("weights", np.inf, "a gate weight >= 0"), ("probs", 1.0, "a probability in [0, 1]")):
+            arr = getattr(self, name)
+            if arr is not None:
+                _first_bad(~(np.isnan(arr) | ((arr >= 0) & (arr <= high) & np.isfinite(arr))),
+                           lambda r, l, j, arr=arr, name=name, what=what: (
+                               f"{at(r, l)}: {name} value {float(arr[r, l, j])!r} is not {what}"))
         if self.spec is not None:
             _first_bad(~((self.spec >= -1) & (self.spec < m.num_experts)), lambda r, l, j: (
                 f"{at(r, l)}: spec expert {int(self.spec[r, l, j])} out of range 0..{m.num_experts - 1}"))

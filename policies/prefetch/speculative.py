@@ -20,4 +20,8 @@ def predict(trace, params) -> np.ndarray:
                           "'moesim trace record --speculate' or use --prefetch history|oracle")
     out = np.full(trace.experts.shape, -1, np.int16)
     out[:, 1:] = trace.spec[:, :-1]
+    # a prediction is a set: an expert the column names twice is fetched (and, under commit, run) once
+    for j in range(1, out.shape[2]):
+        repeated = (out[..., :j] == out[..., j:j + 1]).any(axis=-1)
+        out[..., j][repeated] = -1
     return out
