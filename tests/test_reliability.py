@@ -1,0 +1,217 @@
+"""Bad input is one line, exit 1, and nothing half-written: paths, outputs, values that would give
+silently wrong numbers, what a person reads, and processes that are interrupted or killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moesim.errors import MoesimError
+from moesim.tracegen.io import bundled_trace_path
+
+SMALL = ("--layers", "2", "--experts", "4", "--top-k", "2", "--sequences", "2", "--tokens", "4")
+
+
+def one_line_error(cli, *args, code=1) -> str:
+    status, _, err = cli(*args)
+    assert status == code and err.count("\n") == 1 and err.startswith("moesim: error: "), (args, status, err)
+    return err
+
+
+def test_a_file_name_with_brackets_is_a_name_not_a_pattern(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli("trace", "synth", *SMALL, "--out", "a[1].parquet")[0] == 0
+    code, out, err = cli("trace", "info", "a[1].parquet", "--json")
+    assert code == 0 and json.loads(out)["accesses"] == 2 * 4 * 2 * 2, err
+    assert cli("sim", "hitrate", "a[1].parquet", "--capacity", "2")[0] == 0
+    for name in ("b*.parquet", "c?.parquet"):
+        assert cli("trace", "synth", *SMALL, "--out", name)[0] == 0 and cli("trace", "info", name)[0] == 0
+
+
+def test_outputs_are_checked_before_any_work(cli, tmp_path):
+    trace = tmp_path / "t.parquet"
+    assert cli("trace", "synth", *SMALL, "--out", trace)[0] == 0
+    before = trace.read_bytes()
+    cases = [(("trace", "synth", *SMALL, "--out", tmp_path / "no" / "t.parquet"), "no such folder"),
+             (("trace", "synth", *SMALL, "--out", trace / "x.parquet"), "is a file, not a folder"),
+             (("trace", "synth", *SMALL, "--out", tmp_path), "is a folder"),
+             (("trace", "synth", *SMALL, "--out", trace), "exists; pass --force"),
+             (("trace", "synth", "--like", trace, "--out", trace, "--force"), "is also an input"),
+             (("trace", "import", trace, "--format", "csv", "--out", trace, "--force"), "is also an input"),
+             (("train", "ml-ffn", trace, "--out", trace, "--force"), "is also an input"),
+             (("plot", trace, "--kind", "activation-heatmap", "--out", trace), "is also an input")]
+    for args, message in cases:
+        assert message in one_line_error(cli, *args)
+    assert trace.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+    assert cli("trace", "synth", *SMALL, "--seed", "2", "--out", trace, "--force")[0] == 0
+    assert trace.read_bytes() != before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_an_unwritable_folder_is_refused(cli, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    assert "permission denied" in one_line_error(cli, "trace", "synth", *SMALL, "--out", locked / "t.parquet")
+
+
+def test_json_has_null_where_a_number_is_undefined(cli, tmp_path):
+    trace = tmp_path / "moe.parquet"
+    assert cli("trace", "synth", "--model", "moe-160m-10e", "--sequences", "1", "--tokens", "4", "--out", trace)[0] == 0
+    code, out, err = cli("sim", "run", trace, "--model", "mole-160m-4e", "--capacity", "0", "--json")
+    assert code == 0, err
+    row = json.loads(out, parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))["results"][0]
+    assert row["hit_rate"] is None and row["tpot_s"] > 0  # MoLE has no expert accesses
+
+
+def test_help_keeps_its_brackets_and_usage_errors_are_one_line(cli):
+    import re
+
+    _, out, _ = cli("sweep", "--help")
+    assert "moesim[ray]" in re.sub(r"\s+", "", out)
+    _, out, _ = cli("trace", "synth", "--help")
+    assert "[default: 16, or --model's / --like's]" in re.sub(r"\s+", " ", out).replace("│ ", "")
+    assert "Missing argument 'TRACE'" in one_line_error(cli, "sim", "run", code=2)
+    assert "No such option" in one_line_error(cli, "sim", "run", bundled_trace_path(), "--capacityy", "4", code=2)
+    assert "Invalid value for '--batch'" in one_line_error(cli, "sim", "run", bundled_trace_path(), "--batch", "x",
+                                                           code=2)
+
+
+def test_the_golden_command_outside_the_repository_says_the_file_is_missing(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert "no golden table here" in one_line_error(cli, "sim", "golden")
+
+
+def test_values_that_would_give_silently_wrong_numbers_are_refused(mixtral):
+    from moesim import hitrate, simulate
+
+    for call, message in ((lambda: simulate(mixtral, batch=3), "batch 3 is more than the trace's 2 sequence(s)"),
+                          (lambda: simulate(mixtral, capacity=9), "capacity 9 is more than the 8 experts per layer"),
+                          (lambda: hitrate(mixtral, "lru", 257, "global"), "more than the 256 experts in all 32"),
+                          (lambda: simulate(mixtral, context=-1), "context must be at least 0")):
+        with pytest.raises(MoesimError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            call()
+
+
+@pytest.mark.parametrize("table, message", [
+    ("[link]\ngbps = nan", "gbps must be a finite number > 0, got nan"),
+    ("[link]\ngbps = inf", "gbps must be a finite number > 0, got inf"),
+    ("[link]\ngbps = 0", "gbps must be a finite number > 0"),
+    ("[link]\ngbps = 32\nefficiency = 1.5", "efficiency must be a fraction in (0, 1]"),
+    ("[link]\ngbps = 32\nengines = 2.5", "engines must be a whole number of copy engines, 1..64"),
+    ("[link]\ngbps = 32\nengines = 0", "engines must be a whole number"),
+    ("[link]\ngbps = 32\nlatency_us = -1", "latency_us must be a finite number >= 0"),
+    ("[link]\ngbps = true", "gbps must be a finite number > 0, got True"),
+    ('[link]\ngbps = 32\n[compute]\nname = "olmoe-1b-7b"\nlayer_s = 1e-4\nexpert_s = -1e-5', "expert_s must be"),
+])
+def test_hardware_numbers_are_checked(cli, tmp_path, table, message):
+    path = tmp_path / "hw.toml"
+    path.write_text('gpu = "rtx4090"\n' + table + "\n")
+    err = one_line_error(cli, "sim", "run", bundled_trace_path(), "--hardware", path)
+    assert str(path) in err and message in err
+
+
+def test_a_calibration_that_fitted_a_negative_bandwidth_is_not_written(tmp_path):
+    from dataclasses import replace
+
+    from moesim.sim.hardware import get_hardware, write_hardware
+
+    hw = get_hardware("rtx4090")
+    with pytest.raises(MoesimError, match="gbps must be a finite number > 0, got -3.0"):
+        write_hardware(replace(hw, link=replace(hw.link, gbps=-3.0)), tmp_path / "hw.toml")
+    assert not list(tmp_path.iterdir())
+
+
+def test_trace_metadata_and_weights_are_checked(tmp_path):
+    import polars as pl
+
+    from moesim.tracegen.io import load_trace, write_trace
+    from moesim.tracegen.schema import METADATA_KEY
+    from moesim.tracegen.synth import synth_trace
+
+    trace = synth_trace(2, 4, 2, 1, 3, seed=0)
+    path = tmp_path / "t.parquet"
+    write_trace(trace, path)
+    frame = pl.read_parquet(path)
+    meta = json.loads(pl.read_parquet_metadata(path)[METADATA_KEY])
+    for change, message in (({"schema_version": "1"}, "schema_version must be a positive integer"),
+                            ({"expert_bytes": 0}, "expert_bytes must be an integer in 1.."),
+                            ({"num_experts": 10 ** 9}, "num_experts must be an integer in 1..32767"),
+                            ({"bytes_per_param": float("nan")}, "bytes_per_param must be a finite number"),
+                            ({"model": ["x"]}, "model must be a string")):
+        frame.write_parquet(path, metadata={METADATA_KEY: json.dumps({**meta, **change})})
+        with pytest.raises(MoesimError, match=message):
+            load_trace(path)
+    frame.write_parquet(path, metadata={METADATA_KEY: "[1, 2]"})
+    with pytest.raises(MoesimError, match="must be a JSON object"):
+        load_trace(path)
+    weights = np.full(trace.experts.shape, 0.5, np.float32)
+    weights[1, 0, 1] = -0.25
+    with pytest.raises(MoesimError, match=r"row 2 \(seq 0, step 1, layer 0\): weights value -0.25 is not a gate"):
+        write_trace(trace.__class__(**{**trace.__dict__, "weights": weights}), tmp_path / "w.parquet")
+    assert not (tmp_path / "w.parquet").exists()
+
+
+def _sweep(tmp_path, jobs: int) -> subprocess.Popen:
+    spec = tmp_path / "s.toml"
+    spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\npolicy = ["lru", "fifo", "lfu"]\n'
+                    f'capacity = [2, 3, 4, 5, 6, 7, 8]\ncontext = {list(range(0, 40000, 100))}\n')
+    return subprocess.Popen([sys.executable, "-m", "moesim", "sweep", str(spec), "--out", str(tmp_path / "r.parquet"),
+                             "--jobs", str(jobs), "--flush-seconds", "0.2"], stderr=subprocess.PIPE, text=True)
+
+
+def _wait(condition, seconds=120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_stops_a_sweep_with_the_resume_hint(tmp_path):
+    proc = _sweep(tmp_path, jobs=1)
+    _wait(lambda: (tmp_path / "r.parquet").exists() or proc.poll() is not None)
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "run it again with --resume" in err and err.count("\n") == 1, err
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def test_workers_exit_when_the_sweep_is_killed(tmp_path):
+    proc = _sweep(tmp_path, jobs=2)
+    _wait(lambda: (tmp_path / "r.parquet").exists() or proc.poll() is not None)
+    workers = [p for p in _children(proc.pid) if "multiprocessing" in Path(f"/proc/{p}/cmdline").read_text()]
+    assert proc.poll() is None and workers
+    proc.kill()
+    proc.wait()
+    _wait(lambda: not any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]
+                          for p in workers), seconds=30)
+
+
+def test_a_killed_replays_folder_is_removed_by_the_next_one(tmp_path):
+    from moesim.replay.scratch import scratch_folder
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"moesim-replay-{int(dead.stdout)}-abc"
+    (stale / "layer0").mkdir(parents=True)
+    mine = tmp_path / f"moesim-replay-{os.getpid()}-keep"
+    mine.mkdir()
+    fresh = scratch_folder(tmp_path, "replay")
+    assert not stale.exists() and mine.exists() and fresh.name.startswith(f"moesim-replay-{os.getpid()}-")
