@@ -14,9 +14,11 @@ console = Console()
 
 
 def table(title: str, columns: list[str], rows: list[list]) -> None:
+    """A table that never cuts a value short: on a narrow terminal cells wrap (fold), they are not
+    truncated with an ellipsis."""
     out = Table(title=title, title_justify="left", header_style="bold")
     for i, name in enumerate(columns):
-        out.add_column(name, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        out.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
     for row in rows:
         out.add_row(*(fmt(v) for v in row))
     console.print(out)

@@ -215,3 +215,18 @@ def test_a_killed_replays_folder_is_removed_by_the_next_one(tmp_path):
     mine.mkdir()
     fresh = scratch_folder(tmp_path, "replay")
     assert not stale.exists() and mine.exists() and fresh.name.startswith(f"moesim-replay-{os.getpid()}-")
+
+
+def test_tables_wrap_rather_than_cut_numbers_on_a_narrow_terminal():
+    env = {**os.environ, "COLUMNS": "60"}
+    for args in (["trace", "info", str(bundled_trace_path())], ["models"], ["hardware"],
+                 ["sim", "hitrate", str(bundled_trace_path()), "--policy", "belady,lru,gamma-admit"]):
+        out = subprocess.run([sys.executable, "-m", "moesim", *args], env=env, capture_output=True, text=True,
+                             check=True).stdout
+        assert "…" not in out, args
+
+
+def test_a_synthetic_trace_too_large_for_memory_is_refused_before_allocating(cli, tmp_path):
+    err = one_line_error(cli, "trace", "synth", "--sequences", "100000", "--tokens", "100000",
+                         "--out", tmp_path / "huge.parquet")
+    assert "GB of memory is free" in err and not list(tmp_path.iterdir())
