@@ -111,16 +111,16 @@ def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: st
         raise MoesimError(f"{where}: missing column '{missing[0]}' (a trace needs {', '.join(REQUIRED)})")
     if frame.height == 0:
         raise MoesimError(f"{where}: no rows (a trace needs at least one token)")
-    if ORIGIN not in frame.columns:
-        frame = frame.with_row_index(ORIGIN).with_columns(pl.col(ORIGIN).cast(pl.Int64))
     frame = _cast(frame, where, label)
     big_l, k = meta.num_layers, meta.top_k
 
     def first(bad: pl.Expr, what) -> None:
-        hit = frame.filter(bad).head(1)
-        if hit.height:
-            row = hit.row(0, named=True)
-            raise MoesimError(f"{where}: {label} {row[ORIGIN]}: {what(row)}")
+        """Raise naming the first row where ``bad`` holds: its ``_origin``, else its place in the input."""
+        mask = frame.select(bad.fill_null(False)).to_series()
+        if mask.any():
+            index = int(mask.arg_true()[0])
+            row = frame.row(index, named=True)
+            raise MoesimError(f"{where}: {label} {row.get(ORIGIN, index)}: {what(row)}")
 
     for col in REQUIRED:
         first(pl.col(col).is_null(), lambda r, col=col: f"'{col}' is null")
@@ -133,27 +133,33 @@ def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: st
             first(pl.col(col).is_not_null() & (pl.col(col).list.len() != width),
                   lambda r, col=col, width=width: f"'{col}' has {len(r[col])} values, expected {width}")
 
-    frame = frame.sort("seq", maintain_order=True)
-    first((pl.col("seq") == pl.col("seq").shift(1)) & (pl.col("step") < pl.col("step").shift(1)),
-          lambda r: f"seq {r['seq']}: step {r['step']} comes after a later step (steps must rise)")
-    frame = frame.sort(["seq", "step", "layer"], maintain_order=True)
+    if not _in_order(frame):  # a serving log interleaves sequences; a trace file never does
+        if ORIGIN not in frame.columns:
+            frame = frame.with_row_index(ORIGIN).with_columns(pl.col(ORIGIN).cast(pl.Int64))
+        frame = frame.sort("seq", maintain_order=True)
+        first((pl.col("seq") == pl.col("seq").shift(1)) & (pl.col("step") < pl.col("step").shift(1)),
+              lambda r: f"seq {r['seq']}: step {r['step']} comes after a later step (steps must rise)")
+        frame = frame.sort(["seq", "step", "layer"], maintain_order=True)
     same = [pl.col(c) == pl.col(c).shift(1) for c in ("seq", "step", "layer")]
     first(same[0] & same[1] & same[2], lambda r: f"seq {r['seq']} step {r['step']}: layer {r['layer']} appears twice")
-    counts = frame.group_by(["seq", "step"], maintain_order=True).agg(pl.len().alias("n"), pl.col(ORIGIN).first())
+    counts = frame.with_row_index("_row").group_by(["seq", "step"], maintain_order=True).agg(
+        pl.len().alias("n"), pl.col(ORIGIN if ORIGIN in frame.columns else "_row").first().alias("at"))
     bad = counts.filter(pl.col("n") != big_l).head(1)
     if bad.height:
         r = bad.row(0, named=True)
-        raise MoesimError(f"{where}: {label} {r[ORIGIN]}: seq {r['seq']} step {r['step']} has {r['n']} of {big_l} layers")
+        raise MoesimError(f"{where}: {label} {r['at']}: seq {r['seq']} step {r['step']} has {r['n']} of {big_l} layers")
     first(same[0] & same[1] & (pl.col("phase") != pl.col("phase").shift(1)),
           lambda r: f"seq {r['seq']} step {r['step']}: layers disagree on the phase")
 
     n = frame.height // big_l
+    experts = _dense(frame["experts"], k, 0, np.int16).reshape(n, big_l, k)
+    frame = frame.drop("experts")  # its list buffers go before the other columns are made dense
     heads = frame.gather_every(big_l)
     seq = heads["seq"].to_numpy()
     starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     trace = Trace(
         meta=meta,
-        experts=_dense(frame["experts"], k, 0, np.int16).reshape(n, big_l, k),
+        experts=experts,
         seq_ids=seq[starts].astype(np.int32),
         seq_offsets=np.r_[starts, n].astype(np.int64),
         steps=heads["step"].to_numpy().astype(np.int32),
@@ -164,8 +170,16 @@ def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: st
         tokens=(heads["token"].fill_null(-1).to_numpy().astype(np.int32)
                 if "token" in frame.columns and frame["token"].null_count() < frame.height else None),
     )
-    trace.validate(where, frame[ORIGIN].to_numpy().reshape(n, big_l), label)
+    trace.validate(where, frame[ORIGIN].to_numpy().reshape(n, big_l) if ORIGIN in frame.columns else None, label)
     return trace
+
+
+def _in_order(frame: pl.DataFrame) -> bool:
+    """Whether the rows are already in (seq, step, layer) order, as every trace file moesim writes is."""
+    if frame.height < 2:
+        return True
+    seq, step, layer = (np.diff(frame[c].to_numpy()) for c in ("seq", "step", "layer"))  # int32/16: no overflow
+    return bool(np.all((seq > 0) | ((seq == 0) & ((step > 0) | ((step == 0) & (layer > 0))))))
 
 
 def frame_from_trace(trace: Trace) -> pl.DataFrame:
@@ -215,13 +229,17 @@ def _cast(frame: pl.DataFrame, where: str, label: str) -> pl.DataFrame:
                 bad = bad | (fits.list.eval(pl.element().is_null()).list.any() &
                              ~frame[col].list.eval(pl.element().is_null()).list.any())
             if bad.any():
-                row = frame.filter(bad).head(1).row(0, named=True)
-                raise MoesimError(f"{where}: {label} {row[ORIGIN]}: '{col}' value {row[col]!r} is not {dtype}") from None
+                index = int(bad.arg_true()[0])
+                row = frame.row(index, named=True)
+                raise MoesimError(f"{where}: {label} {row.get(ORIGIN, index)}: '{col}' value {row[col]!r} is not "
+                                  f"{dtype}") from None
         raise
 
 
 def _dense(series: pl.Series, width: int, fill, dtype) -> np.ndarray:
     """A list column of fixed width as a [rows, width] array; null rows are filled with `fill`."""
+    if series.null_count() == 0:  # the values buffer as it is, without a filled copy beside it
+        return np.ascontiguousarray(series.explode().to_numpy(), dtype=dtype).reshape(-1, width)
     out = np.full((series.len(), width), fill, dtype=dtype)
     present = series.is_not_null().to_numpy()
     if present.any():

@@ -97,11 +97,15 @@ class Trace:
             raise MoesimError(f"{where}: sequence offsets must rise strictly from 0 to {n}")
         if np.any(np.diff(self.seq_ids.astype(np.int64)) <= 0):
             raise MoesimError(f"{where}: sequence ids must be unique and ascending")
-        _first_bad(~((self.experts >= 0) & (self.experts < m.num_experts)), lambda r, l, j: (
-            f"{at(r, l)}: expert {int(self.experts[r, l, j])} out of range 0..{m.num_experts - 1}"))
-        ordered = np.sort(self.experts, axis=2)
-        _first_bad(ordered[:, :, 1:] == ordered[:, :, :-1], lambda r, l, j: (
-            f"{at(r, l)}: expert {int(ordered[r, l, j])} selected twice"))
+        if self.experts.size and (self.experts.min() < 0 or self.experts.max() >= m.num_experts):
+            _first_bad(~((self.experts >= 0) & (self.experts < m.num_experts)), lambda r, l, j: (
+                f"{at(r, l)}: expert {int(self.experts[r, l, j])} out of range 0..{m.num_experts - 1}"))
+        twice = np.zeros(self.experts.shape[:2], np.bool_)  # pairs of ranks, not a sorted copy of the array
+        for j in range(1, k):
+            for i in range(j):
+                twice |= self.experts[:, :, i] == self.experts[:, :, j]
+        _first_bad(twice, lambda r, l: (
+            f"{at(r, l)}: expert {int(_repeated(self.experts[r, l]))} selected twice"))
         seq_of_row = self.row_sequence()
         within = seq_of_row[1:] == seq_of_row[:-1]
         _first_bad(within & (np.diff(self.steps.astype(np.int64)) <= 0), lambda r: (
@@ -128,6 +132,12 @@ class Trace:
                 f"{at(r, l)}: spec expert {int(self.spec[r, l, j])} out of range 0..{m.num_experts - 1}"))
         if self.tokens is not None and self.tokens.shape != (n,):
             raise MoesimError(f"{where}: tokens has shape {self.tokens.shape}, expected ({n},)")
+
+
+def _repeated(ranked: np.ndarray) -> int:
+    """The first expert a row names twice."""
+    values, counts = np.unique(ranked, return_counts=True)
+    return int(values[counts > 1][0])
 
 
 def concat_traces(parts: list[Trace]) -> Trace:
