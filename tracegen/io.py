@@ -44,10 +44,79 @@ def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
     schema = _schema(path)
     wanted = [c for c in COLUMNS if c in schema and (probs or c != "probs")]
     try:
+        trace = _load_in_order(path, meta, wanted)
+        if trace is not None:
+            return trace
         frame = pl.read_parquet(path, columns=wanted, glob=False)  # a file name is never a pattern
     except READ_FAILURES as exc:
+        if isinstance(exc, MoesimError):
+            raise
         raise MoesimError(f"{path}: unreadable Parquet ({first_line(exc)})") from None
     return trace_from_frame(frame, meta, str(path))
+
+
+CHUNK_ROWS = 1 << 20  # Parquet rows made dense at a time
+
+
+def _load_in_order(path, meta: TraceMeta, wanted: list[str]) -> Trace | None:
+    """A trace file in the order moesim writes (each (seq, step) as L consecutive rows, layers 0..L-1,
+    (seq, step) rising), made dense without holding its list columns whole: the scalar columns first,
+    then each list column a chunk of rows at a time into its dense array. None when the file is in
+    another order or anything is off, so the general path reads it and names the problem."""
+    big_l, k = meta.num_layers, meta.top_k
+    scalars = [c for c in wanted if not isinstance(COLUMNS[c], pl.List)]
+    keys = pl.read_parquet(path, columns=scalars, glob=False)
+    n_rows = keys.height
+    if n_rows == 0 or n_rows % big_l or any(keys[c].null_count() for c in REQUIRED if c in keys.columns):
+        return None
+    try:
+        keys = keys.cast({c: COLUMNS[c] for c in scalars}, strict=True)
+    except pl.exceptions.PolarsError:
+        return None
+    n = n_rows // big_l
+    layer = keys["layer"].to_numpy().reshape(n, big_l)
+    if not np.array_equal(layer, np.broadcast_to(np.arange(big_l, dtype=layer.dtype), layer.shape)):
+        return None
+    blocks = {c: keys[c].to_numpy().reshape(n, big_l) for c in ("seq", "step", "phase")}
+    if any((b != b[:, :1]).any() for b in blocks.values()):  # one token's layers disagree
+        return None
+    seq, step = blocks["seq"][:, 0], blocks["step"][:, 0]
+    if n > 1 and not np.all((np.diff(seq) > 0) | ((np.diff(seq) == 0) & (np.diff(step) > 0))):
+        return None
+    dense = {}
+    for col in [c for c in wanted if isinstance(COLUMNS[c], pl.List)]:
+        width = meta.num_experts if col == "probs" else k
+        fill, dtype = (-1, np.int16) if COLUMNS[col].inner == pl.Int16 else (np.nan, np.float32)
+        out = np.full((n_rows, width), fill, dtype)
+        scan = pl.scan_parquet(path, glob=False).select(col)
+        nulls = 0
+        for start in range(0, n_rows, CHUNK_ROWS):
+            chunk = scan.slice(start, CHUNK_ROWS).collect().to_series()
+            try:
+                chunk = chunk.cast(COLUMNS[col], strict=True)
+            except pl.exceptions.PolarsError:
+                return None
+            lengths = chunk.list.len()
+            if (col == "experts" and chunk.null_count()) or ((lengths != width) & lengths.is_not_null()).any() \
+                    or chunk.list.eval(pl.element().is_null()).list.any().any():
+                return None
+            out[start:start + chunk.len()] = _dense(chunk, width, fill, dtype)
+            nulls += chunk.null_count()
+        dense[col] = None if nulls == n_rows else out  # an optional column with no values is absent
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    token = keys["token"].fill_null(-1).to_numpy().reshape(n, big_l)[:, 0].astype(np.int32) \
+        if "token" in keys.columns and keys["token"].null_count() < n_rows else None
+    trace = Trace(meta=meta, experts=dense["experts"].reshape(n, big_l, k), seq_ids=seq[starts].astype(np.int32),
+                  seq_offsets=np.r_[starts, n].astype(np.int64), steps=step.astype(np.int32),
+                  phase=blocks["phase"][:, 0].astype(np.int8),
+                  weights=_reshaped(dense.get("weights"), n, big_l), probs=_reshaped(dense.get("probs"), n, big_l),
+                  spec=_reshaped(dense.get("spec"), n, big_l), tokens=token)
+    trace.validate(str(path))
+    return trace
+
+
+def _reshaped(array: np.ndarray | None, n: int, big_l: int) -> np.ndarray | None:
+    return None if array is None else array.reshape(n, big_l, -1)
 
 
 def _schema(path: str | Path) -> dict:
