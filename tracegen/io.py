@@ -63,7 +63,7 @@ def _load_in_order(path, meta: TraceMeta, wanted: list[str]) -> Trace | None:
     (seq, step) rising), made dense without holding its list columns whole: the scalar columns first,
     then each list column a chunk of rows at a time into its dense array. None when the file is in
     another order or anything is off, so the general path reads it and names the problem."""
-    big_l, k = meta.num_layers, meta.top_k
+    big_l = meta.num_layers
     scalars = [c for c in wanted if not isinstance(COLUMNS[c], pl.List)]
     keys = pl.read_parquet(path, columns=scalars, glob=False)
     n_rows = keys.height
@@ -81,12 +81,12 @@ def _load_in_order(path, meta: TraceMeta, wanted: list[str]) -> Trace | None:
     if any((b != b[:, :1]).any() for b in blocks.values()):  # one token's layers disagree
         return None
     seq, step = blocks["seq"][:, 0], blocks["step"][:, 0]
+    del blocks
     if n > 1 and not np.all((np.diff(seq) > 0) | ((np.diff(seq) == 0) & (np.diff(step) > 0))):
         return None
-    dense = {}
+    lists = {}
     for col in [c for c in wanted if isinstance(COLUMNS[c], pl.List)]:
-        width = meta.num_experts if col == "probs" else k
-        fill, dtype = (-1, np.int16) if COLUMNS[col].inner == pl.Int16 else (np.nan, np.float32)
+        width, fill, dtype = _FILL[col](meta)
         out = np.full((n_rows, width), fill, dtype)
         scan = pl.scan_parquet(path, glob=False).select(col)
         nulls = 0
@@ -102,21 +102,11 @@ def _load_in_order(path, meta: TraceMeta, wanted: list[str]) -> Trace | None:
                 return None
             out[start:start + chunk.len()] = _dense(chunk, width, fill, dtype)
             nulls += chunk.null_count()
-        dense[col] = None if nulls == n_rows else out  # an optional column with no values is absent
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    token = keys["token"].fill_null(-1).to_numpy().reshape(n, big_l)[:, 0].astype(np.int32) \
-        if "token" in keys.columns and keys["token"].null_count() < n_rows else None
-    trace = Trace(meta=meta, experts=dense["experts"].reshape(n, big_l, k), seq_ids=seq[starts].astype(np.int32),
-                  seq_offsets=np.r_[starts, n].astype(np.int64), steps=step.astype(np.int32),
-                  phase=blocks["phase"][:, 0].astype(np.int8),
-                  weights=_reshaped(dense.get("weights"), n, big_l), probs=_reshaped(dense.get("probs"), n, big_l),
-                  spec=_reshaped(dense.get("spec"), n, big_l), tokens=token)
+        if nulls < n_rows:  # an optional column with no values is absent, as in the general path
+            lists[col] = out
+    trace = _assemble(meta, keys.gather_every(big_l), lists)
     trace.validate(str(path))
     return trace
-
-
-def _reshaped(array: np.ndarray | None, n: int, big_l: int) -> np.ndarray | None:
-    return None if array is None else array.reshape(n, big_l, -1)
 
 
 def _schema(path: str | Path) -> dict:
@@ -221,26 +211,34 @@ def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: st
           lambda r: f"seq {r['seq']} step {r['step']}: layers disagree on the phase")
 
     n = frame.height // big_l
-    experts = _dense(frame["experts"], k, 0, np.int16).reshape(n, big_l, k)
+    lists = {"experts": _dense(frame["experts"], k, 0, np.int16)}
     frame = frame.drop("experts")  # its list buffers go before the other columns are made dense
-    heads = frame.gather_every(big_l)
-    seq = heads["seq"].to_numpy()
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    trace = Trace(
-        meta=meta,
-        experts=experts,
-        seq_ids=seq[starts].astype(np.int32),
-        seq_offsets=np.r_[starts, n].astype(np.int64),
-        steps=heads["step"].to_numpy().astype(np.int32),
-        phase=heads["phase"].to_numpy().astype(np.int8),
-        weights=_optional(frame, "weights", k, np.nan, np.float32, n, big_l),
-        probs=_optional(frame, "probs", meta.num_experts, np.nan, np.float32, n, big_l),
-        spec=_optional(frame, "spec", k, -1, np.int16, n, big_l),
-        tokens=(heads["token"].fill_null(-1).to_numpy().astype(np.int32)
-                if "token" in frame.columns and frame["token"].null_count() < frame.height else None),
-    )
+    for col in ("weights", "probs", "spec"):
+        if col in frame.columns and frame[col].null_count() < frame.height:
+            lists[col] = _dense(frame[col], *_FILL[col](meta))
+    trace = _assemble(meta, frame.gather_every(big_l), lists)
     trace.validate(where, frame[ORIGIN].to_numpy().reshape(n, big_l) if ORIGIN in frame.columns else None, label)
     return trace
+
+
+# each list column's width, fill value and dtype when made dense
+_FILL = {"experts": lambda m: (m.top_k, 0, np.int16), "weights": lambda m: (m.top_k, np.nan, np.float32),
+         "probs": lambda m: (m.num_experts, np.nan, np.float32), "spec": lambda m: (m.top_k, -1, np.int16)}
+
+
+def _assemble(meta: TraceMeta, heads: pl.DataFrame, lists: dict) -> Trace:
+    """A trace from the first row of every token (``heads``: seq, step, phase, token) and its list columns
+    made dense ([rows, width] each; an optional one left out when the file holds no values of it)."""
+    seq = heads["seq"].to_numpy()
+    n, big_l = seq.shape[0], meta.num_layers
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    dense = {c: (a.reshape(n, big_l, a.shape[1]) if c in lists else None)
+             for c, a in ((c, lists.get(c)) for c in ("experts", "weights", "probs", "spec"))}
+    tokens = heads["token"] if "token" in heads.columns else None
+    return Trace(meta=meta, seq_ids=seq[starts].astype(np.int32), seq_offsets=np.r_[starts, n].astype(np.int64),
+                 steps=heads["step"].to_numpy().astype(np.int32), phase=heads["phase"].to_numpy().astype(np.int8),
+                 tokens=(tokens.fill_null(-1).to_numpy().astype(np.int32)
+                         if tokens is not None and tokens.null_count() < n else None), **dense)
 
 
 def _in_order(frame: pl.DataFrame) -> bool:
@@ -314,12 +312,6 @@ def _dense(series: pl.Series, width: int, fill, dtype) -> np.ndarray:
     if present.any():
         out[present] = series.drop_nulls().explode().to_numpy().astype(dtype).reshape(-1, width)
     return out
-
-
-def _optional(frame: pl.DataFrame, col: str, width: int, fill, dtype, n: int, big_l: int):
-    if col not in frame.columns or frame[col].null_count() == frame.height:
-        return None
-    return _dense(frame[col], width, fill, dtype).reshape(n, big_l, width)
 
 
 def _lists(values: np.ndarray, null_rows: np.ndarray | None) -> pl.Series:
