@@ -207,6 +207,49 @@ def test_importers(data, fmt):
             _check_loaded(load_trace(out))
 
 
+def _sglang_log() -> str:
+    """Two /generate responses as SGLang writes them for DeepSeek-V2-Lite (27 layers, the first dense, top-6)."""
+    import base64
+
+    rng = np.random.default_rng(0)
+    lines = []
+    for rid, prompt, completion in (("a", 3, 2), ("b", 2, 3)):
+        ids = np.zeros((prompt + completion - 1, 27, 6), np.int32)
+        for pos in range(ids.shape[0]):
+            for layer in range(1, 27):
+                ids[pos, layer] = rng.choice(64, 6, replace=False)
+        lines.append(json.dumps({"text": "...", "meta_info": {"id": rid, "prompt_tokens": prompt,
+                                 "completion_tokens": completion,
+                                 "routed_experts": base64.b64encode(ids.tobytes()).decode()}}))
+    return "\n".join(lines) + "\n"
+
+
+SGLANG = _sglang_log()
+
+
+@FUZZ
+@given(data=st.data())
+def test_sglang_logs(data):
+    from moesim.tracegen.importers import import_trace
+    from moesim.tracegen.io import load_trace
+
+    records = [json.loads(line) for line in SGLANG.splitlines()]
+    if data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(records) - 1))
+        records[i] = mutate_mapping(records[i], data.draw, ("meta_info",))
+        text = "\n".join(json.dumps(r, allow_nan=True) for r in records).encode()
+    else:
+        text = mutate_bytes(SGLANG.encode(), data.draw)
+    with _folder() as tmp:
+        src, out = Path(tmp) / "responses.jsonl", Path(tmp) / "t.parquet"
+        src.write_bytes(text)
+        result = outcome(lambda: import_trace(src, "sglang", out, "deepseek-v2-lite"))
+        if result is None:
+            assert not out.exists()
+        else:
+            _check_loaded(load_trace(out))
+
+
 # --- hardware, sweep specs, configurations --------------------------------------------------------------
 
 HARDWARE = {"name": "box", "gpu": {"name": "G", "hbm_gbps": 1000.0, "tflops": 100.0, "hbm_gb": 24.0, "mem_eff": 0.8,
@@ -350,7 +393,7 @@ def test_prompt_files(data, suffix):
 
 
 def test_the_budget_is_stated():
-    """The note and README quote how many cases CI runs: this many per reader, 9 readers."""
+    """The note and README quote how many cases CI runs: this many per reader, 10 readers."""
     assert EXAMPLES >= 50 or "MOESIM_FUZZ_EXAMPLES" in os.environ
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, first_line
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.io import write_trace
 from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
@@ -60,28 +60,36 @@ def _parse(line: bytes, where: str, meta: TraceMeta) -> tuple[str | None, np.nda
     """(request id, experts [positions, L, k] int16, prompt length) of one response line."""
     try:
         rec = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise MoesimError(f"{where}: not JSON ({exc.msg})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise MoesimError(f"{where}: not JSON ({first_line(exc)})") from None
     info = rec.get("meta_info", rec) if isinstance(rec, dict) else None
     if not isinstance(info, dict) or info.get("routed_experts") is None:
         raise MoesimError(f"{where}: no meta_info.routed_experts (start SGLang with --enable-return-routed-experts "
                           "and send return_routed_experts: true)")
     flat = _decode(info["routed_experts"], where)
+    if flat.size == 0:
+        raise MoesimError(f"{where}: routed_experts holds no expert ids")
     prompt, completion = info.get("prompt_tokens"), info.get("completion_tokens")
     k, schema = meta.top_k, info.get("expert_ids_schema") or {}
+    if not isinstance(schema, dict):
+        raise MoesimError(f"{where}: expert_ids_schema must be an object")
     if schema.get("top_k", k) != k:
         raise MoesimError(f"{where}: top_k {schema['top_k']} in the response, the model preset has {k}")
-    if isinstance(prompt, int) and isinstance(completion, int):
+    if _whole(prompt) and _whole(completion):
         positions = prompt + completion - 1
         if positions < 1 or flat.size % (positions * k):
             raise MoesimError(f"{where}: {flat.size} expert ids do not fill {positions} positions x top-{k}")
         layers = flat.size // (positions * k)
     else:
-        prompt, layers = 0, int(schema.get("num_layers", meta.num_layers))
+        prompt, layers = 0, schema.get("num_layers", meta.num_layers)
+        if not _whole(layers) or layers < 1:
+            raise MoesimError(f"{where}: expert_ids_schema.num_layers must be a positive integer, got {layers!r}")
         if flat.size % (layers * k):
             raise MoesimError(f"{where}: {flat.size} expert ids do not fill {layers} layers x top-{k}")
     grid = flat.reshape(-1, layers, k)
     moe = schema.get("moe_layer_ids")
+    if moe is not None and (not isinstance(moe, list) or not all(_whole(i) and 0 <= i < layers for i in moe)):
+        raise MoesimError(f"{where}: moe_layer_ids must be a list of layer numbers 0..{layers - 1}")
     if moe is None:
         placeholder = (grid < 0).all(axis=2) | ((grid == grid[:, :, :1]).all(axis=2) if k > 1 else False)
         moe = np.flatnonzero(~placeholder.all(axis=0))
@@ -98,6 +106,10 @@ def _parse(line: bytes, where: str, meta: TraceMeta) -> tuple[str | None, np.nda
     return (None if key is None else str(key)), experts.astype(np.int16), prompt
 
 
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _decode(payload, where: str) -> np.ndarray:
     """The int32 ids of a base64 string (SGLang's encoding) or of nested lists."""
     if isinstance(payload, str):
@@ -110,5 +122,5 @@ def _decode(payload, where: str) -> np.ndarray:
         return np.frombuffer(raw, dtype="<i4")
     try:
         return np.asarray(payload, dtype=np.int64).ravel()
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise MoesimError(f"{where}: routed_experts is neither base64 nor a nested list of integers") from None
