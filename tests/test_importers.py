@@ -12,7 +12,9 @@ from moesim.tracegen.io import bundled_trace_path, load_trace
 
 
 def test_real_mixtral_log(tmp_path, shared_jsonl):
-    trace, dropped = import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "t.parquet", model="mixtral-8x7b")
+    summary, dropped = import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "t.parquet", model="mixtral-8x7b")
+    trace = load_trace(tmp_path / "t.parquet")
+    assert (summary.num_sequences, summary.num_rows, summary.meta) == (2, trace.num_rows, trace.meta)
     m = trace.meta
     assert (m.num_layers, m.num_experts, m.top_k) == (32, 8, 2)
     # problem 0 lacks layers of tokens 166 and 167, problem 1 of token 78: 81 records, 3 tokens
@@ -25,7 +27,8 @@ def test_real_mixtral_log(tmp_path, shared_jsonl):
 
 
 def test_bundled_trace_is_the_real_log_converted(tmp_path, shared_jsonl):
-    fresh, _ = import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "t.parquet", model="mixtral-8x7b")
+    import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "t.parquet", model="mixtral-8x7b")
+    fresh = load_trace(tmp_path / "t.parquet")
     shipped = load_trace(bundled_trace_path())
     np.testing.assert_array_equal(fresh.experts, shipped.experts)
     np.testing.assert_array_equal(fresh.weights, shipped.weights)
@@ -33,8 +36,9 @@ def test_bundled_trace_is_the_real_log_converted(tmp_path, shared_jsonl):
 
 
 def test_batches_do_not_change_the_result(tmp_path, shared_jsonl):
-    whole, _ = import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "a.parquet")
-    small, _ = import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "b.parquet", batch_lines=1000)
+    import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "a.parquet")
+    import_trace(shared_jsonl, "vllm-jsonl", tmp_path / "b.parquet", batch_lines=1000)
+    whole, small = load_trace(tmp_path / "a.parquet"), load_trace(tmp_path / "b.parquet")
     np.testing.assert_array_equal(whole.experts, small.experts)
     assert whole.meta.num_experts == 8 and whole.meta.model == "unknown"  # dims inferred without --model
 
@@ -80,7 +84,8 @@ def test_incomplete_tokens_are_dropped_and_counted(tmp_path):
     records = _records(tokens=3, layers=4) + _records(tokens=2, layers=4, problem=1)
     records = [r for r in records if not (r["problem_id"] == 0 and r["token_idx"] == 1 and r["layer"] == 2)]
     src = _jsonl(tmp_path / "log.jsonl", records)
-    trace, dropped = import_trace(src, "vllm-jsonl", tmp_path / "t.parquet")
+    _, dropped = import_trace(src, "vllm-jsonl", tmp_path / "t.parquet")
+    trace = load_trace(tmp_path / "t.parquet")
     assert dropped == 1 and trace.meta.dropped_tokens == 1
     assert trace.steps.tolist() == [0, 2, 0, 1] and trace.seq_offsets.tolist() == [0, 2, 4]
 
@@ -89,7 +94,8 @@ def test_csv_table(tmp_path):
     src = tmp_path / "t.csv"
     src.write_text("seq,step,layer,e0,e1\n"
                    "5,0,0,1,2\n5,0,1,3,0\n\n5,1,0,2,1\n5,1,1,0,3\n7,0,0,1,0\n7,0,1,2,3\n")
-    trace, dropped = import_trace(src, "csv", tmp_path / "t.parquet")
+    _, dropped = import_trace(src, "csv", tmp_path / "t.parquet")
+    trace = load_trace(tmp_path / "t.parquet")
     assert dropped == 0 and trace.meta.sequence_keys == ["5", "7"]
     assert (trace.meta.num_layers, trace.meta.num_experts, trace.meta.top_k) == (2, 4, 2)
     assert trace.experts[:, 1].tolist() == [[3, 0], [0, 3], [2, 3]]
@@ -178,5 +184,27 @@ def test_vllm_phase_field(tmp_path):
             for t in range(4) for l in range(2)]
     src = tmp_path / "log.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    trace, _ = import_trace(src, "vllm-jsonl", tmp_path / "t.parquet")
+    _, _ = import_trace(src, "vllm-jsonl", tmp_path / "t.parquet")
+    trace = load_trace(tmp_path / "t.parquet")
     assert trace.phase.tolist() == [0, 0, 1, 1] and trace.prefill_steps == 2
+
+
+def test_buckets_and_batches_do_not_change_the_result(tmp_path, monkeypatch):
+    """A log of interleaved sequences imported in small batches and buckets of few lines equals it
+    imported whole, and nothing is left beside the output."""
+    from moesim.tracegen import importers
+
+    rng = np.random.default_rng(3)
+    records = [r for p in range(7) for r in _records(tokens=3, layers=4, problem=p)]
+    records = [records[i] for i in rng.permutation(len(records))]  # sequences and tokens interleaved
+    records = [r for r in records if not (r["problem_id"] == 2 and r["token_idx"] == 1 and r["layer"] == 3)]
+    src = _jsonl(tmp_path / "log.jsonl", records)
+    (tmp_path / "out").mkdir()
+    _, dropped_whole = import_trace(src, "vllm-jsonl", tmp_path / "out" / "whole.parquet")
+    monkeypatch.setattr(importers, "LINES_PER_BUCKET", 9)
+    _, dropped = import_trace(src, "vllm-jsonl", tmp_path / "out" / "small.parquet", batch_lines=5)
+    whole, small = load_trace(tmp_path / "out" / "whole.parquet"), load_trace(tmp_path / "out" / "small.parquet")
+    assert dropped == dropped_whole == 1 and small.meta == whole.meta
+    for name in ("experts", "weights", "seq_ids", "seq_offsets", "steps", "phase"):
+        np.testing.assert_array_equal(getattr(small, name), getattr(whole, name), err_msg=name)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["small.parquet", "whole.parquet"]

@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from moesim.tracegen.hf import tiny_model  # noqa: E402
-from moesim.tracegen.importers import import_trace  # noqa: E402
+from moesim.tracegen.importers import import_trace
+from moesim.tracegen.io import load_trace  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "vllm_routing_log.py"
 LAYERS, K, E = 4, 2, 8
@@ -60,7 +61,8 @@ def test_recipe_output_imports_as_a_trace(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["x", "--model", str(tmp_path / "model"), "--prompts", str(prompts),
                                       "--max-new-tokens", "4", "--out", str(out)])
     runpy.run_path(str(SCRIPT), run_name="__main__")
-    trace, dropped = import_trace(out, "vllm-jsonl", tmp_path / "t.parquet")
+    _, dropped = import_trace(out, "vllm-jsonl", tmp_path / "t.parquet")
+    trace = load_trace(tmp_path / "t.parquet")
     assert dropped == 0 and trace.meta.num_layers == LAYERS and trace.meta.top_k == K
     assert trace.seq_offsets.tolist() == [0, 8, 14]
     assert trace.phase.tolist() == [0] * 5 + [1] * 3 + [0] * 3 + [1] * 3

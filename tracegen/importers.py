@@ -11,7 +11,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +22,8 @@ import polars as pl
 from moesim.errors import MoesimError
 from moesim.tracegen.models import get_model
 from moesim.tracegen.import_sglang import import_sglang
-from moesim.tracegen.io import ORIGIN, write_frame
+from moesim.tracegen.io import ORIGIN, TraceWriter, trace_from_frame
 from moesim.tracegen.schema import DECODE, TraceMeta
-from moesim.tracegen.trace import Trace
 
 FORMATS = ("vllm-jsonl", "sglang", "csv")
 BATCH_LINES = 1 << 20
@@ -35,8 +36,11 @@ _VLLM_SCHEMA = {
 
 
 def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None = None,
-                 batch_lines: int = BATCH_LINES) -> tuple[Trace, int]:
-    """Convert `src` in format `fmt` to a trace file at `out`; returns the trace and tokens dropped."""
+                 batch_lines: int = BATCH_LINES) -> tuple["ImportSummary", int]:
+    """Convert `src` in format `fmt` to a trace file at `out`; returns what was written and the tokens
+    dropped. Memory is bounded by a batch of lines and a bucket of sequences, not by the log's size:
+    parsed batches are spilled to Parquet parts by sequence bucket, then each bucket is checked and
+    written in turn (``TraceWriter``)."""
     src = Path(src)
     spec = get_model(model) if model else None
     if fmt not in FORMATS:
@@ -44,25 +48,76 @@ def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None =
     if not src.is_file():
         raise MoesimError(f"{src}: no such file")
     if fmt == "sglang":
-        return import_sglang(src, Path(out), spec), 0
+        trace = import_sglang(src, Path(out), spec)
+        return ImportSummary(trace.meta, trace.num_rows, trace.num_sequences), 0
     parse = _parse_vllm if fmt == "vllm-jsonl" else _parse_csv
-    frames = [parse(src, lines, text) for lines, text in _batches(src, batch_lines, skip_header=fmt == "csv")]
-    if not frames:
+    with tempfile.TemporaryDirectory(prefix=f".{Path(out).name}.import.", dir=Path(out).parent) as tmp:
+        buckets, keys, seen = _spill(src, parse, _batches(src, batch_lines, skip_header=fmt == "csv"), Path(tmp))
+        num_layers = spec.num_layers if spec else seen["layers"]
+        extra = {"source": f"{fmt}:{src.name}", "sequence_keys": keys}
+        meta = spec.trace_meta(**extra) if spec else TraceMeta(num_layers=num_layers, num_experts=seen["experts"],
+                                                               top_k=seen["top_k"], **extra)
+        dropped, kept = 0, 0
+        with TraceWriter(out, meta) as writer:
+            for files in buckets:  # whole sequences, in ascending ids: one bucket in memory at a time
+                records, lost = _drop_incomplete(pl.concat([pl.read_parquet(f, glob=False) for f in files],
+                                                           how="diagonal_relaxed"), num_layers)
+                dropped += lost
+                if records.height:
+                    records = records.sort(["seq", "step", "layer"], maintain_order=True)  # logs need not be in order
+                    writer.add(trace_from_frame(records, meta, str(src), label="line"))
+                    kept += records.height
+            if not kept:
+                raise MoesimError(f"{src}: no token has a record for every one of its {num_layers} layers")
+            writer.meta = meta.replace(dropped_tokens=dropped)
+            writer.close()
+    return ImportSummary(writer.meta, kept // num_layers, writer.sequences), dropped
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    """What an import wrote (the trace itself stays on disk: ``load_trace(out)``)."""
+
+    meta: TraceMeta
+    num_rows: int
+    num_sequences: int
+
+    @property
+    def accesses(self) -> int:
+        return self.num_rows * self.meta.num_layers * self.meta.top_k
+
+
+LINES_PER_BUCKET = 1 << 19
+
+
+def _spill(src: Path, parse, batches, folder: Path) -> tuple[list[list[Path]], list[str], dict]:
+    """Parse the log a batch of lines at a time into Parquet parts, numbering sequences in order of first
+    appearance. A sequence's bucket is the window of ``LINES_PER_BUCKET`` lines it first appears in, so a
+    bucket holds the sequences that start close together (whole, however long the log) and buckets come
+    in ascending sequence ids. Returns each bucket's parts, the sequence keys, and the largest layer,
+    expert and width seen."""
+    ids: dict[str, int] = {}
+    bucket_of: dict[str, int] = {}
+    parts: dict[int, list[Path]] = {}
+    seen = {"layers": 0, "experts": 0, "top_k": 0}
+    for i, (lines, text) in enumerate(batches):
+        frame = parse(src, lines, text)
+        for key, line in frame.group_by("key", maintain_order=True).agg(pl.col(ORIGIN).first()).iter_rows():
+            if key not in ids:
+                ids[key], bucket_of[key] = len(ids), line // LINES_PER_BUCKET
+        frame = frame.with_columns(pl.col("key").replace_strict(ids, return_dtype=pl.Int32).alias("seq"),
+                                   pl.col("key").replace_strict(bucket_of, return_dtype=pl.Int64).alias("bucket"))
+        frame = frame.drop("key")
+        seen["layers"] = max(seen["layers"], int(frame["layer"].max() or 0) + 1)
+        seen["experts"] = max(seen["experts"], int(frame["experts"].list.max().max() or 0) + 1)
+        seen["top_k"] = max(seen["top_k"], int(frame["experts"].list.len().max() or 0))
+        for (bucket,), part in frame.group_by("bucket", maintain_order=True):
+            path = folder / f"{bucket:08d}-{i:08d}.parquet"
+            part.drop("bucket").write_parquet(path)
+            parts.setdefault(bucket, []).append(path)
+    if not parts:
         raise MoesimError(f"{src}: no records")
-    records = pl.concat(frames, how="diagonal_relaxed")
-    records, keys = _number_sequences(records)
-    num_layers = spec.num_layers if spec else int(records["layer"].max()) + 1
-    records, dropped = _drop_incomplete(records, num_layers)
-    records = records.sort(["seq", "step", "layer"], maintain_order=True)  # logs need not be in order
-    if records.height == 0:
-        raise MoesimError(f"{src}: no token has a record for every one of its {num_layers} layers")
-    extra = {"source": f"{fmt}:{src.name}", "dropped_tokens": dropped, "sequence_keys": keys}
-    if spec:
-        meta = spec.trace_meta(**extra)
-    else:
-        meta = TraceMeta(num_layers=num_layers, num_experts=int(records["experts"].list.max().max()) + 1,
-                         top_k=int(records["experts"].list.len().max()), **extra)
-    return write_frame(records, meta, out, str(src), label="line"), dropped
+    return [parts[b] for b in sorted(parts)], list(ids), seen
 
 
 def _batches(src: Path, size: int, skip_header: bool) -> Iterator[tuple[np.ndarray, bytes]]:
@@ -164,13 +219,6 @@ def _require(src: Path, raw: pl.DataFrame, fields: dict[str, str]) -> None:
         hit = raw.filter(pl.col(col).is_null()).head(1)
         if hit.height:
             raise MoesimError(f"{src}:{hit[ORIGIN][0]}: missing field '{name}'")
-
-
-def _number_sequences(records: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
-    """Sequence ids 0.. in order of first appearance; the keys they came from go to metadata."""
-    keys = records["key"].unique(maintain_order=True)
-    ids = pl.DataFrame({"key": keys, "seq": pl.int_range(keys.len(), eager=True).cast(pl.Int32)})
-    return records.join(ids, on="key", how="left", maintain_order="left").drop("key"), keys.to_list()
 
 
 def _drop_incomplete(records: pl.DataFrame, num_layers: int) -> tuple[pl.DataFrame, int]:

@@ -136,11 +136,13 @@ class TraceWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._parts = tempfile.TemporaryDirectory(prefix=f".{self.path.name}.parts.", dir=self.path.parent)
         self._count = 0
+        self.sequences = 0  # written so far
 
     def add(self, trace: Trace) -> None:
         trace.validate(str(self.path))
         frame_from_trace(trace).write_parquet(Path(self._parts.name) / f"{self._count:06d}.parquet")
         self._count += 1
+        self.sequences += trace.num_sequences
 
     def close(self) -> None:
         if not self._count:
