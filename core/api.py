@@ -141,9 +141,9 @@ def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baselin
     """
     from moesim.plots.results import plot_results, read_results
 
-    frame = results if isinstance(results, pl.DataFrame) else read_results(results)
-    return plot_results(frame, kind, out, baseline, capacity, source or str(results if not isinstance(
-        results, pl.DataFrame) else "results"))
+    if isinstance(results, pl.DataFrame):
+        return plot_results(results, kind, out, baseline, capacity, source or "results")
+    return plot_results(read_results(results), kind, out, baseline, capacity, source or str(results))
 
 
 def models() -> dict[str, ModelSpec]:

@@ -181,10 +181,11 @@ def _traces(path: Path, patterns) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def run_config(kind: str, config: dict) -> dict:
-    """One row: the configuration's id and every setting, its metrics or its error, and the seconds it took."""
+def run_config(kind: str, config: dict, config_id: str | None = None) -> dict:
+    """One row: the configuration's id (``row_id``, unless the caller computed it) and every setting, its
+    metrics or its error, and the seconds it took."""
     start = time.perf_counter()
-    row = {"config_id": row_id(kind, config), "kind": kind, **config}
+    row = {"config_id": config_id or row_id(kind, config), "kind": kind, **config}
     try:
         row.update(_metrics(kind, config))
         row["error"] = None
@@ -249,7 +250,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
             raise MoesimError(f"{out}: unreadable results file ({first_line(exc)})") from None
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
     configs = spec.configs()
-    todo = [c for c in configs if row_id(spec.kind, c) not in have]
+    ids = [row_id(spec.kind, c) for c in configs]  # each trace is hashed here once, not again by every worker
+    todo = [(cid, c) for cid, c in zip(ids, configs) if cid not in have]
     start = time.perf_counter()
     STOP.clear()
     rows, failed, last = [], 0, time.monotonic()
@@ -273,12 +275,12 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     return SweepSummary(len(configs), len(configs) - len(todo), len(rows), failed, time.perf_counter() - start)
 
 
-def _execute(kind: str, configs: list[dict], jobs: int) -> Iterator[dict]:
-    """Rows as configurations finish: in this process with one job, else on a pool of worker
+def _execute(kind: str, configs: list[tuple[str, dict]], jobs: int) -> Iterator[dict]:
+    """Rows as (id, configuration)s finish: in this process with one job, else on a pool of worker
     processes, each keeping its compiled policies and its last traces between configurations."""
     if jobs == 1 or len(configs) <= 1:
-        for config in configs:
-            yield run_config(kind, config)
+        for cid, config in configs:
+            yield run_config(kind, config, cid)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -287,7 +289,7 @@ def _execute(kind: str, configs: list[dict], jobs: int) -> Iterator[dict]:
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_worker_init, initargs=(os.getpid(),))
     try:
-        futures = [pool.submit(run_config, kind, c) for c in configs]
+        futures = [pool.submit(run_config, kind, c, cid) for cid, c in configs]
         for future in as_completed(futures):
             yield future.result()
     finally:
@@ -315,7 +317,7 @@ def _write(done: pl.DataFrame, rows: list[dict], out: Path) -> None:
         frame.write_parquet(tmp)
 
 
-def _execute_ray(kind: str, configs: list[dict], jobs: int) -> Iterator[dict]:
+def _execute_ray(kind: str, configs: list[tuple[str, dict]], jobs: int) -> Iterator[dict]:
     """Rows as Ray tasks finish, with at most ``jobs`` (or one per cluster CPU) in flight."""
     try:
         import ray
@@ -330,7 +332,8 @@ def _execute_ray(kind: str, configs: list[dict], jobs: int) -> Iterator[dict]:
     try:
         while queue or pending:
             while queue and len(pending) < limit:
-                pending.append(task.remote(kind, queue.pop(0)))
+                cid, config = queue.pop(0)
+                pending.append(task.remote(kind, config, cid))
             finished, pending = ray.wait(pending, num_returns=1)
             yield ray.get(finished[0])
     finally:

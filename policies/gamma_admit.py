@@ -14,11 +14,11 @@ always admitting. A prefetch or preload is no request (prefetch rule, as in ``ga
 from numba import njit
 
 from moesim.policies.base import hooks
+from moesim.policies import gamma
 from moesim.policies.gamma import C_ROW, clear_counts, count_request, lowest_resident, make_counts
 
 NAME = "gamma-admit"
-PARAMS = {"gamma": 0.9}
-PARAM_BOUNDS = {"gamma": (0.0, 1.0)}
+PARAMS, PARAM_BOUNDS = gamma.PARAMS, gamma.PARAM_BOUNDS  # the same decay as gamma
 
 
 def make_state(ctx):

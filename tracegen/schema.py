@@ -39,8 +39,8 @@ _FIELD_RULES = [("num_layers", int, 1), ("num_experts", int, 1), ("top_k", int, 
                 ("tool_version", str, 0)]
 _OPTIONAL = {"d_model", "d_expert", "bytes_per_param", "expert_bytes", "sequence_keys", "d_shared"}
 # experts and layers are int16 in the arrays; sizes past these are corrupt, not models
-_MAX_INT = {"num_layers": 2 ** 15 - 1, "num_experts": 2 ** 15 - 1, "top_k": 2 ** 15 - 1}
-_MAX_INT = {name: _MAX_INT.get(name, 2 ** 62) for name, _, _ in _FIELD_RULES}
+_MAX_INT = {name: 2 ** 15 - 1 if name in ("num_layers", "num_experts", "top_k") else 2 ** 62
+            for name, _, _ in _FIELD_RULES}
 _DESCRIBE = {int: lambda n, low: f"an integer in {low}..{_MAX_INT[n]}", float: lambda n, low: f"a finite number > {low}",
              str: lambda n, low: "a string", list: lambda n, low: "a list of strings"}
 

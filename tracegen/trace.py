@@ -123,7 +123,10 @@ class Trace:
         # probabilities lie in [0, 1]
         for name, high, what in (("weights", np.inf, "a gate weight >= 0"), ("probs", 1.0, "a probability in [0, 1]")):
             arr = getattr(self, name)
-            if arr is not None:
+            if arr is None or not arr.size:
+                continue
+            lo, hi = np.fmin.reduce(arr, axis=None), np.fmax.reduce(arr, axis=None)  # NaN-skipping extremes
+            if not (lo >= 0 and hi <= high and np.isfinite(hi)):  # the masks only when some value is off
                 _first_bad(~(np.isnan(arr) | ((arr >= 0) & (arr <= high) & np.isfinite(arr))),
                            lambda r, l, j, arr=arr, name=name, what=what: (
                                f"{at(r, l)}: {name} value {float(arr[r, l, j])!r} is not {what}"))
