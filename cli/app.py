@@ -51,40 +51,50 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
         "experts": m.num_experts, "top_k": m.top_k, "d_model": m.d_model, "d_expert": m.d_expert,
         "shared_experts": m.shared_experts, "expert_params": m.expert_params,
         "expert_mb_bf16": m.expert_bytes("bf16") / 1e6, "expert_mb_int4": m.expert_bytes("int4") / 1e6,
-        "routed_experts_gb_bf16": m.routed_expert_bytes_bf16 / 1e9, "source": m.source,
+        "routed_experts_gib_bf16": m.routed_expert_bytes("bf16") / 2**30,
+        "other_weights_gib_bf16": m.non_expert_params * 2 / 2**30, "kv_kib_per_token": m.kv_bytes(1) / 1024,
+        "source": m.source,
     } for m in MODELS.values()]
     if as_json:
         emit_json(rows)
         return
     cols = {"name": "name", "kind": "kind", "layers": "L", "experts": "E", "top_k": "k", "d_model": "d_model",
             "d_expert": "d_expert", "expert_mb_bf16": "MB bf16", "expert_mb_int4": "MB 4-bit",
-            "routed_experts_gb_bf16": "GB all"}
-    table("Model presets: bytes per expert (1 MB = 1e6 B; 4-bit without scales), all routed experts",
+            "routed_experts_gib_bf16": "GiB experts", "other_weights_gib_bf16": "GiB rest",
+            "kv_kib_per_token": "KiB KV/token"}
+    table("Model presets: bytes per expert (1 MB = 1e6 B; 4-bit without scales); all routed experts, every other "
+          "weight, KV cache per token (GiB = 2^30 B, bf16)",
           list(cols.values()), [[r[c] for c in cols] for r in rows])
 
 @app.command()
 def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False) -> None:
-    """List the hardware presets: machines (GPU + host link), GPUs, links, SSDs.
+    """List the hardware presets: machines (GPU + host link + host CPU), GPUs, links, CPUs, SSDs.
 
     Use a machine with 'moesim sim run --hardware NAME' (or a TOML file, see moesim.sim.hardware),
-    swap its link with --link and add an SSD with --ssd.
+    swap its link with --link, its CPU with --cpu, add an SSD with --ssd, and set its memory with --vram / --ram.
 
     Example: moesim hardware --json
     """
     from dataclasses import asdict
 
-    from moesim.sim.hardware import GPUS, LINKS, SSDS, SYSTEMS
+    from moesim.sim.hardware import CPUS, GPUS, LINKS, SSDS, SYSTEMS
 
     if as_json:
-        emit_json({"systems": {k: {"gpu": g, "link": lk} for k, (g, lk) in SYSTEMS.items()},
+        emit_json({"systems": {k: {"gpu": g, "link": lk, "cpu": c} for k, (g, lk, c) in SYSTEMS.items()},
                    "gpus": {k: asdict(v) for k, v in GPUS.items()}, "links": {k: asdict(v) for k, v in LINKS.items()},
+                   "cpus": {k: {**asdict(v), "bf16_gflops": v.flops("bf16") / 1e9, "int4_gflops": v.flops("int4") / 1e9}
+                            for k, v in CPUS.items()},
                    "ssds": {k: asdict(v) for k, v in SSDS.items()}})
         return
-    table("Machines (--hardware)", ["name", "gpu", "link"], [[k, g, lk] for k, (g, lk) in SYSTEMS.items()])
-    table("GPUs", ["name", "HBM GB/s", "TFLOP/s bf16", "GB", "mem eff", "flop eff", "launch us"],
+    table("Machines (--hardware)", ["name", "gpu", "link", "cpu"], [[k, g, lk, c] for k, (g, lk, c) in SYSTEMS.items()])
+    table("GPUs", ["name", "HBM GB/s", "TFLOP/s bf16", "GiB", "mem eff", "flop eff", "launch us"],
           [[k, g.hbm_gbps, g.tflops, g.hbm_gb, g.mem_eff, g.flop_eff, g.launch_us] for k, g in GPUS.items()])
     table("Host links (--link)", ["name", "GB/s nominal", "efficiency", "GB/s effective", "latency us", "engines"],
           [[k, lk.gbps, lk.efficiency, lk.bandwidth / 1e9, lk.latency_us, lk.engines] for k, lk in LINKS.items()])
+    table("Host CPUs (--cpu): expert kernels' GFLOP/s are the ISA's peak x cores x clock x kernel_eff",
+          ["name", "cores", "GHz", "ISA", "DRAM GB/s", "GB/s reached", "RAM GiB", "GFLOP/s bf16", "GFLOP/s 4-bit"],
+          [[k, c.cores, c.ghz, c.isa, c.dram_gbps, c.dram_bw / 1e9, c.ram_gb, c.flops("bf16") / 1e9,
+            c.flops("int4") / 1e9] for k, c in CPUS.items()])
     table("SSDs (--ssd)", ["name", "read GB/s", "latency us"], [[k, s.gbps, s.latency_us] for k, s in SSDS.items()])
 
 

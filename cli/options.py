@@ -14,3 +14,17 @@ MlModel = Annotated[Optional[Path], typer.Option("--ml-model", help="Model file 
                                                                     "ml-ffn).")]
 PinTrace = Annotated[Optional[Path], typer.Option("--pin-trace", help="Trace whose popularity the static policy pins "
                                                                       "(default: TRACE).")]
+Hardware = Annotated[str, typer.Option(help="Hardware preset or TOML file (see 'moesim hardware').")]
+Link = Annotated[Optional[str], typer.Option(help="Swap the host link: pcie3, pcie4, pcie5, nvlink-c2c.")]
+Cpu = Annotated[Optional[str], typer.Option(help="Swap the host CPU for a preset (see 'moesim hardware').")]
+Vram = Annotated[Optional[float], typer.Option(help="GPU memory in GiB (default: the GPU's).")]
+Ram = Annotated[Optional[float], typer.Option(help="Host RAM in GiB (default: the machine's).")]
+Dtype = Annotated[Optional[str], typer.Option(help="Expert precision: bf16, fp8, q8_0, q4_k, mxfp4, int4, int2, fp32 "
+                                                   "(default: the trace's expert bytes, else bf16).")]
+Strategy = Annotated[str, typer.Option(help="Where experts run: gpu-cache, cpu-experts (llama.cpp --n-cpu-moe), "
+                                            "cpu-miss (Fiddler), hybrid (kTransformers), lowbit-miss (HOBBIT).")]
+CpuLayers = Annotated[Optional[str], typer.Option("--cpu-layers", help="cpu-experts: the first N MoE layers keep their "
+                                                  "experts on the CPU; auto (default): the fewest that fit.")]
+LowbitThreshold = Annotated[Optional[float], typer.Option(help="lowbit-miss: gate weight below which a miss fetches "
+                                                               "the low-bit copy (default 0.2).")]
+LowbitDtype = Annotated[Optional[str], typer.Option(help="lowbit-miss: int4 (default) or int2.")]

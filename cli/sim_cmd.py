@@ -10,11 +10,13 @@ import polars as pl
 import typer
 
 from moesim.cli.console import console, emit_json, table
-from moesim.cli.options import Gamma, MlModel, PinTrace, Seed
+from moesim.cli.options import (Cpu, CpuLayers, Dtype, Gamma, Hardware, Link, LowbitDtype, LowbitThreshold, MlModel,
+                                PinTrace, Ram, Seed, Strategy, Vram)
 from moesim.errors import MoesimError
 from moesim.policies import POLICIES
 from moesim.policies.prefetch import PREFETCHERS
 from moesim.sim.config import SETTINGS, CacheConfig, Config, check_params_used, params_for
+from moesim.sim.strategies import STRATEGIES
 from moesim.sim.hitrate import simulate
 from moesim.tracegen.io import load_trace
 
@@ -29,6 +31,23 @@ def int_list(text: str, what: str) -> list[int]:
     if not values:
         raise MoesimError(f"{what} is empty")
     return values
+
+
+def capacity_list(text: str) -> list:
+    """--capacity: comma-separated slot counts, or auto (as many as GPU memory holds)."""
+    if text.strip() == "auto":
+        return ["auto"]
+    return int_list(text, "--capacity")
+
+
+def auto_or_int(text: str | None, what: str):
+    """An option that is a whole number or auto."""
+    if text is None or text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise MoesimError(f"{what} must be a whole number or auto, got {text!r}") from None
 
 
 def names(text: str) -> list[str]:
@@ -85,12 +104,20 @@ def run(
     trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (Parquet).")],
     model: Annotated[Optional[str], typer.Option(help="Model preset (default: the trace's model; see "
                                                       "'moesim models').")] = None,
-    hardware: Annotated[str, typer.Option(help="Hardware preset or TOML file (see 'moesim hardware').")] = "rtx4090",
-    link: Annotated[Optional[str], typer.Option(help="Swap the host link: pcie3, pcie4, pcie5, nvlink-c2c.")] = None,
+    hardware: Hardware = "rtx4090",
+    link: Link = None,
     ssd: Annotated[Optional[str], typer.Option(help="Add an SSD preset (pcie5-nvme, pcie4-nvme).")] = None,
+    cpu: Cpu = None,
+    vram: Vram = None,
+    ram: Ram = None,
+    strategy: Strategy = "gpu-cache",
+    cpu_layers: CpuLayers = None,
+    lowbit_threshold: LowbitThreshold = None,
+    lowbit_dtype: LowbitDtype = None,
     policy: Annotated[str, typer.Option(help=f"Comma-separated policies: {', '.join(POLICIES)}.")] = "lru",
     capacity: Annotated[str, typer.Option(help="Comma-separated GPU expert slots per layer (or in the pool with "
-                                               "--scope global); 0: no expert cache.")] = "4",
+                                               "--scope global); 0: no expert cache; auto: as many as GPU memory "
+                                               "holds.")] = "4",
     scope: Annotated[str, typer.Option(help="per-layer or global.")] = "per-layer",
     dram_capacity: Annotated[Optional[int], typer.Option("--dram-capacity", help="Experts host DRAM caches in "
                                                          "front of the SSD (needs --ssd); default: all in DRAM.")] = None,
@@ -103,8 +130,7 @@ def run(
     batch: Annotated[int, typer.Option(help="Sequences decoded in lockstep.")] = 1,
     context: Annotated[int, typer.Option(help="KV tokens added to every sequence (a prompt the trace did not "
                                               "record).")] = 0,
-    dtype: Annotated[Optional[str], typer.Option(help="Expert precision bf16, fp8, int4 (default: the trace's "
-                                                      "expert bytes, else bf16).")] = None,
+    dtype: Dtype = None,
     reset: Annotated[bool, typer.Option("--reset", help="Empty the cache at every new batch.")] = False,
     gamma: Gamma = None,
     seed: Seed = None,
@@ -119,19 +145,22 @@ def run(
                                                         "first run as TOML (for --config).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Time per output token: the discrete-event simulation of decoding TRACE on a model and machine.
+    """Time per output token: the discrete-event simulation of decoding TRACE on a model and machine, with
+    the GPU memory and host RAM it needs (a configuration that does not fit is refused).
 
-    Example: moesim sim run t.parquet --hardware rtx4090 --policy lru,belady --capacity 4 --prefetch oracle
+    Example: moesim sim run t.parquet --hardware rtx4090 --dtype int4 --policy lru,belady --capacity auto --prefetch oracle
     """
     from moesim.sim.des import simulate_des
 
     base = Config.from_toml(config_file) if config_file is not None else Config()
     typed = {k: v for k, v in ctx.params.items() if getattr(ctx.get_parameter_source(k), "name", "") == "COMMANDLINE"}
+    placing = policy_params(cpu_layers=auto_or_int(cpu_layers, "--cpu-layers"), lowbit_threshold=lowbit_threshold,
+                            lowbit_dtype=lowbit_dtype)
+    check_params_used([], placing, strategies=[typed.get("strategy", base.execution.strategy)])
     base = base.replace(**{k: v for k, v in typed.items() if k in SETTINGS and k not in ("policy", "capacity")},
-                        **policy_params(train_trace=train_trace))
+                        **policy_params(train_trace=train_trace), **placing)
     policies = names(policy) if "policy" in typed or config_file is None else [base.cache.policy]
-    capacities = int_list(capacity, "--capacity") if "capacity" in typed or config_file is None else \
-        [base.cache.capacity]
+    capacities = capacity_list(capacity) if "capacity" in typed or config_file is None else [base.cache.capacity]
     given = policy_params(gamma=gamma, seed=seed, ml_model=ml_model, pin_trace=pin_trace)
     check_params_used(policies, given)
     configs = [base.replace(policy=name, capacity=c, **params_for(name, given)) for name in policies
@@ -145,13 +174,20 @@ def run(
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
         return
     ttft = any(r.ttft_s is not None for r in results)
+    uses_cpu = STRATEGIES[base.execution.strategy].CPU
     scope, prefetch, mode = base.cache.scope, base.prefetch.prefetcher, base.prefetch.mode
-    table(f"{trace_path}: {spec.name} on {hw.name} ({hw.gpu.name}, {hw.link.name}), {scope}, prefetch {prefetch} "
-          f"({mode}), {base.execution.kernel} kernel, batch {base.workload.batch}; times per step in ms",
-          ["policy", "C", "TPOT", "p99", "tok/s", "compute", "copy", "stall", "hit rate"] + ["TTFT"] * ttft,
+    table(f"{trace_path}: {spec.name} on {hw.name} ({hw.gpu.name}, {hw.link.name}"
+          f"{', ' + hw.cpu.name if uses_cpu else ''}), strategy {base.execution.strategy}, {scope}, prefetch "
+          f"{prefetch} ({mode}), {base.execution.kernel} kernel, batch {base.workload.batch}; times per step in ms, "
+          f"memory in GiB",
+          ["policy", "C", "TPOT", "p99", "tok/s", "compute", "copy", "stall"] + ["CPU", "on CPU"] * uses_cpu
+          + ["hit rate", "VRAM", "RAM"] + ["TTFT"] * ttft,
           [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3,
-            r.copy_s * 1e3, r.stall_s * 1e3, r.hit_rate] + [(r.ttft_s or float("nan")) * 1e3] * ttft
-           for r in results])
+            r.copy_s * 1e3, r.stall_s * 1e3] + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu
+           + [r.hit_rate, r.vram_gb, r.ram_gb] + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
+    if base.execution.strategy == "cpu-experts":
+        console.print(f"{results[0].config.execution.params['cpu_layers']} of {spec.num_layers} layers' experts on "
+                      "the CPU")
     if prefetch != "none":
         for r in results:
             console.print(f"{r.policy} @ {r.capacity}: prefetch precision {_pct(r.prefetch_precision)}, recall "

@@ -101,12 +101,13 @@ def hitrate(trace: Trace, policy: str = "lru", capacity: int = 4, scope: str = "
 def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSpec | None = None,
              hardware: str | Hardware | None = None, decisions: bool = False, **settings) -> DesResult:
     """Time per output token: the discrete-event simulation of decoding ``trace``, under ``config`` with
-    the flat ``settings`` changed. ``model`` and ``hardware`` are preset names (or a hardware TOML file),
-    or objects built in code.
+    the flat ``settings`` changed, and the GPU memory and host RAM it needs (a configuration that does not
+    fit is a ``MoesimError``). ``model`` and ``hardware`` are preset names (or a hardware TOML file), or
+    objects built in code.
 
-    >>> r = moesim.simulate(trace, policy="lru", capacity=4, hardware="rtx4090", prefetch="oracle")
-    >>> round(r.tpot_s * 1e3, 1), round(r.tokens_per_s, 2), round(r.hit_rate, 4)
-    (363.4, 2.75, 0.9998)
+    >>> r = moesim.simulate(trace, policy="lru", capacity="auto", hardware="rtx4090", dtype="int4", prefetch="oracle")
+    >>> r.capacity, round(r.tpot_s * 1e3, 1), round(r.tokens_per_s, 2), round(r.hit_rate, 4), round(r.vram_gb, 1)
+    (7, 30.6, 32.69, 0.9999, 22.4)
     """
     config = config or Config()
     objects = {}

@@ -1,8 +1,9 @@
 """What every policy module shares: its context, the hook contract, no-op hooks and two helpers.
 
-A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, and ``HOOKS = hooks(...)``
+A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, ``HOOKS = hooks(...)``
 with its njit hooks, which ``moesim.sim.engine.bind`` compiles into the hit-rate loop and into the
-discrete-event loop. Hooks a policy leaves out are no-ops (``on_miss`` then admits every miss):
+discrete-event loop, and ``BYPASSES = True`` if it may leave a missed expert uncached (the memory
+account then keeps a scratch buffer for it). Hooks a policy leaves out are no-ops (``on_miss`` then admits every miss):
 
 - ``reset(st)``: forget everything (start, and each sequence when the cache resets).
 - ``on_step(st, part, layer, row, ranked, t)``: R for (row, layer) arrives; ``ranked`` is int16[W]

@@ -40,6 +40,7 @@ from moesim.policies.base import (HEAD, NEXT, hooks, list_of, list_push_head, li
 
 NAME = "gamma"
 PARAMS = {"gamma": 0.9}  # the decay γ of eq. 8
+BYPASSES = True  # a miss outside Top-C is served without a slot (moesim.sim.memory gives it a scratch buffer)
 PARAM_BOUNDS = {"gamma": (0.0, 1.0)}
 # control words: experts per layer, service clock, current row, sequential?, capacity, step stamp
 C_E, C_CLOCK, C_ROW, C_SEQ, C_CAP, C_STAMP = range(6)

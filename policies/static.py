@@ -17,6 +17,7 @@ from moesim.policies.base import hooks, min_key_slot
 
 NAME = "static"
 PARAMS = {"pin_trace": None}  # the trace whose popularity is pinned (None: the simulated one)
+BYPASSES = True  # an expert that is not pinned is served without a slot
 
 
 def make_state(ctx):

@@ -5,17 +5,19 @@
 (``to_toml``/``from_toml``) and to a results row (``flat``/``build``):
 
 - ``model``: the preset (default: the trace's own model) and the experts' dtype;
-- ``hardware``: a machine preset or a hardware TOML file, a host link and an SSD to swap in;
-- ``cache``: replacement policy and its parameters, GPU slots, scope, access semantics, reset,
-  the DRAM cache in front of an SSD;
+- ``hardware``: a machine preset or a hardware TOML file, a host link, CPU and SSD to swap in, and the
+  GPU's and host's memory sizes;
+- ``cache``: replacement policy and its parameters, GPU slots (or ``auto``: what memory leaves), scope,
+  access semantics, reset, the DRAM cache in front of an SSD;
 - ``prefetch``: the prefetcher and its parameters, and what runs after a misprediction;
-- ``execution``: the kernel kind;
+- ``execution``: the kernel kind, the execution strategy (``moesim.sim.strategies``) and its parameters;
 - ``workload``: sequences decoded in lockstep, KV tokens added to each.
 
 The flat setting names (``SETTINGS``: ``policy``, ``capacity``, ``gamma``, ...) are the command
 line's options, a sweep spec's keys and the results' columns; they are defined here and nowhere
-else. A policy's or prefetcher's parameters are those its module lists in ``PARAMS``; any other is an
-error, as is a key no section knows.
+else. A policy's, prefetcher's or strategy's parameters are those its module lists in ``PARAMS``; any
+other is an error, as is a key no section knows. ``auto`` values (capacity, a strategy's
+``cpu_layers``) are resolved from memory when a run starts (``moesim.sim.memory``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from moesim.errors import MoesimError
 from moesim.files import atomic_output, read_toml
 from moesim.policies import POLICIES, get_policy
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
-from moesim.sim.hardware import LINKS, SSDS, SYSTEMS, Hardware, get_hardware, is_file_name
+from moesim.sim.hardware import CPUS, LINKS, SSDS, SYSTEMS, Hardware, get_hardware, is_file_name
+from moesim.sim.strategies import STRATEGIES, get_strategy
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, model_for_trace
 
 SCOPES = ("per-layer", "global")
@@ -42,6 +45,7 @@ KERNELS = ("fused", "per-expert")
 DTYPES = tuple(BYTES_PER_PARAM)
 PATH_PARAMS = ("ml_model", "pin_trace", "train_trace")  # parameters that name files
 TRACE_PARAMS = ("pin_trace", "train_trace")  # ... which are traces, loaded when a run starts
+AUTO = "auto"
 
 
 def _choice(section: str, name: str, value, choices) -> None:
@@ -49,13 +53,14 @@ def _choice(section: str, name: str, value, choices) -> None:
         raise MoesimError(f"[{section}] unknown {name} {value!r}; choose from {', '.join(map(str, choices))}")
 
 
-def _int(obj, section: str, name: str, low: int, optional: bool = False) -> None:
-    """``obj.name`` must be an integer of at least ``low`` (or None when ``optional``); numpy's become int."""
+def _int(obj, section: str, name: str, low: int, optional: bool = False, auto: bool = False) -> None:
+    """``obj.name`` must be an integer of at least ``low`` (or None when ``optional``, ``"auto"`` when
+    ``auto``); numpy's become int."""
     value = getattr(obj, name)
-    if optional and value is None:
+    if (optional and value is None) or (auto and value == AUTO):
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise MoesimError(f"[{section}] {name} must be an integer, got {value!r}")
+        raise MoesimError(f"[{section}] {name} must be an integer{' or auto' if auto else ''}, got {value!r}")
     if value < low:
         raise MoesimError(f"[{section}] {name} must be at least {low}, got {value}")
     object.__setattr__(obj, name, int(value))
@@ -67,8 +72,18 @@ def _name(section: str, name: str, value, optional: bool = True) -> None:
     raise MoesimError(f"[{section}] {name} must be a name{' or left out' if optional else ''}, got {value!r}")
 
 
+def _size(obj, section: str, name: str) -> None:
+    """``obj.name`` must be a finite number of GiB > 0, or None."""
+    value = getattr(obj, name)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise MoesimError(f"[{section}] {name} must be a size in GiB > 0, got {value!r}")
+    object.__setattr__(obj, name, float(value))
+
+
 def _params(section: str, owner: str, value, module) -> dict:
-    """A policy's or prefetcher's parameters: only those its module lists, of its types."""
+    """A policy's, prefetcher's or strategy's parameters: only those its module lists, of its types."""
     if not isinstance(value, dict):
         raise MoesimError(f"[{section}] params must be a table, got {value!r}")
     takes = getattr(module, "PARAMS", {}) if module is not None else {}
@@ -77,8 +92,15 @@ def _params(section: str, owner: str, value, module) -> dict:
         if key not in takes:
             raise MoesimError(f"[{section}] {owner} takes no parameter {key!r} "
                               f"({'it takes ' + ', '.join(takes) if takes else 'it takes none'})")
+        choices = getattr(module, "PARAM_CHOICES", {}).get(key)
         if key in PATH_PARAMS:  # a file, read when the run starts
             kind, ok, v = "a file", isinstance(v, (str, Path)) and bool(str(v)), str(v)
+        elif choices is not None:
+            kind, ok = f"one of {', '.join(choices)}", v in choices
+        elif key in getattr(module, "AUTO_PARAMS", ()):
+            kind = "auto or an integer >= 0"
+            ok = v == AUTO or isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
+            v = v if v == AUTO or not ok else int(v)
         elif isinstance(takes[key], float):
             kind, ok = "float", isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
             v = float(v) if ok else v
@@ -88,7 +110,7 @@ def _params(section: str, owner: str, value, module) -> dict:
         if not ok:
             raise MoesimError(f"[{section}] {owner}'s {key} must be {kind}, got {v!r}")
         low, high = getattr(module, "PARAM_BOUNDS", {}).get(key, (None, None))
-        if low is not None and not low <= v <= high:
+        if low is not None and v != AUTO and not low <= v <= high:
             raise MoesimError(f"[{section}] {owner}'s {key} must be in [{low}, {high}], got {v!r}")
         out[key] = v
     return out
@@ -114,11 +136,15 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class HardwareConfig:
-    """``machine``: a preset (``moesim hardware``) or a hardware TOML file; ``link`` / ``ssd`` swap in presets."""
+    """``machine``: a preset (``moesim hardware``) or a hardware TOML file; ``link`` / ``ssd`` / ``cpu`` swap in
+    presets; ``vram`` / ``ram``: the GPU's and the host's memory in GiB (None: the machine's)."""
 
     machine: str = "rtx4090"
     link: str | None = None
     ssd: str | None = None
+    cpu: str | None = None
+    vram: float | None = None
+    ram: float | None = None
 
     def __post_init__(self):
         _name("hardware", "machine", self.machine, optional=False)
@@ -128,21 +154,25 @@ class HardwareConfig:
             _choice("hardware", "link", self.link, LINKS)
         if self.ssd is not None:
             _choice("hardware", "ssd", self.ssd, SSDS)
+        if self.cpu is not None:
+            _choice("hardware", "cpu", self.cpu, CPUS)
+        _size(self, "hardware", "vram")
+        _size(self, "hardware", "ram")
 
     def spec(self) -> Hardware:
-        """The machine: the preset or file, with the link and SSD swapped in."""
-        return get_hardware(self.machine, self.link, self.ssd)
+        """The machine: the preset or file, with the link, SSD and CPU swapped in and the memory sizes set."""
+        return get_hardware(self.machine, self.link, self.ssd, self.cpu, self.vram, self.ram)
 
 
 @dataclass(frozen=True)
 class CacheConfig:
     """The GPU's expert cache: ``capacity`` slots per layer (scope ``per-layer``) or in one pool
-    (``global``), 0 for none; ``semantics`` of a step's accesses (the hit-rate engine; the discrete-event
+    (``global``), 0 for none, ``auto`` for as many as GPU memory holds; ``semantics`` of a step's accesses (the hit-rate engine; the discrete-event
     engine serves a step at once); ``reset`` empties it at each sequence (batch); ``dram_capacity``
     experts host DRAM caches in front of an SSD (None: every expert in DRAM); ``params`` of the policy."""
 
     policy: str = "lru"
-    capacity: int = 4
+    capacity: int | str = 4
     scope: str = "per-layer"
     semantics: str = "step"
     reset: bool = False
@@ -151,7 +181,7 @@ class CacheConfig:
 
     def __post_init__(self):
         _choice("cache", "policy", self.policy, POLICIES)
-        _int(self, "cache", "capacity", 0)
+        _int(self, "cache", "capacity", 0, auto=True)
         _choice("cache", "scope", self.scope, SCOPES)
         _choice("cache", "semantics", self.semantics, SEMANTICS)
         if not isinstance(self.reset, bool):
@@ -189,12 +219,21 @@ class PrefetchConfig:
 @dataclass(frozen=True)
 class ExecutionConfig:
     """``kernel``: ``fused`` (a layer's experts in one kernel once all are resident, vLLM) or
-    ``per-expert`` (each as its weights land, Mixtral-offloading)."""
+    ``per-expert`` (each as its weights land, Mixtral-offloading); ``strategy``: where experts run
+    (``moesim.sim.strategies``: gpu-cache, cpu-experts, cpu-miss, hybrid, lowbit-miss) and its ``params``."""
 
     kernel: str = "fused"
+    strategy: str = "gpu-cache"
+    params: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _choice("execution", "kernel kind", self.kernel, KERNELS)
+        _choice("execution", "strategy", self.strategy, STRATEGIES)
+        object.__setattr__(self, "params", _params("execution", f"strategy {self.strategy}", self.params,
+                                                   get_strategy(self.strategy)))
+
+    def __hash__(self):
+        return hash(_canonical(self))
 
 
 @dataclass(frozen=True)
@@ -219,6 +258,9 @@ SETTINGS = {_RENAMED.get((s, f.name), f.name): (s, f.name)
 CACHE_PARAMS = tuple(dict.fromkeys(k for p in POLICIES for k in getattr(get_policy(p), "PARAMS", {})))
 PREFETCH_PARAMS = tuple(dict.fromkeys(k for p in PREFETCHERS if p != "none"
                                       for k in getattr(get_prefetcher(p), "PARAMS", {})))
+STRATEGY_PARAMS = tuple(dict.fromkeys(k for m in STRATEGIES.values() for k in m.PARAMS))
+OWNERS = {"cache": ("policy", CACHE_PARAMS), "prefetch": ("prefetch", PREFETCH_PARAMS),
+          "execution": ("strategy", STRATEGY_PARAMS)}  # section -> (the setting that owns its params, their names)
 HITRATE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "cache" and k != "dram_capacity") + CACHE_PARAMS
 
 
@@ -248,30 +290,32 @@ class Config:
         return cls().replace(**settings)
 
     def replace(self, **settings) -> Config:
-        """This configuration with the flat settings given changed (a policy parameter must suit the policy)."""
+        """This configuration with the flat settings given changed (a parameter must suit its policy,
+        prefetcher or strategy)."""
         parts = {name: {} for name in SECTIONS}
-        params = {"cache": dict(self.cache.params), "prefetch": dict(self.prefetch.params)}
+        params = {section: dict(getattr(self, section).params) for section in OWNERS}
         for key, value in settings.items():
+            owner = next((section for section, (_, names) in OWNERS.items() if key in names), None)
             if key in SETTINGS:
                 section, name = SETTINGS[key]
                 parts[section][name] = value
-            elif key in CACHE_PARAMS or key in PREFETCH_PARAMS:
-                params["cache" if key in CACHE_PARAMS else "prefetch"][key] = value
+            elif owner is not None:
+                params[owner][key] = value
             else:
                 raise MoesimError(f"unknown setting {key!r} (known: {', '.join(SETTINGS)}, "
-                                  f"{', '.join(CACHE_PARAMS + PREFETCH_PARAMS)})")
-        # a new policy (prefetcher) drops the old one's parameters
-        if settings.get("policy", self.cache.policy) != self.cache.policy:
-            params["cache"] = {k: v for k, v in params["cache"].items() if k in settings}
-        if settings.get("prefetch", self.prefetch.prefetcher) != self.prefetch.prefetcher:
-            params["prefetch"] = {k: v for k, v in params["prefetch"].items() if k in settings}
-        parts["cache"]["params"], parts["prefetch"]["params"] = params["cache"], params["prefetch"]
+                                  f"{', '.join(CACHE_PARAMS + PREFETCH_PARAMS + STRATEGY_PARAMS)})")
+        # a new policy (prefetcher, strategy) drops the old one's parameters
+        for section, (setting, _) in OWNERS.items():
+            current = getattr(getattr(self, section), SETTINGS[setting][1])
+            if settings.get(setting, current) != current:
+                params[section] = {k: v for k, v in params[section].items() if k in settings}
+            parts[section]["params"] = params[section]
         return Config(**{name: replace(getattr(self, name), **parts[name]) for name in SECTIONS})
 
     def flat(self) -> dict:
         """Every setting under its flat name, the policy's and prefetcher's parameters included."""
         out = {key: getattr(getattr(self, s), f) for key, (s, f) in SETTINGS.items()}
-        return {**out, **self.cache.params, **self.prefetch.params}
+        return {**out, **self.cache.params, **self.prefetch.params, **self.execution.params}
 
     def to_toml(self, path: str | Path) -> None:
         """Write the sections as TOML tables (unset settings left out), atomically."""
@@ -335,14 +379,18 @@ def params_for(policy: str, given: dict) -> dict:
     return {k: v for k, v in given.items() if k in takes}
 
 
-def check_params_used(policies: list[str], given: dict, prefetchers: list[str] = ("none",)) -> None:
-    """A parameter that none of ``policies`` (nor of the prefetchers) takes was given by mistake."""
+def check_params_used(policies: list[str], given: dict, prefetchers: list[str] = ("none",),
+                      strategies: list[str] = ("gpu-cache",)) -> None:
+    """A parameter that none of ``policies`` (nor of the prefetchers or strategies) takes was given by mistake."""
     takes = {k for p in policies if p in POLICIES for k in getattr(get_policy(p), "PARAMS", {})}
     takes |= {k for p in prefetchers if p in PREFETCHERS for k in getattr(get_prefetcher(p), "PARAMS", {})}
+    takes |= {k for p in strategies if p in STRATEGIES for k in STRATEGIES[p].PARAMS}
     unused = sorted(k for k in given if k not in takes)
     if unused:
-        raise MoesimError(f"{', '.join(unused)}: no policy or prefetcher of this run takes it "
-                          f"(policies {', '.join(policies)}; prefetchers {', '.join(prefetchers)})")
+        placed = list(strategies) != ["gpu-cache"]
+        raise MoesimError(f"{', '.join(unused)}: no policy{', prefetcher or strategy' if placed else ' or prefetcher'} "
+                          f"of this run takes it (policies {', '.join(policies)}; prefetchers {', '.join(prefetchers)}"
+                          + (f"; strategies {', '.join(strategies)})" if placed else ")"))
 
 
 def module_params(module, given: dict) -> dict:

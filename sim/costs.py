@@ -4,7 +4,8 @@ Every GPU operation is timed on the roofline, ``max(bytes / (HBM bw · mem_eff),
 flop_eff))`` plus a launch overhead per kernel; at decode batch sizes that is the memory term.
 Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache in all:
 
-- attention: weights d·q + 2·d·kv + q·d, KV read 2·kv·ctx values; 2·weights·T + 4·q·ctx FLOPs;
+- attention: weights d·q + 2·d·kv + q·d (``ModelSpec.attention_params``), KV read ``kv_width``·ctx values
+  (K and V, or MLA's one latent); 2·weights·T + 4·q·ctx FLOPs;
 - router: d·E weights; shared experts: their FFNs (resident, so computed, never copied);
 - one routed expert on the T_e tokens that chose it: ``max(expert_bytes / bw, 2·expert_params·T_e /
   FLOP/s)`` (``by_tokens[T_e]``); the layer's experts run as one of two kernel kinds:
@@ -15,6 +16,16 @@ Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache in
 - a copy of one expert over the host link: ``latency + expert_bytes / (nominal · efficiency)``;
   from the SSD: ``latency + expert_bytes / read bw``;
 - MoLE: no routed-expert compute; per row and layer T·d·N values cross the link (MoLE eq. 14).
+
+The host CPU (``moesim.sim.hardware.CPU``), for strategies that compute experts there:
+
+- one expert on T tokens (``cpu_by_tokens[T]``, ``cpu_expert_s``): ``task_us + max(expert_bytes / DRAM
+  bandwidth reached, 2·expert_params·T / the weight format's FLOP/s)``: the weights stream from DRAM
+  once per layer and the T tokens share them, unless unpacking the format makes the kernel
+  compute-bound; the CPU runs a layer's experts one after another, each on all cores;
+- a layer's hand-off (``handoff_s`` per row, each way): the row's activations, T·d bf16 values, over
+  the host link (latency + bytes / bandwidth); ``cpu_sync_s`` once per layer the CPU works on;
+- a low-bit copy of one expert (``lowbit-miss``): latency + its bytes in the low-bit format / link bandwidth.
 
 Kernel counts (launch overheads): attention 6, router 2, shared experts 3, the fused MoE kernel 2,
 one expert's kernels 4 (two input projections, the gated activation, the output projection).
@@ -35,11 +46,11 @@ from numba import njit
 from moesim.errors import MoesimError
 
 from moesim.sim.hardware import Hardware
-from moesim.tracegen.models import ModelSpec
+from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, format_of
 
 KERNELS_ATTN, KERNELS_ROUTER, KERNELS_SHARED, KERNELS_MOE, KERNELS_EXPERT = 6, 2, 3, 2, 4
 # the scalar durations the compiled engine reads, by index (``scalar_times``)
-T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD = range(4)
+T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD, T_LOWBIT_COPY, T_CPU_SYNC = range(6)
 
 
 @dataclass(frozen=True)
@@ -55,11 +66,16 @@ class Costs:
     ssd_s: float             # one expert read from the SSD (nan without one)
     expert_bytes: float
     lut_bytes: np.ndarray    # MoLE bytes per row and layer (0 for MoE)
-
+    cpu_by_tokens: np.ndarray  # one expert's work on T tokens on the host CPU (zeros without one)
+    handoff_s: np.ndarray    # per row: its activations between GPU and host, one way
+    cpu_sync_s: float        # per layer handed to the CPU
+    lowbit_copy_s: float     # one low-bit expert over the host link (nan without a low-bit format)
+    lowbit_bytes: float
 
     def scalar_times(self) -> np.ndarray:
         """The scalar durations as the array (``T_*``) the compiled engine and its copy queue read."""
-        return np.array([self.moe_launch_s, self.expert_launch_s, self.copy_s, self.ssd_s])
+        return np.array([self.moe_launch_s, self.expert_launch_s, self.copy_s, self.ssd_s, self.lowbit_copy_s,
+                         self.cpu_sync_s])
 
 
 def roofline(gpu, nbytes, flops):
@@ -74,6 +90,12 @@ def link_copy_s(link, nbytes: float) -> float:
 def ssd_read_s(ssd, nbytes: float) -> float:
     """One read of ``nbytes`` from an SSD: its latency, then the bytes at its read bandwidth."""
     return ssd.latency_us * 1e-6 + nbytes / (ssd.gbps * 1e9)
+
+
+def cpu_expert_s(cpu, model: ModelSpec, dtype: str, nbytes: float, tokens) -> np.ndarray:
+    """One expert of ``nbytes`` in format ``dtype`` on ``tokens`` tokens, on the host CPU."""
+    tokens = np.asarray(tokens, np.float64)
+    return cpu.task_us * 1e-6 + np.maximum(nbytes / cpu.dram_bw, 2.0 * model.expert_params * tokens / cpu.flops(dtype))
 
 
 @njit(cache=True, inline="always")
@@ -98,19 +120,19 @@ def expert_kernel_s(by_tokens, launch, tokens):
 
 
 def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, bytes_per_param: float = 2.0,
-          expert_bytes: float | None = None, max_expert_tokens: int = 1) -> Costs:
+          expert_bytes: float | None = None, max_expert_tokens: int = 1, lowbit_dtype: str | None = None) -> Costs:
     """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all, experts
     computing up to ``max_expert_tokens`` tokens each.
 
-    ``expert_bytes`` overrides the model's (a trace records its own, e.g. for quantised experts).
+    ``expert_bytes`` overrides the model's (a trace records its own, e.g. for quantised experts); the
+    CPU's kernel is the format whose bytes per parameter those are. ``lowbit_dtype`` prices low-bit copies.
     """
     gpu, d, bpp = hw.gpu, model.d_model, bytes_per_param
     tokens = np.asarray(tokens, np.float64)
     ctx = np.asarray(ctx, np.float64)
-    q, kv = model.q_dim or d, model.kv_dim or d
-    attn_w = d * q + 2 * d * kv + q * d
+    q, attn_w = model.q_dim or d, model.attention_params
     launch = gpu.launch_us * 1e-6
-    pre = (roofline(gpu, attn_w * bpp + 2 * kv * ctx * bpp, 2 * attn_w * tokens + 4 * q * ctx)
+    pre = (roofline(gpu, attn_w * bpp + model.kv_width * ctx * bpp, 2 * attn_w * tokens + 4 * q * ctx)
            + roofline(gpu, d * model.num_experts * bpp, 2 * d * model.num_experts * tokens)
            + launch * (KERNELS_ATTN + KERNELS_ROUTER))
     if model.shared_experts:
@@ -135,8 +157,16 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
     else:
         lut_bytes = np.zeros_like(tokens)
         lut_s = np.zeros_like(tokens)
+    cpu = hw.cpu
+    cpu_by_tokens = (cpu_expert_s(cpu, model, format_of(model.expert_params, eb), eb, n_tokens) if cpu is not None
+                     else np.zeros_like(n_tokens))
+    lowbit_bytes = model.expert_params * BYTES_PER_PARAM[lowbit_dtype] if lowbit_dtype else 0.0
     return Costs(pre_s=np.ascontiguousarray(pre, np.float64), lut_s=np.ascontiguousarray(lut_s, np.float64),
                  by_tokens=by_tokens, moe_launch_s=moe_launch_s, expert_launch_s=expert_launch_s,
                  copy_s=link_copy_s(hw.link, eb),
                  ssd_s=ssd_read_s(hw.ssd, eb) if hw.ssd is not None else float("nan"), expert_bytes=eb,
-                 lut_bytes=np.ascontiguousarray(lut_bytes, np.float64))
+                 lut_bytes=np.ascontiguousarray(lut_bytes, np.float64), cpu_by_tokens=cpu_by_tokens,
+                 handoff_s=np.ascontiguousarray(link_copy_s(hw.link, tokens * d * 2.0), np.float64),
+                 cpu_sync_s=cpu.sync_us * 1e-6 if cpu is not None else 0.0,
+                 lowbit_copy_s=link_copy_s(hw.link, lowbit_bytes) if lowbit_dtype else float("nan"),
+                 lowbit_bytes=float(lowbit_bytes))

@@ -1,12 +1,15 @@
 """Time per output token from a trace: the discrete-event simulator's Python face.
 
 ``simulate_des`` runs one ``Config`` (``moesim.sim.config``) on a trace: it turns the trace into
-request rows (batching, prefill), times every piece from the model and the machine (``costs``), asks
-the prefetcher for its predictions, builds the engine's named state (``des_state``), runs the compiled
-loop of ``des_loop`` with the replacement policy's hooks, and summarises: TPOT (mean, p50, p99) over decode
-steps, tokens/s, TTFT (the prefill row, when the trace has prompt rows), the compute / copy / stall
-split per step, bytes over the link and from the SSD, hit rate (decode accesses served without an
-on-demand copy), the predictor's precision and recall, and CommitMoE's substitutions.
+request rows (batching, prefill), sizes what must fit in GPU memory and host RAM (``memory``: ``auto``
+values resolved, a configuration that does not fit refused), times every piece from the model and the
+machine (``costs``), asks the prefetcher for its predictions, builds the engine's named state
+(``des_state``), runs the compiled loop of ``des_loop`` with the replacement policy's hooks, and
+summarises: TPOT (mean, p50, p99) over decode steps, tokens/s, TTFT (the prefill row, when the trace
+has prompt rows), the compute / copy / stall split per step and the CPU's busy time, bytes over the
+link and from the SSD, hit rate (decode accesses served from GPU memory without an on-demand copy),
+the shares computed on the CPU or served at low precision, GPU memory and host RAM used, the
+predictor's precision and recall, and CommitMoE's substitutions.
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ from moesim.policies.prefetch import get_prefetcher
 from moesim.sim.config import Config, PrefetchConfig, module_params
 from moesim.sim.costs import Costs, costs
 from moesim.sim.des_loop import HELPERS, des_loop
-from moesim.sim.des_state import (C_ACCESSES, C_HITS, C_LOADS, C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_SSD_READS,
-                                  C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY, R_STALL, R_TIME, Inputs, build_state)
+from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
+                                  C_PF_USED, C_PREFILL_LOADS, C_SSD_READS, C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY,
+                                  R_CPU, R_STALL, R_TIME, Inputs, build_state)
 from moesim.sim.engine import bind
 from moesim.sim.hardware import Hardware
 from moesim.sim.hitrate import check_fits_experts
+from moesim.sim.memory import GIB, Footprint, Memory, resolve
+from moesim.sim.strategies import cpu_experts, get_strategy
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 from moesim.sim.requests import build_requests
 from moesim.tracegen.schema import DECODE, PREFILL
@@ -49,6 +55,7 @@ class DesResult:
     compute_s: float
     copy_s: float
     stall_s: float
+    cpu_s: float               # seconds per step the host CPU computed experts
     bytes_h2d: float
     bytes_ssd: float
     hit_rate: float
@@ -62,6 +69,14 @@ class DesResult:
     prefetch_recall: float | None
     substitutions: int
     substituted_weight: float | None
+    cpu_share: float           # decode accesses computed on the host CPU
+    lowbit_share: float | None  # lowbit-miss: decode accesses served by a low-bit copy
+    lowbit_weight: float | None  # ... and the router weight they carry, per layer and step
+    fills: int                 # hybrid: background copies into slots
+    vram_gb: float             # GiB of GPU memory used (moesim.sim.memory)
+    ram_gb: float              # GiB of host RAM used
+    vram_limit_gb: float | None  # what the GPU has (None: not known)
+    ram_limit_gb: float | None
     decode_steps: int
     decode_tokens: int
     per_layer_hit_rate: list
@@ -103,23 +118,29 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
     """
     model = model if model is not None else config.model.spec(trace.meta)
     hardware = hardware if hardware is not None else config.hardware.spec()
-    cache, pf, batch = config.cache, config.prefetch, config.workload.batch
     _check(trace, model, hardware, config)
-    req = build_requests(trace, batch, config.workload.context)
+    req = build_requests(trace, config.workload.batch, config.workload.context)
+    bpp, eb = _sizes(trace, model, config.model.dtype)
+    config, memory = resolve(_footprint(trace, model, hardware, config, req, bpp, eb), config, trace.meta.top_k)
+    cache, pf, strategy = config.cache, config.prefetch, get_strategy(config.execution.strategy)
     module = get_policy(cache.policy)
     pred, pred_tokens, preload, preload_at = predictions(trace, req, pf, cache.capacity, cache.scope)
     exe, exe_tokens, committed = executed(req, pred, pred_tokens, pf.mode == "commit")
-    bpp, eb = _sizes(trace, model, config.model.dtype)
-    cost = costs(model, hardware, req.tokens, req.ctx, bpp, eb, int(exe_tokens.max(initial=1)))
+    sparams = module_params(strategy, config.execution.params)
+    cost = costs(model, hardware, req.tokens, req.ctx, bpp, eb, int(exe_tokens.max(initial=1)),
+                 sparams.get("lowbit_dtype"))
     n_rows = req.num_rows
     per_layer = cache.scope == "per-layer"
     group_start = np.zeros(n_rows, np.bool_)
     group_start[req.group_offsets[:-1][req.group_offsets[:-1] < n_rows]] = True
+    offload = (req.tokens >= cpu_experts.OFFLOAD_MIN_TOKENS) & (strategy is cpu_experts)
     inputs = Inputs(req.experts, exe, exe_tokens, committed, req.weights, pred, req.kind, group_start, preload_at,
                     preload, cost.pre_s, cost.lut_s, cost.by_tokens, cost.scalar_times(),
                     config.execution.kernel == "per-expert", np.int64(cache.capacity), np.int64(trace.meta.num_experts),
                     per_layer, cache.reset, model.kind == "mole",
-                    np.int64(-1 if cache.dram_capacity is None else cache.dram_capacity))
+                    np.int64(-1 if cache.dram_capacity is None else cache.dram_capacity), np.int64(strategy.CODE),
+                    strategy.placement(model.num_layers, sparams), offload, cost.cpu_by_tokens, cost.handoff_s,
+                    float(sparams.get("lowbit_threshold", 0.0)))
     state = build_state(inputs, hardware.link.engines, _log_size(req, pred, preload, preload_at) if decisions else 0)
     # the policy sees what the cache serves: under commit, the predictions (Belady's future, static's popularity)
     ctx = Context(exe, req.group_offsets, trace.meta.num_experts, max(cache.capacity, 1), per_layer, False,
@@ -128,7 +149,8 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
     start = time.perf_counter()
     run(state, module.make_state(ctx))
     seconds = time.perf_counter() - start
-    result = _summary(trace, model, hardware, config, req, pred, preload, preload_at, cost, state.tally, seconds)
+    result = _summary(trace, model, hardware, config, req, pred, preload, preload_at, cost, state.tally, seconds,
+                      memory)
     result.executed = (exe, exe_tokens)
     return result
 
@@ -170,29 +192,55 @@ def executed(req, pred: np.ndarray, pred_tokens: np.ndarray, commit: bool) -> tu
 
 
 def _log_size(req, pred, preload, preload_at) -> int:
-    """An upper bound on the decision log: every request, prediction and preload entry once."""
-    n = int((req.experts >= 0).sum()) + int((pred >= 0).sum())
+    """An upper bound on the decision log: every request twice (a hybrid miss is computed and filled), every
+    prediction and preload entry once."""
+    n = 2 * int((req.experts >= 0).sum()) + int((pred >= 0).sum())
     return n + int((preload[preload_at[preload_at >= 0]] >= 0).sum())
 
 
+def _footprint(trace, model, hardware, config, req, bpp, eb) -> Footprint:
+    """What memory depends on besides the configuration: sizes, the KV cache's tokens, the widest row."""
+    longest = int(np.diff(trace.seq_offsets).max(initial=0))
+    cpu = hardware.cpu
+    return Footprint(model, bpp, eb if eb is not None else model.expert_params * bpp,
+                     config.workload.batch * (config.workload.context + longest), int(req.experts.shape[2]),
+                     bool((req.kind == PREFILL).any()), hardware.gpu.hbm_gb * GIB, cpu.ram_gb * GIB if cpu else 0.0)
+
+
 def _check(trace, model, hardware, config: Config):
-    """What the configuration alone cannot tell: whether it suits this trace, model and machine."""
+    """What the configuration alone cannot tell: whether it suits this trace, model and machine (before
+    memory is sized: an ``auto`` capacity is checked by ``moesim.sim.memory``)."""
     capacity, dram_capacity = config.cache.capacity, config.cache.dram_capacity
+    strategy = get_strategy(config.execution.strategy)
+    name = strategy.NAME
+    if strategy.CPU and hardware.cpu is None:
+        raise MoesimError(f"strategy {name} computes experts on the host CPU, and hardware '{hardware.name}' has no "
+                          "[cpu] section (add one, or use a preset machine)")
+    if name != "gpu-cache" and model.kind == "mole":
+        raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use gpu-cache")
+    if not strategy.PREFETCH and config.prefetch.prefetcher != "none":
+        raise MoesimError(f"strategy {name} keeps no cache for a prefetcher to fill; use --prefetch none")
+    if strategy.CPU and dram_capacity is not None:
+        raise MoesimError(f"strategy {name} computes experts from host DRAM; an SSD tier (--dram-capacity) is "
+                          "modelled for gpu-cache and lowbit-miss only")
+    if "lowbit_dtype" in config.execution.params or name == "lowbit-miss":
+        if trace.weights is None:
+            raise MoesimError("strategy lowbit-miss judges a miss by its gate weight, and the trace has no weights")
     if config.cache.semantics != "step":
         raise MoesimError("the discrete-event simulator serves a step's experts at once (semantics step); "
                           "sequential semantics is the hit-rate engine's")
-    check_fits_experts(trace.meta, capacity, config.cache.scope)
     if config.workload.batch > trace.num_sequences:
         raise MoesimError(f"batch {config.workload.batch} is more than the trace's {trace.num_sequences} sequence(s)")
-    if 0 < capacity < trace.meta.top_k:
-        raise MoesimError(f"capacity {capacity} is below top_k {trace.meta.top_k}: a step's k experts are resident "
-                          f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
-    if dram_capacity is not None:
-        if hardware.ssd is None:
-            raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and hardware "
-                              f"'{hardware.name}' has none; pass --ssd (e.g. pcie5-nvme)")
+    if dram_capacity is not None and hardware.ssd is None:
+        raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and hardware "
+                          f"'{hardware.name}' has none; pass --ssd (e.g. pcie5-nvme)")
     if model.num_layers != trace.meta.num_layers:
         raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
+    if capacity != "auto" and strategy.CACHE:
+        check_fits_experts(trace.meta, capacity, config.cache.scope)
+        if 0 < capacity < trace.meta.top_k:
+            raise MoesimError(f"capacity {capacity} is below top_k {trace.meta.top_k}: a step's k experts are resident "
+                              f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
 
 
 def _sizes(trace: Trace, model: ModelSpec, dtype: str | None) -> tuple[float, float | None]:
@@ -281,7 +329,8 @@ def _overlap(guess, truth, cells):
     return both, predicted, actual
 
 
-def _summary(trace, model, hardware, config, req, pred, preload, preload_at, cost, tally, seconds) -> DesResult:
+def _summary(trace, model, hardware, config, req, pred, preload, preload_at, cost, tally, seconds,
+             memory: Memory) -> DesResult:
     counters, rows, layer_hits, layer_accesses, log, n_log = tally
     decode = req.kind == DECODE
     step_times = rows[decode, R_TIME]
@@ -289,8 +338,9 @@ def _summary(trace, model, hardware, config, req, pred, preload, preload_at, cos
     tokens = float(req.tokens[decode].sum())
     prefill = rows[req.kind == PREFILL, R_TIME]
     precision, recall = _prediction_quality(req, pred, preload, preload_at)
-    loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS]
+    loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS] + counters[C_FILLS]
     accesses = int(counters[C_ACCESSES])
+    lowbit = config.execution.strategy == "lowbit-miss"
 
     def mean(x):
         return float(x.mean()) if x.size else float("nan")
@@ -303,8 +353,9 @@ def _summary(trace, model, hardware, config, req, pred, preload, preload_at, cos
         tokens_per_s=tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan"),
         ttft_s=mean(prefill) if prefill.size else None,
         compute_s=mean(rows[decode, R_COMPUTE]), copy_s=mean(rows[decode, R_COPY]),
-        stall_s=mean(rows[decode, R_STALL]),
-        bytes_h2d=float(loads * cost.expert_bytes + cost.lut_bytes.sum() * trace.meta.num_layers),
+        stall_s=mean(rows[decode, R_STALL]), cpu_s=mean(rows[decode, R_CPU]),
+        bytes_h2d=float(loads * cost.expert_bytes + counters[C_LOWBIT] * cost.lowbit_bytes
+                        + cost.lut_bytes.sum() * trace.meta.num_layers),
         bytes_ssd=float(counters[C_SSD_READS] * cost.expert_bytes),
         hit_rate=float(counters[C_HITS] / accesses) if accesses else float("nan"),
         hits=int(counters[C_HITS]), accesses=accesses, loads=int(counters[C_LOADS]),
@@ -315,6 +366,11 @@ def _summary(trace, model, hardware, config, req, pred, preload, preload_at, cos
         substitutions=int(counters[C_SUBS]),
         substituted_weight=(float(counters[C_SUBS_MASS]) / (n_steps * trace.meta.num_layers)
                             if config.prefetch.mode == "commit" and n_steps else None),
+        cpu_share=float(counters[C_CPU] / accesses) if accesses else 0.0,
+        lowbit_share=float(counters[C_LOWBIT] / accesses) if lowbit and accesses else None,
+        lowbit_weight=(float(counters[C_LOWBIT_MASS]) / (n_steps * trace.meta.num_layers)
+                       if lowbit and n_steps else None),
+        fills=int(counters[C_FILLS]), **memory.fields(),
         decode_steps=n_steps, decode_tokens=int(tokens),
         per_layer_hit_rate=[float(h / a) if a else float("nan") for h, a in zip(layer_hits, layer_accesses)],
         seconds=seconds, step_times=step_times, decisions=log[:n_log[0]].copy(), requests=req, costs=cost)

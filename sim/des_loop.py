@@ -25,6 +25,16 @@ Per request row (``moesim.sim.requests``) and layer (a cell), on the compute str
    ``exe_tokens`` tokens each, as one fused kernel once all their weights have arrived, or
    (``per_expert``) each as soon as its own weights have; a wait is stall.
 
+The execution strategy (``moesim.sim.strategies``) decides what happens to an expert that is not
+resident (``load_misses``). A layer placed ``ON_GPU`` is all hits; one placed ``ON_CPU`` runs its experts
+on the host CPU (``to_cpu``) — or, for a row llama.cpp offloads, streams them to the GPU. In a cached
+layer a miss is loaded (``demand_load``), except that ``cpu-miss`` runs it on the CPU when the CPU is
+faster than copy + GPU, ``hybrid`` always runs it on the CPU and fills the slot the policy frees in
+the background (``background_fill``), and ``lowbit-miss`` copies the low-bit version of a decode miss
+whose gate weight is below the threshold (``lowbit_fetch``). The CPU is one more FIFO resource: its
+experts run one after another from the moment the activations reach the host (routing time + the
+hand-off), and the layer ends when the GPU's kernels are done and the CPU's results are back.
+
 Transfers cannot be cancelled: a wrong prefetch occupies its engine and its slot, and the right
 expert's copy queues behind it (``fallback``). Capacity 0 is no expert cache: every executed expert
 is copied for its layer and dropped, except a prefetched one, which waits in a staging buffer for
@@ -40,12 +50,14 @@ policy declines (``on_miss`` False) is a bypass, as is one for which every resid
 
 from __future__ import annotations
 
-from moesim.sim.costs import T_EXPERT_LAUNCH, T_MOE_LAUNCH, expert_kernel_s, fused_add
-from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_HITS, C_LOADS, C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS,
-                                  C_SUBS, C_SUBS_MASS, COPY_BUSY, EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD,
-                                  R_COMPUTE, R_COPY, R_STALL, R_TIME)
+from moesim.sim.costs import T_COPY, T_CPU_SYNC, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_add
+from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS,
+                                  C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_SUBS, C_SUBS_MASS, COPY_BUSY, CPU_FREE,
+                                  EV_CPU, EV_FILL, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD, R_COMPUTE,
+                                  R_COPY, R_CPU, R_STALL, R_TIME)
 from moesim.sim.des_tiers import queue_copy, transfer
 from moesim.sim.engine import empty, place
+from moesim.sim.strategies.base import CACHED, CPU_MISS, HYBRID, LOWBIT_MISS, ON_CPU, ON_GPU
 from moesim.tracegen.schema import DECODE
 
 
@@ -79,6 +91,7 @@ def des_loop(s, st):
             stamp += 1
             part = layer if inp.per_layer else 0
             route(s, st, row, layer, part, stamp)
+            s.kernels.cpu_ready[0] = -1.0
             n, pinned, n_run, weights_at, fused = serve_hits(s, st, row, layer, part, route_at)
             if inp.kind[row] == DECODE:
                 tally.counters[C_ACCESSES] += n
@@ -109,20 +122,29 @@ def route(s, st, row, layer, part, stamp):
 
 
 def serve_hits(s, st, row, layer, part, route_at):
-    """X's resident members, in rank order: hits, added to the layer's run. Returns (|X|, residents of X,
-    and the run so far: its length, when its weights are all in, a fused kernel's duration so far)."""
+    """X's resident members, in rank order: hits, added to the layer's run (every member, in a layer placed
+    on the GPU). Returns (|X|, residents of X, and the run so far: its length, when its weights are all
+    in, a fused kernel's duration so far)."""
     inp, tally = s.inputs, s.tally
     slot_of, by_prefetch, counters = s.cache.slot_of, s.cache.by_prefetch, tally.counters
     x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
     base = (row * inp.experts.shape[1] + layer) * inp.experts.shape[2]
     decode = inp.kind[row] == DECODE
     no_cache = inp.capacity == 0
+    on_gpu = inp.placement[layer] == ON_GPU
     n, pinned, n_run, weights_at, fused = 0, 0, 0, route_at, inp.times[T_MOE_LAUNCH]
     for j in range(x.shape[0]):
         if x[j] < 0:
             continue
         n += 1
         obj = layer * inp.num_experts + x[j]
+        if on_gpu:  # loaded before decoding, never moved
+            if decode:
+                counters[C_HITS] += 1
+                tally.layer_hits[layer] += 1
+            log(tally, row, layer, EV_HIT, obj, -1)
+            n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, 0.0, tokens[j])
+            continue
         if no_cache or slot_of[obj] < 0:
             continue
         pinned += 1
@@ -139,44 +161,119 @@ def serve_hits(s, st, row, layer, part, route_at):
 
 
 def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights_at, fused):
-    """X's other members, in rank order: each is copied at the routing time and kept in a slot the
-    policy frees (or bypassed); with no cache, a copy staged by the prefetch is a hit."""
+    """X's other members, in rank order, each where the strategy sends it (module docstring); with no
+    cache, a copy staged by the prefetch is a hit."""
     inp, tally = s.inputs, s.tally
-    slot_of, ready, counters = s.cache.slot_of, s.cache.ready, tally.counters
+    placed = inp.placement[layer]
+    if placed == ON_GPU:
+        return pinned, n_run, weights_at, fused
     x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
     base = (row * inp.experts.shape[1] + layer) * inp.experts.shape[2]
     cell_id = row * inp.experts.shape[1] + layer
-    capacity = inp.capacity
-    decode = inp.kind[row] == DECODE
     for j in range(x.shape[0]):
         if x[j] < 0:
             continue
         obj = layer * inp.num_experts + x[j]
-        if capacity == 0:
-            if s.cache.staged[obj] == cell_id:
-                counters[C_PF_USED] += 1
-                if decode:
-                    counters[C_HITS] += 1
-                    tally.layer_hits[layer] += 1
-                n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, ready[obj], tokens[j])
-                log(tally, row, layer, EV_HIT, obj, -1)
-                continue
-        elif slot_of[obj] >= 0:
+        if inp.capacity == 0 and s.cache.staged[obj] == cell_id:
+            tally.counters[C_PF_USED] += 1
+            if inp.kind[row] == DECODE:
+                tally.counters[C_HITS] += 1
+                tally.layer_hits[layer] += 1
+            n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[obj], tokens[j])
+            log(tally, row, layer, EV_HIT, obj, -1)
             continue
-        elif not on_miss(st, part, obj, base + j) or (s.cache.used[part] >= capacity and pinned >= capacity):
+        if inp.capacity > 0 and s.cache.slot_of[obj] >= 0:
+            continue
+        if (placed == ON_CPU and not inp.offload[row]) or (placed == CACHED and cpu_instead(s, tokens[j])):
+            to_cpu(s, row, layer, obj, tokens[j], route_at)
+            if inp.strategy == HYBRID and inp.capacity > 0:
+                pinned = background_fill(s, st, row, layer, part, obj, base + j, route_at, stamp, pinned)
+        elif placed == CACHED and lowbit_instead(s, row, layer, j, tokens[j]):
+            n_run, weights_at, fused = lowbit_fetch(s, row, layer, j, obj, tokens[j], route_at, n_run, weights_at,
+                                                    fused)
+        else:
+            pinned, n_run, weights_at, fused = demand_load(s, st, row, layer, part, obj, base + j, route_at, stamp,
+                                                           pinned, n_run, weights_at, fused, tokens[j])
+    return pinned, n_run, weights_at, fused
+
+
+def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run, weights_at, fused, tokens):
+    """Copy a missed expert at the routing time into a slot the policy frees (or bypass: a scratch buffer)
+    and add it to the layer's run; with no cache it streams through a buffer."""
+    inp, cache, counters = s.inputs, s.cache, s.tally.counters
+    capacity = inp.capacity
+    if capacity > 0:
+        if not on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
             counters[C_BYPASS] += 1
-        elif place(st, part, obj, base + j, capacity, slot_of, s.cache.obj_of, s.cache.used, s.cache.mark,
-                   stamp)[0] >= 0:
+        elif place(st, part, obj, t, capacity, cache.slot_of, cache.obj_of, cache.used, cache.mark, stamp)[0] >= 0:
             pinned += 1
-            s.cache.by_prefetch[obj] = 0  # a demand load
+            cache.by_prefetch[obj] = 0  # a demand load
         else:
             counters[C_BYPASS] += 1
-        done = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, counters)
-        ready[obj] = done
-        counters[C_LOADS if decode else C_PREFILL_LOADS] += 1
-        log(tally, row, layer, EV_LOAD, obj, -1 if capacity == 0 else slot_of[obj])
-        n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, done, tokens[j])
+    done = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, counters)
+    cache.ready[obj] = done
+    counters[C_LOADS if inp.kind[row] == DECODE else C_PREFILL_LOADS] += 1
+    log(s.tally, row, layer, EV_LOAD, obj, -1 if capacity == 0 else cache.slot_of[obj])
+    n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, done, tokens)
     return pinned, n_run, weights_at, fused
+
+
+def cpu_instead(s, tokens):
+    """A cached layer's miss runs on the CPU: always under hybrid; under cpu-miss when the CPU's time is
+    below copy + GPU time (Fiddler's rule)."""
+    inp = s.inputs
+    if inp.strategy == HYBRID:
+        return True
+    if inp.strategy != CPU_MISS:
+        return False
+    gpu = inp.by_tokens[tokens] + (inp.times[T_EXPERT_LAUNCH] if inp.per_expert else 0.0)
+    return inp.cpu_by_tokens[tokens] < inp.times[T_COPY] + gpu
+
+
+def to_cpu(s, row, layer, obj, tokens, route_at):
+    """Run one expert on the host CPU once the activations are there and the CPU is free; the layer's
+    CPU results are back on the GPU after the last one (hand-off and sync)."""
+    inp, tally, clocks = s.inputs, s.tally, s.tiers.clocks
+    start = max(route_at + inp.handoff_s[row], clocks[CPU_FREE])
+    run = inp.cpu_by_tokens[tokens]
+    clocks[CPU_FREE] = start + run
+    tally.rows[row, R_CPU] += run
+    s.kernels.cpu_ready[0] = clocks[CPU_FREE] + inp.handoff_s[row] + inp.times[T_CPU_SYNC]
+    if inp.kind[row] == DECODE:
+        tally.counters[C_CPU] += 1
+    log(tally, row, layer, EV_CPU, obj, -1)
+
+
+def background_fill(s, st, row, layer, part, obj, t, route_at, stamp, pinned):
+    """hybrid: copy a miss the CPU is computing into the slot the policy frees, for later tokens; the cell
+    does not wait for it. Returns the residents of X."""
+    inp, cache = s.inputs, s.cache
+    if not on_miss(st, part, obj, t) or (cache.used[part] >= inp.capacity and pinned >= inp.capacity):
+        return pinned
+    if place(st, part, obj, t, inp.capacity, cache.slot_of, cache.obj_of, cache.used, cache.mark, stamp)[0] < 0:
+        return pinned
+    cache.ready[obj] = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, s.tally.counters)
+    cache.by_prefetch[obj] = 0
+    s.tally.counters[C_FILLS] += 1
+    log(s.tally, row, layer, EV_FILL, obj, cache.slot_of[obj])
+    return pinned + 1
+
+
+def lowbit_instead(s, row, layer, j, tokens):
+    """lowbit-miss: a decode miss whose gate weight (mean over the tokens that chose it) is below the threshold."""
+    inp = s.inputs
+    return (inp.strategy == LOWBIT_MISS and inp.kind[row] == DECODE and not inp.committed[row, layer]
+            and inp.weights[row, layer, j] < inp.lowbit_threshold * tokens)
+
+
+def lowbit_fetch(s, row, layer, j, obj, tokens, route_at, n_run, weights_at, fused):
+    """Copy the low-bit version of a miss into scratch (it stays in DRAM: no SSD) and add it to the run."""
+    inp, counters = s.inputs, s.tally.counters
+    done = queue_copy(s.tiers, route_at, inp.times[T_LOWBIT_COPY])
+    counters[C_LOWBIT] += 1
+    counters[C_LOWBIT_MASS] += inp.weights[row, layer, j]
+    log(s.tally, row, layer, EV_LOWBIT, obj, -1)
+    return add_kernel(s, n_run, weights_at, fused, done, tokens)
 
 
 def prefetch_next(s, st, row, layer, part, route_at, stamp, pinned):
@@ -266,7 +363,7 @@ def preload_batch(s, st, row, now, stamp):
 
 def run_kernels(s, row, now, n_run, weights_at, fused):
     """The layer's experts on the compute stream: each kernel as its weights land (per-expert), or one
-    fused kernel once all have. Returns the time the layer ends."""
+    fused kernel once all have; then the CPU's results, if it ran any. Returns the time the layer ends."""
     tally = s.tally
     if s.inputs.per_expert:
         for i in range(n_run):
@@ -280,6 +377,10 @@ def run_kernels(s, row, now, n_run, weights_at, fused):
         tally.rows[row, R_STALL] += start - now
         tally.rows[row, R_COMPUTE] += fused
         now = start + fused
+    back = s.kernels.cpu_ready[0]
+    if back > now:  # the CPU's experts of the layer are not back yet
+        tally.rows[row, R_STALL] += back - now
+        now = back
     return now
 
 
@@ -307,4 +408,5 @@ def log(tally, row, layer, event, obj, slot):
         tally.n_log[0] = i + 1
 
 
-HELPERS = (place, route, serve_hits, load_misses, prefetch_next, preload_batch, run_kernels, add_kernel, log)
+HELPERS = (place, route, serve_hits, load_misses, demand_load, cpu_instead, to_cpu, background_fill, lowbit_instead,
+           lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)

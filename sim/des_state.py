@@ -4,13 +4,16 @@ The compiled loop (``moesim.sim.des_loop``) reads and writes nothing else. Five 
 numba-typed by their fields, so a field is read by name, never by position:
 
 - ``Inputs``: what the run reads — the request rows, what each cell executes, predictions and
-  preloads, the durations of ``moesim.sim.costs``, and the run's switches;
+  preloads, the durations of ``moesim.sim.costs``, the strategy's placement of each layer, and the
+  run's switches;
 - ``Cache``: residency — which object (``layer * E + expert``) sits in which GPU slot, when its
   weights land, whether a prefetch brought it, and the request-set marks victims must avoid;
-- ``Tiers``: the copy engines, the SSD queue and the DRAM cache in front of it (``moesim.sim.des_tiers``);
+- ``Tiers``: the copy engines, the SSD queue and the DRAM cache in front of it (``moesim.sim.des_tiers``),
+  and the host CPU's stream;
 - ``Tally``: what the run records — counters (``C_*``), per-row times (``R_*``), per-layer hits,
   the decision log (``EV_*``);
-- ``Kernels``: the current layer's expert kernels (when each one's weights land, its tokens).
+- ``Kernels``: the current layer's expert kernels (when each one's weights land, its tokens) and when
+  the CPU's share of the layer is back on the GPU.
 """
 
 from __future__ import annotations
@@ -21,17 +24,20 @@ import numpy as np
 
 from moesim.policies.base import make_lists
 
-# counters
+# counters (C_CPU, C_LOWBIT and C_LOWBIT_MASS count decode accesses)
 C_HITS, C_ACCESSES, C_LOADS, C_PREFILL_LOADS, C_PF_LOADS, C_PF_USED, C_SSD_READS, C_SUBS, C_SUBS_MASS, \
-    C_DRAM_HITS, C_BYPASS = range(11)
-N_COUNTERS = 11
-# per-row accounting columns
-R_TIME, R_COMPUTE, R_STALL, R_COPY = range(4)
+    C_DRAM_HITS, C_BYPASS, C_CPU, C_LOWBIT, C_LOWBIT_MASS, C_FILLS = range(15)
+N_COUNTERS = 15
+# per-row accounting columns (R_CPU: seconds the host CPU computed experts)
+R_TIME, R_COMPUTE, R_STALL, R_COPY, R_CPU = range(5)
 # decision log events (row, layer, event, object, slot), in the order the engine made them: the
-# replay executes them. A slot of -1 is no slot (no-cache streaming, a staged prefetch, a bypass).
-EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD = range(4)
-# the tiers' clocks: when the SSD's queue is free, seconds the copy engines were busy, DRAM slots used
-SSD_FREE, COPY_BUSY, DRAM_USED = range(3)
+# replay executes them. A slot of -1 is no slot (no-cache streaming, a staged prefetch, a bypass, a
+# layer placed whole on the GPU). EV_CPU: computed on the host CPU; EV_LOWBIT: a low-bit copy into
+# scratch, computed on the GPU; EV_FILL: a copy into a slot the cell does not wait for (hybrid).
+EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD, EV_CPU, EV_LOWBIT, EV_FILL = range(7)
+# the tiers' clocks: when the SSD's queue is free, seconds the copy engines were busy, DRAM slots used,
+# when the host CPU is free
+SSD_FREE, COPY_BUSY, DRAM_USED, CPU_FREE = range(4)
 
 
 class Inputs(NamedTuple):
@@ -56,6 +62,12 @@ class Inputs(NamedTuple):
     reset_each_group: bool
     mole: bool
     dram_capacity: np.int64    # DRAM slots in front of the SSD (-1: every expert in DRAM)
+    strategy: np.int64         # the strategy's branch (``moesim.sim.strategies.base``)
+    placement: np.ndarray      # int8 [L]: CACHED, ON_GPU or ON_CPU
+    offload: np.ndarray        # bool [R]: an ON_CPU layer's experts are copied to the GPU for this row
+    cpu_by_tokens: np.ndarray  # float64 [T + 1]: one expert's work on T tokens on the host CPU
+    handoff_s: np.ndarray      # float64 [R]: a row's activations between GPU and host, one way
+    lowbit_threshold: float    # lowbit-miss: gate weight below which a miss fetches the low-bit copy
 
 
 class Cache(NamedTuple):
@@ -88,6 +100,7 @@ class Tally(NamedTuple):
 class Kernels(NamedTuple):
     ready: np.ndarray          # float64 [W']: when each expert of the layer's run has its weights
     tokens: np.ndarray         # int32 [W']: the tokens it computes
+    cpu_ready: np.ndarray      # float64 [1]: when the CPU's experts of the layer are back on the GPU (-1: none)
 
 
 class State(NamedTuple):
@@ -100,7 +113,7 @@ class State(NamedTuple):
 
 def make_tiers(num_objects: int, num_layers: int, engines: int) -> Tiers:
     """Idle copy engines, an idle SSD queue, an empty DRAM cache."""
-    return Tiers(np.zeros(max(engines, 1)), np.zeros(3), make_lists(num_objects, 1, 1),
+    return Tiers(np.zeros(max(engines, 1)), np.zeros(4), make_lists(num_objects, 1, 1),
                  np.zeros(num_objects, np.bool_), np.zeros(num_layers))
 
 
@@ -113,7 +126,7 @@ def build_state(inputs: Inputs, engines: int, log_rows: int) -> State:
     cache = Cache(np.full(n_objects, -1, np.int64), np.full(max(n_parts * int(inputs.capacity), 1), -1, np.int64),
                   np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros(n_objects),
                   np.zeros(n_objects, np.int64), np.full(n_objects, -1, np.int64))
-    tally = Tally(np.zeros(N_COUNTERS), np.zeros((n_rows, 4)), np.zeros(n_layers, np.int64),
+    tally = Tally(np.zeros(N_COUNTERS), np.zeros((n_rows, 5)), np.zeros(n_layers, np.int64),
                   np.zeros(n_layers, np.int64), np.zeros((log_rows, 5), np.int64), np.zeros(1, np.int64))
     return State(inputs, cache, make_tiers(n_objects, n_layers, engines), tally,
-                 Kernels(np.zeros(exe_width), np.zeros(exe_width, np.int32)))
+                 Kernels(np.zeros(exe_width), np.zeros(exe_width, np.int32), np.full(1, -1.0)))

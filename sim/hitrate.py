@@ -63,6 +63,9 @@ def check_fits_experts(meta, capacity: int, scope: str) -> None:
 
 def check_capacity(top_k: int, capacity: int, semantics: str) -> None:
     """A hit-rate run caches at least one expert, and under step semantics a whole step's k."""
+    if capacity == "auto":
+        raise MoesimError("capacity auto is what a machine's memory holds, and hit rates have no machine: give a "
+                          "number of slots (or use 'moesim sim run --capacity auto')")
     if capacity < 1:
         raise MoesimError(f"capacity must be at least 1, got {capacity}")
     if semantics == "step" and capacity < top_k:

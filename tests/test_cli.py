@@ -75,7 +75,7 @@ def test_synth_like_reports_the_comparison(cli, tmp_path):
 
 def test_models_json(cli):
     rows = {r["name"]: r for r in json.loads(cli("models", "--json")[1])}
-    assert len(rows) == 19  # 10 MoE models, MoLE's 3 sizes x (MoE-10E, MoLE-4E, MoLE-16E)
+    assert len(rows) == 20  # 11 MoE models, MoLE's 3 sizes x (MoE-10E, MoLE-4E, MoLE-16E)
     assert rows["mole-160m-4e"]["kind"] == "mole"
     assert rows["mixtral-8x7b"]["expert_params"] == 3 * 4096 * 14336
     assert (rows["qwen3-30b-a3b"]["layers"], rows["qwen3-30b-a3b"]["experts"], rows["qwen3-30b-a3b"]["top_k"]) == (48, 128, 8)

@@ -113,9 +113,10 @@ def test_sim_run_saves_and_starts_from_a_configuration_file(cli, tmp_path):
     saved = tmp_path / "run.toml"
     args = ("sim", "run", bundled_trace_path(), "--json")
     code, first, err = cli(*args, "--policy", "gamma", "--gamma", "0.8", "--capacity", "5", "--prefetch", "oracle",
-                           "--batch", "2", "--save-config", saved)
+                           "--batch", "2", "--hardware", "h100", "--save-config", saved)
     assert code == 0, err
-    assert Config.from_toml(saved) == Config.build(policy="gamma", gamma=0.8, capacity=5, prefetch="oracle", batch=2)
+    assert Config.from_toml(saved) == Config.build(policy="gamma", gamma=0.8, capacity=5, prefetch="oracle", batch=2,
+                                                   hardware="h100")
     code, again, err = cli(*args, "--config", saved)
     assert code == 0 and _metrics(again) == _metrics(first), err
     code, changed, err = cli(*args, "--config", saved, "--capacity", "6")

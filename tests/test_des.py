@@ -146,7 +146,7 @@ def test_policies_rank_by_tpot_as_by_misses_on_the_real_trace(mixtral):
     from moesim.sim.hardware import get_hardware
 
     for capacity in (3, 4, 6):
-        runs = [simulate(mixtral, model=spec, hardware=get_hardware("rtx4090"), policy=p, capacity=capacity)
+        runs = [simulate(mixtral, model=spec, hardware=get_hardware("rtx4090", vram=80), policy=p, capacity=capacity)
                 for p in ("belady", "lru", "lfu", "fifo", "arc", "lecar")]
         by_misses = sorted(runs, key=lambda r: (r.accesses - r.hits, r.policy))
         by_tpot = sorted(runs, key=lambda r: (r.tpot_s, r.policy))
@@ -157,7 +157,7 @@ def test_policies_rank_by_tpot_as_by_misses_on_the_real_trace(mixtral):
 def test_prefetch_and_commit_move_tpot_the_expected_way_on_the_real_trace(mixtral):
     from moesim.sim.hardware import get_hardware
 
-    spec, hw = model_for_trace(mixtral.meta), get_hardware("rtx4090")
+    spec, hw = model_for_trace(mixtral.meta), get_hardware("rtx4090", vram=80)
     base = simulate(mixtral, model=spec, hardware=hw, policy="lru", capacity=4)
     oracle = simulate(mixtral, model=spec, hardware=hw, policy="lru", capacity=4, prefetch="oracle")
     history = simulate(mixtral, model=spec, hardware=hw, policy="lru", capacity=4, prefetch="history")

@@ -58,15 +58,19 @@ def traces() -> dict:
 
 
 def hardware(name: str):
+    """The machine of a case, its memory size left unknown: the pins are of time, and several of these caches
+    would not fit the real card (issue 18 made memory checked)."""
     from moesim.sim.hardware import MeasuredCompute, get_hardware
 
     if name == "rtx4090+pcie3+ssd":
-        return get_hardware("rtx4090", "pcie3", "pcie5-nvme")
-    if name == "measured":
-        return dataclasses.replace(get_hardware("rtx4090"), compute=MeasuredCompute(
+        hw = get_hardware("rtx4090", "pcie3", "pcie5-nvme")
+    elif name == "measured":
+        hw = dataclasses.replace(get_hardware("rtx4090"), compute=MeasuredCompute(
             "olmoe-1b-7b", layer_s=9e-5, expert_s=1.2e-5, layer_token_s=3e-7, layer_ctx_s=2e-9, expert_token_s=2e-8,
             moe_launch_s=1.5e-5, expert_launch_s=6e-6))
-    return get_hardware(name)
+    else:
+        hw = get_hardware(name)
+    return dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, hbm_gb=0.0))
 
 
 def run_case(trace, model, hw, settings) -> dict:

@@ -12,7 +12,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     folder = tmp_path_factory.mktemp("plots")
-    for kind, extra in (("hitrate", 'scope = ["per-layer", "global"]\n'), ("des", "")):
+    for kind, extra in (("hitrate", 'scope = ["per-layer", "global"]\n'), ("des", '[fixed]\nhardware = "h100"\n')):
         spec = folder / f"{kind}.toml"
         capacities = "[2, 4, 6]" if kind == "hitrate" else "[4, 6]"
         spec.write_text(f'traces = ["bundled"]\nkind = "{kind}"\n[axes]\npolicy = ["belady", "lru", "lfu"]\n'

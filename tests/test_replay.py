@@ -202,10 +202,11 @@ def test_replay_virtual_equals_sim_run_from_the_command_line(cli, mixtral, tmp_p
 
     path = bundled_trace_path()
     for kernel in ("fused", "per-expert"):
-        code, out, err = cli("replay", path, "--backend", "virtual", "--capacity", "4", "--kernel", kernel, "--json")
+        code, out, err = cli("replay", path, "--backend", "virtual", "--hardware", "h100", "--capacity", "4", "--kernel",
+                             kernel, "--json")
         assert code == 0, err
         replayed = json.loads(out)
-        code, out, err = cli("sim", "run", path, "--capacity", "4", "--kernel", kernel, "--json")
+        code, out, err = cli("sim", "run", path, "--hardware", "h100", "--capacity", "4", "--kernel", kernel, "--json")
         assert code == 0, err
         simulated = json.loads(out)["results"][0]
         assert replayed["tpot_s"] == replayed["sim_tpot_s"] == simulated["tpot_s"]

@@ -52,29 +52,42 @@ def test_train_ml_ffn_then_simulate(cli, tmp_path):
 
 
 def test_sim_run_json_has_the_documented_keys(cli):
-    code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--policy", "lru,belady",
-                       "--capacity", "4", "--json")
+    code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--vram", "48", "--policy",
+                       "lru,belady", "--capacity", "4", "--json")
     assert code == 0
     results = json.loads(out)["results"]
     keys = {"tpot_s", "tpot_p50_s", "tpot_p99_s", "tokens_per_s", "ttft_s", "compute_s", "copy_s", "stall_s",
-            "bytes_h2d", "bytes_ssd", "hit_rate", "prefetch_precision", "prefetch_recall", "substitutions"}
+            "bytes_h2d", "bytes_ssd", "hit_rate", "prefetch_precision", "prefetch_recall", "substitutions", "vram_gb",
+            "ram_gb", "vram_limit_gb", "ram_limit_gb", "strategy", "cpu_share"}
     assert all(keys <= set(r) for r in results)
     by = {r["policy"]: r for r in results}
     assert by["belady"]["tpot_s"] < by["lru"]["tpot_s"]
     assert by["lru"]["hits"] == 9389  # tests/golden/hitrates.csv: lru, per-layer, step, 4 slots
     assert by["lru"]["ttft_s"] is None  # the trace has no prompt rows
+    assert by["lru"]["vram_limit_gb"] == 48 and 45 < by["lru"]["vram_gb"] < 48
+
+
+def test_sim_run_refuses_what_does_not_fit_and_sizes_auto(cli):
+    """Issue 18's acceptance: Mixtral bf16 with 4 of 8 experts per layer needs 42 GiB of experts."""
+    code, _, err = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--capacity", "4", "--dtype", "bf16")
+    assert code == 1 and "needs 46.0 GiB of GPU memory (42.0 experts" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--capacity", "auto", "--dtype",
+                         "int4", "--json")
+    row = json.loads(out)["results"][0]
+    assert code == 0 and row["capacity"] == 7 and row["vram_gb"] <= row["vram_limit_gb"] == 24, err
 
 
 def test_sim_run_table_prefetch_tiers_and_errors(cli, tmp_path):
-    code, out, _ = cli("sim", "run", bundled_trace_path(), "--prefetch", "history", "--mode", "commit")
+    fits = ("--dtype", "int4")
+    code, out, _ = cli("sim", "run", bundled_trace_path(), *fits, "--prefetch", "history", "--mode", "commit")
     assert code == 0 and "substitutions" in out and "precision" in out
-    code, out, _ = cli("sim", "run", bundled_trace_path(), "--ssd", "pcie5-nvme", "--dram-capacity", "32",
+    code, out, _ = cli("sim", "run", bundled_trace_path(), *fits, "--ssd", "pcie5-nvme", "--dram-capacity", "32",
                        "--json")
     assert code == 0 and json.loads(out)["results"][0]["bytes_ssd"] > 0
     for args, message in ((["--prefetch", "speculative"], "spec column"), (["--hardware", "tpu"], "unknown hardware"),
                           (["--dram-capacity", "4"], "has none"), (["--mode", "commit"], "mode commit runs next-layer predictions"),
                           (["--model", "olmoe-1b-7b"], "(layers, experts, top_k)"), (["--capacity", "1"], "below top_k")):
-        code, _, err = cli("sim", "run", bundled_trace_path(), *args)
+        code, _, err = cli("sim", "run", bundled_trace_path(), *fits, *args)
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
 
 
@@ -85,12 +98,15 @@ def test_hardware_presets_and_toml(cli, tmp_path):
     assert set(listed["systems"]) >= {"h100", "a100-40g", "a6000", "rtx4090", "rtx2080ti", "rtx5070ti", "gh200"}
     box = tmp_path / "box.toml"
     box.write_text('name = "box"\ngpu = "rtx4090"\n[link]\ngbps = 16\nefficiency = 0.5\nlatency_us = 20\n')
-    code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", box, "--json")
+    code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", box, "--dtype", "int4", "--json")
     slow = json.loads(out)["results"][0]
-    code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--json")
+    code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--dtype", "int4", "--json")
     assert slow["hardware"] == "box" and slow["tpot_s"] > json.loads(out)["results"][0]["tpot_s"]
     for text, message in (("[link]\ngbps = 16\n", "missing [gpu]"), ('gpu = "rtx4090"\n[link]\nspeed = 1\n', "unknown key"),
-                          ("gpu = [", "not valid TOML"), ('gpu = "rtx4090"\n[link]\ngbps = -1\n', "gbps must be a finite number > 0")):
+                          ("gpu = [", "not valid TOML"), ('gpu = "rtx4090"\n[link]\ngbps = -1\n', "gbps must be a finite number > 0"),
+                          ('gpu = "rtx4090"\nlink = "pcie4"\n[cpu]\ncores = 8\nghz = 4\nisa = "sse"\ndram_gbps = 50\n',
+                           "isa must be one of"),
+                          ('gpu = "rtx4090"\nlink = "pcie4"\ncpu = "ryzen-7950x"\n[disk]\n', "unknown section(s) disk")):
         box.write_text(text)
         code, _, err = cli("sim", "run", bundled_trace_path(), "--hardware", box)
         assert code == 1 and message in err and str(box) in err, (text, err)
@@ -102,4 +118,4 @@ def test_hardware_file_round_trips(tmp_path):
     hw = get_hardware("a6000", ssd="pcie4-nvme")
     write_hardware(hw, tmp_path / "hw.toml")
     back = load_hardware(tmp_path / "hw.toml")
-    assert (back.gpu, back.link, back.ssd) == (hw.gpu, hw.link, hw.ssd)
+    assert (back.gpu, back.link, back.ssd, back.cpu) == (hw.gpu, hw.link, hw.ssd, hw.cpu)

@@ -66,7 +66,7 @@ def test_bad_specs_name_the_file(tmp_path, text, message):
 def test_des_sweep_with_hardware_axis_and_two_jobs(tmp_path):
     spec = tmp_path / "d.toml"
     spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\nhardware = ["rtx4090", "h100"]\n'
-                    'prefetch = ["none", "oracle"]\n[fixed]\npolicy = "lru"\ncapacity = 4\n')
+                    'prefetch = ["none", "oracle"]\n[fixed]\npolicy = "lru"\ncapacity = 4\ndtype = "int4"\n')
     run_sweep(load_spec(spec), tmp_path / "one.parquet", jobs=1)
     run_sweep(load_spec(spec), tmp_path / "two.parquet", jobs=2)
     one, two = pl.read_parquet(tmp_path / "one.parquet"), pl.read_parquet(tmp_path / "two.parquet")

@@ -1,0 +1,162 @@
+"""Memory: what a configuration keeps in GPU memory and host RAM, whether it fits, and ``auto`` sizes.
+
+GPU memory holds, in every strategy:
+
+- every weight but the routed experts (``ModelSpec.non_expert_params`` at the non-expert precision);
+- the KV cache of the batch: batch x (context + the trace's longest sequence) tokens, bf16;
+- a reserve of ``GPU_RESERVE_GIB`` for the CUDA context, library workspaces and activations;
+- the routed experts the strategy keeps there (``moesim.sim.strategies``): the cache's slots (C per
+  cached layer, or C in a global pool) and every expert of the layers placed on the GPU;
+- scratch buffers for one layer's experts (the widest request row) where an expert can run on the GPU
+  without a slot: no cache (twice with a next-layer prefetcher, whose copies wait staged), a policy
+  that declines misses (``BYPASSES``), a batch union wider than the cache, low-bit copies, and
+  llama.cpp's offload of prefill rows.
+
+Host RAM holds every expert that is not placed on the GPU, in the expert precision (with an SSD tier,
+only the DRAM cache's experts), the low-bit copies of ``lowbit-miss``, and ``HOST_RESERVE_GIB`` for the
+operating system and the runtime. A size of 0 (a hardware file without one) is not checked.
+
+``resolve`` turns ``capacity = "auto"`` into the most slots that fit and ``cpu_layers = "auto"`` into the
+fewest CPU layers with which everything fits; a configuration that does not fit is refused with the
+numbers. Sizes are GiB (2^30 bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moesim.errors import MoesimError
+from moesim.policies import get_policy
+from moesim.sim.config import module_params
+from moesim.sim.strategies import CACHED, ON_CPU, ON_GPU, get_strategy
+from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
+
+GIB = 2 ** 30
+GPU_RESERVE_GIB = 1.0    # CUDA context (~0.3-0.5 GiB), cuBLAS workspace, activations at decode batch sizes
+HOST_RESERVE_GIB = 4.0   # the operating system, Python and the engine's own code
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes a configuration keeps on the GPU and on the host, and what each has (0: unknown)."""
+
+    weights: float       # non-expert weights on the GPU
+    kv: float            # KV cache
+    reserve: float       # CUDA context, workspaces, activations
+    experts: float       # routed experts resident on the GPU
+    scratch: float       # buffers for experts run on the GPU without a slot
+    host_experts: float  # experts (and low-bit copies) in host RAM
+    host_reserve: float
+    vram: float          # the GPU's memory
+    ram: float           # the host's RAM
+
+    @property
+    def gpu(self) -> float:
+        return self.weights + self.kv + self.reserve + self.experts + self.scratch
+
+    @property
+    def host(self) -> float:
+        return self.host_experts + self.host_reserve
+
+    @property
+    def fits(self) -> bool:
+        return (not self.vram or self.gpu <= self.vram) and (not self.ram or self.host <= self.ram)
+
+    def fields(self) -> dict:
+        """What a result reports: GiB used and available (None where the machine does not say)."""
+        return {"vram_gb": self.gpu / GIB, "ram_gb": self.host / GIB,
+                "vram_limit_gb": self.vram / GIB or None, "ram_limit_gb": self.ram / GIB or None}
+
+    def check(self, what: str, hint: str) -> None:
+        """Refuse, with the numbers, a configuration that does not fit."""
+        if self.vram and self.gpu > self.vram:
+            g = lambda x: f"{x / GIB:.1f}"  # noqa: E731
+            raise MoesimError(
+                f"{what} needs {g(self.gpu)} GiB of GPU memory ({g(self.experts)} experts + {g(self.weights)} other "
+                f"weights + {g(self.kv)} KV cache + {g(self.scratch)} scratch + {g(self.reserve)} reserve), the GPU "
+                f"has {g(self.vram)} GiB; {hint}")
+        if self.ram and self.host > self.ram:
+            raise MoesimError(
+                f"{what} needs {self.host / GIB:.1f} GiB of host RAM ({self.host_experts / GIB:.1f} experts + "
+                f"{self.host_reserve / GIB:.1f} reserve), the host has {self.ram / GIB:.1f} GiB; use a smaller --dtype, "
+                "--ram, or an SSD tier (--ssd with --dram-capacity)")
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What the memory of a run depends on besides its configuration."""
+
+    model: ModelSpec
+    weight_bytes: float   # bytes per non-expert parameter
+    expert_bytes: float   # one routed expert
+    kv_tokens: float      # tokens the KV cache holds
+    width: int            # the widest request row: one layer's experts at once
+    prompt_rows: bool     # the trace has prefill rows (llama.cpp offloads them to the GPU)
+    vram: float           # bytes (0: unknown)
+    ram: float
+
+
+def account(fp: Footprint, config) -> Memory:
+    """The memory of ``config`` (its ``auto`` values resolved) on the machine ``fp`` describes."""
+    model, eb = fp.model, fp.expert_bytes
+    strategy = get_strategy(config.execution.strategy)
+    params = module_params(strategy, config.execution.params)
+    place = strategy.placement(model.num_layers, params)
+    cached, on_gpu = int((place == CACHED).sum()), int((place == ON_GPU).sum())
+    capacity = config.cache.capacity if cached else 0
+    slots = capacity * (cached if config.cache.scope == "per-layer" else 1)
+    if model.kind == "mole":  # lookup tables of vocab x d values per expert, on the host
+        table = model.vocab * model.d_model * fp.weight_bytes
+        return Memory(model.non_expert_params * fp.weight_bytes, model.kv_bytes(fp.kv_tokens), GPU_RESERVE_GIB * GIB,
+                      0.0, 0.0, model.num_layers * model.num_experts * table, HOST_RESERVE_GIB * GIB, fp.vram, fp.ram)
+    scratch = 0.0
+    if cached:
+        bypass = capacity == 0 or fp.width > capacity or getattr(get_policy(config.cache.policy), "BYPASSES", False)
+        if bypass:
+            twice = capacity == 0 and config.prefetch.prefetcher != "none"
+            scratch = fp.width * eb * (2 if twice else 1)
+        if "lowbit_dtype" in params:
+            scratch += fp.width * model.expert_params * BYTES_PER_PARAM[params["lowbit_dtype"]]
+    if (place == ON_CPU).any() and fp.prompt_rows and not strategy.CACHE:
+        scratch = max(scratch, fp.width * eb)
+    host_layers = model.num_layers - on_gpu
+    if config.cache.dram_capacity is not None:
+        host = config.cache.dram_capacity * eb
+    else:
+        host = host_layers * model.num_experts * eb
+    copy = getattr(strategy, "host_copy_bytes_per_param", None)
+    if copy is not None:
+        host += cached * model.num_experts * model.expert_params * copy(params)
+    return Memory(weights=model.non_expert_params * fp.weight_bytes, kv=model.kv_bytes(fp.kv_tokens),
+                  reserve=GPU_RESERVE_GIB * GIB, experts=(slots + on_gpu * model.num_experts) * eb, scratch=scratch,
+                  host_experts=host, host_reserve=HOST_RESERVE_GIB * GIB, vram=fp.vram, ram=fp.ram)
+
+
+def resolve(fp: Footprint, config, top_k: int):
+    """``config`` with its ``auto`` values sized from memory, and its Memory; refuses what does not fit."""
+    model = fp.model
+    strategy = get_strategy(config.execution.strategy)
+    if module_params(strategy, config.execution.params).get("cpu_layers") == "auto":
+        n = next((n for n in range(model.num_layers + 1)
+                  if account(fp, config.replace(cpu_layers=n, capacity=0)).fits), model.num_layers)
+        config = config.replace(cpu_layers=n)
+    if not strategy.CACHE and config.cache.capacity != 0:
+        config = config.replace(capacity=0)  # no cache: the layers are placed whole
+    if config.cache.capacity == "auto":
+        most = model.num_experts if config.cache.scope == "per-layer" else model.num_layers * model.num_experts
+        choices = [c for c in range(most, top_k - 1, -1)] + [0]
+        config = config.replace(capacity=next((c for c in choices if account(fp, config.replace(capacity=c)).fits), 0))
+    memory = account(fp, config)
+    hint = ("use --capacity auto, a smaller --dtype or another --strategy (see 'moesim plan')" if strategy.CACHE
+            else "put more layers on the CPU (--cpu-layers), or use a smaller --dtype")
+    memory.check(f"{model.name} with {_describe(config, model)}", hint)
+    return config, memory
+
+
+def _describe(config, model: ModelSpec) -> str:
+    strategy = get_strategy(config.execution.strategy)
+    if not strategy.CACHE:
+        return f"{module_params(strategy, config.execution.params)['cpu_layers']} of {model.num_layers} layers' " \
+               "experts on the CPU"
+    scope = "per layer" if config.cache.scope == "per-layer" else "in one pool"
+    return f"{config.cache.capacity} experts {scope} on the GPU ({config.execution.strategy})"

@@ -1,0 +1,42 @@
+"""cpu-experts: llama.cpp's ``--n-cpu-moe N`` (``-ot "blk\\.(0|...|N-1)\\.ffn_(up|down|gate)_exps=CPU"``).
+
+The routed experts of the first N MoE layers stay in host RAM and run on the CPU; every other layer's
+experts are loaded into GPU memory before decoding and never move. Attention, routers and shared
+experts run on the GPU: a CPU layer hands its activations to the host and back (the link's latency
+and bytes, plus the CPU's ``sync_us``). The CPU runs a layer's experts one after another, each on all
+cores, each on the tokens that chose it (``moesim.sim.costs.cpu_expert_s``).
+
+A row of at least 32 tokens (prefill) is what llama.cpp's CUDA backend offloads instead
+(``offload_op``: matrix products with a batch of 32 or more): the layer's experts are copied over the
+link into scratch buffers and run on the GPU. There is no cache (policy and capacity are ignored),
+so prefetchers do not combine with it. ``cpu_layers = "auto"`` takes the fewest layers on the CPU with
+which everything fits in GPU memory (``moesim.sim.memory``).
+"""
+
+import numpy as np
+
+from moesim.errors import MoesimError
+from moesim.sim.strategies.base import CPU_EXPERTS, ON_CPU, ON_GPU
+
+NAME = "cpu-experts"
+CODE = CPU_EXPERTS
+PARAMS = {"cpu_layers": "auto"}
+AUTO_PARAMS = ("cpu_layers",)
+CACHE, CPU, PREFETCH = False, True, False
+OFFLOAD_MIN_TOKENS = 32  # llama.cpp: ggml_backend_cuda_device_offload_op's min_batch_size
+
+
+def placement(num_layers: int, params: dict) -> np.ndarray:
+    """The first ``cpu_layers`` layers on the CPU, the rest on the GPU."""
+    n = params["cpu_layers"]
+    if n == "auto":
+        raise MoesimError("cpu_layers auto is resolved from memory before placement (moesim.sim.memory)")
+    if n > num_layers:
+        raise MoesimError(f"cpu_layers {n} is more than the model's {num_layers} MoE layers")
+    return np.where(np.arange(num_layers) < n, ON_CPU, ON_GPU).astype(np.int8)
+
+
+def engine_flags(params: dict, num_layers: int) -> str:
+    """The llama.cpp options that give this placement."""
+    n = params["cpu_layers"]
+    return "--cpu-moe" if n == num_layers else f"--n-cpu-moe {n}"

@@ -1,0 +1,23 @@
+"""cpu-miss: Fiddler (Kamahori et al., ICLR 2025). A GPU cache as the policy keeps it (Fiddler's own
+is ``static``: the most popular experts pinned); an expert that misses runs on the CPU when that is
+faster than copying it and computing it on the GPU, judged per expert and token count:
+
+    CPU  iff  cpu_expert_s(T_e) < copy_s + gpu_expert_s(T_e)
+
+Fiddler's estimate (its ``latency_cpu · tokens`` against a constant ``latency_gpu``) leaves out the
+activations' trip to the host, and so does this rule; the simulation charges that trip. A miss run
+on the CPU is not cached (the cache does not change); one copied is placed as under ``gpu-cache``.
+CPU and GPU work on a layer's experts at once; the layer ends when both are done. Prefetchers
+combine with it (a prefetched expert is a GPU hit).
+"""
+
+from moesim.sim.strategies.base import CPU_MISS, all_cached
+
+NAME = "cpu-miss"
+CODE = CPU_MISS
+PARAMS: dict = {}
+CACHE, CPU, PREFETCH = True, True, True
+
+
+def placement(num_layers: int, params: dict):
+    return all_cached(num_layers)

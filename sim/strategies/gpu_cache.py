@@ -1,0 +1,14 @@
+"""gpu-cache: experts computed on the GPU only; a missed expert is copied to a GPU slot the replacement
+policy frees (or, declined or with no slot, to a scratch buffer) before its layer's kernel runs.
+What vLLM-style offloading engines, Mixtral-offloading, MoE-Infinity and the papers' simulators do."""
+
+from moesim.sim.strategies.base import GPU_CACHE, all_cached
+
+NAME = "gpu-cache"
+CODE = GPU_CACHE
+PARAMS: dict = {}
+CACHE, CPU, PREFETCH = True, False, True
+
+
+def placement(num_layers: int, params: dict):
+    return all_cached(num_layers)

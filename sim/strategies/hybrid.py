@@ -1,0 +1,22 @@
+"""hybrid: kTransformers / HybriMoE. Experts resident in the GPU cache run on the GPU; every other expert
+runs on the CPU at the same time, and its weights never wait on the link.
+
+The cache is static with policy ``static`` (kTransformers places hot experts on the GPU once) or
+dynamic with any other policy: a missed expert the policy admits is also copied into the slot it
+frees, in the background, for later tokens (HybriMoE's cache updates), and the layer does not wait
+for that copy. With capacity 0 every routed expert runs on the CPU (kTransformers' DeepSeek setup:
+attention and shared experts on the GPU, routed experts on the CPU). Prefetchers combine with it: a
+prefetched expert is a GPU hit. HybriMoE also splits a layer's misses between CPU and GPU by cost;
+that is ``cpu-miss``'s rule, not modelled here.
+"""
+
+from moesim.sim.strategies.base import HYBRID, all_cached
+
+NAME = "hybrid"
+CODE = HYBRID
+PARAMS: dict = {}
+CACHE, CPU, PREFETCH = True, True, True
+
+
+def placement(num_layers: int, params: dict):
+    return all_cached(num_layers)

@@ -1,0 +1,201 @@
+"""Execution strategies and memory: closed forms that must come out exactly, and the memory account.
+
+The machine is test_des's dyadic one (every rate a power of two) with a host CPU whose rates are
+powers of two too, so every duration is a dyadic rational and the engine's sums are exact.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from moesim import simulate
+from moesim.errors import MoesimError
+from moesim.sim.hardware import CPU, get_hardware
+from moesim.sim.memory import GIB, GPU_RESERVE_GIB
+from moesim.tracegen.models import get_model
+from tests.test_des import COPY, EXPERT_BYTES, HW, LAT, LINK_BW, MEM_BW, MODEL, US, experts_s, pre_s, trace_of
+
+DRAM_BW = 2.0 ** 32
+CPU_ = CPU("test-cpu", cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM_BW / 1e9, dram_eff=1.0, task_us=US, sync_us=US,
+           bf16_gflops=2.0 ** 40 / 1e9)
+HWC = replace(HW, cpu=CPU_)
+CPU_EXPERT = LAT + EXPERT_BYTES / DRAM_BW     # DRAM-bound: 2 * params * T / 2^40 is below it for T < 256
+HANDOFF = LAT + 256 * 2 / LINK_BW              # one token's activations, d = 256 in bf16, one way
+SYNC = LAT
+
+
+def steps(rows, experts=((0, 1), (2, 3))):
+    return trace_of([list(map(list, experts))] * rows)
+
+
+def test_all_experts_on_the_cpu_cost_the_dram_bound_time_per_layer():
+    """cpu-experts with every layer on the CPU: per layer attention on the GPU, the activations to the host,
+    k experts each streaming its weights from DRAM once, the results back."""
+    trace = steps(4)
+    r = simulate(trace, model=MODEL, hardware=HWC, strategy="cpu-experts", cpu_layers=2)
+    assert EXPERT_BYTES / DRAM_BW > 2 * MODEL.expert_params / 2.0 ** 40  # DRAM-bound, not compute-bound
+    for step in range(4):
+        assert r.step_times[step] == 2 * (pre_s(step + 1) + HANDOFF + 2 * CPU_EXPERT + HANDOFF + SYNC)
+    assert r.cpu_share == 1.0 and r.hit_rate == 0.0 and r.loads == 0 and r.bytes_h2d == 0
+    assert r.cpu_s == 2 * 2 * CPU_EXPERT
+
+
+def test_cpu_experts_places_the_first_layers_on_the_cpu_and_the_rest_on_the_gpu():
+    trace = steps(3)
+    r = simulate(trace, model=MODEL, hardware=HWC, strategy="cpu-experts", cpu_layers=1)
+    for step in range(3):
+        cpu_layer = pre_s(step + 1) + 2 * HANDOFF + 2 * CPU_EXPERT + SYNC
+        assert r.step_times[step] == cpu_layer + pre_s(step + 1) + experts_s(2)  # layer 1 resident: no copy
+    assert r.cpu_share == 0.5 and r.hit_rate == 0.5 and r.loads == 0
+
+
+def test_compute_bound_cpu_expert_time_grows_with_its_tokens():
+    """A format the CPU unpacks slowly: 2 * params * T / FLOP/s above the DRAM time, per expert's tokens."""
+    slow = replace(CPU_, bf16_gflops=2.0 ** 28 / 1e9)
+    trace = trace_of([[[0, 1], [2, 3]], [[0, 2], [1, 3]]] * 2)
+    one = simulate(trace, model=MODEL, hardware=replace(HW, cpu=slow), strategy="cpu-experts", cpu_layers=2)
+    compute = LAT + 2 * MODEL.expert_params / 2.0 ** 28
+    assert compute > LAT + EXPERT_BYTES / DRAM_BW
+    assert one.step_times[0] == 2 * (pre_s(1) + 2 * HANDOFF + 2 * compute + SYNC)
+
+
+def test_cpu_miss_takes_the_cpu_exactly_when_it_is_faster_than_copy_plus_gpu():
+    """Fiddler's rule per missed expert: the CPU iff cpu(T) < copy + gpu(T)."""
+    trace = steps(3)
+    fast = simulate(trace, model=MODEL, hardware=HWC, strategy="cpu-miss", capacity=0)
+    assert CPU_EXPERT < COPY + EXPERT_BYTES / MEM_BW
+    for step in range(3):
+        assert fast.step_times[step] == 2 * (pre_s(step + 1) + 2 * HANDOFF + 2 * CPU_EXPERT + SYNC)
+    assert fast.cpu_share == 1.0 and fast.loads == 0
+    # a CPU a hair slower than copy + GPU loses every expert to the copy; a hair faster wins them all
+    gpu_side = COPY + EXPERT_BYTES / MEM_BW
+    for nudge, on_cpu in ((1 + 1e-9, False), (1 - 1e-9, True)):
+        bw = EXPERT_BYTES / ((gpu_side - LAT) * nudge)
+        r = simulate(trace, model=MODEL, hardware=replace(HW, cpu=replace(CPU_, dram_gbps=bw / 1e9)),
+                     strategy="cpu-miss", capacity=0)
+        assert (r.costs.cpu_by_tokens[1] < gpu_side) == on_cpu
+        assert r.cpu_share == (1.0 if on_cpu else 0.0) and r.loads == (0 if on_cpu else trace.accesses)
+    slow = simulate(trace, model=MODEL, hardware=replace(HW, cpu=replace(CPU_, dram_gbps=DRAM_BW / 2 ** 6 / 1e9)),
+                    strategy="cpu-miss", capacity=0)
+    assert slow.step_times.tolist() == [2 * (pre_s(s + 1) + 2 * COPY + experts_s(2)) for s in range(3)]
+
+
+def test_cpu_miss_judges_each_expert_by_its_token_count():
+    """A CPU that is compute-bound: one token's expert runs there, two tokens' expert is copied."""
+    flops = 2 * MODEL.expert_params / (0.75 * (COPY + EXPERT_BYTES / MEM_BW))  # T=1 below, T=2 above
+    cpu = replace(CPU_, bf16_gflops=flops / 1e9, task_us=0.0)
+    # two sequences in lockstep: layer 0 both choose {0, 1} (2 tokens each), layer 1 differ (1 token each)
+    trace = trace_of([[[0, 1], [2, 3]], [[0, 1], [0, 1]]])
+    trace = replace(trace, seq_ids=np.arange(2, dtype=np.int32), seq_offsets=np.array([0, 1, 2]),
+                    steps=np.zeros(2, np.int32))
+    r = simulate(trace, model=MODEL, hardware=replace(HW, cpu=cpu), strategy="cpu-miss", capacity=0, batch=2)
+    cpu_s = r.costs.cpu_by_tokens
+    assert cpu_s[1] < COPY + EXPERT_BYTES / MEM_BW < cpu_s[2]
+    assert r.cpu_share == 4 / 6 and r.loads == 2  # layer 0's two experts copied, layer 1's four on the CPU
+
+
+def test_fiddler_pins_popular_experts_and_runs_a_hit_beside_a_cpu_miss():
+    """cpu-miss + static + popular preload is Fiddler: the GPU runs the pinned expert while the CPU runs the
+    miss; the layer ends when both are done."""
+    trace = trace_of([[[0, 1], [0, 1]], [[0, 1], [0, 1]], [[0, 2], [0, 2]]])
+    r = simulate(trace, model=MODEL, hardware=HWC, policy="static", capacity=2, strategy="cpu-miss",
+                 prefetch="popular")
+    cpu_part = 2 * HANDOFF + CPU_EXPERT + SYNC
+    assert cpu_part > experts_s(1)
+    assert r.step_times[2] == 2 * (pre_s(3) + cpu_part)  # the preloads landed during steps 0 and 1
+    assert r.hits == 10 and r.cpu_share == 2 / 12 and r.loads == 0
+
+
+def test_hybrid_computes_misses_on_the_cpu_and_fills_the_cache_behind():
+    trace = steps(6)
+    r = simulate(trace, model=MODEL, hardware=HWC, policy="lru", capacity=2, strategy="hybrid", decisions=True)
+    assert r.step_times[0] == 2 * (pre_s(1) + 2 * HANDOFF + 2 * CPU_EXPERT + SYNC)  # waits for no copy
+    assert r.fills == 4 and r.loads == 0 and r.hits == 5 * 4
+    # the four fills queue on one engine from the routing times; once landed, a step is GPU only
+    assert r.step_times[5] == 2 * (pre_s(6) + experts_s(2))
+    # the step after the fills waits for them: each layer starts its kernel when its copies are in
+    route0 = pre_s(1)
+    route1 = route0 + 2 * HANDOFF + 2 * CPU_EXPERT + SYNC + pre_s(1)
+    fill_end = [route0 + COPY, route0 + 2 * COPY, max(route1, route0 + 2 * COPY) + COPY]
+    fill_end.append(fill_end[2] + COPY)
+    end0 = route1 + 2 * HANDOFF + 2 * CPU_EXPERT + SYNC
+    layer0 = max(end0 + pre_s(2), fill_end[1]) + experts_s(2)
+    layer1 = max(layer0 + pre_s(2), fill_end[3]) + experts_s(2)
+    assert r.step_times[1] == layer1 - end0
+    assert (r.decisions[:, 2] == 6).sum() == 4  # EV_FILL
+
+
+def test_hybrid_with_a_static_cache_copies_the_pins_once():
+    r = simulate(steps(4), model=MODEL, hardware=HWC, policy="static", capacity=2, strategy="hybrid")
+    assert r.fills == 4 and r.hits == 3 * 4 and r.cpu_share == 4 / 16
+
+
+def test_lowbit_miss_fetches_the_low_precision_copy_of_a_light_expert():
+    trace = steps(3)
+    trace.weights = np.tile(np.array([[0.875, 0.125]], np.float32), (3, 2, 1))
+    r = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=0, strategy="lowbit-miss",
+                 lowbit_threshold=0.25, lowbit_dtype="int4")
+    lowbit = LAT + MODEL.expert_params * 0.5 / LINK_BW
+    for step in range(3):
+        assert r.step_times[step] == 2 * (pre_s(step + 1) + COPY + lowbit + experts_s(2))
+    assert r.lowbit_share == 0.5 and r.lowbit_weight == 0.125
+    assert r.bytes_h2d == 6 * EXPERT_BYTES + 6 * MODEL.expert_params * 0.5
+    with pytest.raises(MoesimError, match="no weights"):
+        simulate(steps(2), model=MODEL, hardware=HW, capacity=0, strategy="lowbit-miss")
+
+
+def test_strategies_refuse_what_they_cannot_do():
+    with pytest.raises(MoesimError, match="no \\[cpu\\]"):
+        simulate(steps(2), model=MODEL, hardware=HW, strategy="hybrid", capacity=2)
+    with pytest.raises(MoesimError, match="no cache for a prefetcher"):
+        simulate(steps(2), model=MODEL, hardware=HWC, strategy="cpu-experts", cpu_layers=1, prefetch="oracle")
+    with pytest.raises(MoesimError, match="takes no parameter 'cpu_layers'"):
+        simulate(steps(2), model=MODEL, hardware=HWC, strategy="hybrid", cpu_layers=1)
+    with pytest.raises(MoesimError, match="more than the model's 2"):
+        simulate(steps(2), model=MODEL, hardware=HWC, strategy="cpu-experts", cpu_layers=3)
+
+
+# ---- memory ----
+
+def test_mixtral_parameters_add_up_to_the_published_count():
+    """46,702,792,704: Mixtral-8x7B's parameter count (its model card); experts plus everything else."""
+    m = get_model("mixtral-8x7b")
+    assert m.num_layers * m.num_experts * m.expert_params + m.non_expert_params == 46_702_792_704
+
+
+def test_a_cache_that_does_not_fit_is_refused_with_the_numbers(mixtral):
+    with pytest.raises(MoesimError, match=r"needs 46\.0 GiB of GPU memory \(42\.0 experts .* the GPU has 24\.0 GiB"):
+        simulate(mixtral, policy="lru", capacity=4, hardware="rtx4090", dtype="bf16")
+
+
+def test_capacity_auto_is_the_most_slots_that_fit(mixtral):
+    m = get_model("mixtral-8x7b")
+    vram = 24 * GIB
+    fixed = m.non_expert_params * 2 + GPU_RESERVE_GIB * GIB + m.kv_bytes(int(np.diff(mixtral.seq_offsets).max()))
+    for dtype, per_param in (("int4", 0.5), ("fp8", 1.0)):
+        eb = m.expert_params * per_param
+        r = simulate(mixtral, policy="lru", capacity="auto", hardware="rtx4090", dtype=dtype)
+        c = r.capacity
+        assert fixed + c * 32 * eb <= vram < fixed + (c + 1) * 32 * eb
+        assert r.vram_gb == pytest.approx((fixed + c * 32 * eb) / GIB) and r.vram_limit_gb == 24
+        assert r.ram_gb == pytest.approx((256 * eb) / GIB + 4)
+    assert simulate(mixtral, policy="lru", capacity="auto", hardware="rtx4090", dtype="bf16").capacity == 0
+
+
+def test_cpu_layers_auto_is_the_fewest_that_fit(mixtral):
+    m = get_model("mixtral-8x7b")
+    r = simulate(mixtral, strategy="cpu-experts", hardware="rtx4090", dtype="bf16", cpu_layers="auto")
+    n = r.config.execution.params["cpu_layers"]
+    fixed = m.non_expert_params * 2 + GPU_RESERVE_GIB * GIB + m.kv_bytes(int(np.diff(mixtral.seq_offsets).max()))
+    eb = m.expert_params * 2
+    assert fixed + (32 - n) * 8 * eb <= 24 * GIB < fixed + (33 - n) * 8 * eb
+    assert r.cpu_share == pytest.approx(n / 32)
+
+
+def test_vram_and_ram_overrides(mixtral):
+    r = simulate(mixtral, policy="lru", capacity=4, hardware="rtx4090", vram=48)
+    assert r.vram_limit_gb == 48 and r.tpot_s > 0
+    with pytest.raises(MoesimError, match="host RAM"):
+        simulate(mixtral, policy="lru", capacity=4, hardware="rtx4090", vram=48, ram=64)
+    assert get_hardware("rtx4090", vram=12).gpu.hbm_gb == 12
