@@ -10,7 +10,7 @@ import typer
 
 from moesim import __version__
 from moesim.errors import MoesimError
-from moesim.cli import plot_cmd, replay_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd
+from moesim.cli import plan_cmd, plot_cmd, replay_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd
 from moesim.cli.console import console, emit_json, table
 from moesim.tracegen.models import MODELS
 
@@ -19,6 +19,7 @@ app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of
 app.add_typer(trace_cmd.app, name="trace")
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(train_cmd.app, name="train")
+app.command()(plan_cmd.plan)
 app.command()(sweep_cmd.sweep)
 app.command()(plot_cmd.plot)
 app.command()(replay_cmd.calibrate)

@@ -14,29 +14,30 @@ console = Console()
 
 
 def table(title: str, columns: list[str], rows: list[list]) -> None:
-    """A table that never cuts a value short or breaks it across lines: each column is as wide as its
-    widest value (headers wrap at spaces); a table wider than the terminal is printed in parts, each
-    with the first column again."""
+    """A table that never cuts a value short or breaks it across lines: each column is exactly as wide as
+    its widest value or header word (headers wrap at spaces), so a part is 1 + Σ (width + 3) characters;
+    a table wider than the terminal is printed in parts, each with the first column again."""
     cells = [[fmt(v) for v in row] for row in rows]
     widths = [max([len(r[i]) for r in cells] + [max(map(len, name.split()), default=1)])
               for i, name in enumerate(columns)]
-    groups, group, used = [], [], widths[0] + 4
-    for i in range(1, len(columns)):
-        if group and used + widths[i] + 3 > console.width:
-            groups.append(group)
-            group, used = [], widths[0] + 4
-        group.append(i)
-        used += widths[i] + 3
-    groups.append(group)
-    for n, part in enumerate(groups):
-        keep = [0, *part]
-        out = Table(title=title if n == 0 else None, title_justify="left", header_style="bold")
+
+    def build(keep: list[int], titled: bool) -> Table:
+        out = Table(title=title if titled else None, title_justify="left", header_style="bold")
         for i in keep:
-            out.add_column(columns[i], justify="left" if i == 0 else "right", min_width=widths[i],
-                           overflow="fold")
+            out.add_column(columns[i], justify="left" if i == 0 else "right", width=widths[i], overflow="fold")
         for row in cells:
             out.add_row(*(row[i] for i in keep))
-        console.print(out)
+        return out
+
+    part, parts = [0], []
+    for i in range(1, len(columns)):
+        if len(part) > 1 and 1 + sum(widths[j] + 3 for j in part + [i]) > console.width:
+            parts.append(part)
+            part = [0]
+        part.append(i)
+    parts.append(part)
+    for n, keep in enumerate(parts):
+        console.print(build(keep, n == 0))
 
 
 def fmt(value) -> str:

@@ -119,6 +119,21 @@ def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSp
     return simulate_des(trace, config.replace(**settings), decisions=decisions, **objects)
 
 
+def plan(model: str, hardware: str = "rtx4090", **options):
+    """What to put where: every execution strategy for ``model`` on ``hardware``, in each expert format,
+    sized to the machine's memory and ranked by decode tokens/s (``rows``, with TTFT, GPU memory, host
+    RAM and engine settings); ``options`` are ``moesim.experiments.plan.plan``'s (``vram``, ``ram``,
+    ``trace``, ``prompt``, ``batch``, ``dtypes``, ``cpu``, ``link``).
+
+    >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
+    >>> [(r["strategy"], round(r["tokens_per_s"], 1)) for r in p.rows[:3]], p.rows[2]["engine_flags"]
+    ([('hybrid', 44.1), ('cpu-miss', 44.1), ('cpu-experts', 28.4)], '-ngl 99 --n-cpu-moe 7')
+    """
+    from moesim.experiments.plan import plan as run
+
+    return run(model, hardware, **options)
+
+
 def sweep(spec: str | Path, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local"):
     """Run every configuration of a sweep spec (TOML: traces, kind, [axes], [fixed], [[exclude]]) into a
     Parquet results file, one row per configuration; returns the run's summary.

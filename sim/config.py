@@ -239,14 +239,20 @@ class ExecutionConfig:
 @dataclass(frozen=True)
 class WorkloadConfig:
     """``batch`` sequences decode in lockstep (a layer loads their union); ``context`` KV tokens are added to
-    every sequence (a prompt the trace did not record)."""
+    every sequence (a prompt the trace did not record, not computed); ``prompt`` tokens are prefilled before
+    each sequence the trace recorded without one (``moesim.sim.requests``: its time is the TTFT); the first
+    ``warmup`` batches run but are not measured (the caches fill during them: steady state)."""
 
     batch: int = 1
     context: int = 0
+    prompt: int = 0
+    warmup: int = 0
 
     def __post_init__(self):
         _int(self, "workload", "batch", 1)
         _int(self, "workload", "context", 0)
+        _int(self, "workload", "prompt", 0)
+        _int(self, "workload", "warmup", 0)
 
 
 SECTIONS = {"model": ModelConfig, "hardware": HardwareConfig, "cache": CacheConfig, "prefetch": PrefetchConfig,

@@ -119,7 +119,7 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
     model = model if model is not None else config.model.spec(trace.meta)
     hardware = hardware if hardware is not None else config.hardware.spec()
     _check(trace, model, hardware, config)
-    req = build_requests(trace, config.workload.batch, config.workload.context)
+    req = build_requests(trace, config.workload.batch, config.workload.context, config.workload.prompt)
     bpp, eb = _sizes(trace, model, config.model.dtype)
     config, memory = resolve(_footprint(trace, model, hardware, config, req, bpp, eb), config, trace.meta.top_k)
     cache, pf, strategy = config.cache, config.prefetch, get_strategy(config.execution.strategy)
@@ -140,7 +140,7 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
                     per_layer, cache.reset, model.kind == "mole",
                     np.int64(-1 if cache.dram_capacity is None else cache.dram_capacity), np.int64(strategy.CODE),
                     strategy.placement(model.num_layers, sparams), offload, cost.cpu_by_tokens, cost.handoff_s,
-                    float(sparams.get("lowbit_threshold", 0.0)))
+                    float(sparams.get("lowbit_threshold", 0.0)), np.int64(_measure_from(req, config.workload.warmup)))
     state = build_state(inputs, hardware.link.engines, _log_size(req, pred, preload, preload_at) if decisions else 0)
     # the policy sees what the cache serves: under commit, the predictions (Belady's future, static's popularity)
     ctx = Context(exe, req.group_offsets, trace.meta.num_experts, max(cache.capacity, 1), per_layer, False,
@@ -191,6 +191,14 @@ def executed(req, pred: np.ndarray, pred_tokens: np.ndarray, commit: bool) -> tu
     return exe, tokens, committed
 
 
+def _measure_from(req, warmup: int) -> int:
+    """The first request row measured: that of batch ``warmup`` (the batches before it warm the caches up)."""
+    groups = req.group_offsets.size - 1
+    if warmup >= groups:
+        raise MoesimError(f"warmup {warmup} leaves none of the trace's {groups} batch(es) to measure")
+    return int(req.group_offsets[warmup])
+
+
 def _log_size(req, pred, preload, preload_at) -> int:
     """An upper bound on the decision log: every request twice (a hybrid miss is computed and filled), every
     prediction and preload entry once."""
@@ -203,7 +211,8 @@ def _footprint(trace, model, hardware, config, req, bpp, eb) -> Footprint:
     longest = int(np.diff(trace.seq_offsets).max(initial=0))
     cpu = hardware.cpu
     return Footprint(model, bpp, eb if eb is not None else model.expert_params * bpp,
-                     config.workload.batch * (config.workload.context + longest), int(req.experts.shape[2]),
+                     config.workload.batch * (config.workload.context + config.workload.prompt + longest),
+                     int(req.experts.shape[2]),
                      bool((req.kind == PREFILL).any()), hardware.gpu.hbm_gb * GIB, cpu.ram_gb * GIB if cpu else 0.0)
 
 
@@ -331,12 +340,15 @@ def _overlap(guess, truth, cells):
 
 def _summary(trace, model, hardware, config, req, pred, preload, preload_at, cost, tally, seconds,
              memory: Memory) -> DesResult:
-    counters, rows, layer_hits, layer_accesses, log, n_log = tally
-    decode = req.kind == DECODE
+    counters, rows, layer_hits, layer_accesses, log, n_log = tally[:6]
+    counters = counters - tally.warm_counters
+    layer_hits, layer_accesses = layer_hits - tally.warm_hits, layer_accesses - tally.warm_accesses
+    measured = np.arange(req.num_rows) >= _measure_from(req, config.workload.warmup)
+    decode = (req.kind == DECODE) & measured
     step_times = rows[decode, R_TIME]
     n_steps = int(decode.sum())
     tokens = float(req.tokens[decode].sum())
-    prefill = rows[req.kind == PREFILL, R_TIME]
+    prefill = rows[(req.kind == PREFILL) & measured, R_TIME]
     precision, recall = _prediction_quality(req, pred, preload, preload_at)
     loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS] + counters[C_FILLS]
     accesses = int(counters[C_ACCESSES])
@@ -355,7 +367,7 @@ def _summary(trace, model, hardware, config, req, pred, preload, preload_at, cos
         compute_s=mean(rows[decode, R_COMPUTE]), copy_s=mean(rows[decode, R_COPY]),
         stall_s=mean(rows[decode, R_STALL]), cpu_s=mean(rows[decode, R_CPU]),
         bytes_h2d=float(loads * cost.expert_bytes + counters[C_LOWBIT] * cost.lowbit_bytes
-                        + cost.lut_bytes.sum() * trace.meta.num_layers),
+                        + cost.lut_bytes[measured].sum() * trace.meta.num_layers),
         bytes_ssd=float(counters[C_SSD_READS] * cost.expert_bytes),
         hit_rate=float(counters[C_HITS] / accesses) if accesses else float("nan"),
         hits=int(counters[C_HITS]), accesses=accesses, loads=int(counters[C_LOADS]),

@@ -68,6 +68,12 @@ def des_loop(s, st):
     now = 0.0
     reset(st)
     for row in range(n_rows):
+        if row == inp.measure_from:  # what the warm-up rows counted is left out of the result
+            for i in range(tally.counters.shape[0]):
+                tally.warm_counters[i] = tally.counters[i]
+            for layer in range(n_layers):
+                tally.warm_hits[layer] = tally.layer_hits[layer]
+                tally.warm_accesses[layer] = tally.layer_accesses[layer]
         if inp.group_start[row] and inp.reset_each_group and row > 0:
             empty(cache.slot_of, cache.obj_of, cache.used)
             reset(st)

@@ -68,6 +68,7 @@ class Inputs(NamedTuple):
     cpu_by_tokens: np.ndarray  # float64 [T + 1]: one expert's work on T tokens on the host CPU
     handoff_s: np.ndarray      # float64 [R]: a row's activations between GPU and host, one way
     lowbit_threshold: float    # lowbit-miss: gate weight below which a miss fetches the low-bit copy
+    measure_from: np.int64     # the first row measured (rows before it warm the caches up)
 
 
 class Cache(NamedTuple):
@@ -95,6 +96,9 @@ class Tally(NamedTuple):
     layer_accesses: np.ndarray  # int64 [L]: decode accesses
     log: np.ndarray            # int64 [n, 5]: the decision log (0 rows: not kept)
     n_log: np.ndarray          # int64 [1]: entries logged
+    warm_counters: np.ndarray  # the counters, layer hits and accesses when the measured rows began
+    warm_hits: np.ndarray
+    warm_accesses: np.ndarray
 
 
 class Kernels(NamedTuple):
@@ -127,6 +131,7 @@ def build_state(inputs: Inputs, engines: int, log_rows: int) -> State:
                   np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros(n_objects),
                   np.zeros(n_objects, np.int64), np.full(n_objects, -1, np.int64))
     tally = Tally(np.zeros(N_COUNTERS), np.zeros((n_rows, 5)), np.zeros(n_layers, np.int64),
-                  np.zeros(n_layers, np.int64), np.zeros((log_rows, 5), np.int64), np.zeros(1, np.int64))
+                  np.zeros(n_layers, np.int64), np.zeros((log_rows, 5), np.int64), np.zeros(1, np.int64),
+                  np.zeros(N_COUNTERS), np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64))
     return State(inputs, cache, make_tiers(n_objects, n_layers, engines), tally,
                  Kernels(np.zeros(exe_width), np.zeros(exe_width, np.int32), np.full(1, -1.0)))

@@ -9,6 +9,12 @@ once, in the order sequence 0's ranks, then sequence 1's new ones, and so on. Ro
 the sum of the weights its tokens gave it, and its token count the number of tokens that chose it
 (what its expert kernel computes). With B = 1 and no prefill rows the request rows are the trace's
 rows, so the engine's hits equal the hit-rate engine's.
+
+A trace that recorded no prompt for a group can be given one (``prompt`` tokens per sequence, for a
+time to first token): a prefill row whose union per layer is every expert the trace routes to there,
+each on its share of the row's P·B·k expert slots in proportion to how often the trace chose it
+(largest remainders, ties to the lower id; ``prompt_routing``); its tokens then sit in the KV cache of
+every decode row after it.
 """
 
 from __future__ import annotations
@@ -53,23 +59,30 @@ class Requests:
         return out, counts
 
 
-def build_requests(trace: Trace, batch: int = 1, context: int = 0) -> Requests:
+def build_requests(trace: Trace, batch: int = 1, context: int = 0, prompt: int = 0) -> Requests:
     """Request rows for ``trace`` decoded ``batch`` sequences at a time; ``context`` KV tokens are
-    added to every sequence (a prompt the trace did not record)."""
+    added to every sequence (a prompt the trace did not record, not computed), and a sequence without
+    prompt rows is given a prefill of ``prompt`` tokens (module docstring)."""
     phase, steps = trace.phase, trace.steps.astype(np.int64)
     offsets = trace.seq_offsets.astype(np.int64)
     seq = trace.row_sequence()
     n_prompt = np.bincount(seq[phase == PREFILL], minlength=trace.num_sequences)
     # a decode row's index among its sequence's decode rows (prompt rows come first)
     d_index = np.arange(trace.num_rows) - offsets[seq] - n_prompt[seq]
-    src, sizes, kind, group_offsets = [], [], [], [0]
+    src, sizes, kind, group_offsets, given = [], [], [], [0], []
     for g in range(0, trace.num_sequences, batch):
         rows = np.arange(offsets[g], offsets[min(g + batch, trace.num_sequences)])
         added = 0
-        prompt = rows[phase[rows] == PREFILL]
-        if prompt.size:
-            src.append(prompt)
-            sizes.append(np.array([prompt.size]))
+        recorded = rows[phase[rows] == PREFILL]
+        if recorded.size:
+            src.append(recorded)
+            sizes.append(np.array([recorded.size]))
+            kind.append(np.array([PREFILL], np.int8))
+            added += 1
+        elif prompt > 0:  # a prompt the trace did not record: a row with no trace rows behind it
+            given.append((sum(map(len, kind)), min(g + batch, trace.num_sequences) - g))
+            src.append(np.zeros(0, np.int64))
+            sizes.append(np.array([0]))
             kind.append(np.array([PREFILL], np.int8))
             added += 1
         decode = rows[phase[rows] == DECODE]
@@ -100,10 +113,39 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0) -> Requests:
         src_w = np.zeros(trace.experts.shape, np.float32) if trace.weights is None else np.nan_to_num(trace.weights)
         gather(trace.experts, src_w, src_ptr, src_rows, experts, weights, counts)
     tokens = np.diff(src_ptr).astype(np.float64)
-    ctx = np.add.reduceat(steps[src_rows] + 1 + context, src_ptr[:-1]).astype(np.float64) if src_rows.size \
-        else np.zeros(0)
+    # KV tokens each row's attention reads: its tokens' positions, the context, a given prompt
+    position = steps + 1 + context + np.where(n_prompt[seq] == 0, prompt, 0)
+    ctx = np.zeros(kind.size)
+    nonempty = np.diff(src_ptr) > 0
+    if src_rows.size:
+        ctx[nonempty] = np.add.reduceat(position[src_rows], src_ptr[:-1][nonempty])
+    for r, n_seqs in given:
+        experts[r], counts[r] = prompt_routing(trace, prompt * n_seqs, width)
+        tokens[r] = prompt * n_seqs
+        ctx[r] = n_seqs * (prompt * (prompt + 1) / 2 + prompt * context)
     return Requests(experts, weights, counts, kind, tokens, ctx, np.array(group_offsets, np.int64), src_ptr, src_rows,
                     batch, identity)
+
+
+def prompt_routing(trace: Trace, tokens: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The experts (int16 [L, width], most chosen first) and their token counts for a prompt of ``tokens``
+    tokens the trace did not record: each layer's tokens·k expert slots shared out in proportion to how
+    often the trace chose each expert there, by largest remainders (ties to the lower id)."""
+    n_layers, num_experts, k = trace.meta.num_layers, trace.meta.num_experts, trace.meta.top_k
+    layer = np.broadcast_to(np.arange(n_layers)[None, :, None], trace.experts.shape)
+    routed = trace.experts >= 0
+    chosen = np.bincount((layer * num_experts + trace.experts)[routed],
+                         minlength=n_layers * num_experts).reshape(n_layers, num_experts).astype(np.float64)
+    share = chosen / np.maximum(chosen.sum(axis=1, keepdims=True), 1) * tokens * k
+    counts = np.floor(share).astype(np.int64)
+    for layer_i in range(n_layers):  # largest remainders; stable sort keeps the lower id first on ties
+        short = tokens * k - counts[layer_i].sum()
+        order = np.argsort(-(share[layer_i] - counts[layer_i]), kind="stable")
+        counts[layer_i, order[:short]] += 1
+    counts = np.minimum(counts, tokens)  # a token chooses an expert once
+    order = np.argsort(-counts, axis=1, kind="stable")[:, :width]
+    top = np.take_along_axis(counts, order, axis=1)
+    return (np.where(top > 0, order, -1).astype(np.int16), np.where(top > 0, top, 0).astype(np.int32))
 
 
 def one_token_each(shape: tuple) -> np.ndarray:

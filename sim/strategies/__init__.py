@@ -6,8 +6,9 @@ One module per strategy, each with ``NAME``; ``CODE``, the branch the compiled l
 policy and capacity, serves some layers), ``CPU`` (the host CPU computes experts: the machine needs a
 ``[cpu]``), ``PREFETCH`` (prefetchers combine with it) — and ``placement(num_layers, params)``, what
 each layer's experts are: ``CACHED`` (the cache decides), ``ON_GPU`` (all resident, loaded before
-decoding) or ``ON_CPU`` (in host RAM, computed there). A strategy that keeps a second copy of each
-expert on the host names its bytes per parameter in ``host_copy_bytes_per_param(params)``.
+decoding) or ``ON_CPU`` (in host RAM, computed there); and ``engine(params, capacity, num_layers)``, the
+engines that run it and their settings (``moesim plan`` prints them). A strategy that keeps a second
+copy of each expert on the host names its bytes per parameter in ``host_copy_bytes_per_param(params)``.
 
 Memory (``moesim.sim.memory``) and the engine read only this interface, so a new strategy is a module
 here, its branch in ``des_loop.load_misses`` and, if it has new durations, their place in ``costs``.

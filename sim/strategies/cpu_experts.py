@@ -36,7 +36,7 @@ def placement(num_layers: int, params: dict) -> np.ndarray:
     return np.where(np.arange(num_layers) < n, ON_CPU, ON_GPU).astype(np.int8)
 
 
-def engine_flags(params: dict, num_layers: int) -> str:
-    """The llama.cpp options that give this placement."""
+def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:
+    """llama.cpp's options for this placement (every layer on the GPU, the first N layers' experts on the CPU)."""
     n = params["cpu_layers"]
-    return "--cpu-moe" if n == num_layers else f"--n-cpu-moe {n}"
+    return "llama.cpp", "-ngl 99 " + ("--cpu-moe" if n == num_layers else f"--n-cpu-moe {n}")

@@ -21,3 +21,7 @@ CACHE, CPU, PREFETCH = True, True, True
 
 def placement(num_layers: int, params: dict):
     return all_cached(num_layers)
+
+
+def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:
+    return "Fiddler", ""

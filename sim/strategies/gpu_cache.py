@@ -12,3 +12,8 @@ CACHE, CPU, PREFETCH = True, False, True
 
 def placement(num_layers: int, params: dict):
     return all_cached(num_layers)
+
+
+def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:
+    """The engines that run this strategy, and their settings."""
+    return "Mixtral-offloading, MoE-Infinity (expert cache)", ""

@@ -20,3 +20,10 @@ CACHE, CPU, PREFETCH = True, True, True
 
 def placement(num_layers: int, params: dict):
     return all_cached(num_layers)
+
+
+def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:
+    """With no GPU cache every routed expert runs on the CPU: llama.cpp's --cpu-moe, kTransformers' default rule."""
+    if capacity == 0:
+        return "llama.cpp, kTransformers", "-ngl 99 --cpu-moe"
+    return "kTransformers, HybriMoE", ""

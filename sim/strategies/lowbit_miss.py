@@ -30,3 +30,7 @@ def placement(num_layers: int, params: dict):
 def host_copy_bytes_per_param(params: dict) -> float:
     """The low-precision copy every expert also keeps in host RAM."""
     return BYTES_PER_PARAM[params["lowbit_dtype"]]
+
+
+def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:
+    return "HOBBIT (llama.cpp fork)", ""

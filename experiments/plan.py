@@ -1,0 +1,169 @@
+"""``moesim plan``: what to put where for a model on a machine — every execution strategy, ranked.
+
+For each weight format (``dtypes``) it simulates each candidate of ``CANDIDATES`` — a strategy with the
+settings that make it what engines deploy — with its size taken from memory (``capacity = "auto"``:
+the most GPU slots that fit; ``cpu_layers = "auto"``: the fewest CPU layers that fit), on a trace:
+the one given, the bundled real one for Mixtral-8x7B, else a synthetic trace of the model's
+dimensions. The first batch of sequences warms the caches up and the rest are measured (steady
+state, as a running server sees it). The rows that fit rank by decode tokens/s; each gives TPOT, the
+time to first token of a ``prompt``-token prompt, GPU memory and host RAM used, and the engine
+settings that reproduce it. A
+candidate that cannot fit, or cannot run on the trace (lowbit-miss needs gate weights), is listed
+with the reason. ``curves`` steps the GPU memory a strategy may use down, for a figure of tokens/s
+against VRAM.
+
+Popularity (``static`` pins, the ``popular`` preload) and the ``history`` prefetcher are learned from
+the simulated trace itself, so those rows are upper bounds for their strategy on unseen prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from moesim.errors import MoesimError
+from moesim.sim.config import Config
+from moesim.sim.des import DesResult, simulate_des
+from moesim.sim.strategies import get_strategy
+from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, get_model
+from moesim.tracegen.trace import Trace
+
+# (strategy, the settings that make it what engines run); sizes from memory. Fiddler and kTransformers
+# place the most used (layer, expert) pairs on the GPU: a global pool, pinned (static) and preloaded.
+CANDIDATES = (
+    ("gpu-cache", {"policy": "lru", "capacity": "auto"}),
+    ("gpu-cache", {"policy": "lru", "capacity": "auto", "prefetch": "history"}),
+    ("cpu-experts", {"cpu_layers": "auto"}),
+    ("cpu-miss", {"policy": "static", "capacity": "auto", "scope": "global", "prefetch": "popular"}),
+    ("hybrid", {"policy": "static", "capacity": "auto", "scope": "global", "prefetch": "popular"}),
+    ("hybrid", {"policy": "lru", "capacity": "auto"}),
+    ("lowbit-miss", {"policy": "lru", "capacity": "auto"}),
+)
+DTYPES = ("bf16", "q8_0", "q4_k")
+SYNTH_TOKENS = 128  # decode tokens per sequence of a synthetic trace
+CURVE_POINTS = 6
+
+
+@dataclass
+class Plan:
+    """The ranked rows (``rows``: dicts, best first), the candidates that could not run (``skipped``),
+    and what was planned for."""
+
+    model: str
+    hardware: str
+    machine: str              # the GPU, link and CPU, in words
+    trace: str
+    prompt: int
+    batch: int
+    rows: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    results: list = field(default_factory=list, repr=False)  # the DesResult behind each row
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "hardware": self.hardware, "machine": self.machine, "trace": self.trace,
+                "prompt": self.prompt, "batch": self.batch, "rows": self.rows, "skipped": self.skipped}
+
+
+def plan_trace(model: ModelSpec, path: str | Path | None, sequences: int, seed: int = 0) -> tuple[Trace, str]:
+    """The trace a plan simulates, and its name: ``path``, the bundled Mixtral trace, or synthetic."""
+    from moesim.tracegen.io import bundled_trace_path, load_trace
+    from moesim.tracegen.synth import Locality, synth_trace
+
+    if path is not None:
+        return load_trace(path), str(path)
+    if model.name == "mixtral-8x7b":
+        return load_trace(bundled_trace_path()), "bundled Mixtral-8x7B GSM8K trace"
+    trace = synth_trace(model.num_layers, model.num_experts, model.top_k, sequences, SYNTH_TOKENS, seed, Locality(),
+                        0, model.name, model.trace_meta())
+    return trace, f"synthetic {model.name} trace ({sequences} x {SYNTH_TOKENS} tokens, seed {seed})"
+
+
+def plan(model: str, hardware: str = "rtx4090", vram: float | None = None, ram: float | None = None,
+         trace: str | Path | None = None, prompt: int = 512, batch: int = 1, dtypes=DTYPES,
+         cpu: str | None = None, link: str | None = None) -> Plan:
+    """Simulate every candidate in every dtype on ``model`` and ``hardware``; the fitting ones ranked."""
+    spec = get_model(model)
+    if spec.kind != "moe":
+        raise MoesimError(f"{spec.name} is a MoLE model: its lookup tables have one placement; use 'moesim sim run'")
+    for dtype in dtypes:
+        Config.build(dtype=dtype)  # a bad name is refused before any work
+    tr, name = plan_trace(spec, trace, 2 * batch)
+    warmup = 1 if tr.num_sequences > batch else 0
+    base = Config.build(model=spec.name, hardware=hardware, vram=vram, ram=ram, cpu=cpu, link=link, prompt=prompt,
+                        batch=batch, warmup=warmup)
+    hw = base.hardware.spec()
+    out = Plan(spec.name, hw.name, f"{hw.gpu.name} ({hw.gpu.hbm_gb:g} GiB), {hw.link.name}"
+               + (f", {hw.cpu.name} ({hw.cpu.ram_gb:g} GiB)" if hw.cpu else ""), name, prompt, batch)
+    for dtype in dtypes:
+        for strategy, settings in CANDIDATES:
+            if strategy == "lowbit-miss":  # a low-bit copy well below the format: HOBBIT's int4 for 16-bit experts
+                settings = {**settings, "lowbit_dtype": "int4" if BYTES_PER_PARAM[dtype] >= 1 else "int2"}
+            config = base.replace(dtype=dtype, strategy=strategy, **settings)
+            try:
+                result = simulate_des(tr, config, spec, hw)
+            except MoesimError as exc:
+                out.skipped.append({"strategy": strategy, "dtype": dtype, **_named(settings), "reason": str(exc)})
+                continue
+            out.results.append(result)
+    out.results.sort(key=lambda r: -r.tokens_per_s)
+    out.rows = [{"rank": i + 1, **row(r, spec)} for i, r in enumerate(out.results)]
+    return out
+
+
+def row(r: DesResult, spec: ModelSpec) -> dict:
+    """A plan's row: the settings, what they give, and how to run them."""
+    config = r.config
+    strategy = get_strategy(config.execution.strategy)
+    params = {**strategy.PARAMS, **config.execution.params}
+    engine, flags = strategy.engine(params, config.cache.capacity, spec.num_layers)
+    cached = strategy.CACHE
+    return {"strategy": strategy.NAME, "dtype": config.model.dtype,
+            "policy": config.cache.policy if cached else None,
+            "prefetch": config.prefetch.prefetcher if cached else None,
+            "capacity": config.cache.capacity if cached else None,
+            "scope": config.cache.scope if cached else None,
+            "cpu_layers": params.get("cpu_layers"),
+            "tokens_per_s": r.tokens_per_s, "tpot_s": r.tpot_s, "ttft_s": r.ttft_s,
+            "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hit_rate": r.hit_rate, "cpu_share": r.cpu_share,
+            "engine": engine, "engine_flags": flags}
+
+
+def _named(settings: dict) -> dict:
+    return {k: settings.get(k) for k in ("policy", "prefetch")}
+
+
+def curves(p: Plan, trace: str | Path | None = None, points: int = CURVE_POINTS) -> dict:
+    """Per strategy, its best row's settings with the GPU memory it uses stepped down: a list of
+    (VRAM GiB, tokens/s) from the smallest placement to the one ``auto`` chose."""
+    spec = get_model(p.model)
+    tr, _ = plan_trace(spec, trace, 2 * p.batch)
+    best = {}
+    for r in p.results:
+        best.setdefault(r.config.execution.strategy, r)
+    out = {}
+    for strategy, r in best.items():
+        module = get_strategy(strategy)
+        if module.CACHE:
+            top = r.config.cache.capacity
+            low = tr.meta.top_k if top >= tr.meta.top_k else 0
+            sizes = [{"capacity": int(c)} for c in _spread(low, top, points)] + ([{"capacity": 0}] if low else [])
+        else:
+            n = r.config.execution.params["cpu_layers"]
+            sizes = [{"cpu_layers": int(c)} for c in _spread(n, spec.num_layers, points)]
+        line = []
+        for size in sizes:
+            try:
+                s = simulate_des(tr, r.config.replace(**size), spec)
+            except MoesimError:
+                continue
+            line.append((s.vram_gb, s.tokens_per_s))
+        out[strategy] = sorted(set(line))
+    return out
+
+
+def _spread(low: int, high: int, points: int) -> list[int]:
+    """Up to ``points`` whole numbers from ``low`` to ``high``, both included."""
+    return sorted(set(np.linspace(low, high, points).round().astype(int).tolist()))
+

@@ -1,0 +1,35 @@
+"""The figure of a plan: decode tokens/s against the GPU memory used, one line per execution strategy."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from moesim.plots.trace import plt, save_figure
+
+STYLE = {"gpu-cache": ("C0", "o"), "cpu-experts": ("C1", "s"), "cpu-miss": ("C2", "^"), "hybrid": ("C3", "D"),
+         "lowbit-miss": ("C4", "v")}
+
+
+def plot_plan(plan, curves: dict, out: str | Path) -> Path:
+    """``curves`` (``moesim.experiments.plan.curves``): per strategy, (VRAM GiB, tokens/s) points."""
+    fig, ax = plt.subplots(figsize=(7.2, 4.6), constrained_layout=True)
+    for strategy, points in curves.items():
+        if not points:
+            continue
+        colour, marker = STYLE.get(strategy, ("grey", "."))
+        best = next(r for r in plan.rows if r["strategy"] == strategy)
+        what = best["dtype"] + (f", {best['policy']}" if best["policy"] else "")
+        ax.plot([v for v, _ in points], [t for _, t in points], marker=marker, color=colour,
+                label=f"{strategy} ({what})")
+    limit = plan.rows and plan.results[0].vram_limit_gb
+    if limit:
+        ax.axvline(limit, color="black", linestyle=":", linewidth=1)
+        ax.text(limit, ax.get_ylim()[1], "GPU memory ", va="top", ha="right", fontsize="small")
+    ax.set_xlabel("GPU memory used (GiB: weights, KV cache, reserve and experts)")
+    ax.set_ylabel("decode tokens/s (batch %d)" % plan.batch)
+    ax.grid(alpha=0.3)
+    ax.legend(title="strategy (format, policy)", fontsize="small", loc="upper left")
+    about = textwrap.fill(f"{plan.machine}; {plan.trace}; steady state after a warm-up batch", 95)
+    fig.suptitle(f"{plan.model} on {plan.hardware}: decode tokens/s against GPU memory\n{about}", fontsize="medium")
+    return save_figure(fig, out)

@@ -1,0 +1,55 @@
+"""`moesim plan`: every strategy ranked within the machine's memory, with engine settings (issue 18)."""
+
+import json
+
+import pytest
+
+from moesim.experiments.plan import CANDIDATES
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def mixtral_plan(tmp_path_factory):
+    from moesim.cli.app import app
+    from typer.testing import CliRunner
+
+    figure = tmp_path_factory.mktemp("plan") / "plan.png"
+    result = CliRunner().invoke(app, ["plan", "--model", "mixtral-8x7b", "--hardware", "rtx4090", "--json",
+                                      "--plot", str(figure)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout), figure
+
+
+def test_plan_ranks_every_strategy_within_the_gpu_memory(mixtral_plan):
+    out, figure = mixtral_plan
+    rows = out["rows"]
+    assert {r["strategy"] for r in rows} == {s for s, _ in CANDIDATES}
+    assert [r["tokens_per_s"] for r in rows] == sorted((r["tokens_per_s"] for r in rows), reverse=True)
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    for r in rows:
+        assert {"strategy", "tokens_per_s", "ttft_s", "vram_gb", "ram_gb", "engine_flags"} <= set(r)
+        assert 0 < r["vram_gb"] <= 24 and 0 < r["ram_gb"] <= 128 and r["ttft_s"] > 0
+        assert r["tpot_s"] == pytest.approx(1 / r["tokens_per_s"])
+    for r in (r for r in rows if r["strategy"] == "cpu-experts"):
+        assert r["engine"] == "llama.cpp" and r["engine_flags"] == f"-ngl 99 --n-cpu-moe {r['cpu_layers']}"
+    assert out["skipped"] == []  # the real trace has gate weights, every candidate fits some way
+    assert figure.read_bytes()[:8] == PNG
+
+
+def test_plan_for_a_model_without_a_trace_simulates_a_synthetic_one(cli):
+    code, out, err = cli("plan", "--model", "olmoe-1b-7b", "--hardware", "rtx5070ti", "--dtype", "bf16", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["trace"].startswith("synthetic olmoe-1b-7b trace")
+    assert all(r["vram_gb"] <= 16 for r in plan["rows"])
+    assert [s["strategy"] for s in plan["skipped"]] == ["lowbit-miss"]  # no gate weights in a synthetic trace
+
+
+def test_plan_errors_are_one_line(cli, tmp_path):
+    for args, message in ((["--model", "nope"], "unknown model"), (["--model", "mixtral-8x7b", "--dtype", "fp7"],
+                                                                    "unknown dtype"),
+                          (["--model", "mole-160m-4e"], "MoLE"),
+                          (["--model", "mixtral-8x7b", "--plot", tmp_path / "no" / "p.png"], "no such folder")):
+        code, _, err = cli("plan", *args)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
