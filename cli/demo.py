@@ -1,5 +1,6 @@
 """`moesim demo`: the first experience on the bundled real trace — what it looks like, which policy
-wins, how fast decoding would be, and the pictures."""
+wins and how fast decoding would be with what fits on a 24 GB card, every execution strategy side by
+side for Mixtral-8x7B and Qwen3-30B-A3B on it, and the pictures."""
 
 from __future__ import annotations
 
@@ -13,17 +14,23 @@ from moesim.plots.trace import plot_activations
 from moesim.tracegen.stats import REUSE_BUCKETS, trace_stats
 
 DEMO_POLICIES = ("belady", "lru", "lfu", "fifo", "gamma")
-DEMO_CAPACITIES = (2, 3, 4, 5, 6, 7)
+DEMO_CAPACITIES = (2, 3, 4, 5, 6)  # all fit the card at DEMO_DTYPE; 6 is what 'capacity auto' gives
 DEMO_HARDWARE = "rtx4090"
-TABLE_CAPACITY = 4
+DEMO_DTYPE = "q4_k"  # llama.cpp's Q4_K: 4.5 bits per weight
+TABLE_CAPACITY = 6
+# (model, expert format) planned side by side: Qwen3-30B-A3B at 8 bits, since at 4 bits it fits the card whole
+DEMO_PLANS = (("mixtral-8x7b", "q4_k"), ("qwen3-30b-a3b", "q8_0"))
 
 
 def run_demo(out: Path, jobs: int = 2) -> list[Path]:
-    """Describe the trace, sweep the demo policies x capacities on an RTX 4090 / PCIe 4 with the
-    discrete-event simulator (its hits are the hit-rate engine's), print the policy table, and
-    write the hit-rate curve, the TPOT curve and the activation heatmap into ``out``."""
-    from moesim.plots.results import plot_results
+    """Describe the trace, sweep the demo policies x capacities that fit an RTX 4090 (4-bit experts) with
+    the discrete-event simulator (its hits are the hit-rate engine's), print the policy table, plan every
+    strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card, and write the hit-rate and TPOT curves, the
+    activation heatmap and the plans' figures into ``out``."""
+    from moesim.experiments.plan import curves, plan
     from moesim.experiments.sweep import SweepSpec, run_sweep
+    from moesim.plots.plan import plot_plan
+    from moesim.plots.results import plot_results
 
     out = Path(out)
     trace = load_trace(bundled_trace_path())
@@ -47,22 +54,41 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     results.unlink(missing_ok=True)
     spec = SweepSpec(Path("demo"), "des", [str(bundled_trace_path())],
                      {"policy": list(DEMO_POLICIES), "capacity": list(DEMO_CAPACITIES)},
-                     {"hardware": DEMO_HARDWARE, "scope": "per-layer"})
+                     {"hardware": DEMO_HARDWARE, "scope": "per-layer", "dtype": DEMO_DTYPE})
     with console.status(f"simulating {len(DEMO_POLICIES)} policies x {len(DEMO_CAPACITIES)} capacities "
                         f"(the first run compiles each policy)"):
         run_sweep(spec, results, jobs=jobs)
     frame = pl.read_parquet(results, glob=False)
     rows = frame.filter(pl.col("capacity") == TABLE_CAPACITY).sort("tpot_s")
     lru = rows.filter(pl.col("policy") == "lru")["tpot_s"][0]
-    table(f"{TABLE_CAPACITY} of {m.num_experts} experts per layer on the GPU, RTX 4090 + PCIe 4, bf16: "
-          f"simulated decoding",
+    vram = rows["vram_gb"][0]
+    table(f"{TABLE_CAPACITY} of {m.num_experts} experts per layer on the GPU (the most that fit: {vram:.1f} of 24 GiB), "
+          f"RTX 4090 + PCIe 4, {DEMO_DTYPE} experts: simulated decoding",
           ["policy", "hit rate", "TPOT ms", "tokens/s", "copy ms/token", "speedup vs LRU"],
           [[r["policy"], r["hit_rate"], r["tpot_s"] * 1e3, r["tokens_per_s"], r["copy_s"] * 1e3, lru / r["tpot_s"]]
            for r in rows.to_dicts()])
     paths = [plot_results(frame, "hitrate-vs-capacity", out / "hitrate_vs_capacity.png", source=str(results)),
              plot_results(frame, "tpot-vs-capacity", out / "tpot_vs_capacity.png", source=str(results)),
              plot_activations(trace, out / "expert_activations.png")]
+    with console.status("planning every strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card"):
+        plans = [(plan(model, DEMO_HARDWARE, dtypes=[dtype]), dtype) for model, dtype in DEMO_PLANS]
+    for result, dtype in plans:
+        best = [r for i, r in enumerate(result.rows) if r["strategy"] not in [q["strategy"] for q in result.rows[:i]]]
+        table(f"{result.model}, {dtype} experts, on an RTX 4090 (24 GiB) with a Ryzen 9 7950X (128 GiB DDR5): each "
+              f"strategy at its best; {result.trace}; steady state",
+              ["strategy", "settings", "tok/s", "TTFT s", "VRAM GiB", "RAM GiB", "run it with"],
+              [[r["strategy"], _settings(r), r["tokens_per_s"], r["ttft_s"], r["vram_gb"], r["ram_gb"],
+                f"{r['engine']}" + (f": {r['engine_flags']}" if r["engine_flags"] else "")] for r in best])
+        paths.append(plot_plan(result, curves(result), out / f"plan-{result.model}.png"))
     console.print("wrote " + ", ".join(str(p) for p in paths) + f" and {results}")
-    console.print("next: 'moesim sim run TRACE --prefetch oracle', 'moesim sweep SPEC.toml', 'moesim plot' "
-                  "(see the README)")
+    console.print("next: 'moesim plan --model M --hardware H', 'moesim sim run TRACE --strategy S --capacity auto', "
+                  "'moesim sweep SPEC.toml', 'moesim plot' (see the README)")
     return paths
+
+
+def _settings(row: dict) -> str:
+    """A plan row's placement in a few words."""
+    if row["cpu_layers"] is not None:
+        return f"{row['cpu_layers']} layers' experts on the CPU"
+    pool = f"{row['capacity']} in one pool" if row["scope"] == "global" else f"{row['capacity']} per layer"
+    return f"{row['policy']}, {pool}" + (f", {row['prefetch']}" if row["prefetch"] != "none" else "")

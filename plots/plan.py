@@ -25,7 +25,7 @@ def plot_plan(plan, curves: dict, out: str | Path) -> Path:
     limit = plan.rows and plan.results[0].vram_limit_gb
     if limit:
         ax.axvline(limit, color="black", linestyle=":", linewidth=1)
-        ax.text(limit, ax.get_ylim()[1], "GPU memory ", va="top", ha="right", fontsize="small")
+        ax.text(limit, ax.get_ylim()[0], "GPU memory ", va="bottom", ha="right", fontsize="small")
     ax.set_xlabel("GPU memory used (GiB: weights, KV cache, reserve and experts)")
     ax.set_ylabel("decode tokens/s (batch %d)" % plan.batch)
     ax.grid(alpha=0.3)

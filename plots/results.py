@@ -7,6 +7,7 @@ Rows with an error are left out. Configurations that differ in a column the plot
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -82,12 +83,13 @@ def _style(policy: str) -> dict:
 
 def _source_line(frame: pl.DataFrame, source: str) -> str:
     """The results file and what its rows share that a reader needs to trust the numbers: model,
-    machine, kernel kind, batch."""
+    machine, expert format, strategy, kernel kind, batch."""
     parts = []
-    for column, fmt in (("model", "{}"), ("hardware", "on {}"), ("kernel", "{} kernel"), ("batch", "batch {}")):
+    for column, fmt in (("model", "{}"), ("hardware", "on {}"), ("dtype", "{} experts"), ("strategy", "{}"),
+                        ("kernel", "{} kernel"), ("batch", "batch {}")):
         if column in frame.columns and frame[column].n_unique() == 1 and frame[column][0] is not None:
             parts.append(fmt.format(frame[column][0]))
-    return Path(source).name + (": " + ", ".join(parts) if parts else "")
+    return textwrap.fill(Path(source).name + (": " + ", ".join(parts) if parts else ""), 80)
 
 
 def _policy_order(frame: pl.DataFrame) -> list[str]:

@@ -84,10 +84,12 @@ def test_models_json(cli):
 def test_demo_writes_its_table_and_plots(cli, tmp_path):
     code, out, _ = cli("demo", "--out", tmp_path / "demo")
     assert code == 0
-    for name in ("expert_activations.png", "hitrate_vs_capacity.png", "tpot_vs_capacity.png"):
+    for name in ("expert_activations.png", "hitrate_vs_capacity.png", "tpot_vs_capacity.png",
+                 "plan-mixtral-8x7b.png", "plan-qwen3-30b-a3b.png"):
         assert (tmp_path / "demo" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "244" in out and "TPOT ms" in out and "belady" in out
+    assert "244" in out and "TPOT ms" in out and "belady" in out and "--n-cpu-moe" in out
     results = pl.read_parquet(tmp_path / "demo" / "demo-results.parquet")
-    assert results.height == 30 and results["error"].is_null().all()
+    assert results.height == 25 and results["error"].is_null().all()
+    assert (results["vram_gb"] <= 24).all()  # only what fits the card
     lru4 = results.filter((pl.col("policy") == "lru") & (pl.col("capacity") == 4))
     assert lru4["hits"][0] == 9389  # the golden hit-rate table's number (step semantics)
