@@ -23,8 +23,9 @@ The host CPU (``moesim.sim.hardware.CPU``), for strategies that compute experts 
   bandwidth reached, 2·expert_params·T / the weight format's FLOP/s)``: the weights stream from DRAM
   once per layer and the T tokens share them, unless unpacking the format makes the kernel
   compute-bound; the CPU runs a layer's experts one after another, each on all cores;
-- a layer's hand-off (``handoff_s`` per row, each way): the row's activations, T·d bf16 values, over
-  the host link (latency + bytes / bandwidth); ``cpu_sync_s`` once per layer the CPU works on;
+- a layer's hand-off: the row's activations, T·d bf16 values, cross the host link each way at its
+  bandwidth (``handoff_s`` per row), and ``cpu_sync_s`` (the CPU's ``sync_us``: the two small copies'
+  latency and the waits, llama.cpp's graph splits) once per layer the CPU works on;
 - a low-bit copy of one expert (``lowbit-miss``): latency + its bytes in the low-bit format / link bandwidth.
 
 Kernel counts (launch overheads): attention 6, router 2, shared experts 3, the fused MoE kernel 2,
@@ -166,7 +167,7 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
                  copy_s=link_copy_s(hw.link, eb),
                  ssd_s=ssd_read_s(hw.ssd, eb) if hw.ssd is not None else float("nan"), expert_bytes=eb,
                  lut_bytes=np.ascontiguousarray(lut_bytes, np.float64), cpu_by_tokens=cpu_by_tokens,
-                 handoff_s=np.ascontiguousarray(link_copy_s(hw.link, tokens * d * 2.0), np.float64),
+                 handoff_s=np.ascontiguousarray(tokens * d * 2.0 / hw.link.bandwidth, np.float64),
                  cpu_sync_s=cpu.sync_us * 1e-6 if cpu is not None else 0.0,
                  lowbit_copy_s=link_copy_s(hw.link, lowbit_bytes) if lowbit_dtype else float("nan"),
                  lowbit_bytes=float(lowbit_bytes))

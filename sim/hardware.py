@@ -22,7 +22,7 @@ TOML layout (every key optional except those a section needs to exist)::
     name = "PCIe 4 NVMe"; gbps = 7.0; latency_us = 80
     [cpu]
     name = "Ryzen 9 7950X"; cores = 16; ghz = 5.0; isa = "avx512-256"; dram_gbps = 83.2; ram_gb = 128
-    dram_eff = 0.7; kernel_eff = 0.5; task_us = 5; sync_us = 10   # and, measured: bf16_gflops = ...
+    dram_eff = 0.7; kernel_eff = 0.5; task_us = 5; sync_us = 25   # and, measured: bf16_gflops = ...
     [compute]    # measured times for one model, replacing the roofline for it (see MeasuredCompute)
     name = "olmoe-1b-7b"; layer_s = 9e-5; expert_s = 1.2e-5; expert_token_s = 2e-8
 
@@ -113,7 +113,7 @@ class CPU:
     dram_eff: float = 0.7    # share of the nominal bandwidth a streaming read reaches (STREAM-like)
     kernel_eff: float = 0.5  # share of the ISA's peak an expert kernel reaches
     task_us: float = 5.0     # per expert kernel: waking the threads and joining them
-    sync_us: float = 10.0    # per layer handed to the CPU: the GPU-side wait and the hand-back
+    sync_us: float = 25.0    # per layer handed to the CPU: the activations' two trips' latency, the waits
     fp32_gflops: float = 0.0  # measured rates per format class (0: from the ISA table)
     bf16_gflops: float = 0.0
     int8_gflops: float = 0.0

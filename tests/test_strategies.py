@@ -21,7 +21,7 @@ CPU_ = CPU("test-cpu", cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM_BW / 1e9, dr
            bf16_gflops=2.0 ** 40 / 1e9)
 HWC = replace(HW, cpu=CPU_)
 CPU_EXPERT = LAT + EXPERT_BYTES / DRAM_BW     # DRAM-bound: 2 * params * T / 2^40 is below it for T < 256
-HANDOFF = LAT + 256 * 2 / LINK_BW              # one token's activations, d = 256 in bf16, one way
+HANDOFF = 256 * 2 / LINK_BW                    # one token's activations, d = 256 in bf16, one way
 SYNC = LAT
 
 
