@@ -12,6 +12,11 @@ speedups over LRU, and in how many runs the two agreed on the policy order.
     python benchmarks/replay_fidelity.py                           # 5 runs at x0.5 (4 layers) and x1 (2 layers)
     python benchmarks/replay_fidelity.py --runs 3 --scales 0.5:4 --kernel per-expert
     python benchmarks/replay_fidelity.py --backend cuda --scales 1:16                # OLMoE-sized, on a GPU
+    python benchmarks/replay_fidelity.py --strategy cpu-experts --cpu-layers 0,2,4 --scales 0.5:4
+
+With ``--strategy cpu-experts`` the rows are numbers of layers whose experts the host CPU computes
+(llama.cpp's --n-cpu-moe): the CPU's time comes from the measured ``[cpu]`` section (DRAM bandwidth,
+kernel FLOP/s, fixed costs), the other layers' from ``[compute]``.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--kernel", choices=["fused", "per-expert"], default="fused")
     ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--strategy", choices=["gpu-cache", "cpu-experts"], default="gpu-cache")
+    ap.add_argument("--cpu-layers", default="0,2,4", help="cpu-experts: comma-separated CPU layer counts")
     args = ap.parse_args()
     olmoe = get_model("olmoe-1b-7b")
     trace = synth_trace(olmoe.num_layers, olmoe.num_experts, olmoe.top_k, 2, args.tokens, seed=0, model=olmoe.name,
@@ -50,26 +57,34 @@ def main() -> None:
         for run in range(args.runs):
             with tempfile.TemporaryDirectory() as tmp:
                 cal = calibrate(small, args.backend, workdir=Path(tmp), seed=run)
-                runs.append(validate(trace, Config.build(kernel=args.kernel), cal.hardware, ["lru", "belady"],
-                                     capacities, args.backend, layers, scale, Path(tmp), model=olmoe))
+                runs.append(validate(trace, Config.build(kernel=args.kernel, strategy=args.strategy), cal.hardware,
+                                     ["lru", "belady"], capacities, args.backend, layers, scale, Path(tmp),
+                                     model=olmoe, cpu_layers=[int(v) for v in args.cpu_layers.split(",")]))
             hw, c = cal.hardware, cal.hardware.compute
             print(f"run {run + 1}: {hw.link.gbps:.2f} GB/s + {hw.link.latency_us:.0f} us per copy, layer "
-                  f"{c.layer_s * 1e6:.0f} us, expert {c.expert_s * 1e6:.0f} us; errors "
-                  + " ".join(f"{r['policy']}@{r['capacity']} {r['error_pct']:+.1f}%" for r in runs[-1]), flush=True)
+                  f"{c.layer_s * 1e6:.0f} us, expert {c.expert_s * 1e6:.0f} us; CPU {hw.cpu.dram_gbps:.1f} GB/s, "
+                  f"{hw.cpu.task_us:.0f} + {hw.cpu.sync_us:.0f} us; errors "
+                  + " ".join(f"{_label(r)} {r['error_pct']:+.1f}%" for r in runs[-1]), flush=True)
         print(f"\n{small.name}: {layers} layers, d={small.d_model}, d_expert={small.d_expert}, {args.backend}, "
               f"{args.kernel} kernel; medians over {args.runs} runs (each: calibrate, then validate)")
-        print(f"{'policy':8} {'C':>3} {'sim ms':>8} {'real ms':>8} {'error':>7} {'error range':>16} "
+        print(f"{'row':12} {'sim ms':>8} {'real ms':>8} {'error':>7} {'error range':>16} "
               f"{'sim x':>6} {'real x':>6} {'same order':>10}")
         for i, first in enumerate(runs[0]):
             rows = [r[i] for r in runs]
             err = np.array([r["error_pct"] for r in rows])
-            order = sum(_same_order(r, first["capacity"]) for r in runs)
+            order = "-" if first["strategy"] == "cpu-experts" else \
+                f"{sum(_same_order(r, first['capacity']) for r in runs)}/{len(runs)}"  # policies rank
             med = {key: np.median([r[key] for r in rows]) for key in ("sim_tpot_s", "real_tpot_s", "sim_speedup",
                                                                        "real_speedup")}
-            print(f"{first['policy']:8} {first['capacity']:3} {med['sim_tpot_s'] * 1e3:8.2f} "
+            print(f"{_label(first):12} {med['sim_tpot_s'] * 1e3:8.2f} "
                   f"{med['real_tpot_s'] * 1e3:8.2f} {np.median(err):6.1f}% {f'{err.min():+.1f}%..{err.max():+.1f}%':>16} "
-                  f"{med['sim_speedup']:6.2f} {med['real_speedup']:6.2f} {f'{order}/{len(runs)}':>10}")
+                  f"{med['sim_speedup']:6.2f} {med['real_speedup']:6.2f} {order:>10}")
         print()
+
+
+def _label(row: dict) -> str:
+    return f"{row['cpu_layers']} CPU layers" if row["strategy"] == "cpu-experts" else \
+        f"{row['policy']}@{row['capacity']}"
 
 
 def _same_order(rows: list[dict], capacity: int) -> bool:

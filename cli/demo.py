@@ -14,10 +14,10 @@ from moesim.plots.trace import plot_activations
 from moesim.tracegen.stats import REUSE_BUCKETS, trace_stats
 
 DEMO_POLICIES = ("belady", "lru", "lfu", "fifo", "gamma")
-DEMO_CAPACITIES = (2, 3, 4, 5, 6)  # all fit the card at DEMO_DTYPE; 6 is what 'capacity auto' gives
+DEMO_CAPACITIES = (2, 3, 4, 5, 6, 7)  # all fit the card at DEMO_DTYPE; 7 is what 'capacity auto' gives
 DEMO_HARDWARE = "rtx4090"
-DEMO_DTYPE = "q4_k"  # llama.cpp's Q4_K: 4.5 bits per weight
-TABLE_CAPACITY = 6
+DEMO_DTYPE = "q4_k"  # llama.cpp's Q4_K, 4.5 bits per weight, for every weight (a GGUF checkpoint)
+TABLE_CAPACITY = 7
 # (model, expert format) planned side by side: Qwen3-30B-A3B at 8 bits, since at 4 bits it fits the card whole
 DEMO_PLANS = (("mixtral-8x7b", "q4_k"), ("qwen3-30b-a3b", "q8_0"))
 
@@ -54,7 +54,7 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     results.unlink(missing_ok=True)
     spec = SweepSpec(Path("demo"), "des", [str(bundled_trace_path())],
                      {"policy": list(DEMO_POLICIES), "capacity": list(DEMO_CAPACITIES)},
-                     {"hardware": DEMO_HARDWARE, "scope": "per-layer", "dtype": DEMO_DTYPE})
+                     {"hardware": DEMO_HARDWARE, "scope": "per-layer", "dtype": DEMO_DTYPE, "other_dtype": DEMO_DTYPE})
     with console.status(f"simulating {len(DEMO_POLICIES)} policies x {len(DEMO_CAPACITIES)} capacities "
                         f"(the first run compiles each policy)"):
         run_sweep(spec, results, jobs=jobs)
@@ -63,7 +63,7 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     lru = rows.filter(pl.col("policy") == "lru")["tpot_s"][0]
     vram = rows["vram_gb"][0]
     table(f"{TABLE_CAPACITY} of {m.num_experts} experts per layer on the GPU (the most that fit: {vram:.1f} of 24 GiB), "
-          f"RTX 4090 + PCIe 4, {DEMO_DTYPE} experts: simulated decoding",
+          f"RTX 4090 + PCIe 4, {DEMO_DTYPE} weights: simulated decoding",
           ["policy", "hit rate", "TPOT ms", "tokens/s", "copy ms/token", "speedup vs LRU"],
           [[r["policy"], r["hit_rate"], r["tpot_s"] * 1e3, r["tokens_per_s"], r["copy_s"] * 1e3, lru / r["tpot_s"]]
            for r in rows.to_dicts()])

@@ -28,3 +28,5 @@ CpuLayers = Annotated[Optional[str], typer.Option("--cpu-layers", help="cpu-expe
 LowbitThreshold = Annotated[Optional[float], typer.Option(help="lowbit-miss: gate weight below which a miss fetches "
                                                                "the low-bit copy (default 0.2).")]
 LowbitDtype = Annotated[Optional[str], typer.Option(help="lowbit-miss: int4 (default) or int2.")]
+OtherDtype = Annotated[Optional[str], typer.Option("--other-dtype", help="Precision of every other weight (attention, "
+                                                  "embeddings, shared experts): as --dtype (default: bf16).")]

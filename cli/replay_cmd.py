@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.cli.console import console, emit_json, table
+from moesim.cli.options import Strategy
 
 Layers = Annotated[Optional[int], typer.Option(help="Keep only the first N MoE layers (recorded in the output).")]
 Scale = Annotated[float, typer.Option(help="Multiply the model's widths by S (0 < S <= 1; recorded).")]
@@ -76,6 +77,7 @@ def calibrate(
     Example: moesim calibrate --model olmoe-1b-7b --scale 0.5 --out hw.toml
     """
     from moesim.replay.calibrate import calibrate as measure
+    from moesim.replay.compute import DTYPE
     from moesim.files import check_output
     from moesim.replay.run import shrink
     from moesim.sim.hardware import write_hardware
@@ -98,7 +100,10 @@ def calibrate(
                   f"  layer: {c.layer_s * 1e6:.0f} us + {c.layer_token_s * 1e6:.2f} us/token + "
                   f"{c.layer_ctx_s * 1e9:.2f} ns/KV token (executor: {result.layer_overhead_s * 1e6:+.0f} us)\n"
                   f"  expert: {c.expert_s * 1e6:.0f} us + {c.expert_token_s * 1e6:.2f} us per extra token "
-                  f"(executor: {result.expert_overhead_s * 1e6:+.0f} us)")
+                  f"(executor: {result.expert_overhead_s * 1e6:+.0f} us)\n"
+                  f"  host CPU ({hw.cpu.cores} thread(s), {hw.cpu.isa}): DRAM {hw.cpu.dram_gbps:.1f} GB/s, expert kernel "
+                  f"{hw.cpu.flops(DTYPE[backend]) / 1e9:.1f} GFLOP/s + {hw.cpu.task_us:.0f} us, "
+                  f"{hw.cpu.sync_us:.0f} us per CPU layer")
 
 
 def replay(
@@ -111,6 +116,11 @@ def replay(
     mode: Annotated[str, typer.Option(help="fallback or commit.")] = "fallback",
     batch: Annotated[int, typer.Option(help="Sequences decoded in lockstep (each layer loads their union).")] = 1,
     kernel: Kernel = "fused",
+    strategy: Strategy = "gpu-cache",
+    cpu_layers: Annotated[Optional[int], typer.Option("--cpu-layers", help="cpu-experts: the first N MoE layers' "
+                                                      "experts on the CPU.")] = None,
+    dtype: Annotated[Optional[str], typer.Option(help="virtual: the experts' format (real backends run their "
+                                                      "own).")] = None,
     backend: Backend = "cpu",
     layers: Layers = None,
     scale: Scale = 1.0,
@@ -130,11 +140,14 @@ def replay(
 
     Example: moesim replay t.parquet --model olmoe-1b-7b --layers 4 --scale 0.5 --policy lru --capacity 16
     """
-    from moesim.replay.run import replay as run
+    from moesim.replay.run import check_backend, replay as run
     from moesim.sim.config import Config
 
+    placing = {} if cpu_layers is None else {"cpu_layers": cpu_layers}
     config = Config.build(policy=policy, capacity=capacity, scope=scope, prefetch=prefetch, mode=mode, batch=batch,
-                          kernel=kernel, dram_capacity=dram_capacity, context=context)
+                          kernel=kernel, dram_capacity=dram_capacity, context=context, strategy=strategy, dtype=dtype,
+                          **placing)
+    check_backend(config, backend)
     trace, spec, small = _inputs(trace_path, model, layers, scale)
     _check(small, capacity, scope == "per-layer", backend, workdir)
     hw = _hardware(hardware, small, backend, workdir, link, ssd)
@@ -143,7 +156,8 @@ def replay(
     if as_json:
         emit_json({"trace": str(trace_path), "model": small.name, "hardware": hw.name, **r.as_dict()})
         return
-    table(f"{trace_path}: {small.name}, {r.layers} layers, {backend}, {kernel} kernel; times per step in ms",
+    table(f"{trace_path}: {small.name}, {r.layers} layers, {backend}, {strategy}, {kernel} kernel; times per step "
+          "in ms",
           ["policy", "C", "TPOT", "p50", "p99", "copy", "hit rate", "sim TPOT", "sim hit rate"],
           [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p50_s * 1e3, r.tpot_p99_s * 1e3, r.copy_s * 1e3,
             r.hit_rate, r.sim_tpot_s * 1e3, r.sim_hit_rate]])
@@ -155,6 +169,10 @@ def validate(
     policies: Annotated[str, typer.Option(help="Comma-separated policies; speedups are over the first.")] = "lru,belady",
     capacity: Annotated[str, typer.Option(help="Comma-separated capacities.")] = "4",
     kernel: Kernel = "fused",
+    strategy: Annotated[str, typer.Option(help="gpu-cache (policies x capacities) or cpu-experts (--cpu-layers).")]
+    = "gpu-cache",
+    cpu_layers: Annotated[str, typer.Option("--cpu-layers", help="cpu-experts: comma-separated numbers of CPU "
+                                                                 "layers; speedups are over the first.")] = "0",
     backend: Backend = "cpu",
     layers: Layers = None,
     scale: Scale = 1.0,
@@ -167,20 +185,26 @@ def validate(
     Example: moesim validate t.parquet --model olmoe-1b-7b --layers 4 --scale 0.5 --policies lru,belady --capacity 16,32
     """
     from moesim.cli.sim_cmd import int_list, names
+    from moesim.replay.run import check_backend
     from moesim.replay.validate import validate as run
     from moesim.sim.config import Config
 
-    config = Config.build(kernel=kernel)
+    config = Config.build(kernel=kernel, strategy=strategy)
+    check_backend(config, backend)
     trace, spec, small = _inputs(trace_path, model, layers, scale)
     capacities = int_list(capacity, "--capacity")
     _check(small, max(capacities), True, backend, workdir)
     hw = _hardware(hardware, small, backend, workdir)
     with console.status("simulating and replaying"):
-        rows = run(trace, config, hw, names(policies), capacities, backend, layers, scale, workdir, model=spec)
+        rows = run(trace, config, hw, names(policies), capacities, backend, layers, scale, workdir, model=spec,
+                   cpu_layers=int_list(cpu_layers, "--cpu-layers"))
     if as_json:
         emit_json({"trace": str(trace_path), "model": small.name, "hardware": hw.name, "rows": rows})
         return
-    table(f"{trace_path}: {small.name}, {small.num_layers} layers, {backend} ({hw.name}); TPOT in ms",
-          ["policy", "C", "sim TPOT", "real TPOT", "error %", "sim speedup", "real speedup", "hit rate"],
-          [[r["policy"], r["capacity"], r["sim_tpot_s"] * 1e3, r["real_tpot_s"] * 1e3, r["error_pct"],
-            r["sim_speedup"], r["real_speedup"], r["hit_rate_real"]] for r in rows])
+    placed = strategy == "cpu-experts"
+    table(f"{trace_path}: {small.name}, {small.num_layers} layers, {backend} ({hw.name}), {strategy}; TPOT in ms",
+          (["CPU layers"] if placed else ["policy", "C"])
+          + ["sim TPOT", "real TPOT", "error %", "sim speedup", "real speedup", "hit rate"],
+          [([r["cpu_layers"]] if placed else [r["policy"], r["capacity"]])
+           + [r["sim_tpot_s"] * 1e3, r["real_tpot_s"] * 1e3, r["error_pct"], r["sim_speedup"], r["real_speedup"],
+              r["hit_rate_real"]] for r in rows])

@@ -11,7 +11,7 @@ import typer
 
 from moesim.cli.console import console, emit_json, table
 from moesim.cli.options import (Cpu, CpuLayers, Dtype, Gamma, Hardware, Link, LowbitDtype, LowbitThreshold, MlModel,
-                                PinTrace, Ram, Seed, Strategy, Vram)
+                                OtherDtype, PinTrace, Ram, Seed, Strategy, Vram)
 from moesim.errors import MoesimError
 from moesim.policies import POLICIES
 from moesim.policies.prefetch import PREFETCHERS
@@ -129,8 +129,12 @@ def run(
     = "fused",
     batch: Annotated[int, typer.Option(help="Sequences decoded in lockstep.")] = 1,
     context: Annotated[int, typer.Option(help="KV tokens added to every sequence (a prompt the trace did not "
-                                              "record).")] = 0,
+                                              "record, not computed).")] = 0,
+    prompt: Annotated[int, typer.Option(help="A prompt of N tokens prefilled before each sequence the trace recorded "
+                                             "without one (TTFT).")] = 0,
+    warmup: Annotated[int, typer.Option(help="Batches run first and not measured (steady state).")] = 0,
     dtype: Dtype = None,
+    other_dtype: OtherDtype = None,
     reset: Annotated[bool, typer.Option("--reset", help="Empty the cache at every new batch.")] = False,
     gamma: Gamma = None,
     seed: Seed = None,

@@ -127,7 +127,7 @@ def plan(model: str, hardware: str = "rtx4090", **options):
 
     >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
     >>> round(p.rows[0]["tokens_per_s"], 1), next(r["engine_flags"] for r in p.rows if r["strategy"] == "cpu-experts")
-    (44.2, '-ngl 99 --n-cpu-moe 7')
+    (70.4, '-ngl 99 --n-cpu-moe 4')
     """
     from moesim.experiments.plan import plan as run
 

@@ -1,6 +1,7 @@
 """``moesim plan``: what to put where for a model on a machine — every execution strategy, ranked.
 
-For each weight format (``dtypes``) it simulates each candidate of ``CANDIDATES`` — a strategy with the
+For each weight format (``dtypes``: every weight in it, as a GGUF or AWQ checkpoint has them) it
+simulates each candidate of ``CANDIDATES`` — a strategy with the
 settings that make it what engines deploy — with its size taken from memory (``capacity = "auto"``:
 the most GPU slots that fit; ``cpu_layers = "auto"``: the fewest CPU layers that fit), on a trace:
 the one given, the bundled real one for Mixtral-8x7B, else a synthetic trace of the model's
@@ -100,7 +101,7 @@ def plan(model: str, hardware: str = "rtx4090", vram: float | None = None, ram: 
         for strategy, settings in CANDIDATES:
             if strategy == "lowbit-miss":  # a low-bit copy well below the format: HOBBIT's int4 for 16-bit experts
                 settings = {**settings, "lowbit_dtype": "int4" if BYTES_PER_PARAM[dtype] >= 1 else "int2"}
-            config = base.replace(dtype=dtype, strategy=strategy, **settings)
+            config = base.replace(dtype=dtype, other_dtype=dtype, strategy=strategy, **settings)
             try:
                 result = simulate_des(tr, config, spec, hw)
             except MoesimError as exc:

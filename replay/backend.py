@@ -1,9 +1,12 @@
 """The interface the replay's executor (``moesim.replay.run``) drives, the same on every backend.
 
-- ``load(obj, buf)``: queue the copy of expert ``obj`` (layer * E + expert) into buffer ``buf``;
-  returns a handle for ``ready``;
+- ``load(obj, buf, lowbit=False)``: queue the copy of expert ``obj`` (layer * E + expert) into buffer
+  ``buf`` (its low-bit copy with ``lowbit``); returns a handle for ``ready``;
 - ``ready(handle)``: the compute stream waits for that copy;
 - ``weights(buf)``: the buffer as a flat tensor for ``ComputeStream.expert``;
+- ``host(obj)``: expert ``obj``'s weights in host memory, for ``ComputeStream.cpu`` (the experts of the
+  layers a strategy keeps on the CPU); ``resident(obj)``: its weights in fast memory, placed there before
+  decoding (the layers a strategy keeps whole on the GPU);
 - ``release(buf)``: the compute queued so far is all that reads ``buf``; a later copy into it
   waits for that;
 - ``routed()``: returns once the router's choice is known on the host;
@@ -26,6 +29,12 @@ class Backend:
 
     def routed(self) -> None:
         pass
+
+    def host(self, obj: int):
+        raise NotImplementedError("this backend keeps no experts in host memory for the CPU to compute")
+
+    def resident(self, obj: int):
+        raise NotImplementedError("this backend places no layer's experts before decoding")
 
     def finish_step(self) -> None:
         pass

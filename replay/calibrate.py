@@ -25,6 +25,10 @@ replay's own code, timed with garbage collection off after a warm-up:
    adds latency per copy (hand-off to the copy stream and back); a faster one scales the
    microbenchmark's latency and transfer time down alike.
 
+5. **The host CPU**, ``[cpu]`` (``moesim.replay.calibrate_cpu``): DRAM bandwidth, the expert kernel's
+   FLOP/s and fixed cost, and (CPU backend) the executor's cost per CPU layer from an all-CPU
+   ``cpu-experts`` replay.
+
 ``moe_launch_s`` and ``expert_launch_s`` stay 0: the replay's launches are inside the measured
 layer and expert times. The ``[gpu]`` section only names the device.
 """
@@ -43,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.replay.calibrate_cpu import fit_cpu_layer, host_cpu
 from moesim.replay.compute import DTYPE, ComputeStream
 from moesim.replay.run import no_gc, replay
 from moesim.replay.scratch import scratch_folder
@@ -101,7 +106,7 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
         props = torch.cuda.get_device_properties(0)
         with no_gc():
             link, pageable = _copy_link(model, repeats, seed, torch)
-        device, memory_gb, name = props.name, props.total_memory / 1e9, f"cuda-{props.name.replace(' ', '-')}"
+        device, memory_gb, name = props.name, props.total_memory / 2 ** 30, f"cuda-{props.name.replace(' ', '-')}"
         cache, free = getattr(props, "L2_cache_size", 0), torch.cuda.mem_get_info()[0]
         sync = torch.cuda.synchronize
     else:
@@ -114,6 +119,15 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
     hw, per_layer, per_expert = _executor_overhead(hw, model, backend, repeats, workdir, seed, pool)
     measured = hw.link
     hw = _copy_fit(hw, model, backend, repeats, workdir, seed)
+    host_cache = last_level_cache()
+    threads = 1 if backend == "cpu" else os.cpu_count() or 1  # the CPU backend's compute stream is one thread
+    host_free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    host_pool = int(max(DISTINCT, min(math.ceil(2 * host_cache / model.expert_bytes("fp32")),
+                                      0.25 * host_free // model.expert_bytes("fp32"))))
+    with no_gc():
+        hw = dataclasses.replace(hw, cpu=host_cpu(model, backend, repeats, seed, host_pool, host_cache, threads))
+    if backend == "cpu":
+        hw = _cpu_layer_fit(hw, model, repeats, workdir, seed)
     return Calibration(hw, pageable, per_layer, per_expert, measured)
 
 
@@ -210,6 +224,22 @@ def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: in
     compute = dataclasses.replace(c, layer_s=max(c.layer_s + per_layer, 0.0),
                                   expert_s=max(c.expert_s + per_expert, 0.0))
     return dataclasses.replace(hw, compute=compute), per_layer, per_expert
+
+
+def _cpu_layer_fit(hw: Hardware, model: ModelSpec, repeats: int, workdir, seed: int) -> Hardware:
+    """The executor's cost per CPU layer, from an all-CPU cpu-experts replay (``fit_cpu_layer``)."""
+    from moesim.tracegen.synth import synth_trace
+
+    small = _executor_model(model)
+    trace = synth_trace(small.num_layers, small.num_experts, small.top_k, 1, max(16, 2 * repeats), seed=seed,
+                        model=small.name)
+
+    def replayed(machine: Hardware, t) -> tuple[float, float]:
+        config = Config.build(strategy="cpu-experts", cpu_layers=small.num_layers)
+        r = replay(t, config, machine, "cpu", workdir=workdir, seed=seed, model=small)
+        return float(np.mean(r.step_times)), float(np.mean(r.sim_step_times))
+
+    return fit_cpu_layer(hw, small, replayed, trace)
 
 
 def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdir, seed: int) -> Hardware:

@@ -4,7 +4,7 @@ then the SwiGLU FFN of each executed expert on the tokens that chose it, read fr
 weights were copied into.
 
 The replay's executor (``moesim.replay.run``) drives it through ``row``, ``layer``, ``scratch``,
-``expert``, ``fused`` and ``combine``; ``moesim.replay.virtual`` implements the same calls on a
+``expert``, ``fused``, ``cpu`` and ``combine``; ``moesim.replay.virtual`` implements the same calls on a
 virtual clock. Hidden states are synthetic: an expert on T tokens computes on the first T rows of
 the step's states (what it costs depends on T, not on which tokens). Attention is one head of the
 KV width: a row of T tokens whose sequences hold ctx KV tokens in all has each token attend to
@@ -95,6 +95,10 @@ class ComputeStream:
         """A layer's experts back to back, ``run`` = [(weights, tokens), ...], with no wait between them."""
         for weights, tokens in run:
             self.expert(x, out, weights, tokens)
+
+    def cpu(self, x, out, weights, tokens: int) -> None:
+        """One expert on the host CPU from host memory (the CPU backend's compute stream is the host CPU)."""
+        self.expert(x, out, weights, tokens)
 
     def combine(self, x, out):
         return x + out * 0.01

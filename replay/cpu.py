@@ -6,6 +6,9 @@ after every read the pages are dropped from the page cache (``posix_fadvise(DONT
 next read of the same expert goes to the disk again, as an expert fetched from the slow tier does.
 The fast tier is RAM buffers (the slots, and scratch). One reader thread is the copy stream (FIFO,
 like the simulator's copy engine); the main thread is the compute stream (``moesim.replay.compute``).
+The experts of the layers a strategy places whole (``cpu-experts``: on the host CPU or on the GPU)
+sit in RAM instead, written once before the clock starts, and are computed from there by the same
+thread, so a CPU layer and a GPU layer never overlap (which is what ``cpu-experts`` does).
 """
 
 from __future__ import annotations
@@ -119,11 +122,12 @@ class Reader:
             os.close(fd)
 
 
-def check_fits(model: ModelSpec, n_buffers: int, folder: Path) -> str | None:
-    """Why the expert files or the RAM buffers would not fit on this machine (None: they fit)."""
+def check_fits(model: ModelSpec, n_buffers: int, folder: Path, host_layers: int = 0) -> str | None:
+    """Why the expert files or the RAM buffers (and the host-memory experts of ``host_layers`` layers)
+    would not fit on this machine (None: they fit)."""
     expert = 4 * 3 * model.d_model * model.d_expert
     on_disk = expert * model.num_experts * model.num_layers
-    in_ram = expert * (n_buffers + model.num_experts)
+    in_ram = expert * (n_buffers + model.num_experts * (1 + host_layers))
     free_disk = shutil.disk_usage(folder).free
     free_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     if on_disk > 0.8 * free_disk:
@@ -136,9 +140,10 @@ def check_fits(model: ModelSpec, n_buffers: int, folder: Path) -> str | None:
 class CpuBackend(Backend):
     """Experts in files under a temporary folder in ``folder``, ``n_buffers`` RAM buffers, the reader
     thread as the copy stream, torch on the CPU as the compute stream (synchronous: the interface's
-    defaults, ``moesim.replay.backend``)."""
+    defaults, ``moesim.replay.backend``), and the first ``host_layers`` layers' experts in RAM
+    from the start (the layers a strategy places whole, on the CPU or on the GPU)."""
 
-    def __init__(self, model: ModelSpec, n_buffers: int, folder: Path, seed: int = 0):
+    def __init__(self, model: ModelSpec, n_buffers: int, folder: Path, seed: int = 0, host_layers: int = 0):
         self.torch = require_torch()
         self.tmp = scratch_folder(folder, "replay")
         self.reader: Reader | None = None
@@ -150,15 +155,26 @@ class CpuBackend(Backend):
             # in (the RAM counterpart of the pinned buffers a GPU replay copies into)
             self.buffers = np.empty((max(n_buffers, 1), self.files.expert_floats), np.float32)
             self.buffers.fill(0.0)
+            rng = np.random.default_rng(seed + 1)
+            scale = np.float32(1.0 / np.sqrt(model.d_model))
+            self.host_pool = (rng.standard_normal((host_layers * model.num_experts, self.files.expert_floats),
+                                                  dtype=np.float32) * scale)
             sys.setswitchinterval(GIL_SWITCH_S)
             self.reader = Reader(self.files)
         except BaseException:
             self.close()
             raise
 
-    def load(self, obj: int, buf: int) -> threading.Event:
+    def load(self, obj: int, buf: int, lowbit: bool = False) -> threading.Event:
+        if lowbit:
+            raise MoesimError("the CPU backend holds no low-bit copies; replay lowbit-miss on --backend virtual")
         e = self.files.model.num_experts
         return self.reader.submit(obj // e, obj % e, self.buffers[buf])
+
+    def host(self, obj: int):
+        return self.torch.from_numpy(self.host_pool[obj])
+
+    resident = host  # a layer placed whole: its experts in RAM as the CPU's are (the same memory here)
 
     def ready(self, handle: threading.Event) -> None:
         self.reader.wait(handle)

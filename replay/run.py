@@ -37,13 +37,17 @@ from moesim.replay.compute import DTYPE, ComputeStream
 from moesim.replay.virtual import VirtualBackend
 from moesim.sim.config import Config
 from moesim.sim.des import DesResult, simulate_des
-from moesim.sim.des_loop import EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD
+from moesim.sim.des_state import EV_CPU, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD
+from moesim.sim.strategies import CACHED, ON_GPU
 from moesim.sim.hardware import Hardware
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE
 from moesim.tracegen.trace import Trace
 
 BACKENDS = ("cpu", "cuda", "virtual")
+# the strategies each real backend executes (virtual: all): the CPU backend's one compute thread runs a
+# CPU layer or a GPU layer at a time, which is cpu-experts; CPU work beside GPU work needs a real GPU
+REAL_STRATEGIES = {"cpu": ("gpu-cache", "cpu-experts"), "cuda": ("gpu-cache",)}
 
 
 @dataclass
@@ -101,12 +105,28 @@ def shrink(trace: Trace, model: ModelSpec, layers: int | None, scale: float) -> 
     return cut, small
 
 
-def check_fits(model: ModelSpec, n_buffers: int, backend: str, folder: Path) -> None:
-    """Refuse up front a model whose experts or buffers would not fit on ``backend``."""
+def check_backend(config: Config, backend: str) -> None:
+    """Refuse what ``backend`` does not execute: the SSD tier and some strategies off the virtual clock, a warm-up."""
+    if backend not in BACKENDS:
+        raise MoesimError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    strategy = config.execution.strategy
+    if backend != "virtual" and config.cache.dram_capacity is not None:
+        raise MoesimError(f"--backend {backend} replays two tiers (slow tier -> fast buffers); the SSD tier "
+                          "(--dram-capacity) is replayed on --backend virtual only")
+    if backend != "virtual" and strategy not in REAL_STRATEGIES[backend]:
+        raise MoesimError(f"--backend {backend} executes strategies {', '.join(REAL_STRATEGIES[backend])}; "
+                          f"{strategy} is replayed on --backend virtual only (its CPU and GPU work overlap)")
+    if config.workload.warmup:
+        raise MoesimError("replay times every step; leave warmup at 0 (it is for simulated comparisons)")
+
+
+def check_fits(model: ModelSpec, n_buffers: int, backend: str, folder: Path, placed_layers: int = 0) -> None:
+    """Refuse up front a model whose experts or buffers (and the experts of ``placed_layers`` layers placed
+    whole) would not fit on ``backend``."""
     if backend == "cpu":
         from moesim.replay.cpu import check_fits as problem_of
 
-        problem = problem_of(model, n_buffers, folder)
+        problem = problem_of(model, n_buffers, folder, placed_layers)
     elif backend == "cuda":
         from moesim.replay.cuda import check_fits as problem_of
 
@@ -118,11 +138,11 @@ def check_fits(model: ModelSpec, n_buffers: int, backend: str, folder: Path) -> 
                           "which the result records")
 
 
-def open_backend(backend: str, model: ModelSpec, n_buffers: int, folder: Path, seed: int):
+def open_backend(backend: str, model: ModelSpec, n_buffers: int, folder: Path, seed: int, placed_layers: int = 0):
     if backend == "cpu":
         from moesim.replay.cpu import CpuBackend
 
-        return CpuBackend(model, n_buffers, folder, seed)
+        return CpuBackend(model, n_buffers, folder, seed, placed_layers)
     from moesim.replay.cuda import CudaBackend
 
     return CudaBackend(model, n_buffers, seed)
@@ -136,17 +156,17 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
     scaled by ``scale``; a real backend runs the experts in its own dtype (``DTYPE``)."""
     real = backend != "virtual"
     model = model if model is not None else config.model.spec(trace.meta)
-    capacity, scope, dram_capacity = config.cache.capacity, config.cache.scope, config.cache.dram_capacity
-    if real and dram_capacity is not None:
-        raise MoesimError(f"--backend {backend} replays two tiers (slow tier -> fast buffers); the SSD tier "
-                          "(--dram-capacity) is replayed on --backend virtual only")
+    check_backend(config, backend)
+    dram_capacity = config.cache.dram_capacity
     trace, model = shrink(trace, model, layers, scale)
-    n_slots = capacity * (model.num_layers if scope == "per-layer" else 1)
-    folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
-    if real:
-        check_fits(model, n_slots, backend, folder)
     sim = simulate_des(trace, config.replace(dtype=DTYPE[backend]) if real else config, model, hardware,
                        decisions=True)
+    capacity, scope = sim.config.cache.capacity, sim.config.cache.scope
+    n_slots = capacity * (model.num_layers if scope == "per-layer" else 1)
+    placed_layers = model.num_layers if (sim.placement != CACHED).any() else 0
+    folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
+    if real:
+        check_fits(model, n_slots, backend, folder, placed_layers)
     layout = Buffers.for_log(sim, n_slots)
     if not real:
         machine = VirtualBackend(sim, model.num_layers * trace.meta.num_experts, hardware.link.engines, dram_capacity)
@@ -156,7 +176,7 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
     max_keys = int(np.max(req.ctx // np.maximum(req.tokens, 1), initial=0))
     previous = signal.signal(signal.SIGTERM, _terminate)  # a kill unwinds, so the files are removed
     try:
-        machine = open_backend(backend, model, layout.total, folder, seed)
+        machine = open_backend(backend, model, layout.total, folder, seed, placed_layers)
         try:
             compute = ComputeStream(model, seed, backend, max_keys)
             warm_up(machine, compute, int(req.tokens.max(initial=1)))
@@ -243,6 +263,7 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
     table of what each buffer holds."""
     req, log = sim.requests, sim.decisions
     exe, exe_tokens = sim.executed
+    placed = sim.placement
     per_expert = sim.kernel == "per-expert"
     held = np.full(layout.slots, -1, np.int64)
     copying: dict = {}  # buffer -> the copy into it that compute has not waited for yet
@@ -256,7 +277,7 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
     def copy(obj: int, buf: int) -> None:
         copying[buf] = machine.load(obj, buf)
 
-    def wait(buf: int) -> None:
+    def wait(buf) -> None:
         if buf in copying:
             machine.ready(copying.pop(buf))
 
@@ -276,10 +297,16 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
             staged, staged_next = staged_next, {}
             tokens_of = {layer * num_experts + int(e): int(t) for e, t in zip(exe[row, layer], exe_tokens[row, layer])
                          if e >= 0}
-            run = []  # (buffer, tokens) of the experts to compute, in the simulator's order
+            run = []  # (buffer or None, tokens, weights) of the GPU's experts, in the simulator's order
+            on_cpu = []  # (object, tokens) of the experts the host CPU computes
             while i < len(log) and log[i, 0] == row and log[i, 1] == layer:
                 event, obj, slot = int(log[i, 2]), int(log[i, 3]), int(log[i, 4])
                 i += 1
+                if event == EV_HIT and placed[layer] == ON_GPU:  # loaded before decoding, never moved
+                    hits += decode
+                    accesses += decode
+                    run.append((None, tokens_of[obj], machine.resident(obj)))
+                    continue
                 if event == EV_HIT:
                     if slot >= 0:
                         buf = slot if held[slot] == obj else -1
@@ -291,34 +318,41 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
                                           f"{where} as the simulator says")
                     hits += decode
                     accesses += decode
-                    run.append((buf, tokens_of[obj]))
+                    run.append((buf, tokens_of[obj], machine.weights(buf)))
+                    continue
+                if event == EV_CPU:
+                    accesses += decode
+                    on_cpu.append((obj, tokens_of[obj]))
                     continue
                 if slot >= 0:
                     buf = slot
                     held[slot] = obj
-                elif event == EV_LOAD:
+                elif event in (EV_LOAD, EV_LOWBIT):
                     buf = layout.slots + len(run)
                 else:
                     buf = staged_next[obj] = free_staging.pop()
-                copy(obj, buf)
-                if event == EV_LOAD:
+                copying[buf] = machine.load(obj, buf, lowbit=event == EV_LOWBIT)
+                if event in (EV_LOAD, EV_LOWBIT):
                     loads += decode
                     accesses += decode
-                    run.append((buf, tokens_of[obj]))
-                else:
+                    run.append((buf, tokens_of[obj], machine.weights(buf)))
+                else:  # a prefetch, a preload's kin, or a background fill: no compute waits on it here
                     prefetches += 1
-            if run:
+            if run or on_cpu:
                 out = compute.scratch(x)
                 if per_expert:
-                    for buf, tokens in run:
+                    for buf, tokens, weights in run:
                         wait(buf)
-                        compute.expert(x, out, machine.weights(buf), tokens)
+                        compute.expert(x, out, weights, tokens)
                 else:
-                    for buf, _ in run:
+                    for buf, _, _ in run:
                         wait(buf)
-                    compute.fused(x, out, [(machine.weights(buf), tokens) for buf, tokens in run])
-                for buf, _ in run:
-                    machine.release(buf)
+                    compute.fused(x, out, [(weights, tokens) for _, tokens, weights in run])
+                for obj, tokens in on_cpu:
+                    compute.cpu(x, out, machine.host(obj), tokens)
+                for buf, _, _ in run:
+                    if buf is not None:
+                        machine.release(buf)
                 x = compute.combine(x, out)
             free_staging.extend(staged.values())
         machine.finish_step()

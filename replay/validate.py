@@ -11,17 +11,23 @@ from moesim.tracegen.trace import Trace
 
 def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[str], capacities: list[int],
              backend: str = "cpu", layers: int | None = None, scale: float = 1.0, workdir=None,
-             model: ModelSpec | None = None) -> list[dict]:
-    """One row per (capacity, policy) of ``config``: simulated and replayed TPOT, the error in percent, each
-    policy's speedup over the first policy at that capacity in simulation and in replay, and both hit rates."""
+             model: ModelSpec | None = None, cpu_layers: list[int] | None = None) -> list[dict]:
+    """One row per (capacity, policy) of ``config`` — or, for strategy cpu-experts, per number of CPU layers
+    in ``cpu_layers`` — with simulated and replayed TPOT, the error in percent, each row's speedup over the
+    first of its group (the first policy at that capacity; the first CPU-layer count) in simulation and
+    in replay, and both hit rates."""
+    if config.execution.strategy == "cpu-experts":
+        groups = [[config.replace(cpu_layers=n) for n in cpu_layers or [0]]]
+    else:
+        groups = [[config.replace(policy=p, capacity=c) for p in policies] for c in capacities]
     rows = []
-    for capacity in capacities:
-        runs = [replay(trace, config.replace(policy=p, capacity=capacity), hardware, backend, layers, scale, workdir,
-                       model=model) for p in policies]
+    for group in groups:
+        runs = [replay(trace, c, hardware, backend, layers, scale, workdir, model=model) for c in group]
         base = runs[0]
-        for r in runs:
-            rows.append({"policy": r.policy, "capacity": capacity, "sim_tpot_s": r.sim_tpot_s, "real_tpot_s": r.tpot_s,
-                         "error_pct": 100.0 * (r.sim_tpot_s - r.tpot_s) / r.tpot_s,
+        for c, r in zip(group, runs):
+            rows.append({"policy": r.policy, "capacity": r.capacity, "strategy": c.execution.strategy,
+                         "cpu_layers": c.execution.params.get("cpu_layers"), "sim_tpot_s": r.sim_tpot_s,
+                         "real_tpot_s": r.tpot_s, "error_pct": 100.0 * (r.sim_tpot_s - r.tpot_s) / r.tpot_s,
                          "sim_speedup": base.sim_tpot_s / r.sim_tpot_s, "real_speedup": base.tpot_s / r.tpot_s,
                          "hit_rate_sim": r.sim_hit_rate, "hit_rate_real": r.hit_rate, "layers": r.layers,
                          "scale": r.scale})

@@ -6,9 +6,11 @@ as ``moesim.replay.compute.ComputeStream``, and every duration comes from the co
 discrete-event run used (``DesResult.costs``): a layer's attention and router take ``pre_s`` of its
 row, a copy goes through the simulator's own transfer function (copy engines, and the SSD and DRAM
 tiers when there is one), a fused kernel and a per-expert kernel take ``moesim.sim.costs``'s
-formulas. So the executor reproduces the simulated time per token to the last bit exactly when it
-issues every copy at the moment the simulator did and waits on exactly what the simulator waits on.
-No weights exist: any model and capacity runs, with no disk or RAM for experts.
+formulas; an expert run on the host CPU goes through the simulator's CPU stream (``cpu_run``) from the
+routing time plus the hand-off, and the layer waits for its result. So the executor reproduces the
+simulated time per token to the last bit exactly when it issues every copy at the moment the
+simulator did and waits on exactly what the simulator waits on, in every strategy. No weights exist:
+any model and capacity runs, with no disk or RAM for experts.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.replay.backend import Backend
-from moesim.sim.costs import T_EXPERT_LAUNCH, T_MOE_LAUNCH, expert_kernel_s, fused_kernel_s
+from moesim.sim.costs import T_CPU_SYNC, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_kernel_s
 from moesim.sim.des import DesResult
 from moesim.sim.des_state import COPY_BUSY, N_COUNTERS, make_tiers
-from moesim.sim.des_tiers import transfer
+from moesim.sim.des_tiers import cpu_run, queue_copy, transfer
 
 
 class VirtualBackend(Backend):
@@ -32,10 +34,22 @@ class VirtualBackend(Backend):
         self.dram_capacity = -1 if dram_capacity is None else dram_capacity
         self.tiers = make_tiers(num_objects, sim.requests.experts.shape[1], engines)
         self.counters = np.zeros(N_COUNTERS)
+        self.route_at, self.cpu_back = 0.0, -1.0
 
     # the backend interface
-    def load(self, obj: int, buf: int) -> float:
+    def load(self, obj: int, buf: int, lowbit: bool = False) -> float:
+        if lowbit:  # low-bit copies stay in DRAM
+            return queue_copy(self.tiers, self.now, self.times[T_LOWBIT_COPY])
         return transfer(self.tiers, obj, self.now, self.times, self.dram_capacity, self.counters)
+
+    def routed(self) -> None:
+        self.route_at = self.now
+
+    def host(self, obj: int) -> int:
+        return obj
+
+    def resident(self, obj: int) -> None:
+        return None
 
     def ready(self, done: float) -> None:
         self.now = max(self.now, done)
@@ -71,5 +85,12 @@ class VirtualBackend(Backend):
         tokens = np.array([t for _, t in run], np.int32)
         self.now += fused_kernel_s(self.cost.by_tokens, self.times[T_MOE_LAUNCH], tokens, tokens.size)
 
+    def cpu(self, row: int, out, weights, tokens: int) -> None:
+        """An expert on the host CPU: from the routing time and the hand-off, when the CPU is free; its
+        result is back after the hand-off and the sync."""
+        done = cpu_run(self.tiers, self.route_at + self.cost.handoff_s[row], self.cost.cpu_by_tokens[tokens])
+        self.cpu_back = done + self.cost.handoff_s[row] + self.times[T_CPU_SYNC]
+
     def combine(self, row: int, out) -> int:
+        self.now, self.cpu_back = max(self.now, self.cpu_back), -1.0
         return row

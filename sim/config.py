@@ -119,15 +119,18 @@ def _params(section: str, owner: str, value, module) -> dict:
 @dataclass(frozen=True)
 class ModelConfig:
     """``name``: a model preset (None: the trace's own model); ``dtype``: the experts' precision (None: the
-    trace's recorded expert bytes, else bf16)."""
+    trace's recorded expert bytes, else bf16); ``other_dtype``: every other weight's (attention, embeddings,
+    shared experts: a GGUF or AWQ checkpoint quantises them too; None: the trace's, else bf16)."""
 
     name: str | None = None
     dtype: str | None = None
+    other_dtype: str | None = None
 
     def __post_init__(self):
         _name("model", "name", self.name)
-        if self.dtype is not None:
-            _choice("model", "dtype", self.dtype, DTYPES)
+        for name in ("dtype", "other_dtype"):
+            if getattr(self, name) is not None:
+                _choice("model", name, getattr(self, name), DTYPES)
 
     def spec(self, meta) -> ModelSpec:
         """The model a trace with metadata ``meta`` is simulated on."""

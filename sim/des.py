@@ -85,6 +85,7 @@ class DesResult:
     decisions: np.ndarray = field(repr=False)  # int64 [n, 5] (row, layer, event, object, slot), see des_state
     requests: object = field(repr=False, default=None)  # the request rows simulated (moesim.sim.requests)
     executed: tuple = field(repr=False, default=None)  # (experts, tokens) each cell ran, see ``executed``
+    placement: np.ndarray = field(repr=False, default=None)  # int8 [L]: each layer's placement (strategies)
     costs: Costs | None = field(repr=False, default=None)  # the durations the engine strung together
 
     @property
@@ -120,7 +121,7 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
     hardware = hardware if hardware is not None else config.hardware.spec()
     _check(trace, model, hardware, config)
     req = build_requests(trace, config.workload.batch, config.workload.context, config.workload.prompt)
-    bpp, eb = _sizes(trace, model, config.model.dtype)
+    bpp, eb = _sizes(trace, model, config.model.dtype, config.model.other_dtype)
     config, memory = resolve(_footprint(trace, model, hardware, config, req, bpp, eb), config, trace.meta.top_k)
     cache, pf, strategy = config.cache, config.prefetch, get_strategy(config.execution.strategy)
     module = get_policy(cache.policy)
@@ -151,7 +152,7 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
     seconds = time.perf_counter() - start
     result = _summary(trace, model, hardware, config, req, pred, preload, preload_at, cost, state.tally, seconds,
                       memory)
-    result.executed = (exe, exe_tokens)
+    result.executed, result.placement = (exe, exe_tokens), inputs.placement
     return result
 
 
@@ -252,12 +253,16 @@ def _check(trace, model, hardware, config: Config):
                               f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
 
 
-def _sizes(trace: Trace, model: ModelSpec, dtype: str | None) -> tuple[float, float | None]:
-    """Bytes per parameter of the non-expert weights and the bytes of one expert."""
-    if dtype is not None:
-        return BYTES_PER_PARAM["bf16"], float(model.expert_params * BYTES_PER_PARAM[dtype])
+def _sizes(trace: Trace, model: ModelSpec, dtype: str | None, other_dtype: str | None = None
+           ) -> tuple[float, float | None]:
+    """Bytes per parameter of the non-expert weights and the bytes of one expert (None: the model's at
+    the non-expert precision)."""
     own = trace.meta.expert_bytes if trace.meta.model == model.name and model.kind == "moe" else None
-    bpp = float(trace.meta.bytes_per_param or 2.0) if own else BYTES_PER_PARAM["bf16"]
+    bpp = float(trace.meta.bytes_per_param or 2.0) if own and dtype is None else BYTES_PER_PARAM["bf16"]
+    if other_dtype is not None:
+        bpp = BYTES_PER_PARAM[other_dtype]
+    if dtype is not None:
+        return bpp, float(model.expert_params * BYTES_PER_PARAM[dtype])
     return bpp, (float(own) if own else None)
 
 

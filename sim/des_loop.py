@@ -52,10 +52,10 @@ from __future__ import annotations
 
 from moesim.sim.costs import T_COPY, T_CPU_SYNC, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_add
 from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS,
-                                  C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_SUBS, C_SUBS_MASS, COPY_BUSY, CPU_FREE,
+                                  C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_SUBS, C_SUBS_MASS, COPY_BUSY,
                                   EV_CPU, EV_FILL, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD, R_COMPUTE,
                                   R_COPY, R_CPU, R_STALL, R_TIME)
-from moesim.sim.des_tiers import queue_copy, transfer
+from moesim.sim.des_tiers import cpu_run, queue_copy, transfer
 from moesim.sim.engine import empty, place
 from moesim.sim.strategies.base import CACHED, CPU_MISS, HYBRID, LOWBIT_MISS, ON_CPU, ON_GPU
 from moesim.tracegen.schema import DECODE
@@ -239,12 +239,11 @@ def cpu_instead(s, tokens):
 def to_cpu(s, row, layer, obj, tokens, route_at):
     """Run one expert on the host CPU once the activations are there and the CPU is free; the layer's
     CPU results are back on the GPU after the last one (hand-off and sync)."""
-    inp, tally, clocks = s.inputs, s.tally, s.tiers.clocks
-    start = max(route_at + inp.handoff_s[row], clocks[CPU_FREE])
+    inp, tally = s.inputs, s.tally
     run = inp.cpu_by_tokens[tokens]
-    clocks[CPU_FREE] = start + run
+    done = cpu_run(s.tiers, route_at + inp.handoff_s[row], run)
     tally.rows[row, R_CPU] += run
-    s.kernels.cpu_ready[0] = clocks[CPU_FREE] + inp.handoff_s[row] + inp.times[T_CPU_SYNC]
+    s.kernels.cpu_ready[0] = done + inp.handoff_s[row] + inp.times[T_CPU_SYNC]
     if inp.kind[row] == DECODE:
         tally.counters[C_CPU] += 1
     log(tally, row, layer, EV_CPU, obj, -1)

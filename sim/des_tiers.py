@@ -1,5 +1,6 @@
 """The memory tiers experts are copied through: FIFO copy engines over the host link, and optionally
-an SSD (one queue, in order) behind a DRAM cache of D experts whose slots are LRU.
+an SSD (one queue, in order) behind a DRAM cache of D experts whose slots are LRU; and the host CPU,
+one more FIFO resource, for experts computed there.
 
 A copy starts when its source is ready and the engine that frees first is free; an expert not in
 DRAM is first read from the SSD into DRAM. ``dram_capacity = -1`` keeps every expert in DRAM.
@@ -14,7 +15,7 @@ from numba import njit
 
 from moesim.policies.base import list_push_head, list_remove, list_tail
 from moesim.sim.costs import T_COPY, T_SSD
-from moesim.sim.des_state import C_DRAM_HITS, C_SSD_READS, COPY_BUSY, DRAM_USED, SSD_FREE
+from moesim.sim.des_state import C_DRAM_HITS, C_SSD_READS, COPY_BUSY, CPU_FREE, DRAM_USED, SSD_FREE
 
 
 @njit(cache=True, inline="always")
@@ -29,6 +30,14 @@ def queue_copy(tiers, at, duration):
     eng_free[best] = start + duration
     tiers.clocks[COPY_BUSY] += duration
     return eng_free[best]
+
+
+@njit(cache=True, inline="always")
+def cpu_run(tiers, at, duration):
+    """Run an expert of ``duration`` on the host CPU from time ``at`` or when it is free; when it is done."""
+    clocks = tiers.clocks
+    clocks[CPU_FREE] = max(at, clocks[CPU_FREE]) + duration
+    return clocks[CPU_FREE]
 
 
 @njit(cache=True, inline="always")

@@ -215,6 +215,8 @@ SYSTEMS = {
     "a100-40g": ("a100-40g", "pcie4", "epyc-7j13"),       # MELINOE Tab. 9, Speculating Experts Tab. 3 (A100)
     "a6000": ("a6000", "pcie4", "xeon-w5-3435x"),         # Speculating Experts Tab. 3
     "rtx4090": ("rtx4090", "pcie4", "ryzen-7950x"),       # GPU and link as MELINOE Tab. 9, a desktop host
+    "rtx4080": ("rtx4080", "pcie4", "ryzen-7950x"),       # desktops people run llama.cpp MoE offload on
+    "rtx2080": ("rtx2080", "pcie3", "i9-10900x"),
     "rtx2080ti": ("rtx2080ti", "pcie3", "xeon-e5-2680v4"),  # CommitMoE's PCIe Gen3 environment
     "rtx5070ti": ("rtx5070ti", "pcie5", "ryzen-9600x"),   # FlashMoE Tab. 2 desktop
     "gh200": ("gh200", "nvlink-c2c", "grace"),            # Speculating Experts Tab. 3

@@ -89,7 +89,7 @@ def test_demo_writes_its_table_and_plots(cli, tmp_path):
         assert (tmp_path / "demo" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "244" in out and "TPOT" in out and "belady" in out and "--n-cpu-moe" in out
     results = pl.read_parquet(tmp_path / "demo" / "demo-results.parquet")
-    assert results.height == 25 and results["error"].is_null().all()
+    assert results.height == 30 and results["error"].is_null().all()
     assert (results["vram_gb"] <= 24).all()  # only what fits the card
     lru4 = results.filter((pl.col("policy") == "lru") & (pl.col("capacity") == 4))
     assert lru4["hits"][0] == 9389  # the golden hit-rate table's number (step semantics)

@@ -256,6 +256,8 @@ HARDWARE = {"name": "box", "gpu": {"name": "G", "hbm_gbps": 1000.0, "tflops": 10
                                    "flop_eff": 0.6, "launch_us": 5.0},
             "link": {"name": "L", "gbps": 32.0, "efficiency": 0.8, "latency_us": 10.0, "engines": 2},
             "ssd": {"name": "S", "gbps": 7.0, "latency_us": 80.0},
+            "cpu": {"name": "C", "cores": 8, "ghz": 4.0, "isa": "avx2", "dram_gbps": 50.0, "ram_gb": 64.0,
+                    "dram_eff": 0.7, "kernel_eff": 0.5, "task_us": 5.0, "sync_us": 25.0, "int8_gflops": 400.0},
             "compute": {"name": "olmoe-1b-7b", "layer_s": 1e-4, "expert_s": 1e-5, "expert_token_s": 1e-7}}
 
 
@@ -290,6 +292,8 @@ def test_hardware_files(data):
             trace = synth_trace(16, 64, 8, 1, 3, seed=0, model="olmoe-1b-7b")
             r = outcome(lambda: simulate(trace, hardware=hw, policy="lru", capacity=8))
             assert r is None or (math.isfinite(r.tpot_s) and r.tpot_s > 0)
+            r = outcome(lambda: simulate(trace, hardware=hw, strategy="hybrid", capacity=8, dtype="q8_0"))
+            assert r is None or (math.isfinite(r.tpot_s) and r.tpot_s > 0 and r.vram_gb > 0)
 
 
 SPEC = {"traces": ["bundled"], "kind": "hitrate", "axes": {"policy": ["lru", "gamma"], "capacity": [2, 4]},
@@ -318,7 +322,8 @@ def test_configuration_files(data):
 
     base = {"cache": {"policy": "gamma", "capacity": 4, "params": {"gamma": 0.5}},
             "prefetch": {"prefetcher": "oracle", "mode": "commit"}, "workload": {"batch": 2, "context": 16},
-            "hardware": {"machine": "h100", "link": "pcie4"}}
+            "hardware": {"machine": "h100", "link": "pcie4", "cpu": "grace", "vram": 40.0},
+            "execution": {"strategy": "lowbit-miss", "params": {"lowbit_threshold": 0.25, "lowbit_dtype": "int2"}}}
     with _folder() as tmp:
         path = Path(tmp) / "c.toml"
         path.write_text(toml_text(mutate_mapping(base, data.draw, ("cache", "surprise"))))

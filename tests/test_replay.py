@@ -29,9 +29,22 @@ def olmoe(tmp_path_factory):
     return path
 
 
-def test_validate_tiny_cpu(cli, olmoe, tmp_path):
+@pytest.fixture(scope="module")
+def calibrated(olmoe, tmp_path_factory):
+    """One calibration of the tiny model, shared by the tests that replay on the CPU backend."""
+    from moesim.cli.app import app
+    from typer.testing import CliRunner
+
+    folder = tmp_path_factory.mktemp("calibrated")
+    result = CliRunner().invoke(app, ["calibrate", *TINY, "--out", str(folder / "hw.toml"), "--repeats", "5",
+                                      "--workdir", str(folder)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return folder / "hw.toml"
+
+
+def test_validate_tiny_cpu(cli, olmoe, calibrated, tmp_path):
     code, out, err = cli("validate", olmoe, *TINY, "--policies", "lru,belady", "--capacity", "8,16",
-                         "--workdir", tmp_path, "--json")
+                         "--hardware", calibrated, "--workdir", tmp_path, "--json")
     assert code == 0, err
     rows = json.loads(out)["rows"]
     assert [(r["policy"], r["capacity"]) for r in rows] == [("lru", 8), ("belady", 8), ("lru", 16), ("belady", 16)]
@@ -45,20 +58,36 @@ def test_validate_tiny_cpu(cli, olmoe, tmp_path):
     assert not list(tmp_path.iterdir())  # expert files removed
 
 
-def test_calibrate_writes_a_hardware_file_the_simulator_takes(cli, olmoe, tmp_path):
-    code, _, err = cli("calibrate", *TINY, "--out", tmp_path / "hw.toml", "--repeats", "5", "--workdir", tmp_path)
+def test_cpu_experts_replay_on_the_cpu_backend(cli, olmoe, calibrated, tmp_path):
+    """The first N layers' experts computed from host memory, the rest placed in fast memory: the
+    measured [cpu] section times the former (smoke band, as above)."""
+    code, out, err = cli("validate", olmoe, *TINY, "--strategy", "cpu-experts", "--cpu-layers", "0,1,2",
+                         "--hardware", calibrated, "--workdir", tmp_path, "--json")
     assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [r["cpu_layers"] for r in rows] == [0, 1, 2]
+    assert [r["hit_rate_real"] for r in rows] == [r["hit_rate_sim"] for r in rows] == [1.0, 0.5, 0.0]
+    assert all(abs(r["error_pct"]) < 50 for r in rows), rows
+    for args, message in ((["--strategy", "hybrid"], "virtual only"), (["--strategy", "cpu-experts", "--backend",
+                                                                        "cuda"], "executes strategies gpu-cache")):
+        code, _, err = cli("replay", olmoe, *TINY, "--hardware", calibrated, "--workdir", tmp_path, *args)
+        assert code == 1 and message in err, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_calibrate_writes_a_hardware_file_the_simulator_takes(cli, olmoe, calibrated, tmp_path):
     from moesim.sim.hardware import load_hardware
 
-    hw = load_hardware(tmp_path / "hw.toml")
+    hw = load_hardware(calibrated)
     assert hw.compute.name == "olmoe-1b-7b@x0.125" and hw.compute.expert_s > 0 and hw.link.gbps > 0
     assert hw.compute.layer_ctx_s > 0  # attention reads the KV cache: longer contexts take longer
-    code, out, err = cli("sim", "run", olmoe, "--model", "olmoe-1b-7b", "--hardware", tmp_path / "hw.toml",
+    assert hw.cpu.dram_gbps > 0 and hw.cpu.fp32_gflops > 0 and hw.cpu.cores == 1 and hw.cpu.ram_gb == 0
+    code, out, err = cli("sim", "run", olmoe, "--model", "olmoe-1b-7b", "--hardware", calibrated,
                          "--capacity", "16", "--json")
     # measured for the scaled model: never silently the roofline for the full one
     assert code == 1 and "measured for olmoe-1b-7b@x0.125, not olmoe-1b-7b" in err
     assert len(err.strip().splitlines()) == 1
-    code, out, err = cli("replay", olmoe, *TINY, "--capacity", "8", "--hardware", tmp_path / "hw.toml",
+    code, out, err = cli("replay", olmoe, *TINY, "--capacity", "8", "--hardware", calibrated,
                          "--workdir", tmp_path, "--json")
     assert code == 0, err
     r = json.loads(out)
@@ -176,6 +205,11 @@ VIRTUAL = [
     dict(capacity=8, policy="gamma"),                         # Top-C bypasses
     dict(capacity=16, dram_capacity=64),                      # the SSD tier behind DRAM
     dict(capacity=8, batch=2, prefetch="oracle", context=512),
+    dict(strategy="cpu-experts", cpu_layers=6),               # placed layers: CPU and resident experts
+    dict(strategy="cpu-miss", capacity=8),                    # CPU beside GPU in a layer
+    dict(strategy="cpu-miss", capacity=64, scope="global", policy="static", prefetch="popular"),  # Fiddler
+    dict(strategy="hybrid", capacity=8),                      # CPU computes, background fills
+    dict(strategy="hybrid", capacity=0, batch=2),             # every routed expert on the CPU
 ]
 
 
@@ -195,6 +229,22 @@ def test_the_virtual_backend_reproduces_the_simulator_exactly(with_prompts, conf
     assert r.tpot_s == r.sim_tpot_s == sim.tpot_s
     assert r.step_times.tolist() == sim.step_times.tolist()
     assert (r.hits, r.accesses) == (sim.hits, sim.accesses)
+
+
+@pytest.mark.parametrize("config", [dict(strategy="lowbit-miss", capacity=5, lowbit_threshold=0.3),
+                                    dict(strategy="cpu-experts", cpu_layers=12, prompt=48)])
+def test_the_virtual_backend_reproduces_low_bit_copies_and_offloaded_prompts(mixtral, config):
+    """On the real trace (it has gate weights): HOBBIT's low-bit copies, and llama.cpp's offload of a
+    48-token prompt's CPU layers to the GPU."""
+    from moesim import Config, simulate
+    from moesim.replay.run import replay
+    from moesim.sim.hardware import get_hardware
+
+    hw = get_hardware("rtx4090")
+    r = replay(mixtral, Config.build(dtype="q4_k", **config), hw, backend="virtual")
+    sim = simulate(mixtral, hardware=hw, dtype="q4_k", **config)
+    assert r.step_times.tolist() == sim.step_times.tolist() and (r.hits, r.accesses) == (sim.hits, sim.accesses)
+    assert (sim.lowbit_share or 0) > 0 or sim.prefill_loads > 0
 
 
 def test_replay_virtual_equals_sim_run_from_the_command_line(cli, mixtral, tmp_path):
