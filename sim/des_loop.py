@@ -57,7 +57,7 @@ from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_CPU, C_FILLS, C_HITS, 
                                   R_COPY, R_CPU, R_STALL, R_TIME)
 from moesim.sim.des_tiers import cpu_run, queue_copy, transfer
 from moesim.sim.engine import empty, place
-from moesim.sim.strategies.base import CACHED, CPU_MISS, HYBRID, LOWBIT_MISS, ON_CPU, ON_GPU
+from moesim.sim.strategies.base import CACHED, CPU_MISS, GPU_CACHE, HYBRID, LOWBIT_MISS, ON_CPU, ON_GPU
 from moesim.tracegen.schema import DECODE
 
 
@@ -137,20 +137,14 @@ def serve_hits(s, st, row, layer, part, route_at):
     base = (row * inp.experts.shape[1] + layer) * inp.experts.shape[2]
     decode = inp.kind[row] == DECODE
     no_cache = inp.capacity == 0
-    on_gpu = inp.placement[layer] == ON_GPU
+    if inp.placement[layer] == ON_GPU:
+        return serve_placed(s, row, layer, route_at)
     n, pinned, n_run, weights_at, fused = 0, 0, 0, route_at, inp.times[T_MOE_LAUNCH]
     for j in range(x.shape[0]):
         if x[j] < 0:
             continue
         n += 1
         obj = layer * inp.num_experts + x[j]
-        if on_gpu:  # loaded before decoding, never moved
-            if decode:
-                counters[C_HITS] += 1
-                tally.layer_hits[layer] += 1
-            log(tally, row, layer, EV_HIT, obj, -1)
-            n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, 0.0, tokens[j])
-            continue
         if no_cache or slot_of[obj] < 0:
             continue
         pinned += 1
@@ -164,6 +158,24 @@ def serve_hits(s, st, row, layer, part, route_at):
             by_prefetch[obj] = 0
         n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[obj], tokens[j])
     return n, pinned, n_run, weights_at, fused
+
+
+def serve_placed(s, row, layer, route_at):
+    """A layer placed whole on the GPU: every member of X is a hit, its weights there since before decoding."""
+    inp, tally = s.inputs, s.tally
+    x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
+    decode = inp.kind[row] == DECODE
+    n, n_run, weights_at, fused = 0, 0, route_at, inp.times[T_MOE_LAUNCH]
+    for j in range(x.shape[0]):
+        if x[j] < 0:
+            continue
+        n += 1
+        if decode:
+            tally.counters[C_HITS] += 1
+            tally.layer_hits[layer] += 1
+        log(tally, row, layer, EV_HIT, layer * inp.num_experts + x[j], -1)
+        n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, 0.0, tokens[j])
+    return n, 0, n_run, weights_at, fused
 
 
 def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights_at, fused):
@@ -190,16 +202,18 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights
             continue
         if inp.capacity > 0 and s.cache.slot_of[obj] >= 0:
             continue
-        if (placed == ON_CPU and not inp.offload[row]) or (placed == CACHED and cpu_instead(s, tokens[j])):
-            to_cpu(s, row, layer, obj, tokens[j], route_at)
-            if inp.strategy == HYBRID and inp.capacity > 0:
-                pinned = background_fill(s, st, row, layer, part, obj, base + j, route_at, stamp, pinned)
-        elif placed == CACHED and lowbit_instead(s, row, layer, j, tokens[j]):
-            n_run, weights_at, fused = lowbit_fetch(s, row, layer, j, obj, tokens[j], route_at, n_run, weights_at,
-                                                    fused)
-        else:
-            pinned, n_run, weights_at, fused = demand_load(s, st, row, layer, part, obj, base + j, route_at, stamp,
-                                                           pinned, n_run, weights_at, fused, tokens[j])
+        if inp.strategy != GPU_CACHE:  # gpu-cache, the common case, goes straight to the load
+            if (placed == ON_CPU and not inp.offload[row]) or (placed == CACHED and cpu_instead(s, tokens[j])):
+                to_cpu(s, row, layer, obj, tokens[j], route_at)
+                if inp.strategy == HYBRID and inp.capacity > 0:
+                    pinned = background_fill(s, st, row, layer, part, obj, base + j, route_at, stamp, pinned)
+                continue
+            if placed == CACHED and lowbit_instead(s, row, layer, j, tokens[j]):
+                n_run, weights_at, fused = lowbit_fetch(s, row, layer, j, obj, tokens[j], route_at, n_run,
+                                                        weights_at, fused)
+                continue
+        pinned, n_run, weights_at, fused = demand_load(s, st, row, layer, part, obj, base + j, route_at, stamp,
+                                                       pinned, n_run, weights_at, fused, tokens[j])
     return pinned, n_run, weights_at, fused
 
 
@@ -413,5 +427,5 @@ def log(tally, row, layer, event, obj, slot):
         tally.n_log[0] = i + 1
 
 
-HELPERS = (place, route, serve_hits, load_misses, demand_load, cpu_instead, to_cpu, background_fill, lowbit_instead,
+HELPERS = (place, route, serve_hits, serve_placed, load_misses, demand_load, cpu_instead, to_cpu, background_fill, lowbit_instead,
            lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)
