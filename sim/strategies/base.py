@@ -9,6 +9,6 @@ CACHED, ON_GPU, ON_CPU = 0, 1, 2  # a layer's experts: the GPU cache decides / a
 GPU_CACHE, CPU_EXPERTS, CPU_MISS, HYBRID, LOWBIT_MISS = range(5)
 
 
-def all_cached(num_layers: int) -> np.ndarray:
-    """Every layer served by the GPU cache."""
+def all_cached(num_layers: int, params: dict) -> np.ndarray:
+    """The placement of a strategy that leaves every layer to the GPU cache."""
     return np.full(num_layers, CACHED, np.int8)

@@ -17,10 +17,7 @@ NAME = "cpu-miss"
 CODE = CPU_MISS
 PARAMS: dict = {}
 CACHE, CPU, PREFETCH = True, True, True
-
-
-def placement(num_layers: int, params: dict):
-    return all_cached(num_layers)
+placement = all_cached
 
 
 def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:

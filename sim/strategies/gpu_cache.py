@@ -8,10 +8,7 @@ NAME = "gpu-cache"
 CODE = GPU_CACHE
 PARAMS: dict = {}
 CACHE, CPU, PREFETCH = True, False, True
-
-
-def placement(num_layers: int, params: dict):
-    return all_cached(num_layers)
+placement = all_cached
 
 
 def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:

@@ -16,10 +16,7 @@ NAME = "hybrid"
 CODE = HYBRID
 PARAMS: dict = {}
 CACHE, CPU, PREFETCH = True, True, True
-
-
-def placement(num_layers: int, params: dict):
-    return all_cached(num_layers)
+placement = all_cached
 
 
 def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:

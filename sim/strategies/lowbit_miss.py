@@ -21,10 +21,7 @@ PARAMS = {"lowbit_threshold": 0.2, "lowbit_dtype": "int4"}
 PARAM_BOUNDS = {"lowbit_threshold": (0.0, 1.0)}
 PARAM_CHOICES = {"lowbit_dtype": ("int4", "int2")}
 CACHE, CPU, PREFETCH = True, False, True
-
-
-def placement(num_layers: int, params: dict):
-    return all_cached(num_layers)
+placement = all_cached
 
 
 def host_copy_bytes_per_param(params: dict) -> float:
