@@ -26,7 +26,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.sim.config import Config
-from moesim.sim.des import DesResult, simulate_des
+from moesim.sim.des import DesResult, compile_loops, simulate_des
 from moesim.sim.strategies import get_strategy
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, get_model
 from moesim.tracegen.trace import Trace
@@ -97,6 +97,7 @@ def plan(model: str, hardware: str = "rtx4090", vram: float | None = None, ram: 
     hw = base.hardware.spec()
     out = Plan(spec.name, hw.name, f"{hw.gpu.name} ({hw.gpu.hbm_gb:g} GiB), {hw.link.name}"
                + (f", {hw.cpu.name} ({hw.cpu.ram_gb:g} GiB)" if hw.cpu else ""), name, prompt, batch)
+    compile_loops((s.get("policy", "lru"), s.get("prefetch", "none")) for _, s in CANDIDATES)
     for dtype in dtypes:
         for strategy, settings in CANDIDATES:
             if strategy == "lowbit-miss":  # a low-bit copy well below the format: HOBBIT's int4 for 16-bit experts

@@ -14,7 +14,9 @@ predictor's precision and recall, and CommitMoE's substitutions.
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -30,7 +32,7 @@ from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
                                   C_PF_USED, C_PREFILL_LOADS, C_SSD_READS, C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY,
                                   R_CPU, R_STALL, R_TIME, Inputs, build_state)
-from moesim.sim.engine import bind
+from moesim.sim.engine import bind, on_disk
 from moesim.sim.hardware import Hardware
 from moesim.sim.hitrate import check_fits_experts
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
@@ -154,6 +156,35 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
                       memory)
     result.executed, result.placement = (exe, exe_tokens), inputs.placement
     return result
+
+
+def compile_loops(settings) -> None:
+    """Compile what simulating each ``(policy, prefetcher)`` of ``settings`` runs — the replacement
+    policy's discrete-event loop and the prefetcher's code — where numba's disk cache lacks the loop,
+    one process per policy in parallel (as many as there are cores): a cold ``plan`` compiles its
+    loops (about 15 s each) at once rather than one after another. Each process simulates a tiny
+    trace, which compiles the loop for the argument types every simulation passes."""
+    import multiprocessing
+
+    cold: dict[str, list] = {}
+    for policy, prefetcher in settings:
+        if not on_disk(bind(get_policy(policy), des_loop, HELPERS)):
+            cold.setdefault(policy, []).append(prefetcher)
+    workers = min(len(cold), os.cpu_count() or 1)
+    if workers < 2:
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(_compile_loop, cold.items()))
+
+
+def _compile_loop(setting: tuple[str, list]) -> None:
+    from moesim.tracegen.models import get_model
+    from moesim.tracegen.synth import synth_trace
+
+    m = get_model("olmoe-1b-7b")
+    trace = synth_trace(m.num_layers, m.num_experts, m.top_k, 1, 4, 0, model=m.name, meta=m.trace_meta())
+    for prefetcher in dict.fromkeys(setting[1]):
+        simulate_des(trace, Config.build(model=m.name, policy=setting[0], prefetch=prefetcher, capacity=m.top_k))
 
 
 def predictions(trace: Trace, req, prefetch: PrefetchConfig, capacity: int, scope: str) -> tuple:

@@ -82,6 +82,15 @@ def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
     return _BOUND[key]
 
 
+def on_disk(compiled) -> bool:
+    """Whether numba's disk cache holds a compilation of ``compiled`` (a bound loop) for this
+    interpreter: its index file exists. False when that cannot be told."""
+    try:
+        return Path(compiled._cache._cache_file._index_path).exists()
+    except AttributeError:
+        return False
+
+
 @njit(cache=True, inline="always")
 def empty(slot_of, obj_of, used):
     """Evict everything (a per-sequence reset): no object in any slot, no slot used."""

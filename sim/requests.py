@@ -51,7 +51,7 @@ class Requests:
         member's token count."""
         if self.identity and per_trace_row.shape[2] == width:
             out = np.ascontiguousarray(per_trace_row, np.int16)
-            return out, one_token_each(out.shape)
+            return out, np.ones(out.shape, np.int32)
         out = np.full((self.num_rows, per_trace_row.shape[1], width), -1, np.int16)
         counts = np.zeros(out.shape, np.int32)
         gather(per_trace_row, np.zeros(per_trace_row.shape, np.float32), self.src_ptr, self.src_rows,
@@ -105,7 +105,9 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0, prompt: int =
         experts = np.ascontiguousarray(trace.experts, np.int16)
         weights = (np.zeros(experts.shape, np.float32) if trace.weights is None
                    else np.nan_to_num(trace.weights).astype(np.float32, copy=False))
-        counts = one_token_each(experts.shape)
+        # a materialised array, not a broadcast view: the compiled loop then sees one array type whatever
+        # the workload, and is compiled once
+        counts = np.ones(experts.shape, np.int32)
     else:
         experts = np.full((kind.size, n_layers, width), -1, np.int16)
         weights = np.zeros(experts.shape, np.float32)
@@ -146,11 +148,6 @@ def prompt_routing(trace: Trace, tokens: int, width: int) -> tuple[np.ndarray, n
     order = np.argsort(-counts, axis=1, kind="stable")[:, :width]
     top = np.take_along_axis(counts, order, axis=1)
     return (np.where(top > 0, order, -1).astype(np.int16), np.where(top > 0, top, 0).astype(np.int32))
-
-
-def one_token_each(shape: tuple) -> np.ndarray:
-    """Token counts of rows that are single tokens: 1 for every member (a read-only view, no memory)."""
-    return np.broadcast_to(np.ones(1, np.int32), shape)
 
 
 @njit(cache=True)

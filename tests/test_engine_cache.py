@@ -64,3 +64,20 @@ def test_editing_an_inlined_helper_in_another_file_recompiles(tmp_path):
 def test_the_digest_covers_the_helpers_and_the_policys_neighbours():
     files = {f.name for f in source_files([des_loop.des_loop, *des_loop.HELPERS, *get_policy("lecar").HOOKS.values()])}
     assert {"des_loop.py", "engine.py", "base.py", "lecar.py", "lfu.py"} <= files
+
+
+def test_one_compilation_serves_every_workload():
+    """Single-token rows, batched rows and a synthesized prompt pass the loop the same array types, so
+    ``plan`` and ``sim run`` share one compiled loop per policy (a second would cost ~15 s cold), and
+    it is on disk for ``compile_loops`` to find."""
+    from moesim.sim.config import Config
+    from moesim.sim.des import simulate_des
+    from moesim.sim.engine import bind, on_disk
+    from moesim.tracegen.io import bundled_trace_path, load_trace
+
+    trace = load_trace(bundled_trace_path())
+    for settings in ({}, {"batch": 2}, {"prompt": 64, "prefetch": "oracle", "mode": "commit"}):
+        simulate_des(trace, Config.build(model="mixtral-8x7b", capacity=4, dtype="q4_k", **settings))
+    loop = bind(get_policy("lru"), des_loop.des_loop, des_loop.HELPERS)
+    assert len(loop.signatures) == 1
+    assert on_disk(loop)
