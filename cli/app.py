@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -102,7 +103,8 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the plots and results.")] = Path("moesim-demo"),
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the simulations.")] = 2,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the simulations "
+                                      "(0: one per core).")] = 0,
 ) -> None:
     """The bundled real Mixtral-8x7B trace: what it looks like, a policy table with simulated time per
     token on an RTX 4090 / PCIe 4, the hit-rate and TPOT curves and the activation heatmap.
@@ -111,7 +113,7 @@ def demo(
     """
     from moesim.cli.demo import run_demo
 
-    run_demo(out, jobs)
+    run_demo(out, jobs or os.cpu_count() or 1)
 
 
 def main() -> None:

@@ -251,7 +251,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
     configs = spec.configs()
     ids = [row_id(spec.kind, c) for c in configs]  # each trace is hashed here once, not again by every worker
-    todo = [(cid, c) for cid, c in zip(ids, configs) if cid not in have]
+    todo = _policies_first([(cid, c) for cid, c in zip(ids, configs) if cid not in have])
     start = time.perf_counter()
     STOP.clear()
     rows, failed, last = [], 0, time.monotonic()
@@ -273,6 +273,17 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
         raise MoesimError(f"{out}: sweep stopped after {len(rows)} of {len(todo)} configuration(s); "
                           f"run it again with --resume to finish")
     return SweepSummary(len(configs), len(configs) - len(todo), len(rows), failed, time.perf_counter() - start)
+
+
+def _policies_first(todo: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """The configurations with each policy's first one first (then each one's second, ...): the first
+    workers compile different policies' loops at once instead of the same one (a cold sweep's cost)."""
+    count: dict = {}
+    rank = []
+    for _, config in todo:
+        count[config.get("policy")] = count.get(config.get("policy"), 0) + 1
+        rank.append(count[config.get("policy")])
+    return [todo[i] for i in sorted(range(len(todo)), key=rank.__getitem__)]
 
 
 def _execute(kind: str, configs: list[tuple[str, dict]], jobs: int) -> Iterator[dict]:
