@@ -98,6 +98,34 @@ def hitrate(trace: Trace, policy: str = "lru", capacity: int = 4, scope: str = "
                                   params=params), log_evictions)
 
 
+def mrc(trace: Trace, policy: str = "lru", scope: str = "per-layer", semantics: str = "step", reset: bool = False,
+        capacities=None, **params) -> list[HitRate]:
+    """A policy's exact hits at every capacity (or at ``capacities``): one ``HitRate`` each, equal to
+    ``hitrate`` at that capacity; LRU under sequential semantics in one pass (``moesim.sim.mrc``).
+
+    >>> [round(r.hit_rate, 4) for r in moesim.mrc(trace, "lru", capacities=[2, 4, 8])]
+    [0.3425, 0.6012, 0.9836]
+    """
+    from moesim.sim.mrc import curve
+
+    return curve(trace, CacheConfig(policy=policy, scope=scope, semantics=semantics, reset=reset, params=params),
+                 capacities)
+
+
+def best_split(trace: Trace, budget: int, policy: str = "lru", semantics: str = "step", **params):
+    """The split of ``budget`` expert slots over the layers (per-layer caches) that maximises ``policy``'s
+    hits, from its per-layer curves, with the uniform split's hits beside it (``moesim.sim.budget``).
+
+    >>> moesim.best_split(trace, 96, "lru").slots[:4]
+    [2, 2, 2, 3]
+    """
+    from moesim.sim.budget import allocate
+    from moesim.sim.mrc import hits_table
+
+    rows = mrc(trace, policy, "per-layer", semantics, **params)
+    return allocate(hits_table(rows), budget, rows[0].capacity, rows[0].accesses)
+
+
 def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSpec | None = None,
              hardware: str | Hardware | None = None, decisions: bool = False, **settings) -> DesResult:
     """Time per output token: the discrete-event simulation of decoding ``trace``, under ``config`` with

@@ -195,6 +195,51 @@ def run_config(kind: str, config: dict, config_id: str | None = None) -> dict:
     return row
 
 
+def run_unit(kind: str, unit: list[tuple[str, dict]]) -> list[dict]:
+    """The rows of a unit of work (``_units``): one run per configuration, or, for hit-rate configurations that
+    differ only in capacity, one miss-ratio curve (``moesim.sim.mrc``) that gives every capacity's
+    row at once — each configuration's row as ``run_config`` makes it, ``seconds`` the curve's time
+    shared out. A curve that fails (a capacity no run takes) falls back to one run each, so the
+    failing configurations get their own error rows."""
+    if kind != "hitrate" or len(unit) == 1:
+        return [run_config(kind, config, cid) for cid, config in unit]
+    from moesim.sim.mrc import curve
+
+    start = time.perf_counter()
+    first = unit[0][1]
+    try:
+        settings = Config.build(**{k: v for k, v in first.items() if k != "trace"})
+        results = curve(load_cached_trace(first["trace"]), settings.cache, [c["capacity"] for _, c in unit])
+    except MoesimError:
+        return [run_config(kind, config, cid) for cid, config in unit]
+    seconds = (time.perf_counter() - start) / len(unit)
+    flat = {k: v for k, v in settings.flat().items() if k in KEYS["hitrate"] and k != "capacity"}
+    rows = []
+    for (cid, config), result in zip(unit, results):
+        metrics = {k: v for k, v in {**flat, **result.as_dict()}.items() if k not in config and k != "seconds"}
+        rows.append({"config_id": cid, "kind": kind, **config, **metrics, "error": None, "seconds": seconds})
+    return rows
+
+
+def _units(kind: str, todo: list[tuple[str, dict]]) -> list[list[tuple[str, dict]]]:
+    """The configurations grouped into units of work: hit-rate ones that differ only in capacity together (one
+    curve), every other alone; each policy's first unit first (then each one's second, ...), so the
+    first workers compile different policies' loops at once instead of the same one (a cold sweep's
+    cost)."""
+    groups: dict = {}
+    for cid, config in todo:
+        key = tuple(sorted((k, repr(v)) for k, v in config.items() if k != "capacity")) if kind == "hitrate" else cid
+        groups.setdefault(key, []).append((cid, config))
+    units = list(groups.values())
+    count: dict = {}
+    rank = []
+    for unit in units:
+        policy = unit[0][1].get("policy")
+        count[policy] = count.get(policy, 0) + 1
+        rank.append(count[policy])
+    return [units[i] for i in sorted(range(len(units)), key=rank.__getitem__)]
+
+
 def _metrics(kind: str, config: dict) -> dict:
     """The settings of the run and what it measured."""
     trace = load_cached_trace(config["trace"])
@@ -251,11 +296,12 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
     configs = spec.configs()
     ids = [row_id(spec.kind, c) for c in configs]  # each trace is hashed here once, not again by every worker
-    todo = _policies_first([(cid, c) for cid, c in zip(ids, configs) if cid not in have])
+    todo = [(cid, c) for cid, c in zip(ids, configs) if cid not in have]
     start = time.perf_counter()
     STOP.clear()
     rows, failed, last = [], 0, time.monotonic()
-    rows_iter = _execute_ray(spec.kind, todo, jobs) if executor == "ray" else _execute(spec.kind, todo, jobs)
+    work = _units(spec.kind, todo)
+    rows_iter = _execute_ray(spec.kind, work, jobs) if executor == "ray" else _execute(spec.kind, work, jobs)
     for row in rows_iter:
         rows.append(row)
         failed += row["error"] is not None
@@ -275,23 +321,12 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     return SweepSummary(len(configs), len(configs) - len(todo), len(rows), failed, time.perf_counter() - start)
 
 
-def _policies_first(todo: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
-    """The configurations with each policy's first one first (then each one's second, ...): the first
-    workers compile different policies' loops at once instead of the same one (a cold sweep's cost)."""
-    count: dict = {}
-    rank = []
-    for _, config in todo:
-        count[config.get("policy")] = count.get(config.get("policy"), 0) + 1
-        rank.append(count[config.get("policy")])
-    return [todo[i] for i in sorted(range(len(todo)), key=rank.__getitem__)]
-
-
-def _execute(kind: str, configs: list[tuple[str, dict]], jobs: int) -> Iterator[dict]:
-    """Rows as (id, configuration)s finish: in this process with one job, else on a pool of worker
-    processes, each keeping its compiled policies and its last traces between configurations."""
-    if jobs == 1 or len(configs) <= 1:
-        for cid, config in configs:
-            yield run_config(kind, config, cid)
+def _execute(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> Iterator[dict]:
+    """Rows as the units of ``work`` (``_units``) finish: in this process with one job, else on a pool of
+    worker processes, each keeping its compiled policies and its last traces between units."""
+    if jobs == 1 or len(work) <= 1:
+        for unit in work:
+            yield from run_unit(kind, unit)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -300,9 +335,9 @@ def _execute(kind: str, configs: list[tuple[str, dict]], jobs: int) -> Iterator[
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_worker_init, initargs=(os.getpid(),))
     try:
-        futures = [pool.submit(run_config, kind, c, cid) for cid, c in configs]
+        futures = [pool.submit(run_unit, kind, unit) for unit in work]
         for future in as_completed(futures):
-            yield future.result()
+            yield from future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -328,8 +363,9 @@ def _write(done: pl.DataFrame, rows: list[dict], out: Path) -> None:
         frame.write_parquet(tmp)
 
 
-def _execute_ray(kind: str, configs: list[tuple[str, dict]], jobs: int) -> Iterator[dict]:
-    """Rows as Ray tasks finish, with at most ``jobs`` (or one per cluster CPU) in flight."""
+def _execute_ray(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> Iterator[dict]:
+    """Rows as Ray tasks (one per unit of ``work``) finish, with at most ``jobs`` (or one per cluster CPU)
+    in flight."""
     try:
         import ray
     except ImportError:
@@ -337,16 +373,15 @@ def _execute_ray(kind: str, configs: list[tuple[str, dict]], jobs: int) -> Itera
     if not ray.is_initialized():
         ray.init(num_cpus=None if os.environ.get("RAY_ADDRESS") else jobs, include_dashboard=False,
                  log_to_driver=False)
-    task = ray.remote(run_config)
+    task = ray.remote(run_unit)
     limit = jobs if jobs > 1 else max(1, int(ray.cluster_resources().get("CPU", 1)))
-    pending, queue = [], list(configs)
+    pending, queue = [], list(work)
     try:
         while queue or pending:
             while queue and len(pending) < limit:
-                cid, config = queue.pop(0)
-                pending.append(task.remote(kind, config, cid))
+                pending.append(task.remote(kind, queue.pop(0)))
             finished, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(finished[0])
+            yield from ray.get(finished[0])
     finally:
         for ref in pending:
             ray.cancel(ref)

@@ -61,7 +61,7 @@ def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
     so the loop's code is bound to the policy's hooks as globals instead. The hooks are inlined and
     the loop runs without reference counting (``_nrt=False``; it allocates nothing): called hooks
     took a state tuple by value and counted references on every access, several times the cost of
-    the policy itself. Numba's cache checks only the loop's own file, so the cache entry is named
+    the policy itself. It releases the GIL, so runs of several capacities share a process's cores. Numba's cache checks only the loop's own file, so the cache entry is named
     after the loop, the policy and a digest of every file whose code is inlined (``source_files``):
     editing a helper anywhere recompiles. One compilation per (policy, loop) and process.
     """
@@ -78,7 +78,7 @@ def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
         name = f"{loop.__name__.strip('_')}_{policy.__name__.rsplit('.', 1)[-1]}_{digest.hexdigest()[:12]}"
         fn = types.FunctionType(loop.__code__, namespace, name)
         fn.__qualname__ = name
-        _BOUND[key] = njit(cache=True, _nrt=False)(fn)
+        _BOUND[key] = njit(cache=True, _nrt=False, nogil=True)(fn)
     return _BOUND[key]
 
 

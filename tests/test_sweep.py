@@ -177,3 +177,20 @@ def test_a_configuration_id_follows_the_traces_content_not_its_path(tmp_path):
     bundled = tmp_path / "bundled.toml"
     bundled.write_text('traces = ["bundled"]\n[axes]\ncapacity = [4, 5]\n')
     assert run_sweep(load_spec(bundled), tmp_path / "r.parquet", resume=True).ran == 0
+
+
+def test_a_capacity_axis_is_one_curve_per_setting_with_the_rows_of_single_runs(tmp_path):
+    """A hit-rate sweep runs each (policy, scope) as one miss-ratio curve; every row equals the row a
+    single run of its configuration makes, column for column."""
+    from moesim.experiments.sweep import _units, run_config
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(SPEC.format(trace=bundled_trace_path()))
+    loaded = load_spec(spec)
+    configs = [(row_id("hitrate", c), c) for c in loaded.configs()]
+    assert sorted(len(u) for u in _units("hitrate", configs)) == [5] * 12
+    run_sweep(loaded, tmp_path / "r.parquet", jobs=2)
+    swept = stable(pl.read_parquet(tmp_path / "r.parquet"))
+    single = stable(pl.DataFrame([run_config("hitrate", c, cid) for cid, c in configs]))
+    assert swept.columns == single.columns
+    assert swept.equals(single)

@@ -1,0 +1,184 @@
+"""Miss-ratio curves: a policy's exact hits at every capacity of a trace, per layer.
+
+``curve(trace, cache)`` gives one ``HitRate`` per capacity, from the smallest a run takes (1, or
+top-k under step semantics) to every expert (E per layer, L*E in one pool), each equal to
+``moesim.sim.hitrate.simulate`` at that capacity.
+
+**One pass where the policy is a stack algorithm.** LRU under ``sequential`` semantics (a textbook
+cache) is one (Mattson, Gecsei, Slutz & Traiger, 1970): its order — most recently used first — does
+not depend on the capacity, and a cache of C holds the first C objects of it, so it holds what a
+cache of C-1 holds (inclusion). An access therefore hits at C exactly when its stack distance, the
+number of distinct objects of its partition used since its own last use, is below C. One pass
+finds every distance — by scanning the recency order while a partition holds at most
+``SCAN_LIMIT`` objects (a layer's experts), else with a Fenwick tree over the partition's access
+positions holding one mark per object, at its last use (the distance is the count of marks after
+it) — and hits(C) is the number of distances below C: every capacity for about the price of one.
+
+**One run per capacity elsewhere**, on threads (the compiled engine releases the GIL), since no
+other policy is a stack algorithm as moesim defines it:
+
+- LRU under ``step`` semantics serves a step's hits before its misses (DESIGN.md), so the order
+  among R's members depends on which of them hit, which depends on C, and inclusion fails: on
+  rows (3,1,5) (1,0,2) (3,0,5) (2,4,1) (0,3,1) of 6 experts, expert 3 of the last row hits with
+  4 slots and misses with 5;
+- LFU counts accesses since the expert was loaded (in-cache, as libCacheSim's), forgotten on
+  eviction, so an expert's priority depends on C; FIFO and LIFO order by load time, which depends
+  on C (Belady's anomaly); ARC, LeCaR and random adapt to their own hits;
+- Belady and the γ-cache (a frequency order that survives eviction) would be stack algorithms in a
+  textbook cache, but under step semantics R's members are protected, and the γ-cache bypasses
+  what is below its Top-C: a one-pass version of either is not done yet.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import numpy as np
+from numba import njit
+
+from moesim.errors import MoesimError
+from moesim.sim.config import CacheConfig
+from moesim.sim.hitrate import HitRate, check_capacity, check_fits_experts, simulate
+from moesim.tracegen.trace import Trace
+
+ONE_PASS = {("lru", "sequential")}  # (policy, semantics) whose curve is one pass of stack distances
+SCAN_LIMIT = 256  # objects per partition up to which a scan of the recency order beats the tree
+
+
+def capacities(trace: Trace, cache: CacheConfig) -> range:
+    """Every capacity a hit-rate run takes: 1 (top-k under step semantics) to every expert there is."""
+    m = trace.meta
+    low = m.top_k if cache.semantics == "step" else 1
+    return range(low, (m.num_experts if cache.scope == "per-layer" else m.num_layers * m.num_experts) + 1)
+
+
+def curve(trace: Trace, cache: CacheConfig, sizes=None, threads: int | None = None) -> list[HitRate]:
+    """``cache.policy``'s exact hits at each of ``sizes`` (default: every capacity), ``cache.capacity``
+    ignored; one pass for a stack algorithm (``ONE_PASS``), else one run per size on ``threads``."""
+    sizes = list(capacities(trace, cache) if sizes is None else sizes)
+    if not sizes:
+        raise MoesimError("no capacities to simulate")
+    for c in sizes:
+        check_capacity(trace.meta.top_k, c, cache.semantics)
+        check_fits_experts(trace.meta, c, cache.scope)
+    if (cache.policy, cache.semantics) in ONE_PASS:
+        return _stack_curve(trace, cache, sizes)
+    first = simulate(trace, replace(cache, capacity=sizes[0]))  # compiles (or loads) the engine once
+    with ThreadPoolExecutor(threads) as pool:
+        rest = list(pool.map(lambda c: simulate(trace, replace(cache, capacity=c)), sizes[1:]))
+    return [first, *rest]
+
+
+def _stack_curve(trace: Trace, cache: CacheConfig, sizes: list[int]) -> list[HitRate]:
+    m = trace.meta
+    per_layer = cache.scope == "per-layer"
+    objects = m.num_experts if per_layer else m.num_layers * m.num_experts
+    hist = np.zeros((m.num_layers, objects + 1), np.int64)  # [layer, distance]; distance ``objects``: first use
+    experts, offsets = np.ascontiguousarray(trace.experts, np.int16), trace.seq_offsets.astype(np.int64)
+    start = time.perf_counter()
+    if objects <= SCAN_LIMIT:
+        scan_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
+    else:
+        tree_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
+    seconds = time.perf_counter() - start
+    below = np.cumsum(hist, axis=1)  # below[layer, d]: accesses at distance <= d
+    accesses = [trace.num_rows * m.top_k] * m.num_layers
+    return [HitRate(cache.policy, c, cache.scope, cache.semantics, sum(accesses), int(below[:, c - 1].sum()),
+                    [int(h) for h in below[:, c - 1]], accesses, seconds) for c in sizes]
+
+
+@njit(cache=True, nogil=True)
+def scan_distances(experts, seq_offsets, num_experts, per_layer, reset, hist):
+    """Count each access's LRU stack distance into ``hist[layer, d]`` (first uses at the last column),
+    keeping each partition's recency order as an array, most recent first: the distance is the
+    object's index in it, found by a scan that moves the objects before it down one place as it goes, so
+the object ends at the front. Cheap while the order
+    is short (a layer's experts)."""
+    n_rows, n_layers, k = experts.shape
+    size = hist.shape[1] - 1
+    order = np.zeros((n_layers if per_layer else 1, size), np.int64)
+    used = np.zeros(order.shape[0], np.int64)
+    for s in range(seq_offsets.shape[0] - 1):
+        if reset and s > 0:
+            used[:] = 0
+        for row in range(seq_offsets[s], seq_offsets[s + 1]):
+            for layer in range(n_layers):
+                part = layer if per_layer else 0
+                stack = order[part]
+                for j in range(k):
+                    obj = experts[row, layer, j] + (0 if per_layer else layer * num_experts)
+                    carried, d, n = obj, 0, used[part]
+                    while d < n:  # shift the order down one place until obj's old place
+                        was = stack[d]
+                        stack[d] = carried
+                        if was == obj:
+                            break
+                        carried = was
+                        d += 1
+                    if d == n:
+                        stack[n] = carried
+                        used[part] += 1
+                    hist[layer, d if d < n else size] += 1
+
+
+@njit(cache=True, nogil=True)
+def tree_distances(experts, seq_offsets, num_experts, per_layer, reset, hist):
+    """``scan_distances`` for long orders (a global pool), in O(log n) per access.
+
+    A partition's accesses get positions in trace order; ``tree[part]`` is a Fenwick tree over them
+    with a mark at every object's last use, so the distance of an access at ``pos`` to an object last
+    used at ``last`` is the marks strictly between them.
+    """
+    n_rows, n_layers, k = experts.shape
+    span = n_rows * k if per_layer else n_rows * n_layers * k
+    tree = np.zeros((n_layers if per_layer else 1, span + 1), np.int32)
+    last = np.full(n_layers * num_experts, -1, np.int64)
+    first_use = hist.shape[1] - 1
+    for s in range(seq_offsets.shape[0] - 1):
+        if reset and s > 0:
+            for obj in range(last.shape[0]):
+                if last[obj] >= 0:
+                    _add(tree[obj // num_experts if per_layer else 0], last[obj], -1)
+                    last[obj] = -1
+        for row in range(seq_offsets[s], seq_offsets[s + 1]):
+            for layer in range(n_layers):
+                fen = tree[layer if per_layer else 0]
+                for j in range(k):
+                    obj = layer * num_experts + experts[row, layer, j]
+                    pos = row * k + j if per_layer else (row * n_layers + layer) * k + j
+                    if last[obj] < 0:
+                        hist[layer, first_use] += 1
+                    else:
+                        hist[layer, _prefix(fen, pos - 1) - _prefix(fen, last[obj])] += 1
+                        _add(fen, last[obj], -1)
+                    _add(fen, pos, 1)
+                    last[obj] = pos
+
+
+@njit(cache=True, inline="always")
+def _add(fen, pos, delta):
+    i = pos + 1
+    while i < fen.shape[0]:
+        fen[i] += delta
+        i += i & -i
+
+
+@njit(cache=True, inline="always")
+def _prefix(fen, pos):
+    """Marks at positions 0..pos."""
+    total = 0
+    i = pos + 1
+    while i > 0:
+        total += fen[i]
+        i -= i & -i
+    return total
+
+
+def hits_table(rows: list[HitRate]) -> np.ndarray:
+    """A curve's hits as int64 [layer, capacity] (columns the curve lacks are 0)."""
+    out = np.zeros((len(rows[0].per_layer_hits), max(r.capacity for r in rows) + 1), np.int64)
+    for r in rows:
+        out[:, r.capacity] = r.per_layer_hits
+    return out

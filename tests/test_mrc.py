@@ -1,0 +1,139 @@
+"""Miss-ratio curves equal the hit-rate engine at every capacity: LRU's one pass of stack distances
+against the independent reference on generated traces and against the engine on the bundled and
+synthetic traces; the threaded per-capacity runs of the other policies against single runs."""
+
+import json
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference
+from moesim.errors import MoesimError
+from moesim.sim.config import CacheConfig
+from moesim.sim.hitrate import simulate
+from moesim.sim import mrc
+from moesim.sim.mrc import capacities, curve
+from moesim.tracegen.schema import DECODE, TraceMeta
+from moesim.tracegen.synth import synth_trace
+from moesim.tracegen.trace import Trace
+from test_reference import traces
+
+SCOPES, SEMANTICS = ("per-layer", "global"), ("step", "sequential")
+
+
+def rows_trace(rows, experts) -> Trace:
+    routed = np.array(rows, np.int16)[:, None, :]
+    n = len(rows)
+    meta = TraceMeta(num_layers=1, num_experts=experts, top_k=routed.shape[2], model="toy")
+    return Trace(meta, routed, np.zeros(1, np.int32), np.array([0, n], np.int64), np.arange(n, dtype=np.int32),
+                 np.full(n, DECODE, np.int8))
+
+
+@settings(max_examples=200, deadline=None)
+@given(trace=traces(), scope=st.sampled_from(SCOPES), reset=st.booleans(), tree=st.booleans())
+def test_one_pass_lru_equals_the_reference_at_every_capacity(trace, scope, reset, tree):
+    """Both ways of finding stack distances: the scan of the recency order and the Fenwick tree."""
+    cache = CacheConfig(policy="lru", scope=scope, semantics="sequential", reset=reset)
+    with mock.patch.object(mrc, "SCAN_LIMIT", 0 if tree else mrc.SCAN_LIMIT):
+        rows = curve(trace, cache)
+    for r in rows:
+        hits, _ = reference.hitrate(trace.experts, trace.seq_offsets, trace.meta.num_experts, "lru", r.capacity,
+                                    scope == "per-layer", True, reset)
+        assert r.per_layer_hits == hits
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("semantics", SEMANTICS)
+@pytest.mark.parametrize("policy", ["lru", "belady", "gamma", "lfu"])
+def test_the_bundled_curve_equals_sim_hitrate_at_every_capacity(mixtral, policy, scope, semantics):
+    cache = CacheConfig(policy=policy, scope=scope, semantics=semantics)
+    rows = curve(mixtral, cache)
+    assert [r.capacity for r in rows] == list(range(2 if semantics == "step" else 1, (8 if scope == "per-layer"
+                                                                                        else 256) + 1))
+    # every capacity of a layer's 8 experts; in the 256-expert pool, every 15th and the ends
+    check = rows if scope == "per-layer" else rows[::15] + rows[-1:]
+    for r in check:
+        single = simulate(mixtral, CacheConfig(policy=policy, capacity=r.capacity, scope=scope, semantics=semantics))
+        assert (r.hits, r.per_layer_hits) == (single.hits, single.per_layer_hits)
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("tree", [False, True])
+def test_one_pass_lru_equals_the_engine_on_a_synthetic_olmoe_trace(scope, tree):
+    trace = synth_trace(4, 64, 8, 3, 60, seed=5)
+    cache = CacheConfig(policy="lru", scope=scope, semantics="sequential", reset=True)
+    with mock.patch.object(mrc, "SCAN_LIMIT", 0 if tree else mrc.SCAN_LIMIT):
+        rows = curve(trace, cache)
+    for r in rows[::7] + rows[-1:]:
+        single = simulate(trace, CacheConfig(policy="lru", capacity=r.capacity, scope=scope, semantics="sequential",
+                                             reset=True))
+        assert r.per_layer_hits == single.per_layer_hits
+
+
+def test_with_every_expert_cached_only_first_uses_miss(mixtral):
+    for semantics in SEMANTICS:
+        last = curve(mixtral, CacheConfig(policy="lru", semantics=semantics))[-1]
+        first_uses = sum(len(np.unique(mixtral.experts[:, layer])) for layer in range(mixtral.meta.num_layers))
+        assert last.misses == first_uses
+
+
+def test_lru_under_step_semantics_follows_the_engine_where_inclusion_fails():
+    """The docstring's example: a step's hits are served before its misses, so expert 3 of the last
+    row is resident with 4 slots and evicted with 5 (6 and 8 hits in all); the curve is the engine's."""
+    trace = rows_trace([[3, 1, 5], [1, 0, 2], [3, 0, 5], [2, 4, 1], [0, 3, 1]], 6)
+    rows = curve(trace, CacheConfig(policy="lru"))
+    for r in rows:
+        assert r.per_layer_hits == reference.hitrate(trace.experts, trace.seq_offsets, 6, "lru", r.capacity)[0]
+    assert [r.hits for r in rows if r.capacity in (4, 5)] == [6, 8]
+
+
+def test_capacities_and_refusals(mixtral):
+    assert list(capacities(mixtral, CacheConfig(semantics="step"))) == list(range(2, 9))
+    assert list(capacities(mixtral, CacheConfig(semantics="sequential", scope="global"))) == list(range(1, 257))
+    with pytest.raises(MoesimError, match="below top_k"):
+        curve(mixtral, CacheConfig(), sizes=[1])
+    with pytest.raises(MoesimError, match="more than the 8 experts"):
+        curve(mixtral, CacheConfig(policy="lru", semantics="sequential"), sizes=[9])
+
+
+@pytest.mark.parametrize("scope,semantics", [("per-layer", "step"), ("global", "sequential")])
+def test_mrc_json_equals_sim_hitrate_json_at_every_capacity(cli, scope, semantics):
+    from moesim.tracegen.io import bundled_trace_path
+
+    args = ["--scope", scope, "--semantics", semantics, "--json"]
+    code, out, _ = cli("sim", "mrc", bundled_trace_path(), "--policy", "lru,belady,gamma,lfu", "--no-reference", *args)
+    assert code == 0
+    rows = json.loads(out)["results"]
+    caps = sorted({r["capacity"] for r in rows})
+    assert caps == list(range(2 if semantics == "step" else 1, (8 if scope == "per-layer" else 256) + 1))
+    assert {r["policy"] for r in rows} == {"lru", "belady", "gamma", "lfu"}
+    # sim hitrate at a spread of capacities (every one per layer; the ends and a few in the pool)
+    check = caps if scope == "per-layer" else [1, 2, 3, 64, 100, 255, 256]
+    code, out, _ = cli("sim", "hitrate", bundled_trace_path(), "--policy", "lru,belady,gamma,lfu",
+                       "--capacity", ",".join(map(str, check)), *args)
+    single = {(r["policy"], r["capacity"]): r for r in json.loads(out)["results"]}
+    for r in rows:
+        if r["capacity"] in check:
+            s = single[(r["policy"], r["capacity"])]
+            assert (r["hits"], r["misses"], r["hit_rate"], r["per_layer_hit_rate"]) == \
+                (s["hits"], s["misses"], s["hit_rate"], s["per_layer_hit_rate"])
+            assert sum(r["per_layer_hits"]) == r["hits"]
+
+
+def test_mrc_budget_and_errors(cli, tmp_path):
+    from moesim.tracegen.io import bundled_trace_path
+
+    code, out, _ = cli("sim", "mrc", bundled_trace_path(), "--policy", "lru", "--budget", "96", "--json")
+    assert code == 0
+    split = json.loads(out)["budget"]["allocations"]
+    assert set(split) == {"lru", "belady", "static"}
+    assert all(sum(a["slots"]) <= 96 and a["hit_rate"] >= a["uniform_hit_rate"] for a in split.values())
+    code, _, err = cli("sim", "mrc", bundled_trace_path(), "--budget", "96", "--scope", "global")
+    assert code == 1 and "needs --scope per-layer" in err
+    code, _, err = cli("sim", "mrc", bundled_trace_path(), "--capacity", "1")
+    assert code == 1 and err.count("\n") == 1 and "below top_k" in err
+    code, _, err = cli("sim", "mrc", tmp_path / "missing.parquet")
+    assert code == 1 and "missing.parquet" in err
