@@ -70,11 +70,14 @@ def _averaged_note(frame: pl.DataFrame, keys: list[str]) -> str:
 
 
 def _style(policy: str) -> dict:
-    """The same colour for a policy in every figure; the Belady bound black and dashed."""
+    """The same colour for a policy in every figure; the Belady bound black and dashed, the popularity
+    oracle (static) dotted."""
     from moesim.policies import POLICIES
 
     if policy == BOUND:
         return {"color": "black", "linestyle": "--", "label": f"{policy} (optimal bound)"}
+    if policy == "static":
+        return {"color": "darkgoldenrod", "linestyle": ":", "label": "static (popularity oracle)"}
     others = [p for p in POLICIES if p != BOUND]
     index = others.index(policy) if policy in others else len(others)
     colours = [f"C{i}" for i in range(10)] + ["navy", "maroon", "grey"]

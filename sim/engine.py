@@ -61,9 +61,10 @@ def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
     so the loop's code is bound to the policy's hooks as globals instead. The hooks are inlined and
     the loop runs without reference counting (``_nrt=False``; it allocates nothing): called hooks
     took a state tuple by value and counted references on every access, several times the cost of
-    the policy itself. It releases the GIL, so runs of several capacities share a process's cores. Numba's cache checks only the loop's own file, so the cache entry is named
-    after the loop, the policy and a digest of every file whose code is inlined (``source_files``):
-    editing a helper anywhere recompiles. One compilation per (policy, loop) and process.
+    the policy itself. It releases the GIL, so runs of several capacities share a process's cores.
+    Numba's cache checks only the loop's own file, so the cache entry is named after the loop, the
+    policy and a digest of every file whose code is inlined (``source_files``): editing a helper
+    anywhere recompiles. One compilation per (policy, loop) and process.
     """
     key = (policy.__name__, loop.__module__, loop.__name__)
     if key not in _BOUND:

@@ -31,6 +31,7 @@ other policy is a stack algorithm as moesim defines it:
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -66,7 +67,7 @@ def curve(trace: Trace, cache: CacheConfig, sizes=None, threads: int | None = No
     if (cache.policy, cache.semantics) in ONE_PASS:
         return _stack_curve(trace, cache, sizes)
     first = simulate(trace, replace(cache, capacity=sizes[0]))  # compiles (or loads) the engine once
-    with ThreadPoolExecutor(threads) as pool:
+    with ThreadPoolExecutor(threads or os.cpu_count()) as pool:
         rest = list(pool.map(lambda c: simulate(trace, replace(cache, capacity=c)), sizes[1:]))
     return [first, *rest]
 
