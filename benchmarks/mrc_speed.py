@@ -1,13 +1,13 @@
-"""A whole LRU miss-ratio curve against one capacity, and against libCacheSim computing the same curve.
+"""Whole LRU and Belady miss-ratio curves against one capacity, and against libCacheSim computing them.
 
 On the benchmarks' synthetic stream (32 layers, 64 experts, top-8; sequential semantics, per-layer
-caches) it times ``moesim.sim.mrc.curve`` for LRU at every capacity 1..64 (one pass of stack
-distances), one LRU run at ``--capacity-per-layer``, and libCacheSim's LRU run once per capacity
-on every layer's stream (what a curve costs with it), checks that the curve's misses equal
+caches) it times, for each policy, ``moesim.sim.mrc.curve`` at every capacity 1..64 (one pass of
+stack distances), one run at ``--capacity-per-layer``, and libCacheSim's run once per capacity on
+every layer's stream (what a curve costs with it), checks that the curve's misses equal
 libCacheSim's at every capacity, and prints the times and ratios. ``--runs`` repeats and prints
 medians with the range. Times exclude compilation; one core.
 
-    python benchmarks/mrc_speed.py [--accesses 20000000] [--runs 3]
+    python benchmarks/mrc_speed.py [--accesses 20000000] [--runs 3] [--policy lru,belady]
 """
 
 from __future__ import annotations
@@ -32,38 +32,44 @@ def main() -> None:
     ap.add_argument("--accesses", type=int, default=20_000_000)
     ap.add_argument("--capacity-per-layer", type=int, default=16)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--policy", default="lru,belady")
     ap.add_argument("--no-libcachesim", action="store_true", help="Skip libCacheSim's per-capacity curve (slow).")
     args = ap.parse_args()
     trace = benchmark_trace(args.accesses)
-    lru = CacheConfig(policy="lru", semantics="sequential")
-    small = benchmark_trace(100_000, sequences=2, seed=1)
-    curve(small, lru), simulate(small, CacheConfig(policy="lru", capacity=4, semantics="sequential"))  # compile
-    one, full, theirs = [], [], []
+    print(f"trace: {trace.accesses:,} accesses ({BENCH_LAYERS} layers, {BENCH_EXPERTS} experts); sequential, "
+          f"per-layer; medians of {args.runs} run(s) with the range")
     with tempfile.TemporaryDirectory() as tmp:
         paths = [write_oracle_general(stream(trace.experts, BENCH_EXPERTS, layer), Path(tmp) / f"layer{layer}.bin")
                  for layer in range(BENCH_LAYERS)]
-        for _ in range(args.runs):
-            start = time.perf_counter()
-            rows = curve(trace, lru)
-            full.append(time.perf_counter() - start)
-            one.append(simulate(trace, CacheConfig(policy="lru", capacity=args.capacity_per_layer,
-                                                   semantics="sequential")).seconds)
-            if not args.no_libcachesim:
-                seconds, agree = 0.0, True
-                for r in rows:
-                    s, misses = timed_per_layer("lru", paths, r.capacity, trace.accesses // BENCH_LAYERS)
-                    seconds += s
-                    agree &= misses == r.misses
-                theirs.append(seconds)
-    print(f"trace: {trace.accesses:,} accesses ({BENCH_LAYERS} layers, {BENCH_EXPERTS} experts); LRU, sequential, "
-          f"per-layer; medians of {args.runs} run(s) with the range")
-    print(f"one capacity ({args.capacity_per_layer}/layer)     : {_fmt(one)}")
-    print(f"whole curve, 1..{BENCH_EXPERTS} (one pass)    : {_fmt(full)}   "
+        for policy in args.policy.split(","):
+            _measure(trace, paths, policy, args)
+
+
+def _measure(trace, paths: list[Path], policy: str, args) -> None:
+    whole = CacheConfig(policy=policy, semantics="sequential")
+    single = CacheConfig(policy=policy, capacity=args.capacity_per_layer, semantics="sequential")
+    small = benchmark_trace(100_000, sequences=2, seed=1)
+    curve(small, whole), simulate(small, single)  # compile
+    one, full, theirs, agree = [], [], [], True
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        rows = curve(trace, whole)
+        full.append(time.perf_counter() - start)
+        one.append(simulate(trace, single).seconds)
+        if not args.no_libcachesim:
+            seconds = 0.0
+            for r in rows:
+                s, misses = timed_per_layer(policy, paths, r.capacity, trace.accesses // BENCH_LAYERS)
+                seconds += s
+                agree &= misses == r.misses
+            theirs.append(seconds)
+    print(f"{policy}: one capacity ({args.capacity_per_layer}/layer)  {_fmt(one)}")
+    print(f"{policy}: whole curve, 1..{BENCH_EXPERTS} (one pass) {_fmt(full)}   "
           f"{statistics.median(full) / statistics.median(one):.2f}x one capacity")
     if theirs:
-        print(f"libCacheSim, one run per capacity: {_fmt(theirs)}   "
-              f"moesim's curve {statistics.median(theirs) / statistics.median(full):.0f}x faster; misses agree at "
-              f"every capacity: {'yes' if agree else 'NO'}")
+        print(f"{policy}: libCacheSim, one run per capacity {_fmt(theirs)}   moesim's curve "
+              f"{statistics.median(theirs) / statistics.median(full):.0f}x faster; misses agree at every capacity: "
+              f"{'yes' if agree else 'NO'}")
 
 
 def _fmt(values: list[float]) -> str:

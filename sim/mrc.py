@@ -4,15 +4,22 @@
 top-k under step semantics) to every expert (E per layer, L*E in one pool), each equal to
 ``moesim.sim.hitrate.simulate`` at that capacity.
 
-**One pass where the policy is a stack algorithm.** LRU under ``sequential`` semantics (a textbook
-cache) is one (Mattson, Gecsei, Slutz & Traiger, 1970): its order — most recently used first — does
-not depend on the capacity, and a cache of C holds the first C objects of it, so it holds what a
-cache of C-1 holds (inclusion). An access therefore hits at C exactly when its stack distance, the
-number of distinct objects of its partition used since its own last use, is below C. One pass
-finds every distance — by scanning the recency order while a partition holds at most
-``SCAN_LIMIT`` objects (a layer's experts), else with a Fenwick tree over the partition's access
-positions holding one mark per object, at its last use (the distance is the count of marks after
-it) — and hits(C) is the number of distances below C: every capacity for about the price of one.
+**One pass where the policy is a stack algorithm** (Mattson, Gecsei, Slutz & Traiger, 1970): one
+whose cache of C holds the first C objects of an order that does not depend on C, so that it holds
+what a cache of C-1 holds (inclusion). An access then hits at C exactly when its stack distance, its
+object's place in the order just before it, is below C; one pass finds every distance and hits(C) is
+the number of distances below C: every capacity for about the price of one. Under ``sequential``
+semantics (a textbook cache) two policies here are:
+
+- LRU, ordered most recently used first. The distance is the number of distinct objects of the
+  partition used since the object's own last use, found by scanning the order while a partition
+  holds at most ``SCAN_LIMIT`` objects (a layer's experts), else with a Fenwick tree over the
+  partition's access positions holding one mark per object at its last use.
+- Belady (MIN: evict the resident used again furthest ahead; the missed object is always loaded),
+  ordered by OPT's stack update: the object used goes to the top, and the objects above its old
+  place are merged downwards, each place keeping whichever of the carried object and its occupant
+  is used again sooner (the carried one moves on to the next place). An object with no later use
+  (in its sequence, with a reset) is used "never"; which of two such is kept does not change a hit.
 
 **One run per capacity elsewhere**, on threads (the compiled engine releases the GIL), since no
 other policy is a stack algorithm as moesim defines it:
@@ -24,9 +31,9 @@ other policy is a stack algorithm as moesim defines it:
 - LFU counts accesses since the expert was loaded (in-cache, as libCacheSim's), forgotten on
   eviction, so an expert's priority depends on C; FIFO and LIFO order by load time, which depends
   on C (Belady's anomaly); ARC, LeCaR and random adapt to their own hits;
-- Belady and the γ-cache (a frequency order that survives eviction) would be stack algorithms in a
-  textbook cache, but under step semantics R's members are protected, and the γ-cache bypasses
-  what is below its Top-C: a one-pass version of either is not done yet.
+- Belady under step semantics never evicts a member of R, whatever its next use; the γ-cache (a
+  frequency order that survives eviction) bypasses what is below its Top-C and breaks ties by
+  service order: a one-pass version of either is not done yet.
 """
 
 from __future__ import annotations
@@ -40,11 +47,12 @@ import numpy as np
 from numba import njit
 
 from moesim.errors import MoesimError
+from moesim.policies.belady import NEVER, next_uses
 from moesim.sim.config import CacheConfig
 from moesim.sim.hitrate import HitRate, check_capacity, check_fits_experts, simulate
 from moesim.tracegen.trace import Trace
 
-ONE_PASS = {("lru", "sequential")}  # (policy, semantics) whose curve is one pass of stack distances
+ONE_PASS = {("lru", "sequential"), ("belady", "sequential")}  # (policy, semantics): one pass of stack distances
 SCAN_LIMIT = 256  # objects per partition up to which a scan of the recency order beats the tree
 
 
@@ -79,7 +87,9 @@ def _stack_curve(trace: Trace, cache: CacheConfig, sizes: list[int]) -> list[Hit
     hist = np.zeros((m.num_layers, objects + 1), np.int64)  # [layer, distance]; distance ``objects``: first use
     experts, offsets = np.ascontiguousarray(trace.experts, np.int16), trace.seq_offsets.astype(np.int64)
     start = time.perf_counter()
-    if objects <= SCAN_LIMIT:
+    if cache.policy == "belady":
+        opt_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
+    elif objects <= SCAN_LIMIT:
         scan_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
     else:
         tree_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
@@ -121,6 +131,43 @@ the object ends at the front. Cheap while the order
                     if d == n:
                         stack[n] = carried
                         used[part] += 1
+                    hist[layer, d if d < n else size] += 1
+
+
+@njit(cache=True, nogil=True)
+def opt_distances(experts, seq_offsets, num_experts, per_layer, reset, hist):
+    """Count each access's OPT stack distance into ``hist[layer, d]`` (first uses at the last column),
+    keeping each partition's OPT order as an array and each object's next use (``NEVER``: none)."""
+    n_rows, n_layers, k = experts.shape
+    size = hist.shape[1] - 1
+    following, _ = next_uses(experts, num_experts)
+    order = np.zeros((n_layers if per_layer else 1, size), np.int64)
+    used = np.zeros(order.shape[0], np.int64)
+    nxt = np.zeros(n_layers * num_experts, np.int64)
+    for s in range(seq_offsets.shape[0] - 1):
+        if reset and s > 0:
+            used[:] = 0
+        end = seq_offsets[s + 1] * n_layers * k if reset else NEVER
+        for row in range(seq_offsets[s], seq_offsets[s + 1]):
+            for layer in range(n_layers):
+                part = layer if per_layer else 0
+                stack = order[part]
+                for j in range(k):
+                    obj = layer * num_experts + experts[row, layer, j]
+                    pos = (row * n_layers + layer) * k + j
+                    nxt[obj] = following[pos] if following[pos] < end else NEVER
+                    carried, d, n = obj, 0, used[part]
+                    while d < n:
+                        here = stack[d]
+                        if here == obj:
+                            break
+                        if d == 0 or nxt[carried] < nxt[here]:  # the top is obj's; below, the sooner stays
+                            stack[d] = carried
+                            carried = here
+                        d += 1
+                    if d == n:
+                        used[part] += 1
+                    stack[d] = carried
                     hist[layer, d if d < n else size] += 1
 
 

@@ -32,15 +32,17 @@ def rows_trace(rows, experts) -> Trace:
                  np.full(n, DECODE, np.int8))
 
 
-@settings(max_examples=200, deadline=None)
-@given(trace=traces(), scope=st.sampled_from(SCOPES), reset=st.booleans(), tree=st.booleans())
-def test_one_pass_lru_equals_the_reference_at_every_capacity(trace, scope, reset, tree):
-    """Both ways of finding stack distances: the scan of the recency order and the Fenwick tree."""
-    cache = CacheConfig(policy="lru", scope=scope, semantics="sequential", reset=reset)
+@settings(max_examples=300, deadline=None)
+@given(trace=traces(), policy=st.sampled_from(["lru", "belady"]), scope=st.sampled_from(SCOPES),
+       reset=st.booleans(), tree=st.booleans())
+def test_one_pass_curves_equal_the_reference_at_every_capacity(trace, policy, scope, reset, tree):
+    """LRU's two ways of finding stack distances (the scan of the recency order and the Fenwick tree)
+    and OPT's stack update for Belady."""
+    cache = CacheConfig(policy=policy, scope=scope, semantics="sequential", reset=reset)
     with mock.patch.object(mrc, "SCAN_LIMIT", 0 if tree else mrc.SCAN_LIMIT):
         rows = curve(trace, cache)
     for r in rows:
-        hits, _ = reference.hitrate(trace.experts, trace.seq_offsets, trace.meta.num_experts, "lru", r.capacity,
+        hits, _ = reference.hitrate(trace.experts, trace.seq_offsets, trace.meta.num_experts, policy, r.capacity,
                                     scope == "per-layer", True, reset)
         assert r.per_layer_hits == hits
 
@@ -61,14 +63,14 @@ def test_the_bundled_curve_equals_sim_hitrate_at_every_capacity(mixtral, policy,
 
 
 @pytest.mark.parametrize("scope", SCOPES)
-@pytest.mark.parametrize("tree", [False, True])
-def test_one_pass_lru_equals_the_engine_on_a_synthetic_olmoe_trace(scope, tree):
+@pytest.mark.parametrize("policy,tree", [("lru", False), ("lru", True), ("belady", False)])
+def test_one_pass_curves_equal_the_engine_on_a_synthetic_olmoe_trace(scope, policy, tree):
     trace = synth_trace(4, 64, 8, 3, 60, seed=5)
-    cache = CacheConfig(policy="lru", scope=scope, semantics="sequential", reset=True)
+    cache = CacheConfig(policy=policy, scope=scope, semantics="sequential", reset=True)
     with mock.patch.object(mrc, "SCAN_LIMIT", 0 if tree else mrc.SCAN_LIMIT):
         rows = curve(trace, cache)
     for r in rows[::7] + rows[-1:]:
-        single = simulate(trace, CacheConfig(policy="lru", capacity=r.capacity, scope=scope, semantics="sequential",
+        single = simulate(trace, CacheConfig(policy=policy, capacity=r.capacity, scope=scope, semantics="sequential",
                                              reset=True))
         assert r.per_layer_hits == single.per_layer_hits
 
