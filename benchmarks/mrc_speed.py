@@ -1,13 +1,13 @@
-"""Whole LRU and Belady miss-ratio curves against one capacity, and against libCacheSim computing them.
+"""Whole LRU, Belady and γ-cache miss-ratio curves against one capacity, and against libCacheSim.
 
 On the benchmarks' synthetic stream (32 layers, 64 experts, top-8; sequential semantics, per-layer
 caches) it times, for each policy, ``moesim.sim.mrc.curve`` at every capacity 1..64 (one pass of
 stack distances), one run at ``--capacity-per-layer``, and libCacheSim's run once per capacity on
-every layer's stream (what a curve costs with it), checks that the curve's misses equal
+every layer's stream (what a curve costs with it; it has no γ-cache), checks that the curve's misses equal
 libCacheSim's at every capacity, and prints the times and ratios. ``--runs`` repeats and prints
 medians with the range. Times exclude compilation; one core.
 
-    python benchmarks/mrc_speed.py [--accesses 20000000] [--runs 3] [--policy lru,belady]
+    python benchmarks/mrc_speed.py [--accesses 20000000] [--runs 3] [--policy lru,belady,gamma]
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from moesim.sim.hitrate import simulate
 from moesim.sim.mrc import curve
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from oracle import BENCH_EXPERTS, BENCH_LAYERS, benchmark_trace, stream, timed_per_layer, write_oracle_general  # noqa: E402
+from oracle import (BENCH_EXPERTS, BENCH_LAYERS, CACHES, benchmark_trace, stream, timed_per_layer,  # noqa: E402
+                    write_oracle_general)
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
     ap.add_argument("--accesses", type=int, default=20_000_000)
     ap.add_argument("--capacity-per-layer", type=int, default=16)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--policy", default="lru,belady")
+    ap.add_argument("--policy", default="lru,belady,gamma")
     ap.add_argument("--no-libcachesim", action="store_true", help="Skip libCacheSim's per-capacity curve (slow).")
     args = ap.parse_args()
     trace = benchmark_trace(args.accesses)
@@ -56,7 +57,7 @@ def _measure(trace, paths: list[Path], policy: str, args) -> None:
         rows = curve(trace, whole)
         full.append(time.perf_counter() - start)
         one.append(simulate(trace, single).seconds)
-        if not args.no_libcachesim:
+        if not args.no_libcachesim and policy in CACHES:
             seconds = 0.0
             for r in rows:
                 s, misses = timed_per_layer(policy, paths, r.capacity, trace.accesses // BENCH_LAYERS)

@@ -20,6 +20,13 @@ semantics (a textbook cache) two policies here are:
   place are merged downwards, each place keeping whichever of the carried object and its occupant
   is used again sooner (the carried one moves on to the next place). An object with no later use
   (in its sequence, with a reset) is used "never"; which of two such is kept does not change a hit.
+- the γ-cache (MELINOE's Definition C.1, ``moesim.policies.gamma``), ordered by decayed count, ties
+  to the expert served more recently, over the experts requested so far: the counts survive
+  eviction and the clock ticks per request, so the order does not depend on C, and the cache is its
+  Top-C. A request raises its expert's count and makes it the most recently served, so the expert
+  moves up to the first place whose occupant it outranks; the places between shift down one. Scores
+  are the policy's own floats (count · γ^rows, γ^d tabulated alike), so every comparison is the one
+  the policy makes.
 
 **One run per capacity elsewhere**, on threads (the compiled engine releases the GIL), since no
 other policy is a stack algorithm as moesim defines it:
@@ -31,9 +38,8 @@ other policy is a stack algorithm as moesim defines it:
 - LFU counts accesses since the expert was loaded (in-cache, as libCacheSim's), forgotten on
   eviction, so an expert's priority depends on C; FIFO and LIFO order by load time, which depends
   on C (Belady's anomaly); ARC, LeCaR and random adapt to their own hits;
-- Belady under step semantics never evicts a member of R, whatever its next use; the γ-cache (a
-  frequency order that survives eviction) bypasses what is below its Top-C and breaks ties by
-  service order: a one-pass version of either is not done yet.
+- Belady and the γ-cache under step semantics: R's members stay for the step whatever their rank,
+  and the γ-cache serves a step's hits before its misses; a one-pass version is not done.
 """
 
 from __future__ import annotations
@@ -48,11 +54,13 @@ from numba import njit
 
 from moesim.errors import MoesimError
 from moesim.policies.belady import NEVER, next_uses
-from moesim.sim.config import CacheConfig
+from moesim.policies import get_policy
+from moesim.sim.config import CacheConfig, module_params
 from moesim.sim.hitrate import HitRate, check_capacity, check_fits_experts, simulate
 from moesim.tracegen.trace import Trace
 
-ONE_PASS = {("lru", "sequential"), ("belady", "sequential")}  # (policy, semantics): one pass of stack distances
+# (policy, semantics) whose curve is one pass of stack distances
+ONE_PASS = {("lru", "sequential"), ("belady", "sequential"), ("gamma", "sequential")}
 SCAN_LIMIT = 256  # objects per partition up to which a scan of the recency order beats the tree
 
 
@@ -89,6 +97,10 @@ def _stack_curve(trace: Trace, cache: CacheConfig, sizes: list[int]) -> list[Hit
     start = time.perf_counter()
     if cache.policy == "belady":
         opt_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
+    elif cache.policy == "gamma":
+        gamma = float(module_params(get_policy("gamma"), cache.params)["gamma"])
+        decay = np.power(gamma, np.arange(trace.num_rows + 1, dtype=np.float64))  # as the policy tabulates it
+        gamma_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, decay, hist)
     elif objects <= SCAN_LIMIT:
         scan_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
     else:
@@ -169,6 +181,49 @@ def opt_distances(experts, seq_offsets, num_experts, per_layer, reset, hist):
                         used[part] += 1
                     stack[d] = carried
                     hist[layer, d if d < n else size] += 1
+
+
+@njit(cache=True, nogil=True)
+def gamma_distances(experts, seq_offsets, num_experts, per_layer, reset, decay, hist):
+    """Count each access's place in the γ-cache's order into ``hist[layer, d]`` (first requests at the
+    last column): counts at their last update, the row of it and the service clock, as the policy
+    keeps them."""
+    n_rows, n_layers, k = experts.shape
+    size = hist.shape[1] - 1
+    order = np.zeros((n_layers if per_layer else 1, size), np.int64)
+    used = np.zeros(order.shape[0], np.int64)
+    count = np.zeros(n_layers * num_experts)
+    last = np.zeros(n_layers * num_experts, np.int64)
+    served = np.zeros(n_layers * num_experts, np.int64)
+    clock = 0
+    for s in range(seq_offsets.shape[0] - 1):
+        if reset and s > 0:
+            used[:] = 0
+            count[:] = 0.0
+        for row in range(seq_offsets[s], seq_offsets[s + 1]):
+            for layer in range(n_layers):
+                part = layer if per_layer else 0
+                stack = order[part]
+                for j in range(k):
+                    obj = layer * num_experts + experts[row, layer, j]
+                    n = used[part]
+                    d = 0
+                    while d < n and stack[d] != obj:
+                        d += 1
+                    hist[layer, d if d < n else size] += 1
+                    count[obj] = count[obj] * decay[row - last[obj]] + 1.0
+                    last[obj] = row
+                    clock += 1
+                    served[obj] = clock
+                    up = 0  # the first place whose occupant obj outranks (it was served last: ties go to it)
+                    while up < d and stack[up] != obj and count[stack[up]] * decay[row - last[stack[up]]] > count[obj]:
+                        up += 1
+                    if d == n:
+                        used[part] += 1
+                    while d > up:
+                        stack[d] = stack[d - 1]
+                        d -= 1
+                    stack[up] = obj
 
 
 @njit(cache=True, nogil=True)

@@ -33,17 +33,18 @@ def rows_trace(rows, experts) -> Trace:
 
 
 @settings(max_examples=300, deadline=None)
-@given(trace=traces(), policy=st.sampled_from(["lru", "belady"]), scope=st.sampled_from(SCOPES),
-       reset=st.booleans(), tree=st.booleans())
-def test_one_pass_curves_equal_the_reference_at_every_capacity(trace, policy, scope, reset, tree):
-    """LRU's two ways of finding stack distances (the scan of the recency order and the Fenwick tree)
-    and OPT's stack update for Belady."""
-    cache = CacheConfig(policy=policy, scope=scope, semantics="sequential", reset=reset)
+@given(trace=traces(), policy=st.sampled_from(["lru", "belady", "gamma"]), scope=st.sampled_from(SCOPES),
+       reset=st.booleans(), tree=st.booleans(), gamma=st.sampled_from([0.0, 0.25, 0.5, 0.9, 1.0]))
+def test_one_pass_curves_equal_the_reference_at_every_capacity(trace, policy, scope, reset, tree, gamma):
+    """LRU's two ways of finding stack distances (the scan of the recency order and the Fenwick tree),
+    OPT's stack update for Belady, the γ-cache's order (dyadic decays and the paper's 0.9)."""
+    params = {"gamma": gamma} if policy == "gamma" else {}
+    cache = CacheConfig(policy=policy, scope=scope, semantics="sequential", reset=reset, params=params)
     with mock.patch.object(mrc, "SCAN_LIMIT", 0 if tree else mrc.SCAN_LIMIT):
         rows = curve(trace, cache)
     for r in rows:
         hits, _ = reference.hitrate(trace.experts, trace.seq_offsets, trace.meta.num_experts, policy, r.capacity,
-                                    scope == "per-layer", True, reset)
+                                    scope == "per-layer", True, reset, **params)
         assert r.per_layer_hits == hits
 
 
@@ -63,7 +64,7 @@ def test_the_bundled_curve_equals_sim_hitrate_at_every_capacity(mixtral, policy,
 
 
 @pytest.mark.parametrize("scope", SCOPES)
-@pytest.mark.parametrize("policy,tree", [("lru", False), ("lru", True), ("belady", False)])
+@pytest.mark.parametrize("policy,tree", [("lru", False), ("lru", True), ("belady", False), ("gamma", False)])
 def test_one_pass_curves_equal_the_engine_on_a_synthetic_olmoe_trace(scope, policy, tree):
     trace = synth_trace(4, 64, 8, 3, 60, seed=5)
     cache = CacheConfig(policy=policy, scope=scope, semantics="sequential", reset=True)
