@@ -59,7 +59,7 @@ def mrc(
     curves = {}
     for name in policies:
         cache = CacheConfig(policy=name, scope=scope, semantics=semantics, reset=reset, params=params_for(name, given))
-        curves[name] = curve(trace, cache, sizes if budget is None else None)
+        curves[name] = curve(trace, cache, sizes if budget is None else capacities(trace, cache))
     low = min(capacities(trace, CacheConfig(scope=scope, semantics=semantics)))
     splits = {name: allocate(hits_table(rows), budget, low, rows[0].accesses) for name, rows in curves.items()} \
         if budget is not None else {}

@@ -120,9 +120,10 @@ def best_split(trace: Trace, budget: int, policy: str = "lru", semantics: str = 
     [2, 2, 2, 3]
     """
     from moesim.sim.budget import allocate
-    from moesim.sim.mrc import hits_table
+    from moesim.sim.mrc import capacities, hits_table
 
-    rows = mrc(trace, policy, "per-layer", semantics, **params)
+    every = capacities(trace, CacheConfig(scope="per-layer", semantics=semantics))
+    rows = mrc(trace, policy, "per-layer", semantics, capacities=every, **params)
     return allocate(hits_table(rows), budget, rows[0].capacity, rows[0].accesses)
 
 

@@ -61,6 +61,7 @@ from moesim.tracegen.trace import Trace
 
 # (policy, semantics) whose curve is one pass of stack distances
 ONE_PASS = {("lru", "sequential"), ("belady", "sequential"), ("gamma", "sequential")}
+MAX_RUNS = 64  # default capacities of a curve that takes one run each
 SCAN_LIMIT = 256  # objects per partition up to which a scan of the recency order beats the tree
 
 
@@ -72,15 +73,22 @@ def capacities(trace: Trace, cache: CacheConfig) -> range:
 
 
 def curve(trace: Trace, cache: CacheConfig, sizes=None, threads: int | None = None) -> list[HitRate]:
-    """``cache.policy``'s exact hits at each of ``sizes`` (default: every capacity), ``cache.capacity``
-    ignored; one pass for a stack algorithm (``ONE_PASS``), else one run per size on ``threads``."""
-    sizes = list(capacities(trace, cache) if sizes is None else sizes)
+    """``cache.policy``'s exact hits at each of ``sizes``, ``cache.capacity`` ignored; one pass for a
+    stack algorithm (``ONE_PASS``), else one run per size on ``threads``. By default every capacity;
+    for runs per size, ``MAX_RUNS`` of them spread evenly from the smallest to the largest when there
+    are more (a global pool; a layer of 128 or 256 experts)."""
+    one_pass = (cache.policy, cache.semantics) in ONE_PASS
+    if sizes is None:
+        every = capacities(trace, cache)
+        sizes = every if one_pass or len(every) <= MAX_RUNS else \
+            np.unique(np.linspace(every.start, every.stop - 1, MAX_RUNS).round().astype(int)).tolist()
+    sizes = list(sizes)
     if not sizes:
         raise MoesimError("no capacities to simulate")
     for c in sizes:
         check_capacity(trace.meta.top_k, c, cache.semantics)
         check_fits_experts(trace.meta, c, cache.scope)
-    if (cache.policy, cache.semantics) in ONE_PASS:
+    if one_pass:
         return _stack_curve(trace, cache, sizes)
     first = simulate(trace, replace(cache, capacity=sizes[0]))  # compiles (or loads) the engine once
     with ThreadPoolExecutor(threads or os.cpu_count()) as pool:

@@ -53,7 +53,7 @@ def test_one_pass_curves_equal_the_reference_at_every_capacity(trace, policy, sc
 @pytest.mark.parametrize("policy", ["lru", "belady", "gamma", "lfu"])
 def test_the_bundled_curve_equals_sim_hitrate_at_every_capacity(mixtral, policy, scope, semantics):
     cache = CacheConfig(policy=policy, scope=scope, semantics=semantics)
-    rows = curve(mixtral, cache)
+    rows = curve(mixtral, cache, capacities(mixtral, cache))
     assert [r.capacity for r in rows] == list(range(2 if semantics == "step" else 1, (8 if scope == "per-layer"
                                                                                         else 256) + 1))
     # every capacity of a layer's 8 experts; in the 256-expert pool, every 15th and the ends
@@ -93,6 +93,12 @@ def test_lru_under_step_semantics_follows_the_engine_where_inclusion_fails():
     assert [r.hits for r in rows if r.capacity in (4, 5)] == [6, 8]
 
 
+def test_a_large_pool_takes_max_runs_capacities_by_default(mixtral):
+    rows = curve(mixtral, CacheConfig(policy="fifo", scope="global"))
+    assert len(rows) == mrc.MAX_RUNS and (rows[0].capacity, rows[-1].capacity) == (2, 256)
+    assert len(curve(mixtral, CacheConfig(policy="lru", scope="global", semantics="sequential"))) == 256
+
+
 def test_capacities_and_refusals(mixtral):
     assert list(capacities(mixtral, CacheConfig(semantics="step"))) == list(range(2, 9))
     assert list(capacities(mixtral, CacheConfig(semantics="sequential", scope="global"))) == list(range(1, 257))
@@ -110,8 +116,10 @@ def test_mrc_json_equals_sim_hitrate_json_at_every_capacity(cli, scope, semantic
     code, out, _ = cli("sim", "mrc", bundled_trace_path(), "--policy", "lru,belady,gamma,lfu", "--no-reference", *args)
     assert code == 0
     rows = json.loads(out)["results"]
+    every = list(range(2 if semantics == "step" else 1, (8 if scope == "per-layer" else 256) + 1))
     caps = sorted({r["capacity"] for r in rows})
-    assert caps == list(range(2 if semantics == "step" else 1, (8 if scope == "per-layer" else 256) + 1))
+    assert caps == every  # every capacity for the one-pass curves; lfu's 64 runs spread over the pool
+    assert len([r for r in rows if r["policy"] == "lfu"]) == (len(every) if scope == "per-layer" else 64)
     assert {r["policy"] for r in rows} == {"lru", "belady", "gamma", "lfu"}
     # sim hitrate at a spread of capacities (every one per layer; the ends and a few in the pool)
     check = caps if scope == "per-layer" else [1, 2, 3, 64, 100, 255, 256]
