@@ -69,7 +69,8 @@ def mrc(
         from moesim.plots.results import plot_results
 
         plot_results(pl.DataFrame(rows).drop("per_layer_hit_rate"), "hitrate-vs-capacity", plot,
-                     source=f"{trace.meta.model or 'trace'} routing ({trace_path.name}), {scope}, {semantics} semantics")
+                     source=f"{trace.meta.model or 'trace'} routing ({trace_path.name}), {scope}, "
+                            f"{semantics} semantics")
     if as_json:
         emit_json({"trace": str(trace_path), "results": rows,
                    **({"budget": {"slots": budget, "allocations": {

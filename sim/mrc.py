@@ -124,9 +124,8 @@ def _stack_curve(trace: Trace, cache: CacheConfig, sizes: list[int]) -> list[Hit
 def scan_distances(experts, seq_offsets, num_experts, per_layer, reset, hist):
     """Count each access's LRU stack distance into ``hist[layer, d]`` (first uses at the last column),
     keeping each partition's recency order as an array, most recent first: the distance is the
-    object's index in it, found by a scan that moves the objects before it down one place as it goes, so
-the object ends at the front. Cheap while the order
-    is short (a layer's experts)."""
+    object's index in it, found by a scan that moves the objects before it down one place as it
+    goes, so the object ends at the front. Cheap while the order is short (a layer's experts)."""
     n_rows, n_layers, k = experts.shape
     size = hist.shape[1] - 1
     order = np.zeros((n_layers if per_layer else 1, size), np.int64)
