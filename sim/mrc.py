@@ -63,6 +63,7 @@ from moesim.tracegen.trace import Trace
 ONE_PASS = {("lru", "sequential"), ("belady", "sequential"), ("gamma", "sequential")}
 MAX_RUNS = 64  # default capacities of a curve that takes one run each
 SCAN_LIMIT = 256  # objects per partition up to which a scan of the recency order beats the tree
+LRU, OPT, GAMMA = range(3)  # how an access moves its object up the order (``order_distances``)
 
 
 def capacities(trace: Trace, cache: CacheConfig) -> range:
@@ -103,16 +104,15 @@ def _stack_curve(trace: Trace, cache: CacheConfig, sizes: list[int]) -> list[Hit
     hist = np.zeros((m.num_layers, objects + 1), np.int64)  # [layer, distance]; distance ``objects``: first use
     experts, offsets = np.ascontiguousarray(trace.experts, np.int16), trace.seq_offsets.astype(np.int64)
     start = time.perf_counter()
-    if cache.policy == "belady":
-        opt_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
-    elif cache.policy == "gamma":
+    decay = np.zeros(0)
+    if cache.policy == "gamma":
         gamma = float(module_params(get_policy("gamma"), cache.params)["gamma"])
         decay = np.power(gamma, np.arange(trace.num_rows + 1, dtype=np.float64))  # as the policy tabulates it
-        gamma_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, decay, hist)
-    elif objects <= SCAN_LIMIT:
-        scan_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
-    else:
+    if cache.policy == "lru" and objects > SCAN_LIMIT:
         tree_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
+    else:
+        rule = {"lru": LRU, "belady": OPT, "gamma": GAMMA}[cache.policy]
+        order_distances(rule, experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, decay, hist)
     seconds = time.perf_counter() - start
     below = np.cumsum(hist, axis=1)  # below[layer, d]: accesses at distance <= d
     accesses = [trace.num_rows * m.top_k] * m.num_layers
@@ -121,121 +121,102 @@ def _stack_curve(trace: Trace, cache: CacheConfig, sizes: list[int]) -> list[Hit
 
 
 @njit(cache=True, nogil=True)
-def scan_distances(experts, seq_offsets, num_experts, per_layer, reset, hist):
-    """Count each access's LRU stack distance into ``hist[layer, d]`` (first uses at the last column),
-    keeping each partition's recency order as an array, most recent first: the distance is the
-    object's index in it, found by a scan that moves the objects before it down one place as it
-    goes, so the object ends at the front. Cheap while the order is short (a layer's experts)."""
+def order_distances(rule, experts, seq_offsets, num_experts, per_layer, reset, decay, hist):
+    """Count each access's place in its partition's order into ``hist[layer, d]`` (first uses at the
+    last column), keeping the order as an array, best first; ``rule`` (``LRU``, ``OPT``, ``GAMMA``)
+    says how an access moves its object up (``move_lru``, ``move_opt``, ``move_gamma``). ``decay``
+    is γ^d for the γ-cache (unused otherwise). Cheap while an order is short (a layer's experts)."""
     n_rows, n_layers, k = experts.shape
     size = hist.shape[1] - 1
+    following = next_uses(experts, num_experts)[0] if rule == OPT else np.zeros(0, np.int64)
     order = np.zeros((n_layers if per_layer else 1, size), np.int64)
     used = np.zeros(order.shape[0], np.int64)
-    for s in range(seq_offsets.shape[0] - 1):
-        if reset and s > 0:
-            used[:] = 0
-        for row in range(seq_offsets[s], seq_offsets[s + 1]):
-            for layer in range(n_layers):
-                part = layer if per_layer else 0
-                stack = order[part]
-                for j in range(k):
-                    obj = experts[row, layer, j] + (0 if per_layer else layer * num_experts)
-                    carried, d, n = obj, 0, used[part]
-                    while d < n:  # shift the order down one place until obj's old place
-                        was = stack[d]
-                        stack[d] = carried
-                        if was == obj:
-                            break
-                        carried = was
-                        d += 1
-                    if d == n:
-                        stack[n] = carried
-                        used[part] += 1
-                    hist[layer, d if d < n else size] += 1
-
-
-@njit(cache=True, nogil=True)
-def opt_distances(experts, seq_offsets, num_experts, per_layer, reset, hist):
-    """Count each access's OPT stack distance into ``hist[layer, d]`` (first uses at the last column),
-    keeping each partition's OPT order as an array and each object's next use (``NEVER``: none)."""
-    n_rows, n_layers, k = experts.shape
-    size = hist.shape[1] - 1
-    following, _ = next_uses(experts, num_experts)
-    order = np.zeros((n_layers if per_layer else 1, size), np.int64)
-    used = np.zeros(order.shape[0], np.int64)
-    nxt = np.zeros(n_layers * num_experts, np.int64)
-    for s in range(seq_offsets.shape[0] - 1):
-        if reset and s > 0:
-            used[:] = 0
-        end = seq_offsets[s + 1] * n_layers * k if reset else NEVER
-        for row in range(seq_offsets[s], seq_offsets[s + 1]):
-            for layer in range(n_layers):
-                part = layer if per_layer else 0
-                stack = order[part]
-                for j in range(k):
-                    obj = layer * num_experts + experts[row, layer, j]
-                    pos = (row * n_layers + layer) * k + j
-                    nxt[obj] = following[pos] if following[pos] < end else NEVER
-                    carried, d, n = obj, 0, used[part]
-                    while d < n:
-                        here = stack[d]
-                        if here == obj:
-                            break
-                        if d == 0 or nxt[carried] < nxt[here]:  # the top is obj's; below, the sooner stays
-                            stack[d] = carried
-                            carried = here
-                        d += 1
-                    if d == n:
-                        used[part] += 1
-                    stack[d] = carried
-                    hist[layer, d if d < n else size] += 1
-
-
-@njit(cache=True, nogil=True)
-def gamma_distances(experts, seq_offsets, num_experts, per_layer, reset, decay, hist):
-    """Count each access's place in the γ-cache's order into ``hist[layer, d]`` (first requests at the
-    last column): counts at their last update, the row of it and the service clock, as the policy
-    keeps them."""
-    n_rows, n_layers, k = experts.shape
-    size = hist.shape[1] - 1
-    order = np.zeros((n_layers if per_layer else 1, size), np.int64)
-    used = np.zeros(order.shape[0], np.int64)
-    count = np.zeros(n_layers * num_experts)
+    nxt = np.zeros(n_layers * num_experts, np.int64)  # OPT: each object's next use
+    count = np.zeros(n_layers * num_experts)  # γ: decayed count at its last update, and that row
     last = np.zeros(n_layers * num_experts, np.int64)
-    served = np.zeros(n_layers * num_experts, np.int64)
-    clock = 0
     for s in range(seq_offsets.shape[0] - 1):
         if reset and s > 0:
             used[:] = 0
             count[:] = 0.0
+        end = seq_offsets[s + 1] * n_layers * k if reset else NEVER
         for row in range(seq_offsets[s], seq_offsets[s + 1]):
             for layer in range(n_layers):
                 part = layer if per_layer else 0
-                stack = order[part]
+                stack, n = order[part], used[part]
                 for j in range(k):
                     obj = layer * num_experts + experts[row, layer, j]
-                    n = used[part]
-                    d = 0
-                    while d < n and stack[d] != obj:
-                        d += 1
-                    hist[layer, d if d < n else size] += 1
-                    count[obj] = count[obj] * decay[row - last[obj]] + 1.0
-                    last[obj] = row
-                    clock += 1
-                    served[obj] = clock
-                    up = 0  # the first place whose occupant obj outranks (it was served last: ties go to it)
-                    while up < d and stack[up] != obj and count[stack[up]] * decay[row - last[stack[up]]] > count[obj]:
-                        up += 1
-                    if d == n:
-                        used[part] += 1
-                    while d > up:
-                        stack[d] = stack[d - 1]
-                        d -= 1
-                    stack[up] = obj
+                    if rule == LRU:
+                        d = move_lru(stack, n, obj)
+                    elif rule == OPT:
+                        pos = (row * n_layers + layer) * k + j
+                        nxt[obj] = following[pos] if following[pos] < end else NEVER
+                        d = move_opt(stack, n, obj, nxt)
+                    else:
+                        d = move_gamma(stack, n, obj, row, count, last, decay)
+                    if d == n:  # a first use: the order grew by one
+                        hist[layer, size] += 1
+                        n += 1
+                    else:
+                        hist[layer, d] += 1
+                used[part] = n
+
+
+@njit(cache=True, inline="always")
+def move_lru(stack, n, obj):
+    """LRU: obj goes to the front; the objects before its old place (``n``: none, a first use) shift
+    down one, in the same scan that finds it. Returns the old place."""
+    carried, d = obj, 0
+    while d < n:
+        was = stack[d]
+        stack[d] = carried
+        if was == obj:
+            return d
+        carried = was
+        d += 1
+    stack[n] = carried
+    return n
+
+
+@njit(cache=True, inline="always")
+def move_opt(stack, n, obj, nxt):
+    """OPT's stack update: obj goes to the top and the objects above its old place merge downwards,
+    each place keeping whichever of the carried object and its occupant is used again sooner."""
+    carried, d = obj, 0
+    while d < n:
+        here = stack[d]
+        if here == obj:
+            break
+        if d == 0 or nxt[carried] < nxt[here]:  # the top is obj's; below, the sooner stays
+            stack[d] = carried
+            carried = here
+        d += 1
+    stack[d] = carried
+    return d
+
+
+@njit(cache=True, inline="always")
+def move_gamma(stack, n, obj, row, count, last, decay):
+    """The γ-cache: obj's count rises (eq. 8, the policy's arithmetic) and, served last, it wins ties,
+    so it moves up to the first place whose occupant it outranks; the places between shift down."""
+    d = 0
+    while d < n and stack[d] != obj:
+        d += 1
+    count[obj] = count[obj] * decay[row - last[obj]] + 1.0
+    last[obj] = row
+    up = 0
+    while up < d and count[stack[up]] * decay[row - last[stack[up]]] > count[obj]:
+        up += 1
+    place = d
+    while place > up:
+        stack[place] = stack[place - 1]
+        place -= 1
+    stack[up] = obj
+    return d
 
 
 @njit(cache=True, nogil=True)
 def tree_distances(experts, seq_offsets, num_experts, per_layer, reset, hist):
-    """``scan_distances`` for long orders (a global pool), in O(log n) per access.
+    """LRU's distances of ``order_distances`` for long orders (a global pool), in O(log n) per access.
 
     A partition's accesses get positions in trace order; ``tree[part]`` is a Fenwick tree over them
     with a mark at every object's last use, so the distance of an access at ``pos`` to an object last
