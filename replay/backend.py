@@ -1,7 +1,8 @@
 """The interface the replay's executor (``moesim.replay.run``) drives, the same on every backend.
 
-- ``load(obj, buf, lowbit=False)``: queue the copy of expert ``obj`` (layer * E + expert) into buffer
-  ``buf`` (its low-bit copy with ``lowbit``); returns a handle for ``ready``;
+- ``load(obj, buf)``: queue the copy of expert ``obj`` (layer * E + expert) into buffer ``buf``;
+  returns a handle for ``ready``; ``load_lowbit(obj, buf)``: the same for its low-bit copy
+  (``lowbit-miss``);
 - ``ready(handle)``: the compute stream waits for that copy;
 - ``weights(buf)``: the buffer as a flat tensor for ``ComputeStream.expert``;
 - ``host(obj)``: expert ``obj``'s weights in host memory, for ``ComputeStream.cpu`` (the experts of the
@@ -29,6 +30,9 @@ class Backend:
 
     def routed(self) -> None:
         pass
+
+    def load_lowbit(self, obj: int, buf: int):
+        raise NotImplementedError("this backend holds no low-bit copies")
 
     def host(self, obj: int):
         raise NotImplementedError("this backend keeps no experts in host memory for the CPU to compute")

@@ -165,9 +165,7 @@ class CpuBackend(Backend):
             self.close()
             raise
 
-    def load(self, obj: int, buf: int, lowbit: bool = False) -> threading.Event:
-        if lowbit:
-            raise MoesimError("the CPU backend holds no low-bit copies; replay lowbit-miss on --backend virtual")
+    def load(self, obj: int, buf: int) -> threading.Event:
         e = self.files.model.num_experts
         return self.reader.submit(obj // e, obj % e, self.buffers[buf])
 

@@ -274,8 +274,8 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
     n_layers = req.experts.shape[1]
     i = 0
 
-    def copy(obj: int, buf: int) -> None:
-        copying[buf] = machine.load(obj, buf)
+    def copy(obj: int, buf: int, lowbit: bool = False) -> None:
+        copying[buf] = (machine.load_lowbit if lowbit else machine.load)(obj, buf)
 
     def wait(buf) -> None:
         if buf in copying:
@@ -331,7 +331,7 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
                     buf = layout.slots + len(run)
                 else:
                     buf = staged_next[obj] = free_staging.pop()
-                copying[buf] = machine.load(obj, buf, lowbit=event == EV_LOWBIT)
+                copy(obj, buf, event == EV_LOWBIT)
                 if event in (EV_LOAD, EV_LOWBIT):
                     loads += decode
                     accesses += decode

@@ -37,10 +37,11 @@ class VirtualBackend(Backend):
         self.route_at, self.cpu_back = 0.0, -1.0
 
     # the backend interface
-    def load(self, obj: int, buf: int, lowbit: bool = False) -> float:
-        if lowbit:  # low-bit copies stay in DRAM
-            return queue_copy(self.tiers, self.now, self.times[T_LOWBIT_COPY])
+    def load(self, obj: int, buf: int) -> float:
         return transfer(self.tiers, obj, self.now, self.times, self.dram_capacity, self.counters)
+
+    def load_lowbit(self, obj: int, buf: int) -> float:
+        return queue_copy(self.tiers, self.now, self.times[T_LOWBIT_COPY])  # low-bit copies stay in DRAM
 
     def routed(self) -> None:
         self.route_at = self.now
