@@ -47,7 +47,7 @@ def plan(
     if plot is not None and result.rows:
         from moesim.plots.plan import plot_plan
 
-        plot_plan(result, curves(result, trace), plot)
+        plot_plan(result, curves(result), plot)
     if as_json:
         emit_json(result.as_dict())
         return

@@ -61,6 +61,7 @@ class Plan:
     rows: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
     results: list = field(default_factory=list, repr=False)  # the DesResult behind each row
+    simulated: Trace | None = field(default=None, repr=False)  # the trace the rows were simulated on
 
     def as_dict(self) -> dict:
         return {"model": self.model, "hardware": self.hardware, "machine": self.machine, "trace": self.trace,
@@ -96,7 +97,7 @@ def plan(model: str, hardware: str = "rtx4090", vram: float | None = None, ram: 
                         batch=batch, warmup=warmup)
     hw = base.hardware.spec()
     out = Plan(spec.name, hw.name, f"{hw.gpu.name} ({hw.gpu.hbm_gb:g} GiB), {hw.link.name}"
-               + (f", {hw.cpu.name} ({hw.cpu.ram_gb:g} GiB)" if hw.cpu else ""), name, prompt, batch)
+               + (f", {hw.cpu.name} ({hw.cpu.ram_gb:g} GiB)" if hw.cpu else ""), name, prompt, batch, simulated=tr)
     compile_loops((s.get("policy", "lru"), s.get("prefetch", "none")) for _, s in CANDIDATES)
     for dtype in dtypes:
         for strategy, settings in CANDIDATES:
@@ -136,11 +137,11 @@ def _named(settings: dict) -> dict:
     return {k: settings.get(k) for k in ("policy", "prefetch")}
 
 
-def curves(p: Plan, trace: str | Path | None = None, points: int = CURVE_POINTS) -> dict:
-    """Per strategy, its best row's settings with the GPU memory it uses stepped down: a list of
-    (VRAM GiB, tokens/s) from the smallest placement to the one ``auto`` chose."""
+def curves(p: Plan, points: int = CURVE_POINTS) -> dict:
+    """Per strategy, its best row's settings with the GPU memory it uses stepped down, on the plan's
+    trace: a list of (VRAM GiB, tokens/s) from the smallest placement to the one ``auto`` chose."""
     spec = get_model(p.model)
-    tr, _ = plan_trace(spec, trace, 2 * p.batch)
+    tr = p.simulated
     best = {}
     for r in p.results:
         best.setdefault(r.config.execution.strategy, r)
