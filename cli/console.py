@@ -46,6 +46,13 @@ def fmt(value) -> str:
     return str(value)
 
 
+def slots_text(capacity) -> str:
+    """A capacity as a table shows it: the number, or a per-layer list's total and range."""
+    if isinstance(capacity, tuple):
+        return f"{sum(capacity)} ({min(capacity)}-{max(capacity)}/layer)"
+    return str(capacity)
+
+
 def emit_json(payload) -> None:
     """JSON on stdout with nothing else on it, so it pipes into jq; NaN and infinities are null (JSON has
     no such numbers, and jq and most parsers refuse them)."""

@@ -30,3 +30,6 @@ LowbitThreshold = Annotated[Optional[float], typer.Option(help="lowbit-miss: gat
 LowbitDtype = Annotated[Optional[str], typer.Option(help="lowbit-miss: int4 (default) or int2.")]
 OtherDtype = Annotated[Optional[str], typer.Option("--other-dtype", help="Precision of every other weight (attention, "
                                                   "embeddings, shared experts): as --dtype (default: bf16).")]
+Split = Annotated[str, typer.Option(help="uniform: C slots in every layer; best: the layers' slots shared out "
+                                         "the way that maximises the policy's hits on the trace (per-layer "
+                                         "scope; exact, from its hit rate at every capacity).")]

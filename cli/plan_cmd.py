@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from moesim.cli.console import console, emit_json, table
-from moesim.cli.options import Cpu, Hardware, Link, Ram, Vram
+from moesim.cli.console import console, emit_json, slots_text, table
+from moesim.cli.options import Cpu, Hardware, Link, Ram, Split, Vram
 from moesim.files import check_output
 
 
@@ -24,6 +24,7 @@ def plan(
     context: Annotated[int, typer.Option(help="Prompt tokens: prefilled for the time to first token, then held in "
                                               "the KV cache.")] = 512,
     batch: Annotated[int, typer.Option(help="Sequences decoded in lockstep.")] = 1,
+    split: Split = "uniform",
     dtype: Annotated[str, typer.Option(help="Comma-separated expert formats to consider: bf16, fp8, q8_0, q4_k, "
                                             "mxfp4, int4, int2.")] = "bf16,q8_0,q4_k",
     plot: Annotated[Optional[Path], typer.Option(help="Also draw tokens/s against GPU memory per strategy "
@@ -43,7 +44,7 @@ def plan(
         check_output(plot, "figure", inputs=() if trace is None else (trace,))
     formats = [d.strip() for d in dtype.split(",") if d.strip()]
     with console.status("simulating each strategy (the first run compiles each policy)"):
-        result = run_plan(model, hardware, vram, ram, trace, context, batch, formats, cpu, link)
+        result = run_plan(model, hardware, vram, ram, trace, context, batch, formats, cpu, link, split)
     if plot is not None and result.rows:
         from moesim.plots.plan import plot_plan
 
@@ -56,7 +57,7 @@ def plan(
           ["#", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s", "TPOT ms", "TTFT",
            "VRAM", "RAM", "on CPU", "run it with"],
           [[r["rank"], r["strategy"], r["dtype"], r["policy"] or "-", r["prefetch"] or "-",
-            "-" if r["capacity"] is None else f"{r['capacity']}{' in all' if r['scope'] == 'global' else ''}",
+            "-" if r["capacity"] is None else f"{slots_text(r['capacity'])}{' in all' if r['scope'] == 'global' else ''}",
             "-" if r["cpu_layers"] is None else r["cpu_layers"],
             r["tokens_per_s"], r["tpot_s"] * 1e3, r["ttft_s"], r["vram_gb"], r["ram_gb"], r["cpu_share"],
             f"{r['engine']}" + (f": {r['engine_flags']}" if r["engine_flags"] else "")] for r in result.rows])

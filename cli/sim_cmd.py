@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import polars as pl
 import typer
 
-from moesim.cli.console import console, emit_json, table
+from moesim.cli.console import console, emit_json, slots_text, table
 from moesim.cli.options import (Cpu, CpuLayers, Dtype, Gamma, Hardware, Link, LowbitDtype, LowbitThreshold, MlModel,
-                                OtherDtype, PinTrace, Ram, Seed, Strategy, Vram)
+                                OtherDtype, PinTrace, Ram, Seed, Split, Strategy, Vram)
 from moesim.errors import MoesimError
 from moesim.policies import POLICIES
 from moesim.policies.prefetch import PREFETCHERS
@@ -68,6 +68,7 @@ def hitrate(
     capacity: Annotated[str, typer.Option(help="Comma-separated cache sizes in experts (per layer, or in the "
                                                "pool with --scope global).")] = "4",
     scope: Annotated[str, typer.Option(help="per-layer: C slots in every layer; global: one pool.")] = "per-layer",
+    split: Split = "uniform",
     semantics: Annotated[str, typer.Option(help="step: a step's k experts arrive at once and are never "
                                                 "evicted for each other; sequential: one by one, a "
                                                 "textbook cache.")] = "step",
@@ -85,8 +86,8 @@ def hitrate(
     trace = load_trace(trace_path)
     given = policy_params(gamma=gamma, seed=seed, ml_model=ml_model, pin_trace=pin_trace)
     check_params_used(names(policy), given)
-    results = [simulate(trace, CacheConfig(policy=name, capacity=c, scope=scope, semantics=semantics, reset=reset,
-                                           params=params_for(name, given)))
+    results = [simulate(trace, CacheConfig(policy=name, capacity=c, scope=scope, split=split, semantics=semantics,
+                                           reset=reset, params=params_for(name, given)))
                for name in names(policy) for c in int_list(capacity, "--capacity")]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
@@ -94,7 +95,7 @@ def hitrate(
     table(f"{trace_path}: {trace.meta.model or 'trace'}, {trace.accesses} accesses, scope {scope}, "
           f"semantics {semantics}",
           ["policy", "capacity", "hit rate", "hits", "misses", "worst layer", "best layer", "M acc/s"],
-          [[r.policy, r.capacity, r.hit_rate, r.hits, r.misses, min(r.per_layer_hit_rate),
+          [[r.policy, slots_text(r.capacity), r.hit_rate, r.hits, r.misses, min(r.per_layer_hit_rate),
             max(r.per_layer_hit_rate), r.accesses_per_s / 1e6] for r in results])
 
 
@@ -119,6 +120,7 @@ def run(
                                                "--scope global); 0: no expert cache; auto: as many as GPU memory "
                                                "holds.")] = "4",
     scope: Annotated[str, typer.Option(help="per-layer or global.")] = "per-layer",
+    split: Split = "uniform",
     dram_capacity: Annotated[Optional[int], typer.Option("--dram-capacity", help="Experts host DRAM caches in "
                                                          "front of the SSD (needs --ssd); default: all in DRAM.")] = None,
     prefetch: Annotated[str, typer.Option(help=f"Prefetcher: {', '.join(PREFETCHERS)}.")] = "none",
@@ -186,7 +188,7 @@ def run(
           f"memory in GiB",
           ["policy", "C", "TPOT", "p99", "tok/s", "compute", "copy", "stall"] + ["CPU", "on CPU"] * uses_cpu
           + ["hit rate", "VRAM", "RAM"] + ["TTFT"] * ttft,
-          [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3,
+          [[r.policy, slots_text(r.capacity), r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3,
             r.copy_s * 1e3, r.stall_s * 1e3] + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu
            + [r.hit_rate, r.vram_gb, r.ram_gb] + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
     if base.execution.strategy == "cpu-experts":
@@ -194,7 +196,7 @@ def run(
                       "the CPU")
     if prefetch != "none":
         for r in results:
-            console.print(f"{r.policy} @ {r.capacity}: prefetch precision {_pct(r.prefetch_precision)}, recall "
+            console.print(f"{r.policy} @ {slots_text(r.capacity)}: prefetch precision {_pct(r.prefetch_precision)}, recall "
                           f"{_pct(r.prefetch_recall)}, {r.prefetch_loads} prefetched, {r.prefetch_used} used"
                           + (f"; {r.substitutions} substitutions carrying {r.substituted_weight:.3f} router weight "
                              f"per layer and step" if mode == "commit" else ""))

@@ -119,12 +119,9 @@ def best_split(trace: Trace, budget: int, policy: str = "lru", semantics: str = 
     >>> moesim.best_split(trace, 96, "lru").slots[:4]
     [2, 2, 2, 3]
     """
-    from moesim.sim.budget import allocate
-    from moesim.sim.mrc import capacities, hits_table
+    from moesim.sim.budget import best_split as split
 
-    every = capacities(trace, CacheConfig(scope="per-layer", semantics=semantics))
-    rows = mrc(trace, policy, "per-layer", semantics, capacities=every, **params)
-    return allocate(hits_table(rows), budget, rows[0].capacity, rows[0].accesses)
+    return split(trace, CacheConfig(policy=policy, semantics=semantics, params=params), budget)
 
 
 def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSpec | None = None,

@@ -84,8 +84,10 @@ def plan_trace(model: ModelSpec, path: str | Path | None, sequences: int, seed: 
 
 def plan(model: str, hardware: str = "rtx4090", vram: float | None = None, ram: float | None = None,
          trace: str | Path | None = None, prompt: int = 512, batch: int = 1, dtypes=DTYPES,
-         cpu: str | None = None, link: str | None = None) -> Plan:
-    """Simulate every candidate in every dtype on ``model`` and ``hardware``; the fitting ones ranked."""
+         cpu: str | None = None, link: str | None = None, split: str = "uniform") -> Plan:
+    """Simulate every candidate in every dtype on ``model`` and ``hardware``; the fitting ones ranked.
+    ``split`` ``best`` shares each per-layer cache's slots out over the layers the best way for the
+    trace (``moesim.sim.budget``)."""
     spec = get_model(model)
     if spec.kind != "moe":
         raise MoesimError(f"{spec.name} is a MoLE model: its lookup tables have one placement; use 'moesim sim run'")
@@ -95,6 +97,7 @@ def plan(model: str, hardware: str = "rtx4090", vram: float | None = None, ram: 
     warmup = 1 if tr.num_sequences > batch else 0
     base = Config.build(model=spec.name, hardware=hardware, vram=vram, ram=ram, cpu=cpu, link=link, prompt=prompt,
                         batch=batch, warmup=warmup)
+    Config.build(split=split)  # a bad name is refused before any work
     hw = base.hardware.spec()
     out = Plan(spec.name, hw.name, f"{hw.gpu.name} ({hw.gpu.hbm_gb:g} GiB), {hw.link.name}"
                + (f", {hw.cpu.name} ({hw.cpu.ram_gb:g} GiB)" if hw.cpu else ""), name, prompt, batch, simulated=tr)
@@ -103,6 +106,8 @@ def plan(model: str, hardware: str = "rtx4090", vram: float | None = None, ram: 
         for strategy, settings in CANDIDATES:
             if strategy == "lowbit-miss":  # a low-bit copy well below the format: HOBBIT's int4 for 16-bit experts
                 settings = {**settings, "lowbit_dtype": "int4" if BYTES_PER_PARAM[dtype] >= 1 else "int2"}
+            if "capacity" in settings and settings.get("scope", "per-layer") == "per-layer":
+                settings = {**settings, "split": split}
             config = base.replace(dtype=dtype, other_dtype=dtype, strategy=strategy, **settings)
             try:
                 result = simulate_des(tr, config, spec, hw)
@@ -149,7 +154,8 @@ def curves(p: Plan, points: int = CURVE_POINTS) -> dict:
     for strategy, r in best.items():
         module = get_strategy(strategy)
         if module.CACHE:
-            top = r.config.cache.capacity
+            slots = r.config.cache.slots(spec.num_layers)  # a split's per-layer mean: its L·C
+            top = int(slots.sum()) // slots.size
             low = tr.meta.top_k if top >= tr.meta.top_k else 0
             sizes = [{"capacity": int(c)} for c in _spread(low, top, points)] + ([{"capacity": 0}] if low else [])
         else:

@@ -29,7 +29,7 @@ def make_state(ctx):
     # per partition: [list the missing id was found in (B1, B2 or -1), ghost list for the victim,
     # 1 if the insert is a prefetch fill], p; per object: 1 while a fill has not been requested
     return (make_lists(ctx.num_objects, ctx.num_parts, 4), np.zeros((ctx.num_parts, 3), np.int64),
-            np.array([ctx.capacity], np.int64), np.zeros(ctx.num_parts, np.float64),
+            ctx.slots, np.zeros(ctx.num_parts, np.float64),
             np.zeros(ctx.num_objects, np.int64))
 
 
@@ -51,7 +51,7 @@ def on_hit(st, part, slot, obj, t):
 
 @njit(cache=True)
 def on_miss(st, part, obj, t):
-    lists, ctl, c = st[0], st[1], st[2][0]
+    lists, ctl, c = st[0], st[1], st[2][part]
     found = list_of(lists, obj)
     ctl[part, 0] = found if found == B1 or found == B2 else NO_GHOST
     if found == B1:
@@ -93,7 +93,7 @@ def _replace(st, part, slot_of, mark, stamp):
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    lists, ctl, c = st[0], st[1], st[2][0]
+    lists, ctl, c = st[0], st[1], st[2][part]
     if ctl[part, 0] == NO_GHOST:
         if list_size(lists, part, T1) + list_size(lists, part, B1) >= c:
             if list_size(lists, part, T1) < c:

@@ -43,7 +43,7 @@ class Context:
     experts: np.ndarray          # int16 [rows, L, W], W >= k; -1 entries are padding, not requests
     seq_offsets: np.ndarray      # int64 [S + 1]
     num_experts: int
-    capacity: int
+    slots: np.ndarray            # int64 [num_parts]: each partition's slots
     per_layer: bool
     sequential: bool
     reset_each_seq: bool

@@ -42,8 +42,8 @@ NAME = "gamma"
 PARAMS = {"gamma": 0.9}  # the decay γ of eq. 8
 BYPASSES = True  # a miss outside Top-C is served without a slot (moesim.sim.memory gives it a scratch buffer)
 PARAM_BOUNDS = {"gamma": (0.0, 1.0)}
-# control words: experts per layer, service clock, current row, sequential?, capacity, step stamp
-C_E, C_CLOCK, C_ROW, C_SEQ, C_CAP, C_STAMP = range(6)
+# control words: experts per layer, service clock, current row, sequential?, step stamp
+C_E, C_CLOCK, C_ROW, C_SEQ, C_STAMP = range(5)
 
 
 def make_counts(ctx) -> tuple:
@@ -52,15 +52,15 @@ def make_counts(ctx) -> tuple:
     gamma = float(ctx.params["gamma"])
     n = ctx.num_objects
     decay = np.power(gamma, np.arange(ctx.experts.shape[0] + 1, dtype=np.float64))
-    ctl = np.array([ctx.num_experts, 0, 0, int(ctx.sequential), ctx.capacity, 0], np.int64)
+    ctl = np.array([ctx.num_experts, 0, 0, int(ctx.sequential), 0], np.int64)
     return np.zeros(n), np.zeros(n, np.int64), np.full(n, -1.0), np.zeros(n), decay, ctl
 
 
 def make_state(ctx):
-    # the counts, the residents per partition (order unused), and per object the step stamp at which
-    # it was admitted and at which it was requested
+    # the counts, the residents per partition (order unused), per object the step stamp at which it
+    # was admitted and at which it was requested, and each partition's slots
     return make_counts(ctx) + (make_lists(ctx.num_objects, ctx.num_parts, 1), np.full(ctx.num_objects, -1, np.int64),
-                               np.full(ctx.num_objects, -1, np.int64))
+                               np.full(ctx.num_objects, -1, np.int64), ctx.slots)
 
 
 @njit(cache=True, inline="always")
@@ -134,7 +134,7 @@ def on_step(st, part, layer, row, ranked, t):
                     hits += 1
                 else:
                     misses += 1
-    room = ctl[C_CAP] - hits
+    room = st[9][part] - hits
     everyone = misses + list_size(residents, part, 0) - hits <= room  # all of them fit: no ranking
     o = residents[1][part, 0, HEAD]
     while o >= 0 and not everyone:
@@ -172,7 +172,7 @@ def on_miss(st, part, obj, t):
     if not ctl[C_SEQ]:
         return st[7][obj] == ctl[C_STAMP]
     count_request(st, obj)
-    if list_size(residents, part, 0) < ctl[C_CAP]:
+    if list_size(residents, part, 0) < st[9][part]:
         return True
     st[3][obj] = st[0][obj]
     o = residents[1][part, 0, HEAD]

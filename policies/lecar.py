@@ -38,19 +38,26 @@ LEARNING_RATE = 0.45
 
 def make_state(ctx):
     # lists: recency order of residents and the two histories; the LFU expert's state; eviction time
-    # per id; per partition: w_LRU and access clock; [capacity]; penalty factor by age; generator
+    # per id; per partition: w_LRU, access clock, slots, penalty factor by age; generator
     return (make_lists(ctx.num_objects, ctx.num_parts, 3), make_lfu(ctx), np.zeros(ctx.num_objects, np.int64),
             np.full(ctx.num_parts, 0.5), np.zeros(ctx.num_parts, np.int64),
-            np.array([ctx.capacity], np.int64), penalty_table(ctx.capacity), make_rng(int(ctx.params["seed"])))
+            ctx.slots, penalty_tables(ctx.slots), make_rng(int(ctx.params["seed"])))
 
 
-def penalty_table(capacity: int) -> np.ndarray:
-    """e^(−λ·d^t) for t = 0, 1, ... up to the first t where it is exactly 1.0 (d = 0.005^(1/C))."""
-    discount = 0.005 ** (1.0 / capacity)
-    factors = [math.exp(-LEARNING_RATE * discount ** 0)]
-    while factors[-1] < 1.0:
-        factors.append(math.exp(-LEARNING_RATE * discount ** len(factors)))
-    return np.array(factors)
+def penalty_tables(slots: np.ndarray) -> np.ndarray:
+    """Per partition of C slots, e^(−λ·d^t) for t = 0, 1, ... up to the first t where it is exactly
+    1.0 (d = 0.005^(1/C)), the shorter rows padded with 1.0."""
+    rows = []
+    for capacity in slots:
+        discount = 0.005 ** (1.0 / capacity)
+        factors = [math.exp(-LEARNING_RATE * discount ** 0)]
+        while factors[-1] < 1.0:
+            factors.append(math.exp(-LEARNING_RATE * discount ** len(factors)))
+        rows.append(factors)
+    table = np.ones((len(rows), max(map(len, rows))))
+    for part, factors in enumerate(rows):
+        table[part, :len(factors)] = factors
+    return table
 
 
 @njit(cache=True)
@@ -77,7 +84,7 @@ def on_miss(st, part, obj, t):
     clock[part] += 1
     found = list_of(lists, obj)
     if found == H_LRU or found == H_LFU:
-        penalty = penalties[min(clock[part] - evicted_at[obj], penalties.shape[0] - 1)]
+        penalty = penalties[part, min(clock[part] - evicted_at[obj], penalties.shape[1] - 1)]
         if found == H_LRU:
             lru = w_lru[part] * penalty
             lfu = 1.0 - w_lru[part]
@@ -100,7 +107,7 @@ def on_prefetch(st, part, obj, t):
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    lists, lfu, evicted_at, w_lru, clock, capacity = st[0], st[1], st[2], st[3], st[4], st[5][0]
+    lists, lfu, evicted_at, w_lru, clock, capacity = st[0], st[1], st[2], st[3], st[4], st[5][part]
     if rng_uniform(st[7]) < w_lru[part]:
         victim, history = slot_of[list_first_unmarked(lists, part, RECENCY, TAIL, mark, stamp)], H_LRU
     else:

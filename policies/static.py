@@ -1,4 +1,5 @@
-"""static: pin the C most popular experts of each layer (Fiddler / DAOP-style static placement).
+"""static: pin the C most popular experts of each layer, its own C when capacities are listed per
+layer (Fiddler / DAOP-style static placement).
 
 Popularity is the activation count in a training trace (parameter ``pin_trace``, a Trace; without
 one the simulated trace itself is used, which is an oracle upper bound for static placement). With
@@ -32,10 +33,11 @@ def make_state(ctx):
     pinned = np.zeros(ctx.num_objects, np.float64)
     if ctx.per_layer:
         by_layer = counts.reshape(ctx.num_layers, ctx.num_experts)
-        top = np.argsort(-by_layer, axis=1, kind="stable")[:, :ctx.capacity]
-        pinned[(np.arange(ctx.num_layers)[:, None] * ctx.num_experts + top).ravel()] = 1.0
+        order = np.argsort(-by_layer, axis=1, kind="stable")
+        top = np.arange(ctx.num_experts)[None, :] < ctx.slots[:, None]  # each layer's first C_l
+        pinned[(np.arange(ctx.num_layers)[:, None] * ctx.num_experts + order)[top]] = 1.0
     else:
-        pinned[np.argsort(-counts, kind="stable")[:ctx.capacity]] = 1.0
+        pinned[np.argsort(-counts, kind="stable")[:ctx.slots[0]]] = 1.0
     return (pinned,)
 
 

@@ -161,8 +161,7 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
     trace, model = shrink(trace, model, layers, scale)
     sim = simulate_des(trace, config.replace(dtype=DTYPE[backend]) if real else config, model, hardware,
                        decisions=True)
-    capacity, scope = sim.config.cache.capacity, sim.config.cache.scope
-    n_slots = capacity * (model.num_layers if scope == "per-layer" else 1)
+    n_slots = int(sim.config.cache.slots(model.num_layers).sum())
     placed_layers = model.num_layers if (sim.placement != CACHED).any() else 0
     folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
     if real:

@@ -9,16 +9,25 @@ slots do not depend on the other layers' sizes and the total is a sum of indepen
 layer it gains most in) is exact only when every h_l is concave, which LRU's is not in general
 (a cyclic pattern over c+1 experts gains nothing until the c+1-th slot), so it is not used.
 Slots rather than bytes: every layer's experts have the same size in the models moesim knows, so a
-byte budget is ``B = bytes // expert_bytes``.
+byte budget is ``B = bytes // expert_bytes``. Of splits with equal hits the one that spends the most
+slots is kept (a slot the trace does not use may serve another prompt).
+
+``best_slots`` is what ``split = "best"`` runs: the split of a configuration's own slots (L·C, or
+the sum of its per-layer list) from the policy's curves on the simulated trace. It is the best split
+for that trace (in-sample); for a batch of B sequences in the discrete-event engine it is the best
+split of their batch-1 accesses.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.sim.config import CacheConfig
+from moesim.sim.mrc import capacities, curve, hits_table
+from moesim.tracegen.trace import Trace
 
 
 @dataclass
@@ -53,7 +62,7 @@ def allocate(curves: np.ndarray, budget: int, low: int, accesses: int) -> Alloca
             better = cand > nxt
             nxt[better], choice[layer, better] = cand[better], c
         best = nxt
-    b = int(np.argmax(best))
+    b = budget - int(np.argmax(best[::-1]))  # the most slots among the best
     total = int(best[b])
     slots = []
     for layer in range(n_layers - 1, -1, -1):
@@ -61,3 +70,18 @@ def allocate(curves: np.ndarray, budget: int, low: int, accesses: int) -> Alloca
         b -= slots[-1]
     uniform = min(budget // n_layers, top)
     return Allocation(slots[::-1], total, int(curves[:, uniform].sum()), accesses)
+
+
+def best_split(trace: Trace, cache: CacheConfig, budget: int) -> Allocation:
+    """The best split of ``budget`` slots over the layers for ``cache``'s policy, semantics and reset,
+    from its exact hits at every per-layer capacity."""
+    every = replace(cache, scope="per-layer", split="uniform")
+    rows = curve(trace, every, capacities(trace, every))
+    return allocate(hits_table(rows), budget, rows[0].capacity, rows[0].accesses)
+
+
+def best_slots(trace: Trace, cache: CacheConfig) -> CacheConfig:
+    """``cache`` with its slots (a per-layer capacity, L·C in all, or its list's sum) split the best way:
+    its capacity becomes the list of each layer's slots."""
+    total = int(cache.slots(trace.meta.num_layers).sum())
+    return replace(cache, capacity=tuple(best_split(trace, cache, total).slots))

@@ -30,6 +30,8 @@ import numbers
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+import numpy as np
+
 from moesim.errors import MoesimError
 from moesim.files import atomic_output, read_toml
 from moesim.policies import POLICIES, get_policy
@@ -39,6 +41,7 @@ from moesim.sim.strategies import STRATEGIES, get_strategy
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, model_for_trace
 
 SCOPES = ("per-layer", "global")
+SPLITS = ("uniform", "best")
 SEMANTICS = ("step", "sequential")
 MODES = ("fallback", "commit")
 KERNELS = ("fused", "per-expert")
@@ -170,13 +173,17 @@ class HardwareConfig:
 @dataclass(frozen=True)
 class CacheConfig:
     """The GPU's expert cache: ``capacity`` slots per layer (scope ``per-layer``) or in one pool
-    (``global``), 0 for none, ``auto`` for as many as GPU memory holds; ``semantics`` of a step's accesses (the hit-rate engine; the discrete-event
-    engine serves a step at once); ``reset`` empties it at each sequence (batch); ``dram_capacity``
-    experts host DRAM caches in front of an SSD (None: every expert in DRAM); ``params`` of the policy."""
+    (``global``), 0 for none, ``auto`` for as many as GPU memory holds, or a list of every layer's
+    own slots (per-layer); ``split`` ``best`` shares the layers' slots (L·C, or the list's sum) out
+    over them the way that maximises the policy's hits on the trace (``moesim.sim.budget``);
+    ``semantics`` of a step's accesses (the hit-rate engine; the discrete-event engine serves a step
+    at once); ``reset`` empties it at each sequence (batch); ``dram_capacity`` experts host DRAM
+    caches in front of an SSD (None: every expert in DRAM); ``params`` of the policy."""
 
     policy: str = "lru"
-    capacity: int | str = 4
+    capacity: int | str | tuple = 4
     scope: str = "per-layer"
+    split: str = "uniform"
     semantics: str = "step"
     reset: bool = False
     dram_capacity: int | None = None
@@ -184,8 +191,15 @@ class CacheConfig:
 
     def __post_init__(self):
         _choice("cache", "policy", self.policy, POLICIES)
-        _int(self, "cache", "capacity", 0, auto=True)
         _choice("cache", "scope", self.scope, SCOPES)
+        _choice("cache", "split", self.split, SPLITS)
+        if isinstance(self.capacity, (list, tuple)):
+            _layer_slots(self)
+        else:
+            _int(self, "cache", "capacity", 0, auto=True)
+        if self.split == "best" and self.scope != "per-layer":
+            raise MoesimError("[cache] split best shares slots out over the layers' own caches: it needs scope "
+                              "per-layer")
         _choice("cache", "semantics", self.semantics, SEMANTICS)
         if not isinstance(self.reset, bool):
             raise MoesimError(f"[cache] reset must be true or false, got {self.reset!r}")
@@ -195,6 +209,26 @@ class CacheConfig:
 
     def __hash__(self):
         return hash(_canonical(self))
+
+    def slots(self, num_layers: int) -> np.ndarray:
+        """int64 [partitions]: the slots of each layer (per-layer scope) or of the one pool (global),
+        of a resolved capacity (not ``auto``)."""
+        if isinstance(self.capacity, tuple):
+            if len(self.capacity) != num_layers:
+                raise MoesimError(f"[cache] capacity lists {len(self.capacity)} layers' slots, the trace has "
+                                  f"{num_layers} layers")
+            return np.array(self.capacity, np.int64)
+        return np.full(num_layers if self.scope == "per-layer" else 1, self.capacity, np.int64)
+
+
+def _layer_slots(cache) -> None:
+    """A capacity given per layer: whole numbers >= 0 (numpy's become int), under per-layer scope."""
+    values = tuple(cache.capacity)
+    if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0 for v in values):
+        raise MoesimError(f"[cache] a capacity per layer is a list of whole numbers >= 0, got {list(values)!r}")
+    if cache.scope != "per-layer":
+        raise MoesimError("[cache] a capacity per layer needs scope per-layer (a global pool has one size)")
+    object.__setattr__(cache, "capacity", tuple(int(v) for v in values))
 
 
 @dataclass(frozen=True)
@@ -373,6 +407,8 @@ def _toml_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(map(_toml_value, value))}]"
     return repr(value)
 
 

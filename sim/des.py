@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 from numba import njit
@@ -26,13 +26,14 @@ from moesim.errors import MoesimError
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
+from moesim.sim.budget import best_slots
 from moesim.sim.config import Config, PrefetchConfig, module_params
 from moesim.sim.costs import Costs, costs
 from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
                                   C_PF_USED, C_PREFILL_LOADS, C_SSD_READS, C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY,
                                   R_CPU, R_STALL, R_TIME, Inputs, build_state)
-from moesim.sim.engine import bind, on_disk
+from moesim.sim.engine import bind, on_disk, part_bounds
 from moesim.sim.hardware import Hardware
 from moesim.sim.hitrate import check_fits_experts
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
@@ -127,7 +128,11 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
     config, memory = resolve(_footprint(trace, model, hardware, config, req, bpp, eb), config, trace.meta.top_k)
     cache, pf, strategy = config.cache, config.prefetch, get_strategy(config.execution.strategy)
     module = get_policy(cache.policy)
-    pred, pred_tokens, preload, preload_at = predictions(trace, req, pf, cache.capacity, cache.scope)
+    if cache.split == "best" and strategy.CACHE and cache.capacity != 0:
+        cache = best_slots(trace, cache)
+        config = replace(config, cache=cache)
+    slots = cache.slots(trace.meta.num_layers)
+    pred, pred_tokens, preload, preload_at = predictions(trace, req, pf, slots, cache.scope)
     exe, exe_tokens, committed = executed(req, pred, pred_tokens, pf.mode == "commit")
     sparams = module_params(strategy, config.execution.params)
     cost = costs(model, hardware, req.tokens, req.ctx, bpp, eb, int(exe_tokens.max(initial=1)),
@@ -139,14 +144,14 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
     offload = (req.tokens >= cpu_experts.OFFLOAD_MIN_TOKENS) & (strategy is cpu_experts)
     inputs = Inputs(req.experts, exe, exe_tokens, committed, req.weights, pred, req.kind, group_start, preload_at,
                     preload, cost.pre_s, cost.lut_s, cost.by_tokens, cost.scalar_times(),
-                    config.execution.kernel == "per-expert", np.int64(cache.capacity), np.int64(trace.meta.num_experts),
+                    config.execution.kernel == "per-expert", part_bounds(slots), np.int64(trace.meta.num_experts),
                     per_layer, cache.reset, model.kind == "mole",
                     np.int64(-1 if cache.dram_capacity is None else cache.dram_capacity), np.int64(strategy.CODE),
                     strategy.placement(model.num_layers, sparams), offload, cost.cpu_by_tokens, cost.handoff_s,
                     float(sparams.get("lowbit_threshold", 0.0)), np.int64(_measure_from(req, config.workload.warmup)))
     state = build_state(inputs, hardware.link.engines, _log_size(req, pred, preload, preload_at) if decisions else 0)
     # the policy sees what the cache serves: under commit, the predictions (Belady's future, static's popularity)
-    ctx = Context(exe, req.group_offsets, trace.meta.num_experts, max(cache.capacity, 1), per_layer, False,
+    ctx = Context(exe, req.group_offsets, trace.meta.num_experts, np.maximum(slots, 1), per_layer, False,
                   cache.reset, module_params(module, cache.params))
     run = bind(module, des_loop, HELPERS)
     start = time.perf_counter()
@@ -187,10 +192,10 @@ def _compile_loop(setting: tuple[str, list]) -> None:
         simulate_des(trace, Config.build(model=m.name, policy=setting[0], prefetch=prefetcher, capacity=m.top_k))
 
 
-def predictions(trace: Trace, req, prefetch: PrefetchConfig, capacity: int, scope: str) -> tuple:
+def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, scope: str) -> tuple:
     """What the prefetcher tells the engine: next-cell predictions per request row (int16 [R, L, P],
     P = 0 without) and the tokens behind each predicted expert, and preload sets per batch
-    (int16 [G, L, C]) with the row each is issued at (-1: none)."""
+    (int16 [G, L, C]) with the row each is issued at (-1: none); ``slots`` are each partition's."""
     predictor = get_prefetcher(prefetch.prefetcher)
     params = module_params(predictor, prefetch.params) if predictor is not None else {}
     n_rows, n_layers = req.experts.shape[:2]
@@ -202,7 +207,7 @@ def predictions(trace: Trace, req, prefetch: PrefetchConfig, capacity: int, scop
         pred, pred_tokens = req.union(predictor.predict(trace, params), req.batch * trace.meta.top_k)
         pred[req.kind == PREFILL] = -1
     elif predictor is not None:
-        preload, preload_at = _preloads(req, predictor.scores(trace, params), capacity, scope, trace.meta.num_experts)
+        preload, preload_at = _preloads(req, predictor.scores(trace, params), slots, scope, trace.meta.num_experts)
     return pred, pred_tokens, preload, preload_at
 
 
@@ -278,9 +283,11 @@ def _check(trace, model, hardware, config: Config):
     if model.num_layers != trace.meta.num_layers:
         raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
     if capacity != "auto" and strategy.CACHE:
-        check_fits_experts(trace.meta, capacity, config.cache.scope)
-        if 0 < capacity < trace.meta.top_k:
-            raise MoesimError(f"capacity {capacity} is below top_k {trace.meta.top_k}: a step's k experts are resident "
+        check_fits_experts(trace.meta, config.cache)
+        slots = config.cache.slots(trace.meta.num_layers)
+        if slots.max() > 0 and slots.min() < trace.meta.top_k:
+            named = capacity if not isinstance(capacity, tuple) else f"{slots.min()} of layer {slots.argmin()}"
+            raise MoesimError(f"capacity {named} is below top_k {trace.meta.top_k}: a step's k experts are resident "
                               f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
 
 
@@ -297,11 +304,13 @@ def _sizes(trace: Trace, model: ModelSpec, dtype: str | None, other_dtype: str |
     return bpp, (float(own) if own else None)
 
 
-def _preloads(req, scores, capacity, scope, num_experts):
-    """Top-C experts per layer for every batch (its sequences' scores summed), issued at its first
-    decode row. With global scope the pool's C slots are shared out: the C best (layer, expert) pairs."""
+def _preloads(req, scores, slots, scope, num_experts):
+    """Top-C experts per layer (each layer's own C) for every batch (its sequences' scores summed),
+    issued at its first decode row. With global scope the pool's C slots are shared out: the C best
+    (layer, expert) pairs."""
     n_groups = req.group_offsets.size - 1
     n_layers = scores.shape[1]
+    capacity = int(slots.max())
     width = max(capacity, 1)
     sets = np.full((n_groups, n_layers, width), -1, np.int16)
     at = np.full(req.num_rows, -1, np.int64)
@@ -314,7 +323,7 @@ def _preloads(req, scores, capacity, scope, num_experts):
         total = scores[seqs].sum(axis=0)
         if scope == "per-layer":
             order = np.argsort(-total, axis=1, kind="stable")[:, :capacity]
-            keep = np.take_along_axis(total, order, axis=1) > 0
+            keep = (np.take_along_axis(total, order, axis=1) > 0) & (np.arange(order.shape[1]) < slots[:, None])
             sets[g, :, :order.shape[1]] = np.where(keep, order, -1)
         else:
             flat = np.argsort(-total.ravel(), kind="stable")[:capacity]

@@ -136,7 +136,7 @@ def serve_hits(s, st, row, layer, part, route_at):
     x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
     base = (row * inp.experts.shape[1] + layer) * inp.experts.shape[2]
     decode = inp.kind[row] == DECODE
-    no_cache = inp.capacity == 0
+    no_cache = inp.bounds[-1] == 0
     if inp.placement[layer] == ON_GPU:
         return serve_placed(s, row, layer, route_at)
     n, pinned, n_run, weights_at, fused = 0, 0, 0, route_at, inp.times[T_MOE_LAUNCH]
@@ -192,7 +192,7 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights
         if x[j] < 0:
             continue
         obj = layer * inp.num_experts + x[j]
-        if inp.capacity == 0 and s.cache.staged[obj] == cell_id:
+        if inp.bounds[-1] == 0 and s.cache.staged[obj] == cell_id:
             tally.counters[C_PF_USED] += 1
             if inp.kind[row] == DECODE:
                 tally.counters[C_HITS] += 1
@@ -200,12 +200,12 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights
             n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[obj], tokens[j])
             log(tally, row, layer, EV_HIT, obj, -1)
             continue
-        if inp.capacity > 0 and s.cache.slot_of[obj] >= 0:
+        if inp.bounds[-1] > 0 and s.cache.slot_of[obj] >= 0:
             continue
         if inp.strategy != GPU_CACHE:  # gpu-cache, the common case, goes straight to the load
             if (placed == ON_CPU and not inp.offload[row]) or (placed == CACHED and cpu_instead(s, tokens[j])):
                 to_cpu(s, row, layer, obj, tokens[j], route_at)
-                if inp.strategy == HYBRID and inp.capacity > 0:
+                if inp.strategy == HYBRID and inp.bounds[-1] > 0:
                     pinned = background_fill(s, st, row, layer, part, obj, base + j, route_at, stamp, pinned)
                 continue
             if placed == CACHED and lowbit_instead(s, row, layer, j, tokens[j]):
@@ -221,11 +221,11 @@ def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run,
     """Copy a missed expert at the routing time into a slot the policy frees (or bypass: a scratch buffer)
     and add it to the layer's run; with no cache it streams through a buffer."""
     inp, cache, counters = s.inputs, s.cache, s.tally.counters
-    capacity = inp.capacity
+    capacity = inp.bounds[part + 1] - inp.bounds[part]
     if capacity > 0:
         if not on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
             counters[C_BYPASS] += 1
-        elif place(st, part, obj, t, capacity, cache.slot_of, cache.obj_of, cache.used, cache.mark, stamp)[0] >= 0:
+        elif place(st, part, obj, t, inp.bounds, cache.slot_of, cache.obj_of, cache.used, cache.mark, stamp)[0] >= 0:
             pinned += 1
             cache.by_prefetch[obj] = 0  # a demand load
         else:
@@ -267,9 +267,10 @@ def background_fill(s, st, row, layer, part, obj, t, route_at, stamp, pinned):
     """hybrid: copy a miss the CPU is computing into the slot the policy frees, for later tokens; the cell
     does not wait for it. Returns the residents of X."""
     inp, cache = s.inputs, s.cache
-    if not on_miss(st, part, obj, t) or (cache.used[part] >= inp.capacity and pinned >= inp.capacity):
+    capacity = inp.bounds[part + 1] - inp.bounds[part]
+    if not on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
         return pinned
-    if place(st, part, obj, t, inp.capacity, cache.slot_of, cache.obj_of, cache.used, cache.mark, stamp)[0] < 0:
+    if place(st, part, obj, t, inp.bounds, cache.slot_of, cache.obj_of, cache.used, cache.mark, stamp)[0] < 0:
         return pinned
     cache.ready[obj] = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, s.tally.counters)
     cache.by_prefetch[obj] = 0
@@ -313,31 +314,32 @@ def prefetch_next(s, st, row, layer, part, route_at, stamp, pinned):
         if e >= 0 and cache.mark[nlayer * inp.num_experts + e] != stamp:
             obj = nlayer * inp.num_experts + e
             cache.mark[obj] = stamp
-            if inp.capacity > 0 and cache.slot_of[obj] >= 0:
+            if inp.bounds[-1] > 0 and cache.slot_of[obj] >= 0:
                 pinned_next += 1
     for j in range(inp.pred.shape[2]):
         e = inp.pred[nrow, nlayer, j]
         if e < 0:
             continue
         obj = nlayer * inp.num_experts + e
-        if inp.capacity == 0:
+        if inp.bounds[-1] == 0:
             if cache.staged[obj] == nbase:
                 continue
             cache.staged[obj] = nbase
         elif cache.slot_of[obj] >= 0:
             continue
         else:
-            if cache.used[npart] >= inp.capacity and pinned_next >= inp.capacity:
+            capacity = inp.bounds[npart + 1] - inp.bounds[npart]
+            if cache.used[npart] >= capacity and pinned_next >= capacity:
                 continue
             on_prefetch(st, npart, obj, issued)
-            if place(st, npart, obj, issued, inp.capacity, cache.slot_of, cache.obj_of, cache.used, cache.mark,
+            if place(st, npart, obj, issued, inp.bounds, cache.slot_of, cache.obj_of, cache.used, cache.mark,
                      stamp)[0] < 0:
                 continue
             pinned_next += 1
             cache.by_prefetch[obj] = 1
         cache.ready[obj] = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, tally.counters)
         tally.counters[C_PF_LOADS] += 1
-        log(tally, row, layer, EV_PREFETCH, obj, -1 if inp.capacity == 0 else cache.slot_of[obj])
+        log(tally, row, layer, EV_PREFETCH, obj, -1 if inp.bounds[-1] == 0 else cache.slot_of[obj])
 
 
 def preload_batch(s, st, row, now, stamp):
@@ -363,15 +365,16 @@ def preload_batch(s, st, row, now, stamp):
                         pinned += 1
         for j in range(inp.preload.shape[2]):
             e = inp.preload[g, layer, j]
-            if e < 0 or inp.capacity == 0:
+            if e < 0 or inp.bounds[-1] == 0:
                 continue
             obj = layer * inp.num_experts + e
             if cache.slot_of[obj] >= 0:
                 continue
-            if cache.used[part] >= inp.capacity and pinned >= inp.capacity:
+            capacity = inp.bounds[part + 1] - inp.bounds[part]
+            if cache.used[part] >= capacity and pinned >= capacity:
                 continue
             on_prefetch(st, part, obj, before)
-            if place(st, part, obj, before, inp.capacity, cache.slot_of, cache.obj_of, cache.used, cache.mark,
+            if place(st, part, obj, before, inp.bounds, cache.slot_of, cache.obj_of, cache.used, cache.mark,
                      stamp)[0] >= 0:
                 pinned += 1
                 cache.ready[obj] = transfer(s.tiers, obj, now, inp.times, inp.dram_capacity, s.tally.counters)

@@ -56,7 +56,7 @@ class Inputs(NamedTuple):
     by_tokens: np.ndarray      # float64 [T + 1]: one expert's work on T tokens
     times: np.ndarray          # float64 [4]: scalar durations (``moesim.sim.costs.T_*``)
     per_expert: bool           # kernel kind: per-expert (else fused)
-    capacity: np.int64         # GPU slots per partition (0: no expert cache)
+    bounds: np.ndarray         # int64 [P + 1]: partition p's GPU slots are bounds[p]..bounds[p+1]-1 (none: no cache)
     num_experts: np.int64
     per_layer: bool            # scope per-layer (else one global pool)
     reset_each_group: bool
@@ -127,7 +127,7 @@ def build_state(inputs: Inputs, engines: int, log_rows: int) -> State:
     n_objects = n_layers * int(inputs.num_experts)
     n_parts = n_layers if inputs.per_layer else 1
     exe_width = inputs.exe.shape[2]
-    cache = Cache(np.full(n_objects, -1, np.int64), np.full(max(n_parts * int(inputs.capacity), 1), -1, np.int64),
+    cache = Cache(np.full(n_objects, -1, np.int64), np.full(max(int(inputs.bounds[-1]), 1), -1, np.int64),
                   np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros(n_objects),
                   np.zeros(n_objects, np.int64), np.full(n_objects, -1, np.int64))
     tally = Tally(np.zeros(N_COUNTERS), np.zeros((n_rows, 5)), np.zeros(n_layers, np.int64),

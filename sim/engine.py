@@ -2,8 +2,8 @@
 
 Semantics (DESIGN.md): rows are decode/prefill steps, layers run 0..L-1 inside a step, and at
 (row, layer) the request set R holds the k routed experts. An object is (layer, expert), numbered
-``layer * E + expert``. Scope ``per-layer`` gives every layer its own C slots (partition = layer);
-``global`` gives one pool of C slots (partition 0). Semantics ``step`` serves R at once: the hits are
+``layer * E + expert``. Scope ``per-layer`` gives every layer its own slots, C or the layer's entry of a
+list (partition = layer); ``global`` gives one pool of C slots (partition 0). Semantics ``step`` serves R at once: the hits are
 counted and touched first, then the missing experts are loaded in rank order and a victim is never
 a member of R. ``sequential`` serves R's experts one by one in rank order, a textbook cache.
 
@@ -102,19 +102,20 @@ def empty(slot_of, obj_of, used):
     used[:] = 0
 
 
-def place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp):
-    """Give ``obj`` a slot of ``part``: a free one, else the policy's victim, which is evicted.
+def place(st, part, obj, t, bounds, slot_of, obj_of, used, mark, stamp):
+    """Give ``obj`` a slot of ``part`` (slots ``bounds[part]..bounds[part + 1] - 1``): a free one,
+    else the policy's victim, which is evicted.
 
     Returns (slot, evicted object); slot -1 leaves ``obj`` uncached, object -1 means none was evicted.
     A helper of every loop (``bind(..., helpers=(place,))``): it calls the policy's hooks.
     """
-    lo = part * capacity
+    lo, hi = bounds[part], bounds[part + 1]
     victim = -1
-    if used[part] < capacity:
+    if used[part] < hi - lo:
         slot = lo + used[part]
         used[part] += 1
     else:
-        slot = choose_victim(st, part, lo, lo + capacity, obj_of, slot_of, mark, stamp, obj, t)
+        slot = choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t)
         if slot < 0:
             return -1, -1
         victim = obj_of[slot]
@@ -128,7 +129,7 @@ def place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp):
 
 def hitrate_loop(args, st):
     """Simulate, counting hits per layer into ``args``'s hits array (built by ``engine_args``)."""
-    experts, seq_offsets, capacity, num_experts, per_layer, sequential, reset_each_seq, work = args
+    experts, seq_offsets, bounds, num_experts, per_layer, sequential, reset_each_seq, work = args
     slot_of, obj_of, used, mark, evictions, n_evictions, hits = work
     n_rows, n_layers, k = experts.shape
     # marks stamp the members of R under step semantics; under sequential R is the one expert being
@@ -166,16 +167,22 @@ def hitrate_loop(args, st):
                         continue
                     if not on_miss(st, part, obj, t):
                         continue
-                    slot, victim = place(st, part, obj, t, capacity, slot_of, obj_of, used, mark, stamp)
+                    slot, victim = place(st, part, obj, t, bounds, slot_of, obj_of, used, mark, stamp)
                     if victim >= 0 and n_evictions[0] < evictions.shape[0]:
                         evictions[n_evictions[0], 0] = t
                         evictions[n_evictions[0], 1] = victim
                         n_evictions[0] += 1
 
 
-def engine_args(experts: np.ndarray, seq_offsets: np.ndarray, capacity: int, num_experts: int,
+def part_bounds(slots: np.ndarray) -> np.ndarray:
+    """int64 [P + 1]: partition p owns slots ``bounds[p]..bounds[p + 1] - 1`` of the ``slots[p]`` it has."""
+    return np.concatenate([[0], np.cumsum(slots)]).astype(np.int64)
+
+
+def engine_args(experts: np.ndarray, seq_offsets: np.ndarray, slots: np.ndarray, num_experts: int,
                 per_layer: bool, sequential: bool, reset_each_seq: bool, log_evictions: int = 0) -> tuple:
-    """The tuple the compiled loop unpacks, with the dtypes its signature expects.
+    """The tuple the compiled loop unpacks, with the dtypes its signature expects; ``slots`` are each
+    partition's.
 
     It carries the loop's working arrays too (slot of each object, object in each slot, slots used
     per partition, request-set marks, the first ``log_evictions`` evictions as (t, object) and their
@@ -183,11 +190,12 @@ def engine_args(experts: np.ndarray, seq_offsets: np.ndarray, capacity: int, num
     """
     n_layers = experts.shape[1]
     n_objects, n_parts = n_layers * num_experts, n_layers if per_layer else 1
-    work = (np.full(n_objects, -1, np.int64), np.full(n_parts * capacity, -1, np.int64),
+    bounds = part_bounds(slots)
+    work = (np.full(n_objects, -1, np.int64), np.full(bounds[-1], -1, np.int64),
             np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros((log_evictions, 2), np.int64),
             np.zeros(1, np.int64), np.zeros(n_layers, np.int64))
     return (np.ascontiguousarray(experts, dtype=np.int16), np.ascontiguousarray(seq_offsets, dtype=np.int64),
-            np.int64(capacity), np.int64(num_experts), bool(per_layer), bool(sequential), bool(reset_each_seq),
+            bounds, np.int64(num_experts), bool(per_layer), bool(sequential), bool(reset_each_seq),
             work)
 
 

@@ -20,7 +20,7 @@ class HitRate:
     """One simulated configuration and what it measured (``seconds`` excludes compilation)."""
 
     policy: str
-    capacity: int
+    capacity: int | tuple      # slots per layer or in the pool, or each layer's own
     scope: str
     semantics: str
     accesses: int
@@ -53,40 +53,57 @@ class HitRate:
         return out
 
 
-def check_fits_experts(meta, capacity: int, scope: str) -> None:
+def _named(capacity, slots: np.ndarray, part: int) -> str:
+    """How an error names one partition's capacity: the capacity, or a listed layer's entry."""
+    return f"capacity {slots[part]} of layer {part}" if isinstance(capacity, tuple) else f"capacity {slots[part]}"
+
+
+def check_fits_experts(meta, cache: CacheConfig) -> None:
     """A cache larger than the experts there are is a mistake (a capacity meant for another model)."""
-    most = meta.num_experts if scope == "per-layer" else meta.num_layers * meta.num_experts
-    if capacity > most:
-        where = "per layer" if scope == "per-layer" else f"in all {meta.num_layers} layers"
-        raise MoesimError(f"capacity {capacity} is more than the {most} experts {where}")
+    most = meta.num_experts if cache.scope == "per-layer" else meta.num_layers * meta.num_experts
+    slots = cache.slots(meta.num_layers)
+    if slots.max() > most:
+        where = "per layer" if cache.scope == "per-layer" else f"in all {meta.num_layers} layers"
+        raise MoesimError(f"{_named(cache.capacity, slots, int(slots.argmax()))} is more than the {most} experts "
+                          f"{where}")
 
 
-def check_capacity(top_k: int, capacity: int, semantics: str) -> None:
-    """A hit-rate run caches at least one expert, and under step semantics a whole step's k."""
-    if capacity == "auto":
+def check_capacity(meta, cache: CacheConfig) -> None:
+    """A hit-rate run caches at least one expert, and under step semantics a whole step's k, in every
+    partition; never more than there are experts."""
+    if cache.capacity == "auto":
         raise MoesimError("capacity auto is what a machine's memory holds, and hit rates have no machine: give a "
                           "number of slots (or use 'moesim sim run --capacity auto')")
-    if capacity < 1:
-        raise MoesimError(f"capacity must be at least 1, got {capacity}")
-    if semantics == "step" and capacity < top_k:
-        raise MoesimError(f"capacity {capacity} is below top_k {top_k}: under step semantics all k experts "
-                          f"of a step are resident at once; use a capacity >= {top_k} or --semantics sequential")
+    slots, top_k = cache.slots(meta.num_layers), meta.top_k
+    low = int(slots.argmin())
+    if slots[low] < 1:
+        raise MoesimError(f"{_named(cache.capacity, slots, low)} must be at least 1")
+    if cache.semantics == "step" and slots[low] < top_k:
+        raise MoesimError(f"{_named(cache.capacity, slots, low)} is below top_k {top_k}: under step semantics all "
+                          f"k experts of a step are resident at once; use a capacity >= {top_k} or --semantics "
+                          "sequential")
+    check_fits_experts(meta, cache)
 
 
 def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRate:
-    """Run ``cache.policy`` over ``trace`` and count hits per layer.
+    """Run ``cache.policy`` over ``trace`` and count hits per layer (``split`` best: on the split
+    ``moesim.sim.budget.best_slots`` finds, reported as the capacity per layer).
 
     ``log_evictions`` > 0 keeps the first that many evictions as (access position, object).
     """
+    check_capacity(trace.meta, cache)
+    if cache.split == "best":
+        from moesim.sim.budget import best_slots  # it runs curves, which run this
+
+        cache = best_slots(trace, cache)
     module = get_policy(cache.policy)
     policy, capacity, scope, semantics, reset = cache.policy, cache.capacity, cache.scope, cache.semantics, cache.reset
-    check_capacity(trace.meta.top_k, capacity, semantics)
-    check_fits_experts(trace.meta, capacity, scope)
     params = module_params(module, cache.params)
-    ctx = Context(trace.experts, trace.seq_offsets.astype(np.int64), trace.meta.num_experts, capacity,
+    slots = cache.slots(trace.meta.num_layers)
+    ctx = Context(trace.experts, trace.seq_offsets.astype(np.int64), trace.meta.num_experts, slots,
                   scope == "per-layer", semantics == "sequential", reset, params)
     # compile (or load the compiled code from cache) on a one-row slice so the timing is the engine's
-    warm = Context(ctx.experts[:1], np.array([0, 1], np.int64), ctx.num_experts, capacity, ctx.per_layer,
+    warm = Context(ctx.experts[:1], np.array([0, 1], np.int64), ctx.num_experts, slots, ctx.per_layer,
                    ctx.sequential, reset, params)
     run = bind(module, hitrate_loop, (place,))
     run(_args(warm), module.make_state(warm))
@@ -102,5 +119,5 @@ def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRat
 
 
 def _args(ctx: Context, log_evictions: int = 0) -> tuple:
-    return engine_args(ctx.experts, ctx.seq_offsets, ctx.capacity, ctx.num_experts, ctx.per_layer,
+    return engine_args(ctx.experts, ctx.seq_offsets, ctx.slots, ctx.num_experts, ctx.per_layer,
                        ctx.sequential, ctx.reset_each_seq, log_evictions)

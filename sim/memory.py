@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from moesim.errors import MoesimError
 from moesim.policies import get_policy
 from moesim.sim.config import module_params
@@ -103,8 +105,10 @@ def account(fp: Footprint, config) -> Memory:
     params = module_params(strategy, config.execution.params)
     place = strategy.placement(model.num_layers, params)
     cached, on_gpu = int((place == CACHED).sum()), int((place == ON_GPU).sum())
-    capacity = config.cache.capacity if cached else 0
-    slots = capacity * (cached if config.cache.scope == "per-layer" else 1)
+    per_part = config.cache.slots(model.num_layers) if cached else np.zeros(1, np.int64)
+    if config.cache.scope == "per-layer" and cached:
+        per_part = per_part[place == CACHED]
+    capacity, slots = int(per_part.min()), int(per_part.sum())  # the smallest partition's, and all
     if model.kind == "mole":  # lookup tables of vocab x d values per expert, on the host
         table = model.vocab * model.d_model * fp.weight_bytes
         return Memory(model.non_expert_params * fp.weight_bytes, model.kv_bytes(fp.kv_tokens), GPU_RESERVE_GIB * GIB,
@@ -158,5 +162,9 @@ def _describe(config, model: ModelSpec) -> str:
     if not strategy.CACHE:
         return f"{module_params(strategy, config.execution.params)['cpu_layers']} of {model.num_layers} layers' " \
                "experts on the CPU"
+    capacity = config.cache.capacity
+    if isinstance(capacity, tuple):
+        return (f"{sum(capacity)} experts over {len(capacity)} layers ({min(capacity)} to {max(capacity)} per layer) "
+                f"on the GPU ({config.execution.strategy})")
     scope = "per layer" if config.cache.scope == "per-layer" else "in one pool"
-    return f"{config.cache.capacity} experts {scope} on the GPU ({config.execution.strategy})"
+    return f"{capacity} experts {scope} on the GPU ({config.execution.strategy})"

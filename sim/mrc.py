@@ -56,7 +56,7 @@ from moesim.errors import MoesimError
 from moesim.policies.belady import NEVER, next_uses
 from moesim.policies import get_policy
 from moesim.sim.config import CacheConfig, module_params
-from moesim.sim.hitrate import HitRate, check_capacity, check_fits_experts, simulate
+from moesim.sim.hitrate import HitRate, check_capacity, simulate
 from moesim.tracegen.trace import Trace
 
 # (policy, semantics) whose curve is one pass of stack distances
@@ -74,7 +74,8 @@ def capacities(trace: Trace, cache: CacheConfig) -> range:
 
 
 def curve(trace: Trace, cache: CacheConfig, sizes=None, threads: int | None = None) -> list[HitRate]:
-    """``cache.policy``'s exact hits at each of ``sizes``, ``cache.capacity`` ignored; one pass for a
+    """``cache.policy``'s exact hits at each of ``sizes``, ``cache.capacity`` and ``split`` ignored
+    (every layer has the size); one pass for a
     stack algorithm (``ONE_PASS``), else one run per size on ``threads``. By default every capacity;
     for runs per size, ``MAX_RUNS`` of them spread evenly from the smallest to the largest when there
     are more (a global pool; a layer of 128 or 256 experts)."""
@@ -86,14 +87,14 @@ def curve(trace: Trace, cache: CacheConfig, sizes=None, threads: int | None = No
     sizes = list(sizes)
     if not sizes:
         raise MoesimError("no capacities to simulate")
-    for c in sizes:
-        check_capacity(trace.meta.top_k, c, cache.semantics)
-        check_fits_experts(trace.meta, c, cache.scope)
+    at = [replace(cache, capacity=c, split="uniform") for c in sizes]
+    for each in at:
+        check_capacity(trace.meta, each)
     if one_pass:
         return _stack_curve(trace, cache, sizes)
-    first = simulate(trace, replace(cache, capacity=sizes[0]))  # compiles (or loads) the engine once
+    first = simulate(trace, at[0])  # compiles (or loads) the engine once
     with ThreadPoolExecutor(threads or os.cpu_count()) as pool:
-        rest = list(pool.map(lambda c: simulate(trace, replace(cache, capacity=c)), sizes[1:]))
+        rest = list(pool.map(lambda each: simulate(trace, each), at[1:]))
     return [first, *rest]
 
 

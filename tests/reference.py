@@ -201,12 +201,15 @@ class Static(Policy):
 
 
 class Cache:
-    """Slots per partition and one policy per partition."""
+    """Slots per partition (``capacity``: every partition's, or a list of each one's) and one policy
+    per partition."""
 
     def __init__(self, name, experts, seq_offsets, num_experts, capacity, per_layer, sequential, reset, params):
         n_rows, n_layers, width = experts.shape
-        self.e, self.c, self.per_layer, self.width = num_experts, capacity, per_layer, width
+        self.e, self.per_layer, self.width = num_experts, per_layer, width
         self.parts = n_layers if per_layer else 1
+        self.caps = list(capacity) if isinstance(capacity, (list, tuple)) else [capacity] * self.parts
+        self.lo = [sum(self.caps[:p]) for p in range(self.parts)]
         uses, seq_end = {}, [float("inf")] * n_rows
         for row in range(n_rows):
             for layer in range(n_layers):
@@ -227,23 +230,23 @@ class Cache:
         pinned = set()
         for part in range(self.parts):
             objs = [o for o in range(n_layers * num_experts) if not per_layer or o // num_experts == part]
-            pinned |= set(sorted(objs, key=lambda o: (-counts.get(o, 0), o))[:capacity])
+            pinned |= set(sorted(objs, key=lambda o: (-counts.get(o, 0), o))[:self.caps[part]])
         kinds = {"lru": LRU, "fifo": FIFO, "lifo": LIFO, "lfu": LFU, "arc": ARC, "belady": Belady, "gamma": Gamma,
                  "gamma-admit": Gamma, "static": Static}
         extra = dict(uses=uses, seq_end=seq_end, pinned=pinned, sequential=sequential,
                      admit_all=name == "gamma-admit", **{k: v for k, v in params.items() if k == "gamma"})
-        self.make = lambda: [kinds[name](capacity, **extra) for _ in range(self.parts)]
+        self.make = lambda: [kinds[name](c, **extra) for c in self.caps]
         self.clear()
 
     def clear(self):
-        self.slots = [None] * (self.parts * self.c)
+        self.slots = [None] * sum(self.caps)
         self.policies = self.make()
 
     def part(self, obj):
         return obj // self.e if self.per_layer else 0
 
     def residents(self, part):
-        return [o for o in self.slots[part * self.c:(part + 1) * self.c] if o is not None]
+        return [o for o in self.slots[self.lo[part]:self.lo[part] + self.caps[part]] if o is not None]
 
     def slot(self, obj):
         return self.slots.index(obj) if obj in self.slots else -1
@@ -252,9 +255,9 @@ class Cache:
         """Place ``obj`` (a miss the policy admitted, or a fill); returns (slot, victim) or None when
         it stays uncached (a full partition whose residents are all protected, or the policy's choice)."""
         part = self.part(obj)
-        pol, lo = self.policies[part], part * self.c
-        free = [s for s in range(lo, lo + self.c) if self.slots[s] is None]
-        cands = [o for o in self.slots[lo:lo + self.c] if o is not None and o not in protected]
+        pol, lo, c = self.policies[part], self.lo[part], self.caps[part]
+        free = [s for s in range(lo, lo + c) if self.slots[s] is None]
+        cands = [o for o in self.slots[lo:lo + c] if o is not None and o not in protected]
         if not free and not cands:
             return None
         if fill:

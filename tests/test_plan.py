@@ -53,3 +53,21 @@ def test_plan_errors_are_one_line(cli, tmp_path):
                           (["--model", "mixtral-8x7b", "--plot", tmp_path / "no" / "p.png"], "no such folder")):
         code, _, err = cli("plan", *args)
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+def test_plan_with_the_best_split_spends_the_same_memory_better(mixtral_plan):
+    """--split best: each per-layer cache's slots shared out over the layers, in the same GPU memory; on
+    the plain GPU cache (whose hits are the curves' the split is chosen from) a hit rate no lower than
+    the uniform row's."""
+    from moesim.experiments.plan import plan
+
+    split = plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",), split="best")
+    uniform = {(r["strategy"], r["policy"], r["prefetch"], r["scope"]): r for r in mixtral_plan[0]["rows"]
+               if r["dtype"] == "q4_k"}
+    per_layer = [r for r in split.rows if r["scope"] == "per-layer"]
+    assert per_layer
+    for r in per_layer:
+        before = uniform[(r["strategy"], r["policy"], r["prefetch"], r["scope"])]
+        assert sum(r["capacity"]) == before["capacity"] * 32 and r["vram_gb"] == before["vram_gb"]
+        if (r["strategy"], r["prefetch"]) == ("gpu-cache", "none"):
+            assert r["hit_rate"] >= before["hit_rate"] and r["tokens_per_s"] >= before["tokens_per_s"]

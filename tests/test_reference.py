@@ -1,7 +1,8 @@
 """The engines against the independent reference (tests/reference.py) on generated traces: the
 hit-rate engine gives identical hits per layer and eviction logs, the discrete-event engine the
 identical decision log (every hit, load, bypass, prefetch and preload, with its slot), for every
-policy the reference defines, both scopes, both semantics, resets, batches and every prefetcher."""
+policy the reference defines, both scopes, both semantics, resets, batches, every prefetcher, and
+capacities given per layer."""
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 import reference
 from moesim import simulate
-from moesim.sim.config import PrefetchConfig
+from moesim.sim.config import CacheConfig, PrefetchConfig
 from moesim.sim.des import predictions
 from moesim.sim.hardware import get_hardware
 from moesim import hitrate
@@ -46,7 +47,11 @@ def traces(draw, prompt: bool = False):
 
 
 def capacity_for(draw, trace, scope, lowest):
+    """Slots per layer, in one pool, or (per-layer scope, half the time) a list of each layer's own."""
     per = draw(st.integers(lowest, trace.meta.num_experts))
+    if scope == "per-layer" and draw(st.booleans()):
+        return draw(st.lists(st.integers(lowest, trace.meta.num_experts), min_size=trace.meta.num_layers,
+                             max_size=trace.meta.num_layers))
     return per if scope == "per-layer" else draw(st.integers(lowest, per * trace.meta.num_layers))
 
 
@@ -84,7 +89,8 @@ def test_des_decisions_equal_the_reference(data, trace, policy, scope, prefetch,
                       d_model=64, d_expert=64)
     ours = simulate(trace, model=model, hardware=get_hardware("rtx4090"), policy=policy, capacity=c, scope=scope, prefetch=prefetch, mode=mode, batch=batch, reset=reset, decisions=True, **params)
     req = ours.requests
-    pred, _, preload, preload_at = predictions(trace, req, PrefetchConfig(prefetch, mode), c, scope)
+    slots = CacheConfig(capacity=c, scope=scope).slots(m.num_layers)
+    pred, _, preload, preload_at = predictions(trace, req, PrefetchConfig(prefetch, mode), slots, scope)
     log = reference.des_decisions(req.experts, pred, preload, preload_at, req.group_offsets, req.kind,
                                   m.num_experts, policy, c, scope == "per-layer", reset, mode == "commit", **params)
     assert [tuple(d) for d in ours.decisions.tolist()] == log

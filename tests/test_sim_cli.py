@@ -67,6 +67,26 @@ def test_sim_run_json_has_the_documented_keys(cli):
     assert by["lru"]["vram_limit_gb"] == 48 and 45 < by["lru"]["vram_gb"] < 48
 
 
+def test_split_best_on_the_command_line(cli):
+    """--split best: the memory of C slots per layer, shared out over the layers; both engines report the
+    per-layer list they ran and a hit rate no lower than the uniform split's."""
+    args = ("sim", "hitrate", bundled_trace_path(), "--policy", "lru", "--capacity", "3", "--json", "--split")
+    code, out, err = cli(*args, "uniform")
+    uniform = json.loads(out)["results"][0]
+    code, out, err = cli(*args, "best")
+    best = json.loads(out)["results"][0]
+    assert code == 0 and len(best["capacity"]) == 32 and sum(best["capacity"]) == 96, err
+    assert best["hit_rate"] > uniform["hit_rate"]
+    code, out, err = cli("sim", "run", bundled_trace_path(), "--capacity", "auto", "--dtype", "q4_k", "--split", "best",
+                         "--json")
+    row = json.loads(out)["results"][0]
+    assert code == 0 and sum(row["capacity"]) == 6 * 32 and row["split"] == "best", err
+    code, out, err = cli("sim", "run", bundled_trace_path(), "--capacity", "3", "--split", "best", "--dtype", "q4_k")
+    assert code == 0 and "96 (2-5/layer)" in out, err
+    code, _, err = cli("sim", "run", bundled_trace_path(), "--scope", "global", "--split", "best")
+    assert code == 1 and "split best shares slots out over the layers' own caches" in err
+
+
 def test_sim_run_refuses_what_does_not_fit_and_sizes_auto(cli):
     """Issue 18's acceptance: Mixtral bf16 with 4 of 8 experts per layer needs 42 GiB of experts."""
     code, _, err = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--capacity", "4", "--dtype", "bf16")

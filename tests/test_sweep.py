@@ -194,3 +194,20 @@ def test_a_capacity_axis_is_one_curve_per_setting_with_the_rows_of_single_runs(t
     single = stable(pl.DataFrame([run_config("hitrate", c, cid) for cid, c in configs]))
     assert swept.columns == single.columns
     assert swept.equals(single)
+
+
+def test_split_is_an_axis_and_its_rows_are_not_a_uniform_curve(tmp_path):
+    """Rows of split best run the split (each its own run), not the uniform curve the other rows share."""
+    from moesim.sim.config import CacheConfig
+    from moesim.sim.hitrate import simulate
+    from moesim.tracegen.io import load_trace
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('traces = ["bundled"]\n[axes]\nsplit = ["uniform", "best"]\ncapacity = [3, 4]\n'
+                    '[fixed]\npolicy = "lru"\n')
+    run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    rows = {(r["split"], r["capacity"]): r["hits"] for r in pl.read_parquet(tmp_path / "r.parquet").to_dicts()}
+    trace = load_trace(bundled_trace_path())
+    for (split, capacity), hits in rows.items():
+        assert hits == simulate(trace, CacheConfig(capacity=capacity, split=split)).hits
+    assert rows[("best", 3)] > rows[("uniform", 3)]
