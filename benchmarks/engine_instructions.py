@@ -1,0 +1,77 @@
+"""Where the hit-rate engine's time goes, in instructions per access (valgrind's callgrind counts them
+repeatably on a noisy machine).
+
+For each policy and capacity it runs the engine once and twice over the same synthetic stream
+(``tests/oracle.py``'s benchmark trace: 32 layers, 64 experts, top-8; sequential, per-layer), each
+under callgrind in a fresh process; the difference is one run's instructions (set-up included),
+divided by its accesses. Two capacities with different hit rates h give, per policy, the cost of a
+hit and of a miss (solving ``h·hit + (1 − h)·miss`` for both).
+
+    python benchmarks/engine_instructions.py [--accesses 4000000] [--policies lru,fifo] [--capacities 16,60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ONE_RUN = """
+import sys
+sys.path.insert(0, {tests!r})
+from oracle import benchmark_trace
+from moesim.sim.config import CacheConfig
+from moesim.sim.hitrate import simulate
+trace = benchmark_trace({accesses})
+for _ in range({times}):
+    r = simulate(trace, CacheConfig(policy={policy!r}, capacity={capacity}, semantics="sequential"))
+print(r.accesses, r.hit_rate)
+"""
+
+
+def instructions(policy: str, capacity: int, accesses: int, times: int, folder: Path) -> tuple[int, int, float]:
+    """Instructions callgrind counts for the whole process, the accesses of one run and its hit rate."""
+    code = ONE_RUN.format(tests=str(Path(__file__).resolve().parents[1] / "tests"), accesses=accesses, times=times,
+                          policy=policy, capacity=capacity)
+    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder / 'cg.out'}", sys.executable,
+                          "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "0"})  # the same process, run to run
+    total = int(re.search(r"Collected : (\d+)", out.stderr).group(1))
+    n, rate = out.stdout.split()
+    return total, int(n), float(rate)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--accesses", type=int, default=4_000_000)
+    ap.add_argument("--policies", default="lru,fifo")
+    ap.add_argument("--capacities", default="16,60")
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    capacities = [int(c) for c in args.capacities.split(",")]
+    print(f"{'policy':8} {'C':>4} {'hit rate':>9} {'instr/access':>13}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for policy in args.policies.split(","):
+            instructions(policy, capacities[0], 1000, 1, Path(tmp))  # numba compiles for valgrind's CPU once
+            points = []
+            for capacity in capacities:
+                once, n, rate = instructions(policy, capacity, args.accesses, 1, Path(tmp))
+                twice, _, _ = instructions(policy, capacity, args.accesses, 2, Path(tmp))
+                points.append((rate, (twice - once) / n))
+                print(f"{policy:8} {capacity:4} {rate:9.3f} {points[-1][1]:13.1f}")
+            if len(points) >= 2:
+                (h1, c1), (h2, c2) = points[:2]
+                hit, miss = np.linalg.solve([[h1, 1 - h1], [h2, 1 - h2]], [c1, c2])
+                print(f"{policy:8} a hit {hit:.0f} instructions, a miss {miss:.0f}")
+
+
+if __name__ == "__main__":
+    main()
