@@ -197,11 +197,12 @@ def run_config(kind: str, config: dict, config_id: str | None = None) -> dict:
 
 def run_unit(kind: str, unit: list[tuple[str, dict]]) -> list[dict]:
     """The rows of a unit of work (``_units``): one run per configuration, or, for hit-rate configurations that
-    differ only in capacity (every layer the same size: split uniform), one miss-ratio curve
+    differ only in a capacity that is one number (split uniform), one miss-ratio curve
     (``moesim.sim.mrc``) that gives every capacity's row at once — each configuration's row as ``run_config`` makes it, ``seconds`` the curve's time
     shared out. A curve that fails (a capacity no run takes) falls back to one run each, so the
     failing configurations get their own error rows."""
-    if kind != "hitrate" or len(unit) == 1 or unit[0][1].get("split", "uniform") != "uniform":
+    if kind != "hitrate" or len(unit) == 1 or unit[0][1].get("split", "uniform") != "uniform" \
+            or not all(isinstance(c.get("capacity"), int) for _, c in unit):
         return [run_config(kind, config, cid) for cid, config in unit]
     from moesim.sim.mrc import curve
 
