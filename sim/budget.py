@@ -72,16 +72,28 @@ def allocate(curves: np.ndarray, budget: int, low: int, accesses: int) -> Alloca
     return Allocation(slots[::-1], total, int(curves[:, uniform].sum()), accesses)
 
 
-def best_split(trace: Trace, cache: CacheConfig, budget: int) -> Allocation:
+_TABLES: dict = {}  # (id of a trace, its uniform cache) -> (the trace, hits table, smallest capacity, accesses)
+
+
+def best_split(trace: Trace, cache: CacheConfig, budget: int, low: int | None = None) -> Allocation:
     """The best split of ``budget`` slots over the layers for ``cache``'s policy, semantics and reset,
-    from its exact hits at every per-layer capacity."""
-    every = replace(cache, scope="per-layer", split="uniform")
-    rows = curve(trace, every, capacities(trace, every))
-    return allocate(hits_table(rows), budget, rows[0].capacity, rows[0].accesses)
+    from its exact hits at every per-layer capacity, each layer given at least ``low`` (default: the
+    smallest capacity a run takes). The curves of the last few (trace, policy) pairs are kept, so a
+    plan's rows and figure points split the same trace without simulating its curves again."""
+    every = replace(cache, capacity=4, scope="per-layer", split="uniform")
+    entry = _TABLES.get((id(trace), every))
+    if entry is None or entry[0] is not trace:
+        rows = curve(trace, every, capacities(trace, every))
+        entry = (trace, hits_table(rows), rows[0].capacity, rows[0].accesses)
+        while len(_TABLES) >= 4:
+            _TABLES.pop(next(iter(_TABLES)))
+        _TABLES[(id(trace), every)] = entry
+    _, table, smallest, accesses = entry
+    return allocate(table, budget, smallest if low is None else max(low, smallest), accesses)
 
 
-def best_slots(trace: Trace, cache: CacheConfig) -> CacheConfig:
-    """``cache`` with its slots (a per-layer capacity, L·C in all, or its list's sum) split the best way:
-    its capacity becomes the list of each layer's slots."""
+def best_slots(trace: Trace, cache: CacheConfig, low: int | None = None) -> CacheConfig:
+    """``cache`` with its slots (a per-layer capacity, L·C in all, or its list's sum) split the best way,
+    each layer given at least ``low``: its capacity becomes the list of each layer's slots."""
     total = int(cache.slots(trace.meta.num_layers).sum())
-    return replace(cache, capacity=tuple(best_split(trace, cache, total).slots))
+    return replace(cache, capacity=tuple(best_split(trace, cache, total, low).slots))

@@ -35,7 +35,7 @@ from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C
                                   R_CPU, R_STALL, R_TIME, Inputs, build_state)
 from moesim.sim.engine import bind, on_disk, part_bounds
 from moesim.sim.hardware import Hardware
-from moesim.sim.hitrate import check_fits_experts
+from moesim.sim.hitrate import capacity_named, check_fits_experts
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.strategies import cpu_experts, get_strategy
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
@@ -129,7 +129,11 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
     cache, pf, strategy = config.cache, config.prefetch, get_strategy(config.execution.strategy)
     module = get_policy(cache.policy)
     if cache.split == "best" and strategy.CACHE and cache.capacity != 0:
-        cache = best_slots(trace, cache)
+        # a cache that holds the widest row whole in every layer needs no scratch buffer: no layer of the split
+        # goes below that row, so the memory stays the same
+        width = req.experts.shape[2]
+        held = int(cache.slots(trace.meta.num_layers).min()) >= width
+        cache = best_slots(trace, cache, width if held else None)
         config = replace(config, cache=cache)
     slots = cache.slots(trace.meta.num_layers)
     pred, pred_tokens, preload, preload_at = predictions(trace, req, pf, slots, cache.scope)
@@ -286,8 +290,8 @@ def _check(trace, model, hardware, config: Config):
         check_fits_experts(trace.meta, config.cache)
         slots = config.cache.slots(trace.meta.num_layers)
         if slots.max() > 0 and slots.min() < trace.meta.top_k:
-            named = capacity if not isinstance(capacity, tuple) else f"{slots.min()} of layer {slots.argmin()}"
-            raise MoesimError(f"capacity {named} is below top_k {trace.meta.top_k}: a step's k experts are resident "
+            named = capacity_named(capacity, slots, int(slots.argmin()))
+            raise MoesimError(f"{named} is below top_k {trace.meta.top_k}: a step's k experts are resident "
                               f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
 
 

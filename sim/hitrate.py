@@ -53,7 +53,7 @@ class HitRate:
         return out
 
 
-def _named(capacity, slots: np.ndarray, part: int) -> str:
+def capacity_named(capacity, slots: np.ndarray, part: int) -> str:
     """How an error names one partition's capacity: the capacity, or a listed layer's entry."""
     return f"capacity {slots[part]} of layer {part}" if isinstance(capacity, tuple) else f"capacity {slots[part]}"
 
@@ -64,8 +64,8 @@ def check_fits_experts(meta, cache: CacheConfig) -> None:
     slots = cache.slots(meta.num_layers)
     if slots.max() > most:
         where = "per layer" if cache.scope == "per-layer" else f"in all {meta.num_layers} layers"
-        raise MoesimError(f"{_named(cache.capacity, slots, int(slots.argmax()))} is more than the {most} experts "
-                          f"{where}")
+        named = capacity_named(cache.capacity, slots, int(slots.argmax()))
+        raise MoesimError(f"{named} is more than the {most} experts {where}")
 
 
 def check_capacity(meta, cache: CacheConfig) -> None:
@@ -76,10 +76,11 @@ def check_capacity(meta, cache: CacheConfig) -> None:
                           "number of slots (or use 'moesim sim run --capacity auto')")
     slots, top_k = cache.slots(meta.num_layers), meta.top_k
     low = int(slots.argmin())
+    named = capacity_named(cache.capacity, slots, low)
     if slots[low] < 1:
-        raise MoesimError(f"{_named(cache.capacity, slots, low)} must be at least 1")
+        raise MoesimError(f"{named} must be at least 1")
     if cache.semantics == "step" and slots[low] < top_k:
-        raise MoesimError(f"{_named(cache.capacity, slots, low)} is below top_k {top_k}: under step semantics all "
+        raise MoesimError(f"{named} is below top_k {top_k}: under step semantics all "
                           f"k experts of a step are resident at once; use a capacity >= {top_k} or --semantics "
                           "sequential")
     check_fits_experts(meta, cache)

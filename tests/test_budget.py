@@ -92,3 +92,22 @@ def test_per_layer_lists_are_checked(mixtral):
         simulate(mixtral, CacheConfig(capacity=[2, 1] + [2] * 30))
     with pytest.raises(MoesimError, match="capacity 9 of layer 0 is more than the 8 experts per layer"):
         simulate(mixtral, CacheConfig(capacity=[9] + [2] * 31))
+
+
+def test_a_batch_split_keeps_every_layer_at_the_widest_row_so_the_memory_stays(mixtral):
+    """Batch 2 of Mixtral routes up to 4 experts a layer: the uniform 5 slots hold every row, so the split
+    gives no layer fewer than 4 (a smaller one would need a scratch buffer the uniform cache does not)."""
+    kw = dict(policy="lru", capacity=5, hardware="rtx4090", dtype="q4_k", batch=2)
+    uniform, best = moesim.simulate(mixtral, **kw), moesim.simulate(mixtral, split="best", **kw)
+    assert min(best.config.cache.capacity) == 4 and sum(best.config.cache.capacity) == 5 * 32
+    assert best.vram_gb == uniform.vram_gb
+    free = moesim.best_split(mixtral, 5 * 32, "lru")  # with no floor but top-k, some layer gets fewer
+    assert min(free.slots) < 4
+
+
+def test_a_split_is_free_where_the_uniform_cache_already_had_a_scratch_buffer(mixtral):
+    """A 512-token prompt row routes all 8 experts of a layer, more than the 7 slots: the uniform cache already
+    streams through scratch, so the split may go down to top-k, in the same memory."""
+    kw = dict(policy="lru", capacity=7, hardware="rtx4090", dtype="q4_k", other_dtype="q4_k", prompt=512)
+    uniform, best = moesim.simulate(mixtral, **kw), moesim.simulate(mixtral, split="best", **kw)
+    assert min(best.config.cache.capacity) < 7 and best.vram_gb == uniform.vram_gb
