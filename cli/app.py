@@ -11,7 +11,7 @@ import typer
 
 from moesim import __version__
 from moesim.errors import MoesimError
-from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd: registers sim mrc)
+from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, serve_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd, serve_cmd: register sim mrc, sim serve)
 from moesim.cli.console import console, emit_json, table
 from moesim.tracegen.models import MODELS
 

@@ -33,3 +33,22 @@ OtherDtype = Annotated[Optional[str], typer.Option("--other-dtype", help="Precis
 Split = Annotated[str, typer.Option(help="uniform: C slots in every layer; best: the layers' slots shared out "
                                          "the way that maximises the policy's hits on the trace (per-layer "
                                          "scope; exact, from its hit rate at every capacity).")]
+Model = Annotated[Optional[str], typer.Option(help="Model preset (default: the trace's model; see 'moesim models').")]
+Ssd = Annotated[Optional[str], typer.Option(help="Add an SSD preset (pcie5-nvme, pcie4-nvme).")]
+Scope = Annotated[str, typer.Option(help="per-layer or global.")]
+DramCapacity = Annotated[Optional[int], typer.Option("--dram-capacity", help="Experts host DRAM caches in front of the "
+                                                     "SSD (needs --ssd); default: all in DRAM.")]
+Mode = Annotated[str, typer.Option(help="After a misprediction: fallback (fetch the right experts) or commit (run the "
+                                        "predicted ones, CommitMoE).")]
+Kernel = Annotated[str, typer.Option(help="fused: a layer's experts in one kernel once all are on the GPU (vLLM); "
+                                          "per-expert: each as its weights land (Mixtral-offloading).")]
+Context = Annotated[int, typer.Option(help="KV tokens added to every sequence (a prompt the trace did not record, not "
+                                           "computed).")]
+Prompt = Annotated[int, typer.Option(help="A prompt of N tokens prefilled before each sequence the trace recorded "
+                                          "without one (TTFT).")]
+TrainTrace = Annotated[Optional[Path], typer.Option("--train-trace", help="Trace the history and popular prefetchers "
+                                                    "learn from (default: TRACE itself).")]
+ConfigFile = Annotated[Optional[Path], typer.Option("--config", help="Start from this configuration file (TOML: [model] "
+                                                    "[hardware] [cache] [prefetch] [execution] [workload] [serve]); "
+                                                    "options given here override it.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]

@@ -14,7 +14,8 @@ def plot(
     source: Annotated[Path, typer.Argument(metavar="INPUT", help="Results file from 'moesim sweep' (Parquet), or a "
                                                                  "trace for activation-heatmap / eviction-timeline.")],
     kind: Annotated[str, typer.Option(help="hitrate-vs-capacity, tpot-vs-capacity, speedup-heatmap, "
-                                           "per-layer-hitrate (results); activation-heatmap, eviction-timeline "
+                                           "per-layer-hitrate (results); latency-vs-throughput, hitrate-vs-batch "
+                                           "(results of a serve sweep); activation-heatmap, eviction-timeline "
                                            "(trace).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Figure to write: .png, .svg or .pdf.")],
     baseline: Annotated[str, typer.Option(help="speedup-heatmap: the policy others are compared with.")] = "lru",
@@ -30,11 +31,13 @@ def plot(
     from moesim.errors import MoesimError
     from moesim.files import check_output
     from moesim.plots.results import RESULT_KINDS, plot_results, read_results
+    from moesim.plots.serving import SERVE_KINDS, plot_serving
     from moesim.plots.trace import TRACE_KINDS, plot_activations, plot_eviction_timeline
     from moesim.tracegen.io import load_trace
 
-    if kind not in RESULT_KINDS + TRACE_KINDS:
-        raise MoesimError(f"unknown plot kind {kind!r}; choose from {', '.join(RESULT_KINDS + TRACE_KINDS)}")
+    kinds = RESULT_KINDS + SERVE_KINDS + TRACE_KINDS
+    if kind not in kinds:
+        raise MoesimError(f"unknown plot kind {kind!r}; choose from {', '.join(kinds)}")
     check_output(out, "figure", inputs=(source,))
     if kind in TRACE_KINDS:
         trace = load_trace(source)
@@ -44,6 +47,8 @@ def plot(
             path = plot_activations(trace, out, seq_index=sequence)
         else:
             path = plot_eviction_timeline(trace, out, capacity or 4, layer, sequence)
+    elif kind in SERVE_KINDS:
+        path = plot_serving(read_results(source), kind, out, str(source))
     else:
         path = plot_results(read_results(source), kind, out, baseline, capacity, str(source))
     console.print(f"wrote {path}")

@@ -10,8 +10,9 @@ import polars as pl
 import typer
 
 from moesim.cli.console import console, emit_json, slots_text, table
-from moesim.cli.options import (Cpu, CpuLayers, Dtype, Gamma, Hardware, Link, LowbitDtype, LowbitThreshold, MlModel,
-                                OtherDtype, PinTrace, Ram, Seed, Split, Strategy, Vram)
+from moesim.cli.options import (AsJson, ConfigFile, Context, Cpu, CpuLayers, DramCapacity, Dtype, Gamma, Hardware, Kernel,
+                                Link, LowbitDtype, LowbitThreshold, MlModel, Mode, Model, OtherDtype, PinTrace, Prompt,
+                                Ram, Scope, Seed, Split, Ssd, Strategy, TrainTrace, Vram)
 from moesim.errors import MoesimError
 from moesim.policies import POLICIES
 from moesim.policies.prefetch import PREFETCHERS
@@ -103,11 +104,10 @@ def hitrate(
 def run(
     ctx: typer.Context,
     trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (Parquet).")],
-    model: Annotated[Optional[str], typer.Option(help="Model preset (default: the trace's model; see "
-                                                      "'moesim models').")] = None,
+    model: Model = None,
     hardware: Hardware = "rtx4090",
     link: Link = None,
-    ssd: Annotated[Optional[str], typer.Option(help="Add an SSD preset (pcie5-nvme, pcie4-nvme).")] = None,
+    ssd: Ssd = None,
     cpu: Cpu = None,
     vram: Vram = None,
     ram: Ram = None,
@@ -119,21 +119,15 @@ def run(
     capacity: Annotated[str, typer.Option(help="Comma-separated GPU expert slots per layer (or in the pool with "
                                                "--scope global); 0: no expert cache; auto: as many as GPU memory "
                                                "holds.")] = "4",
-    scope: Annotated[str, typer.Option(help="per-layer or global.")] = "per-layer",
+    scope: Scope = "per-layer",
     split: Split = "uniform",
-    dram_capacity: Annotated[Optional[int], typer.Option("--dram-capacity", help="Experts host DRAM caches in "
-                                                         "front of the SSD (needs --ssd); default: all in DRAM.")] = None,
+    dram_capacity: DramCapacity = None,
     prefetch: Annotated[str, typer.Option(help=f"Prefetcher: {', '.join(PREFETCHERS)}.")] = "none",
-    mode: Annotated[str, typer.Option(help="After a misprediction: fallback (fetch the right experts) or commit "
-                                           "(run the predicted ones, CommitMoE).")] = "fallback",
-    kernel: Annotated[str, typer.Option(help="fused: a layer's experts in one kernel once all are on the GPU "
-                                             "(vLLM); per-expert: each as its weights land (Mixtral-offloading).")]
-    = "fused",
+    mode: Mode = "fallback",
+    kernel: Kernel = "fused",
     batch: Annotated[int, typer.Option(help="Sequences decoded in lockstep.")] = 1,
-    context: Annotated[int, typer.Option(help="KV tokens added to every sequence (a prompt the trace did not "
-                                              "record, not computed).")] = 0,
-    prompt: Annotated[int, typer.Option(help="A prompt of N tokens prefilled before each sequence the trace recorded "
-                                             "without one (TTFT).")] = 0,
+    context: Context = 0,
+    prompt: Prompt = 0,
     warmup: Annotated[int, typer.Option(help="Batches run first and not measured (steady state).")] = 0,
     dtype: Dtype = None,
     other_dtype: OtherDtype = None,
@@ -142,14 +136,11 @@ def run(
     seed: Seed = None,
     ml_model: MlModel = None,
     pin_trace: PinTrace = None,
-    train_trace: Annotated[Optional[Path], typer.Option("--train-trace", help="Trace the history and popular "
-                                                        "prefetchers learn from (default: TRACE itself).")] = None,
-    config_file: Annotated[Optional[Path], typer.Option("--config", help="Start from this configuration file "
-                                                        "(TOML: [model] [hardware] [cache] [prefetch] [execution] "
-                                                        "[workload]); options given here override it.")] = None,
+    train_trace: TrainTrace = None,
+    config_file: ConfigFile = None,
     save_config: Annotated[Optional[Path], typer.Option("--save-config", help="Write the configuration of the "
                                                         "first run as TOML (for --config).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Time per output token: the discrete-event simulation of decoding TRACE on a model and machine, with
     the GPU memory and host RAM it needs (a configuration that does not fit is refused).
@@ -158,19 +149,10 @@ def run(
     """
     from moesim.sim.des import simulate_des
 
-    base = Config.from_toml(config_file) if config_file is not None else Config()
-    typed = {k: v for k, v in ctx.params.items() if getattr(ctx.get_parameter_source(k), "name", "") == "COMMANDLINE"}
-    placing = policy_params(cpu_layers=auto_or_int(cpu_layers, "--cpu-layers"), lowbit_threshold=lowbit_threshold,
-                            lowbit_dtype=lowbit_dtype)
-    check_params_used([], placing, strategies=[typed.get("strategy", base.execution.strategy)])
-    base = base.replace(**{k: v for k, v in typed.items() if k in SETTINGS and k not in ("policy", "capacity")},
-                        **policy_params(train_trace=train_trace), **placing)
-    policies = names(policy) if "policy" in typed or config_file is None else [base.cache.policy]
-    capacities = capacity_list(capacity) if "capacity" in typed or config_file is None else [base.cache.capacity]
     given = policy_params(gamma=gamma, seed=seed, ml_model=ml_model, pin_trace=pin_trace)
-    check_params_used(policies, given)
-    configs = [base.replace(policy=name, capacity=c, **params_for(name, given)) for name in policies
-               for c in capacities]
+    configs = command_configs(ctx, config_file, policy, capacity, given, cpu_layers, lowbit_threshold, lowbit_dtype,
+                              train_trace)
+    base = configs[0]
     if save_config is not None:
         configs[0].to_toml(save_config)
     trace = load_trace(trace_path)
@@ -200,6 +182,24 @@ def run(
                           f"{_pct(r.prefetch_recall)}, {r.prefetch_loads} prefetched, {r.prefetch_used} used"
                           + (f"; {r.substitutions} substitutions carrying {r.substituted_weight:.3f} router weight "
                              f"per layer and step" if mode == "commit" else ""))
+
+
+def command_configs(ctx: typer.Context, config_file: Path | None, policy: str, capacity: str, given: dict,
+                    cpu_layers, lowbit_threshold, lowbit_dtype, train_trace) -> list[Config]:
+    """The configurations a command line asks for: the --config file's (or the defaults), with every setting
+    typed on the command line over it, one per policy and capacity listed."""
+    base = Config.from_toml(config_file) if config_file is not None else Config()
+    typed = {k: v for k, v in ctx.params.items() if getattr(ctx.get_parameter_source(k), "name", "") == "COMMANDLINE"}
+    placing = policy_params(cpu_layers=auto_or_int(cpu_layers, "--cpu-layers"), lowbit_threshold=lowbit_threshold,
+                            lowbit_dtype=lowbit_dtype)
+    check_params_used([], placing, strategies=[typed.get("strategy", base.execution.strategy)])
+    base = base.replace(**{k: v for k, v in typed.items() if k in SETTINGS and k not in ("policy", "capacity")},
+                        **policy_params(train_trace=train_trace), **placing)
+    policies = names(policy) if "policy" in typed or config_file is None else [base.cache.policy]
+    capacities = capacity_list(capacity) if "capacity" in typed or config_file is None else [base.cache.capacity]
+    check_params_used(policies, given)
+    return [base.replace(policy=name, capacity=c, **params_for(name, given)) for name in policies
+            for c in capacities]
 
 
 def _pct(value) -> str:

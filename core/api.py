@@ -135,14 +135,38 @@ def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSp
     >>> r.capacity, round(r.tpot_s * 1e3, 1), round(r.tokens_per_s, 2), round(r.hit_rate, 4), round(r.vram_gb, 1)
     (7, 30.6, 32.69, 0.9999, 22.4)
     """
-    config = config or Config()
+    config, objects = _configured(config, model, hardware, settings)
+    return simulate_des(trace, config, decisions=decisions, **objects)
+
+
+def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec | None = None,
+          hardware: str | Hardware | None = None, **settings):
+    """A served stream: ``trace``'s sequences as requests arriving over time (``rate``, ``requests``, ...: the
+    ``serve`` settings), batched continuously (``max_batch``, ``max_batch_tokens``, ``chunked_prefill``) and
+    run by the discrete-event simulator under ``config`` with ``settings`` changed. The result's ``summary``
+    holds TTFT, TPOT and latency percentiles, throughput and the hit rate; ``requests`` one row per request;
+    ``by_batch()`` the hit rate by running batch (``moesim.sim.serve``).
+
+    >>> s = moesim.serve(trace, rate=0.5, requests=8, hardware="rtx4090", dtype="q4_k", capacity="auto")
+    >>> round(s.summary["tpot_s"] * 1e3, 1), round(s.summary["tokens_per_s"], 2), s.summary["capacity"]
+    (179.1, 28.92, 6)
+    """
+    from moesim.sim.serve import simulate_serve
+
+    config, objects = _configured(config, model, hardware, settings)
+    return simulate_serve(trace, config, **objects)
+
+
+def _configured(config: Config | None, model, hardware, settings: dict) -> tuple[Config, dict]:
+    """``config`` with the flat ``settings`` (and a model or hardware named by a string) changed, and the
+    model or hardware objects built in code."""
     objects = {}
     for key, value in (("model", model), ("hardware", hardware)):
         if isinstance(value, str):
             settings[key] = value
         elif value is not None:
             objects[key] = value
-    return simulate_des(trace, config.replace(**settings), decisions=decisions, **objects)
+    return (config or Config()).replace(**settings), objects
 
 
 def plan(model: str, hardware: str = "rtx4090", **options):
@@ -175,17 +199,21 @@ def sweep(spec: str | Path, out: str | Path, jobs: int = 1, resume: bool = False
 def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baseline: str = "lru",
          capacity: int | None = None, source: str | None = None) -> Path:
     """A figure from sweep results — a results file or its frame — (``hitrate-vs-capacity``,
-    ``tpot-vs-capacity``, ``speedup-heatmap``, ``per-layer-hitrate``); returns its path. ``source``
-    names the results in the figure (default: the file's name).
+    ``tpot-vs-capacity``, ``speedup-heatmap``, ``per-layer-hitrate``; of a serve sweep
+    ``latency-vs-throughput``, ``hitrate-vs-batch``); returns its path. ``source`` names the results in
+    the figure (default: the file's name).
 
     >>> moesim.plot("fig6.parquet", "hitrate-vs-capacity", "fig6.png")
     PosixPath('fig6.png')
     """
     from moesim.plots.results import plot_results, read_results
+    from moesim.plots.serving import SERVE_KINDS, plot_serving
 
-    if isinstance(results, pl.DataFrame):
-        return plot_results(results, kind, out, baseline, capacity, source or "results")
-    return plot_results(read_results(results), kind, out, baseline, capacity, source or str(results))
+    frame = results if isinstance(results, pl.DataFrame) else read_results(results)
+    source = source or ("results" if isinstance(results, pl.DataFrame) else str(results))
+    if kind in SERVE_KINDS:
+        return plot_serving(frame, kind, out, source)
+    return plot_results(frame, kind, out, baseline, capacity, source)
 
 
 def models() -> dict[str, ModelSpec]:

@@ -3,7 +3,8 @@
 A spec is a TOML file::
 
     traces = ["runs/*.parquet"]      # paths or globs, relative to the spec; "bundled": the shipped trace
-    kind = "hitrate"                 # or "des"; default hitrate
+    kind = "hitrate"                 # or "des", or "serve" (a served stream: rate, max_batch, ... are keys);
+                                     # default hitrate
     [axes]                           # the cartesian product of these
     policy = ["lru", "belady", "gamma"]
     capacity = [2, 4, 8]
@@ -42,13 +43,16 @@ import polars as pl
 from moesim.errors import MoesimError, first_line
 from moesim.files import atomic_output, read_toml
 from moesim.tracegen.io import READ_FAILURES
-from moesim.sim.config import (CACHE_PARAMS, HITRATE_SETTINGS, PATH_PARAMS, PREFETCH_PARAMS, SETTINGS, Config,
+from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, HITRATE_SETTINGS, PATH_PARAMS, PREFETCH_PARAMS, SERVE_SETTINGS,
+                               SETTINGS, Config,
                                check_params_used, config_id, load_cached_trace, params_for)
 
-KINDS = ("hitrate", "des")
-KEYS = {"hitrate": set(HITRATE_SETTINGS),
-        "des": (set(SETTINGS) - {"semantics"}) | set(CACHE_PARAMS) | set(PREFETCH_PARAMS)}
-PATH_KEYS = (*PATH_PARAMS, "hardware")
+KINDS = ("hitrate", "des", "serve")
+_DES_KEYS = (set(SETTINGS) - {"semantics"} - set(SERVE_SETTINGS)) | set(CACHE_PARAMS) | set(PREFETCH_PARAMS)
+KEYS = {"hitrate": set(HITRATE_SETTINGS), "des": _DES_KEYS,
+        "serve": (_DES_KEYS - {"batch", "warmup", "reset"}) | set(SERVE_SETTINGS)}
+PATH_KEYS = (*PATH_PARAMS, "hardware", "arrivals")
+FILE_SUFFIXES = {"hardware": (".toml",), "arrivals": ARRIVAL_FILES}  # keys that name a file only with these
 FLUSH_SECONDS = 2.0
 STOP = threading.Event()  # set (by the command's SIGTERM handler) to end a sweep after the current rows
 
@@ -157,8 +161,8 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 
 def _resolve(spec: Path, key: str, value):
-    """Paths in a spec (model files, traces, hardware TOML) are relative to the spec's folder."""
-    if key in PATH_KEYS and isinstance(value, str) and (key != "hardware" or value.endswith(".toml")):
+    """Paths in a spec (model files, traces, hardware TOML, arrival times) are relative to the spec's folder."""
+    if key in PATH_KEYS and isinstance(value, str) and value.lower().endswith(FILE_SUFFIXES.get(key, ("",))):
         return value if Path(value).is_absolute() else str(spec.parent / value)
     return value
 
@@ -250,6 +254,14 @@ def _metrics(kind: str, config: dict) -> dict:
 
         result = simulate(trace, settings.cache).as_dict()
         flat = {k: v for k, v in settings.flat().items() if k in KEYS["hitrate"]}
+    elif kind == "serve":
+        from moesim.sim.serve import simulate_serve
+
+        served = simulate_serve(trace, settings)
+        by_batch = served.by_batch()
+        result = {**served.as_dict()["summary"], "batch_running": by_batch["running"].to_list(),
+                  "batch_hits": by_batch["hits"].to_list(), "batch_accesses": by_batch["accesses"].to_list()}
+        flat = {}
     else:
         from moesim.sim.des import simulate_des
 

@@ -84,12 +84,12 @@ def _style(policy: str) -> dict:
     return {"color": colours[min(index, len(colours) - 1)], "linestyle": "-", "label": policy}
 
 
-def _source_line(frame: pl.DataFrame, source: str) -> str:
+def source_line(frame: pl.DataFrame, source: str) -> str:
     """The results file and what its rows share that a reader needs to trust the numbers: model,
-    machine, expert format, strategy, kernel kind, batch."""
+    machine, expert format, strategy, kernel kind, batch (a served stream's most running)."""
     parts = []
     for column, fmt in (("model", "{}"), ("hardware", "on {}"), ("dtype", "{} experts"), ("strategy", "{}"),
-                        ("kernel", "{} kernel"), ("batch", "batch {}")):
+                        ("kernel", "{} kernel"), ("batch", "batch {}"), ("max_batch", "max batch {}")):
         if column in frame.columns and frame[column].n_unique() == 1 and frame[column][0] is not None:
             parts.append(fmt.format(frame[column][0]))
     return textwrap.fill(Path(source).name + (": " + ", ".join(parts) if parts else ""), 80)
@@ -117,7 +117,7 @@ def _lines(frame, column, ylabel, title, out, source) -> Path:
         ax.set_xticks(sorted(part["capacity"].unique().to_list()))
     axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(title="policy", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"{title}{note}\n{_source_line(frame, source)}", fontsize="medium")
+    fig.suptitle(f"{title}{note}\n{source_line(frame, source)}", fontsize="medium")
     return save_figure(fig, out)
 
 
@@ -154,7 +154,7 @@ def _heatmap(frame, baseline, out, source) -> Path:
     bar = fig.colorbar(image, ax=axes, shrink=0.8)
     bar.set_label(f"log2 of the ratio to {baseline}")
     what = "Speedup in time per token" if des else "Miss reduction (baseline misses / policy misses)"
-    fig.suptitle(f"{what} relative to {baseline}\n{_source_line(frame, source)}", fontsize="medium")
+    fig.suptitle(f"{what} relative to {baseline}\n{source_line(frame, source)}", fontsize="medium")
     return save_figure(fig, out)
 
 
@@ -178,5 +178,5 @@ def _per_layer(frame, capacity, out, source) -> Path:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("hit rate")
     axes[0][-1].legend(title="policy", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"Hit rate per layer at capacity {capacity}\n{_source_line(frame, source)}", fontsize="medium")
+    fig.suptitle(f"Hit rate per layer at capacity {capacity}\n{source_line(frame, source)}", fontsize="medium")
     return save_figure(fig, out)

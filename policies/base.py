@@ -2,8 +2,18 @@
 
 A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, ``HOOKS = hooks(...)``
 with its njit hooks, which ``moesim.sim.engine.bind`` compiles into the hit-rate loop and into the
-discrete-event loop, and ``BYPASSES = True`` if it may leave a missed expert uncached (the memory
-account then keeps a scratch buffer for it). Hooks a policy leaves out are no-ops (``on_miss`` then admits every miss):
+discrete-event loop, and may declare:
+
+- ``BYPASSES = True``: it may leave a missed expert uncached (the memory account then keeps a scratch
+  buffer for it);
+- ``READS_ROWS = True``: ``make_state`` reads the rows the run will serve ahead of serving them (Belady's
+  next uses, ML-FFN's predictions), so it cannot serve steps formed while the run goes on
+  (``moesim.sim.serve``);
+- ``RESIZABLE = True``: its ``choose_victim`` ignores the object being placed and its state does not
+  depend on the capacity, so the engine may take slots away between steps (a served stream's KV cache
+  growing: ``moesim.sim.des_loop.fit_live``).
+
+Hooks a policy leaves out are no-ops (``on_miss`` then admits every miss):
 
 - ``reset(st)``: forget everything (start, and each sequence when the cache resets).
 - ``on_step(st, part, layer, row, ranked, t)``: R for (row, layer) arrives; ``ranked`` is int16[W]
@@ -48,6 +58,12 @@ class Context:
     sequential: bool
     reset_each_seq: bool
     params: dict = field(default_factory=dict)
+    clock_rows: int | None = None  # rows the run's clock will count (default: those of ``experts``)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows the run serves: the clock's extent (``on_step``'s row is below it)."""
+        return self.experts.shape[0] if self.clock_rows is None else self.clock_rows
 
     @property
     def num_layers(self) -> int:

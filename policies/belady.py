@@ -16,6 +16,7 @@ from numba import njit
 from moesim.policies.base import hooks, min_key_slot
 
 NAME = "belady"
+READS_ROWS = True  # make_state reads the rows ahead of serving them
 NEVER = np.iinfo(np.int64).max
 
 

@@ -7,7 +7,8 @@ from moesim.policies.base import hooks
 from moesim.policies.lru import choose_victim, make_state, on_evict, on_insert, reset
 
 NAME = "fifo"
-__all__ = ["NAME", "make_state", "HOOKS"]
+RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
+__all__ = ["NAME", "RESIZABLE", "make_state", "HOOKS"]
 
 
 HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)

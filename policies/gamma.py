@@ -51,7 +51,7 @@ def make_counts(ctx) -> tuple:
     request (-1: never), scratch scores, γ^d for every gap d the trace can have, control words."""
     gamma = float(ctx.params["gamma"])
     n = ctx.num_objects
-    decay = np.power(gamma, np.arange(ctx.experts.shape[0] + 1, dtype=np.float64))
+    decay = np.power(gamma, np.arange(ctx.num_rows + 1, dtype=np.float64))
     ctl = np.array([ctx.num_experts, 0, 0, int(ctx.sequential), 0], np.int64)
     return np.zeros(n), np.zeros(n, np.int64), np.full(n, -1.0), np.zeros(n), decay, ctl
 

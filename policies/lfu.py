@@ -19,6 +19,7 @@ from moesim.policies.base import (TAIL, hooks, list_first_unmarked, list_of, lis
                                   lists_clear, make_lists, min_key_slot)
 
 NAME = "lfu"
+RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
 ONES, ZEROS = 0, 1
 
 

@@ -10,7 +10,8 @@ from moesim.policies.base import HEAD, hooks, list_first_unmarked
 from moesim.policies.lru import make_state, on_evict, on_insert, reset
 
 NAME = "lifo"
-__all__ = ["NAME", "make_state", "HOOKS"]
+RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
+__all__ = ["NAME", "RESIZABLE", "make_state", "HOOKS"]
 
 
 @njit(cache=True)

@@ -12,6 +12,7 @@ from numba import njit
 from moesim.policies.base import TAIL, hooks, list_first_unmarked, list_push_head, list_remove, lists_clear, make_lists
 
 NAME = "lru"
+RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
 
 
 def make_state(ctx):

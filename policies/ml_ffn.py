@@ -33,6 +33,7 @@ from moesim.errors import MoesimError, first_line
 from moesim.policies.base import hooks, min_key_slot
 
 NAME = "ml-ffn"
+READS_ROWS = True  # make_state reads the rows ahead of serving them
 PARAMS = {"ml_model": None}  # the model file from 'moesim train ml-ffn' (required)
 WEIGHTS = ("w1", "b1", "w2", "b2", "w3", "b3")
 

@@ -10,6 +10,7 @@ from numba import njit
 from moesim.policies.base import hooks, make_rng, rng_reset, rng_uniform
 
 NAME = "random"
+RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
 PARAMS = {"seed": 0}
 
 

@@ -1,6 +1,6 @@
 """The one configuration object: what a simulation, a sweep row, a replay and a notebook call are set to.
 
-``Config`` is six frozen sections, each validated when it is built (bad values are one-line
+``Config`` is seven frozen sections, each validated when it is built (bad values are one-line
 ``MoesimError``s), holding names and numbers only, so it hashes (``config_id``), writes to TOML
 (``to_toml``/``from_toml``) and to a results row (``flat``/``build``):
 
@@ -11,7 +11,10 @@
   access semantics, reset, the DRAM cache in front of an SSD;
 - ``prefetch``: the prefetcher and its parameters, and what runs after a misprediction;
 - ``execution``: the kernel kind, the execution strategy (``moesim.sim.strategies``) and its parameters;
-- ``workload``: sequences decoded in lockstep, KV tokens added to each.
+- ``workload``: sequences decoded in lockstep, KV tokens added to each;
+- ``serve``: a serving run's requests (arrivals, how many), its continuous-batching scheduler (running
+  requests, tokens per step, chunked prefill), speculative decoding and the latency targets
+  (``moesim.sim.serve``; the other runs ignore it).
 
 The flat setting names (``SETTINGS``: ``policy``, ``capacity``, ``gamma``, ...) are the command
 line's options, a sweep spec's keys and the results' columns; they are defined here and nowhere
@@ -75,13 +78,15 @@ def _name(section: str, name: str, value, optional: bool = True) -> None:
     raise MoesimError(f"[{section}] {name} must be a name{' or left out' if optional else ''}, got {value!r}")
 
 
-def _size(obj, section: str, name: str) -> None:
-    """``obj.name`` must be a finite number of GiB > 0, or None."""
+def _size(obj, section: str, name: str, what: str = "a size in GiB", most: float = math.inf) -> None:
+    """``obj.name`` must be a finite number > 0 (and at most ``most``), or None."""
     value = getattr(obj, name)
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise MoesimError(f"[{section}] {name} must be a size in GiB > 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0 \
+            or value > most:
+        bound = f" and at most {most:g}" if math.isfinite(most) else ""
+        raise MoesimError(f"[{section}] {name} must be {what} > 0{bound}, got {value!r}")
     object.__setattr__(obj, name, float(value))
 
 
@@ -292,8 +297,56 @@ class WorkloadConfig:
         _int(self, "workload", "warmup", 0)
 
 
+ARRIVALS = ("poisson", "burst")
+ARRIVAL_FILES = (".csv", ".parquet")  # or a file of arrival times (``moesim.sim.scheduler.read_arrivals``)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """A serving run (``moesim.sim.serve``): ``requests`` requests (default: one per trace sequence) arrive
+    as a Poisson process of ``rate`` per second (seeded by ``arrival_seed``), all at time 0 (``burst``), or
+    at the times an ``arrivals`` file (CSV or Parquet) lists;
+    the scheduler runs at most ``max_batch`` of them at once and ``max_batch_tokens`` tokens per step,
+    splitting prompts across steps when ``chunked_prefill``; each decode step verifies ``draft_tokens`` + 1
+    positions per request, each draft accepted with probability ``acceptance``; with ``dynamic_kv`` (and
+    capacity auto) the expert cache gets, step by step, the GPU memory the running requests' KV cache
+    leaves; ``slo_ttft_s`` and ``slo_tpot_s`` are the latency targets whose attainment is reported."""
+
+    rate: float | None = None
+    arrivals: str = "poisson"
+    requests: int | None = None
+    max_batch: int = 8
+    max_batch_tokens: int = 2048
+    chunked_prefill: bool = True
+    draft_tokens: int = 0
+    acceptance: float = 0.8
+    arrival_seed: int = 0
+    dynamic_kv: bool = False
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+
+    def __post_init__(self):
+        if not (isinstance(self.arrivals, str) and self.arrivals.lower().endswith(ARRIVAL_FILES)):
+            _choice("serve", "arrivals", self.arrivals, ARRIVALS + tuple(f"a {s} file" for s in ARRIVAL_FILES))
+        _size(self, "serve", "rate", "a rate in requests/s")
+        _int(self, "serve", "requests", 1, optional=True)
+        _int(self, "serve", "max_batch", 1)
+        _int(self, "serve", "max_batch_tokens", 1)
+        for name in ("chunked_prefill", "dynamic_kv"):
+            if not isinstance(getattr(self, name), bool):
+                raise MoesimError(f"[serve] {name} must be true or false, got {getattr(self, name)!r}")
+        _int(self, "serve", "draft_tokens", 0)
+        _size(self, "serve", "acceptance", "a probability", 1.0)
+        _int(self, "serve", "arrival_seed", 0)
+        _size(self, "serve", "slo_ttft_s", "a time in seconds")
+        _size(self, "serve", "slo_tpot_s", "a time in seconds")
+        if self.max_batch_tokens < self.max_batch * (self.draft_tokens + 1):
+            raise MoesimError(f"[serve] max_batch_tokens {self.max_batch_tokens} cannot hold a step of max_batch "
+                              f"{self.max_batch} requests verifying {self.draft_tokens + 1} position(s) each")
+
+
 SECTIONS = {"model": ModelConfig, "hardware": HardwareConfig, "cache": CacheConfig, "prefetch": PrefetchConfig,
-            "execution": ExecutionConfig, "workload": WorkloadConfig}
+            "execution": ExecutionConfig, "workload": WorkloadConfig, "serve": ServeConfig}
 # flat setting name -> (section, field); a section's own field names, except where a bare name would be unclear
 _RENAMED = {("model", "name"): "model", ("hardware", "machine"): "hardware", ("prefetch", "prefetcher"): "prefetch"}
 SETTINGS = {_RENAMED.get((s, f.name), f.name): (s, f.name)
@@ -304,12 +357,13 @@ PREFETCH_PARAMS = tuple(dict.fromkeys(k for p in PREFETCHERS if p != "none"
 STRATEGY_PARAMS = tuple(dict.fromkeys(k for m in STRATEGIES.values() for k in m.PARAMS))
 OWNERS = {"cache": ("policy", CACHE_PARAMS), "prefetch": ("prefetch", PREFETCH_PARAMS),
           "execution": ("strategy", STRATEGY_PARAMS)}  # section -> (the setting that owns its params, their names)
+SERVE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "serve")
 HITRATE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "cache" and k != "dram_capacity") + CACHE_PARAMS
 
 
 @dataclass(frozen=True)
 class Config:
-    """Every setting of a run, in six validated sections (see the module docstring)."""
+    """Every setting of a run, in seven validated sections (see the module docstring)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
@@ -317,6 +371,7 @@ class Config:
     prefetch: PrefetchConfig = field(default_factory=PrefetchConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     def __post_init__(self):
         for name, cls in SECTIONS.items():

@@ -120,14 +120,10 @@ def expert_kernel_s(by_tokens, launch, tokens):
     return launch + by_tokens[tokens]
 
 
-def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, bytes_per_param: float = 2.0,
-          expert_bytes: float | None = None, max_expert_tokens: int = 1, lowbit_dtype: str | None = None) -> Costs:
-    """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all, experts
-    computing up to ``max_expert_tokens`` tokens each.
-
-    ``expert_bytes`` overrides the model's (a trace records its own, e.g. for quantised experts); the
-    CPU's kernel is the format whose bytes per parameter those are. ``lowbit_dtype`` prices low-bit copies.
-    """
+def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, bytes_per_param: float = 2.0) -> tuple:
+    """What depends on a row's ``tokens`` and the KV tokens ``ctx`` its sequences hold (arrays or scalars):
+    one layer's attention + router + shared experts, MoLE's lookup-row copy and its bytes, and the
+    activations' hand-off to the host, one way."""
     gpu, d, bpp = hw.gpu, model.d_model, bytes_per_param
     tokens = np.asarray(tokens, np.float64)
     ctx = np.asarray(ctx, np.float64)
@@ -139,6 +135,28 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
     if model.shared_experts:
         shared_w = model.shared_experts * model.ffn_mats * d * model.d_shared
         pre = pre + roofline(gpu, shared_w * bpp, 2 * shared_w * tokens) + launch * KERNELS_SHARED
+    measured = hw.compute
+    if measured is not None:
+        pre = measured.layer_s + measured.layer_token_s * tokens + measured.layer_ctx_s * ctx
+    if model.kind == "mole":
+        lut_bytes = tokens * d * model.num_experts * bpp
+        lut_s = np.where(lut_bytes > 0, link_copy_s(hw.link, lut_bytes), 0.0)
+    else:
+        lut_bytes = np.zeros_like(tokens)
+        lut_s = np.zeros_like(tokens)
+    return pre, lut_s, lut_bytes, tokens * d * 2.0 / hw.link.bandwidth
+
+
+def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, bytes_per_param: float = 2.0,
+          expert_bytes: float | None = None, max_expert_tokens: int = 1, lowbit_dtype: str | None = None) -> Costs:
+    """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all, experts
+    computing up to ``max_expert_tokens`` tokens each.
+
+    ``expert_bytes`` overrides the model's (a trace records its own, e.g. for quantised experts); the
+    CPU's kernel is the format whose bytes per parameter those are. ``lowbit_dtype`` prices low-bit copies.
+    """
+    gpu, bpp = hw.gpu, bytes_per_param
+    launch = gpu.launch_us * 1e-6
     eb = float(expert_bytes if expert_bytes is not None else model.expert_params * bpp)
     n_tokens = np.arange(max(int(max_expert_tokens), 1) + 1, dtype=np.float64)
     by_tokens = np.maximum(eb / gpu.mem_bw, 2.0 * model.expert_params * n_tokens / gpu.flops)
@@ -149,15 +167,9 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
             raise MoesimError(f"{hw.source or hw.name}: its [compute] table was measured for {measured.name}, not "
                               f"{model.name}; calibrate this model ('moesim calibrate --model ...') or use a "
                               "hardware file without [compute]")
-        pre = measured.layer_s + measured.layer_token_s * tokens + measured.layer_ctx_s * ctx
         by_tokens = measured.expert_s + measured.expert_token_s * np.maximum(n_tokens - 1, 0)
         moe_launch_s, expert_launch_s = measured.moe_launch_s, measured.expert_launch_s
-    if model.kind == "mole":
-        lut_bytes = tokens * d * model.num_experts * bpp
-        lut_s = np.where(lut_bytes > 0, link_copy_s(hw.link, lut_bytes), 0.0)
-    else:
-        lut_bytes = np.zeros_like(tokens)
-        lut_s = np.zeros_like(tokens)
+    pre, lut_s, lut_bytes, handoff = row_costs(model, hw, tokens, ctx, bpp)
     cpu = hw.cpu
     cpu_by_tokens = (cpu_expert_s(cpu, model, format_of(model.expert_params, eb), eb, n_tokens) if cpu is not None
                      else np.zeros_like(n_tokens))
@@ -167,7 +179,7 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
                  copy_s=link_copy_s(hw.link, eb),
                  ssd_s=ssd_read_s(hw.ssd, eb) if hw.ssd is not None else float("nan"), expert_bytes=eb,
                  lut_bytes=np.ascontiguousarray(lut_bytes, np.float64), cpu_by_tokens=cpu_by_tokens,
-                 handoff_s=np.ascontiguousarray(tokens * d * 2.0 / hw.link.bandwidth, np.float64),
+                 handoff_s=np.ascontiguousarray(handoff, np.float64),
                  cpu_sync_s=cpu.sync_us * 1e-6 if cpu is not None else 0.0,
                  lowbit_copy_s=link_copy_s(hw.link, lowbit_bytes) if lowbit_dtype else float("nan"),
                  lowbit_bytes=float(lowbit_bytes))

@@ -27,7 +27,7 @@ from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
 from moesim.sim.budget import best_slots
-from moesim.sim.config import Config, PrefetchConfig, module_params
+from moesim.sim.config import SERVE_SETTINGS, Config, PrefetchConfig, module_params
 from moesim.sim.costs import Costs, costs
 from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
@@ -106,7 +106,7 @@ class DesResult:
     def as_dict(self) -> dict:
         """The model and machine simulated, every setting (``Config.flat``) and every metric; not the
         per-step times, the decision log or the arrays behind them."""
-        settings = {k: v for k, v in self.config.flat().items() if k not in ("model", "hardware")}
+        settings = {k: v for k, v in self.config.flat().items() if k not in ("model", "hardware", *SERVE_SETTINGS)}
         return {"model": self.model, "hardware": self.hardware, **settings,
                 **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in
                    ("model", "hardware", "config", "step_times", "decisions", "requests", "executed", "costs")}}

@@ -42,6 +42,11 @@ the cell it was fetched for (the double buffering of Speculating Experts §5.1).
 (``preload_batch``) loads a batch's predicted Top-C per layer before its first decode row. MoLE rows
 copy each layer's lookup rows, all queued at the start of the row, and run no expert kernel.
 
+A call runs the rows ``Progress.span`` names and leaves the clock and the stamp in ``Progress`` for the
+next call: a batch run is one call, a served stream (``moesim.sim.serve``) one call per step as the
+scheduler forms them, the clock ``t`` counting the run's rows (``clock_row``). Before its rows, a call
+gives back the slots a partition lost since the last one (``fit_live``: the stream's KV cache grew).
+
 The state is ``moesim.sim.des_state.State``. The names ``reset``, ``on_step``, ``on_hit``, ``on_miss``,
 ``on_prefetch``, ``choose_victim``, ``on_evict`` and ``on_insert`` are the policy's hooks
 (``moesim.policies.base``), bound by ``moesim.sim.engine.bind`` together with ``HELPERS``. A miss the
@@ -52,7 +57,7 @@ from __future__ import annotations
 
 from moesim.sim.costs import T_COPY, T_CPU_SYNC, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_add
 from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS,
-                                  C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_SUBS, C_SUBS_MASS, COPY_BUSY,
+                                  C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_RECLAIMED, C_SUBS, C_SUBS_MASS, COPY_BUSY,
                                   EV_CPU, EV_FILL, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD, R_COMPUTE,
                                   R_COPY, R_CPU, R_STALL, R_TIME)
 from moesim.sim.des_tiers import cpu_run, queue_copy, transfer
@@ -62,12 +67,15 @@ from moesim.tracegen.schema import DECODE
 
 
 def des_loop(s, st):
-    inp, cache, tally = s.inputs, s.cache, s.tally
-    n_rows, n_layers = inp.experts.shape[0], inp.experts.shape[1]
-    stamp = 0
-    now = 0.0
-    reset(st)
-    for row in range(n_rows):
+    inp, cache, tally, progress = s.inputs, s.cache, s.tally, s.progress
+    n_layers = inp.experts.shape[1]
+    stamp = progress.stamp[0]
+    now = progress.now[0]
+    if progress.span[0] == 0 and progress.offset[0] == 0:  # a run's first call
+        reset(st)
+    stamp += 1  # nothing is protected while slots are given back
+    fit_live(s, st, progress.span[0], stamp)
+    for row in range(progress.span[0], progress.span[1]):
         if row == inp.measure_from:  # what the warm-up rows counted is left out of the result
             for i in range(tally.counters.shape[0]):
                 tally.warm_counters[i] = tally.counters[i]
@@ -108,6 +116,43 @@ def des_loop(s, st):
             now = run_kernels(s, row, now, n_run, weights_at, fused)
         tally.rows[row, R_TIME] = now - begin
         tally.rows[row, R_COPY] = s.tiers.clocks[COPY_BUSY] - copy_before
+    progress.now[0] = now
+    progress.stamp[0] = stamp
+
+
+def claim(s, st, part, obj, t, stamp):
+    """``place`` ``obj`` in the slots ``part`` has now (``Cache.live``): (slot, evicted object)."""
+    inp, cache = s.inputs, s.cache
+    return place(st, part, obj, t, inp.bounds[part], inp.bounds[part] + cache.live[part], cache.slot_of, cache.obj_of,
+                 cache.used, cache.mark, stamp)
+
+
+def fit_live(s, st, row, stamp):
+    """Give back the slots a partition lost (``Cache.live`` lowered between calls: a served stream's KV cache
+    grew): the policy's victims leave, nothing protected, and a resident of a slot given back moves into the
+    victim's (a copy on the GPU, not timed). Only a policy whose victim does not depend on the object being
+    placed, nor its state on the capacity, is run this way (``RESIZABLE``)."""
+    inp, cache = s.inputs, s.cache
+    before = clock_row(s, row) * inp.experts.shape[1] * inp.experts.shape[2] - 1  # just before the row
+    for part in range(cache.used.shape[0]):
+        lo = inp.bounds[part]
+        while cache.used[part] > cache.live[part]:
+            top = lo + cache.used[part] - 1
+            slot = choose_victim(st, part, lo, top + 1, cache.obj_of, cache.slot_of, cache.mark, stamp, -1, before)
+            victim = cache.obj_of[slot]
+            cache.slot_of[victim] = -1
+            on_evict(st, part, slot, victim, before)
+            if slot != top:
+                cache.obj_of[slot] = cache.obj_of[top]
+                cache.slot_of[cache.obj_of[top]] = slot
+            cache.obj_of[top] = -1
+            cache.used[part] -= 1
+            s.tally.counters[C_RECLAIMED] += 1
+
+
+def clock_row(s, row):
+    """The run's number of array row ``row``: what the clock ``t`` and the log count in."""
+    return row + s.progress.offset[0]
 
 
 def route(s, st, row, layer, part, stamp):
@@ -124,7 +169,8 @@ def route(s, st, row, layer, part, stamp):
             if e >= 0 and mark[layer * inp.num_experts + e] != stamp:
                 s.tally.counters[C_SUBS] += 1
                 s.tally.counters[C_SUBS_MASS] += inp.weights[row, layer, j]
-    on_step(st, part, layer, row, x, (row * inp.experts.shape[1] + layer) * inp.experts.shape[2])
+    at = clock_row(s, row)
+    on_step(st, part, layer, at, x, (at * inp.experts.shape[1] + layer) * inp.experts.shape[2])
 
 
 def serve_hits(s, st, row, layer, part, route_at):
@@ -134,7 +180,7 @@ def serve_hits(s, st, row, layer, part, route_at):
     inp, tally = s.inputs, s.tally
     slot_of, by_prefetch, counters = s.cache.slot_of, s.cache.by_prefetch, tally.counters
     x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
-    base = (row * inp.experts.shape[1] + layer) * inp.experts.shape[2]
+    base = (clock_row(s, row) * inp.experts.shape[1] + layer) * inp.experts.shape[2]
     decode = inp.kind[row] == DECODE
     no_cache = inp.bounds[-1] == 0
     if inp.placement[layer] == ON_GPU:
@@ -186,8 +232,8 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights
     if placed == ON_GPU:
         return pinned, n_run, weights_at, fused
     x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
-    base = (row * inp.experts.shape[1] + layer) * inp.experts.shape[2]
-    cell_id = row * inp.experts.shape[1] + layer
+    cell_id = clock_row(s, row) * inp.experts.shape[1] + layer
+    base = cell_id * inp.experts.shape[2]
     for j in range(x.shape[0]):
         if x[j] < 0:
             continue
@@ -221,11 +267,11 @@ def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run,
     """Copy a missed expert at the routing time into a slot the policy frees (or bypass: a scratch buffer)
     and add it to the layer's run; with no cache it streams through a buffer."""
     inp, cache, counters = s.inputs, s.cache, s.tally.counters
-    capacity = inp.bounds[part + 1] - inp.bounds[part]
+    capacity = cache.live[part]
     if capacity > 0:
         if not on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
             counters[C_BYPASS] += 1
-        elif place(st, part, obj, t, inp.bounds, cache.slot_of, cache.obj_of, cache.used, cache.mark, stamp)[0] >= 0:
+        elif claim(s, st, part, obj, t, stamp)[0] >= 0:
             pinned += 1
             cache.by_prefetch[obj] = 0  # a demand load
         else:
@@ -267,10 +313,10 @@ def background_fill(s, st, row, layer, part, obj, t, route_at, stamp, pinned):
     """hybrid: copy a miss the CPU is computing into the slot the policy frees, for later tokens; the cell
     does not wait for it. Returns the residents of X."""
     inp, cache = s.inputs, s.cache
-    capacity = inp.bounds[part + 1] - inp.bounds[part]
+    capacity = cache.live[part]
     if not on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
         return pinned
-    if place(st, part, obj, t, inp.bounds, cache.slot_of, cache.obj_of, cache.used, cache.mark, stamp)[0] < 0:
+    if claim(s, st, part, obj, t, stamp)[0] < 0:
         return pinned
     cache.ready[obj] = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, s.tally.counters)
     cache.by_prefetch[obj] = 0
@@ -306,8 +352,8 @@ def prefetch_next(s, st, row, layer, part, route_at, stamp, pinned):
             or inp.kind[nrow] != DECODE:
         return
     npart = nlayer if inp.per_layer else 0
-    nbase = nrow * n_layers + nlayer
-    issued = (row * n_layers + layer) * width + width - 1  # the clock after this cell's accesses
+    nbase = clock_row(s, nrow) * n_layers + nlayer
+    issued = (clock_row(s, row) * n_layers + layer) * width + width - 1  # the clock after this cell's accesses
     pinned_next = pinned if npart == part else 0
     for j in range(inp.pred.shape[2]):
         e = inp.pred[nrow, nlayer, j]
@@ -328,12 +374,11 @@ def prefetch_next(s, st, row, layer, part, route_at, stamp, pinned):
         elif cache.slot_of[obj] >= 0:
             continue
         else:
-            capacity = inp.bounds[npart + 1] - inp.bounds[npart]
+            capacity = cache.live[npart]
             if cache.used[npart] >= capacity and pinned_next >= capacity:
                 continue
             on_prefetch(st, npart, obj, issued)
-            if place(st, npart, obj, issued, inp.bounds, cache.slot_of, cache.obj_of, cache.used, cache.mark,
-                     stamp)[0] < 0:
+            if claim(s, st, npart, obj, issued, stamp)[0] < 0:
                 continue
             pinned_next += 1
             cache.by_prefetch[obj] = 1
@@ -352,7 +397,7 @@ def preload_batch(s, st, row, now, stamp):
         for j in range(inp.preload.shape[2]):
             if inp.preload[g, layer, j] >= 0:
                 cache.mark[layer * inp.num_experts + inp.preload[g, layer, j]] = stamp
-    before = row * n_layers * width - 1  # the clock just before the row's first access
+    before = clock_row(s, row) * n_layers * width - 1  # the clock just before the row's first access
     pinned = 0
     for layer in range(n_layers):
         part = layer if inp.per_layer else 0
@@ -370,12 +415,11 @@ def preload_batch(s, st, row, now, stamp):
             obj = layer * inp.num_experts + e
             if cache.slot_of[obj] >= 0:
                 continue
-            capacity = inp.bounds[part + 1] - inp.bounds[part]
+            capacity = cache.live[part]
             if cache.used[part] >= capacity and pinned >= capacity:
                 continue
             on_prefetch(st, part, obj, before)
-            if place(st, part, obj, before, inp.bounds, cache.slot_of, cache.obj_of, cache.used, cache.mark,
-                     stamp)[0] >= 0:
+            if claim(s, st, part, obj, before, stamp)[0] >= 0:
                 pinned += 1
                 cache.ready[obj] = transfer(s.tiers, obj, now, inp.times, inp.dram_capacity, s.tally.counters)
                 cache.by_prefetch[obj] = 1
@@ -430,5 +474,5 @@ def log(tally, row, layer, event, obj, slot):
         tally.n_log[0] = i + 1
 
 
-HELPERS = (place, route, serve_hits, serve_placed, load_misses, demand_load, cpu_instead, to_cpu, background_fill, lowbit_instead,
+HELPERS = (place, claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, cpu_instead, to_cpu, background_fill, lowbit_instead,
            lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)

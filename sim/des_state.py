@@ -13,7 +13,10 @@ numba-typed by their fields, so a field is read by name, never by position:
 - ``Tally``: what the run records — counters (``C_*``), per-row times (``R_*``), per-layer hits,
   the decision log (``EV_*``);
 - ``Kernels``: the current layer's expert kernels (when each one's weights land, its tokens) and when
-  the CPU's share of the layer is back on the GPU.
+  the CPU's share of the layer is back on the GPU;
+- ``Progress``: which rows a call runs and where the last call stopped (the clock, the stamp), so a
+  run may go on in later calls: ``moesim.sim.serve`` runs one step per call, each formed after the
+  one before it ends.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from moesim.policies.base import make_lists
 
 # counters (C_CPU, C_LOWBIT and C_LOWBIT_MASS count decode accesses)
 C_HITS, C_ACCESSES, C_LOADS, C_PREFILL_LOADS, C_PF_LOADS, C_PF_USED, C_SSD_READS, C_SUBS, C_SUBS_MASS, \
-    C_DRAM_HITS, C_BYPASS, C_CPU, C_LOWBIT, C_LOWBIT_MASS, C_FILLS = range(15)
-N_COUNTERS = 15
+    C_DRAM_HITS, C_BYPASS, C_CPU, C_LOWBIT, C_LOWBIT_MASS, C_FILLS, C_RECLAIMED = range(16)
+N_COUNTERS = 16
 # per-row accounting columns (R_CPU: seconds the host CPU computed experts)
 R_TIME, R_COMPUTE, R_STALL, R_COPY, R_CPU = range(5)
 # decision log events (row, layer, event, object, slot), in the order the engine made them: the
@@ -74,7 +77,8 @@ class Inputs(NamedTuple):
 class Cache(NamedTuple):
     slot_of: np.ndarray        # int64 [objects]: its slot (-1: not resident)
     obj_of: np.ndarray         # int64 [slots]: the object in it (-1: free)
-    used: np.ndarray           # int64 [partitions]: slots filled
+    used: np.ndarray           # int64 [partitions]: slots filled (slots bounds[p] .. bounds[p] + used[p] - 1)
+    live: np.ndarray           # int64 [partitions]: slots it may fill now (bounds[p + 1] - bounds[p] unless lowered)
     mark: np.ndarray           # int64 [objects]: stamp of the request set (or prediction) it is in
     ready: np.ndarray          # float64 [objects]: when its weights landed or land
     by_prefetch: np.ndarray    # int64 [objects]: 1 if a prefetch put it in its slot and no hit used it yet
@@ -107,12 +111,20 @@ class Kernels(NamedTuple):
     cpu_ready: np.ndarray      # float64 [1]: when the CPU's experts of the layer are back on the GPU (-1: none)
 
 
+class Progress(NamedTuple):
+    span: np.ndarray           # int64 [2]: the rows of the arrays this call runs
+    offset: np.ndarray         # int64 [1]: the run's row number of the arrays' row 0 (the clock ``t`` counts in it)
+    now: np.ndarray            # float64 [1]: the compute stream's clock where the last call stopped
+    stamp: np.ndarray          # int64 [1]: the last request-set stamp given out
+
+
 class State(NamedTuple):
     inputs: Inputs
     cache: Cache
     tiers: Tiers
     tally: Tally
     kernels: Kernels
+    progress: Progress
 
 
 def make_tiers(num_objects: int, num_layers: int, engines: int) -> Tiers:
@@ -122,16 +134,18 @@ def make_tiers(num_objects: int, num_layers: int, engines: int) -> Tiers:
 
 
 def build_state(inputs: Inputs, engines: int, log_rows: int) -> State:
-    """Everything the loop works on, for ``inputs``: an empty cache, idle tiers, zeroed tallies."""
+    """Everything the loop works on, for ``inputs``: an empty cache, idle tiers, zeroed tallies, every row
+    to run from time 0."""
     n_rows, n_layers, width = inputs.experts.shape
     n_objects = n_layers * int(inputs.num_experts)
     n_parts = n_layers if inputs.per_layer else 1
     exe_width = inputs.exe.shape[2]
     cache = Cache(np.full(n_objects, -1, np.int64), np.full(max(int(inputs.bounds[-1]), 1), -1, np.int64),
-                  np.zeros(n_parts, np.int64), np.zeros(n_objects, np.int64), np.zeros(n_objects),
+                  np.zeros(n_parts, np.int64), np.diff(inputs.bounds), np.zeros(n_objects, np.int64), np.zeros(n_objects),
                   np.zeros(n_objects, np.int64), np.full(n_objects, -1, np.int64))
     tally = Tally(np.zeros(N_COUNTERS), np.zeros((n_rows, 5)), np.zeros(n_layers, np.int64),
                   np.zeros(n_layers, np.int64), np.zeros((log_rows, 5), np.int64), np.zeros(1, np.int64),
                   np.zeros(N_COUNTERS), np.zeros(n_layers, np.int64), np.zeros(n_layers, np.int64))
+    progress = Progress(np.array([0, n_rows], np.int64), np.zeros(1, np.int64), np.zeros(1), np.zeros(1, np.int64))
     return State(inputs, cache, make_tiers(n_objects, n_layers, engines), tally,
-                 Kernels(np.zeros(exe_width), np.zeros(exe_width, np.int32), np.full(1, -1.0)))
+                 Kernels(np.zeros(exe_width), np.zeros(exe_width, np.int32), np.full(1, -1.0)), progress)

@@ -102,14 +102,13 @@ def empty(slot_of, obj_of, used):
     used[:] = 0
 
 
-def place(st, part, obj, t, bounds, slot_of, obj_of, used, mark, stamp):
-    """Give ``obj`` a slot of ``part`` (slots ``bounds[part]..bounds[part + 1] - 1``): a free one,
-    else the policy's victim, which is evicted.
+def place(st, part, obj, t, lo, hi, slot_of, obj_of, used, mark, stamp):
+    """Give ``obj`` a slot of ``part`` (slots ``lo..hi - 1``, filled from ``lo``): a free one, else the
+    policy's victim, which is evicted.
 
     Returns (slot, evicted object); slot -1 leaves ``obj`` uncached, object -1 means none was evicted.
     A helper of every loop (``bind(..., helpers=(place,))``): it calls the policy's hooks.
     """
-    lo, hi = bounds[part], bounds[part + 1]
     victim = -1
     if used[part] < hi - lo:
         slot = lo + used[part]
@@ -167,7 +166,8 @@ def hitrate_loop(args, st):
                         continue
                     if not on_miss(st, part, obj, t):
                         continue
-                    slot, victim = place(st, part, obj, t, bounds, slot_of, obj_of, used, mark, stamp)
+                    slot, victim = place(st, part, obj, t, bounds[part], bounds[part + 1], slot_of, obj_of, used, mark,
+                                         stamp)
                     if victim >= 0 and n_evictions[0] < evictions.shape[0]:
                         evictions[n_evictions[0], 0] = t
                         evictions[n_evictions[0], 1] = victim

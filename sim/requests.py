@@ -121,27 +121,34 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0, prompt: int =
     nonempty = np.diff(src_ptr) > 0
     if src_rows.size:
         ctx[nonempty] = np.add.reduceat(position[src_rows], src_ptr[:-1][nonempty])
+    chosen = expert_choices(trace) if given else None
     for r, n_seqs in given:
-        experts[r], counts[r] = prompt_routing(trace, prompt * n_seqs, width)
+        experts[r], counts[r] = prompt_routing(chosen, k, prompt * n_seqs, width)
         tokens[r] = prompt * n_seqs
         ctx[r] = n_seqs * (prompt * (prompt + 1) / 2 + prompt * context)
     return Requests(experts, weights, counts, kind, tokens, ctx, np.array(group_offsets, np.int64), src_ptr, src_rows,
                     batch, identity)
 
 
-def prompt_routing(trace: Trace, tokens: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """The experts (int16 [L, width], most chosen first) and their token counts for a prompt of ``tokens``
-    tokens the trace did not record: each layer's tokens·k expert slots shared out in proportion to how
-    often the trace chose each expert there, by largest remainders (ties to the lower id)."""
-    n_layers, num_experts, k = trace.meta.num_layers, trace.meta.num_experts, trace.meta.top_k
+def expert_choices(trace: Trace) -> np.ndarray:
+    """float64 [L, E]: how often the trace chose each expert in each layer."""
+    n_layers, num_experts = trace.meta.num_layers, trace.meta.num_experts
     layer = np.broadcast_to(np.arange(n_layers)[None, :, None], trace.experts.shape)
     routed = trace.experts >= 0
-    chosen = np.bincount((layer * num_experts + trace.experts)[routed],
-                         minlength=n_layers * num_experts).reshape(n_layers, num_experts).astype(np.float64)
-    share = chosen / np.maximum(chosen.sum(axis=1, keepdims=True), 1) * tokens * k
+    return np.bincount((layer * num_experts + trace.experts)[routed],
+                       minlength=n_layers * num_experts).reshape(n_layers, num_experts).astype(np.float64)
+
+
+def prompt_routing(chosen: np.ndarray, top_k: int, tokens: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The experts (int16 [L, width], most chosen first) and their token counts for a prompt of ``tokens``
+    tokens the trace did not record: each layer's tokens·k expert slots shared out in proportion to how
+    often the trace chose each expert there (``chosen``, from ``expert_choices``), by largest remainders
+    (ties to the lower id)."""
+    n_layers = chosen.shape[0]
+    share = chosen / np.maximum(chosen.sum(axis=1, keepdims=True), 1) * tokens * top_k
     counts = np.floor(share).astype(np.int64)
     for layer_i in range(n_layers):  # largest remainders; stable sort keeps the lower id first on ties
-        short = tokens * k - counts[layer_i].sum()
+        short = tokens * top_k - counts[layer_i].sum()
         order = np.argsort(-(share[layer_i] - counts[layer_i]), kind="stable")
         counts[layer_i, order[:short]] += 1
     counts = np.minimum(counts, tokens)  # a token chooses an expert once
@@ -176,3 +183,20 @@ def gather(src, src_w, ptr, rows, out, out_w, out_n):
                     if found >= 0:
                         out_w[r, layer, found] += src_w[rows[i], layer, j]
                         out_n[r, layer, found] += 1
+
+
+@njit(cache=True)
+def merge(out, out_n, experts, counts):
+    """Add ``experts`` (int16 [L, j], -1 none) computing ``counts`` tokens each to the union ``out`` (int16
+    [L, W], -1 padded) and its token counts ``out_n``: a member already there gains the tokens, a new one
+    takes the next free place."""
+    for layer in range(out.shape[0]):
+        for i in range(experts.shape[1]):
+            e = experts[layer, i]
+            if e < 0:
+                continue
+            for m in range(out.shape[1]):
+                if out[layer, m] == e or out[layer, m] < 0:
+                    out[layer, m] = e
+                    out_n[layer, m] += counts[layer, i]
+                    break

@@ -397,8 +397,36 @@ def test_prompt_files(data, suffix):
         assert prompts is None or (prompts and all(isinstance(k, str) and p for k, p in prompts))
 
 
+@FUZZ
+@given(data=st.data(), suffix=st.sampled_from([".csv", ".parquet"]))
+def test_arrival_files(data, suffix):
+    from moesim.sim.config import Config
+    from moesim.sim.scheduler import read_arrivals
+    from moesim.sim.serve import simulate_serve
+    from moesim.tracegen.schema import TraceMeta
+    from moesim.tracegen.synth import synth_trace
+
+    frame = pl.DataFrame({"arrival_s": [0.0, 0.5, 2.0], "seq": [1, 0, 1]})
+    with _folder() as tmp:
+        path = Path(tmp) / f"a{suffix}"
+        if suffix == ".csv":
+            frame.write_csv(path)
+        else:
+            frame.write_parquet(path)
+        path.write_bytes(mutate_bytes(path.read_bytes(), data.draw) if data.draw(st.booleans())
+                         else data.draw(st.binary(max_size=64)))
+        got = outcome(lambda: read_arrivals(str(path), 2))
+        if got is not None:  # arrivals that read serve
+            arrival, seq = got
+            assert np.isfinite(arrival).all() and (arrival >= 0).all() and (seq is None or seq.max() < 2)
+            meta = TraceMeta(num_layers=2, num_experts=4, top_k=2, model="toy", d_model=256, d_expert=512)
+            trace = synth_trace(2, 4, 2, 2, 3, seed=0, meta=meta)
+            result = outcome(lambda: simulate_serve(trace, Config.build(arrivals=str(path), capacity=2)))
+            assert result is not None and result.requests.height == arrival.size
+
+
 def test_the_budget_is_stated():
-    """The note and README quote how many cases CI runs: this many per reader, 10 readers."""
+    """The note and README quote how many cases CI runs: this many per reader, 11 readers."""
     assert EXAMPLES >= 50 or "MOESIM_FUZZ_EXAMPLES" in os.environ
 
 
