@@ -5,7 +5,9 @@ For each policy and capacity it runs the engine once and twice over the same syn
 (``tests/oracle.py``'s benchmark trace: 32 layers, 64 experts, top-8; sequential, per-layer), each
 under callgrind in a fresh process; the difference is one run's instructions (set-up included),
 divided by its accesses. Two capacities with different hit rates h give, per policy, the cost of a
-hit and of a miss (solving ``h·hit + (1 − h)·miss`` for both).
+hit and of a miss (solving ``h·hit + (1 − h)·miss`` for both). The runs log one eviction, which keeps
+LRU in the engine with its hooks rather than on its recency-rank path (``moesim.sim.lru_ranks``), and
+costs every policy what an unlogged run costs: the log's bound check.
 
     python benchmarks/engine_instructions.py [--accesses 4000000] [--policies lru,fifo] [--capacities 16,60]
 """
@@ -31,7 +33,7 @@ from moesim.sim.config import CacheConfig
 from moesim.sim.hitrate import simulate
 trace = benchmark_trace({accesses})
 for _ in range({times}):
-    r = simulate(trace, CacheConfig(policy={policy!r}, capacity={capacity}, semantics="sequential"))
+    r = simulate(trace, CacheConfig(policy={policy!r}, capacity={capacity}, semantics="sequential"), log_evictions=1)
 print(r.accesses, r.hit_rate)
 """
 

@@ -12,6 +12,7 @@ from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.config import CacheConfig, module_params
 from moesim.sim.engine import bind, engine_args, engine_evictions, engine_hits, hitrate_loop, place
+from moesim.sim.lru_ranks import rank_counts
 from moesim.tracegen.trace import Trace
 
 
@@ -88,7 +89,9 @@ def check_capacity(meta, cache: CacheConfig) -> None:
 
 def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRate:
     """Run ``cache.policy`` over ``trace`` and count hits per layer (``split`` best: on the split
-    ``moesim.sim.budget.best_slots`` finds, reported as the capacity per layer).
+    ``moesim.sim.budget.best_slots`` finds, reported as the capacity per layer). LRU with a cache per
+    layer under sequential semantics counts by recency ranks (``moesim.sim.lru_ranks``: the same hits,
+    no evictions to log), every other run in the compiled engine with the policy's hooks.
 
     ``log_evictions`` > 0 keeps the first that many evictions as (access position, object).
     """
@@ -101,6 +104,11 @@ def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRat
     policy, capacity, scope, semantics, reset = cache.policy, cache.capacity, cache.scope, cache.semantics, cache.reset
     params = module_params(module, cache.params)
     slots = cache.slots(trace.meta.num_layers)
+    per_layer_accesses = [trace.num_rows * trace.meta.top_k] * trace.meta.num_layers
+    if (policy, scope, semantics) == ("lru", "per-layer", "sequential") and not log_evictions:
+        hits, seconds = _lru_ranks(trace, reset, slots)  # the same hits, as recency ranks (moesim.sim.lru_ranks)
+        return HitRate(policy, capacity, scope, semantics, sum(per_layer_accesses), int(hits.sum()),
+                       [int(h) for h in hits], per_layer_accesses, seconds)
     ctx = Context(trace.experts, trace.seq_offsets.astype(np.int64), trace.meta.num_experts, slots,
                   scope == "per-layer", semantics == "sequential", reset, params)
     # compile (or load the compiled code from cache) on a one-row slice so the timing is the engine's
@@ -112,11 +120,19 @@ def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRat
     start = time.perf_counter()  # the policy's set-up counts: Belady's next uses, ml-ffn's predictions
     run(args, module.make_state(ctx))
     seconds = time.perf_counter() - start
-    per_layer_accesses = [trace.num_rows * trace.meta.top_k] * trace.meta.num_layers
     hits = engine_hits(args)
     return HitRate(policy, capacity, scope, semantics, sum(per_layer_accesses), int(hits.sum()),
                    [int(h) for h in hits], per_layer_accesses, seconds,
                    engine_evictions(args).copy() if log_evictions else None)
+
+
+def _lru_ranks(trace: Trace, reset: bool, slots: np.ndarray) -> tuple[np.ndarray, float]:
+    """LRU's hits per layer by recency ranks, and the seconds that took (compiled first on one row)."""
+    offsets, num_experts = trace.seq_offsets.astype(np.int64), trace.meta.num_experts
+    rank_counts(trace.experts[:1], np.array([0, 1], np.int64), num_experts, reset, slots)
+    start = time.perf_counter()
+    hits = rank_counts(trace.experts, offsets, num_experts, reset, slots)
+    return hits, time.perf_counter() - start
 
 
 def _args(ctx: Context, log_evictions: int = 0) -> tuple:

@@ -12,9 +12,10 @@ the number of distances below C: every capacity for about the price of one. Unde
 semantics (a textbook cache) two policies here are:
 
 - LRU, ordered most recently used first. The distance is the number of distinct objects of the
-  partition used since the object's own last use, found by scanning the order while a partition
-  holds at most ``SCAN_LIMIT`` objects (a layer's experts), else with a Fenwick tree over the
-  partition's access positions holding one mark per object at its last use.
+  partition used since the object's own last use: with a cache per layer, each expert's rank kept
+  up to date in vector registers (``moesim.sim.lru_ranks``); in one pool, found by scanning the
+  order while it holds at most ``SCAN_LIMIT`` objects, else with a Fenwick tree over the pool's
+  access positions holding one mark per object at its last use.
 - Belady (MIN: evict the resident used again furthest ahead; the missed object is always loaded),
   ordered by OPT's stack update: the object used goes to the top, and the objects above its old
   place are merged downwards, each place keeping whichever of the carried object and its occupant
@@ -57,6 +58,7 @@ from moesim.policies.belady import NEVER, next_uses
 from moesim.policies import get_policy
 from moesim.sim.config import CacheConfig, module_params
 from moesim.sim.hitrate import HitRate, check_capacity, simulate
+from moesim.sim.lru_ranks import rank_counts
 from moesim.tracegen.trace import Trace
 
 # (policy, semantics) whose curve is one pass of stack distances
@@ -109,7 +111,9 @@ def _stack_curve(trace: Trace, cache: CacheConfig, sizes: list[int]) -> list[Hit
     if cache.policy == "gamma":
         gamma = float(module_params(get_policy("gamma"), cache.params)["gamma"])
         decay = np.power(gamma, np.arange(trace.num_rows + 1, dtype=np.float64))  # as the policy tabulates it
-    if cache.policy == "lru" and objects > SCAN_LIMIT:
+    if cache.policy == "lru" and per_layer:
+        hist = rank_counts(experts, offsets, m.num_experts, cache.reset)
+    elif cache.policy == "lru" and objects > SCAN_LIMIT:
         tree_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
     else:
         rule = {"lru": LRU, "belady": OPT, "gamma": GAMMA}[cache.policy]

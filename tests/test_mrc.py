@@ -66,14 +66,31 @@ def test_the_bundled_curve_equals_sim_hitrate_at_every_capacity(mixtral, policy,
 @pytest.mark.parametrize("scope", SCOPES)
 @pytest.mark.parametrize("policy,tree", [("lru", False), ("lru", True), ("belady", False), ("gamma", False)])
 def test_one_pass_curves_equal_the_engine_on_a_synthetic_olmoe_trace(scope, policy, tree):
+    """Against the hooked engine (``log_evictions`` keeps LRU off its rank path, which the curve shares)."""
     trace = synth_trace(4, 64, 8, 3, 60, seed=5)
     cache = CacheConfig(policy=policy, scope=scope, semantics="sequential", reset=True)
     with mock.patch.object(mrc, "SCAN_LIMIT", 0 if tree else mrc.SCAN_LIMIT):
         rows = curve(trace, cache)
     for r in rows[::7] + rows[-1:]:
         single = simulate(trace, CacheConfig(policy=policy, capacity=r.capacity, scope=scope, semantics="sequential",
-                                             reset=True))
+                                             reset=True), log_evictions=1)
         assert r.per_layer_hits == single.per_layer_hits
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), layers=st.integers(1, 6), experts=st.sampled_from([2, 63, 64, 65, 254, 255,
+                                                                                             256, 300]),
+       reset=st.booleans(), data=st.data())
+def test_lru_by_recency_ranks_equals_the_reference(seed, layers, experts, reset, data):
+    """The rank path (``moesim.sim.lru_ranks``: one byte a rank below 255 experts, two from 255, layers
+    four at a time) against the plain-Python LRU, per layer, at capacities drawn per layer."""
+    k = min(3, experts)
+    trace = synth_trace(layers, experts, k, 2, 40, seed=seed % 1000)
+    slots = tuple(data.draw(st.lists(st.integers(1, experts), min_size=layers, max_size=layers)))
+    got = simulate(trace, CacheConfig(policy="lru", capacity=slots, semantics="sequential", reset=reset))
+    want = [reference.hitrate(trace.experts[:, [layer]], trace.seq_offsets, experts, "lru", slots[layer],
+                              True, True, reset)[0][0] for layer in range(layers)]
+    assert got.per_layer_hits == want
 
 
 def test_with_every_expert_cached_only_first_uses_miss(mixtral):
