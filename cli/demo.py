@@ -82,7 +82,7 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
         paths.append(plot_plan(result, curves(result), out / f"plan-{result.model}.png"))
     console.print("wrote " + ", ".join(str(p) for p in paths) + f" and {results}")
     console.print("next: 'moesim plan --model M --hardware H', 'moesim sim run TRACE --strategy S --capacity auto', "
-                  "'moesim sweep SPEC.toml', 'moesim plot' (see the README)")
+                  "'moesim sim serve TRACE --rate R', 'moesim sweep SPEC.toml', 'moesim plot' (see the README)")
     return paths
 
 
