@@ -138,9 +138,26 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     scheduler = Scheduler(queue, sv.max_batch, sv.max_batch_tokens, sv.chunked_prefill, sv.draft_tokens,
                           sv.acceptance, rng)
     policy_state = module.make_state(ctx)
-    progress, counters, live = state.progress, state.tally.counters, state.cache.live
-    log = []  # per step: start, time, running, tokens, hits, accesses, slots per partition, GPU bytes
-    gpu_bytes = memory.gpu
+    steps, seconds = _run_steps(run, state, policy_state, scheduler, step, share, wl.context, memory.gpu)
+    counters = state.tally.counters
+    loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS] + counters[C_FILLS]
+    moved = float(loads * cost.expert_bytes + counters[C_LOWBIT] * cost.lowbit_bytes + step.lut_bytes)
+    requests = request_frame(queue)
+    summary = summarise(requests, steps, sv, moved, seconds)
+    summary.update(capacity=cache.capacity, **memory.fields(), slots_min=int(steps["slots"].min()),
+                   slots_mean=float(steps["slots"].mean()), reclaimed=int(counters[C_RECLAIMED]))
+    if share is not None:  # the most the GPU held at once
+        summary["vram_gb"] = float(steps["gpu_bytes"].max()) / GIB
+    return ServeResult(model.name, hardware.name, config, summary, requests, steps)
+
+
+def _run_steps(run, state, policy_state, scheduler: Scheduler, step: _StepRows, share: _KvShare | None,
+               context: int, gpu_bytes: float) -> tuple[pl.DataFrame, float]:
+    """Form and run every step: the compiled loop ``run`` on each step's row, the clock moved to the next arrival
+    when nothing runs. Returns a row per step (start, time, requests in it, tokens, hits, accesses, slots per
+    partition, GPU bytes) and the seconds it all took."""
+    queue, progress, counters, live = scheduler.q, state.progress, state.tally.counters, state.cache.live
+    log = []
     begin = time.perf_counter()
     while not scheduler.done():
         now = progress.now[0]
@@ -150,7 +167,7 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
             continue
         step.fill(queue, pieces)
         if share is not None:
-            kv = _kv_tokens(queue, scheduler.running, pieces, wl.context)
+            kv = _kv_tokens(queue, scheduler.running, pieces, context)
             live[:] = share.live(kv)
             gpu_bytes = share.gpu_bytes(kv, int(live[0]))
         hits, accesses = counters[C_HITS], counters[C_ACCESSES]
@@ -162,18 +179,9 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
         log.append((now, state.tally.rows[0, R_TIME], len(pieces), int(step.tokens), counters[C_HITS] - hits,
                     counters[C_ACCESSES] - accesses, int(live.min()), gpu_bytes))
     seconds = time.perf_counter() - begin
-    steps = pl.DataFrame(log, schema={"start_s": pl.Float64, "time_s": pl.Float64, "running": pl.Int64,
-                                      "tokens": pl.Int64, "hits": pl.Int64, "accesses": pl.Int64,
-                                      "slots": pl.Int64, "gpu_bytes": pl.Float64}, orient="row")
-    loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS] + counters[C_FILLS]
-    moved = float(loads * cost.expert_bytes + counters[C_LOWBIT] * cost.lowbit_bytes + step.lut_bytes)
-    requests = request_frame(queue)
-    summary = summarise(requests, steps, sv, moved, seconds)
-    summary.update(capacity=cache.capacity, **memory.fields(), slots_min=int(steps["slots"].min()),
-                   slots_mean=float(steps["slots"].mean()), reclaimed=int(counters[C_RECLAIMED]))
-    if share is not None:  # the most the GPU held at once
-        summary["vram_gb"] = float(steps["gpu_bytes"].max()) / GIB
-    return ServeResult(model.name, hardware.name, config, summary, requests, steps)
+    return pl.DataFrame(log, schema={"start_s": pl.Float64, "time_s": pl.Float64, "running": pl.Int64,
+                                     "tokens": pl.Int64, "hits": pl.Int64, "accesses": pl.Int64, "slots": pl.Int64,
+                                     "gpu_bytes": pl.Float64}, orient="row"), seconds
 
 
 def _kv_tokens(queue, running: list[int], pieces, context: int) -> int:
