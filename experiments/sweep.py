@@ -43,14 +43,14 @@ import polars as pl
 from moesim.errors import MoesimError, first_line
 from moesim.files import atomic_output, read_toml
 from moesim.tracegen.io import READ_FAILURES
-from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, HITRATE_SETTINGS, PATH_PARAMS, PREFETCH_PARAMS, SERVE_SETTINGS,
-                               SETTINGS, Config,
-                               check_params_used, config_id, load_cached_trace, params_for)
+from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, HITRATE_SETTINGS, NOT_SERVED, PATH_PARAMS, PREFETCH_PARAMS,
+                               SERVE_SETTINGS, SETTINGS, Config, check_params_used, config_id, load_cached_trace,
+                               params_for)
 
 KINDS = ("hitrate", "des", "serve")
 _DES_KEYS = (set(SETTINGS) - {"semantics"} - set(SERVE_SETTINGS)) | set(CACHE_PARAMS) | set(PREFETCH_PARAMS)
 KEYS = {"hitrate": set(HITRATE_SETTINGS), "des": _DES_KEYS,
-        "serve": (_DES_KEYS - {"batch", "warmup", "reset"}) | set(SERVE_SETTINGS)}
+        "serve": (_DES_KEYS - set(NOT_SERVED)) | set(SERVE_SETTINGS)}
 PATH_KEYS = (*PATH_PARAMS, "hardware", "arrivals")
 FILE_SUFFIXES = {"hardware": (".toml",), "arrivals": ARRIVAL_FILES}  # keys that name a file only with these
 FLUSH_SECONDS = 2.0

@@ -358,6 +358,7 @@ STRATEGY_PARAMS = tuple(dict.fromkeys(k for m in STRATEGIES.values() for k in m.
 OWNERS = {"cache": ("policy", CACHE_PARAMS), "prefetch": ("prefetch", PREFETCH_PARAMS),
           "execution": ("strategy", STRATEGY_PARAMS)}  # section -> (the setting that owns its params, their names)
 SERVE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "serve")
+NOT_SERVED = ("batch", "warmup", "reset")  # settings a served stream refuses (it forms its batches, shares its cache)
 HITRATE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "cache" and k != "dram_capacity") + CACHE_PARAMS
 
 

@@ -474,5 +474,6 @@ def log(tally, row, layer, event, obj, slot):
         tally.n_log[0] = i + 1
 
 
-HELPERS = (place, claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, cpu_instead, to_cpu, background_fill, lowbit_instead,
-           lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)
+HELPERS = (place, claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, cpu_instead,
+           to_cpu, background_fill, lowbit_instead, lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel,
+           log)

@@ -35,7 +35,7 @@ from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
 from moesim.sim.budget import best_slots
-from moesim.sim.config import ARRIVALS, Config, module_params
+from moesim.sim.config import ARRIVALS, NOT_SERVED, Config, module_params
 from moesim.sim.costs import costs, row_costs
 from moesim.sim.des import _check, _sizes
 from moesim.sim.des_loop import HELPERS, des_loop
@@ -74,8 +74,7 @@ class ServeResult:
 
     def as_dict(self) -> dict:
         """The model, machine and every setting beside the summary's metrics; per request; by batch size."""
-        settings = {k: v for k, v in self.config.flat().items() if k not in ("model", "hardware", "batch", "warmup",
-                                                                               "reset")}
+        settings = {k: v for k, v in self.config.flat().items() if k not in ("model", "hardware", *NOT_SERVED)}
         return {"summary": {"model": self.model, "hardware": self.hardware, **settings, **self.summary},
                 "requests": self.requests.to_dicts(), "by_batch": self.by_batch().to_dicts()}
 
@@ -106,15 +105,15 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     footprint = Footprint(model, bpp, eb if eb is not None else model.expert_params * bpp,
                           sv.max_batch * (wl.context + longest), width, bool(queue.prompt.max() > 0),
                           hardware.gpu.hbm_gb * GIB, cpu.ram_gb * GIB if cpu else 0.0)
-    share = _KvShare.build(footprint, config, k) if sv.dynamic_kv else None
+    asked = config
     config, memory = resolve(footprint, config, k)
     cache, strategy = config.cache, get_strategy(config.execution.strategy)
     if cache.split == "best" and strategy.CACHE and cache.capacity != 0:
         held = int(cache.slots(n_layers).min()) >= width  # as in simulate_des: the memory stays the same
         cache = best_slots(trace, cache, width if held else None)
         config = replace(config, cache=cache)
+    share = _KvShare.build(footprint, asked, config, memory, k) if sv.dynamic_kv else None
     if share is not None:
-        share = share.sized(config, memory, footprint)
         cache = replace(cache, capacity=share.most)
     slots = cache.slots(n_layers)
     sparams = module_params(strategy, config.execution.params)
@@ -204,25 +203,16 @@ class _KvShare:
     footprint: Footprint
 
     @classmethod
-    def build(cls, fp: Footprint, config: Config, top_k: int) -> _KvShare:
-        module, strategy = get_policy(config.cache.policy), get_strategy(config.execution.strategy)
-        if config.cache.capacity != "auto" or not strategy.CACHE or config.cache.split != "uniform":
-            raise MoesimError("dynamic_kv shares GPU memory between the KV cache and the expert cache: it needs "
-                              "capacity auto, split uniform and a strategy with an expert cache")
-        if not getattr(module, "RESIZABLE", False):
-            raise MoesimError(f"dynamic_kv takes slots away as the KV cache grows, and policy {module.NAME}'s state "
-                              "is sized for its capacity; use lru, fifo, lifo, lfu or random")
-        most = resolve(replace(fp, kv_tokens=0), config, top_k)[0].cache.capacity
-        return cls(0, int(most), 0, 0.0, fp)
-
-    def sized(self, config: Config, memory: Memory, fp: Footprint) -> _KvShare:
-        """The share for the run ``config`` resolved to (its capacity is ``least``), with ``memory``."""
-        least = int(config.cache.capacity)  # its memory keeps the scratch buffer a cache of ``least`` needs
-        strategy = get_strategy(config.execution.strategy)
-        placement = strategy.placement(fp.model.num_layers, module_params(strategy, config.execution.params))
-        parts = int((placement == CACHED).sum()) if config.cache.scope == "per-layer" else 1
-        return replace(self, least=least, parts=parts,
-                       fixed=memory.gpu - memory.kv - least * parts * fp.expert_bytes)
+    def build(cls, fp: Footprint, asked: Config, resolved: Config, memory: Memory, top_k: int) -> _KvShare:
+        """The share of the run ``asked`` for (capacity auto), which ``resolve`` sized to ``resolved`` and
+        ``memory`` for the full KV cache: ``least`` is its capacity, whose memory keeps the scratch buffer a
+        cache of ``least`` needs."""
+        most = int(resolve(replace(fp, kv_tokens=0), asked, top_k)[0].cache.capacity)
+        least = int(resolved.cache.capacity)
+        strategy = get_strategy(resolved.execution.strategy)
+        placement = strategy.placement(fp.model.num_layers, module_params(strategy, resolved.execution.params))
+        parts = int((placement == CACHED).sum()) if resolved.cache.scope == "per-layer" else 1
+        return cls(least, most, parts, memory.gpu - memory.kv - least * parts * fp.expert_bytes, fp)
 
     def live(self, kv_tokens: int) -> int:
         room = (self.footprint.vram - self.fixed - self.footprint.model.kv_bytes(kv_tokens)) // \
@@ -251,6 +241,14 @@ def _check_serve(trace: Trace, config: Config) -> None:
                           "stream has no batches; use one that predicts the next layer (oracle, history, speculative)")
     if config.cache.reset:
         raise MoesimError("a served stream's requests share the cache: reset has no batch to reset at")
+    if sv.dynamic_kv:
+        if config.cache.capacity != "auto" or not get_strategy(config.execution.strategy).CACHE \
+                or config.cache.split != "uniform":
+            raise MoesimError("dynamic_kv shares GPU memory between the KV cache and the expert cache: it needs "
+                              "capacity auto, split uniform and a strategy with an expert cache")
+        if not getattr(module, "RESIZABLE", False):
+            raise MoesimError(f"dynamic_kv takes slots away as the KV cache grows, and policy {module.NAME}'s state "
+                              "is sized for its capacity; use lru, fifo, lifo, lfu or random")
     if config.workload.batch != 1 or config.workload.warmup != 0:
         raise MoesimError("a served stream forms its own batches (max_batch) and measures every request: "
                           "leave batch at 1 and warmup at 0")
