@@ -4,12 +4,17 @@ Builds a synthetic trace (64 experts, top-8, 32 layers; 50M accesses by default)
 here (sequential semantics, per-layer scope, C slots per layer) and in libCacheSim's own C loop
 (one cache per layer, ``process_trace`` over that layer's stream as an oracleGeneral file, the
 format its Belady needs; the 32 runs' times are summed),
-checks the miss counts agree where they must, and prints accesses/s of both and the ratio. Times
+checks the miss counts agree where they must, and prints accesses/s of both and the ratio; for a
+policy that leaves the engine here (LRU's ranks, the lanes of FIFO, LFU and Belady) also the
+engine's own rate on the same stream (run as a run that logs one eviction, which takes the engine). Times
 exclude compilation and trace generation but include each policy's set-up (Belady's next uses,
 ml-ffn's predictions); libCacheSim's include reading its trace file, which is
 how it consumes a trace. ml-ffn and gamma have no libCacheSim counterpart; their own rate is printed.
 
-    python benchmarks/hitrate_vs_libcachesim.py [--accesses 50000000] [--capacity-per-layer 16]
+    python benchmarks/hitrate_vs_libcachesim.py [--accesses 50000000] [--capacity-per-layer 16] [--fullest 1]
+
+``--fullest`` sets ``moesim.sim.lanes.FULLEST``, the share of a layer's experts above which FIFO, LFU
+and Belady leave their lanes for the engine (1: the lanes take every capacity).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = "1"  # one core: ml-ffn's batched predictions must not borrow a second
 
 from moesim.policies.ml_ffn_train import save_model, train  # noqa: E402
+from moesim.sim import lanes  # noqa: E402
 from moesim.sim.config import CacheConfig  # noqa: E402
 from moesim.sim.hitrate import simulate  # noqa: E402
 
@@ -32,13 +38,16 @@ from oracle import (BENCH_EXPERTS, BENCH_K, BENCH_LAYERS, CACHES, benchmark_trac
                     timed_per_layer, write_oracle_general)
 
 EXACT = {"lru", "fifo", "belady", "lfu", "arc"}
+FAST = {"lru", "fifo", "belady", "lfu"}  # per layer and sequential, these leave the engine
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--accesses", type=int, default=50_000_000)
     ap.add_argument("--capacity-per-layer", type=int, default=16)
+    ap.add_argument("--fullest", type=float, default=lanes.FULLEST)
     args = ap.parse_args()
+    lanes.FULLEST = args.fullest
     layers, experts = BENCH_LAYERS, BENCH_EXPERTS
     trace = benchmark_trace(args.accesses)
     cap = args.capacity_per_layer
@@ -51,18 +60,22 @@ def main() -> None:
         save_model(arrays, model)
         paths = [write_oracle_general(stream(trace.experts, experts, layer), Path(tmp) / f"layer{layer}.bin")
                  for layer in range(layers)]
-        print(f"{'policy':8} {'moesim acc/s':>14} {'libCacheSim acc/s':>18} {'ratio':>7}  misses agree")
+        print(f"{'policy':8} {'moesim acc/s':>14} {'engine acc/s':>14} {'libCacheSim acc/s':>18} {'ratio':>7}  "
+              "misses agree")
         for policy in ("lru", "fifo", "belady", "lfu", "arc", "lecar", "gamma", "ml-ffn"):
-            ours = simulate(trace, CacheConfig(policy=policy, capacity=cap, semantics="sequential",
-                                               params={"ml_model": str(model)} if policy == "ml-ffn" else {}))
+            cache = CacheConfig(policy=policy, capacity=cap, semantics="sequential",
+                                params={"ml_model": str(model)} if policy == "ml-ffn" else {})
+            ours = simulate(trace, cache)
+            engine = f"{simulate(trace, cache, log_evictions=1).accesses_per_s:14,.0f}" if policy in FAST else f"{'-':>14}"
             if policy not in CACHES:
-                print(f"{policy:8} {ours.accesses_per_s:14,.0f} {'-':>18} {'-':>7}")
+                print(f"{policy:8} {ours.accesses_per_s:14,.0f} {engine} {'-':>18} {'-':>7}")
                 continue
             seconds, misses = timed_per_layer(policy, paths, cap, trace.accesses // layers)
             theirs = trace.accesses / seconds
             agree = misses == ours.misses
             note = ("yes" if agree else "NO") if policy in EXACT else f"{'yes' if agree else 'no'} (seeded, differs by design)"
-            print(f"{policy:8} {ours.accesses_per_s:14,.0f} {theirs:18,.0f} {ours.accesses_per_s / theirs:6.1f}x  {note}")
+            print(f"{policy:8} {ours.accesses_per_s:14,.0f} {engine} {theirs:18,.0f} {ours.accesses_per_s / theirs:6.1f}x  "
+                  f"{note}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ discrete-event loop, and may declare:
 - ``RESIZABLE = True``: its ``choose_victim`` ignores the object being placed and its state does not
   depend on the capacity, so the engine may take slots away between steps (a served stream's KV cache
   growing: ``moesim.sim.des_loop.fit_live``).
+- ``make_lanes`` and ``LANE_HOOKS``: the same policy for caches per layer under sequential semantics,
+  eight layers at a time without a branch on hit or miss (the contract: ``moesim.sim.lanes``).
 
 Hooks a policy leaves out are no-ops (``on_miss`` then admits every miss):
 

@@ -8,12 +8,18 @@ the access it was fetched for. Under ``step`` semantics the victim is never in t
 set. With a per-sequence reset, a use in a later sequence does not count (the cache will have been
 emptied by then). Experts never used again tie at +infinity and the lowest slot goes
 first; which one goes does not change the miss count.
+
+Per layer under sequential semantics (``moesim.sim.lanes``) a slot's key is (T + 1 - its expert's next
+use, slot), T the trace's positions, "never" counted at T and a use past the cache's life (the next
+sequence's, with a reset) at that sequence's start, so the victim is the smallest key
+(``moesim.policies.keyed_slots``).
 """
 
 import numpy as np
 from numba import njit
 
 from moesim.policies.base import hooks, min_key_slot
+from moesim.policies.keyed_slots import keyed_place, keyed_reset, make_keyed
 
 NAME = "belady"
 READS_ROWS = True  # make_state reads the rows ahead of serving them
@@ -24,21 +30,28 @@ NEVER = np.iinfo(np.int64).max
 def next_uses(experts, num_experts):
     """For every position ``(row * L + layer) * W + j``, the position of the same object's next access
     (``NEVER`` if none, and at -1 entries); and each object's first access."""
+    out = np.empty(experts.size, np.int64)
+    first = np.full(experts.shape[1] * num_experts, NEVER, np.int64)
+    link_next(experts, num_experts, out, first)
+    return out, first
+
+
+@njit(cache=True)
+def link_next(experts, num_experts, out, first):
+    """``next_uses`` into ``out`` and ``first`` of any integer type, ``first`` filled with its "never"."""
     n_rows, n_layers, width = experts.shape
-    out = np.empty(n_rows * n_layers * width, np.int64)
-    first = np.full(n_layers * num_experts, NEVER, np.int64)
+    never = first[0]
     for row in range(n_rows - 1, -1, -1):
         for layer in range(n_layers - 1, -1, -1):
             for j in range(width - 1, -1, -1):
                 pos = (row * n_layers + layer) * width + j
                 e = experts[row, layer, j]
                 if e < 0:
-                    out[pos] = NEVER
+                    out[pos] = never
                     continue
                 obj = layer * num_experts + e
                 out[pos] = first[obj]
                 first[obj] = pos
-    return out, first
 
 
 def make_state(ctx):
@@ -89,3 +102,31 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
 
 HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_access, on_prefetch=on_prefetch, choose_victim=choose_victim,
               on_insert=on_access)
+
+
+def make_lanes(ctx, lanes: int) -> tuple | None:
+    """The keyed slots with T as the constant, and every access's next use as int32 (half the memory
+    traffic of ``next_uses``; a longer trace takes the engine)."""
+    limit = ctx.experts.size
+    keyed = make_keyed(ctx, lanes, limit + 1, limit)
+    if keyed is None or limit >= np.iinfo(np.int32).max:
+        return None
+    following = np.empty(limit, np.int32)
+    link_next(ctx.experts, ctx.num_experts, following, np.full(ctx.num_layers * ctx.num_experts, limit, np.int32))
+    return keyed + (following,)
+
+
+@njit(cache=True)
+def lane_reset(st, lane, cap):
+    keyed_reset(st, lane, cap)
+
+
+@njit(cache=True)
+def lane_access(st, lane, cap, e, pos, end):
+    slot, hit = keyed_place(st, lane, cap, e)
+    following = min(np.int64(st[4][pos]), end)  # T if never (``make_lanes``)
+    st[2][lane, slot] = ((st[3][2] + 1 - following) << st[3][0]) | slot
+    return hit
+
+
+LANE_HOOKS = {"lane_reset": lane_reset, "lane_access": lane_access}

@@ -1,14 +1,52 @@
 """fifo: evict the expert that was loaded first; hits change nothing (LRU's list without the move).
 
 A prefetched or preloaded expert joins the queue when it is loaded, like any load (prefetch rule).
+
+Per layer under sequential semantics (``moesim.sim.lanes``) the queue is a ring of C slots: the next
+slot to fill holds the oldest load, so a miss puts its expert there and moves the ring on, and a hit
+leaves both alone; a byte per expert says whether it is resident.
 """
+
+import numpy as np
+from numba import njit
 
 from moesim.policies.base import hooks
 from moesim.policies.lru import choose_victim, make_state, on_evict, on_insert, reset
 
 NAME = "fifo"
 RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
-__all__ = ["NAME", "RESIZABLE", "make_state", "HOOKS"]
+__all__ = ["NAME", "RESIZABLE", "make_state", "HOOKS", "make_lanes", "LANE_HOOKS"]
 
 
 HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)
+
+
+def make_lanes(ctx, lanes: int) -> tuple:
+    """Per lane: resident[expert] (column E: the empty slot's sentinel), the ring of loads, the next slot."""
+    return (np.zeros((lanes, ctx.num_experts + 1), np.uint8), np.zeros((lanes, int(ctx.slots.max())), np.int64),
+            np.zeros(lanes, np.int64), np.array([ctx.num_experts], np.int64))
+
+
+@njit(cache=True)
+def lane_reset(st, lane, cap):
+    st[0][lane, :] = 0
+    st[1][lane, :] = st[3][0]  # every slot empty: its expert is the sentinel
+    st[2][lane] = 0
+
+
+@njit(cache=True)
+def lane_access(st, lane, cap, e, pos, end):
+    resident, ring, nxt = st[0], st[1], st[2]
+    hit = resident[lane, e]
+    miss = 1 - np.int64(hit)
+    at = nxt[lane]
+    oldest = ring[lane, at]
+    resident[lane, oldest] &= hit  # a miss evicts the oldest load (or fills an empty slot: the sentinel's byte)
+    resident[lane, e] = 1
+    ring[lane, at] = oldest + miss * (e - oldest)
+    at += miss
+    nxt[lane] = at if at != cap else 0
+    return np.int64(hit)
+
+
+LANE_HOOKS = {"lane_reset": lane_reset, "lane_access": lane_access}

@@ -10,6 +10,10 @@ Counts never fall below the starting value, so while some resident has count 0 o
 the oldest of those: residents of count 0 and of count 1 sit on two lists in the order they got
 that count, and the victim is found at a tail; only when every resident outside the request set has
 been hit twice does the victim take a scan of the slots. The helpers below are LeCaR's LFU expert too.
+
+Per layer under sequential semantics (``moesim.sim.lanes``) a slot's key packs (count, last access,
+slot) into one integer (``moesim.policies.keyed_slots``), so the victim, fewest accesses then least
+recent, is the smallest key.
 """
 
 import numpy as np
@@ -17,6 +21,7 @@ from numba import njit
 
 from moesim.policies.base import (TAIL, hooks, list_first_unmarked, list_of, list_push_head, list_remove,
                                   lists_clear, make_lists, min_key_slot)
+from moesim.policies.keyed_slots import keyed_place, keyed_reset, make_keyed
 
 NAME = "lfu"
 RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
@@ -117,3 +122,26 @@ def on_insert(st, part, slot, obj, t):
 
 HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch, choose_victim=choose_victim,
               on_evict=on_evict, on_insert=on_insert)
+
+
+def make_lanes(ctx, lanes: int) -> tuple | None:
+    """The keyed slots, with the clock's bits as the constant: a key is (count, clock, slot)."""
+    clock = ctx.experts.size.bit_length()
+    return make_keyed(ctx, lanes, (ctx.experts.shape[0] * ctx.top_k) << clock, clock)
+
+
+@njit(cache=True)
+def lane_reset(st, lane, cap):
+    keyed_reset(st, lane, cap)
+
+
+@njit(cache=True)
+def lane_access(st, lane, cap, e, pos, end):
+    slot, hit = keyed_place(st, lane, cap, e)
+    shift, key = st[3][2] + st[3][0], st[2]
+    count = ((key[lane, slot] >> shift) + 1) * hit + 1 - hit  # a load starts at 1
+    key[lane, slot] = (count << shift) | (pos << st[3][0]) | slot
+    return hit
+
+
+LANE_HOOKS = {"lane_reset": lane_reset, "lane_access": lane_access}

@@ -51,8 +51,9 @@ def source_files(functions) -> list[Path]:
     return sorted(files)
 
 
-def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
-    """``loop`` (a plain function over ``(args, st)``) compiled with ``policy``'s hooks inlined.
+def bind(policy: types.ModuleType, loop, helpers: tuple = (), hooks: str = "HOOKS") -> object:
+    """``loop`` (a plain function) compiled with ``policy``'s hooks inlined: the table its attribute
+    ``hooks`` names (``HOOKS``; ``LANE_HOOKS`` for ``moesim.sim.lanes``).
 
     ``helpers`` are plain functions of the loop's module that call hooks; they are bound the same way
     and inlined.
@@ -66,12 +67,13 @@ def bind(policy: types.ModuleType, loop, helpers: tuple = ()) -> object:
     policy and a digest of every file whose code is inlined (``source_files``): editing a helper
     anywhere recompiles. One compilation per (policy, loop) and process.
     """
-    key = (policy.__name__, loop.__module__, loop.__name__)
+    key = (policy.__name__, loop.__module__, loop.__name__, hooks)
     if key not in _BOUND:
+        table = getattr(policy, hooks)
         digest = hashlib.sha1()
-        for path in source_files([loop, *helpers, *policy.HOOKS.values()]):
+        for path in source_files([loop, *helpers, *table.values()]):
             digest.update(path.read_bytes())
-        inlined = {k: njit(inline="always")(h.py_func) for k, h in policy.HOOKS.items()}
+        inlined = {k: njit(inline="always")(h.py_func) for k, h in table.items()}
         namespace = dict(loop.__globals__, **inlined, __name__=loop.__module__)
         for helper in helpers:
             namespace[helper.__name__] = njit(inline="always")(types.FunctionType(helper.__code__, namespace,

@@ -12,6 +12,7 @@ from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.config import CacheConfig, module_params
 from moesim.sim.engine import bind, engine_args, engine_evictions, engine_hits, hitrate_loop, place
+from moesim.sim.lanes import lane_hits
 from moesim.sim.lru_ranks import rank_counts
 from moesim.tracegen.trace import Trace
 
@@ -89,9 +90,10 @@ def check_capacity(meta, cache: CacheConfig) -> None:
 
 def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRate:
     """Run ``cache.policy`` over ``trace`` and count hits per layer (``split`` best: on the split
-    ``moesim.sim.budget.best_slots`` finds, reported as the capacity per layer). LRU with a cache per
-    layer under sequential semantics counts by recency ranks (``moesim.sim.lru_ranks``: the same hits,
-    no evictions to log), every other run in the compiled engine with the policy's hooks.
+    ``moesim.sim.budget.best_slots`` finds, reported as the capacity per layer). With a cache per layer
+    under sequential semantics LRU counts by recency ranks (``moesim.sim.lru_ranks``) and a policy with
+    ``LANE_HOOKS`` runs eight layers at a time (``moesim.sim.lanes``): the same hits, no evictions to
+    log. Every other run is the compiled engine with the policy's hooks.
 
     ``log_evictions`` > 0 keeps the first that many evictions as (access position, object).
     """
@@ -105,8 +107,11 @@ def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRat
     params = module_params(module, cache.params)
     slots = cache.slots(trace.meta.num_layers)
     per_layer_accesses = [trace.num_rows * trace.meta.top_k] * trace.meta.num_layers
-    if (policy, scope, semantics) == ("lru", "per-layer", "sequential") and not log_evictions:
-        hits, seconds = _lru_ranks(trace, reset, slots)  # the same hits, as recency ranks (moesim.sim.lru_ranks)
+    fast = None  # the same hits, as recency ranks (moesim.sim.lru_ranks) or in lanes (moesim.sim.lanes)
+    if (scope, semantics) == ("per-layer", "sequential") and not log_evictions:
+        fast = _lru_ranks(trace, reset, slots) if policy == "lru" else lane_hits(module, trace, slots, reset, params)
+    if fast is not None:
+        hits, seconds = fast
         return HitRate(policy, capacity, scope, semantics, sum(per_layer_accesses), int(hits.sum()),
                        [int(h) for h in hits], per_layer_accesses, seconds)
     ctx = Context(trace.experts, trace.seq_offsets.astype(np.int64), trace.meta.num_experts, slots,

@@ -1,0 +1,61 @@
+"""Slots ranked by one integer key each, for the lane path of a policy whose victim is a minimum
+(``moesim.sim.lanes``): LFU's fewest accesses then least recent, Belady's furthest next use.
+
+A key packs what the policy compares, most significant first, above the slot number in the low
+``bits`` bits, so keys never tie and the smallest key's low bits name the victim: one vectorised
+minimum over the lane's slots, taken at every access and kept only on a miss, with no branch. An
+empty slot's key is its number, below every occupied slot's (a policy's keys are at least
+``1 << bits``), so the cache fills before it evicts; slots past the capacity hold the largest key.
+"""
+
+import numpy as np
+from numba import njit, uint64
+
+LAST = np.iinfo(np.int64).max  # the key of a slot past the capacity: never the minimum
+
+
+def make_keyed(ctx, lanes: int, most: int, extra: int = 0) -> tuple | None:
+    """Per lane: slot_of[expert] (the capacity if not resident; column E: the empty slot's sentinel) and
+    expert_in[slot], int16 as experts are, and key[slot], padded to whole vectors; then the constants (slot bits, E, ``extra``:
+    the policy's own), a tuple so that the compiled loop keeps them in registers. None if keys up to
+    ``most`` above the slot bits would overflow."""
+    width = -(-int(ctx.slots.max()) // 8) * 8
+    bits = max(1, (width - 1).bit_length())
+    if most.bit_length() + bits > 62:
+        return None
+    return (np.zeros((lanes, ctx.num_experts + 1), np.int16), np.zeros((lanes, width), np.int16),
+            np.zeros((lanes, width), np.int64), (np.int64(bits), np.int64(ctx.num_experts), np.int64(extra)))
+
+
+@njit(cache=True, inline="always")
+def keyed_reset(st, lane, cap):
+    """Every slot of the lane empty."""
+    st[0][lane, :] = cap
+    st[1][lane, :] = st[3][1]
+    for slot in range(st[2].shape[1]):
+        st[2][lane, slot] = slot if slot < cap else LAST
+
+
+@njit(cache=True, inline="always")
+def lowest(key):
+    """The smallest of ``key`` (an unsigned count keeps the loop free of negative-index checks, so it
+    compiles to vector minimums)."""
+    best = key[0]
+    for i in range(uint64(key.shape[0])):
+        best = min(best, key[i])
+    return best
+
+
+@njit(cache=True, inline="always")
+def keyed_place(st, lane, cap, e):
+    """Serve expert ``e``: its slot if resident (a hit), else the lowest key's, which it now holds.
+    Returns (slot, 1 on a hit else 0); the caller writes the slot's new key."""
+    slot_of, expert_in, key = st[0], st[1], st[2][lane]
+    held = np.int64(slot_of[lane, e])
+    hit = np.int64(held < cap)
+    victim = lowest(key) & ((np.int64(1) << st[3][0]) - 1)
+    slot = victim + hit * (held - victim)
+    slot_of[lane, expert_in[lane, slot]] = cap + hit * (slot - cap)  # the evicted expert (or the sentinel)
+    slot_of[lane, e] = slot
+    expert_in[lane, slot] = e
+    return slot, hit

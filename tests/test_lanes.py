@@ -1,0 +1,84 @@
+"""The lane path (``moesim.sim.lanes``: FIFO's ring, LFU's and Belady's packed keys, eight layers at a
+time) against the plain-Python reference per layer and against the engine, and its way back to the
+engine where it does not apply. The lanes are made to take every capacity up to every expert
+(``FULLEST`` 1), so the full caches they leave to the engine by default are checked too."""
+
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference
+from moesim.policies import get_policy
+from moesim.policies.base import Context
+from moesim.policies.keyed_slots import make_keyed
+from moesim.sim import lanes
+from moesim.sim.config import CacheConfig
+from moesim.sim.hitrate import simulate
+from moesim.tracegen.synth import synth_trace
+
+LANE_POLICIES = ("fifo", "lfu", "belady")
+
+
+@pytest.fixture(autouse=True)
+def every_capacity_in_lanes():
+    with mock.patch.object(lanes, "FULLEST", 1.0):
+        yield
+
+
+@settings(max_examples=60, deadline=None)
+@given(policy=st.sampled_from(LANE_POLICIES), seed=st.integers(0, 999), layers=st.sampled_from([1, 3, 8, 9, 17]),
+       experts=st.sampled_from([2, 5, 8, 63, 64, 65, 300]), reset=st.booleans(), data=st.data())
+def test_lanes_equal_the_reference_per_layer(policy, seed, layers, experts, reset, data):
+    """Layer counts that fill no, one or several groups of eight with some lanes left over; slot
+    counts drawn per layer from 1 to every expert (several vector blocks of keys at 300)."""
+    k = min(3, experts)
+    trace = synth_trace(layers, experts, k, 3, 25, seed=seed)
+    slots = tuple(data.draw(st.lists(st.integers(1, experts), min_size=layers, max_size=layers)))
+    got = simulate(trace, CacheConfig(policy=policy, capacity=slots, semantics="sequential", reset=reset))
+    want = [reference.hitrate(trace.experts[:, [layer]], trace.seq_offsets, experts, policy, slots[layer],
+                              True, True, reset)[0][0] for layer in range(layers)]
+    assert got.per_layer_hits == want
+
+
+@pytest.mark.parametrize("policy", LANE_POLICIES)
+@pytest.mark.parametrize("reset", [False, True])
+def test_lanes_equal_the_engine_on_the_bundled_trace(policy, reset, mixtral):
+    for c in range(1, 9):
+        cache = CacheConfig(policy=policy, capacity=c, semantics="sequential", reset=reset)
+        lanes, engine = simulate(mixtral, cache), simulate(mixtral, cache, log_evictions=1)
+        assert lanes.per_layer_hits == engine.per_layer_hits, c
+
+
+def test_only_per_layer_sequential_runs_without_an_eviction_log_take_the_lanes(mixtral):
+    module = get_policy("fifo")
+    with mock.patch.object(module, "make_lanes", wraps=module.make_lanes) as made:
+        simulate(mixtral, CacheConfig(policy="fifo", capacity=4, semantics="sequential"))
+        assert made.called
+        made.reset_mock()
+        simulate(mixtral, CacheConfig(policy="fifo", capacity=4, semantics="sequential"), log_evictions=5)
+        simulate(mixtral, CacheConfig(policy="fifo", capacity=4, semantics="step"))
+        simulate(mixtral, CacheConfig(policy="fifo", capacity=32, scope="global", semantics="sequential"))
+        assert not made.called
+        with mock.patch.object(lanes, "FULLEST", 0.75):  # the default: 6 of Mixtral's 8 experts, not 7
+            simulate(mixtral, CacheConfig(policy="fifo", capacity=(6, 7) * 16, semantics="sequential"))
+            assert not made.called
+            simulate(mixtral, CacheConfig(policy="fifo", capacity=6, semantics="sequential"))
+            assert made.called
+
+
+@pytest.mark.parametrize("policy", ["lfu", "belady"])
+def test_a_trace_too_long_for_the_keys_takes_the_engine(policy, mixtral):
+    """make_lanes gives up (None) where the packed keys would overflow; the engine's hits come back."""
+    cache = CacheConfig(policy=policy, capacity=4, semantics="sequential")
+    with mock.patch.object(get_policy(policy), "make_lanes", return_value=None):
+        assert simulate(mixtral, cache).per_layer_hits == simulate(mixtral, cache, log_evictions=1).per_layer_hits
+
+
+def test_keys_that_would_overflow_are_refused():
+    experts = np.zeros((4, 2, 2), np.int16)
+    ctx = Context(experts, np.array([0, 4], np.int64), 300, np.array([300, 300], np.int64), True, True, False)
+    assert make_keyed(ctx, 8, 1 << 52) is not None  # 53 bits of key above 9 of slot
+    assert make_keyed(ctx, 8, 1 << 53) is None
