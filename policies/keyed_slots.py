@@ -16,9 +16,9 @@ LAST = np.iinfo(np.int64).max  # the key of a slot past the capacity: never the 
 
 def make_keyed(ctx, lanes: int, most: int, extra: int = 0) -> tuple | None:
     """Per lane: slot_of[expert] (the capacity if not resident; column E: the empty slot's sentinel) and
-    expert_in[slot], int16 as experts are, and key[slot], padded to whole vectors; then the constants (slot bits, E, ``extra``:
-    the policy's own), a tuple so that the compiled loop keeps them in registers. None if keys up to
-    ``most`` above the slot bits would overflow."""
+    expert_in[slot], int16 as experts are, and key[slot], padded to whole vectors; then the constants
+    (slot bits, E, ``extra``: the policy's own), a tuple so that the compiled loop keeps them in
+    registers. None if keys up to ``most`` above the slot bits would overflow."""
     width = -(-int(ctx.slots.max()) // 8) * 8
     bits = max(1, (width - 1).bit_length())
     if most.bit_length() + bits > 62:
