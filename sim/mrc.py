@@ -29,8 +29,9 @@ semantics (a textbook cache) two policies here are:
   are the policy's own floats (count · γ^rows, γ^d tabulated alike), so every comparison is the one
   the policy makes.
 
-**One run per capacity elsewhere**, on threads (the compiled engine releases the GIL), since no
-other policy is a stack algorithm as moesim defines it:
+**One run per capacity elsewhere**, on threads (the compiled engine and the lanes of
+``moesim.sim.lanes``, which FIFO and LFU per layer under sequential semantics take, release the
+GIL), since no other policy is a stack algorithm as moesim defines it:
 
 - LRU under ``step`` semantics serves a step's hits before its misses (DESIGN.md), so the order
   among R's members depends on which of them hit, which depends on C, and inclusion fails: on
