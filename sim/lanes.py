@@ -11,7 +11,7 @@ arithmetic. The hits are the engine's, access for access (tests/test_lanes.py); 
 logged, so a run that asks for them takes the engine. So does a cache of more than ``FULLEST`` of a
 layer's experts: there nearly every access hits, the engine's branch is predicted, and the engine is
 the faster (on the benchmark's trace of 64 experts the lanes led at 48 slots and trailed at 56,
-FIFO, LFU and Belady alike: README, "Speed").
+FIFO, LFU and Belady alike: README, "Benchmarks").
 
 A policy module opts in with
 
