@@ -117,16 +117,11 @@ def make_lanes(ctx, lanes: int) -> tuple | None:
 
 
 @njit(cache=True)
-def lane_reset(st, lane, cap):
-    keyed_reset(st, lane, cap)
-
-
-@njit(cache=True)
 def lane_access(st, lane, cap, e, pos, end):
     slot, hit = keyed_place(st, lane, cap, e)
     following = min(np.int64(st[4][pos]), end)  # T if never (``make_lanes``)
-    st[2][lane, slot] = ((st[3][2] + 1 - following) << st[3][0]) | slot
+    st[2][lane, slot] = ((st[3][1] + 1 - following) << st[3][0]) | slot
     return hit
 
 
-LANE_HOOKS = {"lane_reset": lane_reset, "lane_access": lane_access}
+LANE_HOOKS = {"lane_reset": keyed_reset, "lane_access": lane_access}

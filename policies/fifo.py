@@ -24,13 +24,13 @@ HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_in
 def make_lanes(ctx, lanes: int) -> tuple:
     """Per lane: resident[expert] (column E: the empty slot's sentinel), the ring of loads, the next slot."""
     return (np.zeros((lanes, ctx.num_experts + 1), np.uint8), np.zeros((lanes, int(ctx.slots.max())), np.int64),
-            np.zeros(lanes, np.int64), np.array([ctx.num_experts], np.int64))
+            np.zeros(lanes, np.int64))
 
 
 @njit(cache=True)
 def lane_reset(st, lane, cap):
     st[0][lane, :] = 0
-    st[1][lane, :] = st[3][0]  # every slot empty: its expert is the sentinel
+    st[1][lane, :] = st[0].shape[1] - 1  # every slot empty: its expert is the sentinel, E
     st[2][lane] = 0
 
 

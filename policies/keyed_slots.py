@@ -17,21 +17,21 @@ LAST = np.iinfo(np.int64).max  # the key of a slot past the capacity: never the 
 def make_keyed(ctx, lanes: int, most: int, extra: int = 0) -> tuple | None:
     """Per lane: slot_of[expert] (the capacity if not resident; column E: the empty slot's sentinel) and
     expert_in[slot], int16 as experts are, and key[slot], padded to whole vectors; then the constants
-    (slot bits, E, ``extra``: the policy's own), a tuple so that the compiled loop keeps them in
+    (slot bits, ``extra``: the policy's own), a tuple so that the compiled loop keeps them in
     registers. None if keys up to ``most`` above the slot bits would overflow."""
     width = -(-int(ctx.slots.max()) // 8) * 8
     bits = max(1, (width - 1).bit_length())
     if most.bit_length() + bits > 62:
         return None
     return (np.zeros((lanes, ctx.num_experts + 1), np.int16), np.zeros((lanes, width), np.int16),
-            np.zeros((lanes, width), np.int64), (np.int64(bits), np.int64(ctx.num_experts), np.int64(extra)))
+            np.zeros((lanes, width), np.int64), (np.int64(bits), np.int64(extra)))
 
 
 @njit(cache=True, inline="always")
 def keyed_reset(st, lane, cap):
-    """Every slot of the lane empty."""
+    """Every slot of the lane empty (a policy's ``lane_reset``)."""
     st[0][lane, :] = cap
-    st[1][lane, :] = st[3][1]
+    st[1][lane, :] = st[0].shape[1] - 1  # the sentinel, E
     for slot in range(st[2].shape[1]):
         st[2][lane, slot] = slot if slot < cap else LAST
 

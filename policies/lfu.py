@@ -131,17 +131,12 @@ def make_lanes(ctx, lanes: int) -> tuple | None:
 
 
 @njit(cache=True)
-def lane_reset(st, lane, cap):
-    keyed_reset(st, lane, cap)
-
-
-@njit(cache=True)
 def lane_access(st, lane, cap, e, pos, end):
     slot, hit = keyed_place(st, lane, cap, e)
-    shift, key = st[3][2] + st[3][0], st[2]
+    shift, key = st[3][1] + st[3][0], st[2]
     count = ((key[lane, slot] >> shift) + 1) * hit + 1 - hit  # a load starts at 1
     key[lane, slot] = (count << shift) | (pos << st[3][0]) | slot
     return hit
 
 
-LANE_HOOKS = {"lane_reset": lane_reset, "lane_access": lane_access}
+LANE_HOOKS = {"lane_reset": keyed_reset, "lane_access": lane_access}
