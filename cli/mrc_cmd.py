@@ -42,7 +42,7 @@ def mrc(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Miss-ratio curves: each policy's exact hit rate at every capacity (what 'sim hitrate' gives at each),
-    LRU, Belady and gamma in one pass under sequential semantics.
+    LRU, Belady and gamma in one pass under sequential semantics, Belady under step semantics too.
 
     Example: moesim sim mrc t.parquet --policy lru,lfu,gamma --semantics sequential --budget 96 --plot mrc.png
     """

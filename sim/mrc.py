@@ -9,7 +9,7 @@ whose cache of C holds the first C objects of an order that does not depend on C
 what a cache of C-1 holds (inclusion). An access then hits at C exactly when its stack distance, its
 object's place in the order just before it, is below C; one pass finds every distance and hits(C) is
 the number of distances below C: every capacity for about the price of one. Under ``sequential``
-semantics (a textbook cache) two policies here are:
+semantics (a textbook cache) three policies here are, and Belady under ``step`` semantics too:
 
 - LRU, ordered most recently used first. The distance is the number of distinct objects of the
   partition used since the object's own last use: with a cache per layer, each expert's rank kept
@@ -21,6 +21,14 @@ semantics (a textbook cache) two policies here are:
   place are merged downwards, each place keeping whichever of the carried object and its occupant
   is used again sooner (the carried one moves on to the next place). An object with no later use
   (in its sequence, with a reset) is used "never"; which of two such is kept does not change a hit.
+
+  Under ``step`` semantics Belady is one too: while a cell is served, its request set R ranks above
+  everything (used "now"), the rest by next use, an order that does not depend on C. From C = k on, a
+  full cache holds at most k - 1 members of R besides the one requested, so its lowest-ranked
+  object, the one this order evicts, is the non-member used again furthest ahead: the engine's
+  victim. The engine serves R's hits before its misses, but the non-members' next uses do not
+  change within a cell, so the misses evict the same objects in either order, and a member is never
+  evicted before it is served, so it hits exactly when it was resident as the cell began.
 - the γ-cache (MELINOE's Definition C.1, ``moesim.policies.gamma``), ordered by decayed count, ties
   to the expert served more recently, over the experts requested so far: the counts survive
   eviction and the clock ticks per request, so the order does not depend on C, and the cache is its
@@ -40,8 +48,11 @@ GIL), since no other policy is a stack algorithm as moesim defines it:
 - LFU counts accesses since the expert was loaded (in-cache, as libCacheSim's), forgotten on
   eviction, so an expert's priority depends on C; FIFO and LIFO order by load time, which depends
   on C (Belady's anomaly); ARC, LeCaR and random adapt to their own hits;
-- Belady and the γ-cache under step semantics: R's members stay for the step whatever their rank,
-  and the γ-cache serves a step's hits before its misses; a one-pass version is not done.
+- the γ-cache under step semantics: a step's hits are served before its misses, and the service
+  clock breaks ties in count, so two experts with the same history rank in an order that depends
+  on which of them hit. Experts 0 and 1 of rows (5,0,1) (6,4,2) (5,0,1) (3,6,2) (0,1,5) of 7 experts
+  (γ = 0.9, top-3) are always requested together; expert 1 of the last row hits with 3 slots and
+  misses with 4.
 """
 
 from __future__ import annotations
@@ -63,7 +74,7 @@ from moesim.sim.lru_ranks import rank_counts
 from moesim.tracegen.trace import Trace
 
 # (policy, semantics) whose curve is one pass of stack distances
-ONE_PASS = {("lru", "sequential"), ("belady", "sequential"), ("gamma", "sequential")}
+ONE_PASS = {("lru", "sequential"), ("belady", "sequential"), ("belady", "step"), ("gamma", "sequential")}
 MAX_RUNS = 64  # default capacities of a curve that takes one run each
 SCAN_LIMIT = 256  # objects per partition up to which a scan of the recency order beats the tree
 LRU, OPT, GAMMA = range(3)  # how an access moves its object up the order (``order_distances``)
@@ -118,7 +129,8 @@ def _stack_curve(trace: Trace, cache: CacheConfig, sizes: list[int]) -> list[Hit
         tree_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
     else:
         rule = {"lru": LRU, "belady": OPT, "gamma": GAMMA}[cache.policy]
-        order_distances(rule, experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, decay, hist)
+        order_distances(rule, experts, offsets, np.int64(m.num_experts), per_layer, cache.semantics == "step",
+                        cache.reset, decay, hist)
     seconds = time.perf_counter() - start
     below = np.cumsum(hist, axis=1)  # below[layer, d]: accesses at distance <= d
     accesses = [trace.num_rows * m.top_k] * m.num_layers
@@ -127,17 +139,19 @@ def _stack_curve(trace: Trace, cache: CacheConfig, sizes: list[int]) -> list[Hit
 
 
 @njit(cache=True, nogil=True)
-def order_distances(rule, experts, seq_offsets, num_experts, per_layer, reset, decay, hist):
+def order_distances(rule, experts, seq_offsets, num_experts, per_layer, step, reset, decay, hist):
     """Count each access's place in its partition's order into ``hist[layer, d]`` (first uses at the
     last column), keeping the order as an array, best first; ``rule`` (``LRU``, ``OPT``, ``GAMMA``)
     says how an access moves its object up (``move_lru``, ``move_opt``, ``move_gamma``). ``decay``
-    is γ^d for the γ-cache (unused otherwise). Cheap while an order is short (a layer's experts)."""
+    is γ^d for the γ-cache (unused otherwise); ``step``: a cell's request set ranks above every other
+    object while the cell is served (OPT only). Cheap while an order is short (a layer's experts)."""
     n_rows, n_layers, k = experts.shape
     size = hist.shape[1] - 1
     following = next_uses(experts, num_experts)[0] if rule == OPT else np.zeros(0, np.int64)
     order = np.zeros((n_layers if per_layer else 1, size), np.int64)
     used = np.zeros(order.shape[0], np.int64)
     nxt = np.zeros(n_layers * num_experts, np.int64)  # OPT: each object's next use
+    cell_of = np.full(n_layers * num_experts, -1, np.int64)  # OPT under step: the cell that requests it now
     count = np.zeros(n_layers * num_experts)  # γ: decayed count at its last update, and that row
     last = np.zeros(n_layers * num_experts, np.int64)
     for s in range(seq_offsets.shape[0] - 1):
@@ -149,6 +163,9 @@ def order_distances(rule, experts, seq_offsets, num_experts, per_layer, reset, d
             for layer in range(n_layers):
                 part = layer if per_layer else 0
                 stack, n = order[part], used[part]
+                cell = row * n_layers + layer
+                for j in range(k if step else 0):
+                    cell_of[layer * num_experts + experts[row, layer, j]] = cell
                 for j in range(k):
                     obj = layer * num_experts + experts[row, layer, j]
                     if rule == LRU:
@@ -156,7 +173,7 @@ def order_distances(rule, experts, seq_offsets, num_experts, per_layer, reset, d
                     elif rule == OPT:
                         pos = (row * n_layers + layer) * k + j
                         nxt[obj] = following[pos] if following[pos] < end else NEVER
-                        d = move_opt(stack, n, obj, nxt)
+                        d = move_opt(stack, n, obj, nxt, cell_of, cell)
                     else:
                         d = move_gamma(stack, n, obj, row, count, last, decay)
                     if d == n:  # a first use: the order grew by one
@@ -184,20 +201,27 @@ def move_lru(stack, n, obj):
 
 
 @njit(cache=True, inline="always")
-def move_opt(stack, n, obj, nxt):
+def move_opt(stack, n, obj, nxt, cell_of, cell):
     """OPT's stack update: obj goes to the top and the objects above its old place merge downwards,
-    each place keeping whichever of the carried object and its occupant is used again sooner."""
+    each place keeping whichever of the carried object and its occupant is used again sooner; a
+    member of the cell being served (``cell_of[o] == cell``) counts as used now."""
     carried, d = obj, 0
     while d < n:
         here = stack[d]
         if here == obj:
             break
-        if d == 0 or nxt[carried] < nxt[here]:  # the top is obj's; below, the sooner stays
+        # the top is obj's; below, the sooner stays
+        if d == 0 or _soon(carried, nxt, cell_of, cell) < _soon(here, nxt, cell_of, cell):
             stack[d] = carried
             carried = here
         d += 1
     stack[d] = carried
     return d
+
+
+@njit(cache=True, inline="always")
+def _soon(obj, nxt, cell_of, cell):
+    return -1 if cell_of[obj] == cell else nxt[obj]
 
 
 @njit(cache=True, inline="always")

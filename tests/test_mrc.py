@@ -34,17 +34,21 @@ def rows_trace(rows, experts) -> Trace:
 
 @settings(max_examples=300, deadline=None)
 @given(trace=traces(), policy=st.sampled_from(["lru", "belady", "gamma"]), scope=st.sampled_from(SCOPES),
-       reset=st.booleans(), tree=st.booleans(), gamma=st.sampled_from([0.0, 0.25, 0.5, 0.9, 1.0]))
-def test_one_pass_curves_equal_the_reference_at_every_capacity(trace, policy, scope, reset, tree, gamma):
+       reset=st.booleans(), tree=st.booleans(), gamma=st.sampled_from([0.0, 0.25, 0.5, 0.9, 1.0]),
+       step=st.booleans())
+def test_one_pass_curves_equal_the_reference_at_every_capacity(trace, policy, scope, reset, tree, gamma, step):
     """LRU's two ways of finding stack distances (the scan of the recency order and the Fenwick tree),
-    OPT's stack update for Belady, the γ-cache's order (dyadic decays and the paper's 0.9)."""
+    OPT's stack update for Belady under both semantics, the γ-cache's order (dyadic decays and the
+    paper's 0.9)."""
     params = {"gamma": gamma} if policy == "gamma" else {}
-    cache = CacheConfig(policy=policy, scope=scope, semantics="sequential", reset=reset, params=params)
+    semantics = "step" if step and policy == "belady" else "sequential"
+    cache = CacheConfig(policy=policy, scope=scope, semantics=semantics, reset=reset, params=params)
     with mock.patch.object(mrc, "SCAN_LIMIT", 0 if tree else mrc.SCAN_LIMIT):
         rows = curve(trace, cache)
+    assert rows[0].capacity == (trace.meta.top_k if step and policy == "belady" else 1)
     for r in rows:
         hits, _ = reference.hitrate(trace.experts, trace.seq_offsets, trace.meta.num_experts, policy, r.capacity,
-                                    scope == "per-layer", True, reset, **params)
+                                    scope == "per-layer", semantics == "sequential", reset, **params)
         assert r.per_layer_hits == hits
 
 
@@ -64,15 +68,17 @@ def test_the_bundled_curve_equals_sim_hitrate_at_every_capacity(mixtral, policy,
 
 
 @pytest.mark.parametrize("scope", SCOPES)
-@pytest.mark.parametrize("policy,tree", [("lru", False), ("lru", True), ("belady", False), ("gamma", False)])
-def test_one_pass_curves_equal_the_engine_on_a_synthetic_olmoe_trace(scope, policy, tree):
+@pytest.mark.parametrize("policy,tree,semantics", [("lru", False, "sequential"), ("lru", True, "sequential"),
+                                                   ("belady", False, "sequential"), ("belady", False, "step"),
+                                                   ("gamma", False, "sequential")])
+def test_one_pass_curves_equal_the_engine_on_a_synthetic_olmoe_trace(scope, policy, tree, semantics):
     """Against the hooked engine (``log_evictions`` keeps LRU off its rank path, which the curve shares)."""
     trace = synth_trace(4, 64, 8, 3, 60, seed=5)
-    cache = CacheConfig(policy=policy, scope=scope, semantics="sequential", reset=True)
+    cache = CacheConfig(policy=policy, scope=scope, semantics=semantics, reset=True)
     with mock.patch.object(mrc, "SCAN_LIMIT", 0 if tree else mrc.SCAN_LIMIT):
         rows = curve(trace, cache)
     for r in rows[::7] + rows[-1:]:
-        single = simulate(trace, CacheConfig(policy=policy, capacity=r.capacity, scope=scope, semantics="sequential",
+        single = simulate(trace, CacheConfig(policy=policy, capacity=r.capacity, scope=scope, semantics=semantics,
                                              reset=True), log_evictions=1)
         assert r.per_layer_hits == single.per_layer_hits
 
@@ -108,6 +114,19 @@ def test_lru_under_step_semantics_follows_the_engine_where_inclusion_fails():
     for r in rows:
         assert r.per_layer_hits == reference.hitrate(trace.experts, trace.seq_offsets, 6, "lru", r.capacity)[0]
     assert [r.hits for r in rows if r.capacity in (4, 5)] == [6, 8]
+
+
+def test_gamma_under_step_semantics_follows_the_engine_where_inclusion_fails():
+    """The docstring's example: experts 0 and 1 always come together and tie in count; with 4 slots 1
+    hit in row 2 and was served before 0, so it ranks lower and is evicted in row 3; with 3 slots it
+    missed, was served last and stays. In the last row 1 hits with 3 slots, 0 and 5 with 4."""
+    trace = rows_trace([[5, 0, 1], [6, 4, 2], [5, 0, 1], [3, 6, 2], [0, 1, 5]], 7)
+    rows = curve(trace, CacheConfig(policy="gamma"))
+    for r in rows:
+        assert r.per_layer_hits == reference.hitrate(trace.experts, trace.seq_offsets, 7, "gamma", r.capacity)[0]
+    row3 = {c: [obj for t, obj in simulate(trace, CacheConfig(policy="gamma", capacity=c), log_evictions=99).evictions
+                if t // 3 == 3] for c in (3, 4)}
+    assert row3 == {3: [5, 0], 4: [1]}  # after row 3, expert 1 is resident with 3 slots, not with 4
 
 
 def test_a_large_pool_takes_max_runs_capacities_by_default(mixtral):
