@@ -1,9 +1,10 @@
-"""Where the hit-rate engine's time goes, in instructions per access (valgrind's callgrind counts them
-repeatably on a noisy machine).
+"""Where the hit-rate engine's time goes, in instructions and mispredicted branches per access
+(valgrind's cachegrind counts both repeatably on a noisy machine; the branches by its own simulated
+predictor, a guide to which code branches on data rather than a real CPU's count).
 
 For each policy and capacity it runs the engine once and twice over the same synthetic stream
 (``tests/oracle.py``'s benchmark trace: 32 layers, 64 experts, top-8; sequential, per-layer), each
-under callgrind in a fresh process; the difference is one run's instructions (set-up included),
+under cachegrind in a fresh process; the difference is one run's instructions (set-up included),
 divided by its accesses. Two capacities with different hit rates h give, per policy, the cost of a
 hit and of a miss (solving ``h·hit + (1 − h)·miss`` for both). The runs log one eviction, which keeps
 LRU in the engine with its hooks rather than on its recency-rank path (``moesim.sim.lru_ranks``), and
@@ -38,16 +39,20 @@ print(r.accesses, r.hit_rate)
 """
 
 
-def instructions(policy: str, capacity: int, accesses: int, times: int, folder: Path) -> tuple[int, int, float]:
-    """Instructions callgrind counts for the whole process, the accesses of one run and its hit rate."""
+def instructions(policy: str, capacity: int, accesses: int, times: int,
+                 folder: Path) -> tuple[np.ndarray, int, float]:
+    """Instructions and mispredicted branches cachegrind counts for the whole process, the accesses of
+    one run and its hit rate."""
     code = ONE_RUN.format(tests=str(Path(__file__).resolve().parents[1] / "tests"), accesses=accesses, times=times,
                           policy=policy, capacity=capacity)
-    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder / 'cg.out'}", sys.executable,
-                          "-c", code], capture_output=True, text=True, check=True,
+    out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--branch-sim=yes",
+                          f"--cachegrind-out-file={folder / 'cg.out'}", sys.executable, "-c", code],
+                         capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "0"})  # the same process, run to run
-    total = int(re.search(r"Collected : (\d+)", out.stderr).group(1))
+    counts = [int(re.search(rf"{name}:\s+([\d,]+)", out.stderr).group(1).replace(",", ""))
+              for name in ("I\\s+refs", "Mispredicts")]
     n, rate = out.stdout.split()
-    return total, int(n), float(rate)
+    return np.array(counts, np.float64), int(n), float(rate)
 
 
 def main() -> None:
@@ -59,7 +64,7 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     capacities = [int(c) for c in args.capacities.split(",")]
-    print(f"{'policy':8} {'C':>4} {'hit rate':>9} {'instr/access':>13}")
+    print(f"{'policy':8} {'C':>4} {'hit rate':>9} {'instr/access':>13} {'mispredicts/access':>19}")
     with tempfile.TemporaryDirectory() as tmp:
         for policy in args.policies.split(","):
             instructions(policy, capacities[0], 1000, 1, Path(tmp))  # numba compiles for valgrind's CPU once
@@ -68,11 +73,12 @@ def main() -> None:
                 once, n, rate = instructions(policy, capacity, args.accesses, 1, Path(tmp))
                 twice, _, _ = instructions(policy, capacity, args.accesses, 2, Path(tmp))
                 points.append((rate, (twice - once) / n))
-                print(f"{policy:8} {capacity:4} {rate:9.3f} {points[-1][1]:13.1f}")
+                print(f"{policy:8} {capacity:4} {rate:9.3f} {points[-1][1][0]:13.1f} {points[-1][1][1]:19.2f}")
             if len(points) >= 2:
                 (h1, c1), (h2, c2) = points[:2]
-                hit, miss = np.linalg.solve([[h1, 1 - h1], [h2, 1 - h2]], [c1, c2])
-                print(f"{policy:8} a hit {hit:.0f} instructions, a miss {miss:.0f}")
+                hit, miss = np.linalg.solve([[h1, 1 - h1], [h2, 1 - h2]], np.array([c1, c2]))
+                print(f"{policy:8} a hit {hit[0]:.0f} instructions, a miss {miss[0]:.0f}; "
+                      f"mispredicts {hit[1]:.2f} a hit, {miss[1]:.2f} a miss")
 
 
 if __name__ == "__main__":
