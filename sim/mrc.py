@@ -143,15 +143,15 @@ def order_distances(rule, experts, seq_offsets, num_experts, per_layer, step, re
     """Count each access's place in its partition's order into ``hist[layer, d]`` (first uses at the
     last column), keeping the order as an array, best first; ``rule`` (``LRU``, ``OPT``, ``GAMMA``)
     says how an access moves its object up (``move_lru``, ``move_opt``, ``move_gamma``). ``decay``
-    is γ^d for the γ-cache (unused otherwise); ``step``: a cell's request set ranks above every other
-    object while the cell is served (OPT only). Cheap while an order is short (a layer's experts)."""
+    is γ^d for the γ-cache (unused otherwise). ``step`` (OPT only): a cell's request set ranks above
+    every other object while the cell is served, its next uses held at -1 ("now") until the cell ends.
+    Cheap while an order is short (a layer's experts)."""
     n_rows, n_layers, k = experts.shape
     size = hist.shape[1] - 1
     following = next_uses(experts, num_experts)[0] if rule == OPT else np.zeros(0, np.int64)
     order = np.zeros((n_layers if per_layer else 1, size), np.int64)
     used = np.zeros(order.shape[0], np.int64)
     nxt = np.zeros(n_layers * num_experts, np.int64)  # OPT: each object's next use
-    cell_of = np.full(n_layers * num_experts, -1, np.int64)  # OPT under step: the cell that requests it now
     count = np.zeros(n_layers * num_experts)  # γ: decayed count at its last update, and that row
     last = np.zeros(n_layers * num_experts, np.int64)
     for s in range(seq_offsets.shape[0] - 1):
@@ -163,17 +163,17 @@ def order_distances(rule, experts, seq_offsets, num_experts, per_layer, step, re
             for layer in range(n_layers):
                 part = layer if per_layer else 0
                 stack, n = order[part], used[part]
-                cell = row * n_layers + layer
-                for j in range(k if step else 0):
-                    cell_of[layer * num_experts + experts[row, layer, j]] = cell
+                held = k if step and rule == OPT else 0
+                for j in range(held):
+                    nxt[layer * num_experts + experts[row, layer, j]] = -1
                 for j in range(k):
                     obj = layer * num_experts + experts[row, layer, j]
                     if rule == LRU:
                         d = move_lru(stack, n, obj)
                     elif rule == OPT:
-                        pos = (row * n_layers + layer) * k + j
-                        nxt[obj] = following[pos] if following[pos] < end else NEVER
-                        d = move_opt(stack, n, obj, nxt, cell_of, cell)
+                        if not held:
+                            nxt[obj] = _next_use(following, (row * n_layers + layer) * k + j, end)
+                        d = move_opt(stack, n, obj, nxt)
                     else:
                         d = move_gamma(stack, n, obj, row, count, last, decay)
                     if d == n:  # a first use: the order grew by one
@@ -182,6 +182,9 @@ def order_distances(rule, experts, seq_offsets, num_experts, per_layer, step, re
                     else:
                         hist[layer, d] += 1
                 used[part] = n
+                for j in range(held):
+                    nxt[layer * num_experts + experts[row, layer, j]] = _next_use(following,
+                                                                                  (row * n_layers + layer) * k + j, end)
 
 
 @njit(cache=True, inline="always")
@@ -201,17 +204,15 @@ def move_lru(stack, n, obj):
 
 
 @njit(cache=True, inline="always")
-def move_opt(stack, n, obj, nxt, cell_of, cell):
+def move_opt(stack, n, obj, nxt):
     """OPT's stack update: obj goes to the top and the objects above its old place merge downwards,
-    each place keeping whichever of the carried object and its occupant is used again sooner; a
-    member of the cell being served (``cell_of[o] == cell``) counts as used now."""
+    each place keeping whichever of the carried object and its occupant is used again sooner."""
     carried, d = obj, 0
     while d < n:
         here = stack[d]
         if here == obj:
             break
-        # the top is obj's; below, the sooner stays
-        if d == 0 or _soon(carried, nxt, cell_of, cell) < _soon(here, nxt, cell_of, cell):
+        if d == 0 or nxt[carried] < nxt[here]:  # the top is obj's; below, the sooner stays
             stack[d] = carried
             carried = here
         d += 1
@@ -220,8 +221,9 @@ def move_opt(stack, n, obj, nxt, cell_of, cell):
 
 
 @njit(cache=True, inline="always")
-def _soon(obj, nxt, cell_of, cell):
-    return -1 if cell_of[obj] == cell else nxt[obj]
+def _next_use(following, pos, end):
+    """The next use after position ``pos``; ``NEVER`` past the cache's life (``end``)."""
+    return following[pos] if following[pos] < end else NEVER
 
 
 @njit(cache=True, inline="always")
