@@ -28,6 +28,7 @@ from pathlib import Path
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = "1"  # one core: ml-ffn's batched predictions must not borrow a second
 
+from moesim.policies import get_policy  # noqa: E402
 from moesim.policies.ml_ffn_train import save_model, train  # noqa: E402
 from moesim.sim import lanes  # noqa: E402
 from moesim.sim.config import CacheConfig  # noqa: E402
@@ -38,7 +39,12 @@ from oracle import (BENCH_EXPERTS, BENCH_K, BENCH_LAYERS, CACHES, benchmark_trac
                     timed_per_layer, write_oracle_general)
 
 EXACT = {"lru", "fifo", "belady", "lfu", "arc"}
-FAST = {"lru", "fifo", "belady", "lfu"}  # per layer and sequential, these leave the engine
+
+
+def leaves_engine(policy: str) -> bool:
+    """Whether ``simulate`` takes this policy off the engine per layer under sequential semantics (as
+    it decides: LRU's ranks, a policy with ``LANE_HOOKS``)."""
+    return policy == "lru" or hasattr(get_policy(policy), "LANE_HOOKS")
 
 
 def main() -> None:
@@ -67,7 +73,7 @@ def main() -> None:
                                 params={"ml_model": str(model)} if policy == "ml-ffn" else {})
             ours = simulate(trace, cache)
             engine = f"{'-':>14}"
-            if policy in FAST:  # logging one eviction takes the engine
+            if leaves_engine(policy):  # logging one eviction takes the engine
                 engine = f"{simulate(trace, cache, log_evictions=1).accesses_per_s:14,.0f}"
             if policy not in CACHES:
                 print(f"{policy:8} {ours.accesses_per_s:14,.0f} {engine} {'-':>18} {'-':>7}")
