@@ -5,16 +5,18 @@ here (sequential semantics, per-layer scope, C slots per layer) and in libCacheS
 (one cache per layer, ``process_trace`` over that layer's stream as an oracleGeneral file, the
 format its Belady needs; the 32 runs' times are summed),
 checks the miss counts agree where they must, and prints accesses/s of both and the ratio; for a
-policy that leaves the engine here (LRU's ranks, the lanes of FIFO, LFU and Belady) also the
+policy that leaves the engine here (LRU's ranks, the lanes of FIFO, LFU, Belady and ARC) also the
 engine's own rate on the same stream (run as a run that logs one eviction, which takes the engine). Times
 exclude compilation and trace generation but include each policy's set-up (Belady's next uses,
 ml-ffn's predictions); libCacheSim's include reading its trace file, which is
 how it consumes a trace. ml-ffn and gamma have no libCacheSim counterpart; their own rate is printed.
 
     python benchmarks/hitrate_vs_libcachesim.py [--accesses 50000000] [--capacity-per-layer 16] [--fullest 1]
+        [--experts 64 --top-k 8] [--policies arc,fifo]
 
 ``--fullest`` sets ``moesim.sim.lanes.FULLEST``, the share of a layer's experts above which FIFO, LFU
-and Belady leave their lanes for the engine (1: the lanes take every capacity).
+and Belady leave their lanes for the engine (1: the lanes take every capacity). ``--experts`` and
+``--top-k`` give the trace another router's shape (Mixtral's: 8, 2), ``--policies`` a subset.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ from oracle import (BENCH_EXPERTS, BENCH_K, BENCH_LAYERS, CACHES, benchmark_trac
                     timed_per_layer, write_oracle_general)
 
 EXACT = {"lru", "fifo", "belady", "lfu", "arc"}
+POLICIES = ("lru", "fifo", "belady", "lfu", "arc", "lecar", "gamma", "ml-ffn")
 
 
 def leaves_engine(policy: str) -> bool:
     """Whether ``simulate`` takes this policy off the engine per layer under sequential semantics (as
-    it decides: LRU's ranks, a policy with ``LANE_HOOKS``)."""
-    return policy == "lru" or hasattr(get_policy(policy), "LANE_HOOKS")
+    it decides: LRU's ranks, a policy with ``LANE_HOOKS`` or ``ACROSS_HOOKS``)."""
+    module = get_policy(policy)
+    return policy == "lru" or hasattr(module, "LANE_HOOKS") or hasattr(module, "ACROSS_HOOKS")
 
 
 def main() -> None:
@@ -52,23 +56,29 @@ def main() -> None:
     ap.add_argument("--accesses", type=int, default=50_000_000)
     ap.add_argument("--capacity-per-layer", type=int, default=16)
     ap.add_argument("--fullest", type=float, default=lanes.FULLEST)
+    ap.add_argument("--experts", type=int, default=BENCH_EXPERTS)
+    ap.add_argument("--top-k", type=int, default=BENCH_K)
+    ap.add_argument("--policies", default=",".join(POLICIES))
     args = ap.parse_args()
+    policies = args.policies.split(",")
+    if not set(policies) <= set(POLICIES):
+        ap.error(f"--policies: choose from {','.join(POLICIES)}")
     lanes.FULLEST = args.fullest
-    layers, experts = BENCH_LAYERS, BENCH_EXPERTS
-    trace = benchmark_trace(args.accesses)
+    layers, experts = BENCH_LAYERS, args.experts
+    trace = benchmark_trace(args.accesses, experts=experts, top_k=args.top_k)
     cap = args.capacity_per_layer
-    print(f"trace: {trace.accesses:,} accesses ({layers} layers, {experts} experts, top-{BENCH_K}); "
+    print(f"trace: {trace.accesses:,} accesses ({layers} layers, {experts} experts, top-{args.top_k}); "
           f"{cap} slots per layer; one core")
     with tempfile.TemporaryDirectory() as tmp:
-        small = benchmark_trace(65536, sequences=4, seed=1)
-        arrays, _ = train(small, per_layer=False, epochs=3)
         model = Path(tmp) / "ffn.npz"
-        save_model(arrays, model)
+        if "ml-ffn" in policies:
+            small = benchmark_trace(65536, sequences=4, seed=1, experts=experts, top_k=args.top_k)
+            save_model(train(small, per_layer=False, epochs=3)[0], model)
         paths = [write_oracle_general(stream(trace.experts, experts, layer), Path(tmp) / f"layer{layer}.bin")
                  for layer in range(layers)]
         print(f"{'policy':8} {'moesim acc/s':>14} {'engine acc/s':>14} {'libCacheSim acc/s':>18} {'ratio':>7}  "
               "misses agree")
-        for policy in ("lru", "fifo", "belady", "lfu", "arc", "lecar", "gamma", "ml-ffn"):
+        for policy in policies:
             cache = CacheConfig(policy=policy, capacity=cap, semantics="sequential",
                                 params={"ml_model": str(model)} if policy == "ml-ffn" else {})
             ours = simulate(trace, cache)

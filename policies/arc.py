@@ -12,11 +12,15 @@ members of the current request set are skipped when walking from an LRU end.
 Prefetch rule (the paper has no prefetch; a fill is no request): p does not adapt, a ghost entry of
 the expert is dropped (it is resident again), REPLACE makes room as for case IV, and the expert
 enters T1's MRU end. Its first request is then its first sighting: it moves to T1's MRU end, not to T2.
+
+Per layer under sequential semantics, up to 16 slots, the same rules run with a layer in each SIMD
+lane (``moesim.policies.arc_across``, ``ACROSS_HOOKS``; ``moesim.sim.across``).
 """
 
 import numpy as np
 from numba import njit
 
+from moesim.policies.arc_across import across_reset, across_step, make_across  # noqa: F401 (moesim.sim.across)
 from moesim.policies.base import (TAIL, hooks, list_first_unmarked, list_of, list_push_head, list_remove,
                                   list_size, list_tail, lists_clear, make_lists)
 
@@ -123,3 +127,4 @@ def on_insert(st, part, slot, obj, t):
 
 HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch, choose_victim=choose_victim,
               on_evict=on_evict, on_insert=on_insert)
+ACROSS_HOOKS = {"across_reset": across_reset, "across_step": across_step}

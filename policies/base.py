@@ -14,6 +14,8 @@ discrete-event loop, and may declare:
   growing: ``moesim.sim.des_loop.fit_live``).
 - ``make_lanes`` and ``LANE_HOOKS``: the same policy for caches per layer under sequential semantics,
   eight layers at a time without a branch on hit or miss (the contract: ``moesim.sim.lanes``).
+- ``make_across`` and ``ACROSS_HOOKS``: the same, with a layer in each SIMD lane (the contract:
+  ``moesim.sim.across``).
 
 Hooks a policy leaves out are no-ops (``on_miss`` then admits every miss):
 

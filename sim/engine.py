@@ -51,9 +51,12 @@ def source_files(functions) -> list[Path]:
     return sorted(files)
 
 
-def bind(policy: types.ModuleType, loop, helpers: tuple = (), hooks: str = "HOOKS") -> object:
+def bind(policy: types.ModuleType, loop, helpers: tuple = (), hooks: str = "HOOKS",
+         constants: dict | None = None) -> object:
     """``loop`` (a plain function) compiled with ``policy``'s hooks inlined: the table its attribute
-    ``hooks`` names (``HOOKS``; ``LANE_HOOKS`` for ``moesim.sim.lanes``).
+    ``hooks`` names (``HOOKS``; ``LANE_HOOKS`` for ``moesim.sim.lanes``, ``ACROSS_HOOKS`` for
+    ``moesim.sim.across``). ``constants`` (name: int) are globals of the hooks and the loop, fixed at
+    compile time (``moesim.sim.across``'s lane count and slot width): one compilation per set.
 
     ``helpers`` are plain functions of the loop's module that call hooks; they are bound the same way
     and inlined.
@@ -65,20 +68,27 @@ def bind(policy: types.ModuleType, loop, helpers: tuple = (), hooks: str = "HOOK
     the policy itself. It releases the GIL, so runs of several capacities share a process's cores.
     Numba's cache checks only the loop's own file, so the cache entry is named after the loop, the
     policy and a digest of every file whose code is inlined (``source_files``): editing a helper
-    anywhere recompiles. One compilation per (policy, loop) and process.
+    anywhere recompiles. One compilation per (policy, loop, constants) and process.
     """
-    key = (policy.__name__, loop.__module__, loop.__name__, hooks)
+    constants = constants or {}
+    key = (policy.__name__, loop.__module__, loop.__name__, hooks, tuple(sorted(constants.items())))
     if key not in _BOUND:
         table = getattr(policy, hooks)
         digest = hashlib.sha1()
         for path in source_files([loop, *helpers, *table.values()]):
             digest.update(path.read_bytes())
-        inlined = {k: njit(inline="always")(h.py_func) for k, h in table.items()}
-        namespace = dict(loop.__globals__, **inlined, __name__=loop.__module__)
+        inlined = {}
+        for name, hook in table.items():
+            hook = getattr(hook, "py_func", hook)
+            if constants:
+                hook = types.FunctionType(hook.__code__, dict(hook.__globals__, **constants), hook.__name__)
+            inlined[name] = njit(inline="always")(hook)
+        namespace = dict(loop.__globals__, **inlined, **constants, __name__=loop.__module__)
         for helper in helpers:
             namespace[helper.__name__] = njit(inline="always")(types.FunctionType(helper.__code__, namespace,
                                                                                   helper.__name__))
-        name = f"{loop.__name__.strip('_')}_{policy.__name__.rsplit('.', 1)[-1]}_{digest.hexdigest()[:12]}"
+        fixed = "".join(f"_{k.lower()}{v}" for k, v in sorted(constants.items()))
+        name = f"{loop.__name__.strip('_')}_{policy.__name__.rsplit('.', 1)[-1]}{fixed}_{digest.hexdigest()[:12]}"
         fn = types.FunctionType(loop.__code__, namespace, name)
         fn.__qualname__ = name
         _BOUND[key] = njit(cache=True, _nrt=False, nogil=True)(fn)

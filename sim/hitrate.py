@@ -12,6 +12,7 @@ from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.config import CacheConfig, module_params
 from moesim.sim.engine import bind, engine_args, engine_evictions, engine_hits, hitrate_loop, place
+from moesim.sim.across import across_hits
 from moesim.sim.lanes import lane_hits
 from moesim.sim.lru_ranks import rank_counts
 from moesim.tracegen.trace import Trace
@@ -91,9 +92,10 @@ def check_capacity(meta, cache: CacheConfig) -> None:
 def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRate:
     """Run ``cache.policy`` over ``trace`` and count hits per layer (``split`` best: on the split
     ``moesim.sim.budget.best_slots`` finds, reported as the capacity per layer). With a cache per layer
-    under sequential semantics LRU counts by recency ranks (``moesim.sim.lru_ranks``) and a policy with
-    ``LANE_HOOKS`` runs eight layers at a time (``moesim.sim.lanes``): the same hits, no evictions to
-    log. Every other run is the compiled engine with the policy's hooks.
+    under sequential semantics LRU counts by recency ranks (``moesim.sim.lru_ranks``), a policy with
+    ``ACROSS_HOOKS`` runs with a layer in each SIMD lane (``moesim.sim.across``) and one with
+    ``LANE_HOOKS`` eight layers at a time (``moesim.sim.lanes``): the same hits, no evictions to log.
+    Every other run is the compiled engine with the policy's hooks.
 
     ``log_evictions`` > 0 keeps the first that many evictions as (access position, object).
     """
@@ -107,9 +109,10 @@ def simulate(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRat
     params = module_params(module, cache.params)
     slots = cache.slots(trace.meta.num_layers)
     per_layer_accesses = [trace.num_rows * trace.meta.top_k] * trace.meta.num_layers
-    fast = None  # the same hits, as recency ranks (moesim.sim.lru_ranks) or in lanes (moesim.sim.lanes)
+    fast = None  # the same hits, by recency ranks or in lanes
     if (scope, semantics) == ("per-layer", "sequential") and not log_evictions:
-        fast = _lru_ranks(trace, reset, slots) if policy == "lru" else lane_hits(module, trace, slots, reset, params)
+        fast = _lru_ranks(trace, reset, slots) if policy == "lru" else (
+            across_hits(module, trace, slots, reset, params) or lane_hits(module, trace, slots, reset, params))
     if fast is not None:
         hits, seconds = fast
         return HitRate(policy, capacity, scope, semantics, sum(per_layer_accesses), int(hits.sum()),

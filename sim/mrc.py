@@ -38,8 +38,8 @@ semantics (a textbook cache) three policies here are, and Belady under ``step`` 
   the policy makes.
 
 **One run per capacity elsewhere**, on threads (the compiled engine and the lanes of
-``moesim.sim.lanes``, which FIFO and LFU per layer under sequential semantics take, release the
-GIL), since no other policy is a stack algorithm as moesim defines it:
+``moesim.sim.lanes`` and ``moesim.sim.across``, which FIFO, LFU and ARC per layer under sequential
+semantics take, release the GIL), since no other policy is a stack algorithm as moesim defines it:
 
 - LRU under ``step`` semantics serves a step's hits before its misses (DESIGN.md), so the order
   among R's members depends on which of them hit, which depends on C, and inclusion fails: on

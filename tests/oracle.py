@@ -61,12 +61,14 @@ def oracle_misses(policy: str, experts: np.ndarray, num_experts: int, capacity: 
 BENCH_LAYERS, BENCH_EXPERTS, BENCH_K = 32, 64, 8
 
 
-def benchmark_trace(accesses: int, sequences: int = 64, seed: int = 0):
-    """A synthetic trace of the benchmarks' shape with about ``accesses`` accesses."""
+def benchmark_trace(accesses: int, sequences: int = 64, seed: int = 0, experts: int = BENCH_EXPERTS,
+                    top_k: int = BENCH_K):
+    """A synthetic trace of the benchmarks' shape (or ``experts`` and ``top_k`` of another router)
+    with about ``accesses`` accesses."""
     from moesim.tracegen.synth import synth_trace
 
-    tokens = max(1, accesses // (BENCH_LAYERS * BENCH_K * sequences))
-    return synth_trace(BENCH_LAYERS, BENCH_EXPERTS, BENCH_K, sequences, tokens, seed)
+    tokens = max(1, accesses // (BENCH_LAYERS * top_k * sequences))
+    return synth_trace(BENCH_LAYERS, experts, top_k, sequences, tokens, seed)
 
 
 def timed_per_layer(policy: str, paths: list[Path], capacity: int, per_layer_accesses: int) -> tuple[float, int]:

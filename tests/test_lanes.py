@@ -1,7 +1,8 @@
-"""The lane path (``moesim.sim.lanes``: FIFO's ring, LFU's and Belady's packed keys, eight layers at a
-time) against the plain-Python reference per layer and against the engine, and its way back to the
-engine where it does not apply. The lanes are made to take every capacity up to every expert
-(``FULLEST`` 1), so the full caches they leave to the engine by default are checked too."""
+"""The lane paths (``moesim.sim.lanes``: FIFO's ring, LFU's and Belady's packed keys, eight layers at a
+time; ``moesim.sim.across``: ARC with a layer in each SIMD lane) against the plain-Python reference
+per layer and against the engine, and their way back to the engine where they do not apply. The
+lanes are made to take every capacity up to every expert (``FULLEST`` 1), so the full caches they
+leave to the engine by default are checked too; ARC's lanes take every capacity up to ``WIDEST``."""
 
 from unittest import mock
 
@@ -14,12 +15,12 @@ import reference
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.keyed_slots import make_keyed
-from moesim.sim import lanes
+from moesim.sim import across, lanes
 from moesim.sim.config import CacheConfig
 from moesim.sim.hitrate import simulate
 from moesim.tracegen.synth import synth_trace
 
-LANE_POLICIES = ("fifo", "lfu", "belady")
+LANE_POLICIES = ("fifo", "lfu", "belady", "arc")
 
 
 @pytest.fixture(autouse=True)
@@ -32,8 +33,9 @@ def every_capacity_in_lanes():
 @given(policy=st.sampled_from(LANE_POLICIES), seed=st.integers(0, 999), layers=st.sampled_from([1, 3, 8, 9, 17]),
        experts=st.sampled_from([2, 5, 8, 63, 64, 65, 300]), reset=st.booleans(), data=st.data())
 def test_lanes_equal_the_reference_per_layer(policy, seed, layers, experts, reset, data):
-    """Layer counts that fill no, one or several groups of eight with some lanes left over; slot
-    counts drawn per layer from 1 to every expert (several vector blocks of keys at 300)."""
+    """Layer counts that fill no, one or several groups of eight (ARC: sixteen) with some lanes left
+    over; slot counts drawn per layer from 1 to every expert (several vector blocks of keys at 300;
+    ARC's lanes up to 16 slots, 8 or 16 wide)."""
     k = min(3, experts)
     trace = synth_trace(layers, experts, k, 3, 25, seed=seed)
     slots = tuple(data.draw(st.lists(st.integers(1, experts), min_size=layers, max_size=layers)))
@@ -69,12 +71,52 @@ def test_only_per_layer_sequential_runs_without_an_eviction_log_take_the_lanes(m
             assert made.called
 
 
-@pytest.mark.parametrize("policy", ["lfu", "belady"])
-def test_a_trace_too_long_for_the_keys_takes_the_engine(policy, mixtral):
-    """make_lanes gives up (None) where the packed keys would overflow; the engine's hits come back."""
+@pytest.mark.parametrize("policy, make", [("lfu", "make_lanes"), ("belady", "make_lanes"), ("arc", "make_across")])
+def test_a_trace_too_long_for_the_keys_takes_the_engine(policy, make, mixtral):
+    """make_lanes (make_across) gives up (None) where the keys would overflow; the engine's hits come
+    back."""
     cache = CacheConfig(policy=policy, capacity=4, semantics="sequential")
-    with mock.patch.object(get_policy(policy), "make_lanes", return_value=None):
+    with mock.patch.object(get_policy(policy), make, return_value=None) as made:
         assert simulate(mixtral, cache).per_layer_hits == simulate(mixtral, cache, log_evictions=1).per_layer_hits
+        assert made.called
+
+
+def test_arc_takes_its_lanes_up_to_the_widest_and_at_any_fullness():
+    """ARC per layer under sequential semantics runs in the lanes at every capacity up to ``WIDEST``,
+    a full cache included (no ``FULLEST`` rule), and past it in the engine."""
+    module = get_policy("arc")
+    with mock.patch.object(module, "make_across", wraps=module.make_across) as made:
+        for experts, slots, in_lanes in ((20, (across.WIDEST + 1, 1, 2), False), (20, (across.WIDEST, 1, 2), True),
+                                         (8, (8, 8, 8), True)):
+            simulate(synth_trace(3, experts, 2, 2, 30, seed=1), CacheConfig(policy="arc", capacity=slots,
+                                                                             semantics="sequential"))
+            assert made.called == in_lanes, slots
+            made.reset_mock()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 999), layers=st.sampled_from([1, 15, 16, 17, 33]), experts=st.sampled_from([2, 5, 9, 16, 40]),
+       reset=st.booleans(), data=st.data())
+def test_arc_lanes_equal_the_reference_per_layer(seed, layers, experts, reset, data):
+    """ARC's lanes (``moesim.sim.across``) on group sizes around sixteen, at slot widths 8 and 16,
+    long enough for its ghost lists and target p to cycle."""
+    k = min(3, experts)
+    trace = synth_trace(layers, experts, k, 3, 60, seed=seed)
+    slots = tuple(data.draw(st.lists(st.integers(1, min(experts, across.WIDEST)), min_size=layers, max_size=layers)))
+    got = simulate(trace, CacheConfig(policy="arc", capacity=slots, semantics="sequential", reset=reset))
+    want = [reference.hitrate(trace.experts[:, [layer]], trace.seq_offsets, experts, "arc", slots[layer],
+                              True, True, reset)[0][0] for layer in range(layers)]
+    assert got.per_layer_hits == want
+
+
+def test_arc_lane_keys_that_would_overflow_are_refused():
+    """A key is up to T + WIDTH in magnitude and must stay below 2^31 - 1."""
+    module = get_policy("arc")
+    slots = np.array([8, 8], np.int64)
+    for rows, fits in ((2 ** 31 - 1 - 8) // 4 - 1, True), ((2 ** 31 - 1 - 8) // 4 + 1, False):
+        experts = np.lib.stride_tricks.as_strided(np.zeros(1, np.int16), (rows, 2, 2), (0, 0, 0))
+        ctx = Context(experts, np.array([0, rows], np.int64), 8, slots, True, True, False)
+        assert (module.make_across(ctx, np.zeros(16, np.int64), 8) is not None) == fits
 
 
 def test_keys_that_would_overflow_are_refused():

@@ -1,0 +1,110 @@
+"""Caches per layer under sequential semantics with each SIMD lane a layer: the fast path behind
+``moesim.sim.hitrate.simulate`` for a policy that declares ``ACROSS_HOOKS`` (ARC).
+
+``moesim.sim.lanes`` serves one layer per loop body and lets the CPU overlap eight of them; that
+leaves a policy whose access is long and serial (ARC's four lists) near the engine's speed. Here
+``LANES`` layers take the same access (row, rank j) together and the policy's loops run over the
+lanes, so LLVM compiles each to vector instructions: one instruction serves eight layers. A row of
+the trace is copied (rank, layer)-major as the row before it starts, so that the lanes' experts are
+one contiguous load. The slot
+loops inside are unrolled at compile time: the policy's code sees ``LANES`` and ``WIDTH`` (slots per
+lane, the largest capacity rounded up to a multiple of eight) as constants, one compilation per
+width. Past ``WIDEST`` slots LLVM stops unrolling them, the lane loops stay scalar, and the engine
+runs it. A nearly full cache stays here too: the engine's branch on a hit is then predicted, which
+makes it faster than the lanes (their ``FULLEST`` rule) but not than this path: on the bundled
+Mixtral trace 126-139M accesses/s at every capacity 1-8 against the engine's 30-79M.
+
+The hits are the engine's, access for access (tests/test_lanes.py); no evictions are logged, so a
+run that asks for them takes the engine.
+
+A policy module opts in with
+
+- ``make_across(ctx, layers, width) -> (block, p, hits) | None``: the state of the lanes ``layers``
+  (int32 block, float64 array, a view of the block's hit counters), None where the trace is too long
+  for its keys;
+- ``ACROSS_HOOKS = {"across_reset": f(window, row, block, p), "across_step": f(window, row, j, g,
+  n_layers, total, block, p)}``: empty every lane before access (row, 0); serve access (row, j), lane
+  ``li`` being layer ``g + li`` and ``total`` the run's length (the clock's end). ``window[r % 2, j,
+  li]`` is the expert of access (r, j) in lane ``li``, for the row and the next.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numba import njit
+
+from moesim.policies.base import Context
+from moesim.sim.engine import bind
+
+LANES = 16  # layers served together: two vectors of eight int32 (at eight, LLVM leaves the loops scalar)
+STEP = 8  # slot widths are multiples of this
+WIDEST = 16  # the most slots a lane holds (beyond, the engine)
+
+
+def across_hits(module, trace, slots: np.ndarray, reset: bool, params: dict) -> tuple[np.ndarray, float] | None:
+    """Hits per layer of ``module``'s policy with ``slots[layer]`` slots each, and the seconds the run
+    took (the transpose and the state's set-up included); None where the policy has no such path or
+    these slots are too many for it."""
+    most = int(slots.max())
+    if not hasattr(module, "ACROSS_HOOKS") or most > WIDEST:
+        return None
+    width = -(-most // STEP) * STEP
+    n_layers = trace.meta.num_layers
+
+    def context(experts, offsets):
+        return Context(experts, offsets, trace.meta.num_experts, slots, True, True, reset, params)
+
+    run = bind(module, _across_loop, hooks="ACROSS_HOOKS", constants={"LANES": LANES, "WIDTH": width})
+    warm = context(np.zeros((1, n_layers, trace.meta.top_k), np.int16), np.array([0, 1], np.int64))
+    if _groups(module, run, warm, width, reset) is None:  # compiles (or loads) it on one row
+        return None
+    start = time.perf_counter()
+    hits = _groups(module, run, context(trace.experts, trace.seq_offsets.astype(np.int64)), width, reset)
+    return hits, time.perf_counter() - start
+
+
+def _groups(module, run, ctx: Context, width: int, reset: bool) -> np.ndarray | None:
+    """Every layer's hits, ``LANES`` layers at a time (the last group's extra lanes repeat the last
+    layer and are discarded)."""
+    n_layers = ctx.num_layers
+    hits = np.zeros(-(-n_layers // LANES) * LANES, np.int64)
+    window = np.zeros((2, ctx.top_k, LANES), np.int16)
+    for g in range(0, hits.shape[0], LANES):
+        state = module.make_across(ctx, np.minimum(np.arange(g, g + LANES), n_layers - 1), width)
+        if state is None:
+            return None
+        block, p, counts = state
+        run(ctx.experts, ctx.seq_offsets, reset, g, window, block, p)
+        hits[g:g + LANES] = counts
+    return hits[:n_layers]
+
+
+def _across_loop(experts, seq_offsets, reset, g, window, block, p):
+    """Every access in trace order, in the lanes of group ``g``. Row r's experts of the group's layers
+    are copied to ``window[r % 2]`` (rank-major) as row r - 1 begins, so that a step reads the next
+    access's expert, one row ahead, as a contiguous vector."""
+    n_rows, n_layers, k = experts.shape
+    total = experts.size
+    fresh = True
+    for s in range(seq_offsets.shape[0] - 1):
+        for row in range(seq_offsets[s], seq_offsets[s + 1]):
+            if fresh:
+                _window_row(experts, row, g, window)
+            if row + 1 < n_rows:
+                _window_row(experts, row + 1, g, window)
+            if reset and row == seq_offsets[s] or fresh:
+                across_reset(window, row, block, p)  # noqa: F821 (the policy's, bound by ``bind``)
+                fresh = False
+            for j in range(k):
+                across_step(window, row, j, g, n_layers, total, block, p)  # noqa: F821
+
+
+@njit(cache=True, inline="always")
+def _window_row(experts, row, g, window):
+    """Copy row ``row``'s experts of the group's layers into ``window[row % 2]``."""
+    n_layers = experts.shape[1]
+    for j in range(experts.shape[2]):
+        for li in range(window.shape[2]):
+            window[row % 2, j, li] = experts[row, min(g + li, n_layers - 1), j]
