@@ -14,8 +14,9 @@ how it consumes a trace. ml-ffn and gamma have no libCacheSim counterpart; their
     python benchmarks/hitrate_vs_libcachesim.py [--accesses 50000000] [--capacity-per-layer 16] [--fullest 1]
         [--experts 64 --top-k 8] [--policies arc,fifo]
 
-``--fullest`` sets ``moesim.sim.lanes.FULLEST``, the share of a layer's experts above which FIFO, LFU
-and Belady leave their lanes for the engine (1: the lanes take every capacity). ``--experts`` and
+``--fullest`` sets ``FULLEST`` of ``moesim.sim.lanes`` and ``moesim.sim.across``, the share of a
+layer's experts above which FIFO, LFU, Belady and (in lanes wider than eight slots) ARC leave their
+lanes for the engine (1: the lanes take every capacity; default: each module's own). ``--experts`` and
 ``--top-k`` give the trace another router's shape (Mixtral's: 8, 2), ``--policies`` a subset.
 """
 
@@ -32,7 +33,7 @@ for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 from moesim.policies import get_policy  # noqa: E402
 from moesim.policies.ml_ffn_train import save_model, train  # noqa: E402
-from moesim.sim import lanes  # noqa: E402
+from moesim.sim import across, lanes  # noqa: E402
 from moesim.sim.config import CacheConfig  # noqa: E402
 from moesim.sim.hitrate import simulate  # noqa: E402
 
@@ -55,7 +56,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--accesses", type=int, default=50_000_000)
     ap.add_argument("--capacity-per-layer", type=int, default=16)
-    ap.add_argument("--fullest", type=float, default=lanes.FULLEST)
+    ap.add_argument("--fullest", type=float)
     ap.add_argument("--experts", type=int, default=BENCH_EXPERTS)
     ap.add_argument("--top-k", type=int, default=BENCH_K)
     ap.add_argument("--policies", default=",".join(POLICIES))
@@ -63,7 +64,8 @@ def main() -> None:
     policies = args.policies.split(",")
     if not set(policies) <= set(POLICIES):
         ap.error(f"--policies: choose from {','.join(POLICIES)}")
-    lanes.FULLEST = args.fullest
+    if args.fullest is not None:
+        lanes.FULLEST = across.FULLEST = args.fullest
     layers, experts = BENCH_LAYERS, args.experts
     trace = benchmark_trace(args.accesses, experts=experts, top_k=args.top_k)
     cap = args.capacity_per_layer

@@ -22,7 +22,7 @@ beyond: the engine runs it).
 """
 
 import numpy as np
-from numba import uint64
+from numba import njit, uint64
 
 NOM = np.int32(-(2 ** 31))  # no key: not found / no slot to write
 TOP = np.int32(2 ** 31 - 1)
@@ -30,14 +30,15 @@ TOP = np.int32(2 ** 31 - 1)
 (EXP, NXT, T1, T2, B1, B2, CAP, HITS, KAT, GK, LO, HI, GLO, GHI, ABOVE, EQUAL) = range(16)
 FIELDS = 16
 EIN, KEY, GIN, GKEY = range(4)  # slot fields, WIDTH entries of LANES each
-CHUNK = 8  # slots per unrolled inner loop (nested, so that LLVM unrolls WIDTH = 32 completely)
+CHUNK = 8  # slots per innermost loop (``_move_eight``), which LLVM unrolls
 
 
 def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
     """The block and p for the lanes ``layers`` (capacities from ``ctx.slots``) with ``width`` slots
     each (a multiple of ``CHUNK``), and a view of the block's hit counters; None if the trace is too
-    long for int32 keys. ``across_reset`` empties it before the first access."""
-    if ctx.experts.size + width >= TOP:
+    long for int32 keys or ``width`` past the 32 slots ``_move_and_find`` serves. ``across_reset``
+    empties it before the first access."""
+    if ctx.experts.size + width >= TOP or width > 4 * CHUNK:
         return None
     lanes = layers.shape[0]
     block = np.zeros((FIELDS + 4 * width) * lanes, np.int32)
@@ -122,30 +123,8 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
         ghost_at = gk if ghost else ((ghi if drop1 else glo) if dropped else (np.int32(b1 + b2) if appended else NOM))
         resident_key = np.int32(age - width) if (hit | ghost) else np.int32(width - age)  # T2 or T1
         ghost_key = np.int32(width - age) if take1 else np.int32(age - width)  # B1 or B2
-        victim = np.int32(-1)
-        kat, lo, hi = NOM, TOP, NOM
-        for sa in range(w // uint64(CHUNK)):
-            for sb in range(CHUNK):
-                at = (sa * uint64(CHUNK) + uint64(sb)) * lanes + l
-                kv, ev = blk[key + at], blk[ein + at]
-                moved = kv == resident_at
-                victim = ev if moved else victim
-                kv = resident_key if moved else kv
-                ev = e if moved else ev
-                blk[key + at], blk[ein + at] = kv, ev
-                kat = kv if ev == ne else kat
-                lo, hi = min(lo, kv), max(hi, kv)
-        gk, glo, ghi = NOM, TOP, NOM
-        for sa in range(w // uint64(CHUNK)):
-            for sb in range(CHUNK):
-                at = (sa * uint64(CHUNK) + uint64(sb)) * lanes + l
-                kv, ev = blk[gkey + at], blk[gin + at]
-                moved = kv == ghost_at
-                kv = ghost_key if moved else kv
-                ev = victim if moved else ev
-                blk[gkey + at], blk[gin + at] = kv, ev
-                gk = kv if ev == ne else gk
-                glo, ghi = min(glo, kv), max(ghi, kv)
+        victim, kat, lo, hi = _move_and_find(blk, key, ein, lanes, w, l, resident_at, resident_key, e, ne)
+        _, gk, glo, ghi = _move_and_find(blk, gkey, gin, lanes, w, l, ghost_at, ghost_key, victim, ne)
         blk[uint64(KAT) * lanes + l], blk[uint64(LO) * lanes + l], blk[uint64(HI) * lanes + l] = kat, lo, hi
         blk[uint64(GK) * lanes + l], blk[uint64(GLO) * lanes + l], blk[uint64(GHI) * lanes + l] = gk, glo, ghi
         leave1, leave2 = evict & take1, evict & (1 - take1)
@@ -154,3 +133,39 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
         blk[uint64(B1) * lanes + l] = b1 - drop1 + (ghosted & take1)
         blk[uint64(B2) * lanes + l] = b2 - drop2 + (ghosted & (1 - take1))
         blk[uint64(HITS) * lanes + l] += hit
+
+
+
+@njit(cache=True, inline="always")
+def _move_and_find(blk, keys, ins, lanes, w, l, at, new_key, new_in, ne):
+    """One slot set of lane ``l`` of ``lanes`` (``w`` slots, keys at ``keys``, experts at ``ins``): the slot keyed
+    ``at`` takes (``new_key``, ``new_in``); returns the expert it held (-1: none) and, after the move,
+    the key of expert ``ne`` (``NOM``: none) and the smallest and largest key. Each eight slots are an
+    innermost loop of their own, which LLVM unrolls; a loop over more it leaves rolled with this body,
+    and the lane loop around it scalar. ``w`` is a constant where this is inlined, so the blocks past
+    it compile to nothing."""
+    got = _move_eight(blk, keys, ins, lanes, uint64(0), l, at, new_key, new_in, ne, (np.int32(-1), NOM, TOP, NOM))
+    if w > 8:
+        got = _move_eight(blk, keys, ins, lanes, uint64(8), l, at, new_key, new_in, ne, got)
+    if w > 16:
+        got = _move_eight(blk, keys, ins, lanes, uint64(16), l, at, new_key, new_in, ne, got)
+    if w > 24:
+        got = _move_eight(blk, keys, ins, lanes, uint64(24), l, at, new_key, new_in, ne, got)
+    return got
+
+
+@njit(cache=True, inline="always")
+def _move_eight(blk, keys, ins, lanes, first, l, at, new_key, new_in, ne, got):
+    """Slots ``first``..``first + 7`` of ``_move_and_find``, carrying its results in ``got``."""
+    old, found, lo, hi = got
+    for sb in range(CHUNK):
+        slot = (first + uint64(sb)) * lanes + l
+        kv, ev = blk[keys + slot], blk[ins + slot]
+        moved = kv == at
+        old = ev if moved else old
+        kv = new_key if moved else kv
+        ev = new_in if moved else ev
+        blk[keys + slot], blk[ins + slot] = kv, ev
+        found = kv if ev == ne else found
+        lo, hi = min(lo, kv), max(hi, kv)
+    return old, found, lo, hi

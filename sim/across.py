@@ -6,13 +6,15 @@ leaves a policy whose access is long and serial (ARC's four lists) near the engi
 ``LANES`` layers take the same access (row, rank j) together and the policy's loops run over the
 lanes, so LLVM compiles each to vector instructions: one instruction serves eight layers. A row of
 the trace is copied (rank, layer)-major as the row before it starts, so that the lanes' experts are
-one contiguous load. The slot
-loops inside are unrolled at compile time: the policy's code sees ``LANES`` and ``WIDTH`` (slots per
-lane, the largest capacity rounded up to a multiple of eight) as constants, one compilation per
-width. Past ``WIDEST`` slots LLVM stops unrolling them, the lane loops stay scalar, and the engine
-runs it. A nearly full cache stays here too: the engine's branch on a hit is then predicted, which
-makes it faster than the lanes (their ``FULLEST`` rule) but not than this path: on the bundled
-Mixtral trace 126-139M accesses/s at every capacity 1-8 against the engine's 30-79M.
+one contiguous load. The slot loops inside are unrolled at compile time: the policy's code sees
+``LANES`` and ``WIDTH`` (slots per lane, the largest capacity rounded up to a multiple of eight) as
+constants, one compilation per width.
+
+Past ``WIDEST`` slots the engine runs it, and past ``FULLEST`` of a layer's experts in lanes wider
+than eight slots: nearly every access hits there, the engine's branch on a hit is predicted, and
+the engine is faster (40 experts, 30 slots: 83M accesses/s here, 123M there). Eight-slot lanes are
+not overtaken even when full: on a trace of Mixtral's shape, 135-151M accesses/s at 2-8 slots of 8
+experts against the engine's 40-135M (README, "Benchmarks").
 
 The hits are the engine's, access for access (tests/test_lanes.py); no evictions are logged, so a
 run that asks for them takes the engine.
@@ -40,7 +42,8 @@ from moesim.sim.engine import bind
 
 LANES = 16  # layers served together: two vectors of eight int32 (at eight, LLVM leaves the loops scalar)
 STEP = 8  # slot widths are multiples of this
-WIDEST = 16  # the most slots a lane holds (beyond, the engine)
+WIDEST = 32  # the most slots a lane holds (beyond, the engine)
+FULLEST = 0.6  # the largest share of a layer's experts in lanes wider than STEP (more: the engine)
 
 
 def across_hits(module, trace, slots: np.ndarray, reset: bool, params: dict) -> tuple[np.ndarray, float] | None:
@@ -48,7 +51,8 @@ def across_hits(module, trace, slots: np.ndarray, reset: bool, params: dict) -> 
     took (the transpose and the state's set-up included); None where the policy has no such path or
     these slots are too many for it."""
     most = int(slots.max())
-    if not hasattr(module, "ACROSS_HOOKS") or most > WIDEST:
+    experts = trace.meta.num_experts
+    if not hasattr(module, "ACROSS_HOOKS") or most > WIDEST or (most > STEP and most > FULLEST * experts):
         return None
     width = -(-most // STEP) * STEP
     n_layers = trace.meta.num_layers

@@ -25,7 +25,7 @@ LANE_POLICIES = ("fifo", "lfu", "belady", "arc")
 
 @pytest.fixture(autouse=True)
 def every_capacity_in_lanes():
-    with mock.patch.object(lanes, "FULLEST", 1.0):
+    with mock.patch.object(lanes, "FULLEST", 1.0), mock.patch.object(across, "FULLEST", 1.0):
         yield
 
 
@@ -35,7 +35,7 @@ def every_capacity_in_lanes():
 def test_lanes_equal_the_reference_per_layer(policy, seed, layers, experts, reset, data):
     """Layer counts that fill no, one or several groups of eight (ARC: sixteen) with some lanes left
     over; slot counts drawn per layer from 1 to every expert (several vector blocks of keys at 300;
-    ARC's lanes up to 16 slots, 8 or 16 wide)."""
+    ARC's lanes up to 32 slots, 8 to 32 wide)."""
     k = min(3, experts)
     trace = synth_trace(layers, experts, k, 3, 25, seed=seed)
     slots = tuple(data.draw(st.lists(st.integers(1, experts), min_size=layers, max_size=layers)))
@@ -81,16 +81,19 @@ def test_a_trace_too_long_for_the_keys_takes_the_engine(policy, make, mixtral):
         assert made.called
 
 
-def test_arc_takes_its_lanes_up_to_the_widest_and_at_any_fullness():
-    """ARC per layer under sequential semantics runs in the lanes at every capacity up to ``WIDEST``,
-    a full cache included (no ``FULLEST`` rule), and past it in the engine."""
+def test_arc_takes_its_lanes_up_to_the_widest_and_the_fullest():
+    """ARC per layer under sequential semantics runs in the lanes up to ``WIDEST`` slots and, in lanes
+    wider than eight slots, up to ``FULLEST`` of a layer's experts; eight-slot lanes at any fullness;
+    elsewhere the engine."""
     module = get_policy("arc")
-    with mock.patch.object(module, "make_across", wraps=module.make_across) as made:
-        for experts, slots, in_lanes in ((20, (across.WIDEST + 1, 1, 2), False), (20, (across.WIDEST, 1, 2), True),
-                                         (8, (8, 8, 8), True)):
-            simulate(synth_trace(3, experts, 2, 2, 30, seed=1), CacheConfig(policy="arc", capacity=slots,
-                                                                             semantics="sequential"))
-            assert made.called == in_lanes, slots
+    cases = ((50, (across.WIDEST + 1, 1), False), (60, (across.WIDEST, 1), True), (40, (24, 1), True),
+             (40, (25, 1), False), (8, (8, 8), True), (9, (8, 9), False))
+    with mock.patch.object(module, "make_across", wraps=module.make_across) as made, \
+            mock.patch.object(across, "FULLEST", 0.6):  # the default
+        for experts, slots, in_lanes in cases:
+            simulate(synth_trace(2, experts, 2, 2, 30, seed=1), CacheConfig(policy="arc", capacity=slots,
+                                                                            semantics="sequential"))
+            assert made.called == in_lanes, (experts, slots)
             made.reset_mock()
 
 
@@ -98,8 +101,8 @@ def test_arc_takes_its_lanes_up_to_the_widest_and_at_any_fullness():
 @given(seed=st.integers(0, 999), layers=st.sampled_from([1, 15, 16, 17, 33]), experts=st.sampled_from([2, 5, 9, 16, 40]),
        reset=st.booleans(), data=st.data())
 def test_arc_lanes_equal_the_reference_per_layer(seed, layers, experts, reset, data):
-    """ARC's lanes (``moesim.sim.across``) on group sizes around sixteen, at slot widths 8 and 16,
-    long enough for its ghost lists and target p to cycle."""
+    """ARC's lanes (``moesim.sim.across``) on group sizes around sixteen, at every slot width (8 to
+    32), long enough for its ghost lists and target p to cycle."""
     k = min(3, experts)
     trace = synth_trace(layers, experts, k, 3, 60, seed=seed)
     slots = tuple(data.draw(st.lists(st.integers(1, min(experts, across.WIDEST)), min_size=layers, max_size=layers)))
@@ -109,14 +112,29 @@ def test_arc_lanes_equal_the_reference_per_layer(seed, layers, experts, reset, d
     assert got.per_layer_hits == want
 
 
+@pytest.mark.parametrize("capacity", [7, 8, 9, 16, 17, 24, 25, 31, 32])
+def test_arc_lanes_fill_every_slot_of_each_width(capacity):
+    """Each width's first and last slot in use (a capacity at and past each multiple of eight), on
+    a trace that fills the cache and cycles its ghosts, against the reference."""
+    trace = synth_trace(2, 40, 3, 2, 200, seed=capacity)
+    got = simulate(trace, CacheConfig(policy="arc", capacity=capacity, semantics="sequential"))
+    want = [reference.hitrate(trace.experts[:, [layer]], trace.seq_offsets, 40, "arc", capacity, True, True,
+                              False)[0][0] for layer in range(2)]
+    assert got.per_layer_hits == want
+
+
 def test_arc_lane_keys_that_would_overflow_are_refused():
-    """A key is up to T + WIDTH in magnitude and must stay below 2^31 - 1."""
+    """A key is up to T + WIDTH in magnitude and must stay below 2^31 - 1; the passes serve up to 32
+    slots."""
     module = get_policy("arc")
     slots = np.array([8, 8], np.int64)
     for rows, fits in ((2 ** 31 - 1 - 8) // 4 - 1, True), ((2 ** 31 - 1 - 8) // 4 + 1, False):
         experts = np.lib.stride_tricks.as_strided(np.zeros(1, np.int16), (rows, 2, 2), (0, 0, 0))
         ctx = Context(experts, np.array([0, rows], np.int64), 8, slots, True, True, False)
         assert (module.make_across(ctx, np.zeros(16, np.int64), 8) is not None) == fits
+    ctx = Context(np.zeros((4, 2, 2), np.int16), np.array([0, 4], np.int64), 64, slots, True, True, False)
+    assert module.make_across(ctx, np.zeros(16, np.int64), 32) is not None
+    assert module.make_across(ctx, np.zeros(16, np.int64), 40) is None  # past the slots its passes serve
 
 
 def test_keys_that_would_overflow_are_refused():
