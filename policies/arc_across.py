@@ -135,15 +135,14 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
         blk[uint64(HITS) * lanes + l] += hit
 
 
-
 @njit(cache=True, inline="always")
 def _move_and_find(blk, keys, ins, lanes, w, l, at, new_key, new_in, ne):
-    """One slot set of lane ``l`` of ``lanes`` (``w`` slots, keys at ``keys``, experts at ``ins``): the slot keyed
-    ``at`` takes (``new_key``, ``new_in``); returns the expert it held (-1: none) and, after the move,
-    the key of expert ``ne`` (``NOM``: none) and the smallest and largest key. Each eight slots are an
-    innermost loop of their own, which LLVM unrolls; a loop over more it leaves rolled with this body,
-    and the lane loop around it scalar. ``w`` is a constant where this is inlined, so the blocks past
-    it compile to nothing."""
+    """One slot set of lane ``l`` of ``lanes`` (``w`` slots, keys at ``keys``, experts at ``ins``): the
+    slot keyed ``at`` takes (``new_key``, ``new_in``); returns the expert it held (-1: none) and, after
+    the move, the key of expert ``ne`` (``NOM``: none) and the smallest and largest key. Each eight
+    slots are an innermost loop of their own, which LLVM unrolls; a loop over more it leaves rolled
+    with this body, and the lane loop around it scalar. ``w`` is a constant where this is inlined, so
+    the blocks past it compile to nothing."""
     got = _move_eight(blk, keys, ins, lanes, uint64(0), l, at, new_key, new_in, ne, (np.int32(-1), NOM, TOP, NOM))
     if w > 8:
         got = _move_eight(blk, keys, ins, lanes, uint64(8), l, at, new_key, new_in, ne, got)

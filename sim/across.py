@@ -48,24 +48,23 @@ FULLEST = 0.6  # the largest share of a layer's experts in lanes wider than STEP
 
 def across_hits(module, trace, slots: np.ndarray, reset: bool, params: dict) -> tuple[np.ndarray, float] | None:
     """Hits per layer of ``module``'s policy with ``slots[layer]`` slots each, and the seconds the run
-    took (the transpose and the state's set-up included); None where the policy has no such path or
-    these slots are too many for it."""
-    most = int(slots.max())
-    experts = trace.meta.num_experts
-    if not hasattr(module, "ACROSS_HOOKS") or most > WIDEST or (most > STEP and most > FULLEST * experts):
+    took (the copies of the rows and the state's set-up included); None where the policy has no such
+    path or these slots are too many for it."""
+    most, num_experts, n_layers = int(slots.max()), trace.meta.num_experts, trace.meta.num_layers
+    if not hasattr(module, "ACROSS_HOOKS") or most > WIDEST or (most > STEP and most > FULLEST * num_experts):
         return None
     width = -(-most // STEP) * STEP
-    n_layers = trace.meta.num_layers
 
     def context(experts, offsets):
-        return Context(experts, offsets, trace.meta.num_experts, slots, True, True, reset, params)
+        return Context(experts, offsets, num_experts, slots, True, True, reset, params)
 
     run = bind(module, _across_loop, hooks="ACROSS_HOOKS", constants={"LANES": LANES, "WIDTH": width})
     warm = context(np.zeros((1, n_layers, trace.meta.top_k), np.int16), np.array([0, 1], np.int64))
     if _groups(module, run, warm, width, reset) is None:  # compiles (or loads) it on one row
         return None
     start = time.perf_counter()
-    hits = _groups(module, run, context(trace.experts, trace.seq_offsets.astype(np.int64)), width, reset)
+    ctx = context(np.ascontiguousarray(trace.experts, np.int16), trace.seq_offsets.astype(np.int64))
+    hits = _groups(module, run, ctx, width, reset)
     return hits, time.perf_counter() - start
 
 

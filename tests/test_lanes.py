@@ -98,8 +98,8 @@ def test_arc_takes_its_lanes_up_to_the_widest_and_the_fullest():
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 999), layers=st.sampled_from([1, 15, 16, 17, 33]), experts=st.sampled_from([2, 5, 9, 16, 40]),
-       reset=st.booleans(), data=st.data())
+@given(seed=st.integers(0, 999), layers=st.sampled_from([1, 15, 16, 17, 33]),
+       experts=st.sampled_from([2, 5, 9, 16, 40]), reset=st.booleans(), data=st.data())
 def test_arc_lanes_equal_the_reference_per_layer(seed, layers, experts, reset, data):
     """ARC's lanes (``moesim.sim.across``) on group sizes around sixteen, at every slot width (8 to
     32), long enough for its ghost lists and target p to cycle."""
