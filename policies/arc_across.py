@@ -31,14 +31,15 @@ TOP = np.int32(2 ** 31 - 1)
 FIELDS = 16
 EIN, KEY, GIN, GKEY = range(4)  # slot fields, WIDTH entries of LANES each
 CHUNK = 8  # slots per innermost loop (``_move_eight``), which LLVM unrolls
+WIDEST = 4 * CHUNK  # the slots ``_move_and_find`` serves
 
 
 def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
     """The block and p for the lanes ``layers`` (capacities from ``ctx.slots``) with ``width`` slots
     each (a multiple of ``CHUNK``), and a view of the block's hit counters; None if the trace is too
-    long for int32 keys or ``width`` past the 32 slots ``_move_and_find`` serves. ``across_reset``
-    empties it before the first access."""
-    if ctx.experts.size + width >= TOP or width > 4 * CHUNK:
+    long for int32 keys or ``width`` past ``WIDEST``. ``across_reset`` empties it before the first
+    access."""
+    if ctx.experts.size + width >= TOP or width > WIDEST:
         return None
     lanes = layers.shape[0]
     block = np.zeros((FIELDS + 4 * width) * lanes, np.int32)

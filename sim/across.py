@@ -10,11 +10,12 @@ one contiguous load. The slot loops inside are unrolled at compile time: the pol
 ``LANES`` and ``WIDTH`` (slots per lane, the largest capacity rounded up to a multiple of eight) as
 constants, one compilation per width.
 
-Past ``WIDEST`` slots the engine runs it, and past ``FULLEST`` of a layer's experts in lanes wider
-than eight slots: nearly every access hits there, the engine's branch on a hit is predicted, and
-the engine is faster (40 experts, 30 slots: 83M accesses/s here, 123M there). Eight-slot lanes are
-not overtaken even when full: on a trace of Mixtral's shape, 135-151M accesses/s at 2-8 slots of 8
-experts against the engine's 40-135M (README, "Benchmarks").
+Past the slots the policy's passes serve (``make_across`` says None; ARC's: 32) the engine runs it,
+and past ``FULLEST`` of a layer's experts in lanes wider than eight slots: nearly every access hits
+there, the engine's branch on a hit is predicted, and the engine is faster (40 experts, 30 slots:
+83M accesses/s here, 123M there). Eight-slot lanes are not overtaken even when full: on a trace of
+Mixtral's shape, 135-151M accesses/s at 2-8 slots of 8 experts against the engine's 40-135M (README,
+"Benchmarks").
 
 The hits are the engine's, access for access (tests/test_lanes.py); no evictions are logged, so a
 run that asks for them takes the engine.
@@ -23,7 +24,7 @@ A policy module opts in with
 
 - ``make_across(ctx, layers, width) -> (block, p, hits) | None``: the state of the lanes ``layers``
   (int32 block, float64 array, a view of the block's hit counters), None where the trace is too long
-  for its keys;
+  for its keys or ``width`` wider than its passes serve;
 - ``ACROSS_HOOKS = {"across_reset": f(window, row, block, p), "across_step": f(window, row, j, g,
   n_layers, total, block, p)}``: empty every lane before access (row, 0); serve access (row, j), lane
   ``li`` being layer ``g + li`` and ``total`` the run's length (the clock's end). ``window[r % 2, j,
@@ -42,7 +43,6 @@ from moesim.sim.engine import bind
 
 LANES = 16  # layers served together: two vectors of eight int32 (at eight, LLVM leaves the loops scalar)
 STEP = 8  # slot widths are multiples of this
-WIDEST = 32  # the most slots a lane holds (beyond, the engine)
 FULLEST = 0.6  # the largest share of a layer's experts in lanes wider than STEP (more: the engine)
 
 
@@ -51,7 +51,7 @@ def across_hits(module, trace, slots: np.ndarray, reset: bool, params: dict) -> 
     took (the copies of the rows and the state's set-up included); None where the policy has no such
     path or these slots are too many for it."""
     most, num_experts, n_layers = int(slots.max()), trace.meta.num_experts, trace.meta.num_layers
-    if not hasattr(module, "ACROSS_HOOKS") or most > WIDEST or (most > STEP and most > FULLEST * num_experts):
+    if not hasattr(module, "ACROSS_HOOKS") or (most > STEP and most > FULLEST * num_experts):
         return None
     width = -(-most // STEP) * STEP
 
