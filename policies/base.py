@@ -226,26 +226,41 @@ def list_first_unmarked(lists, part, li, end, mark, stamp):
     return obj
 
 
-# A seeded generator that lives in the policy's state: SplitMix64 (Steele, Lea & Flood, OOPSLA 2014).
-# rng = uint64[2] = (seed, position); the same seed gives the same draws, with no global state.
+# A seeded generator that lives in the policy's state: SplitMix64 (Steele, Lea & Flood, OOPSLA 2014),
+# one stream per partition. rng = uint64[parts, 2] = (start, position) per partition; partition p's
+# stream is the seed's, started p * STREAM draws in (disjoint for fewer than STREAM draws each), so
+# partition 0 draws what a single generator of the seed draws. No global state.
 _GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+STREAM = 1 << 40
 
 
-def make_rng(seed: int) -> np.ndarray:
-    return np.array([seed, seed], np.int64).view(np.uint64)
+def rng_starts(seed: int, parts: int) -> np.ndarray:
+    """Where each partition's stream starts: seed + p * STREAM * golden (mod 2^64)."""
+    return np.array([(seed + p * STREAM * int(_GOLDEN)) % (1 << 64) for p in range(parts)], np.uint64)
+
+
+def make_rng(seed: int, parts: int = 1) -> np.ndarray:
+    return np.repeat(rng_starts(seed, parts)[:, None], 2, axis=1)
 
 
 @njit(cache=True, inline="always")
 def rng_reset(rng):
-    rng[1] = rng[0]
+    for part in range(rng.shape[0]):
+        rng[part, 1] = rng[part, 0]
 
 
 @njit(cache=True, inline="always")
-def rng_uniform(rng):
-    """The next draw, uniform in [0, 1)."""
-    rng[1] += _GOLDEN
-    z = rng[1]
+def rng_at(position):
+    """The draw at a stream's ``position`` (after its step), uniform in [0, 1)."""
+    z = position
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
     z = z ^ (z >> np.uint64(31))
     return float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True, inline="always")
+def rng_uniform(rng, part):
+    """Partition ``part``'s next draw, uniform in [0, 1)."""
+    rng[part, 1] += _GOLDEN
+    return rng_at(rng[part, 1])

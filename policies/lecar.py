@@ -9,8 +9,10 @@ A miss on an id in H_LRU means LRU was wrong: w_LRU ← w_LRU · e^(−λ·d^t),
 of accesses to that cache (the layer's, under per-layer scope) since that eviction, λ = 0.45
 (learning rate) and d = 0.005^(1/C) (discount), the paper's values. The penalty factor e^(−λ·d^t)
 is tabulated once per run for every t below the age at which it rounds to exactly 1.0, so a history
-hit costs a lookup. Draws come from the policy's own generator, restarted from ``seed`` (default 0)
-at every reset.
+hit costs a lookup. Each partition (each layer's cache, under per-layer scope) draws from a generator
+of its own (``moesim.policies.base.make_rng``: the seed's stream, started a fixed distance in per
+partition), restarted at every reset, so a layer's draws do not depend on the other layers and the
+layers can be run apart; ``seed`` defaults to 0.
 
 Prefetch rule (the paper has no prefetch; a fill is no request): the clock does not advance, the
 weights do not move, a history entry of the expert is dropped (it is resident again), and the
@@ -41,7 +43,7 @@ def make_state(ctx):
     # per id; per partition: w_LRU, access clock, slots, penalty factor by age; generator
     return (make_lists(ctx.num_objects, ctx.num_parts, 3), make_lfu(ctx), np.zeros(ctx.num_objects, np.int64),
             np.full(ctx.num_parts, 0.5), np.zeros(ctx.num_parts, np.int64),
-            ctx.slots, penalty_tables(ctx.slots), make_rng(int(ctx.params["seed"])))
+            ctx.slots, penalty_tables(ctx.slots), make_rng(int(ctx.params["seed"]), ctx.num_parts))
 
 
 def penalty_tables(slots: np.ndarray) -> np.ndarray:
@@ -108,7 +110,7 @@ def on_prefetch(st, part, obj, t):
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     lists, lfu, evicted_at, w_lru, clock, capacity = st[0], st[1], st[2], st[3], st[4], st[5][part]
-    if rng_uniform(st[7]) < w_lru[part]:
+    if rng_uniform(st[7], part) < w_lru[part]:
         victim, history = slot_of[list_first_unmarked(lists, part, RECENCY, TAIL, mark, stamp)], H_LRU
     else:
         victim, history = lfu_victim(lfu, part, lo, hi, obj_of, slot_of, mark, stamp), H_LFU

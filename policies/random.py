@@ -26,7 +26,7 @@ def reset(st):
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     while True:
-        slot = lo + int(rng_uniform(st[0]) * (hi - lo))
+        slot = lo + int(rng_uniform(st[0], 0) * (hi - lo))
         if mark[obj_of[slot]] != stamp:
             return slot
 

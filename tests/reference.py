@@ -15,6 +15,7 @@ not cache ``obj``), ``evicted(obj)``, ``loaded(obj, t, fill)`` and ``step(objs, 
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from fractions import Fraction
 
@@ -131,6 +132,60 @@ class ARC(Policy):
             self.fresh.add(obj)
 
 
+class LeCaR(Policy):
+    """Vietri et al.'s LeCaR: evict LRU's victim with probability w_LRU, else LFU's (fewest accesses
+    since loaded, then least recent), and file its id in that expert's history (C ids, oldest out);
+    a miss on an id in a history multiplies the wrong expert's weight by e^(-0.45 d^t) (d = 0.005^(1/C),
+    t accesses since that eviction) and normalises, w_LFU being 1 - w_LRU. Draws: SplitMix64 of the
+    seed, partition p's stream started p * 2^40 draws in, one draw per eviction."""
+    MASK = (1 << 64) - 1
+    def __init__(self, capacity, part=0, seed=0, **_):
+        super().__init__(capacity)
+        self.recency, self.count, self.last, self.clock = [], {}, {}, 0  # recency: LRU end first
+        self.histories, self.evicted_at, self.w = ([], []), {}, 0.5  # H_LRU, H_LFU: oldest first
+        self.position, self.history = (seed + part * (1 << 40) * 0x9E3779B97F4A7C15) & self.MASK, None
+    def draw(self):
+        self.position = (self.position + 0x9E3779B97F4A7C15) & self.MASK
+        z = self.position
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & self.MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & self.MASK
+        return ((z ^ (z >> 31)) >> 11) / 2 ** 53
+    def request(self, obj, t, hit):
+        self.clock += 1
+        self.recency.remove(obj)
+        self.recency.append(obj)
+        self.count[obj] += 1
+        self.last[obj] = self.clock
+    def admit(self, obj, t):
+        self.clock += 1
+        for wrong, history in enumerate(self.histories):
+            if obj in history:
+                penalty = math.exp(-0.45 * (0.005 ** (1.0 / self.c)) ** (self.clock - self.evicted_at[obj]))
+                lru, lfu = self.w * (penalty if wrong == 0 else 1.0), (1.0 - self.w) * (penalty if wrong else 1.0)
+                self.w = lru / (lru + lfu)
+                history.remove(obj)
+        return True
+    def prefetch(self, obj):
+        for history in self.histories:
+            if obj in history:
+                history.remove(obj)
+    def victim(self, cands, obj, t):
+        if self.draw() < self.w:
+            self.history = self.histories[0]
+            return next(o for o in self.recency if o in cands)
+        self.history = self.histories[1]
+        return min(cands, key=lambda o: (self.count[o], self.last[o]))
+    def evicted(self, obj):
+        self.recency.remove(obj)
+        if len(self.history) >= self.c:
+            self.history.pop(0)
+        self.history.append(obj)
+        self.evicted_at[obj] = self.clock
+    def loaded(self, obj, t, fill):
+        self.recency.append(obj)
+        self.count[obj], self.last[obj] = 0 if fill else 1, self.clock
+
+
 class Belady(Policy):
     """MIN: evict the resident whose next use is furthest (never again: the first in slot order);
     with a reset per sequence a use in a later sequence is no use."""
@@ -231,11 +286,11 @@ class Cache:
         for part in range(self.parts):
             objs = [o for o in range(n_layers * num_experts) if not per_layer or o // num_experts == part]
             pinned |= set(sorted(objs, key=lambda o: (-counts.get(o, 0), o))[:self.caps[part]])
-        kinds = {"lru": LRU, "fifo": FIFO, "lifo": LIFO, "lfu": LFU, "arc": ARC, "belady": Belady, "gamma": Gamma,
-                 "gamma-admit": Gamma, "static": Static}
+        kinds = {"lru": LRU, "fifo": FIFO, "lifo": LIFO, "lfu": LFU, "arc": ARC, "lecar": LeCaR, "belady": Belady,
+                 "gamma": Gamma, "gamma-admit": Gamma, "static": Static}
         extra = dict(uses=uses, seq_end=seq_end, pinned=pinned, sequential=sequential,
-                     admit_all=name == "gamma-admit", **{k: v for k, v in params.items() if k == "gamma"})
-        self.make = lambda: [kinds[name](c, **extra) for c in self.caps]
+                     admit_all=name == "gamma-admit", **{k: v for k, v in params.items() if k in ("gamma", "seed")})
+        self.make = lambda: [kinds[name](c, part=p, **extra) for p, c in enumerate(self.caps)]
         self.clear()
 
     def clear(self):

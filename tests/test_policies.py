@@ -120,6 +120,32 @@ def test_seeded_policies_repeat_and_seeds_differ(mixtral):
     assert hitrate(mixtral, "lecar", 4, seed=5).hits == hitrate(mixtral, "lecar", 4, seed=5).hits
 
 
+def test_generator_is_splitmix64_with_a_stream_per_partition():
+    """SplitMix64's published first output for seed 0 (0xE220A8397B1DCDAF), and partition p's n-th draw
+    is the seed's stream's (p * 2^40 + n)-th."""
+    from moesim.policies.base import STREAM, make_rng, rng_uniform
+
+    rng = make_rng(0, 3)
+    assert rng_uniform(rng, 0) == (0xE220A8397B1DCDAF >> 11) / 2 ** 53
+    single = make_rng(7)
+    rng = make_rng(7, 3)
+    rng[0, 1] = rng[0, 0] + np.uint64(2 * STREAM) * np.uint64(0x9E3779B97F4A7C15)  # stream 0, jumped to 2^41
+    assert [rng_uniform(rng, 0) for _ in range(3)] == [rng_uniform(rng, 2) for _ in range(3)]
+    assert rng_uniform(single, 0) == rng_uniform(make_rng(7, 2), 0)
+
+
+def test_lecar_layers_draw_apart(mixtral):
+    """Under per-layer scope each layer's cache has its own generator: changing one layer's routing
+    leaves every other layer's hits as they were (with one shared generator the draws shifted)."""
+    import dataclasses
+
+    experts = mixtral.experts.copy()
+    experts[:, 1] = experts[::-1, 1]  # layer 1 served in reverse order
+    moved = dataclasses.replace(mixtral, experts=experts)
+    before, after = hitrate(mixtral, "lecar", 4).per_layer_hits, hitrate(moved, "lecar", 4).per_layer_hits
+    assert before[:1] + before[2:] == after[:1] + after[2:] and before[1] != after[1]
+
+
 def test_reset_per_sequence_counts_cold_misses_again(mixtral):
     kept = hitrate(mixtral, "lru", 8, "per-layer", "step")
     reset = hitrate(mixtral, "lru", 8, "per-layer", "step", reset=True)

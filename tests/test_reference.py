@@ -19,7 +19,7 @@ from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
 from moesim.tracegen.trace import Trace
 
-POLICIES = ("lru", "fifo", "lifo", "lfu", "arc", "belady", "gamma", "gamma-admit", "static")
+POLICIES = ("lru", "fifo", "lifo", "lfu", "arc", "lecar", "belady", "gamma", "gamma-admit", "static")
 # dyadic decays keep the engine's float counts exact on short traces, 0.9 is the paper's value
 GAMMAS = (0.0, 0.25, 0.5, 0.9, 1.0)
 
