@@ -129,7 +129,7 @@ def test_generator_is_splitmix64_with_a_stream_per_partition():
     assert rng_uniform(rng, 0) == (0xE220A8397B1DCDAF >> 11) / 2 ** 53
     single = make_rng(7)
     rng = make_rng(7, 3)
-    rng[0, 1] = rng[0, 0] + np.uint64(2 * STREAM) * np.uint64(0x9E3779B97F4A7C15)  # stream 0, jumped to 2^41
+    rng[0, 1] = (int(rng[0, 0]) + 2 * STREAM * 0x9E3779B97F4A7C15) % 2 ** 64  # stream 0, jumped to draw 2^41
     assert [rng_uniform(rng, 0) for _ in range(3)] == [rng_uniform(rng, 2) for _ in range(3)]
     assert rng_uniform(single, 0) == rng_uniform(make_rng(7, 2), 0)
 
