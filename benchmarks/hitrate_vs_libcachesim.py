@@ -15,8 +15,8 @@ how it consumes a trace. ml-ffn and gamma have no libCacheSim counterpart; their
         [--experts 64 --top-k 8] [--policies arc,fifo]
 
 ``--fullest`` sets ``FULLEST`` of ``moesim.sim.lanes`` and ``moesim.sim.across``, the share of a
-layer's experts above which FIFO, LFU, Belady and (in lanes wider than eight slots) ARC leave their
-lanes for the engine (1: the lanes take every capacity; default: each module's own). ``--experts`` and
+layer's experts above which FIFO, LFU, Belady and (in lanes wider than eight slots) ARC and LeCaR
+leave their lanes for the engine (1: the lanes take every capacity; default: each module's own). ``--experts`` and
 ``--top-k`` give the trace another router's shape (Mixtral's: 8, 2), ``--policies`` a subset.
 """
 
@@ -65,7 +65,8 @@ def main() -> None:
     if not set(policies) <= set(POLICIES):
         ap.error(f"--policies: choose from {','.join(POLICIES)}")
     if args.fullest is not None:
-        lanes.FULLEST = across.FULLEST = args.fullest
+        lanes.FULLEST = args.fullest
+        across.FULLEST = dict.fromkeys(across.FULLEST, args.fullest)
     layers, experts = BENCH_LAYERS, args.experts
     trace = benchmark_trace(args.accesses, experts=experts, top_k=args.top_k)
     cap = args.capacity_per_layer

@@ -18,6 +18,9 @@ Prefetch rule (the paper has no prefetch; a fill is no request): the clock does 
 weights do not move, a history entry of the expert is dropped (it is resident again), and the
 experts take it in as a load: LRU at its MRU end, LFU at count 0 (see ``lfu``).
 
+Per layer under sequential semantics, up to 32 slots, the same rules run with a layer in each SIMD
+lane (``moesim.policies.lecar_across``, ``ACROSS_HOOKS``; ``moesim.sim.across``).
+
 libCacheSim differs in three ways, which is why tests compare hit rates with a tolerance: each
 history holds C/2 ids, an eviction on which both experts agree goes to no history, and its random
 draws come from its own generator.
@@ -28,6 +31,7 @@ import math
 import numpy as np
 from numba import njit
 
+from moesim.policies import lecar_across
 from moesim.policies.base import (TAIL, hooks, list_first_unmarked, list_of, list_push_head, list_remove,
                                   list_size, list_tail, lists_clear, make_lists, make_rng, rng_reset, rng_uniform)
 from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_fill_next, lfu_hit, lfu_insert, lfu_victim, make_lfu
@@ -132,3 +136,11 @@ def on_insert(st, part, slot, obj, t):
 
 HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch, choose_victim=choose_victim,
               on_insert=on_insert)
+
+
+def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
+    """The lanes' state (``moesim.policies.lecar_across``), with this run's penalty tables."""
+    return lecar_across.make_across(ctx, layers, width, penalty_tables(ctx.slots))
+
+
+ACROSS_HOOKS = {"across_reset": lecar_across.across_reset, "across_step": lecar_across.across_step}

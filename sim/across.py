@@ -1,21 +1,22 @@
 """Caches per layer under sequential semantics with each SIMD lane a layer: the fast path behind
-``moesim.sim.hitrate.simulate`` for a policy that declares ``ACROSS_HOOKS`` (ARC).
+``moesim.sim.hitrate.simulate`` for a policy that declares ``ACROSS_HOOKS`` (ARC, LeCaR).
 
 ``moesim.sim.lanes`` serves one layer per loop body and lets the CPU overlap eight of them; that
-leaves a policy whose access is long and serial (ARC's four lists) near the engine's speed. Here
-``LANES`` layers take the same access (row, rank j) together and the policy's loops run over the
-lanes, so LLVM compiles each to vector instructions: one instruction serves eight layers. A row of
-the trace is copied (rank, layer)-major as the row before it starts, so that the lanes' experts are
-one contiguous load. The slot loops inside are unrolled at compile time: the policy's code sees
-``LANES`` and ``WIDTH`` (slots per lane, the largest capacity rounded up to a multiple of eight) as
-constants, one compilation per width.
+leaves a policy whose access is long and serial (ARC's four lists, LeCaR's two experts and their
+histories) near the engine's speed. Here ``LANES`` layers take the same access (row, rank j)
+together and the policy's loops run over the lanes, so LLVM compiles each to vector instructions:
+one instruction serves eight layers. A row of the trace is copied (rank, layer)-major as the row
+before it starts, so that the lanes' experts are one contiguous load. The slot loops inside are
+unrolled at compile time: the policy's code sees ``LANES`` and ``WIDTH`` (slots per lane, the largest
+capacity rounded up to a multiple of eight) as constants, one compilation per width.
 
-Past the slots the policy's passes serve (``make_across`` says None; ARC's: 32) the engine runs it,
-and past ``FULLEST`` of a layer's experts in lanes wider than eight slots: nearly every access hits
-there, the engine's branch on a hit is predicted, and the engine is faster (40 experts, 30 slots:
-83M accesses/s here, 123M there). Eight-slot lanes are not overtaken even when full: on a trace of
-Mixtral's shape, 135-151M accesses/s at 2-8 slots of 8 experts against the engine's 40-135M (README,
-"Benchmarks").
+Past the slots the policy's passes serve (``make_across`` says None; ARC's and LeCaR's: 32) the
+engine runs it, and past the policy's ``FULLEST`` share of a layer's experts in lanes wider than
+eight slots: nearly every access hits there, the engine's branch on a hit is predicted, and the
+engine is faster (40 experts: ARC at 30 slots, 83M accesses/s here and 123M there; LeCaR at 20, 47M
+and 53M, at 16 67M and 42M). Eight-slot lanes are not overtaken even when full: on a trace of
+Mixtral's shape, ARC ran at 135-151M accesses/s at 2-8 slots of 8 experts against the engine's
+40-135M (README, "Benchmarks").
 
 The hits are the engine's, access for access (tests/test_lanes.py); no evictions are logged, so a
 run that asks for them takes the engine.
@@ -23,8 +24,8 @@ run that asks for them takes the engine.
 A policy module opts in with
 
 - ``make_across(ctx, layers, width) -> (block, p, hits) | None``: the state of the lanes ``layers``
-  (int32 block, float64 array, a view of the block's hit counters), None where the trace is too long
-  for its keys or ``width`` wider than its passes serve;
+  (int32 block, the policy's other state: an array or a tuple of arrays, a view of the block's hit
+  counters), None where the trace is too long for its keys or ``width`` wider than its passes serve;
 - ``ACROSS_HOOKS = {"across_reset": f(window, row, block, p), "across_step": f(window, row, j, g,
   n_layers, total, block, p)}``: empty every lane before access (row, 0); serve access (row, j), lane
   ``li`` being layer ``g + li`` and ``total`` the run's length (the clock's end). ``window[r % 2, j,
@@ -43,7 +44,8 @@ from moesim.sim.engine import bind
 
 LANES = 16  # layers served together: two vectors of eight int32 (at eight, LLVM leaves the loops scalar)
 STEP = 8  # slot widths are multiples of this
-FULLEST = 0.6  # the largest share of a layer's experts in lanes wider than STEP (more: the engine)
+# per policy, the largest share of a layer's experts in lanes wider than STEP (more: the engine)
+FULLEST = {"arc": 0.6, "lecar": 0.4}
 
 
 def across_hits(module, trace, slots: np.ndarray, reset: bool, params: dict) -> tuple[np.ndarray, float] | None:
@@ -51,7 +53,7 @@ def across_hits(module, trace, slots: np.ndarray, reset: bool, params: dict) -> 
     took (the copies of the rows and the state's set-up included); None where the policy has no such
     path or these slots are too many for it."""
     most, num_experts, n_layers = int(slots.max()), trace.meta.num_experts, trace.meta.num_layers
-    if not hasattr(module, "ACROSS_HOOKS") or (most > STEP and most > FULLEST * num_experts):
+    if not hasattr(module, "ACROSS_HOOKS") or (most > STEP and most > FULLEST[module.NAME] * num_experts):
         return None
     width = -(-most // STEP) * STEP
 

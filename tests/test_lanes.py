@@ -1,8 +1,10 @@
 """The lane paths (``moesim.sim.lanes``: FIFO's ring, LFU's and Belady's packed keys, eight layers at a
-time; ``moesim.sim.across``: ARC with a layer in each SIMD lane) against the plain-Python reference
-per layer and against the engine, and their way back to the engine where they do not apply. The
-lanes are made to take every capacity up to every expert (``FULLEST`` 1), so the full caches they
-leave to the engine by default are checked too; ARC's lanes take every capacity up to ``WIDEST`` (32)."""
+time; ``moesim.sim.across``: ARC and LeCaR with a layer in each SIMD lane) against the plain-Python
+reference per layer and against the engine, and their way back to the engine where they do not
+apply. The lanes are made to take every capacity up to every expert (``FULLEST`` 1), so the full
+caches they leave to the engine by default are checked too; ARC's and LeCaR's lanes take every
+capacity up to ``WIDEST`` (32). LeCaR's reference runs whole traces: each layer draws from its own
+stream, so a layer cut out of the trace would draw from layer 0's."""
 
 from unittest import mock
 
@@ -22,11 +24,12 @@ from moesim.sim.hitrate import simulate
 from moesim.tracegen.synth import synth_trace
 
 LANE_POLICIES = ("fifo", "lfu", "belady", "arc")
+ACROSS_POLICIES = ("arc", "lecar")  # a layer in each SIMD lane
 
 
 @pytest.fixture(autouse=True)
 def every_capacity_in_lanes():
-    with mock.patch.object(lanes, "FULLEST", 1.0), mock.patch.object(across, "FULLEST", 1.0):
+    with mock.patch.object(lanes, "FULLEST", 1.0), mock.patch.dict(across.FULLEST, dict.fromkeys(across.FULLEST, 1.0)):
         yield
 
 
@@ -46,7 +49,7 @@ def test_lanes_equal_the_reference_per_layer(policy, seed, layers, experts, rese
     assert got.per_layer_hits == want
 
 
-@pytest.mark.parametrize("policy", LANE_POLICIES)
+@pytest.mark.parametrize("policy", LANE_POLICIES + ("lecar",))
 @pytest.mark.parametrize("reset", [False, True])
 def test_lanes_equal_the_engine_on_the_bundled_trace(policy, reset, mixtral):
     for c in range(1, 9):
@@ -72,7 +75,8 @@ def test_only_per_layer_sequential_runs_without_an_eviction_log_take_the_lanes(m
             assert made.called
 
 
-@pytest.mark.parametrize("policy, make", [("lfu", "make_lanes"), ("belady", "make_lanes"), ("arc", "make_across")])
+@pytest.mark.parametrize("policy, make", [("lfu", "make_lanes"), ("belady", "make_lanes"), ("arc", "make_across"),
+                                          ("lecar", "make_across")])
 def test_a_trace_too_long_for_the_keys_takes_the_engine(policy, make, mixtral):
     """make_lanes (make_across) gives up (None) where the keys would overflow; the engine's hits come
     back."""
@@ -82,47 +86,50 @@ def test_a_trace_too_long_for_the_keys_takes_the_engine(policy, make, mixtral):
         assert made.called
 
 
-def test_arc_takes_its_lanes_up_to_the_widest_and_the_fullest():
-    """ARC per layer under sequential semantics runs in the lanes up to ``WIDEST`` slots and, in lanes
-    wider than eight slots, up to ``FULLEST`` of a layer's experts; eight-slot lanes at any fullness;
-    elsewhere the engine."""
-    module, made = get_policy("arc"), []
+@pytest.mark.parametrize("policy", ACROSS_POLICIES)
+def test_across_policies_take_their_lanes_up_to_the_widest_and_the_fullest(policy):
+    """ARC and LeCaR per layer under sequential semantics run in the lanes up to ``WIDEST`` slots and,
+    in lanes wider than eight slots, up to their ``FULLEST`` share of a layer's experts (ARC 0.6,
+    LeCaR 0.4); eight-slot lanes at any fullness; elsewhere the engine."""
+    module, made = get_policy(policy), []
     real = module.make_across
-    cases = ((60, (WIDEST + 1, 1), False), (60, (WIDEST, 1), True), (40, (24, 1), True),
-             (40, (25, 1), False), (8, (8, 8), True), (9, (8, 9), False))
+    most = int({"arc": 0.6, "lecar": 0.4}[policy] * 40)  # the defaults
+    cases = ((80, (WIDEST + 1, 1), False), (80, (WIDEST, 1), True), (40, (most, 1), True),
+             (40, (most + 1, 1), False), (8, (8, 8), True), (9, (8, 9), False))
     with mock.patch.object(module, "make_across", side_effect=lambda *a: made.append(real(*a)) or made[-1]), \
-            mock.patch.object(across, "FULLEST", 0.6):  # the default
+            mock.patch.dict(across.FULLEST, {"arc": 0.6, "lecar": 0.4}):
         for experts, slots, in_lanes in cases:
-            simulate(synth_trace(2, experts, 2, 2, 30, seed=1), CacheConfig(policy="arc", capacity=slots,
+            simulate(synth_trace(2, experts, 2, 2, 30, seed=1), CacheConfig(policy=policy, capacity=slots,
                                                                             semantics="sequential"))
             assert any(state is not None for state in made) == in_lanes, (experts, slots)
             made.clear()
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 999), layers=st.sampled_from([1, 15, 16, 17, 33]),
+@given(policy=st.sampled_from(ACROSS_POLICIES), seed=st.integers(0, 999), layers=st.sampled_from([1, 15, 16, 17, 33]),
        experts=st.sampled_from([2, 5, 9, 16, 40]), reset=st.booleans(), data=st.data())
-def test_arc_lanes_equal_the_reference_per_layer(seed, layers, experts, reset, data):
-    """ARC's lanes (``moesim.sim.across``) on group sizes around sixteen, at every slot width (8 to
-    32), long enough for its ghost lists and target p to cycle."""
+def test_across_lanes_equal_the_reference_per_layer(policy, seed, layers, experts, reset, data):
+    """ARC's and LeCaR's lanes (``moesim.sim.across``) on group sizes around sixteen, at every slot
+    width (8 to 32), long enough for ARC's ghost lists and target p, LeCaR's histories and weights, to
+    cycle."""
     k = min(3, experts)
     trace = synth_trace(layers, experts, k, 3, 60, seed=seed)
     slots = tuple(data.draw(st.lists(st.integers(1, min(experts, WIDEST)), min_size=layers, max_size=layers)))
-    got = simulate(trace, CacheConfig(policy="arc", capacity=slots, semantics="sequential", reset=reset))
-    want = [reference.hitrate(trace.experts[:, [layer]], trace.seq_offsets, experts, "arc", slots[layer],
-                              True, True, reset)[0][0] for layer in range(layers)]
+    got = simulate(trace, CacheConfig(policy=policy, capacity=slots, semantics="sequential", reset=reset))
+    want = reference.hitrate(trace.experts, trace.seq_offsets, experts, policy, list(slots), True, True, reset)[0]
     assert got.per_layer_hits == want
 
 
+@pytest.mark.parametrize("policy", ACROSS_POLICIES)
 @pytest.mark.parametrize("capacity", [7, 8, 9, 16, 17, 24, 25, 31, 32])
-def test_arc_lanes_fill_every_slot_of_each_width(capacity):
+def test_across_lanes_fill_every_slot_of_each_width(policy, capacity):
     """Each width's first and last slot in use (a capacity at and past each multiple of eight), on
-    a trace that fills the cache and cycles its ghosts, against the reference."""
+    a trace that fills the cache and cycles ARC's ghosts and LeCaR's histories, against the
+    reference."""
     trace = synth_trace(2, 40, 3, 2, 200, seed=capacity)
-    got = simulate(trace, CacheConfig(policy="arc", capacity=capacity, semantics="sequential"))
-    want = [reference.hitrate(trace.experts[:, [layer]], trace.seq_offsets, 40, "arc", capacity, True, True,
-                              False)[0][0] for layer in range(2)]
-    assert got.per_layer_hits == want
+    got = simulate(trace, CacheConfig(policy=policy, capacity=capacity, semantics="sequential"))
+    assert got.per_layer_hits == reference.hitrate(trace.experts, trace.seq_offsets, 40, policy, capacity, True,
+                                                   True, False)[0]
 
 
 def test_arc_lane_keys_that_would_overflow_are_refused():
@@ -137,6 +144,20 @@ def test_arc_lane_keys_that_would_overflow_are_refused():
     ctx = Context(np.zeros((4, 2, 2), np.int16), np.array([0, 4], np.int64), 64, slots, True, True, False)
     assert module.make_across(ctx, np.zeros(16, np.int64), 32) is not None
     assert module.make_across(ctx, np.zeros(16, np.int64), 40) is None  # past the slots its passes serve
+
+
+def test_lecar_lane_clocks_that_would_overflow_are_refused():
+    """A clock is up to rows * k and, with WIDTH added, must stay below 2^31 - 1; the passes serve up
+    to 32 slots."""
+    module = get_policy("lecar")
+    slots = np.array([8, 8], np.int64)
+    for rows, fits in ((2 ** 31 - 1 - 8) // 2, True), ((2 ** 31 - 1 - 8) // 2 + 1, False):
+        experts = np.lib.stride_tricks.as_strided(np.zeros(1, np.int16), (rows, 2, 2), (0, 0, 0))
+        ctx = Context(experts, np.array([0, rows], np.int64), 8, slots, True, True, False, {"seed": 0})
+        assert (module.make_across(ctx, np.zeros(16, np.int64), 8) is not None) == fits
+    ctx = Context(np.zeros((4, 2, 2), np.int16), np.array([0, 4], np.int64), 64, slots, True, True, False, {"seed": 0})
+    assert module.make_across(ctx, np.zeros(16, np.int64), 32) is not None
+    assert module.make_across(ctx, np.zeros(16, np.int64), 40) is None
 
 
 def test_keys_that_would_overflow_are_refused():
