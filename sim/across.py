@@ -13,8 +13,8 @@ capacity rounded up to a multiple of eight) as constants, one compilation per wi
 Past the slots the policy's passes serve (``make_across`` says None; ARC's and LeCaR's: 32) the
 engine runs it, and past the policy's ``FULLEST`` share of a layer's experts in lanes wider than
 eight slots: nearly every access hits there, the engine's branch on a hit is predicted, and the
-engine is faster (40 experts: ARC at 30 slots, 83M accesses/s here and 123M there; LeCaR at 20, 47M
-and 53M, at 16 67M and 42M). Eight-slot lanes are not overtaken even when full: on a trace of
+engine is faster (40 experts: ARC at 30 slots, 83M accesses/s here and 123M there; LeCaR at 20
+slots, 54M and 53M, and at 16, 69M and 43M). Eight-slot lanes are not overtaken even when full: on a trace of
 Mixtral's shape, ARC ran at 135-151M accesses/s at 2-8 slots of 8 experts against the engine's
 40-135M (README, "Benchmarks").
 
