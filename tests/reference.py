@@ -352,8 +352,13 @@ class Cache:
 def hitrate(experts, seq_offsets, num_experts, policy, capacity, per_layer=True, sequential=False, reset=False,
             **params):
     """Hits per layer and evictions [(clock, object)] of ``policy`` on ``experts`` [rows, L, k]."""
-    n_rows, n_layers, k = experts.shape
     cache = Cache(policy, experts, seq_offsets, num_experts, capacity, per_layer, sequential, reset, params)
+    return play(cache, experts, seq_offsets, num_experts, sequential, reset)
+
+
+def play(cache, experts, seq_offsets, num_experts, sequential, reset):
+    """``hitrate`` on a ``Cache`` made for this trace, which holds the final state afterwards."""
+    n_rows, n_layers, k = experts.shape
     hits, evictions = [0] * n_layers, []
     for s in range(len(seq_offsets) - 1):
         if reset and s > 0:

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
-from moesim.policies import get_policy
+from moesim.policies import get_policy, lecar_across
 from moesim.policies.base import Context
 from moesim.policies.arc_across import WIDEST
 from moesim.policies.keyed_slots import make_keyed
@@ -165,3 +165,34 @@ def test_keys_that_would_overflow_are_refused():
     ctx = Context(experts, np.array([0, 4], np.int64), 300, np.array([300, 300], np.int64), True, True, False)
     assert make_keyed(ctx, 8, 1 << 52) is not None  # 53 bits of key above 9 of slot
     assert make_keyed(ctx, 8, 1 << 53) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 999), layers=st.sampled_from([1, 16, 17]), experts=st.sampled_from([3, 5, 9, 16]),
+       data=st.data())
+def test_lecar_lanes_end_in_the_reference_state(seed, layers, experts, data):
+    """Not only the hits: each lane's residents (slot by slot, with their counts), both histories
+    (ids oldest first) and w_LRU end as the reference's. A history's content moves the hits only
+    when an id in it is asked for again, and its oldest id weighs a penalty near 1."""
+    trace = synth_trace(layers, experts, min(3, experts), 1, 80, seed=seed)
+    slots = data.draw(st.lists(st.integers(1, min(experts - 1, WIDEST)), min_size=layers, max_size=layers))
+    module, made = get_policy("lecar"), []
+    real = module.make_across
+    with mock.patch.object(module, "make_across", side_effect=lambda *a: made.append(real(*a)) or made[-1]):
+        simulate(trace, CacheConfig(policy="lecar", capacity=tuple(slots), semantics="sequential"))
+    cache = reference.Cache("lecar", trace.experts, trace.seq_offsets, experts, slots, True, True, False, {})
+    reference.play(cache, trace.experts, trace.seq_offsets, experts, True, False)
+    groups = [state for state in made if state is not None][-(-layers // across.LANES):]
+    for layer in range(layers):
+        (block, (floats, _), _), lane = groups[layer // across.LANES], layer % across.LANES
+        width = (block.shape[0] // across.LANES - lecar_across.FIELDS) // 7
+        field = block.reshape(-1, across.LANES)[lecar_across.FIELDS:, lane]
+        ein, cnt = field[:width], field[width:2 * width]
+        hexp, hkey = field[3 * width:5 * width], field[5 * width:]
+        pol, lo, c = cache.policies[layer], cache.lo[layer], slots[layer]
+        assert [-1 if o is None else o % experts for o in cache.slots[lo:lo + c]] == list(ein[:c])
+        assert [pol.count[o] for o in cache.slots[lo:lo + c] if o is not None] == list(cnt[:c][ein[:c] >= 0])
+        for h in range(2):
+            ids = hexp[h * width:(h + 1) * width][np.argsort(hkey[h * width:(h + 1) * width])]
+            assert [o % experts for o in pol.histories[h]] == list(ids[ids >= 0]), h
+        assert floats[layer % across.LANES] == pytest.approx(pol.w, rel=1e-12)
