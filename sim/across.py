@@ -5,7 +5,8 @@
 leaves a policy whose access is long and serial (ARC's four lists, LeCaR's two experts and their
 histories) near the engine's speed. Here ``LANES`` layers take the same access (row, rank j)
 together and the policy's loops run over the lanes, so LLVM compiles each to vector instructions:
-one instruction serves eight layers. A row of the trace is copied (rank, layer)-major as the row
+one instruction serves all sixteen layers where the CPU has AVX-512 (``_prefer_wide_vectors``), eight
+otherwise. A row of the trace is copied (rank, layer)-major as the row
 before it starts, so that the lanes' experts are one contiguous load. The slot loops inside are
 unrolled at compile time: the policy's code sees ``LANES`` and ``WIDTH`` (slots per lane, the largest
 capacity rounded up to a multiple of eight) as constants, one compilation per width.
@@ -13,10 +14,10 @@ capacity rounded up to a multiple of eight) as constants, one compilation per wi
 Past the slots the policy's passes serve (``make_across`` says None; ARC's and LeCaR's: 32) the
 engine runs it, and past the policy's ``FULLEST`` share of a layer's experts in lanes wider than
 eight slots: nearly every access hits there, the engine's branch on a hit is predicted, and the
-engine is faster (40 experts: ARC at 30 slots, 83M accesses/s here and 123M there; LeCaR at 20
-slots, 54M and 53M, and at 16, 69M and 43M). Eight-slot lanes are not overtaken even when full: on a trace of
-Mixtral's shape, ARC ran at 135-151M accesses/s at 2-8 slots of 8 experts against the engine's
-40-135M (README, "Benchmarks").
+engine is faster (40 experts: ARC at 30 and 32 slots, 114M and 116M accesses/s here, 114M and 115M
+there; LeCaR at 24 slots 62M and 64M, at 30 47M and 92M). Eight-slot lanes are not overtaken even
+when full: on a trace of Mixtral's shape ARC ran at 216M accesses/s and LeCaR at 151-164M at 2-8
+slots of 8 experts, the engine at 42-139M and 30-135M (README, "Benchmarks").
 
 The hits are the engine's, access for access (tests/test_lanes.py); no evictions are logged, so a
 run that asks for them takes the engine.
@@ -37,15 +38,17 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 from moesim.policies.base import Context
 from moesim.sim.engine import bind
 
-LANES = 16  # layers served together: two vectors of eight int32 (at eight, LLVM leaves the loops scalar)
+LANES = 16  # layers served together: one vector of sixteen int32, or two of eight (at eight lanes, LLVM
+# leaves the loops scalar)
 STEP = 8  # slot widths are multiples of this
 # per policy, the largest share of a layer's experts in lanes wider than STEP (more: the engine)
-FULLEST = {"arc": 0.6, "lecar": 0.4}
+FULLEST = {"arc": 0.75, "lecar": 0.5}
 
 
 def across_hits(module, trace, slots: np.ndarray, reset: bool, params: dict) -> tuple[np.ndarray, float] | None:
@@ -90,6 +93,7 @@ def _across_loop(experts, seq_offsets, reset, g, window, block, p):
     """Every access in trace order, in the lanes of group ``g``. Row r's experts of the group's layers
     are copied to ``window[r % 2]`` (rank-major) as row r - 1 begins, so that a step reads the next
     access's expert, one row ahead, as a contiguous vector."""
+    _prefer_wide_vectors()
     n_rows, n_layers, k = experts.shape
     total = experts.size
     fresh = True
@@ -104,6 +108,22 @@ def _across_loop(experts, seq_offsets, reset, g, window, block, p):
                 fresh = False
             for j in range(k):
                 across_step(window, row, j, g, n_layers, total, block, p)  # noqa: F821
+
+
+@intrinsic
+def _prefer_wide_vectors(typingctx):
+    """Marks the function that calls it ``"prefer-vector-width"="512"``. LLVM's tuning for Intel's
+    AVX-512 cores (Skylake-X onward; this machine is a Rocket Lake) caps the loop vectoriser at
+    256-bit vectors, set for the clock penalty 512-bit instructions had on Skylake-era servers; a
+    lane loop of sixteen int32 then takes two instructions where one would do. With the cap lifted
+    ARC's lanes ran 1.5x and LeCaR's 1.3x faster here (README, "Benchmarks"); a CPU without AVX-512
+    ignores it. llvmlite accepts only its known attribute names, so the string attribute is put
+    into the function's attribute set directly; it is written verbatim into the ``define`` line.
+    ``moesim.sim.lanes`` and LRU's ranks gained nothing from it (process-wide, LFU's lanes lost 14%): not there."""
+    def codegen(context, builder, signature, args):
+        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+    return types.none(), codegen
 
 
 @njit(cache=True, inline="always")

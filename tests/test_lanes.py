@@ -25,6 +25,7 @@ from moesim.tracegen.synth import synth_trace
 
 LANE_POLICIES = ("fifo", "lfu", "belady", "arc")
 ACROSS_POLICIES = ("arc", "lecar")  # a layer in each SIMD lane
+ACROSS_FULLEST = dict(across.FULLEST)  # the defaults, before the fixture below lifts them
 
 
 @pytest.fixture(autouse=True)
@@ -89,15 +90,15 @@ def test_a_trace_too_long_for_the_keys_takes_the_engine(policy, make, mixtral):
 @pytest.mark.parametrize("policy", ACROSS_POLICIES)
 def test_across_policies_take_their_lanes_up_to_the_widest_and_the_fullest(policy):
     """ARC and LeCaR per layer under sequential semantics run in the lanes up to ``WIDEST`` slots and,
-    in lanes wider than eight slots, up to their ``FULLEST`` share of a layer's experts (ARC 0.6,
-    LeCaR 0.4); eight-slot lanes at any fullness; elsewhere the engine."""
+    in lanes wider than eight slots, up to their default ``FULLEST`` share of a layer's experts;
+    eight-slot lanes at any fullness; elsewhere the engine."""
     module, made = get_policy(policy), []
     real = module.make_across
-    most = int({"arc": 0.6, "lecar": 0.4}[policy] * 40)  # the defaults
+    most = int(ACROSS_FULLEST[policy] * 40)
     cases = ((80, (WIDEST + 1, 1), False), (80, (WIDEST, 1), True), (40, (most, 1), True),
              (40, (most + 1, 1), False), (8, (8, 8), True), (9, (8, 9), False))
     with mock.patch.object(module, "make_across", side_effect=lambda *a: made.append(real(*a)) or made[-1]), \
-            mock.patch.dict(across.FULLEST, {"arc": 0.6, "lecar": 0.4}):
+            mock.patch.dict(across.FULLEST, ACROSS_FULLEST):
         for experts, slots, in_lanes in cases:
             simulate(synth_trace(2, experts, 2, 2, 30, seed=1), CacheConfig(policy=policy, capacity=slots,
                                                                             semantics="sequential"))
