@@ -5,9 +5,9 @@
 leaves a policy whose access is long and serial (ARC's four lists, LeCaR's two experts and their
 histories) near the engine's speed. Here ``LANES`` layers take the same access (row, rank j)
 together and the policy's loops run over the lanes, so LLVM compiles each to vector instructions:
-one instruction serves all sixteen layers where the CPU has AVX-512 (``_prefer_wide_vectors``), eight
-otherwise. A row of the trace is copied (rank, layer)-major as the row
-before it starts, so that the lanes' experts are one contiguous load. The slot loops inside are
+one instruction serves all sixteen layers where the CPU has AVX-512 (``_prefer_wide_vectors``),
+eight otherwise. A row of the trace is copied (rank, layer)-major as the row before it starts, so
+that the lanes' experts are one contiguous load. The slot loops inside are
 unrolled at compile time: the policy's code sees ``LANES`` and ``WIDTH`` (slots per lane, the largest
 capacity rounded up to a multiple of eight) as constants, one compilation per width.
 
@@ -44,8 +44,7 @@ from numba.extending import intrinsic
 from moesim.policies.base import Context
 from moesim.sim.engine import bind
 
-LANES = 16  # layers served together: one vector of sixteen int32, or two of eight (at eight lanes, LLVM
-# leaves the loops scalar)
+LANES = 16  # layers served together: one int32 vector with AVX-512, two without (eight: LLVM leaves them scalar)
 STEP = 8  # slot widths are multiples of this
 # per policy, the largest share of a layer's experts in lanes wider than STEP (more: the engine)
 FULLEST = {"arc": 0.75, "lecar": 0.5}
@@ -119,7 +118,8 @@ def _prefer_wide_vectors(typingctx):
     ARC's lanes ran 1.5x and LeCaR's 1.3x faster here (README, "Benchmarks"); a CPU without AVX-512
     ignores it. llvmlite accepts only its known attribute names, so the string attribute is put
     into the function's attribute set directly; it is written verbatim into the ``define`` line.
-    ``moesim.sim.lanes`` and LRU's ranks gained nothing from it (process-wide, LFU's lanes lost 14%): not there."""
+    Not used by ``moesim.sim.lanes`` nor LRU's ranks: tried process-wide, LFU's lanes lost 14% and
+    LRU's gained nothing."""
     def codegen(context, builder, signature, args):
         set.add(builder.function.attributes, '"prefer-vector-width"="512"')
         return context.get_dummy_value()
