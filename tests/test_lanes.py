@@ -186,10 +186,12 @@ def test_lecar_lanes_end_in_the_reference_state(seed, layers, experts, data):
     groups = [state for state in made if state is not None][-(-layers // across.LANES):]
     for layer in range(layers):
         (block, (floats, _), _), lane = groups[layer // across.LANES], layer % across.LANES
-        width = (block.shape[0] // across.LANES - lecar_across.FIELDS) // 7
-        field = block.reshape(-1, across.LANES)[lecar_across.FIELDS:, lane]
-        ein, cnt = field[:width], field[width:2 * width]
-        hexp, hkey = field[3 * width:5 * width], field[5 * width:]
+        slots_of = block.reshape(-1, across.LANES)[lecar_across.FIELDS:, lane]  # 3 resident fields, 2 history
+        width = slots_of.shape[0] // (lecar_across.LAST + 1 + 2 * (lecar_across.HKEY + 1))
+        resident = slots_of[:(lecar_across.LAST + 1) * width].reshape(-1, width)
+        history = slots_of[(lecar_across.LAST + 1) * width:].reshape(-1, 2 * width)
+        ein, cnt = resident[lecar_across.EIN], resident[lecar_across.CNT]
+        hexp, hkey = history[lecar_across.HEXP], history[lecar_across.HKEY]
         pol, lo, c = cache.policies[layer], cache.lo[layer], slots[layer]
         assert [-1 if o is None else o % experts for o in cache.slots[lo:lo + c]] == list(ein[:c])
         assert [pol.count[o] for o in cache.slots[lo:lo + c] if o is not None] == list(cnt[:c][ein[:c] >= 0])
