@@ -7,7 +7,7 @@ For each policy and capacity it runs the engine once and twice over the same syn
 under cachegrind in a fresh process; the difference is one run's instructions (set-up included),
 divided by its accesses. Two capacities with different hit rates h give, per policy, the cost of a
 hit and of a miss (solving ``h·hit + (1 − h)·miss`` for both). The runs log one eviction, which keeps
-LRU in the engine with its hooks rather than on its recency-rank path (``moesim.sim.lru_ranks``), and
+LRU in the engine with its hooks rather than on its recency-rank path (``moesim.policies.lru_ranks``), and
 costs every policy what an unlogged run costs: the log's bound check.
 
     python benchmarks/engine_instructions.py [--accesses 4000000] [--policies lru,fifo] [--capacities 16,60]

@@ -14,9 +14,9 @@ how it consumes a trace. ml-ffn and gamma have no libCacheSim counterpart; their
     python benchmarks/hitrate_vs_libcachesim.py [--accesses 50000000] [--capacity-per-layer 16] [--fullest 1]
         [--experts 64 --top-k 8] [--policies arc,fifo]
 
-``--fullest`` sets ``FULLEST`` of ``moesim.sim.lanes`` and ``moesim.sim.across``, the share of a
+``--fullest`` sets the ``fullest`` of every policy's lane paths (``FAST_PATHS``), the share of a
 layer's experts above which FIFO, LFU, Belady and (in lanes wider than eight slots) ARC and LeCaR
-leave their lanes for the engine (1: the lanes take every capacity; default: each module's own). ``--experts`` and
+leave their lanes for the engine (1: the lanes take every capacity; default: each policy's own). ``--experts`` and
 ``--top-k`` give the trace another router's shape (Mixtral's: 8, 2), ``--policies`` a subset.
 """
 
@@ -26,14 +26,14 @@ import argparse
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = "1"  # one core: ml-ffn's batched predictions must not borrow a second
 
-from moesim.policies import get_policy  # noqa: E402
+from moesim.policies import POLICIES as ALL, get_policy  # noqa: E402
 from moesim.policies.ml_ffn_train import save_model, train  # noqa: E402
-from moesim.sim import across, lanes  # noqa: E402
 from moesim.sim.config import CacheConfig  # noqa: E402
 from moesim.sim.hitrate import simulate  # noqa: E402
 
@@ -46,10 +46,9 @@ POLICIES = ("lru", "fifo", "belady", "lfu", "arc", "lecar", "gamma", "ml-ffn")
 
 
 def leaves_engine(policy: str) -> bool:
-    """Whether ``simulate`` takes this policy off the engine per layer under sequential semantics (as
-    it decides: LRU's ranks, a policy with ``LANE_HOOKS`` or ``ACROSS_HOOKS``)."""
-    module = get_policy(policy)
-    return policy == "lru" or hasattr(module, "LANE_HOOKS") or hasattr(module, "ACROSS_HOOKS")
+    """Whether ``simulate`` may take this policy off the engine per layer under sequential semantics: it
+    declares fast paths (LRU's ranks, FIFO's, LFU's and Belady's lanes, ARC's and LeCaR's)."""
+    return bool(getattr(get_policy(policy), "FAST_PATHS", ()))
 
 
 def main() -> None:
@@ -65,8 +64,10 @@ def main() -> None:
     if not set(policies) <= set(POLICIES):
         ap.error(f"--policies: choose from {','.join(POLICIES)}")
     if args.fullest is not None:
-        lanes.FULLEST = args.fullest
-        across.FULLEST = dict.fromkeys(across.FULLEST, args.fullest)
+        for name in ALL:
+            module = get_policy(name)
+            module.FAST_PATHS = tuple(replace(path, fullest=args.fullest) if path.kind != "counts" else path
+                                      for path in getattr(module, "FAST_PATHS", ()))
     layers, experts = BENCH_LAYERS, args.experts
     trace = benchmark_trace(args.accesses, experts=experts, top_k=args.top_k)
     cap = args.capacity_per_layer

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from moesim.sim.config import CacheConfig
 from moesim.sim.hitrate import simulate
-from moesim.sim.mrc import ONE_PASS, curve
+from moesim.sim.mrc import curve, stack_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracle import (BENCH_EXPERTS, BENCH_LAYERS, CACHES, benchmark_trace, stream, timed_per_layer,  # noqa: E402
@@ -67,7 +67,7 @@ def _measure(trace, paths: list[Path], policy: str, args) -> None:
                 agree &= misses == r.misses
             theirs.append(seconds)
     print(f"{policy}: one capacity ({args.capacity_per_layer}/layer)  {_fmt(one)}")
-    how = "one pass" if (policy, args.semantics) in ONE_PASS else "a run per capacity, threads"
+    how = "one pass" if stack_of(policy, args.semantics) is not None else "a run per capacity, threads"
     print(f"{policy}: whole curve, {rows[0].capacity}..{BENCH_EXPERTS} ({how}) {_fmt(full)}   "
           f"{statistics.median(full) / statistics.median(one):.2f}x one capacity")
     if theirs:

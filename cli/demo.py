@@ -27,8 +27,9 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     the discrete-event simulator (its hits are the hit-rate engine's), print the policy table, plan every
     strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card, and write the hit-rate and TPOT curves, the
     activation heatmap and the plans' figures into ``out``."""
-    from moesim.experiments.plan import curves, plan
-    from moesim.experiments.sweep import SweepSpec, run_sweep
+    import moesim
+    from moesim.experiments.plan import curves
+    from moesim.experiments.sweep import SweepSpec
     from moesim.plots.plan import plot_plan
     from moesim.plots.results import plot_results
 
@@ -57,7 +58,7 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
                      {"hardware": DEMO_HARDWARE, "scope": "per-layer", "dtype": DEMO_DTYPE, "other_dtype": DEMO_DTYPE})
     with console.status(f"simulating {len(DEMO_POLICIES)} policies x {len(DEMO_CAPACITIES)} capacities "
                         f"(the first run compiles each policy)"):
-        run_sweep(spec, results, jobs=jobs)
+        moesim.sweep(spec, results, jobs=jobs)
     frame = pl.read_parquet(results, glob=False)
     rows = frame.filter(pl.col("capacity") == TABLE_CAPACITY).sort("tpot_s")
     lru = rows.filter(pl.col("policy") == "lru")["tpot_s"][0]
@@ -71,7 +72,7 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
              plot_results(frame, "tpot-vs-capacity", out / "tpot_vs_capacity.png", source=str(results)),
              plot_activations(trace, out / "expert_activations.png")]
     with console.status("planning every strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card"):
-        plans = [(plan(model, DEMO_HARDWARE, dtypes=[dtype]), dtype) for model, dtype in DEMO_PLANS]
+        plans = [(moesim.plan(model, DEMO_HARDWARE, dtypes=[dtype]), dtype) for model, dtype in DEMO_PLANS]
     for result, dtype in plans:
         best = [r for i, r in enumerate(result.rows) if r["strategy"] not in [q["strategy"] for q in result.rows[:i]]]
         table(f"{result.model}, {dtype} experts, on an RTX 4090 (24 GiB) with a Ryzen 9 7950X (128 GiB DDR5): each "

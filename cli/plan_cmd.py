@@ -7,44 +7,44 @@ from typing import Annotated, Optional
 
 import typer
 
+import moesim
 from moesim.cli.console import console, emit_json, slots_text, table
-from moesim.cli.options import Cpu, Hardware, Link, Ram, Split, Vram
+from moesim.cli.settings import Asked, takes
+from moesim.experiments.plan import DTYPES, PLAN_PROMPT, PLAN_SETTINGS
 from moesim.files import check_output
+from moesim.sim.config import DTYPES as FORMATS
 
 
+@takes([*PLAN_SETTINGS, "dtype"], listed=("dtype",),
+       defaults={"prompt": str(PLAN_PROMPT), "dtype": ",".join(DTYPES)},
+       helps={"model": "Model preset to plan for (see 'moesim models'); required.",
+              "prompt": "Prompt tokens: prefilled for the time to first token, then held in the KV cache.",
+              "dtype": f"Weight formats to consider (every weight in each): {', '.join(FORMATS)}."},
+       aliases={"prompt": ("--context",)})
 def plan(
-    model: Annotated[str, typer.Option(help="Model preset (see 'moesim models').")],
-    hardware: Hardware = "rtx4090",
-    vram: Vram = None,
-    ram: Ram = None,
-    cpu: Cpu = None,
-    link: Link = None,
     trace: Annotated[Optional[Path], typer.Option(help="Routing trace to simulate (default: the bundled one for "
                                                        "mixtral-8x7b, else a synthetic trace of the model).")] = None,
-    context: Annotated[int, typer.Option(help="Prompt tokens: prefilled for the time to first token, then held in "
-                                              "the KV cache.")] = 512,
-    batch: Annotated[int, typer.Option(help="Sequences decoded in lockstep.")] = 1,
-    split: Split = "uniform",
-    dtype: Annotated[str, typer.Option(help="Comma-separated expert formats to consider: bf16, fp8, q8_0, q4_k, "
-                                            "mxfp4, int4, int2.")] = "bf16,q8_0,q4_k",
     plot: Annotated[Optional[Path], typer.Option(help="Also draw tokens/s against GPU memory per strategy "
                                                       "(PNG or SVG).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON: {\"rows\": [...], \"skipped\": [...]}.")]
     = False,
+    *,
+    asked: Asked,
 ) -> None:
-    """What to put where: every execution strategy (GPU expert cache, experts on the CPU, Fiddler, hybrid,
-    low-bit misses) in every format, sized to this machine's memory, simulated on a trace and ranked
-    by decode tokens/s, with the engine settings that reproduce each.
+    """What to put where: every execution strategy ('moesim sim run --help' lists them) in every format,
+    sized to this machine's memory, simulated on a trace and ranked by decode tokens/s, with the engine
+    settings that reproduce each.
 
     Example: moesim plan --model mixtral-8x7b --hardware rtx4090 --plot plan.png
     """
-    from moesim.experiments.plan import curves, plan as run_plan
+    from moesim.experiments.plan import curves
 
     if plot is not None:
         check_output(plot, "figure", inputs=() if trace is None else (trace,))
-    formats = [d.strip() for d in dtype.split(",") if d.strip()]
+    formats = asked.each.pop("dtype")
+    config = asked.config("plan")
     with console.status("simulating each strategy (the first run compiles each policy)"):
-        result = run_plan(model, hardware, vram, ram, trace, context, batch, formats, cpu, link, split)
+        result = moesim.plan(config=config, trace=trace, dtypes=formats)
     if plot is not None and result.rows:
         from moesim.plots.plan import plot_plan
 
@@ -52,8 +52,8 @@ def plan(
     if as_json:
         emit_json(result.as_dict())
         return
-    table(f"{result.model} on {result.hardware}: {result.machine}; {result.trace}; batch {batch}, prompt {context} "
-          f"tokens. Ranked by decode tokens/s; TTFT in s, memory in GiB",
+    table(f"{result.model} on {result.hardware}: {result.machine}; {result.trace}; batch {result.batch}, prompt "
+          f"{result.prompt} tokens. Ranked by decode tokens/s; TTFT in s, memory in GiB",
           ["#", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s", "TPOT ms", "TTFT",
            "VRAM", "RAM", "on CPU", "run it with"],
           [[r["rank"], r["strategy"], r["dtype"], r["policy"] or "-", r["prefetch"] or "-",

@@ -7,76 +7,28 @@ from typing import Annotated, Optional
 
 import typer
 
+import moesim
 from moesim.cli.console import console, emit_json, slots_text, table
-from moesim.cli.options import (AsJson, ConfigFile, Context, Cpu, CpuLayers, DramCapacity, Dtype, Gamma, Hardware, Kernel,
-                                Link, LowbitDtype, LowbitThreshold, Mode, Model, OtherDtype, PinTrace, Prompt, Ram,
-                                Scope, Seed, Split, Ssd, Strategy, TrainTrace, Vram)
-from moesim.cli.sim_cmd import app, command_configs, policy_params
-from moesim.errors import MoesimError
-from moesim.policies.prefetch import PREFETCHERS
-from moesim.tracegen.io import load_trace
+from moesim.cli.settings import Asked, takes
+from moesim.cli.options import AsJson, TracePath
+from moesim.cli.sim_cmd import app
+from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
+from moesim.sim.config import RUN_SETTINGS
 
 
 @app.command()
+@takes(RUN_SETTINGS["serve"], defaults={"capacity": "auto"},
+       helps={"capacity": "GPU expert slots per layer (or in the pool with scope global); 0: no expert cache; auto: "
+                          "as many as GPU memory holds beside the KV cache of max-batch requests.",
+              "prefetch": "Prefetcher that predicts the next layer: " + ", ".join(
+                  p for p in PREFETCHERS if p == "none" or get_prefetcher(p).KIND == "next") + "."})
 def serve(
-    ctx: typer.Context,
-    trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (Parquet).")],
-    rate: Annotated[Optional[float], typer.Option(help="Requests per second (Poisson arrivals).")] = None,
-    arrivals: Annotated[str, typer.Option(help="poisson (at --rate), burst (every request at time 0), or a CSV or "
-                                               "Parquet file with a row per request: arrival_s (seconds) and "
-                                               "optionally seq (the trace sequence it serves).")] = "poisson",
-    requests: Annotated[Optional[int], typer.Option(help="Requests in the stream (default: one per trace sequence; "
-                                                         "more reuse the sequences, shuffled).")] = None,
-    max_batch: Annotated[int, typer.Option(help="Requests running at once (vLLM's max_num_seqs).")] = 8,
-    max_batch_tokens: Annotated[int, typer.Option(help="Tokens per step (vLLM's max_num_batched_tokens).")] = 2048,
-    chunked_prefill: Annotated[bool, typer.Option(help="Split a prompt across steps to fit the token budget.")] = True,
-    draft_tokens: Annotated[int, typer.Option(help="Speculative decoding: draft tokens verified per step (0: off).")]
-    = 0,
-    acceptance: Annotated[float, typer.Option(help="Speculative decoding: the chance each draft is accepted.")] = 0.8,
-    arrival_seed: Annotated[int, typer.Option(help="Seed of the arrivals, the shuffles and the acceptances.")] = 0,
-    dynamic_kv: Annotated[bool, typer.Option("--dynamic-kv", help="With --capacity auto: the expert cache gets, step "
-                                             "by step, the GPU memory the running requests' KV cache leaves (else "
-                                             "it keeps what the KV cache of max-batch requests of the longest "
-                                             "sequence leaves).")] = False,
-    slo_ttft_s: Annotated[Optional[float], typer.Option("--slo-ttft", help="TTFT target in seconds (reports the "
-                                                        "share of requests meeting every target).")] = None,
-    slo_tpot_s: Annotated[Optional[float], typer.Option("--slo-tpot", help="TPOT target in seconds.")] = None,
-    model: Model = None,
-    hardware: Hardware = "rtx4090",
-    link: Link = None,
-    ssd: Ssd = None,
-    cpu: Cpu = None,
-    vram: Vram = None,
-    ram: Ram = None,
-    strategy: Strategy = "gpu-cache",
-    cpu_layers: CpuLayers = None,
-    lowbit_threshold: LowbitThreshold = None,
-    lowbit_dtype: LowbitDtype = None,
-    policy: Annotated[str, typer.Option(help="Replacement policy (an online one: lru, lfu, fifo, arc, lecar, gamma, "
-                                             "static, random, ...).")] = "lru",
-    capacity: Annotated[str, typer.Option(help="GPU expert slots per layer (or in the pool with --scope global); 0: no "
-                                               "expert cache; auto: as many as GPU memory holds beside the KV cache "
-                                               "of max-batch requests.")] = "auto",
-    scope: Scope = "per-layer",
-    split: Split = "uniform",
-    dram_capacity: DramCapacity = None,
-    prefetch: Annotated[str, typer.Option(help=f"Prefetcher that predicts the next layer: "
-                                               f"{', '.join(p for p in PREFETCHERS if p not in ('popular', 'prompt'))}.")]
-    = "none",
-    mode: Mode = "fallback",
-    kernel: Kernel = "fused",
-    context: Context = 0,
-    prompt: Prompt = 0,
-    dtype: Dtype = None,
-    other_dtype: OtherDtype = None,
-    gamma: Gamma = None,
-    seed: Seed = None,
-    pin_trace: PinTrace = None,
-    train_trace: TrainTrace = None,
-    config_file: ConfigFile = None,
+    trace_path: TracePath,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Also write one row per request here (Parquet).")]
     = None,
     as_json: AsJson = False,
+    *,
+    asked: Asked,
 ) -> None:
     """Serve TRACE's sequences as requests arriving over time: a continuous-batching scheduler (vLLM's) forms
     each step, the discrete-event simulator runs it; TTFT, TPOT, latency, throughput and the hit rate.
@@ -84,17 +36,11 @@ def serve(
     Example: moesim sim serve t.parquet --rate 2 --requests 64 --max-batch 8 --hardware rtx4090 --dtype q4_k
     """
     from moesim.files import atomic_output, check_output
-    from moesim.sim.serve import simulate_serve
 
-    given = policy_params(gamma=gamma, seed=seed, pin_trace=pin_trace)
-    configs = command_configs(ctx, config_file, policy, capacity, given, cpu_layers, lowbit_threshold, lowbit_dtype,
-                              train_trace)
-    if len(configs) > 1:
-        raise MoesimError("sim serve runs one policy at one capacity; sweep several with 'moesim sweep' (kind serve)")
+    config = asked.config("sim serve")
     if out is not None:
         check_output(out, "requests file", inputs=(trace_path,))
-    trace = load_trace(trace_path)
-    result = simulate_serve(trace, configs[0])
+    result = moesim.serve(moesim.load_trace(trace_path), config)
     if out is not None:
         with atomic_output(out) as tmp:
             result.requests.write_parquet(tmp)

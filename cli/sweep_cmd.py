@@ -32,7 +32,8 @@ def sweep(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from moesim.experiments.sweep import STOP, load_spec, run_sweep
+    import moesim
+    from moesim.experiments.sweep import STOP, load_spec
 
     spec = load_spec(spec_path)
     check_output(out, "results", inputs=(spec_path, *spec.traces))
@@ -43,8 +44,8 @@ def sweep(
     with Progress(TextColumn(f"sweep ({spec.kind})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True) as bar:
         task = bar.add_task("sweep", total=None)
-        summary = run_sweep(spec, out, jobs, resume, flush_seconds=flush_seconds, executor=executor,
-                            progress=lambda done, total: bar.update(task, completed=done, total=total))
+        summary = moesim.sweep(spec, out, jobs, resume, executor, flush_seconds,
+                               progress=lambda done, total: bar.update(task, completed=done, total=total))
     console.print(f"wrote {out}: {summary.ran} configuration(s) run"
                   + (f", {summary.skipped} already there" if summary.skipped else "")
                   + (f", {summary.failed} failed (see the error column)" if summary.failed else "")

@@ -11,9 +11,7 @@ from moesim.errors import MoesimError
 from moesim.cli.console import console, emit_json, table
 from moesim.cli.options import Force
 from moesim.files import check_output
-from moesim.sim.config import CacheConfig
-from moesim.sim.hitrate import simulate
-from moesim.tracegen.io import load_trace
+import moesim
 
 app = typer.Typer(help="Train learned eviction policies.", no_args_is_help=True, rich_markup_mode="markdown")
 
@@ -40,12 +38,11 @@ def ml_ffn(
     if layers not in ("per-layer", "shared"):
         raise MoesimError(f"--layers must be per-layer or shared, got {layers!r}")
     check_output(out, "model", force=force, inputs=(train_trace,))
-    trace = load_trace(train_trace)
+    trace = moesim.load_trace(train_trace)
     arrays, log = train(trace, layers == "per-layer", horizon=horizon, val_fraction=val_fraction, seed=seed)
     save_model(arrays, out)
     val = trace.select(log["val_sequences"])
-    rows = [simulate(val, CacheConfig(policy=p, capacity=capacity,
-                                      params={"ml_model": str(out)} if p == "ml-ffn" else {}))
+    rows = [moesim.hitrate(val, p, capacity, **({"ml_model": str(out)} if p == "ml-ffn" else {}))
             for p in ("ml-ffn", "lru", "belady")]
     report = {"model": str(out), **log, "capacity": capacity,
               "val_hit_rate": {r.policy: r.hit_rate for r in rows}}

@@ -22,7 +22,8 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 _PUBLIC = {
     "MoesimError": "moesim.errors",
     **{name: "moesim.api" for name in ("load_trace", "write_trace", "bundled_trace", "synth_trace", "hitrate",
-                                       "mrc", "best_split", "simulate", "serve", "plan", "sweep", "plot", "models", "hardware", "train_ml_ffn")},
+                                       "mrc", "best_split", "simulate", "serve", "plan", "run_replay", "validate",
+                                       "sweep", "plot", "models", "hardware", "train_ml_ffn")},
     "Locality": "moesim.tracegen.synth",
     "Config": "moesim.sim.config", "CacheConfig": "moesim.sim.config", "PrefetchConfig": "moesim.sim.config",
     "ExecutionConfig": "moesim.sim.config", "WorkloadConfig": "moesim.sim.config", "ServeConfig": "moesim.sim.config",

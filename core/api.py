@@ -1,8 +1,11 @@
-"""The public API, for notebooks and scripts: ``import moesim`` gives every name here.
+"""The public API, for notebooks and scripts: ``import moesim`` gives every name here. The command line is
+a client of it: every command that runs a simulation builds it through these functions.
 
 Settings are the flat names of ``moesim.Config`` (``policy``, ``capacity``, ``prefetch``, ``gamma``, ...),
-the same as the command line's options and a sweep spec's keys; pass them as keywords, or pass a
-whole ``Config``.
+the same as the command line's options and a sweep spec's keys (declared once, in
+``moesim.sim.config.DECLARED``); pass them as keywords, or pass a whole ``Config`` (``config=``) and
+change some of its settings with keywords. Each function takes the settings its kind of run reads
+(``moesim.sim.config.RUN_SETTINGS``) and refuses the others.
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ from pathlib import Path
 
 import polars as pl
 
-from moesim.sim.config import CacheConfig, Config
+from moesim.errors import MoesimError
+from moesim.sim.config import RUN_SETTINGS, Config
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.hardware import Hardware
-from moesim.sim.hitrate import HitRate
+from moesim.sim.hits import HitRate
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.synth import Locality
 from moesim.tracegen.trace import Trace
@@ -84,44 +88,55 @@ def bundled_trace() -> Path:
     return bundled_trace_path()
 
 
-def hitrate(trace: Trace, policy: str = "lru", capacity: int = 4, scope: str = "per-layer", semantics: str = "step",
-            reset: bool = False, *, log_evictions: int = 0, **params) -> HitRate:
+def hitrate(trace: Trace, policy: str | None = None, capacity=None, scope: str | None = None,
+            semantics: str | None = None, reset: bool | None = None, *, config: Config | None = None,
+            log_evictions: int = 0, **settings) -> HitRate:
     """Exact hits of a replacement policy on a trace: ``capacity`` experts per layer (or in one pool,
-    ``scope="global"``); ``params`` are the policy's (``gamma``, ``seed``, ``ml_model``, ``pin_trace``).
+    ``scope="global"``); the other settings are a hit-rate run's (``split``, the policy's parameters:
+    ``gamma``, ``seed``, ``ml_model``, ``pin_trace``). The five named settings, None, are ``config``'s
+    (default: the defaults).
 
     >>> moesim.hitrate(trace, "belady", 4).hit_rate
     0.7329...
     """
     from moesim.sim.hitrate import simulate as run
 
-    return run(trace, CacheConfig(policy=policy, capacity=capacity, scope=scope, semantics=semantics, reset=reset,
-                                  params=params), log_evictions)
+    return run(trace, _configured(config, "hitrate", settings, policy=policy, capacity=capacity, scope=scope,
+                                  semantics=semantics, reset=reset).cache, log_evictions)
 
 
-def mrc(trace: Trace, policy: str = "lru", scope: str = "per-layer", semantics: str = "step", reset: bool = False,
-        capacities=None, **params) -> list[HitRate]:
+def mrc(trace: Trace, policy: str | None = None, scope: str | None = None, semantics: str | None = None, *,
+        capacities=None, config: Config | None = None, **settings) -> list[HitRate]:
     """A policy's exact hits at every capacity (or at ``capacities``): one ``HitRate`` each, equal to
-    ``hitrate`` at that capacity; LRU under sequential semantics in one pass (``moesim.sim.mrc``).
+    ``hitrate`` at that capacity; a stack algorithm in one pass (``moesim.sim.mrc``). The settings are
+    ``hitrate``'s (a capacity or split there is ignored); ``capacities="all"``: every one, however many.
 
     >>> [round(r.hit_rate, 4) for r in moesim.mrc(trace, "lru", capacities=[2, 4, 8])]
     [0.3425, 0.6012, 0.9836]
     """
     from moesim.sim.mrc import curve
 
-    return curve(trace, CacheConfig(policy=policy, scope=scope, semantics=semantics, reset=reset, params=params),
+    return curve(trace, _configured(config, "hitrate", settings, policy=policy, scope=scope, semantics=semantics).cache,
                  capacities)
 
 
-def best_split(trace: Trace, budget: int, policy: str = "lru", semantics: str = "step", **params):
+def best_split(trace: Trace, budget: int, policy: str | None = None, semantics: str | None = None, *,
+               config: Config | None = None, curve: list[HitRate] | None = None, **settings):
     """The split of ``budget`` expert slots over the layers (per-layer caches) that maximises ``policy``'s
     hits, from its per-layer curves, with the uniform split's hits beside it (``moesim.sim.budget``).
+    The settings are ``hitrate``'s; ``curve``: the policy's hits at every capacity where ``mrc`` already
+    gave them.
 
     >>> moesim.best_split(trace, 96, "lru").slots[:4]
     [2, 2, 2, 3]
     """
-    from moesim.sim.budget import best_split as split
+    from moesim.sim.budget import allocate, best_split as split
+    from moesim.sim.mrc import hits_table
 
-    return split(trace, CacheConfig(policy=policy, semantics=semantics, params=params), budget)
+    cache = _configured(config, "hitrate", settings, policy=policy, semantics=semantics).cache
+    if curve is None:
+        return split(trace, cache, budget)
+    return allocate(hits_table(curve), budget, min(r.capacity for r in curve), curve[0].accesses)
 
 
 def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSpec | None = None,
@@ -135,7 +150,7 @@ def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSp
     >>> r.capacity, round(r.tpot_s * 1e3, 1), round(r.tokens_per_s, 2), round(r.hit_rate, 4), round(r.vram_gb, 1)
     (7, 30.6, 32.69, 0.9999, 22.4)
     """
-    config, objects = _configured(config, model, hardware, settings)
+    config, objects = _with_objects(config, "des", model, hardware, settings)
     return simulate_des(trace, config, decisions=decisions, **objects)
 
 
@@ -153,47 +168,115 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
     """
     from moesim.sim.serve import simulate_serve
 
-    config, objects = _configured(config, model, hardware, settings)
+    config, objects = _with_objects(config, "serve", model, hardware, settings)
     return simulate_serve(trace, config, **objects)
 
 
-def _configured(config: Config | None, model, hardware, settings: dict) -> tuple[Config, dict]:
-    """``config`` with the flat ``settings`` (and a model or hardware named by a string) changed, and the
-    model or hardware objects built in code."""
+def run_replay(trace: Trace, config: Config | None = None, *, backend: str = "cpu",
+               hardware: str | Hardware | None = None, layers: int | None = None, scale: float = 1.0,
+               workdir: str | Path | None = None, model: str | ModelSpec | None = None, **settings):
+    """The simulator's decisions for ``trace`` under ``config`` executed with real reads and compute (``backend``
+    ``cpu`` or ``cuda``) or on the simulator's own durations (``virtual``), the model cut to its first ``layers``
+    layers and its widths scaled by ``scale``; measured against simulated TPOT (``moesim.replay.run``). A real
+    backend simulates ``hardware``, a calibrated hardware file of this machine, or calibrates it first (None).
+    (``moesim.replay`` is the subpackage, hence the name.)
+
+    >>> r = moesim.run_replay(trace, backend="virtual", capacity=4, policy="lru", dtype="q4_k")
+    >>> r.tpot_s == r.sim_tpot_s
+    True
+    """
+    from moesim.replay.prepare import prepare
+    from moesim.replay.run import replay as run
+
+    config, objects = _with_objects(config, "des", model, None, settings)
+    trace, spec, hw = prepare(trace, config, backend, hardware, layers, scale, workdir, objects.get("model"))
+    return run(trace, config, hw, backend, layers, scale, workdir, model=spec)
+
+
+def validate(trace: Trace, config: Config | None = None, *, policies=("lru", "belady"), capacities=(4,),
+             cpu_layers=(0,), backend: str = "cpu", hardware: str | Hardware | None = None, layers: int | None = None,
+             scale: float = 1.0, workdir: str | Path | None = None, model: str | ModelSpec | None = None,
+             **settings) -> list[dict]:
+    """``run_replay`` of every policy at every capacity (or, for a strategy that places experts without a cache, at
+    every number of ``cpu_layers``): one row each with simulated and measured TPOT, the error and the
+    speedups over the first of its group (``moesim.replay.validate``).
+
+    >>> rows = moesim.validate(trace, backend="virtual", policies=["lru", "belady"], capacities=[4], dtype="q4_k")
+    >>> [r["error_pct"] == 0 for r in rows]
+    [True, True]
+    """
+    from moesim.replay.prepare import prepare
+    from moesim.replay.validate import validate as run
+
+    config, objects = _with_objects(config, "des", model, None, settings)
+    trace, spec, hw = prepare(trace, config.replace(capacity=max(capacities)), backend, hardware, layers, scale,
+                              workdir, objects.get("model"))
+    return run(trace, config, hw, list(policies), list(capacities), backend, layers, scale, workdir, model=spec,
+               cpu_layers=list(cpu_layers))
+
+
+def _configured(config: Config | None, kind: str, settings: dict, **named) -> Config:
+    """``config`` (default: the defaults) with the flat ``settings``, and those ``named`` that are not None,
+    changed; a setting that a run of ``kind`` does not read is refused (``moesim.sim.config.RUN_SETTINGS``)."""
+    settings = {**{k: v for k, v in named.items() if v is not None}, **settings}
+    takes = RUN_SETTINGS[kind]
+    unread = sorted(k for k in settings if k not in takes)
+    if unread:
+        what = {"hitrate": "a hit-rate run", "des": "a simulated run", "serve": "a served stream"}[kind]
+        raise MoesimError(f"{', '.join(unread)}: {what} does not read it (it reads {', '.join(takes)})")
+    return (config or Config()).replace(**settings)
+
+
+def _with_objects(config: Config | None, kind: str, model, hardware, settings: dict) -> tuple[Config, dict]:
+    """``_configured``, with a model or hardware named by a string set as a setting, and one built in code
+    (a ``ModelSpec``, a ``Hardware``) returned apart."""
     objects = {}
     for key, value in (("model", model), ("hardware", hardware)):
         if isinstance(value, str):
             settings[key] = value
         elif value is not None:
             objects[key] = value
-    return (config or Config()).replace(**settings), objects
+    return _configured(config, kind, settings), objects
 
 
-def plan(model: str, hardware: str = "rtx4090", **options):
-    """What to put where: every execution strategy for ``model`` on ``hardware``, in each expert format,
-    sized to the machine's memory and ranked by decode tokens/s (``rows``, with TTFT, GPU memory, host
-    RAM and engine settings); ``options`` are ``moesim.experiments.plan.plan``'s (``vram``, ``ram``,
-    ``trace``, ``prompt``, ``batch``, ``dtypes``, ``cpu``, ``link``).
+def plan(model: str | None = None, hardware: str | None = None, *, config: Config | None = None,
+         trace: str | Path | None = None, dtypes=None, **settings):
+    """What to put where: every execution strategy for ``model`` on ``hardware``, in each expert format of
+    ``dtypes`` (default: bf16, q8_0, q4_k), sized to the machine's memory and ranked by decode tokens/s
+    (``rows``, with TTFT, GPU memory, host RAM and engine settings), simulated on ``trace`` (default: the
+    bundled one for Mixtral-8x7B, else a synthetic one). The settings are the machine's and the workload's
+    (``moesim.experiments.plan.PLAN_SETTINGS``: ``vram``, ``ram``, ``cpu``, ``link``, ``batch``, ``prompt``
+    (default 512 tokens, for the TTFT), ``split``, ...).
 
     >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
     >>> round(p.rows[0]["tokens_per_s"], 1), next(r["engine_flags"] for r in p.rows if r["strategy"] == "cpu-experts")
     (70.4, '-ngl 99 --n-cpu-moe 4')
     """
-    from moesim.experiments.plan import plan as run
+    from moesim.experiments.plan import DTYPES, PLAN_PROMPT, PLAN_SETTINGS, plan as run
 
-    return run(model, hardware, **options)
+    unread = sorted(k for k in settings if k not in PLAN_SETTINGS)
+    if unread:
+        raise MoesimError(f"{', '.join(unread)}: a plan does not take it (it takes {', '.join(PLAN_SETTINGS)}; the "
+                          "candidates set the rest)")
+    if config is None:
+        settings.setdefault("prompt", PLAN_PROMPT)
+    named = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
+    return run((config or Config()).replace(**named, **settings), trace, DTYPES if dtypes is None else dtypes)
 
 
-def sweep(spec: str | Path, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local"):
-    """Run every configuration of a sweep spec (TOML: traces, kind, [axes], [fixed], [[exclude]]) into a
-    Parquet results file, one row per configuration; returns the run's summary.
+def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local",
+          flush_seconds: float = 2.0, progress=None):
+    """Run every configuration of a sweep spec (a TOML file: traces, kind, [axes], [fixed], [[exclude]]; or a
+    ``moesim.experiments.sweep.SweepSpec``) into a Parquet results file, one row per configuration; returns
+    the run's summary. ``progress(done, total)`` is called as rows finish.
 
     >>> moesim.sweep("examples/flashmoe_fig6.toml", "fig6.parquet", jobs=2).ran
     42
     """
-    from moesim.experiments.sweep import load_spec, run_sweep
+    from moesim.experiments.sweep import SweepSpec, load_spec, run_sweep
 
-    return run_sweep(load_spec(spec), out, jobs, resume, executor=executor)
+    spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
+    return run_sweep(spec, out, jobs, resume, flush_seconds=flush_seconds, executor=executor, progress=progress)
 
 
 def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baseline: str = "lru",

@@ -82,33 +82,39 @@ def plan_trace(model: ModelSpec, path: str | Path | None, sequences: int, seed: 
     return trace, f"synthetic {model.name} trace ({sequences} x {SYNTH_TOKENS} tokens, seed {seed})"
 
 
-def plan(model: str, hardware: str = "rtx4090", vram: float | None = None, ram: float | None = None,
-         trace: str | Path | None = None, prompt: int = 512, batch: int = 1, dtypes=DTYPES,
-         cpu: str | None = None, link: str | None = None, split: str = "uniform") -> Plan:
-    """Simulate every candidate in every dtype on ``model`` and ``hardware``; the fitting ones ranked.
-    ``split`` ``best`` shares each per-layer cache's slots out over the layers the best way for the
-    trace (``moesim.sim.budget``)."""
-    spec = get_model(model)
+# the settings a plan takes: the model, the machine and the workload it plans for (each candidate sets the rest)
+PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "batch", "prompt", "split", "kernel")
+PLAN_PROMPT = 512  # the prompt a plan times its TTFT on where none is asked for
+
+
+def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan:
+    """Simulate every candidate in every dtype on ``config``'s model and machine, for its workload; the
+    fitting ones ranked. ``split`` ``best`` shares each per-layer cache's slots out over the layers the best
+    way for the trace (``moesim.sim.budget``)."""
+    if config.model.name is None:
+        raise MoesimError("a plan is for a model: name one (a preset, see 'moesim models')")
+    spec = get_model(config.model.name)
     if spec.kind != "moe":
         raise MoesimError(f"{spec.name} is a MoLE model: its lookup tables have one placement; use 'moesim sim run'")
     for dtype in dtypes:
         Config.build(dtype=dtype)  # a bad name is refused before any work
-    tr, name = plan_trace(spec, trace, 2 * batch)
-    warmup = 1 if tr.num_sequences > batch else 0
-    base = Config.build(model=spec.name, hardware=hardware, vram=vram, ram=ram, cpu=cpu, link=link, prompt=prompt,
-                        batch=batch, warmup=warmup)
-    Config.build(split=split)  # a bad name is refused before any work
+    wl = config.workload
+    tr, name = plan_trace(spec, trace, 2 * wl.batch)
+    base = config.replace(model=spec.name, warmup=1 if tr.num_sequences > wl.batch else 0)
+    split = base.cache.split
     hw = base.hardware.spec()
     out = Plan(spec.name, hw.name, f"{hw.gpu.name} ({hw.gpu.hbm_gb:g} GiB), {hw.link.name}"
-               + (f", {hw.cpu.name} ({hw.cpu.ram_gb:g} GiB)" if hw.cpu else ""), name, prompt, batch, simulated=tr)
+               + (f", {hw.cpu.name} ({hw.cpu.ram_gb:g} GiB)" if hw.cpu else ""), name, wl.prompt, wl.batch,
+               simulated=tr)
     compile_loops((s.get("policy", "lru"), s.get("prefetch", "none")) for _, s in CANDIDATES)
     for dtype in dtypes:
         for strategy, settings in CANDIDATES:
-            if strategy == "lowbit-miss":  # a low-bit copy well below the format: HOBBIT's int4 for 16-bit experts
+            if "lowbit_dtype" in get_strategy(strategy).PARAMS:  # a low-bit copy well below the format
                 settings = {**settings, "lowbit_dtype": "int4" if BYTES_PER_PARAM[dtype] >= 1 else "int2"}
-            if "capacity" in settings and settings.get("scope", "per-layer") == "per-layer":
-                settings = {**settings, "split": split}
-            config = base.replace(dtype=dtype, other_dtype=dtype, strategy=strategy, **settings)
+            scope = settings.get("scope", "per-layer")
+            config = base.replace(dtype=dtype, other_dtype=dtype, strategy=strategy,
+                                  **{**settings, "split": split if "capacity" in settings and scope == "per-layer"
+                                     else "uniform"})
             try:
                 result = simulate_des(tr, config, spec, hw)
             except MoesimError as exc:

@@ -14,6 +14,7 @@ from moesim.errors import MoesimError
 
 POLICIES = ("belady", "lru", "lfu", "fifo", "lifo", "random", "arc", "lecar", "gamma", "gamma-admit", "ml-ffn",
             "static")
+DEFAULT_POLICY = "lru"  # a configuration's policy where none is named
 
 
 def get_policy(name: str) -> ModuleType:

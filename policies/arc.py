@@ -14,117 +14,131 @@ the expert is dropped (it is resident again), REPLACE makes room as for case IV,
 enters T1's MRU end. Its first request is then its first sighting: it moves to T1's MRU end, not to T2.
 
 Per layer under sequential semantics, up to 32 slots, the same rules run with a layer in each SIMD
-lane (``moesim.policies.arc_across``, ``ACROSS_HOOKS``; ``moesim.sim.across``).
+lane (``moesim.policies.arc_across``, ``FAST_PATHS``; ``moesim.sim.across``).
 """
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
-from moesim.policies.arc_across import across_reset, across_step, make_across  # noqa: F401 (moesim.sim.across)
-from moesim.policies.base import (TAIL, hooks, list_first_unmarked, list_of, list_push_head, list_remove,
-                                  list_size, list_tail, lists_clear, make_lists)
+from moesim.policies.arc_across import WIDEST, across_reset, across_step, make_across
+from moesim.policies.base import (TAIL, FastPath, Lists, hooks, list_first_unmarked, list_of, list_push_head,
+                                  list_remove, list_size, list_tail, lists_clear, make_lists)
 
 NAME = "arc"
 T1, T2, B1, B2 = 0, 1, 2, 3
 NO_GHOST = -1
+# up to WIDEST slots per layer with a layer in each SIMD lane; wider than eight slots, up to 3/4 of a
+# layer's experts (the crossover with the engine: README, "Benchmarks")
+FAST_PATHS = (FastPath("across", make_across, {"across_reset": across_reset, "across_step": across_step},
+                       fullest=0.75, crowded=8, widest=WIDEST),)
 
 
-def make_state(ctx):
-    # per partition: [list the missing id was found in (B1, B2 or -1), ghost list for the victim,
-    # 1 if the insert is a prefetch fill], p; per object: 1 while a fill has not been requested
-    return (make_lists(ctx.num_objects, ctx.num_parts, 4), np.zeros((ctx.num_parts, 3), np.int64),
-            ctx.slots, np.zeros(ctx.num_parts, np.float64),
-            np.zeros(ctx.num_objects, np.int64))
+class State(NamedTuple):
+    lists: Lists         # per partition T1, T2, B1, B2
+    found: np.ndarray    # int64 [partitions]: the ghost list the missing id was found in (B1, B2 or NO_GHOST)
+    ghost: np.ndarray    # int64 [partitions]: the ghost list the victim goes to (NO_GHOST: none)
+    filling: np.ndarray  # int64 [partitions]: 1 if the insert is a prefetch fill
+    slots: np.ndarray    # int64 [partitions]: c
+    p: np.ndarray        # float64 [partitions]: the target size of T1
+    unused: np.ndarray   # int64 [objects]: 1 while a prefetched expert has not been requested
+
+
+def make_state(ctx) -> State:
+    parts = ctx.num_parts
+    return State(make_lists(ctx.num_objects, parts, 4), np.zeros(parts, np.int64), np.zeros(parts, np.int64),
+                 np.zeros(parts, np.int64), ctx.slots, np.zeros(parts, np.float64), np.zeros(ctx.num_objects, np.int64))
 
 
 @njit(cache=True)
 def reset(st):
-    lists_clear(st[0])
-    st[1][:, :2] = NO_GHOST
-    st[1][:, 2] = 0
-    st[3][:] = 0.0
-    st[4][:] = 0
+    lists_clear(st.lists)
+    st.found[:] = NO_GHOST
+    st.ghost[:] = NO_GHOST
+    st.filling[:] = 0
+    st.p[:] = 0.0
+    st.unused[:] = 0
 
 
 @njit(cache=True)
 def on_hit(st, part, slot, obj, t):
-    list_remove(st[0], part, obj)
-    list_push_head(st[0], part, T1 if st[4][obj] else T2, obj)
-    st[4][obj] = 0
+    list_remove(st.lists, part, obj)
+    list_push_head(st.lists, part, T1 if st.unused[obj] else T2, obj)
+    st.unused[obj] = 0
 
 
 @njit(cache=True)
 def on_miss(st, part, obj, t):
-    lists, ctl, c = st[0], st[1], st[2][part]
+    lists, c = st.lists, st.slots[part]
     found = list_of(lists, obj)
-    ctl[part, 0] = found if found == B1 or found == B2 else NO_GHOST
+    st.found[part] = found if found == B1 or found == B2 else NO_GHOST
     if found == B1:
-        st[3][part] = min(st[3][part] + max(list_size(lists, part, B2) / list_size(lists, part, B1), 1.0), c)
+        st.p[part] = min(st.p[part] + max(list_size(lists, part, B2) / list_size(lists, part, B1), 1.0), c)
         list_remove(lists, part, obj)
     elif found == B2:
-        st[3][part] = max(st[3][part] - max(list_size(lists, part, B1) / list_size(lists, part, B2), 1.0), 0.0)
+        st.p[part] = max(st.p[part] - max(list_size(lists, part, B1) / list_size(lists, part, B2), 1.0), 0.0)
         list_remove(lists, part, obj)
-    ctl[part, 2] = 0
+    st.filling[part] = 0
     return True
 
 
 @njit(cache=True)
 def on_prefetch(st, part, obj, t):
-    lists, ctl = st[0], st[1]
-    found = list_of(lists, obj)
+    found = list_of(st.lists, obj)
     if found == B1 or found == B2:
-        list_remove(lists, part, obj)
-    ctl[part, 0] = NO_GHOST
-    ctl[part, 2] = 1
+        list_remove(st.lists, part, obj)
+    st.found[part] = NO_GHOST
+    st.filling[part] = 1
 
 
 @njit(cache=True, inline="always")
 def _replace(st, part, slot_of, mark, stamp):
-    lists, ctl = st[0], st[1]
+    lists = st.lists
     t1 = list_size(lists, part, T1)
-    p = st[3][part]
+    p = st.p[part]
     old1 = list_first_unmarked(lists, part, T1, TAIL, mark, stamp)
-    if old1 >= 0 and (t1 > p or (t1 == p and ctl[part, 0] == B2)):
-        ctl[part, 1] = B1
+    if old1 >= 0 and (t1 > p or (t1 == p and st.found[part] == B2)):
+        st.ghost[part] = B1
         return slot_of[old1]
     old2 = list_first_unmarked(lists, part, T2, TAIL, mark, stamp)
     if old2 < 0:
-        ctl[part, 1] = B1
+        st.ghost[part] = B1
         return slot_of[old1]
-    ctl[part, 1] = B2
+    st.ghost[part] = B2
     return slot_of[old2]
 
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    lists, ctl, c = st[0], st[1], st[2][part]
-    if ctl[part, 0] == NO_GHOST:
+    lists, c = st.lists, st.slots[part]
+    if st.found[part] == NO_GHOST:
         if list_size(lists, part, T1) + list_size(lists, part, B1) >= c:
             if list_size(lists, part, T1) < c:
                 list_remove(lists, part, list_tail(lists, part, B1))
             else:
-                ctl[part, 1] = NO_GHOST
+                st.ghost[part] = NO_GHOST
                 return slot_of[list_first_unmarked(lists, part, T1, TAIL, mark, stamp)]
-        elif list_size(lists, part, T1) + list_size(lists, part, T2) + list_size(lists, part, B1) + list_size(lists, part, B2) >= 2 * c:
+        elif (list_size(lists, part, T1) + list_size(lists, part, T2) + list_size(lists, part, B1)
+              + list_size(lists, part, B2) >= 2 * c):
             list_remove(lists, part, list_tail(lists, part, B2))
     return _replace(st, part, slot_of, mark, stamp)
 
 
 @njit(cache=True)
 def on_evict(st, part, slot, obj, t):
-    list_remove(st[0], part, obj)
-    st[4][obj] = 0
-    if st[1][part, 1] != NO_GHOST:
-        list_push_head(st[0], part, st[1][part, 1], obj)
+    list_remove(st.lists, part, obj)
+    st.unused[obj] = 0
+    if st.ghost[part] != NO_GHOST:
+        list_push_head(st.lists, part, st.ghost[part], obj)
 
 
 @njit(cache=True)
 def on_insert(st, part, slot, obj, t):
-    list_push_head(st[0], part, T1 if st[1][part, 0] == NO_GHOST else T2, obj)
-    st[1][part, 0] = NO_GHOST
-    st[4][obj] = st[1][part, 2]
+    list_push_head(st.lists, part, T1 if st.found[part] == NO_GHOST else T2, obj)
+    st.found[part] = NO_GHOST
+    st.unused[obj] = st.filling[part]
 
 
 HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch, choose_victim=choose_victim,
               on_evict=on_evict, on_insert=on_insert)
-ACROSS_HOOKS = {"across_reset": across_reset, "across_step": across_step}

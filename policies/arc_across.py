@@ -32,6 +32,10 @@ FIELDS = 16
 EIN, KEY, GIN, GKEY = range(4)  # slot fields, WIDTH entries of LANES each
 CHUNK = 8  # slots per innermost loop (``_move_eight``), which LLVM unrolls
 WIDEST = 4 * CHUNK  # the slots ``_move_and_find`` serves
+# the lanes' shape, compile-time constants: ``moesim.sim.across`` compiles these functions once per slot width,
+# with ``bind``'s ``constants`` in place of these defaults
+LANES = 16  # layers stepping together
+WIDTH = CHUNK  # slots per lane
 
 
 def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
@@ -50,7 +54,7 @@ def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
 def across_reset(window, row, blk, p):
     """Every lane empty before access ``(row, 0)``: no resident, no ghost, p = 0, and the search's
     findings for that access set as the empty lists give them."""
-    lanes, w = uint64(LANES), uint64(WIDTH)  # noqa: F821 (bound by ``moesim.sim.engine.bind``)
+    lanes, w = uint64(LANES), uint64(WIDTH)
     for s in range(w):
         for li in range(lanes):
             l = uint64(li)
@@ -72,7 +76,7 @@ def across_reset(window, row, blk, p):
 
 def across_step(window, row, j, g, n_layers, total, blk, p):
     """Serve access ``(row, j)`` in every lane (lane ``li`` is layer ``g + li``)."""
-    lanes, w = uint64(LANES), uint64(WIDTH)  # noqa: F821 (bound by ``moesim.sim.engine.bind``)
+    lanes, w = uint64(LANES), uint64(WIDTH)
     k = window.shape[1]
     nrow, nj = (row, j + 1) if j + 1 < k else (row + 1, 0)  # past the last row: a stale row, unused
     width = np.int32(w)

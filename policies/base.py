@@ -1,9 +1,12 @@
-"""What every policy module shares: its context, the hook contract, no-op hooks and two helpers.
+"""What every policy module shares: its context, the hook contract, how it declares its fast paths,
+no-op hooks and the helpers several policies use.
 
-A policy module defines ``NAME``, ``make_state(ctx) -> tuple`` of arrays, ``HOOKS = hooks(...)``
-with its njit hooks, which ``moesim.sim.engine.bind`` compiles into the hit-rate loop and into the
-discrete-event loop, and may declare:
+A policy module defines ``NAME``, ``make_state(ctx)`` returning its state as a ``NamedTuple`` of arrays
+(fields read by name, never by position), ``HOOKS = hooks(...)`` with its njit hooks, which
+``moesim.sim.engine.bind`` compiles into the hit-rate loop and into the discrete-event loop, and may
+declare:
 
+- ``PARAMS`` (name -> default) and ``PARAM_BOUNDS``: its parameters;
 - ``BYPASSES = True``: it may leave a missed expert uncached (the memory account then keeps a scratch
   buffer for it);
 - ``READS_ROWS = True``: ``make_state`` reads the rows the run will serve ahead of serving them (Belady's
@@ -11,13 +14,14 @@ discrete-event loop, and may declare:
   (``moesim.sim.serve``);
 - ``RESIZABLE = True``: its ``choose_victim`` ignores the object being placed and its state does not
   depend on the capacity, so the engine may take slots away between steps (a served stream's KV cache
-  growing: ``moesim.sim.des_loop.fit_live``).
-- ``make_lanes`` and ``LANE_HOOKS``: the same policy for caches per layer under sequential semantics,
-  eight layers at a time without a branch on hit or miss (the contract: ``moesim.sim.lanes``).
-- ``make_across`` and ``ACROSS_HOOKS``: the same, with a layer in each SIMD lane (the contract:
-  ``moesim.sim.across``).
+  growing: ``moesim.sim.des_loop.fit_live``);
+- ``FAST_PATHS``: ``FastPath``s, the faster backends that give the engine's hits per layer under
+  sequential semantics (tried in order; the first that takes the run runs it);
+- ``STACK``: a ``Stack`` when the policy is a stack algorithm (``moesim.sim.mrc``: its whole miss-ratio
+  curve in one pass).
 
-Hooks a policy leaves out are no-ops (``on_miss`` then admits every miss):
+The hooks, reached in a loop's code as ``policy.<hook>`` (``UNBOUND`` until ``bind`` compiles the loop
+with a policy's table); those a policy leaves out are no-ops (``on_miss`` then admits every miss):
 
 - ``reset(st)``: forget everything (start, and each sequence when the cache resets).
 - ``on_step(st, part, layer, row, ranked, t)``: R for (row, layer) arrives; ``ranked`` is int16[W]
@@ -37,14 +41,16 @@ Hooks a policy leaves out are no-ops (``on_miss`` then admits every miss):
 position of the cell that issues it (before the accesses it anticipates); a preload at the start of
 a row carries the position just before the row.
 
-State lives in the tuple of arrays the policy built, so the engine compiles once per policy and
-never changes when a policy is added. The hooks are inlined into the loop, which runs without
+State lives in the named tuple of arrays the policy built, so the engine compiles once per policy
+and never changes when a policy is added. The hooks are inlined into the loop, which runs without
 reference counting: they must not allocate arrays (do that in ``make_state``).
 """
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -124,6 +130,59 @@ def hooks(**given) -> dict:
     return {**DEFAULT_HOOKS, **given}
 
 
+# What ``policy`` names in a loop's code (``policy.on_hit(...)``) until ``moesim.sim.engine.bind`` compiles
+# the loop with a policy's hook table in its place: a namespace with no hooks, so an unbound loop fails
+# to compile rather than run without a policy.
+UNBOUND = types.ModuleType("moesim.policies.unbound")
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """A backend that gives a policy's hits per layer faster than the engine, for caches per layer under
+    sequential semantics (``moesim.sim.hitrate.simulate`` tries a policy's ``FAST_PATHS`` in order).
+
+    ``kind`` names the driver in ``moesim.sim``: ``"counts"`` (``make`` is the policy's own whole-run
+    function, ``make(experts, seq_offsets, num_experts, reset, slots) -> hits per layer``), ``"lanes"``
+    (``moesim.sim.lanes``: ``make(ctx, lanes)`` builds the state, ``hooks`` are ``lane_reset`` and
+    ``lane_access``) or ``"across"`` (``moesim.sim.across``: ``make(ctx, layers, width)``, ``hooks``
+    ``across_reset`` and ``across_step``). It serves caches of at most ``widest`` slots (None: any) and,
+    where ``crowded`` slots or more, at most ``fullest`` of a layer's experts: there nearly every access
+    hits, the engine's branch on a hit is predicted, and the engine is faster (the crossovers are
+    measured in README, "Benchmarks")."""
+
+    kind: str
+    make: Callable
+    hooks: dict = field(default_factory=dict)
+    fullest: float = 1.0
+    crowded: int = 0
+    widest: int | None = None
+
+    def takes(self, most: int, num_experts: int) -> bool:
+        """Whether it serves caches of up to ``most`` slots in layers of ``num_experts`` experts."""
+        if self.widest is not None and most > self.widest:
+            return False
+        return most <= self.crowded or most <= self.fullest * num_experts
+
+
+# the orders a stack algorithm keeps (``Stack.order``); ``moesim.sim.mrc`` moves an object up each
+RECENCY, NEXT_USE, DECAYED_COUNT = "recency", "next-use", "decayed-count"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A policy that is a stack algorithm (Mattson et al., 1970) under ``semantics``: its cache of C holds
+    the first C objects of an ``order`` (``RECENCY``, ``NEXT_USE``, ``DECAYED_COUNT``) that does not
+    depend on C, so ``moesim.sim.mrc`` finds its hits at every capacity in one pass. ``histogram``
+    (optional) is the policy's own pass for caches per layer, ``histogram(experts, seq_offsets,
+    num_experts, reset) -> int64 [L, E + 1]`` of stack distances (column E: first uses); ``decay(params,
+    rows)`` gives a ``DECAYED_COUNT`` order's γ^d for d = 0..rows, as the policy tabulates it."""
+
+    order: str
+    semantics: tuple
+    histogram: Callable | None = None
+    decay: Callable | None = None
+
+
 @njit(cache=True, inline="always")
 def min_key_slot(key, tie, lo, hi, obj_of, mark, stamp):
     """The slot in lo..hi-1 whose object has the smallest ``(key[obj], tie[obj])``, skipping R.
@@ -142,46 +201,61 @@ def min_key_slot(key, tie, lo, hi, obj_of, mark, stamp):
 
 
 # Doubly linked lists over object ids, several per partition (LRU order, FIFO order, ARC's T1/T2/B1/B2,
-# LeCaR's histories). ``lists`` is (node, ends): node[obj] = (prev, next, list it is on) and
-# ends[part, list] = (head, tail, size). The head is the most recent end. Two 2-D tables rather than
-# six vectors: it is several times faster in numba.
+# LeCaR's histories). node[obj] = (prev, next, list it is on) and ends[part, list] = (head, tail, size),
+# columns named below. The head is the most recent end. Two 2-D tables rather than six vectors: it is
+# several times faster in numba.
 PREV, NEXT, WHICH = 0, 1, 2
 HEAD, TAIL, SIZE = 0, 1, 2
 
 
-def make_lists(num_objects: int, num_parts: int, num_lists: int) -> tuple:
+class Lists(NamedTuple):
+    node: np.ndarray  # int64 [objects, 3]: PREV, NEXT, WHICH
+    ends: np.ndarray  # int64 [partitions, lists, 3]: HEAD, TAIL, SIZE
+
+
+def make_lists(num_objects: int, num_parts: int, num_lists: int) -> Lists:
     node = np.full((num_objects, 3), -1, np.int64)
     ends = np.full((num_parts, num_lists, 3), -1, np.int64)
     ends[:, :, SIZE] = 0
-    return node, ends
+    return Lists(node, ends)
 
 
 @njit(cache=True, inline="always")
 def lists_clear(lists):
-    node, ends = lists
-    node[:] = -1
-    ends[:] = -1
-    ends[:, :, SIZE] = 0
+    lists.node[:] = -1
+    lists.ends[:] = -1
+    lists.ends[:, :, SIZE] = 0
 
 
 @njit(cache=True, inline="always")
 def list_size(lists, part, li):
-    return lists[1][part, li, SIZE]
+    return lists.ends[part, li, SIZE]
+
+
+@njit(cache=True, inline="always")
+def list_head(lists, part, li):
+    return lists.ends[part, li, HEAD]
 
 
 @njit(cache=True, inline="always")
 def list_tail(lists, part, li):
-    return lists[1][part, li, TAIL]
+    return lists.ends[part, li, TAIL]
+
+
+@njit(cache=True, inline="always")
+def list_next(lists, obj):
+    """The object after ``obj`` towards the tail (-1: none)."""
+    return lists.node[obj, NEXT]
 
 
 @njit(cache=True, inline="always")
 def list_of(lists, obj):
-    return lists[0][obj, WHICH]
+    return lists.node[obj, WHICH]
 
 
 @njit(cache=True, inline="always")
 def list_push_head(lists, part, li, obj):
-    node, ends = lists
+    node, ends = lists.node, lists.ends
     head = ends[part, li, HEAD]
     node[obj, PREV] = -1
     node[obj, NEXT] = head
@@ -196,7 +270,7 @@ def list_push_head(lists, part, li, obj):
 
 @njit(cache=True, inline="always")
 def list_remove(lists, part, obj):
-    node, ends = lists
+    node, ends = lists.node, lists.ends
     li = node[obj, WHICH]
     prev = node[obj, PREV]
     nxt = node[obj, NEXT]
@@ -218,7 +292,7 @@ def list_remove(lists, part, obj):
 def list_first_unmarked(lists, part, li, end, mark, stamp):
     """Walking list ``li`` from ``end`` (TAIL: oldest first, HEAD: newest first), the first
     object not in R, or -1."""
-    node, ends = lists
+    node, ends = lists.node, lists.ends
     step = PREV if end == TAIL else NEXT
     obj = ends[part, li, end]
     while obj >= 0 and mark[obj] == stamp:
@@ -230,13 +304,13 @@ def list_first_unmarked(lists, part, li, end, mark, stamp):
 # one stream per partition. rng = uint64[parts, 2] = (start, position) per partition; partition p's
 # stream is the seed's, started p * STREAM draws in (disjoint for fewer than STREAM draws each), so
 # partition 0 draws what a single generator of the seed draws. No global state.
-_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 STREAM = 1 << 40
 
 
 def rng_starts(seed: int, parts: int) -> np.ndarray:
     """Where each partition's stream starts: seed + p * STREAM * golden (mod 2^64)."""
-    return np.array([(seed + p * STREAM * int(_GOLDEN)) % (1 << 64) for p in range(parts)], np.uint64)
+    return np.array([(seed + p * STREAM * int(GOLDEN)) % (1 << 64) for p in range(parts)], np.uint64)
 
 
 def make_rng(seed: int, parts: int = 1) -> np.ndarray:
@@ -262,5 +336,5 @@ def rng_at(position):
 @njit(cache=True, inline="always")
 def rng_uniform(rng, part):
     """Partition ``part``'s next draw, uniform in [0, 1)."""
-    rng[part, 1] += _GOLDEN
+    rng[part, 1] += GOLDEN
     return rng_at(rng[part, 1])

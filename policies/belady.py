@@ -15,14 +15,17 @@ sequence's, with a reset) at that sequence's start, so the victim is the smalles
 (``moesim.policies.keyed_slots``).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import hooks, min_key_slot
+from moesim.policies.base import NEXT_USE, FastPath, Stack, hooks, min_key_slot
 from moesim.policies.keyed_slots import keyed_place, keyed_reset, make_keyed
 
 NAME = "belady"
 READS_ROWS = True  # make_state reads the rows ahead of serving them
+STACK = Stack(NEXT_USE, ("sequential", "step"))  # moesim.sim.mrc says why under step semantics too
 NEVER = np.iinfo(np.int64).max
 
 
@@ -54,7 +57,16 @@ def link_next(experts, num_experts, out, first):
                 first[obj] = pos
 
 
-def make_state(ctx):
+class State(NamedTuple):
+    following: np.ndarray  # int64 [positions]: the same object's next access after each access
+    ahead: np.ndarray      # int64 [objects]: its next access after the clock
+    key: np.ndarray        # float64 [objects]: minus its next use (the smallest key is evicted)
+    seq_end: np.ndarray    # int64 [rows]: the first position after the row's sequence (NEVER without a reset)
+    limit: np.ndarray      # int64 [1]: the current row's ``seq_end``: a use from there on is never
+    row_width: np.int64    # positions per row
+
+
+def make_state(ctx) -> State:
     nxt, first = next_uses(ctx.experts, ctx.num_experts)
     n_layers, width = ctx.experts.shape[1], ctx.experts.shape[2]
     # the first position after each row's sequence: uses from there on do not count with a reset
@@ -62,66 +74,76 @@ def make_state(ctx):
     if ctx.reset_each_seq:
         lengths = np.diff(ctx.seq_offsets)
         seq_end[:] = np.repeat(ctx.seq_offsets[1:] * n_layers * width, lengths)
-    # links to the next access, each object's next access after the clock, minus the next use per
-    # object (the key), the row-end table and [the current row's limit, positions per row]
-    return (nxt, first, np.zeros(ctx.num_objects, np.float64), seq_end, np.array([NEVER, n_layers * width], np.int64))
+    return State(nxt, first, np.zeros(ctx.num_objects, np.float64), seq_end, np.array([NEVER], np.int64),
+                 np.int64(n_layers * width))
 
 
 @njit(cache=True)
 def reset(st):
-    st[2][:] = 0.0
+    st.key[:] = 0.0
 
 
 @njit(cache=True)
 def on_step(st, part, layer, row, ranked, t):
-    st[4][0] = st[3][row]
+    st.limit[0] = st.seq_end[row]
 
 
 @njit(cache=True)
 def on_prefetch(st, part, obj, t):
     # a fill's clock lies just before the row it serves (a preload) or at the end of the cell that
     # issues it: the limit is the one of the row after the clock
-    st[4][0] = st[3][(t + 1) // st[4][1]]
+    st.limit[0] = st.seq_end[(t + 1) // st.row_width]
 
 
 @njit(cache=True)
 def on_access(st, part, slot, obj, t):
-    nxt, ahead = st[0], st[1]
+    nxt, ahead = st.following, st.ahead
     p = ahead[obj]
     while p <= t:  # NEVER stops it
         p = nxt[p]
     ahead[obj] = p
     # the smallest key is evicted, so the key is minus the next use
-    st[2][obj] = -float(p if p < st[4][0] else NEVER)
+    st.key[obj] = -float(p if p < st.limit[0] else NEVER)
 
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    return min_key_slot(st[2], st[2], lo, hi, obj_of, mark, stamp)
+    return min_key_slot(st.key, st.key, lo, hi, obj_of, mark, stamp)
 
 
 HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_access, on_prefetch=on_prefetch, choose_victim=choose_victim,
               on_insert=on_access)
 
 
-def make_lanes(ctx, lanes: int) -> tuple | None:
-    """The keyed slots with T as the constant, and every access's next use as int32 (half the memory
-    traffic of ``next_uses``; a longer trace takes the engine)."""
+class LaneState(NamedTuple):
+    """The keyed slots (``moesim.policies.keyed_slots.Keyed``, T as ``extra``) and the next uses."""
+
+    slot_of: np.ndarray
+    expert_in: np.ndarray
+    key: np.ndarray
+    bits: np.int64
+    extra: np.int64
+    following: np.ndarray  # int32 [positions]: every access's next use (T if never)
+
+
+def make_lanes(ctx, lanes: int) -> LaneState | None:
+    """Every access's next use as int32 (half the memory traffic of ``next_uses``; a longer trace takes
+    the engine)."""
     limit = ctx.experts.size
     keyed = make_keyed(ctx, lanes, limit + 1, limit)
     if keyed is None or limit >= np.iinfo(np.int32).max:
         return None
     following = np.empty(limit, np.int32)
     link_next(ctx.experts, ctx.num_experts, following, np.full(ctx.num_layers * ctx.num_experts, limit, np.int32))
-    return keyed + (following,)
+    return LaneState(*keyed, following)
 
 
 @njit(cache=True)
 def lane_access(st, lane, cap, e, pos, end):
     slot, hit = keyed_place(st, lane, cap, e)
-    following = min(np.int64(st[4][pos]), end)  # T if never (``make_lanes``)
-    st[2][lane, slot] = ((st[3][1] + 1 - following) << st[3][0]) | slot
+    following = min(np.int64(st.following[pos]), end)  # T if never (``make_lanes``)
+    st.key[lane, slot] = ((st.extra + 1 - following) << st.bits) | slot
     return hit
 
 
-LANE_HOOKS = {"lane_reset": keyed_reset, "lane_access": lane_access}
+FAST_PATHS = (FastPath("lanes", make_lanes, {"lane_reset": keyed_reset, "lane_access": lane_access}, fullest=0.75),)

@@ -7,36 +7,43 @@ slot to fill holds the oldest load, so a miss puts its expert there and moves th
 leaves both alone; a byte per expert says whether it is resident.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import hooks
-from moesim.policies.lru import choose_victim, make_state, on_evict, on_insert, reset
+from moesim.policies.base import FastPath, hooks
+from moesim.policies.lru import State, choose_victim, make_state, on_evict, on_insert, reset
 
 NAME = "fifo"
 RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
-__all__ = ["NAME", "RESIZABLE", "make_state", "HOOKS", "make_lanes", "LANE_HOOKS"]
+__all__ = ["NAME", "RESIZABLE", "State", "make_state", "HOOKS", "FAST_PATHS", "LaneState", "make_lanes"]
 
 
 HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)
 
 
-def make_lanes(ctx, lanes: int) -> tuple:
-    """Per lane: resident[expert] (column E: the empty slot's sentinel), the ring of loads, the next slot."""
-    return (np.zeros((lanes, ctx.num_experts + 1), np.uint8), np.zeros((lanes, int(ctx.slots.max())), np.int64),
-            np.zeros(lanes, np.int64))
+class LaneState(NamedTuple):
+    resident: np.ndarray  # uint8 [lanes, E + 1]: 1 if the expert is resident (column E: the empty slot's sentinel)
+    ring: np.ndarray      # int64 [lanes, C]: the expert each slot holds, in load order around the ring
+    next: np.ndarray      # int64 [lanes]: the slot the next miss fills (it holds the oldest load)
+
+
+def make_lanes(ctx, lanes: int) -> LaneState:
+    return LaneState(np.zeros((lanes, ctx.num_experts + 1), np.uint8),
+                     np.zeros((lanes, int(ctx.slots.max())), np.int64), np.zeros(lanes, np.int64))
 
 
 @njit(cache=True)
 def lane_reset(st, lane, cap):
-    st[0][lane, :] = 0
-    st[1][lane, :] = st[0].shape[1] - 1  # every slot empty: its expert is the sentinel, E
-    st[2][lane] = 0
+    st.resident[lane, :] = 0
+    st.ring[lane, :] = st.resident.shape[1] - 1  # every slot empty: its expert is the sentinel, E
+    st.next[lane] = 0
 
 
 @njit(cache=True)
 def lane_access(st, lane, cap, e, pos, end):
-    resident, ring, nxt = st[0], st[1], st[2]
+    resident, ring, nxt = st.resident, st.ring, st.next
     hit = resident[lane, e]
     miss = 1 - np.int64(hit)
     at = nxt[lane]
@@ -49,4 +56,4 @@ def lane_access(st, lane, cap, e, pos, end):
     return np.int64(hit)
 
 
-LANE_HOOKS = {"lane_reset": lane_reset, "lane_access": lane_access}
+FAST_PATHS = (FastPath("lanes", make_lanes, {"lane_reset": lane_reset, "lane_access": lane_access}, fullest=0.75),)

@@ -32,83 +32,109 @@ count from then on. Parameter ``gamma`` (default 0.9, the paper's value). ``gamm
 variant that always admits a missed expert.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import (HEAD, NEXT, hooks, list_of, list_push_head, list_remove, list_size, lists_clear,
-                                  make_lists, min_key_slot)
+from moesim.policies.base import (DECAYED_COUNT, Lists, Stack, hooks, list_head, list_next, list_of, list_push_head,
+                                  list_remove, list_size, lists_clear, make_lists, min_key_slot)
 
 NAME = "gamma"
 PARAMS = {"gamma": 0.9}  # the decay γ of eq. 8
 BYPASSES = True  # a miss outside Top-C is served without a slot (moesim.sim.memory gives it a scratch buffer)
 PARAM_BOUNDS = {"gamma": (0.0, 1.0)}
+PARAM_HELP = {"gamma": "Decay of the gamma policies (MELINOE's γ)."}
 # control words: experts per layer, service clock, current row, sequential?, step stamp
 C_E, C_CLOCK, C_ROW, C_SEQ, C_STAMP = range(5)
 
 
-def make_counts(ctx) -> tuple:
-    """Decayed counts: count at its last update, row of that update, service clock of the last
-    request (-1: never), scratch scores, γ^d for every gap d the trace can have, control words."""
-    gamma = float(ctx.params["gamma"])
+def decay_table(params: dict, rows: int) -> np.ndarray:
+    """γ^d for every gap d = 0..rows the run can have (the lazy decay's table)."""
+    return np.power(float(params["gamma"]), np.arange(rows + 1, dtype=np.float64))
+
+
+# Definition C.1's cache under sequential semantics is the Top-C of an order that does not depend on C
+STACK = Stack(DECAYED_COUNT, ("sequential",), decay=decay_table)
+
+
+class Counts(NamedTuple):
+    """Decayed counts (gamma-admit's whole state)."""
+
+    count: np.ndarray     # float64 [objects]: the count at its last update
+    last_row: np.ndarray  # int64 [objects]: the row of that update
+    served: np.ndarray    # float64 [objects]: the service clock of its last request (-1: never)
+    scores: np.ndarray    # float64 [objects]: scratch: decayed counts now
+    decay: np.ndarray     # float64 [rows + 1]: γ^d for every gap d the trace can have
+    ctl: np.ndarray       # int64 [5]: the control words C_*
+
+
+class State(NamedTuple):
+    counts: Counts
+    residents: Lists      # per partition (order unused)
+    admitted: np.ndarray  # int64 [objects]: the step stamp at which it was admitted
+    requested: np.ndarray  # int64 [objects]: the step stamp at which it was requested
+    slots: np.ndarray     # int64 [partitions]
+
+
+def make_counts(ctx) -> Counts:
     n = ctx.num_objects
-    decay = np.power(gamma, np.arange(ctx.num_rows + 1, dtype=np.float64))
     ctl = np.array([ctx.num_experts, 0, 0, int(ctx.sequential), 0], np.int64)
-    return np.zeros(n), np.zeros(n, np.int64), np.full(n, -1.0), np.zeros(n), decay, ctl
+    return Counts(np.zeros(n), np.zeros(n, np.int64), np.full(n, -1.0), np.zeros(n),
+                  decay_table(ctx.params, ctx.num_rows), ctl)
 
 
-def make_state(ctx):
-    # the counts, the residents per partition (order unused), per object the step stamp at which it
-    # was admitted and at which it was requested, and each partition's slots
-    return make_counts(ctx) + (make_lists(ctx.num_objects, ctx.num_parts, 1), np.full(ctx.num_objects, -1, np.int64),
-                               np.full(ctx.num_objects, -1, np.int64), ctx.slots)
-
-
-@njit(cache=True, inline="always")
-def clear_counts(st):
-    st[0][:] = 0.0
-    st[1][:] = 0
-    st[2][:] = -1.0
-    st[5][C_CLOCK] = 0
+def make_state(ctx) -> State:
+    return State(make_counts(ctx), make_lists(ctx.num_objects, ctx.num_parts, 1),
+                 np.full(ctx.num_objects, -1, np.int64), np.full(ctx.num_objects, -1, np.int64), ctx.slots)
 
 
 @njit(cache=True, inline="always")
-def count_request(st, obj):
+def clear_counts(c):
+    c.count[:] = 0.0
+    c.last_row[:] = 0
+    c.served[:] = -1.0
+    c.ctl[C_CLOCK] = 0
+
+
+@njit(cache=True, inline="always")
+def count_request(c, obj):
     """eq. 8 for one requested expert: decay its count to the current row, add 1, stamp the clock."""
-    count, last_row, served, decay, ctl = st[0], st[1], st[2], st[4], st[5]
+    ctl = c.ctl
     row = ctl[C_ROW]
-    count[obj] = count[obj] * decay[row - last_row[obj]] + 1.0
-    last_row[obj] = row
+    c.count[obj] = c.count[obj] * c.decay[row - c.last_row[obj]] + 1.0
+    c.last_row[obj] = row
     ctl[C_CLOCK] += 1
-    served[obj] = ctl[C_CLOCK]
+    c.served[obj] = ctl[C_CLOCK]
 
 
 @njit(cache=True, inline="always")
-def score(st, obj):
+def score(c, obj):
     """The decayed count now."""
-    return st[0][obj] * st[4][st[5][C_ROW] - st[1][obj]]
+    return c.count[obj] * c.decay[c.ctl[C_ROW] - c.last_row[obj]]
 
 
 @njit(cache=True, inline="always")
-def outranks(st, a, b):
-    """Whether expert a ranks above b by the scores in ``st[3]``: a higher count, or an equal one
+def outranks(c, a, b):
+    """Whether expert a ranks above b by the scores in ``c.scores``: a higher count, or an equal one
     served more recently."""
-    scores, served = st[3], st[2]
+    scores, served = c.scores, c.served
     return scores[a] > scores[b] or (scores[a] == scores[b] and served[a] > served[b])
 
 
 @njit(cache=True, inline="always")
-def lowest_resident(st, lo, hi, obj_of, mark, stamp):
+def lowest_resident(c, lo, hi, obj_of, mark, stamp):
     """The slot of the lowest-ranked resident outside the protected set."""
     for slot in range(lo, hi):
         o = obj_of[slot]
-        st[3][o] = score(st, o)
-    return min_key_slot(st[3], st[2], lo, hi, obj_of, mark, stamp)
+        c.scores[o] = score(c, o)
+    return min_key_slot(c.scores, c.served, lo, hi, obj_of, mark, stamp)
 
 
 @njit(cache=True)
 def reset(st):
-    clear_counts(st)
-    lists_clear(st[6])
+    clear_counts(st.counts)
+    lists_clear(st.residents)
 
 
 @njit(cache=True)
@@ -116,7 +142,8 @@ def on_step(st, part, layer, row, ranked, t):
     """Under ``step`` semantics: count R (hits first, as they are served), then decide which misses
     the Top-C admits: a miss is kept iff fewer than C − |hits| of the other misses and of the
     residents outside R outrank it."""
-    ctl, residents, admitted, requested, scores = st[5], st[6], st[7], st[8], st[3]
+    c, residents, admitted, requested = st.counts, st.residents, st.admitted, st.requested
+    ctl, scores = c.ctl, c.scores
     ctl[C_ROW] = row
     if ctl[C_SEQ]:
         return
@@ -127,19 +154,19 @@ def on_step(st, part, layer, row, ranked, t):
         for j in range(ranked.shape[0]):
             obj = layer * ctl[C_E] + ranked[j]
             if ranked[j] >= 0 and (list_of(residents, obj) >= 0) == hit_pass:
-                count_request(st, obj)
+                count_request(c, obj)
                 requested[obj] = now
-                scores[obj] = st[0][obj]
+                scores[obj] = c.count[obj]
                 if hit_pass:
                     hits += 1
                 else:
                     misses += 1
-    room = st[9][part] - hits
+    room = st.slots[part] - hits
     everyone = misses + list_size(residents, part, 0) - hits <= room  # all of them fit: no ranking
-    o = residents[1][part, 0, HEAD]
+    o = list_head(residents, part, 0)
     while o >= 0 and not everyone:
-        scores[o] = score(st, o)
-        o = residents[0][o, NEXT]
+        scores[o] = score(c, o)
+        o = list_next(residents, o)
     for j in range(ranked.shape[0]):
         e = layer * ctl[C_E] + ranked[j]
         if ranked[j] < 0 or list_of(residents, e) >= 0:
@@ -147,56 +174,56 @@ def on_step(st, part, layer, row, ranked, t):
         above = 0
         for i in range(ranked.shape[0]):
             o = layer * ctl[C_E] + ranked[i]
-            if not everyone and ranked[i] >= 0 and o != e and list_of(residents, o) < 0 and outranks(st, o, e):
+            if not everyone and ranked[i] >= 0 and o != e and list_of(residents, o) < 0 and outranks(c, o, e):
                 above += 1
-        o = residents[1][part, 0, HEAD]
+        o = list_head(residents, part, 0)
         while o >= 0 and above < room and not everyone:
-            if requested[o] != now and outranks(st, o, e):
+            if requested[o] != now and outranks(c, o, e):
                 above += 1
-            o = residents[0][o, NEXT]
+            o = list_next(residents, o)
         if above < room:
             admitted[e] = now
 
 
 @njit(cache=True)
 def on_hit(st, part, slot, obj, t):
-    if st[5][C_SEQ]:
-        count_request(st, obj)
+    if st.counts.ctl[C_SEQ]:
+        count_request(st.counts, obj)
 
 
 @njit(cache=True)
 def on_miss(st, part, obj, t):
     """Under ``sequential`` semantics: count the request; the cache keeps it iff it outranks some
     resident (or there is room)."""
-    ctl, residents = st[5], st[6]
-    if not ctl[C_SEQ]:
-        return st[7][obj] == ctl[C_STAMP]
-    count_request(st, obj)
-    if list_size(residents, part, 0) < st[9][part]:
+    c, residents = st.counts, st.residents
+    if not c.ctl[C_SEQ]:
+        return st.admitted[obj] == c.ctl[C_STAMP]
+    count_request(c, obj)
+    if list_size(residents, part, 0) < st.slots[part]:
         return True
-    st[3][obj] = st[0][obj]
-    o = residents[1][part, 0, HEAD]
+    c.scores[obj] = c.count[obj]
+    o = list_head(residents, part, 0)
     while o >= 0:
-        st[3][o] = score(st, o)
-        if outranks(st, obj, o):
+        c.scores[o] = score(c, o)
+        if outranks(c, obj, o):
             return True
-        o = residents[0][o, NEXT]
+        o = list_next(residents, o)
     return False
 
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    return lowest_resident(st, lo, hi, obj_of, mark, stamp)
+    return lowest_resident(st.counts, lo, hi, obj_of, mark, stamp)
 
 
 @njit(cache=True)
 def on_evict(st, part, slot, obj, t):
-    list_remove(st[6], part, obj)
+    list_remove(st.residents, part, obj)
 
 
 @njit(cache=True)
 def on_insert(st, part, slot, obj, t):
-    list_push_head(st[6], part, 0, obj)
+    list_push_head(st.residents, part, 0, obj)
 
 
 HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_miss, choose_victim=choose_victim,

@@ -15,13 +15,13 @@ from numba import njit
 
 from moesim.policies.base import hooks
 from moesim.policies import gamma
-from moesim.policies.gamma import C_ROW, clear_counts, count_request, lowest_resident, make_counts
+from moesim.policies.gamma import C_ROW, Counts, clear_counts, count_request, lowest_resident, make_counts
 
 NAME = "gamma-admit"
-PARAMS, PARAM_BOUNDS = gamma.PARAMS, gamma.PARAM_BOUNDS  # the same decay as gamma
+PARAMS, PARAM_BOUNDS, PARAM_HELP = gamma.PARAMS, gamma.PARAM_BOUNDS, gamma.PARAM_HELP  # the same decay as gamma
 
 
-def make_state(ctx):
+def make_state(ctx) -> Counts:
     return make_counts(ctx)
 
 
@@ -32,7 +32,7 @@ def reset(st):
 
 @njit(cache=True)
 def on_step(st, part, layer, row, ranked, t):
-    st[5][C_ROW] = row
+    st.ctl[C_ROW] = row
 
 
 @njit(cache=True)

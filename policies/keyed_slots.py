@@ -8,32 +8,43 @@ empty slot's key is its number, below every occupied slot's (a policy's keys are
 ``1 << bits``), so the cache fills before it evicts; slots past the capacity hold the largest key.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit, uint64
 
 LAST = np.iinfo(np.int64).max  # the key of a slot past the capacity: never the minimum
 
 
-def make_keyed(ctx, lanes: int, most: int, extra: int = 0) -> tuple | None:
-    """Per lane: slot_of[expert] (the capacity if not resident; column E: the empty slot's sentinel) and
-    expert_in[slot], int16 as experts are, and key[slot], padded to whole vectors; then the constants
-    (slot bits, ``extra``: the policy's own), a tuple so that the compiled loop keeps them in
-    registers. None if keys up to ``most`` above the slot bits would overflow."""
+class Keyed(NamedTuple):
+    """Per lane, the slots and their keys; then two constants, scalars of the tuple so that the compiled
+    loop keeps them in registers. A policy with more state extends it with fields of its own after these."""
+
+    slot_of: np.ndarray    # int16 [lanes, E + 1]: the expert's slot (the capacity if not resident; column E:
+                           # the empty slot's sentinel)
+    expert_in: np.ndarray  # int16 [lanes, width]: the expert in each slot
+    key: np.ndarray        # int64 [lanes, width]: each slot's key, padded to whole vectors
+    bits: np.int64         # the low bits that hold the slot number
+    extra: np.int64        # the policy's own constant
+
+
+def make_keyed(ctx, lanes: int, most: int, extra: int = 0) -> Keyed | None:
+    """The keyed slots of ``lanes`` lanes; None if keys up to ``most`` above the slot bits would overflow."""
     width = -(-int(ctx.slots.max()) // 8) * 8
     bits = max(1, (width - 1).bit_length())
     if most.bit_length() + bits > 62:
         return None
-    return (np.zeros((lanes, ctx.num_experts + 1), np.int16), np.zeros((lanes, width), np.int16),
-            np.zeros((lanes, width), np.int64), (np.int64(bits), np.int64(extra)))
+    return Keyed(np.zeros((lanes, ctx.num_experts + 1), np.int16), np.zeros((lanes, width), np.int16),
+                 np.zeros((lanes, width), np.int64), np.int64(bits), np.int64(extra))
 
 
 @njit(cache=True, inline="always")
 def keyed_reset(st, lane, cap):
     """Every slot of the lane empty (a policy's ``lane_reset``)."""
-    st[0][lane, :] = cap
-    st[1][lane, :] = st[0].shape[1] - 1  # the sentinel, E
-    for slot in range(st[2].shape[1]):
-        st[2][lane, slot] = slot if slot < cap else LAST
+    st.slot_of[lane, :] = cap
+    st.expert_in[lane, :] = st.slot_of.shape[1] - 1  # the sentinel, E
+    for slot in range(st.key.shape[1]):
+        st.key[lane, slot] = slot if slot < cap else LAST
 
 
 @njit(cache=True, inline="always")
@@ -50,10 +61,10 @@ def lowest(key):
 def keyed_place(st, lane, cap, e):
     """Serve expert ``e``: its slot if resident (a hit), else the lowest key's, which it now holds.
     Returns (slot, 1 on a hit else 0); the caller writes the slot's new key."""
-    slot_of, expert_in, key = st[0], st[1], st[2][lane]
+    slot_of, expert_in, key = st.slot_of, st.expert_in, st.key[lane]
     held = np.int64(slot_of[lane, e])
     hit = np.int64(held < cap)
-    victim = lowest(key) & ((np.int64(1) << st[3][0]) - 1)
+    victim = lowest(key) & ((np.int64(1) << st.bits) - 1)
     slot = victim + hit * (held - victim)
     slot_of[lane, expert_in[lane, slot]] = cap + hit * (slot - cap)  # the evicted expert (or the sentinel)
     slot_of[lane, e] = slot

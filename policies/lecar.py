@@ -19,7 +19,7 @@ weights do not move, a history entry of the expert is dropped (it is resident ag
 experts take it in as a load: LRU at its MRU end, LFU at count 0 (see ``lfu``).
 
 Per layer under sequential semantics, up to 32 slots, the same rules run with a layer in each SIMD
-lane (``moesim.policies.lecar_across``, ``ACROSS_HOOKS``; ``moesim.sim.across``).
+lane (``moesim.policies.lecar_across``, ``FAST_PATHS``; ``moesim.sim.across``).
 
 libCacheSim differs in three ways, which is why tests compare hit rates with a tolerance: each
 history holds C/2 ids, an eviction on which both experts agree goes to no history, and its random
@@ -27,27 +27,40 @@ draws come from its own generator.
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
 from moesim.policies import lecar_across
-from moesim.policies.base import (TAIL, hooks, list_first_unmarked, list_of, list_push_head, list_remove,
-                                  list_size, list_tail, lists_clear, make_lists, make_rng, rng_reset, rng_uniform)
+from moesim.policies.base import (TAIL, FastPath, Lists, hooks, list_first_unmarked, list_of, list_push_head,
+                                  list_remove, list_size, list_tail, lists_clear, make_lists, make_rng, rng_reset,
+                                  rng_uniform)
+from moesim.policies.lfu import State as LfuState
 from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_fill_next, lfu_hit, lfu_insert, lfu_victim, make_lfu
 
 NAME = "lecar"
 PARAMS = {"seed": 0}  # of the random choice between its two experts
+PARAM_HELP = {"seed": "Seed of the policy's random choices (random, lecar)."}
 RECENCY, H_LRU, H_LFU = 0, 1, 2
 LEARNING_RATE = 0.45
 
 
-def make_state(ctx):
-    # lists: recency order of residents and the two histories; the LFU expert's state; eviction time
-    # per id; per partition: w_LRU, access clock, slots, penalty factor by age; generator
-    return (make_lists(ctx.num_objects, ctx.num_parts, 3), make_lfu(ctx), np.zeros(ctx.num_objects, np.int64),
-            np.full(ctx.num_parts, 0.5), np.zeros(ctx.num_parts, np.int64),
-            ctx.slots, penalty_tables(ctx.slots), make_rng(int(ctx.params["seed"]), ctx.num_parts))
+class State(NamedTuple):
+    lists: Lists             # per partition the residents' recency order (RECENCY) and the histories H_LRU, H_LFU
+    lfu: LfuState            # the LFU expert
+    evicted_at: np.ndarray   # int64 [objects]: the partition's access clock when the id was evicted
+    w_lru: np.ndarray        # float64 [partitions]: LRU's weight
+    clock: np.ndarray        # int64 [partitions]: accesses so far
+    slots: np.ndarray        # int64 [partitions]
+    penalties: np.ndarray    # float64 [partitions, ages]: the penalty factor by age (``penalty_tables``)
+    rng: np.ndarray          # the generator, a stream per partition (``moesim.policies.base.make_rng``)
+
+
+def make_state(ctx) -> State:
+    return State(make_lists(ctx.num_objects, ctx.num_parts, 3), make_lfu(ctx), np.zeros(ctx.num_objects, np.int64),
+                 np.full(ctx.num_parts, 0.5), np.zeros(ctx.num_parts, np.int64), ctx.slots, penalty_tables(ctx.slots),
+                 make_rng(int(ctx.params["seed"]), ctx.num_parts))
 
 
 def penalty_tables(slots: np.ndarray) -> np.ndarray:
@@ -68,29 +81,29 @@ def penalty_tables(slots: np.ndarray) -> np.ndarray:
 
 @njit(cache=True)
 def reset(st):
-    lists_clear(st[0])
-    lfu_clear(st[1])
-    st[3][:] = 0.5
-    st[4][:] = 0
-    rng_reset(st[7])
+    lists_clear(st.lists)
+    lfu_clear(st.lfu)
+    st.w_lru[:] = 0.5
+    st.clock[:] = 0
+    rng_reset(st.rng)
 
 
 @njit(cache=True)
 def on_hit(st, part, slot, obj, t):
-    lists, lfu, clock = st[0], st[1], st[4]
+    lists, clock = st.lists, st.clock
     clock[part] += 1
     list_remove(lists, part, obj)
     list_push_head(lists, part, RECENCY, obj)
-    lfu_hit(lfu, part, obj, clock[part])
+    lfu_hit(st.lfu, part, obj, clock[part])
 
 
 @njit(cache=True)
 def on_miss(st, part, obj, t):
-    lists, evicted_at, w_lru, clock, penalties = st[0], st[2], st[3], st[4], st[6]
+    lists, w_lru, clock, penalties = st.lists, st.w_lru, st.clock, st.penalties
     clock[part] += 1
     found = list_of(lists, obj)
     if found == H_LRU or found == H_LFU:
-        penalty = penalties[part, min(clock[part] - evicted_at[obj], penalties.shape[1] - 1)]
+        penalty = penalties[part, min(clock[part] - st.evicted_at[obj], penalties.shape[1] - 1)]
         if found == H_LRU:
             lru = w_lru[part] * penalty
             lfu = 1.0 - w_lru[part]
@@ -99,39 +112,39 @@ def on_miss(st, part, obj, t):
             lfu = (1.0 - w_lru[part]) * penalty
         w_lru[part] = lru / (lru + lfu)
         list_remove(lists, part, obj)
-    lfu_fill_next(st[1], 0)
+    lfu_fill_next(st.lfu, 0)
     return True
 
 
 @njit(cache=True)
 def on_prefetch(st, part, obj, t):
-    found = list_of(st[0], obj)
+    found = list_of(st.lists, obj)
     if found == H_LRU or found == H_LFU:
-        list_remove(st[0], part, obj)
-    lfu_fill_next(st[1], 1)
+        list_remove(st.lists, part, obj)
+    lfu_fill_next(st.lfu, 1)
 
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    lists, lfu, evicted_at, w_lru, clock, capacity = st[0], st[1], st[2], st[3], st[4], st[5][part]
-    if rng_uniform(st[7], part) < w_lru[part]:
+    lists, capacity = st.lists, st.slots[part]
+    if rng_uniform(st.rng, part) < st.w_lru[part]:
         victim, history = slot_of[list_first_unmarked(lists, part, RECENCY, TAIL, mark, stamp)], H_LRU
     else:
-        victim, history = lfu_victim(lfu, part, lo, hi, obj_of, slot_of, mark, stamp), H_LFU
+        victim, history = lfu_victim(st.lfu, part, lo, hi, obj_of, slot_of, mark, stamp), H_LFU
     gone = obj_of[victim]
     list_remove(lists, part, gone)
-    lfu_evict(lfu, part, gone)
+    lfu_evict(st.lfu, part, gone)
     if list_size(lists, part, history) >= capacity:
         list_remove(lists, part, list_tail(lists, part, history))
     list_push_head(lists, part, history, gone)
-    evicted_at[gone] = clock[part]
+    st.evicted_at[gone] = st.clock[part]
     return victim
 
 
 @njit(cache=True)
 def on_insert(st, part, slot, obj, t):
-    list_push_head(st[0], part, RECENCY, obj)
-    lfu_insert(st[1], part, obj, st[4][part])
+    list_push_head(st.lists, part, RECENCY, obj)
+    lfu_insert(st.lfu, part, obj, st.clock[part])
 
 
 HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch, choose_victim=choose_victim,
@@ -143,4 +156,8 @@ def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
     return lecar_across.make_across(ctx, layers, width, penalty_tables(ctx.slots))
 
 
-ACROSS_HOOKS = {"across_reset": lecar_across.across_reset, "across_step": lecar_across.across_step}
+# up to WIDEST slots per layer with a layer in each SIMD lane; wider than eight slots, up to half a
+# layer's experts (the crossover with the engine: README, "Benchmarks")
+FAST_PATHS = (FastPath("across", make_across, {"across_reset": lecar_across.across_reset,
+                                               "across_step": lecar_across.across_step},
+                       fullest=0.5, crowded=8, widest=lecar_across.WIDEST),)

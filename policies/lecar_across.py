@@ -32,14 +32,14 @@ the engine runs it).
 import numpy as np
 from numba import njit, uint64
 
-from moesim.policies.base import _GOLDEN, rng_at, rng_starts
+from moesim.policies.base import GOLDEN, rng_at, rng_starts
 
 TOP = np.int32(2 ** 31 - 1)
 # per-lane fields: the capacity, the hits, the draws so far; what the search found: the expert, its slot
 # (-1: none), LRU's and LFU's victims (slot, expert), its history slot (-1: none), its age there, each
 # history's free-or-oldest slot; what the access changes: the slot it writes and whether it hit there,
-# the history slot it pushes to (-1: none) and the id pushed (HIT is KAT >= 0, kept: deriving it in the
-# write pass measured 5% slower)
+# the history slot it pushes to (-1: none) and the id pushed (HIT is KAT >= 0, kept as a field: deriving it
+# in the write pass was slower, README "Benchmarks")
 (CAP, HITS, DRAWS, EXP, KAT, LRU_AT, LRU_IN, LFU_AT, LFU_IN, HAT, AGE, OLD_LRU, OLD_LFU, SLOT, HIT, TARGET,
  INTO) = range(17)
 FIELDS = 17
@@ -47,6 +47,10 @@ EIN, CNT, LAST = range(3)  # resident slot fields, WIDTH entries of LANES each
 HEXP, HKEY = range(2)  # history slot fields, 2 * WIDTH entries of LANES each
 CHUNK = 8  # slots per innermost loop, which LLVM unrolls
 WIDEST = 4 * CHUNK
+# the lanes' shape, compile-time constants: ``moesim.sim.across`` compiles these functions once per slot width,
+# with ``bind``'s ``constants`` in place of these defaults
+LANES = 16  # layers stepping together
+WIDTH = CHUNK  # slots per lane
 
 
 def make_across(ctx, layers: np.ndarray, width: int, penalties: np.ndarray) -> tuple | None:
@@ -65,7 +69,7 @@ def make_across(ctx, layers: np.ndarray, width: int, penalties: np.ndarray) -> t
 
 def across_reset(window, row, blk, p):
     """Every lane empty before access ``(row, 0)``, w_LRU = 0.5 and the generators at their starts."""
-    lanes, w = uint64(LANES), uint64(WIDTH)  # noqa: F821 (bound by ``moesim.sim.engine.bind``)
+    lanes, w = uint64(LANES), uint64(WIDTH)
     residents, history = uint64(FIELDS) * lanes, uint64(FIELDS + 3 * w) * lanes
     for li in range(lanes):
         l = uint64(li)
@@ -86,7 +90,7 @@ def across_reset(window, row, blk, p):
 
 def across_step(window, row, j, g, n_layers, total, blk, p):
     """Serve access ``(row, j)`` in every lane (lane ``li`` is layer ``g + li``)."""
-    lanes, w = uint64(LANES), uint64(WIDTH)  # noqa: F821 (bound by ``moesim.sim.engine.bind``)
+    lanes, w = uint64(LANES), uint64(WIDTH)
     residents, history = uint64(FIELDS) * lanes, uint64(FIELDS + 3 * w) * lanes
     now = np.int32(row * window.shape[1] + j + 1)
     floats, starts = p
@@ -125,7 +129,7 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
         # a full cache's miss: the draw picks LRU's or LFU's victim, whose id goes to that expert's history
         evict = (1 - hit) & np.int32(lru_in >= 0)
         draws = blk[uint64(DRAWS) * lanes + l] + 1
-        take_lru = np.int32(rng_at(starts[li] + uint64(draws) * _GOLDEN) < wl)
+        take_lru = np.int32(rng_at(starts[li] + uint64(draws) * GOLDEN) < wl)
         blk[uint64(DRAWS) * lanes + l] = draws - 1 + evict
         victim = lru_at if take_lru else lfu_at
         into = lru_in if take_lru else lfu_in

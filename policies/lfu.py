@@ -16,39 +16,48 @@ slot) into one integer (``moesim.policies.keyed_slots``), so the victim, fewest 
 recent, is the smallest key.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import (TAIL, hooks, list_first_unmarked, list_of, list_push_head, list_remove,
-                                  lists_clear, make_lists, min_key_slot)
-from moesim.policies.keyed_slots import keyed_place, keyed_reset, make_keyed
+from moesim.policies.base import (TAIL, FastPath, Lists, hooks, list_first_unmarked, list_of, list_push_head,
+                                  list_remove, lists_clear, make_lists, min_key_slot)
+from moesim.policies.keyed_slots import Keyed, keyed_place, keyed_reset, make_keyed
 
 NAME = "lfu"
 RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
 ONES, ZEROS = 0, 1
 
 
-def make_lfu(ctx) -> tuple:
-    """LFU state: count and last access per object, the lists of residents with count 1 and 0, and
-    whether the next insert is a fill (set by ``lfu_fill_next``)."""
-    return (np.zeros(ctx.num_objects), np.zeros(ctx.num_objects), make_lists(ctx.num_objects, ctx.num_parts, 2),
-            np.zeros(1, np.int64))
+class State(NamedTuple):
+    """LFU's state (LeCaR's LFU expert too)."""
+
+    count: np.ndarray  # float64 [objects]: accesses since it was loaded
+    seen: np.ndarray   # float64 [objects]: its last access
+    low: Lists         # per partition the residents of count 1 (ONES) and 0 (ZEROS), in the order they got it
+    fill: np.ndarray   # int64 [1]: 1 if the next insert is a prefetch fill (``lfu_fill_next``)
+
+
+def make_lfu(ctx) -> State:
+    return State(np.zeros(ctx.num_objects), np.zeros(ctx.num_objects), make_lists(ctx.num_objects, ctx.num_parts, 2),
+                 np.zeros(1, np.int64))
 
 
 @njit(cache=True, inline="always")
 def lfu_clear(lfu):
-    lists_clear(lfu[2])
+    lists_clear(lfu.low)
 
 
 @njit(cache=True, inline="always")
 def lfu_fill_next(lfu, fill):
     """The next insert is a prefetch fill (count 0) or a demand load (count 1)."""
-    lfu[3][0] = fill
+    lfu.fill[0] = fill
 
 
 @njit(cache=True, inline="always")
 def lfu_hit(lfu, part, obj, now):
-    count, seen, lists = lfu[0], lfu[1], lfu[2]
+    count, seen, lists = lfu.count, lfu.seen, lfu.low
     if count[obj] <= 1.0:
         list_remove(lists, part, obj)
         if count[obj] == 0.0:
@@ -59,28 +68,28 @@ def lfu_hit(lfu, part, obj, now):
 
 @njit(cache=True, inline="always")
 def lfu_insert(lfu, part, obj, now):
-    fill = lfu[3][0] == 1
-    lfu[0][obj] = 0.0 if fill else 1.0
-    lfu[1][obj] = now
-    list_push_head(lfu[2], part, ZEROS if fill else ONES, obj)
+    fill = lfu.fill[0] == 1
+    lfu.count[obj] = 0.0 if fill else 1.0
+    lfu.seen[obj] = now
+    list_push_head(lfu.low, part, ZEROS if fill else ONES, obj)
 
 
 @njit(cache=True, inline="always")
 def lfu_evict(lfu, part, obj):
-    if list_of(lfu[2], obj) >= 0:
-        list_remove(lfu[2], part, obj)
+    if list_of(lfu.low, obj) >= 0:
+        list_remove(lfu.low, part, obj)
 
 
 @njit(cache=True, inline="always")
 def lfu_victim(lfu, part, lo, hi, obj_of, slot_of, mark, stamp):
     for li in (ZEROS, ONES):
-        oldest = list_first_unmarked(lfu[2], part, li, TAIL, mark, stamp)
+        oldest = list_first_unmarked(lfu.low, part, li, TAIL, mark, stamp)
         if oldest >= 0:
             return slot_of[oldest]
-    return min_key_slot(lfu[0], lfu[1], lo, hi, obj_of, mark, stamp)
+    return min_key_slot(lfu.count, lfu.seen, lo, hi, obj_of, mark, stamp)
 
 
-def make_state(ctx):
+def make_state(ctx) -> State:
     return make_lfu(ctx)
 
 
@@ -124,8 +133,8 @@ HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefet
               on_evict=on_evict, on_insert=on_insert)
 
 
-def make_lanes(ctx, lanes: int) -> tuple | None:
-    """The keyed slots, with the clock's bits as the constant: a key is (count, clock, slot)."""
+def make_lanes(ctx, lanes: int) -> Keyed | None:
+    """The keyed slots, with the clock's bits as the constant (``extra``): a key is (count, clock, slot)."""
     clock = ctx.experts.size.bit_length()
     return make_keyed(ctx, lanes, (ctx.experts.shape[0] * ctx.top_k) << clock, clock)
 
@@ -133,10 +142,10 @@ def make_lanes(ctx, lanes: int) -> tuple | None:
 @njit(cache=True)
 def lane_access(st, lane, cap, e, pos, end):
     slot, hit = keyed_place(st, lane, cap, e)
-    shift, key = st[3][1] + st[3][0], st[2]
+    shift, key = st.extra + st.bits, st.key
     count = ((key[lane, slot] >> shift) + 1) * hit + 1 - hit  # a load starts at 1
-    key[lane, slot] = (count << shift) | (pos << st[3][0]) | slot
+    key[lane, slot] = (count << shift) | (pos << st.bits) | slot
     return hit
 
 
-LANE_HOOKS = {"lane_reset": keyed_reset, "lane_access": lane_access}
+FAST_PATHS = (FastPath("lanes", make_lanes, {"lane_reset": keyed_reset, "lane_access": lane_access}, fullest=0.75),)

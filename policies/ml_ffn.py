@@ -25,6 +25,7 @@ feature is LRU exactly, one whose output is the distance to the next use is Bela
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -35,6 +36,7 @@ from moesim.policies.base import hooks, min_key_slot
 NAME = "ml-ffn"
 READS_ROWS = True  # make_state reads the rows ahead of serving them
 PARAMS = {"ml_model": None}  # the model file from 'moesim train ml-ffn' (required)
+PARAM_HELP = {"ml_model": "Model file from 'moesim train ml-ffn' (needed by ml-ffn)."}
 WEIGHTS = ("w1", "b1", "w2", "b2", "w3", "b3")
 
 
@@ -74,7 +76,17 @@ def load_model(path: str | Path) -> dict:
 CHUNK_ROWS = 1024
 
 
-def make_state(ctx):
+C_E, C_ROW, C_LAYER, C_CLOCK = range(4)  # control words: experts per layer, current row and layer, service clock
+
+
+class State(NamedTuple):
+    neg_pred: np.ndarray  # float32 [rows, L, E]: minus the predicted distance to each expert's next use
+    key: np.ndarray       # float64 [objects]: scratch: the victim's key
+    ctl: np.ndarray       # int64 [4]: the control words
+    served: np.ndarray    # float64 [objects]: the service clock when it was last served
+
+
+def make_state(ctx) -> State:
     path = ctx.params["ml_model"]
     if path is None:
         raise MoesimError("policy ml-ffn needs a model: pass --ml-model MODEL.npz (from 'moesim train ml-ffn')")
@@ -85,10 +97,8 @@ def make_state(ctx):
                           f"model(s); the trace has {ctx.num_experts} experts and {ctx.num_layers} layers")
     weights = tuple(np.ascontiguousarray(model[k], np.float32) for k in WEIGHTS)
     neg_pred = predictions(ctx.experts, ctx.seq_offsets, ctx.num_experts, ctx.reset_each_seq, weights, negate=True)
-    # minus the predicted distance per (row, layer, expert); scratch key per object; [E, row, layer,
-    # service clock]; the clock when each object was last served
-    return (neg_pred, np.zeros(ctx.num_objects), np.array([ctx.num_experts, 0, 0, 0], np.int64),
-            np.zeros(ctx.num_objects))
+    return State(neg_pred, np.zeros(ctx.num_objects), np.array([ctx.num_experts, 0, 0, 0], np.int64),
+                 np.zeros(ctx.num_objects))
 
 
 def predictions(experts: np.ndarray, seq_offsets: np.ndarray, num_experts: int, reset_each_seq: bool,
@@ -174,25 +184,25 @@ def fill_features(experts, starts, num_experts, lo, hi, last_row, count, max_cou
 
 @njit(cache=True)
 def on_step(st, part, layer, row, ranked, t):
-    st[2][1] = row
-    st[2][2] = layer
+    st.ctl[C_ROW] = row
+    st.ctl[C_LAYER] = layer
 
 
 @njit(cache=True)
 def served(st, part, slot, obj, t):
-    st[2][3] += 1
-    st[3][obj] = st[2][3]
+    st.ctl[C_CLOCK] += 1
+    st.served[obj] = st.ctl[C_CLOCK]
 
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    neg_pred, key, ctl = st[0], st[1], st[2]
-    num_experts, row, layer = ctl[0], ctl[1], ctl[2]
+    neg_pred, key, ctl = st.neg_pred, st.key, st.ctl
+    num_experts, row, layer = ctl[C_E], ctl[C_ROW], ctl[C_LAYER]
     for slot in range(lo, hi):
         o = obj_of[slot]
         other = o // num_experts
         key[o] = neg_pred[row if other <= layer else row - 1, other, o - other * num_experts]
-    return min_key_slot(key, st[3], lo, hi, obj_of, mark, stamp)
+    return min_key_slot(key, st.served, lo, hi, obj_of, mark, stamp)
 
 
 HOOKS = hooks(on_step=on_step, on_hit=served, choose_victim=choose_victim, on_insert=served)

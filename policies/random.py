@@ -5,6 +5,9 @@ reset, so the same trace, capacity and seed give the same misses. A prefetch dra
 same way (prefetch rule).
 """
 
+from typing import NamedTuple
+
+import numpy as np
 from numba import njit
 
 from moesim.policies.base import hooks, make_rng, rng_reset, rng_uniform
@@ -12,21 +15,26 @@ from moesim.policies.base import hooks, make_rng, rng_reset, rng_uniform
 NAME = "random"
 RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
 PARAMS = {"seed": 0}
+PARAM_HELP = {"seed": "Seed of the policy's random choices (random, lecar)."}
 
 
-def make_state(ctx):
-    return (make_rng(int(ctx.params["seed"])),)
+class State(NamedTuple):
+    rng: np.ndarray  # one generator for every partition (``moesim.policies.base.make_rng``)
+
+
+def make_state(ctx) -> State:
+    return State(make_rng(int(ctx.params["seed"])))
 
 
 @njit(cache=True)
 def reset(st):
-    rng_reset(st[0])
+    rng_reset(st.rng)
 
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     while True:
-        slot = lo + int(rng_uniform(st[0], 0) * (hi - lo))
+        slot = lo + int(rng_uniform(st.rng, 0) * (hi - lo))
         if mark[obj_of[slot]] != stamp:
             return slot
 

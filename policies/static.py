@@ -10,6 +10,8 @@ expert needs the slot. Count ties go to the lower expert id. A prefetch of an ex
 pinned is dropped once the cache is full; a pinned one is placed as a miss would be (prefetch rule).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -18,10 +20,15 @@ from moesim.policies.base import hooks, min_key_slot
 
 NAME = "static"
 PARAMS = {"pin_trace": None}  # the trace whose popularity is pinned (None: the simulated one)
+PARAM_HELP = {"pin_trace": "Trace whose popularity the static policy pins (default: the simulated trace)."}
 BYPASSES = True  # an expert that is not pinned is served without a slot
 
 
-def make_state(ctx):
+class State(NamedTuple):
+    pinned: np.ndarray  # float64 [objects]: 1.0 if pinned
+
+
+def make_state(ctx) -> State:
     source = ctx.params["pin_trace"]
     experts = ctx.experts if source is None else source.experts
     if source is not None and (source.meta.num_experts != ctx.num_experts or experts.shape[1] != ctx.num_layers):
@@ -38,14 +45,14 @@ def make_state(ctx):
         pinned[(np.arange(ctx.num_layers)[:, None] * ctx.num_experts + order)[top]] = 1.0
     else:
         pinned[np.argsort(-counts, kind="stable")[:ctx.slots[0]]] = 1.0
-    return (pinned,)
+    return State(pinned)
 
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    if st[0][obj] == 0.0:
+    if st.pinned[obj] == 0.0:
         return -1
-    return min_key_slot(st[0], st[0], lo, hi, obj_of, mark, stamp)
+    return min_key_slot(st.pinned, st.pinned, lo, hi, obj_of, mark, stamp)
 
 
 HOOKS = hooks(choose_victim=choose_victim)

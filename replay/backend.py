@@ -1,8 +1,8 @@
 """The interface the replay's executor (``moesim.replay.run``) drives, the same on every backend.
 
 - ``load(obj, buf)``: queue the copy of expert ``obj`` (layer * E + expert) into buffer ``buf``;
-  returns a handle for ``ready``; ``load_lowbit(obj, buf)``: the same for its low-bit copy
-  (``lowbit-miss``);
+  returns a handle for ``ready``; ``load_lowbit(obj, buf)``: the same for its low-bit copy (the
+  ``A_LOWBIT`` action);
 - ``ready(handle)``: the compute stream waits for that copy;
 - ``weights(buf)``: the buffer as a flat tensor for ``ComputeStream.expert``;
 - ``host(obj)``: expert ``obj``'s weights in host memory, for ``ComputeStream.cpu`` (the experts of the

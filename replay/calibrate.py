@@ -26,8 +26,8 @@ replay's own code, timed with garbage collection off after a warm-up:
    microbenchmark's latency and transfer time down alike.
 
 5. **The host CPU**, ``[cpu]`` (``moesim.replay.calibrate_cpu``): DRAM bandwidth, the expert kernel's
-   FLOP/s and fixed cost, and (CPU backend) the executor's cost per CPU layer from an all-CPU
-   ``cpu-experts`` replay.
+   FLOP/s and fixed cost, and (CPU backend) the executor's cost per CPU layer from a replay with every
+   layer's experts on the CPU.
 
 ``moe_launch_s`` and ``expert_launch_s`` stay 0: the replay's launches are inside the measured
 layer and expert times. The ``[gpu]`` section only names the device.
@@ -52,6 +52,7 @@ from moesim.replay.compute import DTYPE, ComputeStream
 from moesim.replay.run import no_gc, replay
 from moesim.replay.scratch import scratch_folder
 from moesim.sim.config import Config
+from moesim.sim.strategies import STRATEGIES
 from moesim.sim.costs import link_copy_s
 from moesim.sim.des import simulate_des
 from moesim.sim.hardware import GPU, Hardware, Link, MeasuredCompute
@@ -227,7 +228,8 @@ def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: in
 
 
 def _cpu_layer_fit(hw: Hardware, model: ModelSpec, repeats: int, workdir, seed: int) -> Hardware:
-    """The executor's cost per CPU layer, from an all-CPU cpu-experts replay (``fit_cpu_layer``)."""
+    """The executor's cost per CPU layer, from a replay with every layer's experts on the CPU (the strategy that
+    places whole layers there: its ``PLACES`` parameter counts them; ``fit_cpu_layer``)."""
     from moesim.tracegen.synth import synth_trace
 
     small = _executor_model(model)
@@ -235,7 +237,8 @@ def _cpu_layer_fit(hw: Hardware, model: ModelSpec, repeats: int, workdir, seed: 
                         model=small.name)
 
     def replayed(machine: Hardware, t) -> tuple[float, float]:
-        config = Config.build(strategy="cpu-experts", cpu_layers=small.num_layers)
+        placing = next(m for m in STRATEGIES.values() if m.CPU and getattr(m, "PLACES", None))
+        config = Config.build(strategy=placing.NAME, **{placing.PLACES: small.num_layers})
         r = replay(t, config, machine, "cpu", workdir=workdir, seed=seed, model=small)
         return float(np.mean(r.step_times)), float(np.mean(r.sim_step_times))
 

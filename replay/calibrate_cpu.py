@@ -11,7 +11,7 @@ the threads the replay computes with:
    the cache (so the weights come from DRAM, as a decoding step's do);
 3. **fixed cost per expert** (``task_us``): the 1-token time less the larger of the two terms, never
    below zero;
-4. **per CPU layer** (``sync_us``), on the CPU backend: the replay runs an all-CPU ``cpu-experts`` log
+4. **per CPU layer** (``sync_us``), on the CPU backend: the replay runs a log with every layer on the CPU
    and the per-layer difference between replay and simulation is the executor's hand-off (there is
    no PCIe trip on this backend); on a CUDA machine it keeps the preset's value, which the CUDA
    replay cannot yet measure.

@@ -6,9 +6,9 @@ after every read the pages are dropped from the page cache (``posix_fadvise(DONT
 next read of the same expert goes to the disk again, as an expert fetched from the slow tier does.
 The fast tier is RAM buffers (the slots, and scratch). One reader thread is the copy stream (FIFO,
 like the simulator's copy engine); the main thread is the compute stream (``moesim.replay.compute``).
-The experts of the layers a strategy places whole (``cpu-experts``: on the host CPU or on the GPU)
-sit in RAM instead, written once before the clock starts, and are computed from there by the same
-thread, so a CPU layer and a GPU layer never overlap (which is what ``cpu-experts`` does).
+The experts of the layers a strategy places whole (on the host CPU or on the GPU) sit in RAM instead,
+written once before the clock starts, and are computed from there by the same thread, so a CPU layer
+and a GPU layer never overlap (which is what such a strategy does, as llama.cpp's --n-cpu-moe).
 """
 
 from __future__ import annotations

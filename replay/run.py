@@ -38,20 +38,24 @@ from moesim.replay.virtual import VirtualBackend
 from moesim.sim.config import Config
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.des_state import EV_CPU, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD
-from moesim.sim.strategies import CACHED, ON_GPU
+from moesim.sim.strategies import CACHED, ON_GPU, STRATEGIES, get_strategy
 from moesim.sim.hardware import Hardware
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE
 from moesim.tracegen.trace import Trace
 
 BACKENDS = ("cpu", "cuda", "virtual")
-# the strategies each real backend executes (virtual: all): the CPU backend's one compute thread runs a
-# CPU layer or a GPU layer at a time, which is cpu-experts; CPU work beside GPU work needs a real GPU
-REAL_STRATEGIES = {"cpu": ("gpu-cache", "cpu-experts"), "cuda": ("gpu-cache",)}
+# the settings a replay takes: what the simulator decides and the machine the virtual backend simulates
+# (a real backend runs on this one, and its dtype is the backend's)
+REPLAY_SETTINGS = ("model", "hardware", "link", "ssd", "policy", "capacity", "scope", "prefetch", "mode", "batch",
+                   "kernel", "strategy", "dtype", "dram_capacity", "context", "gamma", "seed", "ml_model",
+                   "pin_trace", "train_trace", "cpu_layers", "lowbit_threshold", "lowbit_dtype")
 
 
 @dataclass
 class ReplayResult:
+    model: str             # as replayed: cut and scaled
+    hardware: str          # the machine the simulator described
     policy: str
     capacity: int
     backend: str
@@ -113,8 +117,9 @@ def check_backend(config: Config, backend: str) -> None:
     if backend != "virtual" and config.cache.dram_capacity is not None:
         raise MoesimError(f"--backend {backend} replays two tiers (slow tier -> fast buffers); the SSD tier "
                           "(--dram-capacity) is replayed on --backend virtual only")
-    if backend != "virtual" and strategy not in REAL_STRATEGIES[backend]:
-        raise MoesimError(f"--backend {backend} executes strategies {', '.join(REAL_STRATEGIES[backend])}; "
+    if backend != "virtual" and backend not in getattr(get_strategy(strategy), "REPLAY", ()):
+        executes = [name for name, m in STRATEGIES.items() if backend in getattr(m, "REPLAY", ())]
+        raise MoesimError(f"--backend {backend} executes strategies {', '.join(executes)}; "
                           f"{strategy} is replayed on --backend virtual only (its CPU and GPU work overlap)")
     if config.workload.warmup:
         raise MoesimError("replay times every step; leave warmup at 0 (it is for simulated comparisons)")
@@ -196,7 +201,8 @@ def _result(sim: DesResult, backend: str, layers: int, scale: float, times: np.n
     if (hits, accesses) != (sim.hits, sim.accesses):
         raise MoesimError(f"replay hits {hits}/{accesses} differ from the simulator's {sim.hits}/{sim.accesses}")
     tokens = float(sim.decode_tokens)
-    return ReplayResult(sim.policy, sim.capacity, backend, sim.kernel, layers, scale, float(times.mean()),
+    return ReplayResult(sim.model, sim.hardware, sim.policy, sim.capacity, backend, sim.kernel, layers, scale,
+                        float(times.mean()),
                         float(np.percentile(times, 50)), float(np.percentile(times, 99)), tokens / float(times.sum()),
                         copy_busy_s / max(sim.decode_steps, 1), hits / accesses if accesses else float("nan"),
                         hits, accesses, loads, prefetches, int(times.size), sim.tpot_s, sim.hit_rate, times,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from moesim.replay.run import replay
 from moesim.sim.config import Config
 from moesim.sim.hardware import Hardware
+from moesim.sim.strategies import get_strategy
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.trace import Trace
 
@@ -12,12 +13,13 @@ from moesim.tracegen.trace import Trace
 def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[str], capacities: list[int],
              backend: str = "cpu", layers: int | None = None, scale: float = 1.0, workdir=None,
              model: ModelSpec | None = None, cpu_layers: list[int] | None = None) -> list[dict]:
-    """One row per (capacity, policy) of ``config`` — or, for strategy cpu-experts, per number of CPU layers
-    in ``cpu_layers`` — with simulated and replayed TPOT, the error in percent, each row's speedup over the
-    first of its group (the first policy at that capacity; the first CPU-layer count) in simulation and
-    in replay, and both hit rates."""
-    if config.execution.strategy == "cpu-experts":
-        groups = [[config.replace(cpu_layers=n) for n in cpu_layers or [0]]]
+    """One row per (capacity, policy) of ``config`` — or, for a strategy that places experts without a cache
+    (its ``PLACES`` parameter, the number of layers on the CPU), per value in ``cpu_layers`` — with simulated and
+    replayed TPOT, the error in percent, each row's speedup over the first of its group (the first policy
+    at that capacity; the first placement) in simulation and in replay, and both hit rates."""
+    places = getattr(get_strategy(config.execution.strategy), "PLACES", None)
+    if places is not None:
+        groups = [[config.replace(**{places: n}) for n in cpu_layers or [0]]]
     else:
         groups = [[config.replace(policy=p, capacity=c) for p in policies] for c in capacities]
     rows = []
@@ -25,7 +27,8 @@ def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[st
         runs = [replay(trace, c, hardware, backend, layers, scale, workdir, model=model) for c in group]
         base = runs[0]
         for c, r in zip(group, runs):
-            rows.append({"policy": r.policy, "capacity": r.capacity, "strategy": c.execution.strategy,
+            rows.append({"model": r.model, "hardware": r.hardware, "policy": r.policy, "capacity": r.capacity,
+                         "strategy": c.execution.strategy,
                          "cpu_layers": c.execution.params.get("cpu_layers"), "sim_tpot_s": r.sim_tpot_s,
                          "real_tpot_s": r.tpot_s, "error_pct": 100.0 * (r.sim_tpot_s - r.tpot_s) / r.tpot_s,
                          "sim_speedup": base.sim_tpot_s / r.sim_tpot_s, "real_speedup": base.tpot_s / r.tpot_s,

@@ -20,7 +20,7 @@ import numpy as np
 from moesim.replay.backend import Backend
 from moesim.sim.costs import T_CPU_SYNC, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_kernel_s
 from moesim.sim.des import DesResult
-from moesim.sim.des_state import COPY_BUSY, N_COUNTERS, make_tiers
+from moesim.sim.des_state import COPY_BUSY, COUNTERS, make_tiers
 from moesim.sim.des_tiers import cpu_run, queue_copy, transfer
 
 
@@ -33,7 +33,7 @@ class VirtualBackend(Backend):
         self.times = cost.scalar_times()
         self.dram_capacity = -1 if dram_capacity is None else dram_capacity
         self.tiers = make_tiers(num_objects, sim.requests.experts.shape[1], engines)
-        self.counters = np.zeros(N_COUNTERS)
+        self.counters = np.zeros(len(COUNTERS))
         self.route_at, self.cpu_back = 0.0, -1.0
 
     # the backend interface

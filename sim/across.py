@@ -1,5 +1,5 @@
-"""Caches per layer under sequential semantics with each SIMD lane a layer: the fast path behind
-``moesim.sim.hitrate.simulate`` for a policy that declares ``ACROSS_HOOKS`` (ARC, LeCaR).
+"""Caches per layer under sequential semantics with each SIMD lane a layer: the driver of a policy's
+``FastPath`` of kind ``"across"`` (``moesim.sim.hitrate.simulate``; ARC's and LeCaR's).
 
 ``moesim.sim.lanes`` serves one layer per loop body and lets the CPU overlap eight of them; that
 leaves a policy whose access is long and serial (ARC's four lists, LeCaR's two experts and their
@@ -11,81 +11,60 @@ that the lanes' experts are one contiguous load. The slot loops inside are
 unrolled at compile time: the policy's code sees ``LANES`` and ``WIDTH`` (slots per lane, the largest
 capacity rounded up to a multiple of eight) as constants, one compilation per width.
 
-Past the slots the policy's passes serve (``make_across`` says None; ARC's and LeCaR's: 32) the
-engine runs it, and past the policy's ``FULLEST`` share of a layer's experts in lanes wider than
-eight slots: nearly every access hits there, the engine's branch on a hit is predicted, and the
-engine is faster (40 experts: ARC at 30 and 32 slots, 114M and 116M accesses/s here, 114M and 115M
-there; LeCaR at 24 slots 62M and 64M, at 30 47M and 92M). Eight-slot lanes are not overtaken even
-when full: on a trace of Mixtral's shape ARC ran at 216M accesses/s and LeCaR at 151-164M at 2-8
-slots of 8 experts, the engine at 42-139M and 30-135M (README, "Benchmarks").
+Past the slots the policy's passes serve (the path's ``widest``; ``make`` says None too) the engine
+runs it, and past the path's ``fullest`` share of a layer's experts in lanes wider than eight slots
+(``crowded``): nearly every access hits there, the engine's branch on a hit is predicted, and the
+engine is faster. Eight-slot lanes are not overtaken even when full (README, "Benchmarks", gives
+the crossovers).
 
 The hits are the engine's, access for access (tests/test_lanes.py); no evictions are logged, so a
 run that asks for them takes the engine.
 
-A policy module opts in with
-
-- ``make_across(ctx, layers, width) -> (block, p, hits) | None``: the state of the lanes ``layers``
-  (int32 block, the policy's other state: an array or a tuple of arrays, a view of the block's hit
-  counters), None where the trace is too long for its keys or ``width`` wider than its passes serve;
-- ``ACROSS_HOOKS = {"across_reset": f(window, row, block, p), "across_step": f(window, row, j, g,
-  n_layers, total, block, p)}``: empty every lane before access (row, 0); serve access (row, j), lane
-  ``li`` being layer ``g + li`` and ``total`` the run's length (the clock's end). ``window[r % 2, j,
-  li]`` is the expert of access (r, j) in lane ``li``, for the row and the next.
+The path's ``make(ctx, layers, width) -> (block, p, hits) | None`` builds the state of the lanes
+``layers`` (int32 block, the policy's other state: an array or a tuple of arrays, a view of the
+block's hit counters), None where the trace is too long for its keys or ``width`` wider than its
+passes serve; its ``hooks`` are ``across_reset(window, row, block, p)``, which empties every lane before
+access (row, 0), and ``across_step(window, row, j, g, n_layers, total, block, p)``, which serves access
+(row, j), lane ``li`` being layer ``g + li`` and ``total`` the run's length (the clock's end).
+``window[r % 2, j, li]`` is the expert of access (r, j) in lane ``li``, for the row and the next.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-from moesim.policies.base import Context
+from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
+from moesim.policies.base import Context, FastPath
 from moesim.sim.engine import bind
 
 LANES = 16  # layers served together: one int32 vector with AVX-512, two without (eight: LLVM leaves them scalar)
 STEP = 8  # slot widths are multiples of this
-# per policy, the largest share of a layer's experts in lanes wider than STEP (more: the engine)
-FULLEST = {"arc": 0.75, "lecar": 0.5}
 
 
-def across_hits(module, trace, slots: np.ndarray, reset: bool, params: dict) -> tuple[np.ndarray, float] | None:
-    """Hits per layer of ``module``'s policy with ``slots[layer]`` slots each, and the seconds the run
-    took (the copies of the rows and the state's set-up included); None where the policy has no such
-    path or these slots are too many for it."""
-    most, num_experts, n_layers = int(slots.max()), trace.meta.num_experts, trace.meta.num_layers
-    if not hasattr(module, "ACROSS_HOOKS") or (most > STEP and most > FULLEST[module.NAME] * num_experts):
-        return None
-    width = -(-most // STEP) * STEP
+def across_runner(path: FastPath, name: str, num_experts: int, slots: np.ndarray, reset: bool, params: dict):
+    """A function of (experts, seq_offsets) giving hits per layer of the policy ``name`` with ``slots[layer]``
+    slots each, the copies of the rows and the state's set-up included, or None where the policy's state
+    does not fit this trace."""
+    width = -(-int(slots.max()) // STEP) * STEP
+    run = bind(_across_loop, name, path.hooks, constants={"LANES": LANES, "WIDTH": width})
 
-    def context(experts, offsets):
-        return Context(experts, offsets, num_experts, slots, True, True, reset, params)
+    def hits_of(experts, seq_offsets):
+        ctx = Context(experts, seq_offsets, num_experts, slots, True, True, reset, params)
+        n_layers = ctx.num_layers
+        hits = np.zeros(-(-n_layers // LANES) * LANES, np.int64)
+        window = np.zeros((2, ctx.top_k, LANES), np.int16)
+        for g in range(0, hits.shape[0], LANES):  # the last group's extra lanes repeat the last layer
+            state = path.make(ctx, np.minimum(np.arange(g, g + LANES), n_layers - 1), width)
+            if state is None:
+                return None
+            block, p, counts = state
+            run(ctx.experts, ctx.seq_offsets, reset, g, window, block, p)
+            hits[g:g + LANES] = counts
+        return hits[:n_layers]
 
-    run = bind(module, _across_loop, hooks="ACROSS_HOOKS", constants={"LANES": LANES, "WIDTH": width})
-    warm = context(np.zeros((1, n_layers, trace.meta.top_k), np.int16), np.array([0, 1], np.int64))
-    if _groups(module, run, warm, width, reset) is None:  # compiles (or loads) it on one row
-        return None
-    start = time.perf_counter()
-    ctx = context(np.ascontiguousarray(trace.experts, np.int16), trace.seq_offsets.astype(np.int64))
-    hits = _groups(module, run, ctx, width, reset)
-    return hits, time.perf_counter() - start
-
-
-def _groups(module, run, ctx: Context, width: int, reset: bool) -> np.ndarray | None:
-    """Every layer's hits, ``LANES`` layers at a time (the last group's extra lanes repeat the last
-    layer and are discarded)."""
-    n_layers = ctx.num_layers
-    hits = np.zeros(-(-n_layers // LANES) * LANES, np.int64)
-    window = np.zeros((2, ctx.top_k, LANES), np.int16)
-    for g in range(0, hits.shape[0], LANES):
-        state = module.make_across(ctx, np.minimum(np.arange(g, g + LANES), n_layers - 1), width)
-        if state is None:
-            return None
-        block, p, counts = state
-        run(ctx.experts, ctx.seq_offsets, reset, g, window, block, p)
-        hits[g:g + LANES] = counts
-    return hits[:n_layers]
+    return hits_of
 
 
 def _across_loop(experts, seq_offsets, reset, g, window, block, p):
@@ -103,23 +82,22 @@ def _across_loop(experts, seq_offsets, reset, g, window, block, p):
             if row + 1 < n_rows:
                 _window_row(experts, row + 1, g, window)
             if reset and row == seq_offsets[s] or fresh:
-                across_reset(window, row, block, p)  # noqa: F821 (the policy's, bound by ``bind``)
+                policy.across_reset(window, row, block, p)
                 fresh = False
             for j in range(k):
-                across_step(window, row, j, g, n_layers, total, block, p)  # noqa: F821
+                policy.across_step(window, row, j, g, n_layers, total, block, p)
 
 
 @intrinsic
 def _prefer_wide_vectors(typingctx):
     """Marks the function that calls it ``"prefer-vector-width"="512"``. LLVM's tuning for Intel's
-    AVX-512 cores (Skylake-X onward; this machine is a Rocket Lake) caps the loop vectoriser at
-    256-bit vectors, set for the clock penalty 512-bit instructions had on Skylake-era servers; a
-    lane loop of sixteen int32 then takes two instructions where one would do. With the cap lifted
-    ARC's lanes ran 1.5x and LeCaR's 1.3x faster here (README, "Benchmarks"); a CPU without AVX-512
-    ignores it. llvmlite accepts only its known attribute names, so the string attribute is put
-    into the function's attribute set directly; it is written verbatim into the ``define`` line.
-    Not used by ``moesim.sim.lanes`` nor LRU's ranks: tried process-wide, LFU's lanes lost 14% and
-    LRU's gained nothing."""
+    AVX-512 cores (Skylake-X onward) caps the loop vectoriser at 256-bit vectors, set for the clock
+    penalty 512-bit instructions had on Skylake-era servers; a lane loop of sixteen int32 then takes
+    two instructions where one would do. With the cap lifted ARC's and LeCaR's lanes ran faster (README,
+    "Benchmarks"); a CPU without AVX-512 ignores it. llvmlite accepts only its known attribute names,
+    so the string attribute is put into the function's attribute set directly; it is written verbatim
+    into the ``define`` line. Not used by ``moesim.sim.lanes`` nor LRU's ranks: tried process-wide,
+    LFU's lanes lost speed and LRU's gained nothing."""
     def codegen(context, builder, signature, args):
         set.add(builder.function.attributes, '"prefer-vector-width"="512"')
         return context.get_dummy_value()

@@ -17,9 +17,12 @@
   (``moesim.sim.serve``; the other runs ignore it).
 
 The flat setting names (``SETTINGS``: ``policy``, ``capacity``, ``gamma``, ...) are the command
-line's options, a sweep spec's keys and the results' columns; they are defined here and nowhere
-else. A policy's, prefetcher's or strategy's parameters are those its module lists in ``PARAMS``; any
-other is an error, as is a key no section knows. ``auto`` values (capacity, a strategy's
+line's options, the public API's keywords, a sweep spec's keys and the results' columns; they are
+declared here and nowhere else: each section field's metadata (``declare``) gives its help, unit and
+the type its text parses to, and ``DECLARED`` holds one ``Setting`` per name, the parameters included,
+from which every command's options are generated (``moesim.cli.settings``). A policy's, prefetcher's or
+strategy's parameters are those its module lists in ``PARAMS`` (their help in ``PARAM_HELP``); any other
+is an error, as is a key no section knows. ``auto`` values (capacity, a strategy's
 ``cpu_layers``) are resolved from memory when a run starts (``moesim.sim.memory``).
 """
 
@@ -37,7 +40,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.files import atomic_output, read_toml
-from moesim.policies import POLICIES, get_policy
+from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
 from moesim.sim.hardware import CPUS, LINKS, SSDS, SYSTEMS, Hardware, get_hardware, is_file_name
 from moesim.sim.strategies import STRATEGIES, get_strategy
@@ -52,6 +55,14 @@ DTYPES = tuple(BYTES_PER_PARAM)
 PATH_PARAMS = ("ml_model", "pin_trace", "train_trace")  # parameters that name files
 TRACE_PARAMS = ("pin_trace", "train_trace")  # ... which are traces, loaded when a run starts
 AUTO = "auto"
+
+
+def declare(default, help_text: str, kind: type = str, unit: str = "", auto: bool = False, flag: str | None = None):
+    """A section field with its declaration: the help a command line and the API show, the type a value
+    given as text parses to (``kind``; ``auto`` also takes ``"auto"``), its unit, and the command line's
+    option name where it is not ``--`` plus the flat name with dashes (``flag``)."""
+    return field(default=default, metadata={"help": help_text, "kind": kind, "unit": unit, "auto": auto,
+                                            "flag": flag})
 
 
 def _choice(section: str, name: str, value, choices) -> None:
@@ -130,9 +141,11 @@ class ModelConfig:
     trace's recorded expert bytes, else bf16); ``other_dtype``: every other weight's (attention, embeddings,
     shared experts: a GGUF or AWQ checkpoint quantises them too; None: the trace's, else bf16)."""
 
-    name: str | None = None
-    dtype: str | None = None
-    other_dtype: str | None = None
+    name: str | None = declare(None, "Model preset (see 'moesim models'; default: the trace's model).")
+    dtype: str | None = declare(None, f"Expert precision: {', '.join(DTYPES)} (default: the trace's expert bytes, "
+                                      "else bf16).")
+    other_dtype: str | None = declare(None, "Precision of every other weight (attention, embeddings, shared experts), "
+                                            "as dtype (default: the trace's, else bf16).")
 
     def __post_init__(self):
         _name("model", "name", self.name)
@@ -150,12 +163,12 @@ class HardwareConfig:
     """``machine``: a preset (``moesim hardware``) or a hardware TOML file; ``link`` / ``ssd`` / ``cpu`` swap in
     presets; ``vram`` / ``ram``: the GPU's and the host's memory in GiB (None: the machine's)."""
 
-    machine: str = "rtx4090"
-    link: str | None = None
-    ssd: str | None = None
-    cpu: str | None = None
-    vram: float | None = None
-    ram: float | None = None
+    machine: str = declare("rtx4090", "Hardware preset or TOML file (see 'moesim hardware').")
+    link: str | None = declare(None, f"Swap the host link for a preset: {', '.join(LINKS)}.")
+    ssd: str | None = declare(None, f"Add an SSD preset: {', '.join(SSDS)}.")
+    cpu: str | None = declare(None, "Swap the host CPU for a preset (see 'moesim hardware').")
+    vram: float | None = declare(None, "GPU memory (default: the GPU's).", float, "GiB")
+    ram: float | None = declare(None, "Host RAM (default: the machine's).", float, "GiB")
 
     def __post_init__(self):
         _name("hardware", "machine", self.machine, optional=False)
@@ -185,13 +198,19 @@ class CacheConfig:
     at once); ``reset`` empties it at each sequence (batch); ``dram_capacity`` experts host DRAM
     caches in front of an SSD (None: every expert in DRAM); ``params`` of the policy."""
 
-    policy: str = "lru"
-    capacity: int | str | tuple = 4
-    scope: str = "per-layer"
-    split: str = "uniform"
-    semantics: str = "step"
-    reset: bool = False
-    dram_capacity: int | None = None
+    policy: str = declare(DEFAULT_POLICY, f"Replacement policy: {', '.join(POLICIES)}.")
+    capacity: int | str | tuple = declare(4, "GPU expert slots per layer (or in the pool with scope global); 0: no "
+                                             "expert cache; auto: as many as GPU memory holds.", int, "experts",
+                                          auto=True)
+    scope: str = declare("per-layer", "per-layer: C slots in every layer; global: one pool.")
+    split: str = declare("uniform", "uniform: C slots in every layer; best: the layers' slots shared out the way "
+                                    "that maximises the policy's hits on the trace (per-layer scope; exact, from its "
+                                    "hit rate at every capacity).")
+    semantics: str = declare("step", "step: a step's k experts arrive at once and are never evicted for each other; "
+                                     "sequential: one by one, a textbook cache.")
+    reset: bool = declare(False, "Empty the cache at every new sequence (batch).", bool)
+    dram_capacity: int | None = declare(None, "Experts host DRAM caches in front of the SSD (needs ssd; default: "
+                                              "every expert in DRAM).", int, "experts")
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -241,8 +260,9 @@ class PrefetchConfig:
     """``prefetcher`` (``none``: fetch on demand only) and its ``params``; ``mode`` after a misprediction:
     ``fallback`` fetches the routed experts, ``commit`` runs the predicted ones (CommitMoE)."""
 
-    prefetcher: str = "none"
-    mode: str = "fallback"
+    prefetcher: str = declare("none", f"Prefetcher: {', '.join(PREFETCHERS)}.")
+    mode: str = declare("fallback", "After a misprediction: fallback (fetch the right experts) or commit (run the "
+                                    "predicted ones, CommitMoE).")
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -264,8 +284,10 @@ class ExecutionConfig:
     ``per-expert`` (each as its weights land, Mixtral-offloading); ``strategy``: where experts run
     (``moesim.sim.strategies``: gpu-cache, cpu-experts, cpu-miss, hybrid, lowbit-miss) and its ``params``."""
 
-    kernel: str = "fused"
-    strategy: str = "gpu-cache"
+    kernel: str = declare("fused", "fused: a layer's experts in one kernel once all are on the GPU (vLLM); "
+                                   "per-expert: each as its weights land (Mixtral-offloading).")
+    strategy: str = declare("gpu-cache", "Where experts run: " + ", ".join(
+        f"{name} ({module.SUMMARY})" for name, module in STRATEGIES.items()) + ".")
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -285,10 +307,12 @@ class WorkloadConfig:
     each sequence the trace recorded without one (``moesim.sim.requests``: its time is the TTFT); the first
     ``warmup`` batches run but are not measured (the caches fill during them: steady state)."""
 
-    batch: int = 1
-    context: int = 0
-    prompt: int = 0
-    warmup: int = 0
+    batch: int = declare(1, "Sequences decoded in lockstep.", int, "sequences")
+    context: int = declare(0, "KV tokens added to every sequence (a prompt the trace did not record, not computed).",
+                           int, "tokens")
+    prompt: int = declare(0, "A prompt of N tokens prefilled before each sequence the trace recorded without one "
+                             "(TTFT).", int, "tokens")
+    warmup: int = declare(0, "Batches run first and not measured (steady state).", int, "batches")
 
     def __post_init__(self):
         _int(self, "workload", "batch", 1)
@@ -312,18 +336,24 @@ class ServeConfig:
     capacity auto) the expert cache gets, step by step, the GPU memory the running requests' KV cache
     leaves; ``slo_ttft_s`` and ``slo_tpot_s`` are the latency targets whose attainment is reported."""
 
-    rate: float | None = None
-    arrivals: str = "poisson"
-    requests: int | None = None
-    max_batch: int = 8
-    max_batch_tokens: int = 2048
-    chunked_prefill: bool = True
-    draft_tokens: int = 0
-    acceptance: float = 0.8
-    arrival_seed: int = 0
-    dynamic_kv: bool = False
-    slo_ttft_s: float | None = None
-    slo_tpot_s: float | None = None
+    rate: float | None = declare(None, "Requests per second (Poisson arrivals).", float, "requests/s")
+    arrivals: str = declare("poisson", "poisson (at rate), burst (every request at time 0), or a CSV or Parquet file "
+                                       "with a row per request: arrival_s (seconds) and optionally seq (the trace "
+                                       "sequence it serves).")
+    requests: int | None = declare(None, "Requests in the stream (default: one per trace sequence; more reuse the "
+                                         "sequences, shuffled).", int)
+    max_batch: int = declare(8, "Requests running at once (vLLM's max_num_seqs).", int, "requests")
+    max_batch_tokens: int = declare(2048, "Tokens per step (vLLM's max_num_batched_tokens).", int, "tokens")
+    chunked_prefill: bool = declare(True, "Split a prompt across steps to fit the token budget.", bool)
+    draft_tokens: int = declare(0, "Speculative decoding: draft tokens verified per step (0: off).", int, "tokens")
+    acceptance: float = declare(0.8, "Speculative decoding: the chance each draft is accepted.", float)
+    arrival_seed: int = declare(0, "Seed of the arrivals, the shuffles and the acceptances.", int)
+    dynamic_kv: bool = declare(False, "With capacity auto: the expert cache gets, step by step, the GPU memory the "
+                                      "running requests' KV cache leaves (else it keeps what the KV cache of "
+                                      "max_batch requests of the longest sequence leaves).", bool)
+    slo_ttft_s: float | None = declare(None, "TTFT target (reports the share of requests meeting every target).",
+                                       float, "s", flag="--slo-ttft")
+    slo_tpot_s: float | None = declare(None, "TPOT target.", float, "s", flag="--slo-tpot")
 
     def __post_init__(self):
         if not (isinstance(self.arrivals, str) and self.arrivals.lower().endswith(ARRIVAL_FILES)):
@@ -360,6 +390,60 @@ OWNERS = {"cache": ("policy", CACHE_PARAMS), "prefetch": ("prefetch", PREFETCH_P
 SERVE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "serve")
 NOT_SERVED = ("batch", "warmup", "reset")  # settings a served stream refuses (it forms its batches, shares its cache)
 HITRATE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "cache" and k != "dram_capacity") + CACHE_PARAMS
+# the settings each kind of run reads: hit rates (no machine, no time), the discrete-event run, a served stream
+DES_SETTINGS = tuple(k for k in SETTINGS if k != "semantics" and k not in SERVE_SETTINGS) + CACHE_PARAMS + \
+    PREFETCH_PARAMS + STRATEGY_PARAMS
+RUN_SETTINGS = {"hitrate": HITRATE_SETTINGS, "des": DES_SETTINGS,
+                "serve": tuple(k for k in DES_SETTINGS if k not in NOT_SERVED) + SERVE_SETTINGS}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting as it is declared (a section field's ``declare``, or a module's ``PARAMS`` and ``PARAM_HELP``):
+    its flat name, where it lives, the type its text parses to, its unit, help and default."""
+
+    name: str
+    section: str        # the ``Config`` section; a parameter's is its owner's
+    kind: type          # str, int, float or bool
+    default: object
+    help: str
+    unit: str = ""
+    auto: bool = False  # it also takes "auto"
+    flag: str = ""      # the command line's option
+    owner: str = ""     # a parameter: the setting that owns it (policy, prefetch, strategy); "" for a field
+
+    def parse(self, text: str):
+        """The value of ``text`` given for this setting (on a command line)."""
+        if self.auto and text.strip() == AUTO:
+            return AUTO
+        try:
+            return self.kind(text.strip())
+        except ValueError:
+            raise MoesimError(f"{self.flag} must be {'auto or ' if self.auto else ''}"
+                              f"{'a whole number' if self.kind is int else 'a number'}, got {text!r}") from None
+
+
+def _declared() -> dict[str, Setting]:
+    out = {}
+    for name, (section, fname) in SETTINGS.items():
+        f = next(f for f in fields(SECTIONS[section]) if f.name == fname)
+        meta = f.metadata
+        out[name] = Setting(name, section, meta["kind"], f.default, meta["help"], meta["unit"], meta["auto"],
+                            meta["flag"] or f"--{name.replace('_', '-')}")
+    for section, (owner, names) in OWNERS.items():
+        modules = {"cache": [get_policy(p) for p in POLICIES], "prefetch": [get_prefetcher(p) for p in PREFETCHERS[1:]],
+                   "execution": list(STRATEGIES.values())}[section]
+        for name in names:
+            module = next(m for m in modules if name in getattr(m, "PARAMS", {}))
+            default = module.PARAMS[name]
+            kind = str if default is None or default == AUTO else type(default)
+            out[name] = Setting(name, section, int if name in getattr(module, "AUTO_PARAMS", ()) else kind, default,
+                                module.PARAM_HELP[name], auto=name in getattr(module, "AUTO_PARAMS", ()),
+                                flag=f"--{name.replace('_', '-')}", owner=owner)
+    return out
+
+
+DECLARED = _declared()  # every setting and parameter, by flat name
 
 
 @dataclass(frozen=True)
@@ -453,6 +537,19 @@ class Config:
             raise MoesimError(f"{path}: {exc}") from None
 
 
+def file_settings(path: str | Path) -> set[str]:
+    """The flat names of the settings a configuration file sets (its parameters included)."""
+    data = read_toml(path, "configuration file")
+    names = {(section, key): name for name, (section, key) in SETTINGS.items()}
+    out = set()
+    for section, table in data.items():
+        if isinstance(table, dict):
+            out |= {names[(section, k)] for k in table if (section, k) in names}
+            params = table.get("params")
+            out |= set(params) if isinstance(params, dict) else set()
+    return out
+
+
 def _canonical(section) -> str:
     """A section as sorted JSON: what it hashes by (its parameters are a dict)."""
     return json.dumps(asdict(section), sort_keys=True, default=str)
@@ -474,9 +571,16 @@ def config_id(kind: str, trace: str, config: Config | dict) -> str:
     return hashlib.sha1(json.dumps([kind, trace, flat], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def params_for(policy: str, given: dict) -> dict:
-    """Of parameters given for several policies at once (a command line's ``--gamma``), those ``policy`` takes."""
-    takes = getattr(get_policy(policy), "PARAMS", {})
+def owner_module(owner: str, name: str):
+    """The module whose ``PARAMS`` an ``owner`` setting's value ``name`` takes: the policy, prefetcher (None for
+    "none") or strategy called ``name``."""
+    return {"policy": get_policy, "prefetch": get_prefetcher, "strategy": get_strategy}[owner](name)
+
+
+def params_for(name: str, given: dict, owner: str = "policy") -> dict:
+    """Of parameters given for several policies (prefetchers, strategies) at once (a command line's ``--gamma``),
+    those the policy ``name`` (its ``owner`` setting's value) takes."""
+    takes = getattr(owner_module(owner, name), "PARAMS", {})
     return {k: v for k, v in given.items() if k in takes}
 
 

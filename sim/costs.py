@@ -50,8 +50,9 @@ from moesim.sim.hardware import Hardware
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, format_of
 
 KERNELS_ATTN, KERNELS_ROUTER, KERNELS_SHARED, KERNELS_MOE, KERNELS_EXPERT = 6, 2, 3, 2, 4
-# the scalar durations the compiled engine reads, by index (``scalar_times``)
-T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD, T_LOWBIT_COPY, T_CPU_SYNC = range(6)
+# the scalar durations the compiled engine reads, by index (``scalar_times``): the ``Costs`` fields named
+TIMES = ("moe_launch_s", "expert_launch_s", "copy_s", "ssd_s", "lowbit_copy_s", "cpu_sync_s")
+T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD, T_LOWBIT_COPY, T_CPU_SYNC = range(len(TIMES))
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,7 @@ class Costs:
 
     def scalar_times(self) -> np.ndarray:
         """The scalar durations as the array (``T_*``) the compiled engine and its copy queue read."""
-        return np.array([self.moe_launch_s, self.expert_launch_s, self.copy_s, self.ssd_s, self.lowbit_copy_s,
-                         self.cpu_sync_s])
+        return np.array([getattr(self, name) for name in TIMES])
 
 
 def roofline(gpu, nbytes, flops):

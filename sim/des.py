@@ -1,45 +1,39 @@
 """Time per output token from a trace: the discrete-event simulator's Python face.
 
-``simulate_des`` runs one ``Config`` (``moesim.sim.config``) on a trace: it turns the trace into
-request rows (batching, prefill), sizes what must fit in GPU memory and host RAM (``memory``: ``auto``
-values resolved, a configuration that does not fit refused), times every piece from the model and the
-machine (``costs``), asks the prefetcher for its predictions, builds the engine's named state
-(``des_state``), runs the compiled loop of ``des_loop`` with the replacement policy's hooks, and
-summarises: TPOT (mean, p50, p99) over decode steps, tokens/s, TTFT (the prefill row, when the trace
-has prompt rows), the compute / copy / stall split per step and the CPU's busy time, bytes over the
-link and from the SSD, hit rate (decode accesses served from GPU memory without an on-demand copy),
-the shares computed on the CPU or served at low precision, GPU memory and host RAM used, the
-predictor's precision and recall, and CommitMoE's substitutions.
+``simulate_des`` runs one ``Config`` (``moesim.sim.config``) on a trace: it turns the trace into request
+rows (batching, prefill) with the prefetcher's predictions (``BatchRows``), has
+``moesim.sim.run.assemble`` size what must fit in GPU memory and host RAM, time every piece and build
+the engine, steps every row in one call, and summarises: TPOT (mean, p50, p99) over decode steps,
+tokens/s, TTFT (the prefill row, when the trace has prompt rows), the compute / copy / stall split per
+step and the CPU's busy time, bytes over the link and from the SSD, hit rate (decode accesses served
+from GPU memory without an on-demand copy), the shares computed on the CPU or served at low precision,
+GPU memory and host RAM used, the predictor's precision and recall, and CommitMoE's substitutions.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 
 import numpy as np
 from numba import njit
 
 from moesim.errors import MoesimError
-from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
-from moesim.sim.budget import best_slots
 from moesim.sim.config import SERVE_SETTINGS, Config, PrefetchConfig, module_params
 from moesim.sim.costs import Costs, costs
-from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
                                   C_PF_USED, C_PREFILL_LOADS, C_SSD_READS, C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY,
-                                  R_CPU, R_STALL, R_TIME, Inputs, build_state)
-from moesim.sim.engine import bind, on_disk, part_bounds
+                                  R_CPU, R_STALL, R_TIME)
+from moesim.sim.engine import on_disk
 from moesim.sim.hardware import Hardware
-from moesim.sim.hitrate import capacity_named, check_fits_experts
-from moesim.sim.memory import GIB, Footprint, Memory, resolve
-from moesim.sim.strategies import cpu_experts, get_strategy
-from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 from moesim.sim.requests import build_requests
+from moesim.sim.run import RowArrays, RowSource, Run, assemble, bound_loop
+from moesim.sim.strategies.base import A_LOWBIT
+from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE, PREFILL
 from moesim.tracegen.trace import Trace
 
@@ -73,9 +67,9 @@ class DesResult:
     substitutions: int
     substituted_weight: float | None
     cpu_share: float           # decode accesses computed on the host CPU
-    lowbit_share: float | None  # lowbit-miss: decode accesses served by a low-bit copy
+    lowbit_share: float | None  # decode accesses served by a low-bit copy (None: the strategy fetches none)
     lowbit_weight: float | None  # ... and the router weight they carry, per layer and step
-    fills: int                 # hybrid: background copies into slots
+    fills: int                 # background copies into slots (A_CPU_FILL)
     vram_gb: float             # GiB of GPU memory used (moesim.sim.memory)
     ram_gb: float              # GiB of host RAM used
     vram_limit_gb: float | None  # what the GPU has (None: not known)
@@ -120,64 +114,69 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
     in code). ``decisions`` keeps the engine's log of hits, loads and prefetches
     (``DesResult.decisions``, what ``moesim replay`` executes).
     """
-    model = model if model is not None else config.model.spec(trace.meta)
-    hardware = hardware if hardware is not None else config.hardware.spec()
-    _check(trace, model, hardware, config)
-    req = build_requests(trace, config.workload.batch, config.workload.context, config.workload.prompt)
-    bpp, eb = _sizes(trace, model, config.model.dtype, config.model.other_dtype)
-    config, memory = resolve(_footprint(trace, model, hardware, config, req, bpp, eb), config, trace.meta.top_k)
-    cache, pf, strategy = config.cache, config.prefetch, get_strategy(config.execution.strategy)
-    module = get_policy(cache.policy)
-    if cache.split == "best" and strategy.CACHE and cache.capacity != 0:
-        # a cache that holds the widest row whole in every layer needs no scratch buffer: no layer of the split
-        # goes below that row, so the memory stays the same
-        width = req.experts.shape[2]
-        held = int(cache.slots(trace.meta.num_layers).min()) >= width
-        cache = best_slots(trace, cache, width if held else None)
-        config = replace(config, cache=cache)
-    slots = cache.slots(trace.meta.num_layers)
-    pred, pred_tokens, preload, preload_at = predictions(trace, req, pf, slots, cache.scope)
-    exe, exe_tokens, committed = executed(req, pred, pred_tokens, pf.mode == "commit")
-    sparams = module_params(strategy, config.execution.params)
-    cost = costs(model, hardware, req.tokens, req.ctx, bpp, eb, int(exe_tokens.max(initial=1)),
-                 sparams.get("lowbit_dtype"))
-    n_rows = req.num_rows
-    per_layer = cache.scope == "per-layer"
-    group_start = np.zeros(n_rows, np.bool_)
-    group_start[req.group_offsets[:-1][req.group_offsets[:-1] < n_rows]] = True
-    offload = (req.tokens >= cpu_experts.OFFLOAD_MIN_TOKENS) & (strategy is cpu_experts)
-    inputs = Inputs(req.experts, exe, exe_tokens, committed, req.weights, pred, req.kind, group_start, preload_at,
-                    preload, cost.pre_s, cost.lut_s, cost.by_tokens, cost.scalar_times(),
-                    config.execution.kernel == "per-expert", part_bounds(slots), np.int64(trace.meta.num_experts),
-                    per_layer, cache.reset, model.kind == "mole",
-                    np.int64(-1 if cache.dram_capacity is None else cache.dram_capacity), np.int64(strategy.CODE),
-                    strategy.placement(model.num_layers, sparams), offload, cost.cpu_by_tokens, cost.handoff_s,
-                    float(sparams.get("lowbit_threshold", 0.0)), np.int64(_measure_from(req, config.workload.warmup)))
-    state = build_state(inputs, hardware.link.engines, _log_size(req, pred, preload, preload_at) if decisions else 0)
-    # the policy sees what the cache serves: under commit, the predictions (Belady's future, static's popularity)
-    ctx = Context(exe, req.group_offsets, trace.meta.num_experts, np.maximum(slots, 1), per_layer, False,
-                  cache.reset, module_params(module, cache.params))
-    run = bind(module, des_loop, HELPERS)
-    start = time.perf_counter()
-    run(state, module.make_state(ctx))
-    seconds = time.perf_counter() - start
-    result = _summary(trace, model, hardware, config, req, pred, preload, preload_at, cost, state.tally, seconds,
-                      memory)
-    result.executed, result.placement = (exe, exe_tokens), inputs.placement
+    source = BatchRows(trace, config)
+    run = assemble(trace, config, source, model, hardware, decisions)
+    run.step()
+    result = _summary(trace, run, source)
+    result.executed, result.placement = (run.rows.exe, run.rows.exe_tokens), run.state.inputs.placement
     return result
+
+
+class BatchRows(RowSource):
+    """Every request row of a batch run at once (``moesim.sim.requests``: batching and prefill rows), with
+    the prefetcher's predictions and preloads and what each cell executes."""
+
+    def __init__(self, trace: Trace, config: Config):
+        self.trace, self.config = trace, config
+        self.exe = self.pred = self.preload = self.preload_at = None
+
+    @cached_property
+    def req(self):
+        """The request rows (built once the run is checked: ``moesim.sim.run.check``)."""
+        wl = self.config.workload
+        return build_requests(self.trace, wl.batch, wl.context, wl.prompt)
+
+    def footprint(self, trace: Trace, config: Config) -> tuple[float, int, bool]:
+        wl, req = config.workload, self.req
+        longest = int(np.diff(trace.seq_offsets).max(initial=0))
+        prefills = bool((req.kind == PREFILL).any())
+        return wl.batch * (wl.context + wl.prompt + longest), int(req.experts.shape[2]), prefills
+
+    def arrays(self, config, slots, model, hardware, bpp, expert_bytes, lowbit) -> tuple[RowArrays, Costs]:
+        req, trace = self.req, self.trace
+        pred, pred_tokens, self.preload, self.preload_at = predictions(trace, req, config.prefetch, slots,
+                                                                       config.cache.scope)
+        self.pred = pred
+        exe, exe_tokens, committed = executed(req, pred, pred_tokens, config.prefetch.mode == "commit")
+        self.exe = exe
+        cost = costs(model, hardware, req.tokens, req.ctx, bpp, expert_bytes, int(exe_tokens.max(initial=1)), lowbit)
+        group_start = np.zeros(req.num_rows, np.bool_)
+        group_start[req.group_offsets[:-1][req.group_offsets[:-1] < req.num_rows]] = True
+        return RowArrays(experts=req.experts, exe=exe, exe_tokens=exe_tokens, committed=committed, weights=req.weights,
+                         pred=pred, kind=req.kind, tokens=req.tokens, pre_s=cost.pre_s, lut_s=cost.lut_s,
+                         handoff_s=cost.handoff_s, group_start=group_start, preload_at=self.preload_at,
+                         preload=self.preload), cost
+
+    def policy_context(self, config, slots, params) -> Context:
+        # the policy sees what the cache serves: under commit, the predictions (Belady's future, static's popularity)
+        return Context(self.exe, self.req.group_offsets, self.trace.meta.num_experts, np.maximum(slots, 1),
+                       config.cache.scope == "per-layer", False, config.cache.reset, params)
+
+    def measure_from(self, config: Config) -> int:
+        return _measure_from(self.req, config.workload.warmup)
 
 
 def compile_loops(settings) -> None:
     """Compile what simulating each ``(policy, prefetcher)`` of ``settings`` runs — the replacement
     policy's discrete-event loop and the prefetcher's code — where numba's disk cache lacks the loop,
     one process per policy in parallel (as many as there are cores): a cold ``plan`` compiles its
-    loops (about 15 s each) at once rather than one after another. Each process simulates a tiny
-    trace, which compiles the loop for the argument types every simulation passes."""
+    loops at once rather than one after another. Each process simulates a tiny trace, which compiles
+    the loop for the argument types every simulation passes."""
     import multiprocessing
 
     cold: dict[str, list] = {}
     for policy, prefetcher in settings:
-        if not on_disk(bind(get_policy(policy), des_loop, HELPERS)):
+        if not on_disk(bound_loop(policy)):
             cold.setdefault(policy, []).append(prefetcher)
     workers = min(len(cold), os.cpu_count() or 1)
     if workers < 2:
@@ -238,74 +237,6 @@ def _measure_from(req, warmup: int) -> int:
     if warmup >= groups:
         raise MoesimError(f"warmup {warmup} leaves none of the trace's {groups} batch(es) to measure")
     return int(req.group_offsets[warmup])
-
-
-def _log_size(req, pred, preload, preload_at) -> int:
-    """An upper bound on the decision log: every request twice (a hybrid miss is computed and filled), every
-    prediction and preload entry once."""
-    n = 2 * int((req.experts >= 0).sum()) + int((pred >= 0).sum())
-    return n + int((preload[preload_at[preload_at >= 0]] >= 0).sum())
-
-
-def _footprint(trace, model, hardware, config, req, bpp, eb) -> Footprint:
-    """What memory depends on besides the configuration: sizes, the KV cache's tokens, the widest row."""
-    longest = int(np.diff(trace.seq_offsets).max(initial=0))
-    cpu = hardware.cpu
-    return Footprint(model, bpp, eb if eb is not None else model.expert_params * bpp,
-                     config.workload.batch * (config.workload.context + config.workload.prompt + longest),
-                     int(req.experts.shape[2]),
-                     bool((req.kind == PREFILL).any()), hardware.gpu.hbm_gb * GIB, cpu.ram_gb * GIB if cpu else 0.0)
-
-
-def _check(trace, model, hardware, config: Config):
-    """What the configuration alone cannot tell: whether it suits this trace, model and machine (before
-    memory is sized: an ``auto`` capacity is checked by ``moesim.sim.memory``)."""
-    capacity, dram_capacity = config.cache.capacity, config.cache.dram_capacity
-    strategy = get_strategy(config.execution.strategy)
-    name = strategy.NAME
-    if strategy.CPU and hardware.cpu is None:
-        raise MoesimError(f"strategy {name} computes experts on the host CPU, and hardware '{hardware.name}' has no "
-                          "[cpu] section (add one, or use a preset machine)")
-    if name != "gpu-cache" and model.kind == "mole":
-        raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use gpu-cache")
-    if not strategy.PREFETCH and config.prefetch.prefetcher != "none":
-        raise MoesimError(f"strategy {name} keeps no cache for a prefetcher to fill; use --prefetch none")
-    if strategy.CPU and dram_capacity is not None:
-        raise MoesimError(f"strategy {name} computes experts from host DRAM; an SSD tier (--dram-capacity) is "
-                          "modelled for gpu-cache and lowbit-miss only")
-    if "lowbit_dtype" in config.execution.params or name == "lowbit-miss":
-        if trace.weights is None:
-            raise MoesimError("strategy lowbit-miss judges a miss by its gate weight, and the trace has no weights")
-    if config.cache.semantics != "step":
-        raise MoesimError("the discrete-event simulator serves a step's experts at once (semantics step); "
-                          "sequential semantics is the hit-rate engine's")
-    if config.workload.batch > trace.num_sequences:
-        raise MoesimError(f"batch {config.workload.batch} is more than the trace's {trace.num_sequences} sequence(s)")
-    if dram_capacity is not None and hardware.ssd is None:
-        raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and hardware "
-                          f"'{hardware.name}' has none; pass --ssd (e.g. pcie5-nvme)")
-    if model.num_layers != trace.meta.num_layers:
-        raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
-    if capacity != "auto" and strategy.CACHE:
-        check_fits_experts(trace.meta, config.cache)
-        slots = config.cache.slots(trace.meta.num_layers)
-        if slots.max() > 0 and slots.min() < trace.meta.top_k:
-            named = capacity_named(capacity, slots, int(slots.argmin()))
-            raise MoesimError(f"{named} is below top_k {trace.meta.top_k}: a step's k experts are resident "
-                              f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
-
-
-def _sizes(trace: Trace, model: ModelSpec, dtype: str | None, other_dtype: str | None = None
-           ) -> tuple[float, float | None]:
-    """Bytes per parameter of the non-expert weights and the bytes of one expert (None: the model's at
-    the non-expert precision)."""
-    own = trace.meta.expert_bytes if trace.meta.model == model.name and model.kind == "moe" else None
-    bpp = float(trace.meta.bytes_per_param or 2.0) if own and dtype is None else BYTES_PER_PARAM["bf16"]
-    if other_dtype is not None:
-        bpp = BYTES_PER_PARAM[other_dtype]
-    if dtype is not None:
-        return bpp, float(model.expert_params * BYTES_PER_PARAM[dtype])
-    return bpp, (float(own) if own else None)
 
 
 def _preloads(req, scores, slots, scope, num_experts):
@@ -387,27 +318,27 @@ def _overlap(guess, truth, cells):
     return both, predicted, actual
 
 
-def _summary(trace, model, hardware, config, req, pred, preload, preload_at, cost, tally, seconds,
-             memory: Memory) -> DesResult:
-    counters, rows, layer_hits, layer_accesses, log, n_log = tally[:6]
-    counters = counters - tally.warm_counters
-    layer_hits, layer_accesses = layer_hits - tally.warm_hits, layer_accesses - tally.warm_accesses
+def _summary(trace: Trace, run: Run, source: BatchRows) -> DesResult:
+    config, req, cost, tally = run.config, source.req, run.costs, run.state.tally
+    counters = tally.counters - tally.warm_counters
+    layer_hits, layer_accesses = tally.layer_hits - tally.warm_hits, tally.layer_accesses - tally.warm_accesses
+    rows = tally.rows
     measured = np.arange(req.num_rows) >= _measure_from(req, config.workload.warmup)
     decode = (req.kind == DECODE) & measured
     step_times = rows[decode, R_TIME]
     n_steps = int(decode.sum())
     tokens = float(req.tokens[decode].sum())
     prefill = rows[(req.kind == PREFILL) & measured, R_TIME]
-    precision, recall = _prediction_quality(req, pred, preload, preload_at)
+    precision, recall = _prediction_quality(req, source.pred, source.preload, source.preload_at)
     loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS] + counters[C_FILLS]
     accesses = int(counters[C_ACCESSES])
-    lowbit = config.execution.strategy == "lowbit-miss"
+    lowbit = A_LOWBIT in run.strategy.ACTIONS
 
     def mean(x):
         return float(x.mean()) if x.size else float("nan")
 
     return DesResult(
-        model=model.name, hardware=hardware.name, config=config,
+        model=run.model.name, hardware=run.hardware.name, config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),
@@ -431,7 +362,8 @@ def _summary(trace, model, hardware, config, req, pred, preload, preload_at, cos
         lowbit_share=float(counters[C_LOWBIT] / accesses) if lowbit and accesses else None,
         lowbit_weight=(float(counters[C_LOWBIT_MASS]) / (n_steps * trace.meta.num_layers)
                        if lowbit and n_steps else None),
-        fills=int(counters[C_FILLS]), **memory.fields(),
+        fills=int(counters[C_FILLS]), **run.memory.fields(),
         decode_steps=n_steps, decode_tokens=int(tokens),
         per_layer_hit_rate=[float(h / a) if a else float("nan") for h, a in zip(layer_hits, layer_accesses)],
-        seconds=seconds, step_times=step_times, decisions=log[:n_log[0]].copy(), requests=req, costs=cost)
+        seconds=run.seconds, step_times=step_times, decisions=tally.log[:tally.n_log[0]].copy(), requests=req,
+        costs=cost)

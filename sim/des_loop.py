@@ -25,15 +25,14 @@ Per request row (``moesim.sim.requests``) and layer (a cell), on the compute str
    ``exe_tokens`` tokens each, as one fused kernel once all their weights have arrived, or
    (``per_expert``) each as soon as its own weights have; a wait is stall.
 
-The execution strategy (``moesim.sim.strategies``) decides what happens to an expert that is not
-resident (``load_misses``). A layer placed ``ON_GPU`` is all hits; one placed ``ON_CPU`` runs its experts
-on the host CPU (``to_cpu``) — or, for a row llama.cpp offloads, streams them to the GPU. In a cached
-layer a miss is loaded (``demand_load``), except that ``cpu-miss`` runs it on the CPU when the CPU is
-faster than copy + GPU, ``hybrid`` always runs it on the CPU and fills the slot the policy frees in
-the background (``background_fill``), and ``lowbit-miss`` copies the low-bit version of a decode miss
-whose gate weight is below the threshold (``lowbit_fetch``). The CPU is one more FIFO resource: its
-experts run one after another from the moment the activations reach the host (routing time + the
-hand-off), and the layer ends when the GPU's kernels are done and the CPU's results are back.
+The execution strategy (``moesim.sim.strategies``) places each layer (a layer placed ``ON_GPU`` is all
+hits) and decides, before the run, what each executed expert does if it is not resident
+(``Inputs.miss_action``); ``load_misses`` carries it out: ``A_LOAD`` copies it (``demand_load``),
+``A_CPU`` runs it on the host CPU (``to_cpu``), ``A_CPU_FILL`` also copies it into the slot the policy
+frees, in the background (``background_fill``), and ``A_LOWBIT`` copies its low-bit version
+(``lowbit_fetch``). The CPU is one more FIFO resource: its experts run one after another from the
+moment the activations reach the host (routing time + the hand-off), and the layer ends when the
+GPU's kernels are done and the CPU's results are back.
 
 Transfers cannot be cancelled: a wrong prefetch occupies its engine and its slot, and the right
 expert's copy queues behind it (``fallback``). Capacity 0 is no expert cache: every executed expert
@@ -47,22 +46,23 @@ next call: a batch run is one call, a served stream (``moesim.sim.serve``) one c
 scheduler forms them, the clock ``t`` counting the run's rows (``clock_row``). Before its rows, a call
 gives back the slots a partition lost since the last one (``fit_live``: the stream's KV cache grew).
 
-The state is ``moesim.sim.des_state.State``. The names ``reset``, ``on_step``, ``on_hit``, ``on_miss``,
-``on_prefetch``, ``choose_victim``, ``on_evict`` and ``on_insert`` are the policy's hooks
-(``moesim.policies.base``), bound by ``moesim.sim.engine.bind`` together with ``HELPERS``. A miss the
-policy declines (``on_miss`` False) is a bypass, as is one for which every resident is protected.
+The state is ``moesim.sim.des_state.State``. ``policy.reset``, ``policy.on_step``, ... are the policy's
+hooks (``moesim.policies.base``): ``moesim.sim.engine.bind`` compiles the loop and ``HELPERS`` with a
+policy's hook table as ``policy``. A miss the policy declines (``on_miss`` False) is a bypass, as is one
+for which every resident is protected.
 """
 
 from __future__ import annotations
 
-from moesim.sim.costs import T_COPY, T_CPU_SYNC, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_add
+from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
+from moesim.sim.costs import T_CPU_SYNC, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_add
 from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS,
                                   C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_RECLAIMED, C_SUBS, C_SUBS_MASS, COPY_BUSY,
                                   EV_CPU, EV_FILL, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD, R_COMPUTE,
                                   R_COPY, R_CPU, R_STALL, R_TIME)
 from moesim.sim.des_tiers import cpu_run, queue_copy, transfer
 from moesim.sim.engine import empty, place
-from moesim.sim.strategies.base import CACHED, CPU_MISS, GPU_CACHE, HYBRID, LOWBIT_MISS, ON_CPU, ON_GPU
+from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, ON_GPU
 from moesim.tracegen.schema import DECODE
 
 
@@ -72,7 +72,7 @@ def des_loop(s, st):
     stamp = progress.stamp[0]
     now = progress.now[0]
     if progress.span[0] == 0 and progress.offset[0] == 0:  # a run's first call
-        reset(st)
+        policy.reset(st)
     stamp += 1  # nothing is protected while slots are given back
     fit_live(s, st, progress.span[0], stamp)
     for row in range(progress.span[0], progress.span[1]):
@@ -84,7 +84,7 @@ def des_loop(s, st):
                 tally.warm_accesses[layer] = tally.layer_accesses[layer]
         if inp.group_start[row] and inp.reset_each_group and row > 0:
             empty(cache.slot_of, cache.obj_of, cache.used)
-            reset(st)
+            policy.reset(st)
         begin = now
         copy_before = s.tiers.clocks[COPY_BUSY]
         if inp.preload_at[row] >= 0:
@@ -138,10 +138,11 @@ def fit_live(s, st, row, stamp):
         lo = inp.bounds[part]
         while cache.used[part] > cache.live[part]:
             top = lo + cache.used[part] - 1
-            slot = choose_victim(st, part, lo, top + 1, cache.obj_of, cache.slot_of, cache.mark, stamp, -1, before)
+            slot = policy.choose_victim(st, part, lo, top + 1, cache.obj_of, cache.slot_of, cache.mark, stamp, -1,
+                                        before)
             victim = cache.obj_of[slot]
             cache.slot_of[victim] = -1
-            on_evict(st, part, slot, victim, before)
+            policy.on_evict(st, part, slot, victim, before)
             if slot != top:
                 cache.obj_of[slot] = cache.obj_of[top]
                 cache.slot_of[cache.obj_of[top]] = slot
@@ -170,7 +171,7 @@ def route(s, st, row, layer, part, stamp):
                 s.tally.counters[C_SUBS] += 1
                 s.tally.counters[C_SUBS_MASS] += inp.weights[row, layer, j]
     at = clock_row(s, row)
-    on_step(st, part, layer, at, x, (at * inp.experts.shape[1] + layer) * inp.experts.shape[2])
+    policy.on_step(st, part, layer, at, x, (at * inp.experts.shape[1] + layer) * inp.experts.shape[2])
 
 
 def serve_hits(s, st, row, layer, part, route_at):
@@ -197,7 +198,7 @@ def serve_hits(s, st, row, layer, part, route_at):
         if decode:
             counters[C_HITS] += 1
             tally.layer_hits[layer] += 1
-        on_hit(st, part, slot_of[obj], obj, base + j)
+        policy.on_hit(st, part, slot_of[obj], obj, base + j)
         log(tally, row, layer, EV_HIT, obj, slot_of[obj])
         if by_prefetch[obj]:
             counters[C_PF_USED] += 1
@@ -225,13 +226,12 @@ def serve_placed(s, row, layer, route_at):
 
 
 def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights_at, fused):
-    """X's other members, in rank order, each where the strategy sends it (module docstring); with no
+    """X's other members, in rank order, each as its ``miss_action`` says (module docstring); with no
     cache, a copy staged by the prefetch is a hit."""
     inp, tally = s.inputs, s.tally
-    placed = inp.placement[layer]
-    if placed == ON_GPU:
+    if inp.placement[layer] == ON_GPU:
         return pinned, n_run, weights_at, fused
-    x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
+    x, tokens, action = inp.exe[row, layer], inp.exe_tokens[row, layer], inp.miss_action[row, layer]
     cell_id = clock_row(s, row) * inp.experts.shape[1] + layer
     base = cell_id * inp.experts.shape[2]
     for j in range(x.shape[0]):
@@ -248,18 +248,16 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights
             continue
         if inp.bounds[-1] > 0 and s.cache.slot_of[obj] >= 0:
             continue
-        if inp.strategy != GPU_CACHE:  # gpu-cache, the common case, goes straight to the load
-            if (placed == ON_CPU and not inp.offload[row]) or (placed == CACHED and cpu_instead(s, tokens[j])):
-                to_cpu(s, row, layer, obj, tokens[j], route_at)
-                if inp.strategy == HYBRID and inp.bounds[-1] > 0:
-                    pinned = background_fill(s, st, row, layer, part, obj, base + j, route_at, stamp, pinned)
-                continue
-            if placed == CACHED and lowbit_instead(s, row, layer, j, tokens[j]):
-                n_run, weights_at, fused = lowbit_fetch(s, row, layer, j, obj, tokens[j], route_at, n_run,
-                                                        weights_at, fused)
-                continue
-        pinned, n_run, weights_at, fused = demand_load(s, st, row, layer, part, obj, base + j, route_at, stamp,
-                                                       pinned, n_run, weights_at, fused, tokens[j])
+        if action[j] == A_LOAD:
+            pinned, n_run, weights_at, fused = demand_load(s, st, row, layer, part, obj, base + j, route_at, stamp,
+                                                           pinned, n_run, weights_at, fused, tokens[j])
+        elif action[j] == A_CPU or action[j] == A_CPU_FILL:
+            to_cpu(s, row, layer, obj, tokens[j], route_at)
+            if action[j] == A_CPU_FILL and inp.bounds[-1] > 0:
+                pinned = background_fill(s, st, row, layer, part, obj, base + j, route_at, stamp, pinned)
+        else:  # A_LOWBIT
+            n_run, weights_at, fused = lowbit_fetch(s, row, layer, j, obj, tokens[j], route_at, n_run, weights_at,
+                                                    fused)
     return pinned, n_run, weights_at, fused
 
 
@@ -269,7 +267,7 @@ def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run,
     inp, cache, counters = s.inputs, s.cache, s.tally.counters
     capacity = cache.live[part]
     if capacity > 0:
-        if not on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
+        if not policy.on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
             counters[C_BYPASS] += 1
         elif claim(s, st, part, obj, t, stamp)[0] >= 0:
             pinned += 1
@@ -282,18 +280,6 @@ def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run,
     log(s.tally, row, layer, EV_LOAD, obj, -1 if capacity == 0 else cache.slot_of[obj])
     n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, done, tokens)
     return pinned, n_run, weights_at, fused
-
-
-def cpu_instead(s, tokens):
-    """A cached layer's miss runs on the CPU: always under hybrid; under cpu-miss when the CPU's time is
-    below copy + GPU time (Fiddler's rule)."""
-    inp = s.inputs
-    if inp.strategy == HYBRID:
-        return True
-    if inp.strategy != CPU_MISS:
-        return False
-    gpu = inp.by_tokens[tokens] + (inp.times[T_EXPERT_LAUNCH] if inp.per_expert else 0.0)
-    return inp.cpu_by_tokens[tokens] < inp.times[T_COPY] + gpu
 
 
 def to_cpu(s, row, layer, obj, tokens, route_at):
@@ -310,11 +296,11 @@ def to_cpu(s, row, layer, obj, tokens, route_at):
 
 
 def background_fill(s, st, row, layer, part, obj, t, route_at, stamp, pinned):
-    """hybrid: copy a miss the CPU is computing into the slot the policy frees, for later tokens; the cell
+    """``A_CPU_FILL``: copy a miss the CPU is computing into the slot the policy frees, for later tokens; the cell
     does not wait for it. Returns the residents of X."""
     inp, cache = s.inputs, s.cache
     capacity = cache.live[part]
-    if not on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
+    if not policy.on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
         return pinned
     if claim(s, st, part, obj, t, stamp)[0] < 0:
         return pinned
@@ -323,13 +309,6 @@ def background_fill(s, st, row, layer, part, obj, t, route_at, stamp, pinned):
     s.tally.counters[C_FILLS] += 1
     log(s.tally, row, layer, EV_FILL, obj, cache.slot_of[obj])
     return pinned + 1
-
-
-def lowbit_instead(s, row, layer, j, tokens):
-    """lowbit-miss: a decode miss whose gate weight (mean over the tokens that chose it) is below the threshold."""
-    inp = s.inputs
-    return (inp.strategy == LOWBIT_MISS and inp.kind[row] == DECODE and not inp.committed[row, layer]
-            and inp.weights[row, layer, j] < inp.lowbit_threshold * tokens)
 
 
 def lowbit_fetch(s, row, layer, j, obj, tokens, route_at, n_run, weights_at, fused):
@@ -377,7 +356,7 @@ def prefetch_next(s, st, row, layer, part, route_at, stamp, pinned):
             capacity = cache.live[npart]
             if cache.used[npart] >= capacity and pinned_next >= capacity:
                 continue
-            on_prefetch(st, npart, obj, issued)
+            policy.on_prefetch(st, npart, obj, issued)
             if claim(s, st, npart, obj, issued, stamp)[0] < 0:
                 continue
             pinned_next += 1
@@ -418,7 +397,7 @@ def preload_batch(s, st, row, now, stamp):
             capacity = cache.live[part]
             if cache.used[part] >= capacity and pinned >= capacity:
                 continue
-            on_prefetch(st, part, obj, before)
+            policy.on_prefetch(st, part, obj, before)
             if claim(s, st, part, obj, before, stamp)[0] >= 0:
                 pinned += 1
                 cache.ready[obj] = transfer(s.tiers, obj, now, inp.times, inp.dram_capacity, s.tally.counters)
@@ -474,6 +453,5 @@ def log(tally, row, layer, event, obj, slot):
         tally.n_log[0] = i + 1
 
 
-HELPERS = (place, claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, cpu_instead,
-           to_cpu, background_fill, lowbit_instead, lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel,
-           log)
+HELPERS = (place, claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, to_cpu,
+           background_fill, lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)

@@ -10,30 +10,34 @@ a member of R. ``sequential`` serves R's experts one by one in rank order, a tex
 Time ``t`` given to the hooks is the flat access position ``(row * L + layer) * k + j``: unique per
 access, increasing, and the index Belady's next-use array is built on.
 
-A policy is a module in moesim.policies with its njit hooks (the contract: ``moesim.policies.base``);
-``bind`` compiles a loop (this one, or the discrete-event loop of ``moesim.sim.des``) with them as
-compile-time constants, so every call is static and inlinable, and the result is cached on disk
-like any ``cache=True`` function. The engine owns
-residency (which object sits in which slot) and the counters; the policy owns its ordering state.
-A policy leaves a missing object uncached (a bypass) by returning False from ``on_miss`` (the
-γ-cache's Top-C) or -1 from ``choose_victim`` (the static pin).
+A policy is a module in moesim.policies with its njit hooks (the contract: ``moesim.policies.base``).
+A loop calls them as ``policy.<hook>``; ``bind`` compiles a loop (this one, the discrete-event loop of
+``moesim.sim.des_loop``, the lanes of ``moesim.sim.lanes`` and ``moesim.sim.across``) with a policy's
+hook table as ``policy``, so every call is static and inlinable, and the result is cached on disk like
+any ``cache=True`` function. The engine owns residency (which object sits in which slot) and the
+counters; the policy owns its ordering state. A policy leaves a missing object uncached (a bypass) by
+returning False from ``on_miss`` (the γ-cache's Top-C) or -1 from ``choose_victim`` (the static pin).
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 import types
 from pathlib import Path
 
 import numpy as np
 from numba import njit
 
+from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
+
 _BOUND: dict = {}
 
 
 def source_files(functions) -> list[Path]:
     """Every source file whose code a compiled call of ``functions`` may inline: their own files and,
-    transitively, those of every Python or numba function their code names as a global."""
+    transitively, those of every Python or numba function their code names as a global, or as an
+    attribute of a module it names (``policy.on_hit``)."""
     seen, files, todo = set(), set(), list(functions)
     while todo:
         fn = todo.pop()
@@ -47,52 +51,65 @@ def source_files(functions) -> list[Path]:
         while codes:  # names used by nested code (comprehensions, inner functions) count too
             c = codes.pop()
             codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-            todo.extend(fn.__globals__[n] for n in c.co_names if n in fn.__globals__)
+            named = [fn.__globals__[n] for n in c.co_names if n in fn.__globals__]
+            todo.extend(named)
+            todo.extend(getattr(m, n) for m in named if isinstance(m, types.ModuleType) for n in c.co_names
+                        if hasattr(m, n))
     return sorted(files)
 
 
-def bind(policy: types.ModuleType, loop, helpers: tuple = (), hooks: str = "HOOKS",
-         constants: dict | None = None) -> object:
-    """``loop`` (a plain function) compiled with ``policy``'s hooks inlined: the table its attribute
-    ``hooks`` names (``HOOKS``; ``LANE_HOOKS`` for ``moesim.sim.lanes``, ``ACROSS_HOOKS`` for
-    ``moesim.sim.across``). ``constants`` (name: int) are globals of the hooks and the loop, fixed at
+def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | None = None) -> object:
+    """``loop`` (a plain function) compiled with a policy's hooks inlined: ``table`` (hook name -> njit
+    function; a policy's ``HOOKS``, or a ``FastPath``'s ``hooks``) is what ``policy`` means in its code,
+    ``name`` the policy's. ``constants`` (name: int) are globals of the hooks and the loop, fixed at
     compile time (``moesim.sim.across``'s lane count and slot width): one compilation per set.
 
-    ``helpers`` are plain functions of the loop's module that call hooks; they are bound the same way
+    ``helpers`` are plain functions that the loop calls and that call hooks; they are bound the same way
     and inlined.
 
     Passing the hooks as arguments of one shared compiled function would defeat numba's disk cache,
-    so the loop's code is bound to the policy's hooks as globals instead. The hooks are inlined and
-    the loop runs without reference counting (``_nrt=False``; it allocates nothing): called hooks
-    took a state tuple by value and counted references on every access, several times the cost of
+    so the loop's code is rebuilt with the hook table as its global ``policy`` instead. The hooks are
+    inlined and the loop runs without reference counting (``_nrt=False``; it allocates nothing): called
+    hooks took a state tuple by value and counted references on every access, several times the cost of
     the policy itself. It releases the GIL, so runs of several capacities share a process's cores.
     Numba's cache checks only the loop's own file, so the cache entry is named after the loop, the
     policy and a digest of every file whose code is inlined (``source_files``): editing a helper
     anywhere recompiles. One compilation per (policy, loop, constants) and process.
     """
     constants = constants or {}
-    key = (policy.__name__, loop.__module__, loop.__name__, hooks, tuple(sorted(constants.items())))
+    key = (name, loop.__module__, loop.__name__, tuple(sorted(constants.items())))
     if key not in _BOUND:
-        table = getattr(policy, hooks)
         digest = hashlib.sha1()
         for path in source_files([loop, *helpers, *table.values()]):
             digest.update(path.read_bytes())
-        inlined = {}
-        for name, hook in table.items():
+        ident = name.replace("-", "_")
+        bound = types.ModuleType(f"moesim.bound.{ident}")
+        for hook_name, hook in table.items():
             hook = getattr(hook, "py_func", hook)
             if constants:
                 hook = types.FunctionType(hook.__code__, dict(hook.__globals__, **constants), hook.__name__)
-            inlined[name] = njit(inline="always")(hook)
-        namespace = dict(loop.__globals__, **inlined, **constants, __name__=loop.__module__)
+            setattr(bound, hook_name, njit(inline="always")(hook))
+        namespace = dict(loop.__globals__, policy=bound, **constants, __name__=loop.__module__)
         for helper in helpers:
             namespace[helper.__name__] = njit(inline="always")(types.FunctionType(helper.__code__, namespace,
                                                                                   helper.__name__))
         fixed = "".join(f"_{k.lower()}{v}" for k, v in sorted(constants.items()))
-        name = f"{loop.__name__.strip('_')}_{policy.__name__.rsplit('.', 1)[-1]}{fixed}_{digest.hexdigest()[:12]}"
-        fn = types.FunctionType(loop.__code__, namespace, name)
-        fn.__qualname__ = name
+        fn_name = f"{loop.__name__.strip('_')}_{ident}{fixed}_{digest.hexdigest()[:12]}"
+        fn = types.FunctionType(loop.__code__, namespace, fn_name)
+        fn.__qualname__ = fn_name
         _BOUND[key] = njit(cache=True, _nrt=False, nogil=True)(fn)
     return _BOUND[key]
+
+
+def warm_then_time(run, experts: np.ndarray, seq_offsets: np.ndarray):
+    """``run(experts, seq_offsets)`` first on the trace's first row, which compiles what it runs (or loads
+    it from numba's disk cache), then on the whole trace, timed: (its result, seconds), or None where
+    ``run`` gives None (its state does not fit this trace)."""
+    if run(experts[:1], np.array([0, 1], np.int64)) is None:
+        return None
+    start = time.perf_counter()
+    out = run(experts, seq_offsets)
+    return None if out is None else (out, time.perf_counter() - start)
 
 
 def on_disk(compiled) -> bool:
@@ -126,15 +143,15 @@ def place(st, part, obj, t, lo, hi, slot_of, obj_of, used, mark, stamp):
         slot = lo + used[part]
         used[part] += 1
     else:
-        slot = choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t)
+        slot = policy.choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t)
         if slot < 0:
             return -1, -1
         victim = obj_of[slot]
         slot_of[victim] = -1
-        on_evict(st, part, slot, victim, t)
+        policy.on_evict(st, part, slot, victim, t)
     obj_of[slot] = obj
     slot_of[obj] = slot
-    on_insert(st, part, slot, obj, t)
+    policy.on_insert(st, part, slot, obj, t)
     return slot, victim
 
 
@@ -146,17 +163,17 @@ def hitrate_loop(args, st):
     # marks stamp the members of R under step semantics; under sequential R is the one expert being
     # served, which is missing when a victim is chosen, so nothing is marked and no mark equals -1
     stamp = 0 if not sequential else -1
-    reset(st)
+    policy.reset(st)
     for s in range(seq_offsets.shape[0] - 1):
         if reset_each_seq and s > 0:
             empty(slot_of, obj_of, used)
-            reset(st)
+            policy.reset(st)
         for row in range(seq_offsets[s], seq_offsets[s + 1]):
             for layer in range(n_layers):
                 part = layer if per_layer else 0
                 base = (row * n_layers + layer) * k
                 ranked = experts[row, layer]
-                on_step(st, part, layer, row, ranked, base)
+                policy.on_step(st, part, layer, row, ranked, base)
                 if not sequential:
                     stamp += 1
                     for j in range(k):
@@ -165,18 +182,18 @@ def hitrate_loop(args, st):
                         obj = layer * num_experts + ranked[j]
                         if slot_of[obj] >= 0:
                             hits[layer] += 1
-                            on_hit(st, part, slot_of[obj], obj, base + j)
+                            policy.on_hit(st, part, slot_of[obj], obj, base + j)
                 for j in range(k):
                     obj = layer * num_experts + ranked[j]
                     t = base + j
                     if sequential:
                         if slot_of[obj] >= 0:
                             hits[layer] += 1
-                            on_hit(st, part, slot_of[obj], obj, t)
+                            policy.on_hit(st, part, slot_of[obj], obj, t)
                             continue
                     elif slot_of[obj] >= 0:
                         continue
-                    if not on_miss(st, part, obj, t):
+                    if not policy.on_miss(st, part, obj, t):
                         continue
                     slot, victim = place(st, part, obj, t, bounds[part], bounds[part + 1], slot_of, obj_of, used, mark,
                                          stamp)

@@ -13,7 +13,7 @@ GPU memory holds, in every strategy:
   llama.cpp's offload of prefill rows.
 
 Host RAM holds every expert that is not placed on the GPU, in the expert precision (with an SSD tier,
-only the DRAM cache's experts), the low-bit copies of ``lowbit-miss``, and ``HOST_RESERVE_GIB`` for the
+only the DRAM cache's experts), the low-bit copies a strategy keeps (``lowbit_dtype``), and ``HOST_RESERVE_GIB`` for the
 operating system and the runtime. A size of 0 (a hardware file without one) is not checked.
 
 ``resolve`` turns ``capacity = "auto"`` into the most slots that fit and ``cpu_layers = "auto"`` into the
@@ -30,7 +30,7 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.policies import get_policy
 from moesim.sim.config import module_params
-from moesim.sim.strategies import CACHED, ON_CPU, ON_GPU, get_strategy
+from moesim.sim.strategies import CACHED, ON_CPU, ON_GPU, get_strategy, lowbit_dtype
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 
 GIB = 2 ** 30
@@ -109,6 +109,7 @@ def account(fp: Footprint, config) -> Memory:
     if config.cache.scope == "per-layer" and cached:
         per_part = per_part[place == CACHED]
     capacity, slots = int(per_part.min()), int(per_part.sum())  # the smallest partition's, and all
+    lowbit = lowbit_dtype(strategy, params)
     if model.kind == "mole":  # lookup tables of vocab x d values per expert, on the host
         table = model.vocab * model.d_model * fp.weight_bytes
         return Memory(model.non_expert_params * fp.weight_bytes, model.kv_bytes(fp.kv_tokens), GPU_RESERVE_GIB * GIB,
@@ -119,8 +120,8 @@ def account(fp: Footprint, config) -> Memory:
         if bypass:
             twice = capacity == 0 and config.prefetch.prefetcher != "none"
             scratch = fp.width * eb * (2 if twice else 1)
-        if "lowbit_dtype" in params:
-            scratch += fp.width * model.expert_params * BYTES_PER_PARAM[params["lowbit_dtype"]]
+        if lowbit is not None:
+            scratch += fp.width * model.expert_params * BYTES_PER_PARAM[lowbit]
     if (place == ON_CPU).any() and fp.prompt_rows and not strategy.CACHE:
         scratch = max(scratch, fp.width * eb)
     host_layers = model.num_layers - on_gpu
@@ -128,9 +129,8 @@ def account(fp: Footprint, config) -> Memory:
         host = config.cache.dram_capacity * eb
     else:
         host = host_layers * model.num_experts * eb
-    copy = getattr(strategy, "host_copy_bytes_per_param", None)
-    if copy is not None:
-        host += cached * model.num_experts * model.expert_params * copy(params)
+    if lowbit is not None:
+        host += cached * model.num_experts * model.expert_params * BYTES_PER_PARAM[lowbit]
     return Memory(weights=model.non_expert_params * fp.weight_bytes, kv=model.kv_bytes(fp.kv_tokens),
                   reserve=GPU_RESERVE_GIB * GIB, experts=(slots + on_gpu * model.num_experts) * eb, scratch=scratch,
                   host_experts=host, host_reserve=HOST_RESERVE_GIB * GIB, vram=fp.vram, ram=fp.ram)
@@ -160,8 +160,7 @@ def resolve(fp: Footprint, config, top_k: int):
 def _describe(config, model: ModelSpec) -> str:
     strategy = get_strategy(config.execution.strategy)
     if not strategy.CACHE:
-        return f"{module_params(strategy, config.execution.params)['cpu_layers']} of {model.num_layers} layers' " \
-               "experts on the CPU"
+        return strategy.describe(module_params(strategy, config.execution.params), model.num_layers)
     capacity = config.cache.capacity
     if isinstance(capacity, tuple):
         return (f"{sum(capacity)} experts over {len(capacity)} layers ({min(capacity)} to {max(capacity)} per layer) "

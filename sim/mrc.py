@@ -2,22 +2,25 @@
 
 ``curve(trace, cache)`` gives one ``HitRate`` per capacity, from the smallest a run takes (1, or
 top-k under step semantics) to every expert (E per layer, L*E in one pool), each equal to
-``moesim.sim.hitrate.simulate`` at that capacity.
+``moesim.sim.hits.count_hits`` at that capacity.
 
 **One pass where the policy is a stack algorithm** (Mattson, Gecsei, Slutz & Traiger, 1970): one
 whose cache of C holds the first C objects of an order that does not depend on C, so that it holds
 what a cache of C-1 holds (inclusion). An access then hits at C exactly when its stack distance, its
 object's place in the order just before it, is below C; one pass finds every distance and hits(C) is
-the number of distances below C: every capacity for about the price of one. Under ``sequential``
-semantics (a textbook cache) three policies here are, and Belady under ``step`` semantics too:
+the number of distances below C: every capacity for about the price of one. A policy that is one
+declares it (its ``STACK``: the order it keeps and under which semantics, ``moesim.policies.base.Stack``),
+and the order says how an access moves its object up. Under ``sequential`` semantics (a textbook
+cache) three policies here are, and Belady under ``step`` semantics too:
 
-- LRU, ordered most recently used first. The distance is the number of distinct objects of the
-  partition used since the object's own last use: with a cache per layer, each expert's rank kept
-  up to date in vector registers (``moesim.sim.lru_ranks``); in one pool, found by scanning the
+- LRU, ordered by recency, most recently used first. The distance is the number of distinct objects
+  of the partition used since the object's own last use: with a cache per layer, the policy's own
+  pass (``Stack.histogram``: each expert's rank kept up to date in vector registers,
+  ``moesim.policies.lru_ranks``); in one pool, found by scanning the
   order while it holds at most ``SCAN_LIMIT`` objects, else with a Fenwick tree over the pool's
   access positions holding one mark per object at its last use.
 - Belady (MIN: evict the resident used again furthest ahead; the missed object is always loaded),
-  ordered by OPT's stack update: the object used goes to the top, and the objects above its old
+  ordered by next use, with OPT's stack update: the object used goes to the top, and the objects above its old
   place are merged downwards, each place keeping whichever of the carried object and its occupant
   is used again sooner (the carried one moves on to the next place). An object with no later use
   (in its sequence, with a reset) is used "never"; which of two such is kept does not change a hit.
@@ -34,8 +37,8 @@ semantics (a textbook cache) three policies here are, and Belady under ``step`` 
   eviction and the clock ticks per request, so the order does not depend on C, and the cache is its
   Top-C. A request raises its expert's count and makes it the most recently served, so the expert
   moves up to the first place whose occupant it outranks; the places between shift down one. Scores
-  are the policy's own floats (count · γ^rows, γ^d tabulated alike), so every comparison is the one
-  the policy makes.
+  are the policy's own floats (count · γ^rows, γ^d tabulated by the policy's ``Stack.decay``), so
+  every comparison is the one the policy makes.
 
 **One run per capacity elsewhere**, on threads (the compiled engine and the lanes of
 ``moesim.sim.lanes`` and ``moesim.sim.across``, which FIFO, LFU and ARC per layer under sequential
@@ -58,7 +61,6 @@ semantics take, release the GIL), since no other policy is a stack algorithm as 
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -66,18 +68,24 @@ import numpy as np
 from numba import njit
 
 from moesim.errors import MoesimError
-from moesim.policies.belady import NEVER, next_uses
 from moesim.policies import get_policy
+from moesim.policies.base import DECAYED_COUNT, NEXT_USE, RECENCY, Stack
+from moesim.policies.belady import NEVER, next_uses
 from moesim.sim.config import CacheConfig, module_params
-from moesim.sim.hitrate import HitRate, check_capacity, simulate
-from moesim.sim.lru_ranks import rank_counts
+from moesim.sim.engine import warm_then_time
+from moesim.sim.hits import HitRate, check_capacity, count_hits
 from moesim.tracegen.trace import Trace
 
-# (policy, semantics) whose curve is one pass of stack distances
-ONE_PASS = {("lru", "sequential"), ("belady", "sequential"), ("belady", "step"), ("gamma", "sequential")}
 MAX_RUNS = 64  # default capacities of a curve that takes one run each
 SCAN_LIMIT = 256  # objects per partition up to which a scan of the recency order beats the tree
 LRU, OPT, GAMMA = range(3)  # how an access moves its object up the order (``order_distances``)
+RULES = {RECENCY: LRU, NEXT_USE: OPT, DECAYED_COUNT: GAMMA}  # the rule of each order
+
+
+def stack_of(policy: str, semantics: str) -> Stack | None:
+    """The policy's ``STACK`` where it is a stack algorithm under ``semantics`` (its curve is one pass)."""
+    stack = getattr(get_policy(policy), "STACK", None)
+    return stack if stack is not None and semantics in stack.semantics else None
 
 
 def capacities(trace: Trace, cache: CacheConfig) -> range:
@@ -88,13 +96,16 @@ def capacities(trace: Trace, cache: CacheConfig) -> range:
 
 
 def curve(trace: Trace, cache: CacheConfig, sizes=None, threads: int | None = None) -> list[HitRate]:
-    """``cache.policy``'s exact hits at each of ``sizes``, ``cache.capacity`` and ``split`` ignored
-    (every layer has the size); one pass for a
-    stack algorithm (``ONE_PASS``), else one run per size on ``threads``. By default every capacity;
-    for runs per size, ``MAX_RUNS`` of them spread evenly from the smallest to the largest when there
-    are more (a global pool; a layer of 128 or 256 experts)."""
-    one_pass = (cache.policy, cache.semantics) in ONE_PASS
-    if sizes is None:
+    """``cache.policy``'s exact hits at each of ``sizes``, ``cache.capacity`` and ``split`` ignored (every
+    layer has the size); one pass for a stack algorithm (``stack_of``), else one run per size on
+    ``threads``. ``sizes`` ``"all"``: every capacity; by default every capacity too, but for runs per size
+    ``MAX_RUNS`` of them spread evenly from the smallest to the largest when there are more (a global
+    pool; a layer of 128 or 256 experts)."""
+    stack = stack_of(cache.policy, cache.semantics)
+    one_pass = stack is not None
+    if isinstance(sizes, str) and sizes == "all":
+        sizes = capacities(trace, cache)
+    elif sizes is None:
         every = capacities(trace, cache)
         sizes = every if one_pass or len(every) <= MAX_RUNS else \
             np.unique(np.linspace(every.start, every.stop - 1, MAX_RUNS).round().astype(int)).tolist()
@@ -105,33 +116,35 @@ def curve(trace: Trace, cache: CacheConfig, sizes=None, threads: int | None = No
     for each in at:
         check_capacity(trace.meta, each)
     if one_pass:
-        return _stack_curve(trace, cache, sizes)
-    first = simulate(trace, at[0])  # compiles (or loads) the engine once
+        return _stack_curve(trace, cache, stack, sizes)
+    first = count_hits(trace, at[0])  # compiles (or loads) the engine once
     with ThreadPoolExecutor(threads or os.cpu_count()) as pool:
-        rest = list(pool.map(lambda each: simulate(trace, each), at[1:]))
+        rest = list(pool.map(lambda each: count_hits(trace, each), at[1:]))
     return [first, *rest]
 
 
-def _stack_curve(trace: Trace, cache: CacheConfig, sizes: list[int]) -> list[HitRate]:
+def _stack_curve(trace: Trace, cache: CacheConfig, stack: Stack, sizes: list[int]) -> list[HitRate]:
+    """The one pass of stack distances, compiled first on the trace's first row (``warm_then_time``)."""
     m = trace.meta
     per_layer = cache.scope == "per-layer"
     objects = m.num_experts if per_layer else m.num_layers * m.num_experts
-    hist = np.zeros((m.num_layers, objects + 1), np.int64)  # [layer, distance]; distance ``objects``: first use
     experts, offsets = np.ascontiguousarray(trace.experts, np.int16), trace.seq_offsets.astype(np.int64)
-    start = time.perf_counter()
-    decay = np.zeros(0)
-    if cache.policy == "gamma":
-        gamma = float(module_params(get_policy("gamma"), cache.params)["gamma"])
-        decay = np.power(gamma, np.arange(trace.num_rows + 1, dtype=np.float64))  # as the policy tabulates it
-    if cache.policy == "lru" and per_layer:
-        hist = rank_counts(experts, offsets, m.num_experts, cache.reset)
-    elif cache.policy == "lru" and objects > SCAN_LIMIT:
-        tree_distances(experts, offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
-    else:
-        rule = {"lru": LRU, "belady": OPT, "gamma": GAMMA}[cache.policy]
-        order_distances(rule, experts, offsets, np.int64(m.num_experts), per_layer, cache.semantics == "step",
-                        cache.reset, decay, hist)
-    seconds = time.perf_counter() - start
+
+    def distances(rows, seq_offsets):
+        hist = np.zeros((m.num_layers, objects + 1), np.int64)  # [layer, distance]; ``objects``: first use
+        decay = np.zeros(0)
+        if stack.decay is not None:
+            decay = stack.decay(module_params(get_policy(cache.policy), cache.params), rows.shape[0])
+        if stack.histogram is not None and per_layer:
+            return stack.histogram(rows, seq_offsets, m.num_experts, cache.reset)
+        if stack.order == RECENCY and objects > SCAN_LIMIT:
+            tree_distances(rows, seq_offsets, np.int64(m.num_experts), per_layer, cache.reset, hist)
+        else:
+            order_distances(RULES[stack.order], rows, seq_offsets, np.int64(m.num_experts), per_layer,
+                            cache.semantics == "step", cache.reset, decay, hist)
+        return hist
+
+    hist, seconds = warm_then_time(distances, experts, offsets)
     below = np.cumsum(hist, axis=1)  # below[layer, d]: accesses at distance <= d
     accesses = [trace.num_rows * m.top_k] * m.num_layers
     return [HitRate(cache.policy, c, cache.scope, cache.semantics, sum(accesses), int(below[:, c - 1].sum()),

@@ -1,24 +1,26 @@
-"""Serving: requests arrive, a continuous-batching scheduler forms each step, the discrete-event engine runs it.
+"""Serving: requests arrive, a continuous-batching scheduler forms each step, the discrete-event engine
+runs it.
 
-``simulate_serve`` turns a trace into a stream of requests (``moesim.sim.scheduler``), and runs the
-discrete-event loop (``moesim.sim.des_loop``) one step at a time, each step formed when the one before it
-ends: a step's row is, per layer, the union of the experts its requests' rows chose (prompt chunks and
-decode positions, running requests first, as ``moesim.sim.requests`` unites a batch's rows), its cost
-the attention of its tokens over their KV cache (``moesim.sim.costs.row_costs``). The cache, the copy
-engines, the CPU and the clock carry over from step to step, with the configured policy, prefetcher
-(one that predicts the next cell; a step does not prefetch into the next, which is not formed yet) and
-strategy. With nothing to run the clock moves to the next arrival.
+``simulate_serve`` turns a trace into a stream of requests (``moesim.sim.scheduler``), has
+``moesim.sim.run.assemble`` build the run, and steps it (``Run.step``) one step at a time, each step
+formed when the one before it ends (``StreamRows.fill``): a step's row is, per layer, the union of the
+experts its requests' rows chose (prompt chunks and decode positions, running requests first, as
+``moesim.sim.requests`` unites a batch's rows), its cost the attention of its tokens over their KV cache
+(``moesim.sim.costs.row_costs``). The cache, the copy engines, the CPU and the clock carry over from
+step to step, with the configured policy, prefetcher (one that predicts the next cell; a step does not
+prefetch into the next, which is not formed yet) and strategy. With nothing to run the clock moves to
+the next arrival.
 
 Per request: queueing delay (arrival to its first step), TTFT (arrival to the end of the step that gave
 its first token: its prompt's last chunk, or without a prompt its first decode step), TPOT (its decode
-steps' time per decode token, from the end of its prefill, or without a prompt from the start of its first
-decode step, to its end) and end-to-end latency. The summary's ``tpot_s`` is all requests' decode time
-over their decode tokens (``moesim sim run``'s definition: a lone request gets sim run's batch-1 TPOT);
-throughput is output tokens (and requests) over the span from the first arrival to the last finish; the
-hit rate is over the accesses of steps that decode, as in ``sim run``.
+steps' time per decode token, from the end of its prefill, or without a prompt from the start of its
+first decode step, to its end) and end-to-end latency. The summary's ``tpot_s`` is all requests' decode
+time over their decode tokens (``moesim sim run``'s definition: a lone request gets sim run's batch-1
+TPOT); throughput is output tokens (and requests) over the span from the first arrival to the last
+finish; the hit rate is over the accesses of steps that decode, as in ``sim run``.
 
 ``capacity auto`` and the memory check size the KV cache for ``max_batch`` requests of the longest
-sequence. A policy that reads the rows ahead (Belady, ML-FFN), a preloading prefetcher, and a cache that
+sequence. A policy that reads the rows ahead (``READS_ROWS``), a preloading prefetcher, and a cache that
 resets per batch have no meaning here and are refused.
 """
 
@@ -34,19 +36,15 @@ from moesim.errors import MoesimError
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
-from moesim.sim.budget import best_slots
 from moesim.sim.config import ARRIVALS, NOT_SERVED, Config, module_params
-from moesim.sim.costs import costs, row_costs
-from moesim.sim.des import _check, _sizes
-from moesim.sim.des_loop import HELPERS, des_loop
-from moesim.sim.des_state import (C_ACCESSES, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_PF_LOADS, C_PREFILL_LOADS, C_RECLAIMED,
-                                  R_TIME, Inputs, build_state)
-from moesim.sim.engine import bind, part_bounds
+from moesim.sim.costs import Costs, costs, row_costs
+from moesim.sim.des_state import C_FILLS, C_LOADS, C_LOWBIT, C_PF_LOADS, C_PREFILL_LOADS, C_RECLAIMED
 from moesim.sim.hardware import Hardware
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.requests import expert_choices, gather, merge, prompt_routing
+from moesim.sim.run import RowArrays, RowSource, Run, assemble
 from moesim.sim.scheduler import Scheduler, arrival_times, make_queue, read_arrivals
-from moesim.sim.strategies import cpu_experts, get_strategy
+from moesim.sim.strategies import get_strategy
 from moesim.sim.strategies.base import CACHED
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE, PREFILL
@@ -82,9 +80,6 @@ class ServeResult:
 def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
                    hardware: Hardware | None = None) -> ServeResult:
     """Serve ``trace``'s sequences as a stream of requests under ``config`` (its ``serve`` section)."""
-    model = model if model is not None else config.model.spec(trace.meta)
-    hardware = hardware if hardware is not None else config.hardware.spec()
-    _check(trace, model, hardware, config)
     _check_serve(trace, config)
     sv, wl = config.serve, config.workload
     rng = np.random.default_rng(sv.arrival_seed)
@@ -97,86 +92,46 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     if not sv.chunked_prefill and queue.prompt.max() > sv.max_batch_tokens:
         raise MoesimError(f"a prompt of {int(queue.prompt.max())} tokens is more than max_batch_tokens "
                           f"{sv.max_batch_tokens}, and without chunked prefill a prompt runs in one step")
-    num_experts, k, n_layers = trace.meta.num_experts, trace.meta.top_k, trace.meta.num_layers
-    width = min(num_experts, sv.max_batch_tokens * k)
-    bpp, eb = _sizes(trace, model, config.model.dtype, config.model.other_dtype)
-    longest = int((queue.prompt + queue.decode).max())
-    cpu = hardware.cpu
-    footprint = Footprint(model, bpp, eb if eb is not None else model.expert_params * bpp,
-                          sv.max_batch * (wl.context + longest), width, bool(queue.prompt.max() > 0),
-                          hardware.gpu.hbm_gb * GIB, cpu.ram_gb * GIB if cpu else 0.0)
-    asked = config
-    config, memory = resolve(footprint, config, k)
-    cache, strategy = config.cache, get_strategy(config.execution.strategy)
-    if cache.split == "best" and strategy.CACHE and cache.capacity != 0:
-        held = int(cache.slots(n_layers).min()) >= width  # as in simulate_des: the memory stays the same
-        cache = best_slots(trace, cache, width if held else None)
-        config = replace(config, cache=cache)
-    share = _KvShare.build(footprint, asked, config, memory, k) if sv.dynamic_kv else None
-    if share is not None:
-        cache = replace(cache, capacity=share.most)
-    slots = cache.slots(n_layers)
-    sparams = module_params(strategy, config.execution.params)
-    cost = costs(model, hardware, np.zeros(1), np.zeros(1), bpp, eb, sv.max_batch_tokens, sparams.get("lowbit_dtype"))
-    step = _StepRows(trace, config, model, hardware, bpp, width)
-    inputs = Inputs(step.experts, step.exe, step.exe_tokens, step.committed, step.weights, step.pred, step.kind,
-                    np.zeros(1, np.bool_), np.full(1, -1, np.int64), np.full((1, n_layers, 0), -1, np.int16),
-                    step.pre_s, step.lut_s, cost.by_tokens, cost.scalar_times(),
-                    config.execution.kernel == "per-expert", part_bounds(slots), np.int64(num_experts),
-                    cache.scope == "per-layer", False, model.kind == "mole",
-                    np.int64(-1 if cache.dram_capacity is None else cache.dram_capacity), np.int64(strategy.CODE),
-                    strategy.placement(model.num_layers, sparams), step.offload, cost.cpu_by_tokens, step.handoff_s,
-                    float(sparams.get("lowbit_threshold", 0.0)), np.int64(-1))
-    state = build_state(inputs, hardware.link.engines, 0)
-    module = get_policy(cache.policy)
-    # the clock counts steps: at most one per prompt token and decode row of every request
-    ctx = Context(trace.experts, trace.seq_offsets.astype(np.int64), num_experts, np.maximum(slots, 1),
-                  cache.scope == "per-layer", False, False, module_params(module, cache.params),
-                  clock_rows=int(queue.prompt.sum() + queue.decode.sum()) + 1)
-    run = bind(module, des_loop, HELPERS)
+    rows = StreamRows(trace, config, queue)
+    run = assemble(trace, config, rows, model, hardware)
     scheduler = Scheduler(queue, sv.max_batch, sv.max_batch_tokens, sv.chunked_prefill, sv.draft_tokens,
                           sv.acceptance, rng)
-    policy_state = module.make_state(ctx)
-    steps, seconds = _run_steps(run, state, policy_state, scheduler, step, share, wl.context, memory.gpu)
-    counters = state.tally.counters
+    steps, seconds = _run_steps(run, scheduler, rows, wl.context)
+    counters = run.counters
     loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS] + counters[C_FILLS]
-    moved = float(loads * cost.expert_bytes + counters[C_LOWBIT] * cost.lowbit_bytes + step.lut_bytes)
+    moved = float(loads * run.costs.expert_bytes + counters[C_LOWBIT] * run.costs.lowbit_bytes + rows.lut_bytes)
     requests = request_frame(queue)
     summary = summarise(requests, steps, sv, moved, seconds)
-    summary.update(capacity=cache.capacity, **memory.fields(), slots_min=int(steps["slots"].min()),
+    summary.update(capacity=run.config.cache.capacity, **run.memory.fields(), slots_min=int(steps["slots"].min()),
                    slots_mean=float(steps["slots"].mean()), reclaimed=int(counters[C_RECLAIMED]))
-    if share is not None:  # the most the GPU held at once
+    if rows.share is not None:  # the most the GPU held at once
         summary["vram_gb"] = float(steps["gpu_bytes"].max()) / GIB
-    return ServeResult(model.name, hardware.name, config, summary, requests, steps)
+    return ServeResult(run.model.name, run.hardware.name, rows.resolved, summary, requests, steps)
 
 
-def _run_steps(run, state, policy_state, scheduler: Scheduler, step: _StepRows, share: _KvShare | None,
-               context: int, gpu_bytes: float) -> tuple[pl.DataFrame, float]:
-    """Form and run every step: the compiled loop ``run`` on each step's row, the clock moved to the next arrival
-    when nothing runs. Returns a row per step (start, time, requests in it, tokens, hits, accesses, slots per
-    partition, GPU bytes) and the seconds it all took."""
-    queue, progress, counters, live = scheduler.q, state.progress, state.tally.counters, state.cache.live
+def _run_steps(run: Run, scheduler: Scheduler, rows: StreamRows, context: int) -> tuple[pl.DataFrame, float]:
+    """Form and run every step: ``run`` steps each step's row, the clock moved to the next arrival when nothing
+    runs. Returns a row per step (start, time, requests in it, tokens, hits, accesses, slots per partition,
+    GPU bytes) and the seconds it all took."""
+    queue, share, gpu_bytes = scheduler.q, rows.share, run.memory.gpu
     log = []
     begin = time.perf_counter()
     while not scheduler.done():
-        now = progress.now[0]
+        now = run.now
         pieces = scheduler.form(now)
         if not pieces:
-            progress.now[0] = max(now, scheduler.next_arrival())
+            run.wait_until(scheduler.next_arrival())
             continue
-        step.fill(queue, pieces)
+        rows.fill(queue, pieces)
+        live = None
         if share is not None:
             kv = _kv_tokens(queue, scheduler.running, pieces, context)
-            live[:] = share.live(kv)
-            gpu_bytes = share.gpu_bytes(kv, int(live[0]))
-        hits, accesses = counters[C_HITS], counters[C_ACCESSES]
-        state.tally.rows[0] = 0.0
-        progress.span[:] = (0, 1)
-        run(state, policy_state)
-        progress.offset[0] += 1
-        scheduler.finish_step(pieces, now, progress.now[0])
-        log.append((now, state.tally.rows[0, R_TIME], len(pieces), int(step.tokens), counters[C_HITS] - hits,
-                    counters[C_ACCESSES] - accesses, int(live.min()), gpu_bytes))
+            live = share.live(kv)
+            gpu_bytes = share.gpu_bytes(kv, live)
+        done = run.step(0, 1, live)
+        scheduler.finish_step(pieces, now, run.now)
+        log.append((now, done.seconds, len(pieces), int(rows.tokens[0]), done.hits, done.accesses, run.live_slots,
+                    gpu_bytes))
     seconds = time.perf_counter() - begin
     return pl.DataFrame(log, schema={"start_s": pl.Float64, "time_s": pl.Float64, "running": pl.Int64,
                                      "tokens": pl.Int64, "hits": pl.Int64, "accesses": pl.Int64, "slots": pl.Int64,
@@ -254,12 +209,12 @@ def _check_serve(trace: Trace, config: Config) -> None:
                           "leave batch at 1 and warmup at 0")
 
 
-class _StepRows:
-    """The one-row arrays the engine reads, rewritten for every step (``fill``)."""
+class StreamRows(RowSource):
+    """A served stream's rows: one row, rewritten for every step (``fill``); memory sized for ``max_batch``
+    requests of the longest sequence, the cache resized as the KV cache grows (``dynamic_kv``)."""
 
-    def __init__(self, trace: Trace, config: Config, model: ModelSpec, hardware: Hardware, bpp: float, width: int):
-        n_layers = trace.meta.num_layers
-        self.trace, self.model, self.hardware, self.bpp = trace, model, hardware, bpp
+    def __init__(self, trace: Trace, config: Config, queue):
+        self.trace, self.config, self.queue = trace, config, queue
         self.context = config.workload.context
         self.src_w = (np.zeros(trace.experts.shape, np.float32) if trace.weights is None
                       else np.nan_to_num(trace.weights).astype(np.float32))
@@ -269,22 +224,53 @@ class _StepRows:
                           np.ascontiguousarray(predictor.predict(trace, module_params(predictor,
                                                                                       config.prefetch.params)),
                                                np.int16))
-        self.offload_strategy = get_strategy(config.execution.strategy) is cpu_experts
+        self.commit = config.prefetch.mode == "commit" and self.predicted is not None
+        self.position = trace.steps.astype(np.int64)  # a recorded row's position in its sequence
+        self.share, self.resolved, self.lut_bytes = None, config, 0.0
+
+    def footprint(self, trace: Trace, config: Config) -> tuple[float, int, bool]:
+        q, sv = self.queue, config.serve
+        longest = int((q.prompt + q.decode).max())
+        width = min(trace.meta.num_experts, sv.max_batch_tokens * trace.meta.top_k)
+        return sv.max_batch * (config.workload.context + longest), width, bool(q.prompt.max() > 0)
+
+    def sized(self, config: Config, footprint: Footprint, memory: Memory) -> Config:
+        """With ``dynamic_kv`` the cache gets as many slots as an empty KV cache leaves; each step lowers them to
+        what its KV cache leaves (``_KvShare``)."""
+        self.resolved = config
+        if not config.serve.dynamic_kv:
+            return config
+        self.share = _KvShare.build(footprint, self.config, config, memory, self.trace.meta.top_k)
+        return replace(config, cache=replace(config.cache, capacity=self.share.most))
+
+    def arrays(self, config, slots, model, hardware, bpp, expert_bytes, lowbit) -> tuple[RowArrays, Costs]:
+        self.model, self.hardware, self.bpp = model, hardware, bpp
+        n_layers, width = self.trace.meta.num_layers, self.footprint(self.trace, config)[1]
         self.experts = np.full((1, n_layers, width), -1, np.int16)
         self.weights = np.zeros(self.experts.shape, np.float32)
         self.counts = np.zeros(self.experts.shape, np.int32)
         self.pred = np.full((1, n_layers, 0 if self.predicted is None else width), -1, np.int16)
         self.pred_tokens = np.zeros(self.pred.shape, np.int32)
-        self.commit = config.prefetch.mode == "commit" and self.predicted is not None
         self.exe, self.exe_tokens = self.experts, self.counts
         if self.commit:
             self.exe, self.exe_tokens = self.experts.copy(), self.counts.copy()
         self.committed = np.zeros((1, n_layers), np.bool_)
         self.kind = np.zeros(1, np.int8)
+        self.tokens = np.zeros(1, np.int64)
         self.pre_s, self.lut_s, self.handoff_s = np.zeros(1), np.zeros(1), np.zeros(1)
-        self.offload = np.zeros(1, np.bool_)
-        self.tokens, self.lut_bytes = 0, 0.0
-        self.position = trace.steps.astype(np.int64)  # a recorded row's position in its sequence
+        cost = costs(model, hardware, np.zeros(1), np.zeros(1), bpp, expert_bytes, config.serve.max_batch_tokens,
+                     lowbit)
+        return RowArrays(experts=self.experts, exe=self.exe, exe_tokens=self.exe_tokens, committed=self.committed,
+                         weights=self.weights, pred=self.pred, kind=self.kind, tokens=self.tokens, pre_s=self.pre_s,
+                         lut_s=self.lut_s, handoff_s=self.handoff_s, group_start=np.zeros(1, np.bool_),
+                         preload_at=np.full(1, -1, np.int64), preload=np.full((1, n_layers, 0), -1, np.int16)), cost
+
+    def policy_context(self, config, slots, params) -> Context:
+        # the clock counts steps: at most one per prompt token and decode row of every request
+        q = self.queue
+        return Context(self.trace.experts, self.trace.seq_offsets.astype(np.int64), self.trace.meta.num_experts,
+                       np.maximum(slots, 1), config.cache.scope == "per-layer", False, False, params,
+                       clock_rows=int(q.prompt.sum() + q.decode.sum()) + 1)
 
     def fill(self, queue, pieces) -> None:
         """Write the step of ``pieces`` (``moesim.sim.scheduler.Piece``) into the arrays."""
@@ -314,13 +300,12 @@ class _StepRows:
             merge(self.experts[0], self.counts[0], members, counts)
         decoding = bool(decode_rows)
         self.kind[0] = DECODE if decoding else PREFILL
-        self.tokens = rows.size + given
+        self.tokens[0] = rows.size + given
         if self.predicted is not None:
             self._predict(np.concatenate(decode_rows) if decoding else np.zeros(0, np.int64))
-        pre, lut, lut_bytes, handoff = row_costs(self.model, self.hardware, float(self.tokens), ctx, self.bpp)
+        pre, lut, lut_bytes, handoff = row_costs(self.model, self.hardware, float(self.tokens[0]), ctx, self.bpp)
         self.pre_s[0], self.lut_s[0], self.handoff_s[0] = pre, lut, handoff
         self.lut_bytes += float(lut_bytes) * self.experts.shape[1]
-        self.offload[0] = self.offload_strategy and self.tokens >= cpu_experts.OFFLOAD_MIN_TOKENS
 
     def _predict(self, decode_rows: np.ndarray) -> None:
         """The decode rows' predictions, united like their experts; under commit, the cells that run them."""

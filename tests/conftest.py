@@ -37,3 +37,18 @@ def cli(monkeypatch, capsys):
         return code, out.out, out.err
 
     return run
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures saved while the test runs, kept for a look at what they show."""
+    from matplotlib.figure import Figure
+
+    figures, save = [], Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        figures.append(fig)
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figures

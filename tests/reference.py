@@ -21,7 +21,10 @@ from fractions import Fraction
 
 import numpy as np
 
-HIT, LOAD, PREFETCH, PRELOAD = range(4)
+from moesim.sim.des_state import EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD
+
+# the decision log's events, in the engine's public vocabulary (the log they are compared with)
+HIT, LOAD, PREFETCH, PRELOAD = EV_HIT, EV_LOAD, EV_PREFETCH, EV_PRELOAD
 
 
 class Policy:

@@ -4,7 +4,9 @@ as written (doctest), in a fresh folder holding the examples."""
 from __future__ import annotations
 
 import doctest
+import inspect
 import shutil
+from importlib import import_module
 from pathlib import Path
 
 import pytest
@@ -14,9 +16,20 @@ import moesim
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def test_every_public_name_resolves():
+def test_every_public_name_is_the_object_its_module_defines():
+    """Each name resolves to the function or class of the module ``moesim._PUBLIC`` names (not a subpackage of
+    the same name, nor a stand-in), documented; the API's functions take a configuration as ``config``."""
     for name in moesim.__all__:
-        assert getattr(moesim, name) is not None, name
+        if name == "__version__":
+            assert moesim.__version__ and moesim.__version__[0].isdigit()
+            continue
+        value = getattr(moesim, name)
+        home = import_module(moesim._PUBLIC[name])
+        assert value is getattr(home, name), name
+        assert inspect.isfunction(value) or inspect.isclass(value), (name, value)
+        assert value.__module__ == home.__name__ and inspect.getdoc(value), name
+    for name in ("hitrate", "mrc", "best_split", "simulate", "serve", "plan", "run_replay", "validate"):
+        assert "config" in inspect.signature(getattr(moesim, name)).parameters, name
 
 
 def test_the_docstring_examples_run(tmp_path, monkeypatch, mixtral):
@@ -32,5 +45,6 @@ def test_the_docstring_examples_run(tmp_path, monkeypatch, mixtral):
     for test in tests:
         runner.run(test)
     documented = {t.name.rsplit(".", 1)[-1] for t in tests}
-    assert {"load_trace", "hitrate", "simulate", "sweep", "plot", "models", "hardware", "build"} <= documented
+    assert {"load_trace", "hitrate", "mrc", "best_split", "simulate", "serve", "plan", "run_replay", "validate", "sweep",
+            "plot", "models", "hardware", "build"} <= documented
     assert runner.summarize(verbose=False).failed == 0

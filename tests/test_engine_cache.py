@@ -15,7 +15,7 @@ sys.path[:0] = {paths!r}
 import loop_mod, policy_mod
 from moesim.sim.engine import bind
 out = np.zeros(1, np.int64)
-bind(policy_mod, loop_mod.loop)((out,), ())
+bind(loop_mod.loop, "policy_mod", policy_mod.HOOKS)((out,), ())
 print(out[0])
 """
 
@@ -30,10 +30,11 @@ def test_editing_an_inlined_helper_in_another_file_recompiles(tmp_path):
     helper.write_text("from numba import njit\n\n\n@njit(cache=True)\ndef value():\n    return 1\n")
     (folders["loops"] / "loop_mod.py").write_text(textwrap.dedent("""
         from helper_mod import value
+        from moesim.policies.base import UNBOUND as policy
 
 
         def loop(args, st):
-            args[0][0] = value() + choose_victim(st, 0, 0, 0, args[0], args[0], args[0], 0, 0, 0)
+            args[0][0] = value() + policy.choose_victim(st, 0, 0, 0, args[0], args[0], args[0], 0, 0, 0)
     """))
     (folders["policies"] / "policy_mod.py").write_text(textwrap.dedent("""
         from numba import njit
@@ -72,12 +73,13 @@ def test_one_compilation_serves_every_workload():
     it is on disk for ``compile_loops`` to find."""
     from moesim.sim.config import Config
     from moesim.sim.des import simulate_des
-    from moesim.sim.engine import bind, on_disk
+    from moesim.sim.engine import on_disk
+    from moesim.sim.run import bound_loop
     from moesim.tracegen.io import bundled_trace_path, load_trace
 
     trace = load_trace(bundled_trace_path())
     for settings in ({}, {"batch": 2}, {"prompt": 64, "prefetch": "oracle", "mode": "commit"}):
         simulate_des(trace, Config.build(model="mixtral-8x7b", capacity=4, dtype="q4_k", **settings))
-    loop = bind(get_policy("lru"), des_loop.des_loop, des_loop.HELPERS)
+    loop = bound_loop("lru")
     assert len(loop.signatures) == 1
     assert on_disk(loop)

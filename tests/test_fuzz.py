@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import tempfile
+from collections import Counter, defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,14 +50,22 @@ def time_limit(seconds: int = TIME_LIMIT_S):
         signal.signal(signal.SIGALRM, previous)
 
 
-def outcome(fn):
-    """``fn()``'s result, or None after a one-line MoesimError; any other exception fails the test."""
-    with time_limit():
+SEEN: dict = defaultdict(Counter)  # reader (its test) -> how many cases read and how many were refused
+
+
+def outcome(fn, limit: int = TIME_LIMIT_S):
+    """``fn()``'s result, or None after a one-line MoesimError; any other exception fails the test. Counts
+    the outcome for the reader whose test runs (``SEEN``)."""
+    reader = os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[-1].split("[")[0].split(" ")[0]
+    with time_limit(limit):
         try:
-            return fn()
+            result = fn()
         except MoesimError as exc:
             assert str(exc) and "\n" not in str(exc).strip(), repr(exc)
+            SEEN[reader]["refused"] += 1
             return None
+    SEEN[reader]["read"] += 1
+    return result
 
 
 def mutate_bytes(data: bytes, draw) -> bytes:
@@ -425,9 +434,38 @@ def test_arrival_files(data, suffix):
             assert result is not None and result.requests.height == arrival.size
 
 
-def test_the_budget_is_stated():
-    """The note and README quote how many cases CI runs: this many per reader, 11 readers."""
-    assert EXAMPLES >= 50 or "MOESIM_FUZZ_EXAMPLES" in os.environ
+def test_the_harness_fails_what_is_not_a_one_line_error():
+    """A reader that raises anything but a one-line MoesimError, or hangs, fails its test."""
+    with pytest.raises(ValueError):
+        outcome(lambda: int("x"))
+    with pytest.raises(AssertionError):
+        outcome(lambda: (_ for _ in ()).throw(MoesimError("two\nlines")))
+    with pytest.raises(TimeoutError):
+        outcome(lambda: signal.pause(), limit=1)
+    assert outcome(lambda: 7) == 7
+    SEEN.pop("test_the_harness_fails_what_is_not_a_one_line_error")  # not a reader
+
+
+def test_each_reader_gets_the_stated_budget_of_cases():
+    """``FUZZ`` runs ``EXAMPLES`` cases (the README and the note quote the number)."""
+    cases = []
+
+    @FUZZ
+    @given(st.integers())
+    def probe(value):
+        cases.append(value)
+
+    probe()
+    assert len(cases) == EXAMPLES
+
+
+def test_every_reader_met_input_it_read_and_input_it_refused():
+    """Over its cases each reader fuzzed above both read something and refused something: mutations that
+    never break a file, or never leave one readable, test nothing. (Runs after them, in file order.)"""
+    readers = [name for name in SEEN if name.startswith("test_")]
+    if not readers:
+        pytest.skip("run with the readers' tests")
+    assert {name: dict(SEEN[name]) for name in readers if min(SEEN[name]["read"], SEEN[name]["refused"]) == 0} == {}
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

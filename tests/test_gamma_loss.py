@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import reference
 from moesim.sim.config import CacheConfig
 from moesim.sim.hitrate import simulate
-from test_reference import traces
+from generated import traces
 
 torch = pytest.importorskip("torch")
 from moesim.policies.gamma_loss import hard_loss, hard_misses, requests, soft_loss  # noqa: E402

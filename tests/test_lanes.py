@@ -1,11 +1,12 @@
 """The lane paths (``moesim.sim.lanes``: FIFO's ring, LFU's and Belady's packed keys, eight layers at a
 time; ``moesim.sim.across``: ARC and LeCaR with a layer in each SIMD lane) against the plain-Python
 reference per layer and against the engine, and their way back to the engine where they do not
-apply. The lanes are made to take every capacity up to every expert (``FULLEST`` 1), so the full
-caches they leave to the engine by default are checked too; ARC's and LeCaR's lanes take every
+apply. The lanes are made to take every capacity up to every expert (each path's ``fullest`` 1), so
+the full caches they leave to the engine by default are checked too; ARC's and LeCaR's lanes take every
 capacity up to ``WIDEST`` (32). LeCaR's reference runs whole traces: each layer draws from its own
 stream, so a layer cut out of the trace would draw from layer 0's."""
 
+from dataclasses import replace
 from unittest import mock
 
 import numpy as np
@@ -18,20 +19,37 @@ from moesim.policies import get_policy, lecar_across
 from moesim.policies.base import Context
 from moesim.policies.arc_across import WIDEST
 from moesim.policies.keyed_slots import make_keyed
-from moesim.sim import across, lanes
+from moesim.sim import across
 from moesim.sim.config import CacheConfig
 from moesim.sim.hitrate import simulate
 from moesim.tracegen.synth import synth_trace
 
 LANE_POLICIES = ("fifo", "lfu", "belady", "arc")
 ACROSS_POLICIES = ("arc", "lecar")  # a layer in each SIMD lane
-ACROSS_FULLEST = dict(across.FULLEST)  # the defaults, before the fixture below lifts them
+FAST = ("fifo", "lfu", "belady", "arc", "lecar")  # the policies with lanes of either kind
+FULLEST = {name: get_policy(name).FAST_PATHS[0].fullest for name in FAST}  # the defaults, before the fixture
+
+
+def paths_changed(policy: str, **changes):
+    """The policy's fast paths with ``changes`` made, for the duration of a ``with``."""
+    module = get_policy(policy)
+    return mock.patch.object(module, "FAST_PATHS", tuple(replace(p, **changes) for p in module.FAST_PATHS))
+
+
+def making(policy: str):
+    """The policy's fast paths with their ``make`` recorded: (the patch, the list each state made is added to)."""
+    made, path = [], get_policy(policy).FAST_PATHS[0]
+    return paths_changed(policy, make=lambda *a: made.append(path.make(*a)) or made[-1]), made
 
 
 @pytest.fixture(autouse=True)
 def every_capacity_in_lanes():
-    with mock.patch.object(lanes, "FULLEST", 1.0), mock.patch.dict(across.FULLEST, dict.fromkeys(across.FULLEST, 1.0)):
-        yield
+    patches = [paths_changed(name, fullest=1.0) for name in FAST]
+    for patch in patches:
+        patch.start()
+    yield
+    for patch in patches:
+        patch.stop()
 
 
 @settings(max_examples=60, deadline=None)
@@ -60,45 +78,43 @@ def test_lanes_equal_the_engine_on_the_bundled_trace(policy, reset, mixtral):
 
 
 def test_only_per_layer_sequential_runs_without_an_eviction_log_take_the_lanes(mixtral):
-    module = get_policy("fifo")
-    with mock.patch.object(module, "make_lanes", wraps=module.make_lanes) as made:
+    patch, made = making("fifo")
+    with patch:
         simulate(mixtral, CacheConfig(policy="fifo", capacity=4, semantics="sequential"))
-        assert made.called
-        made.reset_mock()
+        assert made
+        made.clear()
         simulate(mixtral, CacheConfig(policy="fifo", capacity=4, semantics="sequential"), log_evictions=5)
         simulate(mixtral, CacheConfig(policy="fifo", capacity=4, semantics="step"))
         simulate(mixtral, CacheConfig(policy="fifo", capacity=32, scope="global", semantics="sequential"))
-        assert not made.called
-        with mock.patch.object(lanes, "FULLEST", 0.75):  # the default: 6 of Mixtral's 8 experts, not 7
-            simulate(mixtral, CacheConfig(policy="fifo", capacity=(6, 7) * 16, semantics="sequential"))
-            assert not made.called
-            simulate(mixtral, CacheConfig(policy="fifo", capacity=6, semantics="sequential"))
-            assert made.called
+        assert not made
+    patch, made = making("fifo")
+    with patch, paths_changed("fifo", fullest=FULLEST["fifo"]):  # the default: 6 of Mixtral's 8 experts, not 7
+        simulate(mixtral, CacheConfig(policy="fifo", capacity=(6, 7) * 16, semantics="sequential"))
+        assert not made
+        simulate(mixtral, CacheConfig(policy="fifo", capacity=6, semantics="sequential"))
+        assert made
 
 
-@pytest.mark.parametrize("policy, make", [("lfu", "make_lanes"), ("belady", "make_lanes"), ("arc", "make_across"),
-                                          ("lecar", "make_across")])
-def test_a_trace_too_long_for_the_keys_takes_the_engine(policy, make, mixtral):
-    """make_lanes (make_across) gives up (None) where the keys would overflow; the engine's hits come
-    back."""
+@pytest.mark.parametrize("policy", ["lfu", "belady", "arc", "lecar"])
+def test_a_trace_too_long_for_the_keys_takes_the_engine(policy, mixtral):
+    """A path's ``make`` gives up (None) where the keys would overflow; the engine's hits come back."""
     cache = CacheConfig(policy=policy, capacity=4, semantics="sequential")
-    with mock.patch.object(get_policy(policy), make, return_value=None) as made:
+    tried = []
+    with paths_changed(policy, make=lambda *a: tried.append(a) and None):
         assert simulate(mixtral, cache).per_layer_hits == simulate(mixtral, cache, log_evictions=1).per_layer_hits
-        assert made.called
+        assert tried
 
 
 @pytest.mark.parametrize("policy", ACROSS_POLICIES)
 def test_across_policies_take_their_lanes_up_to_the_widest_and_the_fullest(policy):
     """ARC and LeCaR per layer under sequential semantics run in the lanes up to ``WIDEST`` slots and,
-    in lanes wider than eight slots, up to their default ``FULLEST`` share of a layer's experts;
+    in lanes wider than eight slots, up to their default ``fullest`` share of a layer's experts;
     eight-slot lanes at any fullness; elsewhere the engine."""
-    module, made = get_policy(policy), []
-    real = module.make_across
-    most = int(ACROSS_FULLEST[policy] * 40)
+    most = int(FULLEST[policy] * 40)
     cases = ((80, (WIDEST + 1, 1), False), (80, (WIDEST, 1), True), (40, (most, 1), True),
              (40, (most + 1, 1), False), (8, (8, 8), True), (9, (8, 9), False))
-    with mock.patch.object(module, "make_across", side_effect=lambda *a: made.append(real(*a)) or made[-1]), \
-            mock.patch.dict(across.FULLEST, ACROSS_FULLEST):
+    patch, made = making(policy)
+    with patch, paths_changed(policy, fullest=FULLEST[policy]):
         for experts, slots, in_lanes in cases:
             simulate(synth_trace(2, experts, 2, 2, 30, seed=1), CacheConfig(policy=policy, capacity=slots,
                                                                             semantics="sequential"))
@@ -177,9 +193,8 @@ def test_lecar_lanes_end_in_the_reference_state(seed, layers, experts, data):
     when an id in it is asked for again, and its oldest id weighs a penalty near 1."""
     trace = synth_trace(layers, experts, min(3, experts), 1, 80, seed=seed)
     slots = data.draw(st.lists(st.integers(1, min(experts - 1, WIDEST)), min_size=layers, max_size=layers))
-    module, made = get_policy("lecar"), []
-    real = module.make_across
-    with mock.patch.object(module, "make_across", side_effect=lambda *a: made.append(real(*a)) or made[-1]):
+    patch, made = making("lecar")
+    with patch:
         simulate(trace, CacheConfig(policy="lecar", capacity=tuple(slots), semantics="sequential"))
     cache = reference.Cache("lecar", trace.experts, trace.seq_offsets, experts, slots, True, True, False, {})
     reference.play(cache, trace.experts, trace.seq_offsets, experts, True, False)

@@ -19,7 +19,7 @@ from moesim.sim.mrc import capacities, curve
 from moesim.tracegen.schema import DECODE, TraceMeta
 from moesim.tracegen.synth import synth_trace
 from moesim.tracegen.trace import Trace
-from test_reference import traces
+from generated import traces
 
 SCOPES, SEMANTICS = ("per-layer", "global"), ("step", "sequential")
 

@@ -59,9 +59,9 @@ def test_plan_with_the_best_split_spends_the_same_memory_better(mixtral_plan):
     """--split best: each per-layer cache's slots shared out over the layers, in the same GPU memory; on
     the plain GPU cache (whose hits are the curves' the split is chosen from) a hit rate no lower than
     the uniform row's."""
-    from moesim.experiments.plan import plan
+    import moesim
 
-    split = plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",), split="best")
+    split = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",), split="best")
     uniform = {(r["strategy"], r["policy"], r["prefetch"], r["scope"]): r for r in mixtral_plan[0]["rows"]
                if r["dtype"] == "q4_k"}
     per_layer = [r for r in split.rows if r["scope"] == "per-layer"]

@@ -1,7 +1,11 @@
-"""`moesim plot`: every kind draws from sweep results or a trace; wrong inputs are one-line errors."""
+"""`moesim plot`: every kind draws from sweep results or a trace — what is drawn is checked (titles, axis
+labels, one line per policy, the heatmap's cells, ink on the canvas), not only that a file appeared;
+wrong inputs are one-line errors."""
 
+import numpy as np
 import polars as pl
 import pytest
+from matplotlib.image import AxesImage
 
 from moesim.experiments.sweep import load_spec, run_sweep
 from moesim.tracegen.io import bundled_trace_path
@@ -21,22 +25,69 @@ def results(tmp_path_factory):
     return folder
 
 
+POLICIES = {"belady (optimal bound)", "lfu", "lru"}  # as the legends name the sweeps' policies
+
+
+def ink(fig) -> tuple[float, int]:
+    """The share of the canvas that is not background, and how many colours it holds."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # the figure was closed after it was saved: draw it again
+    canvas.draw()
+    pixels = np.asarray(canvas.buffer_rgba())[..., :3].reshape(-1, 3)
+    return float((pixels.min(axis=1) < 250).mean()), len(np.unique(pixels, axis=0))
+
+
+def panels(fig):
+    """The axes that hold data (not a colour bar)."""
+    return [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+
+
 @pytest.mark.parametrize("kind, source", [("hitrate-vs-capacity", "hitrate"), ("tpot-vs-capacity", "des"),
                                           ("speedup-heatmap", "des"), ("speedup-heatmap", "hitrate"),
                                           ("per-layer-hitrate", "hitrate")])
-def test_result_plots(cli, results, kind, source):
+def test_result_plots(cli, drawn, results, kind, source):
     out = results / f"{kind}-{source}.png"
     code, stdout, err = cli("plot", results / f"{source}.parquet", "--kind", kind, "--out", out)
     assert code == 0, err
     assert out.read_bytes()[:8] == PNG
+    (fig,) = drawn
+    title = fig._suptitle.get_text()
+    assert f"{source}.parquet" in title, title
+    if source == "des":  # what a reader needs to trust a time: the model and the machine
+        assert "mixtral-8x7b" in title and "on h100" in title, title
+    axes = panels(fig)
+    assert len(axes) == (2 if source == "hitrate" else 1)  # the hit-rate sweep has two scopes: a panel each
+    assert all(ax.get_xlabel() for ax in axes)
+    if kind == "speedup-heatmap":
+        capacities = 3 if source == "hitrate" else 2
+        for ax in axes:
+            (image,) = [c for c in ax.get_children() if isinstance(c, AxesImage)]
+            assert image.get_array().shape == (3, capacities)
+            assert [t.get_text() for t in ax.get_yticklabels()] == ["belady", "lfu", "lru"]
+    else:
+        assert axes[0].get_ylabel()
+        for ax in axes:
+            assert len(ax.get_lines()) == 3 and {line.get_label() for line in ax.get_lines()} == POLICIES
+            assert all(np.isfinite(np.asarray(line.get_ydata(), float)).all() for line in ax.get_lines())
+        assert {t.get_text() for t in axes[-1].get_legend().get_texts()} == POLICIES
+    share, colours = ink(fig)
+    assert share > 0.02 and colours > 10, (share, colours)
 
 
 @pytest.mark.parametrize("kind", ["activation-heatmap", "eviction-timeline"])
-def test_trace_plots(cli, tmp_path, kind):
+def test_trace_plots(cli, drawn, tmp_path, kind):
     out = tmp_path / f"{kind}.svg"
     code, _, err = cli("plot", bundled_trace_path(), "--kind", kind, "--out", out, "--sequence", "1")
     assert code == 0, err
     assert out.read_text().lstrip().startswith("<?xml")
+    (fig,) = drawn
+    assert "mixtral-8x7b" in fig._suptitle.get_text()
+    axes = panels(fig)
+    assert axes and "token" in axes[-1].get_xlabel()
+    assert any(isinstance(c, AxesImage) for ax in axes for c in ax.get_children())
+    share, colours = ink(fig)
+    assert share > 0.02 and colours > 10, (share, colours)
 
 
 def test_eviction_log_matches_the_misses():

@@ -163,7 +163,10 @@ def test_usage_errors(mixtral):
         hitrate(mixtral, "ml-ffn", 4)
     with pytest.raises(MoesimError, match="gamma"):
         hitrate(mixtral, "gamma", 4, gamma=1.5)
-    assert hitrate(mixtral, "lru", 1, semantics="sequential").hits > 0
+    # one slot under sequential semantics: an access hits exactly when its layer's access before it asked for
+    # the same expert (the trace's accesses in order: rows, then ranks; the cache carries over sequences)
+    by_layer = mixtral.experts.transpose(1, 0, 2).reshape(mixtral.meta.num_layers, -1)
+    assert hitrate(mixtral, "lru", 1, semantics="sequential").hits == int((by_layer[:, 1:] == by_layer[:, :-1]).sum())
 
 
 def _forward(x, w1, b1, w2, b2, w3, b3):
@@ -195,3 +198,23 @@ def test_ml_ffn_batched_predictions_are_the_network_on_each_step(models):
             np.testing.assert_allclose(got[offsets[s]:offsets[s + 1], layer], want, rtol=1e-4, atol=1e-4)
     assert np.array_equal(predictions(trace.experts, offsets, e, False, weights, negate=True),
                           -predictions(trace.experts, offsets, e, False, weights))
+
+
+@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "ml-ffn"])
+def test_policy_state_is_named(policy, mixtral):
+    """A policy's state, and its lanes' state, is a named tuple: fields read by name, never by position."""
+    from moesim.policies import get_policy
+    from moesim.policies.base import Context
+    from moesim.sim.config import module_params
+
+    module = get_policy(policy)
+    slots = np.full(mixtral.meta.num_layers, 4, np.int64)
+    ctx = Context(mixtral.experts, mixtral.seq_offsets.astype(np.int64), mixtral.meta.num_experts, slots, True, True,
+                  False, module_params(module, {}))
+    state = module.make_state(ctx)
+    assert isinstance(state, tuple) and type(state)._fields, policy
+    for path in getattr(module, "FAST_PATHS", ()):
+        if path.kind == "lanes":
+            lanes = path.make(ctx, 8)
+            assert type(lanes)._fields and all(isinstance(getattr(lanes, f), (np.ndarray, np.integer))
+                                               for f in type(lanes)._fields), policy

@@ -1,6 +1,6 @@
 """Execution strategies and memory: closed forms that must come out exactly, and the memory account.
 
-The machine is test_des's dyadic one (every rate a power of two) with a host CPU whose rates are
+The machine is tests/dyadic.py's (every rate a power of two) with a host CPU whose rates are
 powers of two too, so every duration is a dyadic rational and the engine's sums are exact.
 """
 
@@ -14,7 +14,7 @@ from moesim.errors import MoesimError
 from moesim.sim.hardware import CPU, get_hardware
 from moesim.sim.memory import GIB, GPU_RESERVE_GIB
 from moesim.tracegen.models import get_model
-from tests.test_des import COPY, EXPERT_BYTES, HW, LAT, LINK_BW, MEM_BW, MODEL, US, experts_s, pre_s, trace_of
+from dyadic import COPY, EXPERT_BYTES, HW, LAT, LINK_BW, MEM_BW, MODEL, US, experts_s, pre_s, trace_of
 
 DRAM_BW = 2.0 ** 32
 CPU_ = CPU("test-cpu", cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM_BW / 1e9, dram_eff=1.0, task_us=US, sync_us=US,
@@ -199,3 +199,28 @@ def test_vram_and_ram_overrides(mixtral):
     with pytest.raises(MoesimError, match="host RAM"):
         simulate(mixtral, policy="lru", capacity=4, hardware="rtx4090", vram=48, ram=64)
     assert get_hardware("rtx4090", vram=12).gpu.hbm_gb == 12
+
+
+def test_a_strategy_is_one_module_registered():
+    """A strategy written as its own module — a placement, the actions of its misses — runs once it is in
+    the registry, with no other change: here one that computes every miss on the host CPU. Its misses run
+    as cpu-miss's CPU misses do (the same engine action), so where cpu-miss sends every miss to the CPU
+    (its rule: the CPU is faster) the two give the same times."""
+    import types
+
+    from moesim.sim.strategies import STRATEGIES
+    from moesim.sim.strategies.base import A_CPU, all_cached
+
+    module = types.ModuleType("every_miss_on_cpu")
+    module.__dict__.update(NAME="every-miss-on-cpu", SUMMARY="a test's", PARAMS={}, CACHE=True, CPU=True,
+                           PREFETCH=True, ACTIONS=(A_CPU,), placement=all_cached,
+                           miss_actions=lambda cells, params: np.full(cells.tokens.shape, A_CPU, np.int8),
+                           engine=lambda params, capacity, num_layers: ("a test", ""))
+    trace = steps(4, experts=((0, 1), (2, 3)))
+    fast_cpu = replace(HWC, cpu=replace(CPU_, dram_gbps=2.0 ** 40 / 1e9))  # the CPU beats copy + GPU
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(STRATEGIES, module.NAME, module)
+        mine = simulate(trace, model=MODEL, hardware=fast_cpu, strategy=module.NAME, capacity=2)
+    fiddler = simulate(trace, model=MODEL, hardware=fast_cpu, strategy="cpu-miss", capacity=2)
+    assert fiddler.cpu_share == 1.0 and fiddler.loads == 0  # every miss on the CPU under Fiddler's rule too
+    assert mine.step_times.tolist() == fiddler.step_times.tolist() and mine.cpu_share == 1.0

@@ -17,6 +17,7 @@ from moesim.errors import MoesimError
 
 NAME = "history"
 PARAMS = {"train_trace": None}  # the trace it learns from (None: the simulated one)
+PARAM_HELP = {"train_trace": "Trace the history and popular prefetchers learn from (default: the simulated trace)."}
 KIND = "next"
 
 

@@ -13,6 +13,7 @@ from moesim.errors import MoesimError
 NAME = "popular"
 KIND = "preload"
 PARAMS = {"train_trace": None}  # the trace whose popularity it preloads (None: the simulated one)
+PARAM_HELP = {"train_trace": "Trace the history and popular prefetchers learn from (default: the simulated trace)."}
 
 
 def scores(trace, params) -> np.ndarray:

@@ -1,17 +1,28 @@
 """Execution strategies: where each routed expert of a cell runs, and whether its weights cross the link.
 
-One module per strategy, each with ``NAME``; ``CODE``, the branch the compiled loop takes
-(``moesim.sim.des_loop``); ``PARAMS`` (name -> default; ``PARAM_CHOICES`` for named values,
-``AUTO_PARAMS`` for those that may be ``"auto"``); three flags — ``CACHE`` (the GPU expert cache, its
-policy and capacity, serves some layers), ``CPU`` (the host CPU computes experts: the machine needs a
-``[cpu]``), ``PREFETCH`` (prefetchers combine with it) — and ``placement(num_layers, params)``, what
-each layer's experts are: ``CACHED`` (the cache decides), ``ON_GPU`` (all resident, loaded before
-decoding) or ``ON_CPU`` (in host RAM, computed there); and ``engine(params, capacity, num_layers)``, the
-engines that run it and their settings (``moesim plan`` prints them). A strategy that keeps a second
-copy of each expert on the host names its bytes per parameter in ``host_copy_bytes_per_param(params)``.
+One module per strategy, each with
 
-Memory (``moesim.sim.memory``) and the engine read only this interface, so a new strategy is a module
-here, its branch in ``des_loop.load_misses`` and, if it has new durations, their place in ``costs``.
+- ``NAME``; ``PARAMS`` (name -> default; ``PARAM_CHOICES`` for named values, ``PARAM_BOUNDS`` for
+  ranges, ``AUTO_PARAMS`` for those that may be ``"auto"``);
+- three flags: ``CACHE`` (the GPU expert cache, its policy and capacity, serves some layers), ``CPU``
+  (the host CPU computes experts: the machine needs a ``[cpu]``), ``PREFETCH`` (prefetchers combine
+  with it);
+- ``placement(num_layers, params)``: what each layer's experts are, ``CACHED`` (the cache decides),
+  ``ON_GPU`` (all resident, loaded before decoding) or ``ON_CPU`` (in host RAM, computed there);
+- ``miss_actions(cells, params)``: what each executed expert does when it is not resident, one of the
+  engine's actions (``A_LOAD``, ``A_CPU``, ``A_CPU_FILL``, ``A_LOWBIT``: ``moesim.sim.strategies.base``),
+  decided from the request rows before the run (``Cells``), and ``ACTIONS``, those it may take;
+- ``engine(params, capacity, num_layers)``: the engines that run it and their settings (``moesim plan``
+  prints them); a strategy without a cache, ``describe(params, num_layers)``: its placement in words;
+
+and optionally ``lowbit_dtype(params)`` (the format of a second, low-precision copy of each expert it
+keeps on the host), ``NEEDS_WEIGHTS`` (it reads the trace's gate weights), ``LOOKUP_TABLES`` (it runs
+MoLE models), ``REPLAY`` (the real replay backends that execute it; every strategy replays on the
+virtual one) and ``PLACES`` (the parameter that places experts, which ``moesim validate`` varies).
+
+The engine, memory (``moesim.sim.memory``), serving and replay read only this interface: a new
+strategy is one module here, registered in ``STRATEGIES``; a new kind of action is an engine change
+(``moesim.sim.des_loop.load_misses``), and new durations go in ``moesim.sim.costs``.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ from moesim.sim.strategies import cpu_experts, cpu_miss, gpu_cache, hybrid, lowb
 from moesim.sim.strategies.base import CACHED, ON_CPU, ON_GPU
 
 STRATEGIES = {m.NAME: m for m in (gpu_cache, cpu_experts, cpu_miss, hybrid, lowbit_miss)}
-__all__ = ["CACHED", "ON_CPU", "ON_GPU", "STRATEGIES", "get_strategy"]
+__all__ = ["CACHED", "ON_CPU", "ON_GPU", "STRATEGIES", "get_strategy", "lowbit_dtype"]
 
 
 def get_strategy(name: str):
@@ -30,3 +41,9 @@ def get_strategy(name: str):
         return STRATEGIES[name]
     except KeyError:
         raise MoesimError(f"unknown strategy '{name}' (choose from {', '.join(STRATEGIES)})") from None
+
+
+def lowbit_dtype(strategy, params: dict) -> str | None:
+    """The format of the strategy's low-precision copies of the experts (None: it keeps none)."""
+    fn = getattr(strategy, "lowbit_dtype", None)
+    return None if fn is None else fn(params)

@@ -16,13 +16,18 @@ which everything fits in GPU memory (``moesim.sim.memory``).
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.sim.strategies.base import CPU_EXPERTS, ON_CPU, ON_GPU
+from moesim.sim.strategies.base import A_CPU, A_LOAD, ON_CPU, ON_GPU, Cells
 
 NAME = "cpu-experts"
-CODE = CPU_EXPERTS
+SUMMARY = "llama.cpp --n-cpu-moe"
 PARAMS = {"cpu_layers": "auto"}
 AUTO_PARAMS = ("cpu_layers",)
+PARAM_HELP = {"cpu_layers": "The first N MoE layers keep their experts on the CPU; auto: the fewest with which "
+                             "everything fits."}
+PLACES = "cpu_layers"  # the parameter that says where the experts are (``moesim validate`` varies it)
 CACHE, CPU, PREFETCH = False, True, False
+ACTIONS = (A_LOAD, A_CPU)
+REPLAY = ("cpu",)  # a CPU layer and a GPU layer never overlap, so the CPU backend's one thread runs it
 OFFLOAD_MIN_TOKENS = 32  # llama.cpp: ggml_backend_cuda_device_offload_op's min_batch_size
 
 
@@ -34,6 +39,18 @@ def placement(num_layers: int, params: dict) -> np.ndarray:
     if n > num_layers:
         raise MoesimError(f"cpu_layers {n} is more than the model's {num_layers} MoE layers")
     return np.where(np.arange(num_layers) < n, ON_CPU, ON_GPU).astype(np.int8)
+
+
+def describe(params: dict, num_layers: int) -> str:
+    """The placement in words."""
+    return f"{params['cpu_layers']} of {num_layers} layers' experts on the CPU"
+
+
+def miss_actions(cells: Cells, params: dict) -> np.ndarray:
+    """An ON_CPU layer's experts run on the CPU, except in a row llama.cpp offloads: they are copied over."""
+    offload = cells.row_tokens >= OFFLOAD_MIN_TOKENS
+    on_cpu = (cells.placement == ON_CPU)[None, :, None] & ~offload[:, None, None]
+    return np.broadcast_to(np.where(on_cpu, A_CPU, A_LOAD), cells.tokens.shape).astype(np.int8)
 
 
 def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:

@@ -11,13 +11,22 @@ CPU and GPU work on a layer's experts at once; the layer ends when both are done
 combine with it (a prefetched expert is a GPU hit).
 """
 
-from moesim.sim.strategies.base import CPU_MISS, all_cached
+import numpy as np
+
+from moesim.sim.strategies.base import A_CPU, A_LOAD, Cells, all_cached
 
 NAME = "cpu-miss"
-CODE = CPU_MISS
+SUMMARY = "Fiddler"
 PARAMS: dict = {}
 CACHE, CPU, PREFETCH = True, True, True
+ACTIONS = (A_LOAD, A_CPU)
 placement = all_cached
+
+
+def miss_actions(cells: Cells, params: dict) -> np.ndarray:
+    """Fiddler's rule, per executed expert: the CPU where it beats the copy and the GPU's kernel."""
+    cpu = cells.cpu_s[cells.tokens] < cells.copy_s + cells.gpu_s[cells.tokens]
+    return np.where(cpu, A_CPU, A_LOAD).astype(np.int8)
 
 
 def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:

@@ -10,13 +10,21 @@ prefetched expert is a GPU hit. HybriMoE also splits a layer's misses between CP
 that is ``cpu-miss``'s rule, not modelled here.
 """
 
-from moesim.sim.strategies.base import HYBRID, all_cached
+import numpy as np
+
+from moesim.sim.strategies.base import A_CPU_FILL, Cells, all_cached
 
 NAME = "hybrid"
-CODE = HYBRID
+SUMMARY = "kTransformers"
 PARAMS: dict = {}
 CACHE, CPU, PREFETCH = True, True, True
+ACTIONS = (A_CPU_FILL,)
 placement = all_cached
+
+
+def miss_actions(cells: Cells, params: dict) -> np.ndarray:
+    """Every miss on the CPU, its slot filled in the background (where there is a cache)."""
+    return np.full(cells.tokens.shape, A_CPU_FILL, np.int8)
 
 
 def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:

@@ -12,21 +12,34 @@ full-precision one. The result reports the share of accesses and of router weigh
 precision (``lowbit_share``, ``lowbit_weight``). Prefetchers fetch full-precision experts.
 """
 
-from moesim.sim.strategies.base import LOWBIT_MISS, all_cached
-from moesim.tracegen.models import BYTES_PER_PARAM
+import numpy as np
+
+from moesim.sim.strategies.base import A_LOAD, A_LOWBIT, Cells, all_cached
 
 NAME = "lowbit-miss"
-CODE = LOWBIT_MISS
+SUMMARY = "HOBBIT"
 PARAMS = {"lowbit_threshold": 0.2, "lowbit_dtype": "int4"}
 PARAM_BOUNDS = {"lowbit_threshold": (0.0, 1.0)}
 PARAM_CHOICES = {"lowbit_dtype": ("int4", "int2")}
+PARAM_HELP = {"lowbit_threshold": "Gate weight below which a miss fetches the low-bit copy.",
+              "lowbit_dtype": "Format of the low-bit copies: int4 or int2."}
 CACHE, CPU, PREFETCH = True, False, True
+ACTIONS = (A_LOAD, A_LOWBIT)
+NEEDS_WEIGHTS = True  # it judges a miss by its gate weight
 placement = all_cached
 
 
-def host_copy_bytes_per_param(params: dict) -> float:
-    """The low-precision copy every expert also keeps in host RAM."""
-    return BYTES_PER_PARAM[params["lowbit_dtype"]]
+def lowbit_dtype(params: dict) -> str:
+    """The format of the low-precision copy every expert also keeps in host RAM."""
+    return params["lowbit_dtype"]
+
+
+def miss_actions(cells: Cells, params: dict) -> np.ndarray:
+    """A decode miss whose gate weight (the mean over the tokens that chose it) is below the threshold
+    fetches the low-bit copy, unless its cell runs a prediction; every other miss loads the full expert."""
+    cheap = cells.decode[:, None, None] & ~cells.committed[:, :, None] & (
+        cells.weights < float(params["lowbit_threshold"]) * cells.tokens)
+    return np.where(cheap, A_LOWBIT, A_LOAD).astype(np.int8)
 
 
 def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:

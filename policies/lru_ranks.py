@@ -1,5 +1,6 @@
 """LRU with a cache per layer under sequential semantics, as recency ranks: the fast path behind
-``moesim.sim.hitrate.simulate`` and ``moesim.sim.mrc.curve`` for that case.
+``moesim.sim.hitrate.simulate`` (LRU's ``FAST_PATHS``) and ``moesim.sim.mrc.curve`` (its ``STACK``) for
+that case.
 
 LRU is a stack algorithm (Mattson, Gecsei, Slutz & Traiger, 1970): a cache of C slots holds the C
 experts of its layer used most recently, so an access hits exactly when fewer than C other experts of
@@ -11,10 +12,9 @@ no branch and no list; the expert goes to rank 0. The histogram of d gives the h
 once: the accesses with d < C. One capacity costs what the whole curve does. An expert not used yet keeps ``NEVER``, the
 largest rank the type holds, which no update moves: its first use counts at no capacity.
 
-Speed: layers are independent, so ``LANES`` of them run interleaved and their updates overlap (eight
-lanes run about 1.4 times as fast as four here: an update's byte store has to land before the next
-vector load of the same ranks, and more lanes fill that wait); the
-ranks are padded to whole blocks of ``BLOCK`` (padding is never used and never moves), so every
+Speed: layers are independent, so ``LANES`` of them run interleaved and their updates overlap (an
+update's byte store has to land before the next vector load of the same ranks, and more lanes fill
+that wait: eight beat four, README "Benchmarks"); the ranks are padded to whole blocks of ``BLOCK`` (padding is never used and never moves), so every
 update is whole vectors. The hit-rate engine's linked list takes a branch per access whose outcome
 is a coin toss at these hit rates; this takes none.
 """
@@ -48,8 +48,8 @@ def rank_counts(experts: np.ndarray, seq_offsets: np.ndarray, num_experts: int, 
 @njit(cache=True, inline="always")
 def move_down(ranks, d, e, blocks):
     """An access at rank ``d`` to expert ``e``: the ranks below ``d`` move down one, ``e`` goes to 0. (A
-    loop bound that is a whole number of blocks keeps it in vectors: with the width as the bound the
-    update ran 12 times slower.)"""
+    loop bound that is a whole number of blocks keeps it in vectors: with the width as the bound LLVM
+    leaves the update scalar.)"""
     for b in range(0, blocks * BLOCK, BLOCK):
         for i in range(BLOCK):
             ranks[b + i] += ranks[b + i] < d

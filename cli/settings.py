@@ -1,0 +1,147 @@
+"""Command-line options generated from the settings' one declaration (``moesim.sim.config.DECLARED``: name,
+type, unit, help, default), and ``--config FILE.toml`` beside them.
+
+``@takes(names, ...)`` gives a command one option per setting in ``names``; the command receives, in
+their place, what was asked (``Asked``): the configuration file's settings (or the defaults) with every
+setting typed on the command line over them. A setting in ``listed`` takes a comma-separated list, one
+run per value (``Asked.configs``: every combination). A command may give a setting a default of its
+own (``defaults``, as text: used where neither the command line nor the file sets it), help of its own
+where the setting means something narrower there (``helps``), and other option names (``aliases``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from moesim.errors import MoesimError
+from moesim.sim.config import DECLARED, OWNERS, Config, check_params_used, file_settings, owner_module
+
+ConfigFile = Annotated[Optional[Path], typer.Option(
+    "--config", help="Start from this configuration file (TOML: [model] [hardware] [cache] [prefetch] [execution] "
+                     "[workload] [serve], as 'moesim sim run --save-config' writes); options given here override it.")]
+
+
+@dataclass
+class Asked:
+    """What a command line asked for: ``base`` is the configuration file's (or the defaults) with every setting
+    given here over it; ``each`` the listed settings' values (name -> list); ``params`` the policy, prefetcher and
+    strategy parameters given here, applied to each run whose policy (prefetcher, strategy) takes them;
+    ``given`` the names set here or in the file."""
+
+    base: Config
+    each: dict
+    params: dict
+    given: set
+
+    def configs(self) -> list[Config]:
+        """One configuration per combination of the listed values (the first varies slowest)."""
+        combos = [dict(zip(self.each, values)) for values in itertools.product(*self.each.values())] or [{}]
+        owners = {setting: list(dict.fromkeys(c.get(setting, self._current(setting)) for c in combos))
+                  for setting, _ in OWNERS.values()}
+        check_params_used(owners["policy"], self.params, owners["prefetch"], owners["strategy"])
+        out = []
+        for combo in combos:
+            config = self.base.replace(**combo)
+            config = config.replace(**{k: v for k, v in self.params.items()
+                                       if k in _takes(DECLARED[k].owner, combo.get(DECLARED[k].owner,
+                                                                                    self._current(DECLARED[k].owner)))})
+            out.append(config)
+        return out
+
+    def config(self, command: str) -> Config:
+        """The one configuration a command that runs one asked for."""
+        configs = self.configs()
+        if len(configs) > 1:
+            raise MoesimError(f"{command} runs one configuration; sweep several with 'moesim sweep'")
+        return configs[0]
+
+    def _current(self, setting: str):
+        return self.base.flat()[setting]
+
+
+def _takes(owner: str, name: str) -> set:
+    """The parameters the policy (prefetcher, strategy) ``name`` takes."""
+    return set(getattr(owner_module(owner, name), "PARAMS", {}))
+
+
+def option_help(name: str, listed: bool = False, default: str | None = None, help_text: str | None = None) -> str:
+    """A setting's help on the command line: its declared help, unit and default (or the command's)."""
+    s = DECLARED[name]
+    text = help_text or s.help
+    if s.unit:
+        text += f" Unit: {s.unit}."
+    if listed:
+        text += " Comma-separated: one run per value."
+    shown = default if default is not None else (None if s.default is None else s.default)
+    if shown is not None and "default" not in text:
+        text += f" Default: {str(shown).lower() if isinstance(shown, bool) else shown}."
+    return text
+
+
+def _parameter(name: str, listed: bool, default: str | None, help_text: str | None, aliases: tuple):
+    s = DECLARED[name]
+    flags = (s.flag, *aliases)
+    help_ = option_help(name, listed, default, help_text)
+    if s.kind is bool and not listed:
+        flag = s.flag.removeprefix("--")
+        annotation = Annotated[Optional[bool], typer.Option(f"--{flag}/--no-{flag}", *aliases, help=help_,
+                                                            show_default=False)]
+    else:
+        kind = str if listed or s.auto else s.kind
+        annotation = Annotated[Optional[kind], typer.Option(*flags, help=help_, show_default=False)]
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+
+
+def takes(names, listed=(), defaults: dict | None = None, helps: dict | None = None, aliases: dict | None = None):
+    """A command's options for the settings ``names`` and ``--config`` (module docstring); the command
+    function takes ``asked: Asked`` in their place."""
+    names, defaults, helps, aliases = list(names), defaults or {}, helps or {}, aliases or {}
+
+    def wrap(fn):
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "asked"]
+        extra = [_parameter(n, n in listed, defaults.get(n), helps.get(n), tuple(aliases.get(n, ()))) for n in names]
+        extra.append(inspect.Parameter("config_file", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                       annotation=ConfigFile))
+
+        @functools.wraps(fn)
+        def command(**kwargs):
+            values = {n: kwargs.pop(n) for n in names}
+            config_file = kwargs.pop("config_file")
+            return fn(**kwargs, asked=gather(values, config_file, listed, defaults))
+
+        command.__signature__ = inspect.Signature(own + extra)
+        return command
+
+    return wrap
+
+
+def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | None = None) -> Asked:
+    """``Asked`` from the options' values (None: not given), the configuration file and the command's defaults."""
+    base = Config.from_toml(config_file) if config_file is not None else Config()
+    in_file = file_settings(config_file) if config_file is not None else set()
+    given = {n for n, v in values.items() if v is not None} | in_file
+    for name, text in (defaults or {}).items():
+        if values.get(name) is None and name not in in_file:
+            values[name] = text
+    each, plain, params = {}, {}, {}
+    for name, value in values.items():
+        if value is None:
+            continue
+        s = DECLARED[name]
+        if name in listed:
+            items = [v.strip() for v in str(value).split(",") if v.strip()]
+            if not items:
+                raise MoesimError(f"{s.flag} is empty")
+            each[name] = [s.parse(v) for v in items]
+            continue
+        if isinstance(value, str) and (s.auto or s.kind is not str):
+            value = s.parse(value)
+        (params if s.owner else plain)[name] = value
+    return Asked(base.replace(**plain), each, params, given)

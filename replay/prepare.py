@@ -1,0 +1,47 @@
+"""What a replay needs before it starts (``prepare``), each refusal before any long work: the module that
+puts ``moesim.replay.run`` and ``moesim.replay.calibrate`` together for the public API."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from moesim.errors import MoesimError
+from moesim.replay.calibrate import calibrate
+from moesim.replay.run import check_backend, check_fits, shrink
+from moesim.sim.config import Config
+from moesim.sim.hardware import Hardware, get_hardware
+from moesim.tracegen.models import ModelSpec
+from moesim.tracegen.trace import Trace
+
+
+def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware | None = None,
+            layers: int | None = None, scale: float = 1.0, workdir: str | Path | None = None,
+            model: ModelSpec | None = None) -> tuple[Trace, ModelSpec, Hardware]:
+    """What a replay of ``config`` needs before it starts, each refusal before any long work: the backend
+    executes it, the model (``model``, else the configuration's) as the replay runs it (cut and scaled)
+    fits this machine, and the machine the simulator describes. That is ``hardware`` (a preset, a file
+    or an object; a real backend needs a calibrated file of the replayed model), or, left out, this
+    machine calibrated now (``moesim.replay.calibrate``) — on the virtual backend the ``rtx4090`` preset.
+    Returns the trace, the model (uncut: ``replay`` cuts both) and the machine."""
+    check_backend(config, backend)
+    spec = model if model is not None else config.model.spec(trace.meta)
+    small = shrink(trace, spec, layers, scale)[1]
+    if backend == "virtual":
+        hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware or "rtx4090", config.hardware.link,
+                                                                          config.hardware.ssd)
+        return trace, spec, hw
+    if config.hardware.link is not None or config.hardware.ssd is not None:
+        raise MoesimError(f"link and ssd swap simulated presets; backend {backend} runs on this machine")
+    per_layer = config.cache.scope == "per-layer"
+    capacity = config.cache.capacity if isinstance(config.cache.capacity, int) else spec.top_k
+    check_fits(small, capacity * (small.num_layers if per_layer else 1), backend,
+               Path(workdir) if workdir is not None else Path(tempfile.gettempdir()))
+    if hardware is None:
+        return trace, spec, calibrate(small, backend, workdir=workdir).hardware
+    hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware)
+    if hw.compute is None or hw.compute.name != small.name:
+        raise MoesimError(f"{hardware if isinstance(hardware, str) else hw.name}: has no [compute] table for "
+                          f"{small.name}; run 'moesim calibrate "
+                          "--model ...' with the same layers and scale, or leave the hardware out")
+    return trace, spec, hw

@@ -1,0 +1,281 @@
+"""One discrete-event run, assembled in one place.
+
+``assemble`` checks a configuration against its trace, model and machine, sizes what memory holds
+(``auto`` values, the best split of the cache's slots), times every piece (``moesim.sim.costs``), builds
+the engine's state (``moesim.sim.des_state``, its inputs by keyword) and the policy's, and binds the
+compiled loop (``moesim.sim.des_loop``) to the policy's hooks. The ``Run`` it returns is what both
+simulations drive through ``Run.step``: the batch run (``moesim.sim.des``) steps every request row in
+one call, the served stream (``moesim.sim.serve``) one step per call, each formed when the one before
+it ends. What differs between them — which rows there are, what memory must hold for them, what the
+policy may read ahead — is their ``RowSource``'s.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from moesim.errors import MoesimError
+from moesim.policies import get_policy
+from moesim.policies.base import Context
+from moesim.sim.budget import best_slots
+from moesim.sim.config import Config, module_params
+from moesim.sim.costs import Costs
+from moesim.sim.des_loop import HELPERS, des_loop
+from moesim.sim.des_state import C_ACCESSES, C_HITS, R_TIME, Inputs, State, build_state
+from moesim.sim.engine import bind, part_bounds
+from moesim.sim.hardware import Hardware
+from moesim.sim.hits import capacity_named, check_fits_experts
+from moesim.sim.memory import GIB, Footprint, Memory, resolve
+from moesim.sim.strategies import STRATEGIES, get_strategy, lowbit_dtype
+from moesim.sim.strategies.base import Cells
+from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
+from moesim.tracegen.schema import DECODE
+from moesim.tracegen.trace import Trace
+
+
+@dataclass(frozen=True)
+class RowArrays:
+    """The request rows a run reads (R of them: a batch run's every row, a served stream's one step, rewritten
+    by its source before each step), the per-row arrays of ``moesim.sim.des_state.Inputs``."""
+
+    experts: np.ndarray      # int16 [R, L, W]: the routed experts of each row (-1 padding)
+    exe: np.ndarray          # int16 [R, L, W']: the experts each cell executes
+    exe_tokens: np.ndarray   # int32 [R, L, W']: the tokens each executed expert computes
+    committed: np.ndarray    # bool [R, L]: the cell runs its prediction (CommitMoE)
+    weights: np.ndarray      # float32 [R, L, W]: router weight of each routed expert, summed over its tokens
+    pred: np.ndarray         # int16 [R, L, P]: experts predicted for each cell (P = 0: no prefetcher)
+    kind: np.ndarray         # int8 [R]: PREFILL or DECODE
+    tokens: np.ndarray       # [R]: tokens of each row
+    pre_s: np.ndarray        # float64 [R]: a layer's attention + router + shared experts
+    lut_s: np.ndarray        # float64 [R]: MoLE: a layer's lookup-row copy
+    handoff_s: np.ndarray    # float64 [R]: the activations between GPU and host, one way
+    group_start: np.ndarray  # bool [R]: the row starts a batch
+    preload_at: np.ndarray   # int64 [R]: the preload set issued at this row (-1: none)
+    preload: np.ndarray      # int16 [G, L, C]: preload sets
+
+
+class RowSource:
+    """Where a run's rows come from: what ``assemble`` asks of the batch run and of the served stream."""
+
+    def footprint(self, trace: Trace, config: Config) -> tuple[float, int, bool]:
+        """What memory must hold for these rows: KV tokens, the widest request row, whether any row prefills."""
+        raise NotImplementedError
+
+    def sized(self, config: Config, footprint: Footprint, memory: Memory) -> Config:
+        """The configuration the run is built with, once memory has sized ``config`` (the same, unless the
+        source resizes the cache as it goes)."""
+        return config
+
+    def arrays(self, config: Config, slots: np.ndarray, model: ModelSpec, hardware: Hardware, bpp: float,
+               expert_bytes: float | None, lowbit: str | None) -> tuple[RowArrays, Costs]:
+        """The rows' arrays and their durations, for ``slots`` per partition."""
+        raise NotImplementedError
+
+    def policy_context(self, config: Config, slots: np.ndarray, params: dict) -> Context:
+        """What the policy's ``make_state`` sees of the rows."""
+        raise NotImplementedError
+
+    def measure_from(self, config: Config) -> int:
+        """The first row measured (the rows before it warm the caches up); -1: every row."""
+        return -1
+
+
+class Stepped(NamedTuple):
+    """What one ``Run.step`` did: the seconds its rows took on the simulated machine, its decode hits and
+    accesses."""
+
+    seconds: float
+    hits: int
+    accesses: int
+
+
+@dataclass(eq=False)
+class Run:
+    """An assembled run (``assemble``): its configuration as run (``auto`` sizes resolved, the split applied),
+    memory, durations, the engine's state and the bound loop. ``step`` runs rows; the rest reads results."""
+
+    config: Config
+    model: ModelSpec
+    hardware: Hardware
+    memory: Memory
+    footprint: Footprint
+    costs: Costs
+    strategy: object            # the strategy's module (``moesim.sim.strategies``)
+    strategy_params: dict
+    rows: RowArrays
+    state: State = field(repr=False)
+    policy_state: tuple = field(repr=False)
+    loop: object = field(repr=False)
+    cells_gpu_s: np.ndarray = field(repr=False)  # one expert on T tokens on the GPU, with its own launch if per-expert
+    seconds: float = 0.0        # wall time spent in the compiled loop
+    rows_run: int = 0           # rows stepped so far: the run's row number of the next step's first row
+
+    def step(self, first: int = 0, last: int | None = None, live_slots: int | None = None) -> Stepped:
+        """Run array rows ``first .. last - 1`` (default: to the end) as the run's next rows, with the cache's
+        partitions holding ``live_slots`` slots each from now on (slots given back first; default: as they
+        are). The strategy decides their missing experts' actions from the rows as they are now (a strategy
+        with one action has it set for every row at assembly)."""
+        last = self.rows.kind.shape[0] if last is None else last
+        inputs, tally, progress = self.state.inputs, self.state.tally, self.state.progress
+        span = slice(first, last)
+        if len(self.strategy.ACTIONS) > 1:  # else the one action every miss takes is set once, at assembly
+            inputs.miss_action[span] = self.strategy.miss_actions(self._cells(span), self.strategy_params)
+        if live_slots is not None:
+            self.state.cache.live[:] = live_slots
+        tally.rows[span] = 0.0
+        hits, accesses = tally.counters[C_HITS], tally.counters[C_ACCESSES]
+        progress.span[:] = (first, last)
+        progress.offset[0] = self.rows_run - first
+        start = time.perf_counter()
+        self.loop(self.state, self.policy_state)
+        self.seconds += time.perf_counter() - start
+        self.rows_run += last - first
+        return Stepped(float(tally.rows[span, R_TIME].sum()), int(tally.counters[C_HITS] - hits),
+                       int(tally.counters[C_ACCESSES] - accesses))
+
+    def wait_until(self, t: float) -> None:
+        """Nothing to run before time ``t``: the compute stream's clock moves there (if it is behind)."""
+        self.state.progress.now[0] = max(self.now, t)
+
+    @property
+    def now(self) -> float:
+        """The compute stream's clock: when the last row stepped ended."""
+        return float(self.state.progress.now[0])
+
+    @property
+    def counters(self) -> np.ndarray:
+        """The run's counters so far (``moesim.sim.des_state.C_*``), read-only."""
+        view = self.state.tally.counters.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def live_slots(self) -> int:
+        """The fewest slots a partition may fill now."""
+        return int(self.state.cache.live.min())
+
+    def _cells(self, span: slice) -> Cells:
+        r, c = self.rows, self.costs
+        return Cells(tokens=r.exe_tokens[span], weights=r.weights[span], decode=r.kind[span] == DECODE,
+                     committed=r.committed[span], row_tokens=r.tokens[span], placement=self.state.inputs.placement,
+                     cpu_s=c.cpu_by_tokens, gpu_s=self.cells_gpu_s, copy_s=c.copy_s)
+
+
+def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec | None = None,
+             hardware: Hardware | None = None, decisions: bool = False) -> Run:
+    """The run of ``config`` on ``trace``'s rows as ``source`` gives them (module docstring). ``model`` and
+    ``hardware`` replace the configuration's (a model without a preset, a machine built in code);
+    ``decisions`` keeps the engine's decision log (what ``moesim replay`` executes)."""
+    model = model if model is not None else config.model.spec(trace.meta)
+    hardware = hardware if hardware is not None else config.hardware.spec()
+    check(trace, model, hardware, config)
+    bpp, eb = weight_sizes(trace, model, config.model.dtype, config.model.other_dtype)
+    kv_tokens, width, prompt_rows = source.footprint(trace, config)
+    cpu = hardware.cpu
+    footprint = Footprint(model, bpp, eb if eb is not None else model.expert_params * bpp, kv_tokens, width,
+                          prompt_rows, hardware.gpu.hbm_gb * GIB, cpu.ram_gb * GIB if cpu else 0.0)
+    config, memory = resolve(footprint, config, trace.meta.top_k)
+    strategy = get_strategy(config.execution.strategy)
+    cache = config.cache
+    if cache.split == "best" and strategy.CACHE and cache.capacity != 0:
+        # a cache that holds the widest row whole in every layer needs no scratch buffer: no layer of the split
+        # goes below that row, so the memory stays the same
+        held = int(cache.slots(trace.meta.num_layers).min()) >= width
+        config = replace(config, cache=best_slots(trace, cache, width if held else None))
+    config = source.sized(config, footprint, memory)
+    slots = config.cache.slots(trace.meta.num_layers)
+    sparams = module_params(strategy, config.execution.params)
+    rows, cost = source.arrays(config, slots, model, hardware, bpp, eb, lowbit_dtype(strategy, sparams))
+    per_expert = config.execution.kernel == "per-expert"
+    inputs = Inputs(
+        experts=rows.experts, exe=rows.exe, exe_tokens=rows.exe_tokens, committed=rows.committed,
+        weights=rows.weights, pred=rows.pred, kind=rows.kind, group_start=rows.group_start,
+        preload_at=rows.preload_at, preload=rows.preload, pre_s=rows.pre_s, lut_s=rows.lut_s,
+        by_tokens=cost.by_tokens, times=cost.scalar_times(), per_expert=per_expert, bounds=part_bounds(slots),
+        num_experts=np.int64(trace.meta.num_experts), per_layer=config.cache.scope == "per-layer",
+        reset_each_group=config.cache.reset, mole=model.kind == "mole",
+        dram_capacity=np.int64(-1 if config.cache.dram_capacity is None else config.cache.dram_capacity),
+        placement=strategy.placement(model.num_layers, sparams),
+        miss_action=np.full(rows.exe.shape, strategy.ACTIONS[0], np.int8), cpu_by_tokens=cost.cpu_by_tokens,
+        handoff_s=rows.handoff_s,
+        measure_from=np.int64(source.measure_from(config)))
+    log_rows = log_size(rows) if decisions else 0
+    module = get_policy(config.cache.policy)
+    policy_state = module.make_state(source.policy_context(config, slots, module_params(module, config.cache.params)))
+    return Run(config, model, hardware, memory, footprint, cost, strategy, sparams, rows,
+               build_state(inputs, hardware.link.engines, log_rows), policy_state, bound_loop(config.cache.policy),
+               cost.by_tokens + (cost.expert_launch_s if per_expert else 0.0))
+
+
+def bound_loop(policy: str):
+    """The discrete-event loop compiled with ``policy``'s hooks."""
+    module = get_policy(policy)
+    return bind(des_loop, module.NAME, module.HOOKS, HELPERS)
+
+
+def log_size(rows: RowArrays) -> int:
+    """An upper bound on the decision log: every request twice (an ``A_CPU_FILL`` miss is computed and filled), every
+    prediction and preload entry once."""
+    n = 2 * int((rows.experts >= 0).sum()) + int((rows.pred >= 0).sum())
+    return n + int((rows.preload[rows.preload_at[rows.preload_at >= 0]] >= 0).sum())
+
+
+def _listed(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) -> None:
+    """What the configuration alone cannot tell: whether it suits this trace, model and machine (before
+    memory is sized: an ``auto`` capacity is checked by ``moesim.sim.memory``)."""
+    capacity, dram_capacity = config.cache.capacity, config.cache.dram_capacity
+    strategy = get_strategy(config.execution.strategy)
+    name = strategy.NAME
+    if strategy.CPU and hardware.cpu is None:
+        raise MoesimError(f"strategy {name} computes experts on the host CPU, and hardware '{hardware.name}' has no "
+                          "[cpu] section (add one, or use a preset machine)")
+    if model.kind == "mole" and not getattr(strategy, "LOOKUP_TABLES", False):
+        tables = _listed(n for n, m in STRATEGIES.items() if getattr(m, "LOOKUP_TABLES", False))
+        raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")
+    if not strategy.PREFETCH and config.prefetch.prefetcher != "none":
+        raise MoesimError(f"strategy {name} keeps no cache for a prefetcher to fill; use --prefetch none")
+    if strategy.CPU and dram_capacity is not None:
+        gpu_only = _listed(n for n, m in STRATEGIES.items() if not m.CPU)
+        raise MoesimError(f"strategy {name} computes experts from host DRAM; an SSD tier (--dram-capacity) is "
+                          f"modelled for {gpu_only} only")
+    if getattr(strategy, "NEEDS_WEIGHTS", False) and trace.weights is None:
+        raise MoesimError(f"strategy {name} judges a miss by its gate weight, and the trace has no weights")
+    if config.cache.semantics != "step":
+        raise MoesimError("the discrete-event simulator serves a step's experts at once (semantics step); "
+                          "sequential semantics is the hit-rate engine's")
+    if config.workload.batch > trace.num_sequences:
+        raise MoesimError(f"batch {config.workload.batch} is more than the trace's {trace.num_sequences} sequence(s)")
+    if dram_capacity is not None and hardware.ssd is None:
+        raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and hardware "
+                          f"'{hardware.name}' has none; pass --ssd (e.g. pcie5-nvme)")
+    if model.num_layers != trace.meta.num_layers:
+        raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
+    if capacity != "auto" and strategy.CACHE:
+        check_fits_experts(trace.meta, config.cache)
+        slots = config.cache.slots(trace.meta.num_layers)
+        if slots.max() > 0 and slots.min() < trace.meta.top_k:
+            named = capacity_named(capacity, slots, int(slots.argmin()))
+            raise MoesimError(f"{named} is below top_k {trace.meta.top_k}: a step's k experts are resident "
+                              f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
+
+
+def weight_sizes(trace: Trace, model: ModelSpec, dtype: str | None, other_dtype: str | None = None
+                 ) -> tuple[float, float | None]:
+    """Bytes per parameter of the non-expert weights and the bytes of one expert (None: the model's at
+    the non-expert precision)."""
+    own = trace.meta.expert_bytes if trace.meta.model == model.name and model.kind == "moe" else None
+    bpp = float(trace.meta.bytes_per_param or 2.0) if own and dtype is None else BYTES_PER_PARAM["bf16"]
+    if other_dtype is not None:
+        bpp = BYTES_PER_PARAM[other_dtype]
+    if dtype is not None:
+        return bpp, float(model.expert_params * BYTES_PER_PARAM[dtype])
+    return bpp, (float(own) if own else None)
