@@ -25,7 +25,7 @@ from moesim.sim.budget import best_slots
 from moesim.sim.config import Config, module_params
 from moesim.sim.costs import Costs
 from moesim.sim.des_loop import HELPERS, des_loop
-from moesim.sim.des_state import C_ACCESSES, C_HITS, R_TIME, Inputs, State, build_state
+from moesim.sim.des_state import C_ACCESSES, C_HITS, Inputs, State, build_state
 from moesim.sim.engine import bind, part_bounds
 from moesim.sim.hardware import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
@@ -85,8 +85,8 @@ class RowSource:
 
 
 class Stepped(NamedTuple):
-    """What one ``Run.step`` did: the seconds its rows took on the simulated machine, its decode hits and
-    accesses."""
+    """What one ``Run.step`` did: the seconds its rows took on the simulated machine (the compute stream's
+    clock, from where it stood to where it stopped), its decode hits and accesses."""
 
     seconds: float
     hits: int
@@ -102,7 +102,6 @@ class Run:
     model: ModelSpec
     hardware: Hardware
     memory: Memory
-    footprint: Footprint
     costs: Costs
     strategy: object            # the strategy's module (``moesim.sim.strategies``)
     strategy_params: dict
@@ -120,22 +119,23 @@ class Run:
         are). The strategy decides their missing experts' actions from the rows as they are now (a strategy
         with one action has it set for every row at assembly)."""
         last = self.rows.kind.shape[0] if last is None else last
-        inputs, tally, progress = self.state.inputs, self.state.tally, self.state.progress
-        span = slice(first, last)
+        state = self.state
+        tally, progress, counters = state.tally, state.progress, state.tally.counters
         if len(self.strategy.ACTIONS) > 1:  # else the one action every miss takes is set once, at assembly
-            inputs.miss_action[span] = self.strategy.miss_actions(self._cells(span), self.strategy_params)
+            state.inputs.miss_action[first:last] = self.strategy.miss_actions(self._cells(first, last),
+                                                                                self.strategy_params)
         if live_slots is not None:
-            self.state.cache.live[:] = live_slots
-        tally.rows[span] = 0.0
-        hits, accesses = tally.counters[C_HITS], tally.counters[C_ACCESSES]
-        progress.span[:] = (first, last)
+            state.cache.live[:] = live_slots
+        tally.rows[first:last] = 0.0
+        hits, accesses, began = counters[C_HITS], counters[C_ACCESSES], progress.now[0]
+        progress.span[0], progress.span[1] = first, last
         progress.offset[0] = self.rows_run - first
         start = time.perf_counter()
-        self.loop(self.state, self.policy_state)
+        self.loop(state, self.policy_state)
         self.seconds += time.perf_counter() - start
         self.rows_run += last - first
-        return Stepped(float(tally.rows[span, R_TIME].sum()), int(tally.counters[C_HITS] - hits),
-                       int(tally.counters[C_ACCESSES] - accesses))
+        return Stepped(float(progress.now[0] - began), int(counters[C_HITS] - hits),
+                       int(counters[C_ACCESSES] - accesses))
 
     def wait_until(self, t: float) -> None:
         """Nothing to run before time ``t``: the compute stream's clock moves there (if it is behind)."""
@@ -158,8 +158,8 @@ class Run:
         """The fewest slots a partition may fill now."""
         return int(self.state.cache.live.min())
 
-    def _cells(self, span: slice) -> Cells:
-        r, c = self.rows, self.costs
+    def _cells(self, first: int, last: int) -> Cells:
+        r, c, span = self.rows, self.costs, slice(first, last)
         return Cells(tokens=r.exe_tokens[span], weights=r.weights[span], decode=r.kind[span] == DECODE,
                      committed=r.committed[span], row_tokens=r.tokens[span], placement=self.state.inputs.placement,
                      cpu_s=c.cpu_by_tokens, gpu_s=self.cells_gpu_s, copy_s=c.copy_s)
@@ -206,7 +206,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     log_rows = log_size(rows) if decisions else 0
     module = get_policy(config.cache.policy)
     policy_state = module.make_state(source.policy_context(config, slots, module_params(module, config.cache.params)))
-    return Run(config, model, hardware, memory, footprint, cost, strategy, sparams, rows,
+    return Run(config, model, hardware, memory, cost, strategy, sparams, rows,
                build_state(inputs, hardware.link.engines, log_rows), policy_state, bound_loop(config.cache.policy),
                cost.by_tokens + (cost.expert_launch_s if per_expert else 0.0))
 

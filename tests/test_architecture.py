@@ -166,3 +166,22 @@ def test_no_name_from_nowhere():
     for path in modules().values():
         api.check(path.read_text(), str(path), Collect())
     assert found == []
+
+
+def test_the_batch_and_the_served_run_drive_the_engine_only_through_run_step():
+    """``sim/des.py`` and ``sim/serve.py`` assemble their runs with ``moesim.sim.run.assemble`` and step them; they
+    write no field of the engine's state (``state``, ``progress``, ``tally``, ``cache``, ``live``)."""
+    engine_fields = {"state", "progress", "tally", "cache", "live", "inputs", "span", "offset", "now"}
+    for name in ("des", "serve"):
+        path = ROOT / "sim" / f"{name}.py"
+        tree = ast.parse(path.read_text())
+        writes = []
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                names = {n.attr for n in ast.walk(target) if isinstance(n, ast.Attribute)}
+                if names & engine_fields and not isinstance(target, ast.Name):
+                    writes.append(f"{name}.py:{node.lineno}")
+        assert writes == [], writes
+        assert "assemble" in {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
