@@ -430,15 +430,14 @@ def _declared() -> dict[str, Setting]:
         meta = f.metadata
         out[name] = Setting(name, section, meta["kind"], f.default, meta["help"], meta["unit"], meta["auto"],
                             meta["flag"] or f"--{name.replace('_', '-')}")
+    owned = {"cache": [get_policy(p) for p in POLICIES],
+             "prefetch": [get_prefetcher(p) for p in PREFETCHERS if p != "none"], "execution": STRATEGIES.values()}
     for section, (owner, names) in OWNERS.items():
-        modules = {"cache": [get_policy(p) for p in POLICIES], "prefetch": [get_prefetcher(p) for p in PREFETCHERS[1:]],
-                   "execution": list(STRATEGIES.values())}[section]
         for name in names:
-            module = next(m for m in modules if name in getattr(m, "PARAMS", {}))
-            default = module.PARAMS[name]
-            kind = str if default is None or default == AUTO else type(default)
-            out[name] = Setting(name, section, int if name in getattr(module, "AUTO_PARAMS", ()) else kind, default,
-                                module.PARAM_HELP[name], auto=name in getattr(module, "AUTO_PARAMS", ()),
+            module = next(m for m in owned[section] if name in getattr(m, "PARAMS", {}))
+            default, auto = module.PARAMS[name], name in getattr(module, "AUTO_PARAMS", ())
+            kind = int if auto else str if default is None else type(default)
+            out[name] = Setting(name, section, kind, default, module.PARAM_HELP[name], auto=auto,
                                 flag=f"--{name.replace('_', '-')}", owner=owner)
     return out
 

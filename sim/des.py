@@ -13,6 +13,7 @@ GPU memory and host RAM used, the predictor's precision and recall, and CommitMo
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -116,8 +117,9 @@ def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, h
     """
     source = BatchRows(trace, config)
     run = assemble(trace, config, source, model, hardware, decisions)
+    start = time.perf_counter()
     run.step()
-    result = _summary(trace, run, source)
+    result = _summary(trace, run, source, time.perf_counter() - start)
     result.executed, result.placement = (run.rows.exe, run.rows.exe_tokens), run.state.inputs.placement
     return result
 
@@ -318,7 +320,7 @@ def _overlap(guess, truth, cells):
     return both, predicted, actual
 
 
-def _summary(trace: Trace, run: Run, source: BatchRows) -> DesResult:
+def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesResult:
     config, req, cost, tally = run.config, source.req, run.costs, run.state.tally
     counters = tally.counters - tally.warm_counters
     layer_hits, layer_accesses = tally.layer_hits - tally.warm_hits, tally.layer_accesses - tally.warm_accesses
@@ -365,5 +367,5 @@ def _summary(trace: Trace, run: Run, source: BatchRows) -> DesResult:
         fills=int(counters[C_FILLS]), **run.memory.fields(),
         decode_steps=n_steps, decode_tokens=int(tokens),
         per_layer_hit_rate=[float(h / a) if a else float("nan") for h, a in zip(layer_hits, layer_accesses)],
-        seconds=run.seconds, step_times=step_times, decisions=tally.log[:tally.n_log[0]].copy(), requests=req,
+        seconds=seconds, step_times=step_times, decisions=tally.log[:tally.n_log[0]].copy(), requests=req,
         costs=cost)

@@ -119,16 +119,15 @@ def count_hits(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitR
     if timed is None:
         run = bind(hitrate_loop, module.NAME, module.HOOKS, (place,))
 
-        def engine(rows, seq_offsets, log=0):
+        def engine(rows, seq_offsets):
             ctx = Context(rows, seq_offsets, trace.meta.num_experts, slots, cache.scope == "per-layer",
                           cache.semantics == "sequential", cache.reset, params)
             args = engine_args(ctx.experts, ctx.seq_offsets, ctx.slots, ctx.num_experts, ctx.per_layer,
-                               ctx.sequential, ctx.reset_each_seq, log)
+                               ctx.sequential, ctx.reset_each_seq, log_evictions)
             run(args, module.make_state(ctx))  # the policy's set-up counts: Belady's next uses, ml-ffn's predictions
             return args
 
-        args, seconds = warm_then_time(lambda rows, seq_offsets: engine(rows, seq_offsets, log_evictions),
-                                       experts, offsets)
+        args, seconds = warm_then_time(engine, experts, offsets)
         timed = engine_hits(args), seconds
         evictions = engine_evictions(args).copy() if log_evictions else None
     hits, seconds = timed

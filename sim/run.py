@@ -12,7 +12,6 @@ policy may read ahead — is their ``RowSource``'s.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -110,7 +109,6 @@ class Run:
     policy_state: tuple = field(repr=False)
     loop: object = field(repr=False)
     cells_gpu_s: np.ndarray = field(repr=False)  # one expert on T tokens on the GPU, with its own launch if per-expert
-    seconds: float = 0.0        # wall time spent in the compiled loop
     rows_run: int = 0           # rows stepped so far: the run's row number of the next step's first row
 
     def step(self, first: int = 0, last: int | None = None, live_slots: int | None = None) -> Stepped:
@@ -130,9 +128,7 @@ class Run:
         hits, accesses, began = counters[C_HITS], counters[C_ACCESSES], progress.now[0]
         progress.span[0], progress.span[1] = first, last
         progress.offset[0] = self.rows_run - first
-        start = time.perf_counter()
         self.loop(state, self.policy_state)
-        self.seconds += time.perf_counter() - start
         self.rows_run += last - first
         return Stepped(float(progress.now[0] - began), int(counters[C_HITS] - hits),
                        int(counters[C_ACCESSES] - accesses))
