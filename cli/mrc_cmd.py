@@ -22,8 +22,8 @@ REFERENCES = ("belady", "static")  # the offline optimum and each layer's Top-C 
 
 @app.command()
 @takes([n for n in RUN_SETTINGS["hitrate"] if n != "split"], listed=("policy", "capacity"),
-       helps={"capacity": "Capacities to report (default: every one, from 1, or top-k under step semantics, to all "
-                          "experts)."})
+       helps={"capacity": "Comma-separated capacities to report (default: every one, from 1, or top-k under step "
+                          "semantics, to all experts), all from one curve."})
 def mrc(
     trace_path: TracePath,
     reference: Annotated[bool, typer.Option("--reference/--no-reference", help="Add Belady (the offline optimum) "

@@ -1,4 +1,4 @@
-"""`moesim plan`: every execution strategy for a model on a machine, ranked by tokens/s within its memory."""
+"""`moesim plan`: each execution strategy for a model on a machine, ranked by tokens/s within its memory."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def plan(
     *,
     asked: Asked,
 ) -> None:
-    """What to put where: every execution strategy ('moesim sim run --help' lists them) in every format,
+    """What to put where: each execution strategy as engines deploy it, in every format,
     sized to this machine's memory, simulated on a trace and ranked by decode tokens/s, with the engine
     settings that reproduce each.
 

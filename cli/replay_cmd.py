@@ -110,12 +110,11 @@ def replay(
             r.hit_rate, r.sim_tpot_s * 1e3, r.sim_hit_rate]])
 
 
-@takes(("model", "hardware", "policy", "capacity", "kernel", "strategy", "cpu_layers"),
-       listed=("policy", "capacity", "cpu_layers"), defaults={"policy": "lru,belady", "cpu_layers": "0"},
+@takes(REPLAY_SETTINGS, listed=("policy", "capacity", "cpu_layers"), defaults={"policy": "lru,belady", "cpu_layers": "0"},
        helps={"hardware": HARDWARE_HELP,
-              "policy": "Replacement policies; speedups are over the first.",
-              "cpu_layers": "For a strategy that places whole layers' experts on the CPU: the numbers of CPU "
-                            "layers to run; speedups are over the first."},
+              "policy": "Comma-separated replacement policies; speedups are over the first.",
+              "cpu_layers": "For a strategy that places whole layers' experts on the CPU: comma-separated numbers of "
+                            "CPU layers to run; speedups are over the first."},
        aliases={"policy": ("--policies",)})
 def validate(
     trace_path: TracePath,

@@ -21,7 +21,7 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.errors import MoesimError
-from moesim.sim.config import DECLARED, OWNERS, Config, check_params_used, file_settings, owner_module
+from moesim.sim.config import DECLARED, OWNERS, SETTINGS, Config, check_params_used, file_settings, owner_module
 
 ConfigFile = Annotated[Optional[Path], typer.Option(
     "--config", help="Start from this configuration file (TOML: [model] [hardware] [cache] [prefetch] [execution] "
@@ -63,7 +63,7 @@ class Asked:
         return configs[0]
 
     def _current(self, setting: str):
-        return self.base.flat()[setting]
+        return getattr(getattr(self.base, SETTINGS[setting][0]), SETTINGS[setting][1])
 
 
 def _takes(owner: str, name: str) -> set:
@@ -72,15 +72,16 @@ def _takes(owner: str, name: str) -> set:
 
 
 def option_help(name: str, listed: bool = False, default: str | None = None, help_text: str | None = None) -> str:
-    """A setting's help on the command line: its declared help, unit and default (or the command's)."""
+    """A setting's help on the command line: its declared help (or the command's, where the setting means
+    something narrower there), unit and default (or the command's)."""
     s = DECLARED[name]
     text = help_text or s.help
     if s.unit:
         text += f" Unit: {s.unit}."
-    if listed:
+    if listed and help_text is None:
         text += " Comma-separated: one run per value."
-    shown = default if default is not None else (None if s.default is None else s.default)
-    if shown is not None and "default" not in text:
+    shown = s.default if default is None else default
+    if shown is not None and "default" not in text.lower():
         text += f" Default: {str(shown).lower() if isinstance(shown, bool) else shown}."
     return text
 

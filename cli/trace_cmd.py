@@ -9,6 +9,7 @@ import typer
 
 from moesim.cli.console import console, emit_json, table, warn
 from moesim.cli.options import Force
+from moesim.errors import MoesimError
 from moesim.files import check_output
 from moesim.tracegen.models import get_model
 from moesim.tracegen.fit import compare, fit_locality
@@ -95,7 +96,8 @@ def synth(
     tokens: Annotated[Optional[int], typer.Option(help="Decode tokens per sequence [default: 256, or --like's mean].")] = None,
     prompt_tokens: Annotated[int, typer.Option(help="Prefill tokens per sequence.")] = 0,
     seed: Annotated[int, typer.Option(help="Seed: same arguments, same trace.")] = 0,
-    model: Annotated[Optional[str], typer.Option(help="Take L, E, k and dims from a preset.")] = None,
+    model: Annotated[Optional[str], typer.Option(help="Take L, E, k and dims from a preset, a config.json or a "
+                                                      ".gguf file.")] = None,
     layer_alpha: Annotated[float, typer.Option(help="Dirichlet alpha of per-layer popularity (lower: more skew).")] = Locality.layer_alpha,
     seq_alpha: Annotated[float, typer.Option(help="Dirichlet alpha of per-sequence preference (lower: more skew).")] = Locality.seq_alpha,
     reuse: Annotated[float, typer.Option(help="Chance a slot repeats an expert of the previous token.")] = Locality.reuse,
@@ -112,7 +114,14 @@ def synth(
     if real:
         meta = real.meta.replace(model=f"synthetic-like-{real.meta.model}")
     elif model:
-        meta = get_model(model).trace_meta(model=f"synthetic-{get_model(model).name}")
+        spec = get_model(model)
+        meta = spec.trace_meta(model=f"synthetic-{spec.name}")
+        contradicting = [f"--{flag} {given} (its {have})" for flag, given, have in
+                         (("layers", layers, spec.num_layers), ("experts", experts, spec.num_experts),
+                          ("top-k", top_k, spec.top_k)) if given is not None and given != have]
+        if contradicting:
+            raise MoesimError(f"model {spec.name} is not {', '.join(contradicting)}: leave them out to take the "
+                              "model's, or leave --model out for a trace of your own dimensions")
     else:
         meta = TraceMeta(num_layers=16, num_experts=64, top_k=8, model="synthetic")
     if real:

@@ -148,7 +148,7 @@ def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSp
 
     >>> r = moesim.simulate(trace, policy="lru", capacity="auto", hardware="rtx4090", dtype="int4", prefetch="oracle")
     >>> r.capacity, round(r.tpot_s * 1e3, 1), round(r.tokens_per_s, 2), round(r.hit_rate, 4), round(r.vram_gb, 1)
-    (7, 30.6, 32.69, 0.9999, 22.4)
+    (7, 31.4, 31.83, 0.9999, 23.0)
     """
     config, objects = _with_objects(config, "des", model, hardware, settings)
     return simulate_des(trace, config, decisions=decisions, **objects)

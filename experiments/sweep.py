@@ -14,9 +14,10 @@ A spec is a TOML file::
     policy = "belady"
     scope = "global"
 
-The keys are the flat settings of ``moesim.Config`` (``moesim.sim.config.SETTINGS``) and the policies'
-and prefetchers' parameters; a parameter applies to the rows whose policy (or prefetcher) takes it,
-and one that no policy or prefetcher of the spec takes is an error. Each configuration is keyed by
+The keys are the settings a run of the spec's kind reads (``moesim.sim.config.RUN_SETTINGS``: the flat
+settings of ``moesim.Config`` and the policies', prefetchers' and strategies' parameters); a parameter
+applies to the rows whose policy (prefetcher, strategy) takes it, and one that none of the spec's
+takes is an error. Each configuration is keyed by
 a hash of its kind, trace and ``Config`` (``config_id``); a results file holds one row per
 configuration: every setting, the metrics of a hit-rate or discrete-event run,
 ``error`` (the one-line reason a configuration failed, else null) and ``seconds``. Rows reach the
@@ -43,14 +44,11 @@ import polars as pl
 from moesim.errors import MoesimError, first_line
 from moesim.files import atomic_output, read_toml
 from moesim.tracegen.io import READ_FAILURES
-from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, HITRATE_SETTINGS, NOT_SERVED, PATH_PARAMS, PREFETCH_PARAMS,
-                               SERVE_SETTINGS, SETTINGS, Config, check_params_used, config_id, load_cached_trace,
-                               params_for)
+from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
+                               STRATEGY_PARAMS, Config, check_params_used, config_id, load_cached_trace, params_for)
 
 KINDS = ("hitrate", "des", "serve")
-_DES_KEYS = (set(SETTINGS) - {"semantics"} - set(SERVE_SETTINGS)) | set(CACHE_PARAMS) | set(PREFETCH_PARAMS)
-KEYS = {"hitrate": set(HITRATE_SETTINGS), "des": _DES_KEYS,
-        "serve": (_DES_KEYS - set(NOT_SERVED)) | set(SERVE_SETTINGS)}
+KEYS = {kind: set(RUN_SETTINGS[kind]) for kind in KINDS}  # the settings each kind of run reads
 PATH_KEYS = (*PATH_PARAMS, "hardware", "arrivals")
 FILE_SUFFIXES = {"hardware": (".toml",), "arrivals": ARRIVAL_FILES}  # keys that name a file only with these
 FLUSH_SECONDS = 2.0
@@ -80,14 +78,17 @@ class SweepSpec:
 
 
 def _applicable(config: dict) -> dict:
-    """A row's settings without the policy parameters its policy does not take."""
-    policy = config.get("policy", Config().cache.policy)
-    given = {k: v for k, v in config.items() if k in CACHE_PARAMS}
-    try:
-        kept = params_for(policy, given)
-    except MoesimError:  # an unknown policy: the row reports it
-        return config
-    return {k: v for k, v in config.items() if k not in given or k in kept}
+    """A row's settings without the parameters its policy, prefetcher or strategy does not take."""
+    defaults = Config().flat()
+    dropped = set()
+    for _, (owner, names) in OWNERS.items():
+        given = {k: v for k, v in config.items() if k in names}
+        try:
+            kept = params_for(config.get(owner, defaults[owner]), given, owner)
+        except MoesimError:  # an unknown policy (prefetcher, strategy): the row reports it
+            continue
+        dropped |= set(given) - set(kept)
+    return {k: v for k, v in config.items() if k not in dropped}
 
 
 def row_id(kind: str, config: dict) -> str:
@@ -149,10 +150,14 @@ def load_spec(path: str | Path) -> SweepSpec:
     both = sorted(set(axes) & set(fixed))
     if both:
         raise MoesimError(f"{path}: {', '.join(both)} given both as an axis and fixed")
-    params = {k: v for k, v in {**fixed, **axes}.items() if k in CACHE_PARAMS + PREFETCH_PARAMS}
+    params = {k: v for k, v in {**fixed, **axes}.items() if k in CACHE_PARAMS + PREFETCH_PARAMS + STRATEGY_PARAMS}
+    defaults = Config().flat()
+
+    def values(owner: str) -> list:
+        return axes.get(owner, [fixed.get(owner, defaults[owner])])
+
     try:
-        check_params_used(axes.get("policy", [fixed.get("policy", Config().cache.policy)]), params,
-                          axes.get("prefetch", [fixed.get("prefetch", "none")]))
+        check_params_used(values("policy"), params, values("prefetch"), values("strategy"))
     except MoesimError as exc:
         raise MoesimError(f"{path}: {exc}") from None
     fixed = {k: _resolve(path, k, v) for k, v in fixed.items()}

@@ -24,6 +24,8 @@ beyond: the engine runs it).
 import numpy as np
 from numba import njit, uint64
 
+from moesim.policies.base import lane_at
+
 NOM = np.int32(-(2 ** 31))  # no key: not found / no slot to write
 TOP = np.int32(2 ** 31 - 1)
 # the per-lane fields, in the order they sit in the block; the slots follow
@@ -66,12 +68,12 @@ def across_reset(window, row, blk, p):
     for li in range(lanes):
         l = uint64(li)
         p[li] = 0.0
-        blk[uint64(NXT) * lanes + l] = np.int32(window[row % 2, 0, li])
-        blk[uint64(T1) * lanes + l], blk[uint64(T2) * lanes + l] = 0, 0
-        blk[uint64(B1) * lanes + l], blk[uint64(B2) * lanes + l] = 0, 0
-        blk[uint64(KAT) * lanes + l], blk[uint64(GK) * lanes + l] = NOM, NOM
-        blk[uint64(LO) * lanes + l], blk[uint64(HI) * lanes + l] = 0, np.int32(w - 1)
-        blk[uint64(GLO) * lanes + l], blk[uint64(GHI) * lanes + l] = 0, np.int32(w - 1)
+        blk[lane_at(NXT, lanes, l)] = np.int32(window[row % 2, 0, li])
+        blk[lane_at(T1, lanes, l)], blk[lane_at(T2, lanes, l)] = 0, 0
+        blk[lane_at(B1, lanes, l)], blk[lane_at(B2, lanes, l)] = 0, 0
+        blk[lane_at(KAT, lanes, l)], blk[lane_at(GK, lanes, l)] = NOM, NOM
+        blk[lane_at(LO, lanes, l)], blk[lane_at(HI, lanes, l)] = 0, np.int32(w - 1)
+        blk[lane_at(GLO, lanes, l)], blk[lane_at(GHI, lanes, l)] = 0, np.int32(w - 1)
 
 
 def across_step(window, row, j, g, n_layers, total, blk, p):
@@ -84,25 +86,25 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
     gin, gkey = uint64(FIELDS) * lanes + uint64(GIN) * w * lanes, uint64(FIELDS) * lanes + uint64(GKEY) * w * lanes
     for li in range(lanes):  # the expert, the next one, and p (case II or III adapts it)
         l = uint64(li)
-        blk[uint64(EXP) * lanes + l] = blk[uint64(NXT) * lanes + l]
-        blk[uint64(NXT) * lanes + l] = np.int32(window[nrow % 2, nj, li])
-        gk, b1, b2 = blk[uint64(GK) * lanes + l], blk[uint64(B1) * lanes + l], blk[uint64(B2) * lanes + l]
+        blk[lane_at(EXP, lanes, l)] = blk[lane_at(NXT, lanes, l)]
+        blk[lane_at(NXT, lanes, l)] = np.int32(window[nrow % 2, nj, li])
+        gk, b1, b2 = blk[lane_at(GK, lanes, l)], blk[lane_at(B1, lanes, l)], blk[lane_at(B2, lanes, l)]
         in_b2 = np.int32(gk != NOM) & np.int32(gk < 0)
         in_b1 = np.int32(gk != NOM) - in_b2
         ratio = (b1 + in_b1 * (b2 - b1)) / max(b2 + in_b1 * (b1 - b2), 1)  # |B2|/|B1| in B1, |B1|/|B2| in B2
-        target = min(max(p[li] + (in_b1 - in_b2) * max(ratio, 1.0), 0.0), blk[uint64(CAP) * lanes + l])
+        target = min(max(p[li] + (in_b1 - in_b2) * max(ratio, 1.0), 0.0), blk[lane_at(CAP, lanes, l)])
         p[li] = target
-        t1 = blk[uint64(T1) * lanes + l]
-        blk[uint64(ABOVE) * lanes + l] = np.int32(t1 > target)
-        blk[uint64(EQUAL) * lanes + l] = np.int32(t1 == target)
+        t1 = blk[lane_at(T1, lanes, l)]
+        blk[lane_at(ABOVE, lanes, l)] = np.int32(t1 > target)
+        blk[lane_at(EQUAL, lanes, l)] = np.int32(t1 == target)
     for li in range(lanes):  # the moves, and the search for the next access
         l = uint64(li)
-        e, ne = blk[uint64(EXP) * lanes + l], blk[uint64(NXT) * lanes + l]
+        e, ne = blk[lane_at(EXP, lanes, l)], blk[lane_at(NXT, lanes, l)]
         age = np.int32((row * n_layers + g + li) * k + j - total)  # t - T: older is smaller
-        kat, gk = blk[uint64(KAT) * lanes + l], blk[uint64(GK) * lanes + l]
-        t1, t2, b1, b2 = blk[uint64(T1) * lanes + l], blk[uint64(T2) * lanes + l], blk[uint64(B1) * lanes + l], \
-            blk[uint64(B2) * lanes + l]
-        cap = blk[uint64(CAP) * lanes + l]
+        kat, gk = blk[lane_at(KAT, lanes, l)], blk[lane_at(GK, lanes, l)]
+        t1, t2, b1, b2 = blk[lane_at(T1, lanes, l)], blk[lane_at(T2, lanes, l)], blk[lane_at(B1, lanes, l)], \
+            blk[lane_at(B2, lanes, l)]
+        cap = blk[lane_at(CAP, lanes, l)]
         hit = np.int32(kat != NOM)
         ghost = np.int32(gk != NOM)
         in_b2 = ghost & np.int32(gk < 0)
@@ -118,26 +120,26 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
         drop2 = new & (1 - t1_full) & np.int32(t1 + t2 + b1 + b2 >= 2 * cap)  # B2's oldest ghost goes
         dropped = drop1 | drop2
         # REPLACE: T1's LRU end if |T1| > p, or |T1| = p and the request was in B2 (or T2 is empty)
-        take1 = bare | np.int32(t2 == 0) | (np.int32(t1 >= 1) & (blk[uint64(ABOVE) * lanes + l] |
-                                                                  (blk[uint64(EQUAL) * lanes + l] & in_b2)))
+        take1 = bare | np.int32(t2 == 0) | (np.int32(t1 >= 1) & (blk[lane_at(ABOVE, lanes, l)] |
+                                                                  (blk[lane_at(EQUAL, lanes, l)] & in_b2)))
         ghosted = evict & (1 - bare)
         appended = ghosted & (1 - ghost) & (1 - dropped)
-        hi, lo = blk[uint64(HI) * lanes + l], blk[uint64(LO) * lanes + l]
-        ghi, glo = blk[uint64(GHI) * lanes + l], blk[uint64(GLO) * lanes + l]
+        hi, lo = blk[lane_at(HI, lanes, l)], blk[lane_at(LO, lanes, l)]
+        ghi, glo = blk[lane_at(GHI, lanes, l)], blk[lane_at(GLO, lanes, l)]
         resident_at = kat if hit else ((hi if take1 else lo) if evict else np.int32(t1 + t2))
         ghost_at = gk if ghost else ((ghi if drop1 else glo) if dropped else (np.int32(b1 + b2) if appended else NOM))
         resident_key = np.int32(age - width) if (hit | ghost) else np.int32(width - age)  # T2 or T1
         ghost_key = np.int32(width - age) if take1 else np.int32(age - width)  # B1 or B2
         victim, kat, lo, hi = _move_and_find(blk, key, ein, lanes, w, l, resident_at, resident_key, e, ne)
         _, gk, glo, ghi = _move_and_find(blk, gkey, gin, lanes, w, l, ghost_at, ghost_key, victim, ne)
-        blk[uint64(KAT) * lanes + l], blk[uint64(LO) * lanes + l], blk[uint64(HI) * lanes + l] = kat, lo, hi
-        blk[uint64(GK) * lanes + l], blk[uint64(GLO) * lanes + l], blk[uint64(GHI) * lanes + l] = gk, glo, ghi
+        blk[lane_at(KAT, lanes, l)], blk[lane_at(LO, lanes, l)], blk[lane_at(HI, lanes, l)] = kat, lo, hi
+        blk[lane_at(GK, lanes, l)], blk[lane_at(GLO, lanes, l)], blk[lane_at(GHI, lanes, l)] = gk, glo, ghi
         leave1, leave2 = evict & take1, evict & (1 - take1)
-        blk[uint64(T1) * lanes + l] = t1 - from_t1 - leave1 + (1 - hit) * (1 - ghost)
-        blk[uint64(T2) * lanes + l] = t2 + from_t1 + ghost - leave2
-        blk[uint64(B1) * lanes + l] = b1 - drop1 + (ghosted & take1)
-        blk[uint64(B2) * lanes + l] = b2 - drop2 + (ghosted & (1 - take1))
-        blk[uint64(HITS) * lanes + l] += hit
+        blk[lane_at(T1, lanes, l)] = t1 - from_t1 - leave1 + (1 - hit) * (1 - ghost)
+        blk[lane_at(T2, lanes, l)] = t2 + from_t1 + ghost - leave2
+        blk[lane_at(B1, lanes, l)] = b1 - drop1 + (ghosted & take1)
+        blk[lane_at(B2, lanes, l)] = b2 - drop2 + (ghosted & (1 - take1))
+        blk[lane_at(HITS, lanes, l)] += hit
 
 
 @njit(cache=True, inline="always")

@@ -6,7 +6,8 @@ A policy module defines ``NAME``, ``make_state(ctx)`` returning its state as a `
 ``moesim.sim.engine.bind`` compiles into the hit-rate loop and into the discrete-event loop, and may
 declare:
 
-- ``PARAMS`` (name -> default) and ``PARAM_BOUNDS``: its parameters;
+- ``PARAMS`` (name -> default) with ``PARAM_HELP`` (name -> the command line's help of it) and
+  ``PARAM_BOUNDS``: its parameters;
 - ``BYPASSES = True``: it may leave a missed expert uncached (the memory account then keeps a scratch
   buffer for it);
 - ``READS_ROWS = True``: ``make_state`` reads the rows the run will serve ahead of serving them (Belady's
@@ -53,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, uint64
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ UNBOUND = types.ModuleType("moesim.policies.unbound")
 @dataclass(frozen=True)
 class FastPath:
     """A backend that gives a policy's hits per layer faster than the engine, for caches per layer under
-    sequential semantics (``moesim.sim.hitrate.simulate`` tries a policy's ``FAST_PATHS`` in order).
+    sequential semantics (``moesim.sim.hits.count_hits`` tries a policy's ``FAST_PATHS`` in order).
 
     ``kind`` names the driver in ``moesim.sim``: ``"counts"`` (``make`` is the policy's own whole-run
     function, ``make(experts, seq_offsets, num_experts, reset, slots) -> hits per layer``), ``"lanes"``
@@ -162,6 +163,14 @@ class FastPath:
         if self.widest is not None and most > self.widest:
             return False
         return most <= self.crowded or most <= self.fullest * num_experts
+
+
+@njit(cache=True, inline="always")
+def lane_at(field, lanes, lane):
+    """Where lane ``lane``'s entry of field ``field`` sits in a block laid out field-major, ``lanes`` entries a
+    field (``moesim.sim.across``'s lanes): a compile-time offset plus the lane, unsigned, the only address
+    form LLVM vectorises a loop over the lanes with."""
+    return uint64(field) * lanes + lane
 
 
 # the orders a stack algorithm keeps (``Stack.order``); ``moesim.sim.mrc`` moves an object up each

@@ -32,7 +32,7 @@ the engine runs it).
 import numpy as np
 from numba import njit, uint64
 
-from moesim.policies.base import GOLDEN, rng_at, rng_starts
+from moesim.policies.base import GOLDEN, lane_at, rng_at, rng_starts
 
 TOP = np.int32(2 ** 31 - 1)
 # per-lane fields: the capacity, the hits, the draws so far; what the search found: the expert, its slot
@@ -73,7 +73,7 @@ def across_reset(window, row, blk, p):
     residents, history = uint64(FIELDS) * lanes, uint64(FIELDS + 3 * w) * lanes
     for li in range(lanes):
         l = uint64(li)
-        cap = blk[uint64(CAP) * lanes + l]
+        cap = blk[lane_at(CAP, lanes, l)]
         for s in range(w):
             at = residents + uint64(s) * lanes + l
             empty = np.int32(s) < cap
@@ -85,7 +85,7 @@ def across_reset(window, row, blk, p):
             blk[at + uint64(HEXP) * 2 * w * lanes] = -1
             blk[at + uint64(HKEY) * 2 * w * lanes] = np.int32(s % w) - np.int32(w) if np.int32(s % w) < cap else TOP
         p[0][li] = 0.5
-        blk[uint64(DRAWS) * lanes + l] = 0
+        blk[lane_at(DRAWS, lanes, l)] = 0
 
 
 def across_step(window, row, j, g, n_layers, total, blk, p):
@@ -102,21 +102,21 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
         kat, lru_at, lru_in, lfu_at, lfu_in = _residents(blk, residents, lanes, w, l, e)
         hat, evicted, old_lru = _history(blk, history, lanes, w, l, e, 0, (np.int32(-1), np.int32(0)))
         hat, evicted, old_lfu = _history(blk, history, lanes, w, l, e, 1, (hat, evicted))
-        blk[uint64(EXP) * lanes + l], blk[uint64(KAT) * lanes + l] = e, kat
-        blk[uint64(LRU_AT) * lanes + l], blk[uint64(LRU_IN) * lanes + l] = lru_at, lru_in
-        blk[uint64(LFU_AT) * lanes + l], blk[uint64(LFU_IN) * lanes + l] = lfu_at, lfu_in
-        blk[uint64(HAT) * lanes + l] = hat
+        blk[lane_at(EXP, lanes, l)], blk[lane_at(KAT, lanes, l)] = e, kat
+        blk[lane_at(LRU_AT, lanes, l)], blk[lane_at(LRU_IN, lanes, l)] = lru_at, lru_in
+        blk[lane_at(LFU_AT, lanes, l)], blk[lane_at(LFU_IN, lanes, l)] = lfu_at, lfu_in
+        blk[lane_at(HAT, lanes, l)] = hat
         age = now - evicted  # up to the table's last row
-        blk[uint64(AGE) * lanes + l] = age if age < last else last
-        blk[uint64(OLD_LRU) * lanes + l], blk[uint64(OLD_LFU) * lanes + l] = old_lru, old_lfu
+        blk[lane_at(AGE, lanes, l)] = age if age < last else last
+        blk[lane_at(OLD_LRU, lanes, l)], blk[lane_at(OLD_LFU, lanes, l)] = old_lru, old_lfu
     for li in range(lanes):  # the penalty at that age, a lookup per lane
         l = uint64(li)
-        floats[lanes + l] = floats[uint64(2) * lanes + l * depth + uint64(blk[uint64(AGE) * lanes + l])]
+        floats[lanes + l] = floats[uint64(2) * lanes + l * depth + uint64(blk[lane_at(AGE, lanes, l)])]
     for li in range(lanes):  # the decision
         l = uint64(li)
-        kat, hat = blk[uint64(KAT) * lanes + l], blk[uint64(HAT) * lanes + l]
-        lru_at, lru_in = blk[uint64(LRU_AT) * lanes + l], blk[uint64(LRU_IN) * lanes + l]
-        lfu_at, lfu_in = blk[uint64(LFU_AT) * lanes + l], blk[uint64(LFU_IN) * lanes + l]
+        kat, hat = blk[lane_at(KAT, lanes, l)], blk[lane_at(HAT, lanes, l)]
+        lru_at, lru_in = blk[lane_at(LRU_AT, lanes, l)], blk[lane_at(LRU_IN, lanes, l)]
+        lfu_at, lfu_in = blk[lane_at(LFU_AT, lanes, l)], blk[lane_at(LFU_IN, lanes, l)]
         hit = np.int32(kat >= 0)
         # a miss on an id in a history: the expert that evicted it was wrong, its weight takes the penalty
         found = np.int32(hat >= 0)
@@ -128,24 +128,24 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
         floats[l] = wl
         # a full cache's miss: the draw picks LRU's or LFU's victim, whose id goes to that expert's history
         evict = (1 - hit) & np.int32(lru_in >= 0)
-        draws = blk[uint64(DRAWS) * lanes + l] + 1
+        draws = blk[lane_at(DRAWS, lanes, l)] + 1
         take_lru = np.int32(rng_at(starts[li] + uint64(draws) * GOLDEN) < wl)
-        blk[uint64(DRAWS) * lanes + l] = draws - 1 + evict
+        blk[lane_at(DRAWS, lanes, l)] = draws - 1 + evict
         victim = lru_at if take_lru else lfu_at
         into = lru_in if take_lru else lfu_in
         same = found & np.int32(in_lfu == 1 - take_lru)  # the id left the history the victim goes to
-        oldest = blk[uint64(OLD_LRU) * lanes + l] if take_lru else blk[uint64(OLD_LFU) * lanes + l] + width
+        oldest = blk[lane_at(OLD_LRU, lanes, l)] if take_lru else blk[lane_at(OLD_LFU, lanes, l)] + width
         target = (hat if same else oldest) if evict else np.int32(-1)
-        blk[uint64(SLOT) * lanes + l], blk[uint64(HIT) * lanes + l] = kat if hit else victim, hit
-        blk[uint64(TARGET) * lanes + l], blk[uint64(INTO) * lanes + l] = target, into
-        blk[uint64(HITS) * lanes + l] += hit
+        blk[lane_at(SLOT, lanes, l)], blk[lane_at(HIT, lanes, l)] = kat if hit else victim, hit
+        blk[lane_at(TARGET, lanes, l)], blk[lane_at(INTO, lanes, l)] = target, into
+        blk[lane_at(HITS, lanes, l)] += hit
     for li in range(lanes):  # the slot served: its expert, count (one more on a hit, 1 after a load), access
         l = uint64(li)
-        _write_residents(blk, residents, lanes, w, l, blk[uint64(SLOT) * lanes + l], blk[uint64(EXP) * lanes + l],
-                         blk[uint64(HIT) * lanes + l], now)
+        _write_residents(blk, residents, lanes, w, l, blk[lane_at(SLOT, lanes, l)], blk[lane_at(EXP, lanes, l)],
+                         blk[lane_at(HIT, lanes, l)], now)
     for li in range(lanes):  # the pushed id, and the requested one out of its history
         l = uint64(li)
-        target, into, hat = blk[uint64(TARGET) * lanes + l], blk[uint64(INTO) * lanes + l], blk[uint64(HAT) * lanes + l]
+        target, into, hat = blk[lane_at(TARGET, lanes, l)], blk[lane_at(INTO, lanes, l)], blk[lane_at(HAT, lanes, l)]
         _write_history(blk, history, lanes, w, l, 0, target, into, hat, now)
         _write_history(blk, history, lanes, w, l, 1, target, into, hat, now)
 

@@ -35,7 +35,7 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.replay.compute import DTYPE, ComputeStream
 from moesim.replay.virtual import VirtualBackend
-from moesim.sim.config import Config
+from moesim.sim.config import CACHE_PARAMS, PREFETCH_PARAMS, STRATEGY_PARAMS, Config
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.des_state import EV_CPU, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD
 from moesim.sim.strategies import CACHED, ON_GPU, STRATEGIES, get_strategy
@@ -45,11 +45,11 @@ from moesim.tracegen.schema import DECODE
 from moesim.tracegen.trace import Trace
 
 BACKENDS = ("cpu", "cuda", "virtual")
-# the settings a replay takes: what the simulator decides and the machine the virtual backend simulates
-# (a real backend runs on this one, and its dtype is the backend's)
+# the settings a replay takes: what the simulator decides, with every policy's, prefetcher's and strategy's
+# parameters, and the machine the virtual backend simulates (a real backend runs on this one, in its own dtype)
 REPLAY_SETTINGS = ("model", "hardware", "link", "ssd", "policy", "capacity", "scope", "prefetch", "mode", "batch",
-                   "kernel", "strategy", "dtype", "dram_capacity", "context", "gamma", "seed", "ml_model",
-                   "pin_trace", "train_trace", "cpu_layers", "lowbit_threshold", "lowbit_dtype")
+                   "kernel", "strategy", "dtype", "dram_capacity", "context") + CACHE_PARAMS + PREFETCH_PARAMS + \
+    STRATEGY_PARAMS
 
 
 @dataclass

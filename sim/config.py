@@ -145,7 +145,8 @@ class ModelConfig:
     dtype: str | None = declare(None, f"Expert precision: {', '.join(DTYPES)} (default: the trace's expert bytes, "
                                       "else bf16).")
     other_dtype: str | None = declare(None, "Precision of every other weight (attention, embeddings, shared experts), "
-                                            "as dtype (default: the trace's, else bf16).")
+                                            "as dtype (default: a model file's, else the trace's where the experts "
+                                            "keep the trace's bytes, else bf16).")
 
     def __post_init__(self):
         _name("model", "name", self.name)
@@ -416,6 +417,11 @@ class Setting:
         """The value of ``text`` given for this setting (on a command line)."""
         if self.auto and text.strip() == AUTO:
             return AUTO
+        if self.kind is bool:
+            words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+            if text.strip().lower() not in words:
+                raise MoesimError(f"{self.flag} must be true or false, got {text!r}")
+            return words[text.strip().lower()]
         try:
             return self.kind(text.strip())
         except ValueError:
@@ -437,6 +443,9 @@ def _declared() -> dict[str, Setting]:
             module = next(m for m in owned[section] if name in getattr(m, "PARAMS", {}))
             default, auto = module.PARAMS[name], name in getattr(module, "AUTO_PARAMS", ())
             kind = int if auto else str if default is None else type(default)
+            if name not in getattr(module, "PARAM_HELP", {}):
+                raise MoesimError(f"{module.__name__} takes parameter {name} (PARAMS) and says nothing of it in its "
+                                  "PARAM_HELP, which the command line's help is")
             out[name] = Setting(name, section, kind, default, module.PARAM_HELP[name], auto=auto,
                                 flag=f"--{name.replace('_', '-')}", owner=owner)
     return out

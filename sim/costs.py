@@ -74,6 +74,11 @@ class Costs:
     lowbit_copy_s: float     # one low-bit expert over the host link (nan without a low-bit format)
     lowbit_bytes: float
 
+    def gpu_expert_s(self, per_expert: bool) -> np.ndarray:
+        """One expert on T tokens on the GPU, T = 0..max, with its own kernel's launch where it has one
+        (``per_expert``): what a miss computed on the GPU costs besides its copy."""
+        return self.by_tokens + (self.expert_launch_s if per_expert else 0.0)
+
     def scalar_times(self) -> np.ndarray:
         """The scalar durations as the array (``T_*``) the compiled engine and its copy queue read."""
         return np.array([getattr(self, name) for name in TIMES])

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from moesim.errors import MoesimError
 from moesim.files import atomic_output, read_toml
+from moesim.tracegen.model_spec import FORMATS
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,9 @@ ISA_FLOP_PER_CYCLE = {
     "amx": {"fp32": 64, "bf16": 1024, "int8": 2048, "int4": 256},
     "neon": {"fp32": 32, "bf16": 64, "int8": 128, "int4": 64},
 }
-# the kernel class a weight format runs as on a CPU (fp8 has no CPU instructions: it is widened like int8)
-FORMAT_CLASS = {"fp32": "fp32", "bf16": "bf16", "fp8": "int8", "q8_0": "int8", "q4_k": "int4", "mxfp4": "int4",
-                "int4": "int4", "int2": "int4"}
+# the kernel class a weight format runs as on a CPU (``moesim.tracegen.model_spec.FORMATS``; fp8 has no CPU
+# instructions: it is widened like int8)
+FORMAT_CLASS = {name: f.cpu_class for name, f in FORMATS.items()}
 
 
 @dataclass(frozen=True)

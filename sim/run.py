@@ -1,8 +1,9 @@
 """One discrete-event run, assembled in one place.
 
 ``assemble`` checks a configuration against its trace, model and machine, sizes what memory holds
-(``auto`` values, the best split of the cache's slots), times every piece (``moesim.sim.costs``), builds
-the engine's state (``moesim.sim.des_state``, its inputs by keyword) and the policy's, and binds the
+(``auto`` values, the best split of the cache's slots, then the source's own resizing), times every
+piece (``moesim.sim.costs``), has the strategy decide each missing expert's action, builds the engine's
+inputs (by keyword), the policy's state and the engine's (``moesim.sim.des_state``), and binds the
 compiled loop (``moesim.sim.des_loop``) to the policy's hooks. The ``Run`` it returns is what both
 simulations drive through ``Run.step``: the batch run (``moesim.sim.des``) steps every request row in
 one call, the served stream (``moesim.sim.serve``) one step per call, each formed when the one before
@@ -58,7 +59,11 @@ class RowArrays:
 
 
 class RowSource:
-    """Where a run's rows come from: what ``assemble`` asks of the batch run and of the served stream."""
+    """Where a run's rows come from: what ``assemble`` asks of the batch run and of the served stream.
+    ``rewritten``: the source rewrites its rows before each step (a served stream's one row), so their
+    missing experts' actions are decided again at each step."""
+
+    rewritten = False
 
     def footprint(self, trace: Trace, config: Config) -> tuple[float, int, bool]:
         """What memory must hold for these rows: KV tokens, the widest request row, whether any row prefills."""
@@ -105,23 +110,23 @@ class Run:
     strategy: object            # the strategy's module (``moesim.sim.strategies``)
     strategy_params: dict
     rows: RowArrays
+    rewritten: bool             # the source rewrites the rows before each step (``RowSource.rewritten``)
     state: State = field(repr=False)
     policy_state: tuple = field(repr=False)
     loop: object = field(repr=False)
-    cells_gpu_s: np.ndarray = field(repr=False)  # one expert on T tokens on the GPU, with its own launch if per-expert
     rows_run: int = 0           # rows stepped so far: the run's row number of the next step's first row
 
     def step(self, first: int = 0, last: int | None = None, live_slots: int | None = None) -> Stepped:
         """Run array rows ``first .. last - 1`` (default: to the end) as the run's next rows, with the cache's
         partitions holding ``live_slots`` slots each from now on (slots given back first; default: as they
-        are). The strategy decides their missing experts' actions from the rows as they are now (a strategy
-        with one action has it set for every row at assembly)."""
+        are). Where the source rewrites its rows, the strategy decides their missing experts' actions again
+        (a strategy of one action, ``ACTIONS``, need not be asked: every miss takes it)."""
         last = self.rows.kind.shape[0] if last is None else last
         state = self.state
         tally, progress, counters = state.tally, state.progress, state.tally.counters
-        if len(self.strategy.ACTIONS) > 1:  # else the one action every miss takes is set once, at assembly
-            state.inputs.miss_action[first:last] = self.strategy.miss_actions(self._cells(first, last),
-                                                                                self.strategy_params)
+        if self.rewritten and len(self.strategy.ACTIONS) > 1:
+            state.inputs.miss_action[first:last] = miss_actions(self.strategy, self.strategy_params, self.rows,
+                                                                self.costs, state.inputs, first, last)
         if live_slots is not None:
             state.cache.live[:] = live_slots
         tally.rows[first:last] = 0.0
@@ -154,11 +159,6 @@ class Run:
         """The fewest slots a partition may fill now."""
         return int(self.state.cache.live.min())
 
-    def _cells(self, first: int, last: int) -> Cells:
-        r, c, span = self.rows, self.costs, slice(first, last)
-        return Cells(tokens=r.exe_tokens[span], weights=r.weights[span], decode=r.kind[span] == DECODE,
-                     committed=r.committed[span], row_tokens=r.tokens[span], placement=self.state.inputs.placement,
-                     cpu_s=c.cpu_by_tokens, gpu_s=self.cells_gpu_s, copy_s=c.copy_s)
 
 
 def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec | None = None,
@@ -196,15 +196,30 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
         reset_each_group=config.cache.reset, mole=model.kind == "mole",
         dram_capacity=np.int64(-1 if config.cache.dram_capacity is None else config.cache.dram_capacity),
         placement=strategy.placement(model.num_layers, sparams),
-        miss_action=np.full(rows.exe.shape, strategy.ACTIONS[0], np.int8), cpu_by_tokens=cost.cpu_by_tokens,
-        handoff_s=rows.handoff_s,
+        miss_action=np.zeros(rows.exe.shape, np.int8), cpu_by_tokens=cost.cpu_by_tokens, handoff_s=rows.handoff_s,
         measure_from=np.int64(source.measure_from(config)))
+    inputs.miss_action[:] = miss_actions(strategy, sparams, rows, cost, inputs)
     log_rows = log_size(rows) if decisions else 0
     module = get_policy(config.cache.policy)
     policy_state = module.make_state(source.policy_context(config, slots, module_params(module, config.cache.params)))
-    return Run(config, model, hardware, memory, cost, strategy, sparams, rows,
-               build_state(inputs, hardware.link.engines, log_rows), policy_state, bound_loop(config.cache.policy),
-               cost.by_tokens + (cost.expert_launch_s if per_expert else 0.0))
+    return Run(config, model, hardware, memory, cost, strategy, sparams, rows, source.rewritten,
+               build_state(inputs, hardware.link.engines, log_rows), policy_state, bound_loop(config.cache.policy))
+
+
+def miss_actions(strategy, params: dict, rows: RowArrays, cost: Costs, inputs: Inputs, first: int = 0,
+                 last: int | None = None) -> np.ndarray:
+    """The strategy's action for each executed expert of rows ``first .. last - 1`` should it miss, checked to
+    be one of those it declares (``ACTIONS``)."""
+    span = slice(first, last)
+    cells = Cells(tokens=rows.exe_tokens[span], weights=rows.weights[span], decode=rows.kind[span] == DECODE,
+                  committed=rows.committed[span], row_tokens=rows.tokens[span], placement=inputs.placement,
+                  cpu_s=cost.cpu_by_tokens, gpu_s=cost.gpu_expert_s(inputs.per_expert), copy_s=cost.copy_s)
+    actions = strategy.miss_actions(cells, params)
+    if getattr(actions, "shape", None) != cells.tokens.shape or not np.isin(actions, strategy.ACTIONS).all():
+        raise MoesimError(f"strategy {strategy.NAME}: its miss_actions gave an array of shape "
+                          f"{getattr(actions, 'shape', None)} for cells of shape {cells.tokens.shape}, or an action "
+                          f"not among its ACTIONS {strategy.ACTIONS}")
+    return actions
 
 
 def bound_loop(policy: str):
@@ -258,8 +273,9 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     if capacity != "auto" and strategy.CACHE:
         check_fits_experts(trace.meta, config.cache)
         slots = config.cache.slots(trace.meta.num_layers)
-        if slots.max() > 0 and slots.min() < trace.meta.top_k:
-            named = capacity_named(capacity, slots, int(slots.argmin()))
+        low = np.where(slots > 0, slots, trace.meta.top_k)  # a layer of 0 slots keeps no cache: it streams
+        if low.min() < trace.meta.top_k:
+            named = capacity_named(capacity, slots, int(low.argmin()))
             raise MoesimError(f"{named} is below top_k {trace.meta.top_k}: a step's k experts are resident "
                               f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
 
@@ -267,11 +283,19 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
 def weight_sizes(trace: Trace, model: ModelSpec, dtype: str | None, other_dtype: str | None = None
                  ) -> tuple[float, float | None]:
     """Bytes per parameter of the non-expert weights and the bytes of one expert (None: the model's at
-    the non-expert precision)."""
+    the non-expert precision). A format asked for (``dtype``, ``other_dtype``) decides; else what a model
+    file stores (``ModelSpec.stored_*``); else what the trace recorded of its own model; else bf16."""
     own = trace.meta.expert_bytes if trace.meta.model == model.name and model.kind == "moe" else None
-    bpp = float(trace.meta.bytes_per_param or 2.0) if own and dtype is None else BYTES_PER_PARAM["bf16"]
     if other_dtype is not None:
         bpp = BYTES_PER_PARAM[other_dtype]
+    elif model.stored_other_bytes:
+        bpp = model.stored_other_bytes / model.non_expert_params
+    elif own and dtype is None:
+        bpp = float(trace.meta.bytes_per_param or 2.0)
+    else:
+        bpp = BYTES_PER_PARAM["bf16"]
     if dtype is not None:
         return bpp, float(model.expert_params * BYTES_PER_PARAM[dtype])
+    if model.stored_expert_bytes:
+        return bpp, float(model.stored_expert_bytes)
     return bpp, (float(own) if own else None)

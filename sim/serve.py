@@ -213,6 +213,8 @@ class StreamRows(RowSource):
     """A served stream's rows: one row, rewritten for every step (``fill``); memory sized for ``max_batch``
     requests of the longest sequence, the cache resized as the KV cache grows (``dynamic_kv``)."""
 
+    rewritten = True
+
     def __init__(self, trace: Trace, config: Config, queue):
         self.trace, self.config, self.queue = trace, config, queue
         self.context = config.workload.context

@@ -145,6 +145,7 @@ class LeCaR(Policy):
     def __init__(self, capacity, part=0, seed=0, **_):
         super().__init__(capacity)
         self.recency, self.count, self.last, self.clock = [], {}, {}, 0  # recency: LRU end first
+        self.touches = 0  # every request and load: of two fills at one clock the later is the more recent
         self.histories, self.evicted_at, self.w = ([], []), {}, 0.5  # H_LRU, H_LFU: oldest first
         self.position, self.history = (seed + part * (1 << 40) * 0x9E3779B97F4A7C15) & self.MASK, None
     def draw(self):
@@ -158,7 +159,8 @@ class LeCaR(Policy):
         self.recency.remove(obj)
         self.recency.append(obj)
         self.count[obj] += 1
-        self.last[obj] = self.clock
+        self.touches += 1
+        self.last[obj] = (self.clock, self.touches)
     def admit(self, obj, t):
         self.clock += 1
         for wrong, history in enumerate(self.histories):
@@ -186,7 +188,8 @@ class LeCaR(Policy):
         self.evicted_at[obj] = self.clock
     def loaded(self, obj, t, fill):
         self.recency.append(obj)
-        self.count[obj], self.last[obj] = 0 if fill else 1, self.clock
+        self.touches += 1
+        self.count[obj], self.last[obj] = 0 if fill else 1, (self.clock, self.touches)
 
 
 class Belady(Policy):

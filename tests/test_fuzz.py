@@ -305,6 +305,51 @@ def test_hardware_files(data):
             assert r is None or (math.isfinite(r.tpot_s) and r.tpot_s > 0 and r.vram_gb > 0)
 
 
+@FUZZ
+@given(data=st.data())
+def test_gguf_model_files(data):
+    """A GGUF file's header, bytes flipped or cut: a model whose every dimension is a positive number, or an
+    error naming the file."""
+    pytest.importorskip("gguf")
+    from ggufs import write_gguf
+    from moesim.tracegen.models import get_model
+
+    with _folder() as tmp:
+        path = Path(tmp) / "m.gguf"
+        write_gguf(path)
+        path.write_bytes(mutate_bytes(path.read_bytes()[:4096], data.draw) + path.read_bytes()[4096:]
+                         if data.draw(st.booleans()) else mutate_bytes(path.read_bytes(), data.draw))
+        m = outcome(lambda: get_model(str(path)))
+        if m is not None:
+            assert min(m.num_layers, m.num_experts, m.top_k, m.d_model, m.d_expert) >= 1 and m.top_k <= m.num_experts
+            assert m.stored_expert_bytes > 0 and m.stored_other_bytes > 0 and m.non_expert_params > 0
+
+
+CONFIG_JSON = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48, "num_experts": 128,
+               "num_experts_per_tok": 8, "moe_intermediate_size": 768, "intermediate_size": 6144,
+               "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+               "decoder_sparse_step": 1, "mlp_only_layers": [], "kv_lora_rank": None, "n_shared_experts": None}
+
+
+@FUZZ
+@given(data=st.data())
+def test_config_json_model_files(data):
+    """A transformers config.json, fields removed, retyped or out of range, or its bytes damaged: a model
+    whose every dimension is a positive number, or an error naming the file."""
+    from moesim.tracegen.models import get_model
+
+    with _folder() as tmp:
+        path = Path(tmp) / "config.json"
+        text = json.dumps(mutate_mapping(CONFIG_JSON, data.draw, ("surprise", "num_local_experts",
+                                                                   "first_k_dense_replace", "qk_rope_head_dim")))
+        path.write_text(text if data.draw(st.integers(0, 4)) else mutate_bytes(text.encode(), data.draw)
+                        .decode("utf-8", "replace"))
+        m = outcome(lambda: get_model(str(path)))
+        if m is not None:
+            assert min(m.num_layers, m.num_experts, m.top_k, m.d_model, m.d_expert) >= 1 and m.top_k <= m.num_experts
+            assert m.non_expert_params > 0 and m.expert_params > 0 and m.kv_width > 0
+
+
 SPEC = {"traces": ["bundled"], "kind": "hitrate", "axes": {"policy": ["lru", "gamma"], "capacity": [2, 4]},
         "fixed": {"scope": "per-layer", "gamma": 0.5}}
 

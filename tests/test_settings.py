@@ -18,7 +18,7 @@ TRACE = bundled_trace_path()
 COMMANDS = {("sim", "hitrate"): RUN_SETTINGS["hitrate"], ("sim", "run"): RUN_SETTINGS["des"],
             ("sim", "serve"): RUN_SETTINGS["serve"], ("plan",): (*PLAN_SETTINGS, "dtype"),
             ("replay",): REPLAY_SETTINGS,
-            ("validate",): ("model", "hardware", "policy", "capacity", "kernel", "strategy", "cpu_layers"),
+            ("validate",): REPLAY_SETTINGS,
             ("sim", "mrc"): tuple(n for n in RUN_SETTINGS["hitrate"] if n != "split")}
 
 
@@ -114,3 +114,9 @@ def test_the_api_takes_a_runs_settings_and_refuses_the_others(mixtral):
         moesim.serve(mixtral, batch=2)
     with pytest.raises(MoesimError, match="policy: a plan does not take it"):
         moesim.plan("mixtral-8x7b", policy="lru")
+
+
+def test_a_boolean_setting_parses_its_words():
+    assert DECLARED["reset"].parse("false") is False and DECLARED["dynamic_kv"].parse("yes") is True
+    with pytest.raises(MoesimError, match="--reset must be true or false"):
+        DECLARED["reset"].parse("maybe")

@@ -136,11 +136,12 @@ def test_lowbit_miss_fetches_the_low_precision_copy_of_a_light_expert():
     trace.weights = np.tile(np.array([[0.875, 0.125]], np.float32), (3, 2, 1))
     r = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=0, strategy="lowbit-miss",
                  lowbit_threshold=0.25, lowbit_dtype="int4")
-    lowbit = LAT + MODEL.expert_params * 0.5 / LINK_BW
+    int4 = (4 + 16 / 128) / 8  # bytes a parameter: 4-bit values and an fp16 scale per group of 128, 33/64
+    lowbit = LAT + MODEL.expert_params * int4 / LINK_BW
     for step in range(3):
         assert r.step_times[step] == 2 * (pre_s(step + 1) + COPY + lowbit + experts_s(2))
     assert r.lowbit_share == 0.5 and r.lowbit_weight == 0.125
-    assert r.bytes_h2d == 6 * EXPERT_BYTES + 6 * MODEL.expert_params * 0.5
+    assert r.bytes_h2d == 6 * EXPERT_BYTES + 6 * MODEL.expert_params * int4
     with pytest.raises(MoesimError, match="no weights"):
         simulate(steps(2), model=MODEL, hardware=HW, capacity=0, strategy="lowbit-miss")
 
@@ -173,7 +174,7 @@ def test_capacity_auto_is_the_most_slots_that_fit(mixtral):
     m = get_model("mixtral-8x7b")
     vram = 24 * GIB
     fixed = m.non_expert_params * 2 + GPU_RESERVE_GIB * GIB + m.kv_bytes(int(np.diff(mixtral.seq_offsets).max()))
-    for dtype, per_param in (("int4", 0.5), ("fp8", 1.0)):
+    for dtype, per_param in (("int4", (4 + 16 / 128) / 8), ("fp8", 1.0)):  # int4: an fp16 scale per 128 weights
         eb = m.expert_params * per_param
         r = simulate(mixtral, policy="lru", capacity="auto", hardware="rtx4090", dtype=dtype)
         c = r.capacity
@@ -224,3 +225,21 @@ def test_a_strategy_is_one_module_registered():
     fiddler = simulate(trace, model=MODEL, hardware=fast_cpu, strategy="cpu-miss", capacity=2)
     assert fiddler.cpu_share == 1.0 and fiddler.loads == 0  # every miss on the CPU under Fiddler's rule too
     assert mine.step_times.tolist() == fiddler.step_times.tolist() and mine.cpu_share == 1.0
+
+
+def test_a_strategys_actions_are_checked_against_what_it_declares():
+    """A strategy whose ``miss_actions`` gives an action it does not declare is refused, naming it."""
+    import types
+
+    from moesim.sim.strategies import STRATEGIES
+    from moesim.sim.strategies.base import A_CPU_FILL, A_LOAD, all_cached
+
+    module = types.ModuleType("says_one_does_another")
+    module.__dict__.update(NAME="says-one", SUMMARY="a test's", PARAMS={}, CACHE=True, CPU=True, PREFETCH=True,
+                           ACTIONS=(A_LOAD,), placement=all_cached,
+                           miss_actions=lambda cells, params: np.full(cells.tokens.shape, A_CPU_FILL, np.int8),
+                           engine=lambda params, capacity, num_layers: ("a test", ""))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(STRATEGIES, module.NAME, module)
+        with pytest.raises(MoesimError, match="strategy says-one: its miss_actions"):
+            simulate(steps(2), model=MODEL, hardware=HWC, strategy=module.NAME, capacity=2)

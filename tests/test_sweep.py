@@ -211,3 +211,20 @@ def test_split_is_an_axis_and_its_rows_are_not_a_uniform_curve(tmp_path):
     for (split, capacity), hits in rows.items():
         assert hits == simulate(trace, CacheConfig(capacity=capacity, split=split)).hits
     assert rows[("best", 3)] > rows[("uniform", 3)]
+
+
+def test_a_strategys_parameter_is_a_key_and_part_of_each_rows_id(tmp_path):
+    """Strategy parameters are keys like the policies' (a des run reads them): each value its own row, its own
+    id, and a strategy that does not take one leaves it out of its rows. A higher low-bit threshold sends
+    more of the same misses to the low-bit copy."""
+    spec = tmp_path / "s.toml"
+    spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\nlowbit_threshold = [0.1, 0.3]\n'
+                    'strategy = ["lowbit-miss", "gpu-cache"]\n[fixed]\ndtype = "q4_k"\ncapacity = 4\n')
+    loaded = load_spec(spec)
+    assert [(c["strategy"], c.get("lowbit_threshold")) for c in loaded.configs()] == \
+        [("lowbit-miss", 0.1), ("gpu-cache", None), ("lowbit-miss", 0.3), ("gpu-cache", None)]
+    run_sweep(loaded, tmp_path / "r.parquet")
+    rows = pl.read_parquet(tmp_path / "r.parquet")
+    assert rows["error"].is_null().all()
+    low = rows.filter(pl.col("strategy") == "lowbit-miss").sort("lowbit_threshold")
+    assert low["config_id"].n_unique() == 2 and low["lowbit_share"][0] < low["lowbit_share"][1]

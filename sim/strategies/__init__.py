@@ -2,8 +2,9 @@
 
 One module per strategy, each with
 
-- ``NAME``; ``PARAMS`` (name -> default; ``PARAM_CHOICES`` for named values, ``PARAM_BOUNDS`` for
-  ranges, ``AUTO_PARAMS`` for those that may be ``"auto"``);
+- ``NAME``, and ``SUMMARY``: a few words for ``--strategy``'s help (the engines it stands for);
+- ``PARAMS`` (name -> default) with ``PARAM_HELP`` (name -> the option's help), ``PARAM_CHOICES`` for named
+  values, ``PARAM_BOUNDS`` for ranges, ``AUTO_PARAMS`` for those that may be ``"auto"``;
 - three flags: ``CACHE`` (the GPU expert cache, its policy and capacity, serves some layers), ``CPU``
   (the host CPU computes experts: the machine needs a ``[cpu]``), ``PREFETCH`` (prefetchers combine
   with it);
@@ -11,7 +12,9 @@ One module per strategy, each with
   ``ON_GPU`` (all resident, loaded before decoding) or ``ON_CPU`` (in host RAM, computed there);
 - ``miss_actions(cells, params)``: what each executed expert does when it is not resident, one of the
   engine's actions (``A_LOAD``, ``A_CPU``, ``A_CPU_FILL``, ``A_LOWBIT``: ``moesim.sim.strategies.base``),
-  decided from the request rows before the run (``Cells``), and ``ACTIONS``, those it may take;
+  decided from the request rows before they run (``Cells``), and ``ACTIONS``, those it may take (checked:
+  ``moesim.sim.run.miss_actions``; a strategy of one action is not asked again as a served stream's
+  rows change);
 - ``engine(params, capacity, num_layers)``: the engines that run it and their settings (``moesim plan``
   prints them); a strategy without a cache, ``describe(params, num_layers)``: its placement in words;
 
@@ -32,6 +35,11 @@ from moesim.sim.strategies import cpu_experts, cpu_miss, gpu_cache, hybrid, lowb
 from moesim.sim.strategies.base import CACHED, ON_CPU, ON_GPU
 
 STRATEGIES = {m.NAME: m for m in (gpu_cache, cpu_experts, cpu_miss, hybrid, lowbit_miss)}
+REQUIRED = ("NAME", "SUMMARY", "PARAMS", "CACHE", "CPU", "PREFETCH", "ACTIONS", "placement", "miss_actions", "engine")
+for _module in STRATEGIES.values():
+    if any(not hasattr(_module, attribute) for attribute in REQUIRED):
+        raise MoesimError(f"strategy module {_module.__name__} lacks "
+                          f"{', '.join(a for a in REQUIRED if not hasattr(_module, a))} (the interface above)")
 __all__ = ["CACHED", "ON_CPU", "ON_GPU", "STRATEGIES", "get_strategy", "lowbit_dtype"]
 
 

@@ -21,7 +21,8 @@ class Cells:
     experts and what is known of them before the run (a miss's action never depends on the run's state)."""
 
     tokens: np.ndarray       # int32 [R, L, W']: the tokens each executed expert computes (0: padding)
-    weights: np.ndarray      # float32 [R, L, W']: its router weights summed over those tokens
+    weights: np.ndarray      # float32 [R, L, W]: the routed experts' router weights summed over their tokens, lined
+                             # up with ``tokens`` except in committed cells (which run predictions)
     decode: np.ndarray       # bool [R]: the row decodes (else prefill)
     committed: np.ndarray    # bool [R, L]: the cell runs its prediction (CommitMoE)
     row_tokens: np.ndarray   # [R]: the tokens of each row

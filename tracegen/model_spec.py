@@ -1,0 +1,129 @@
+"""What a model is to the simulator: ``ModelSpec``, its MoE dimensions and what it holds besides its
+routed experts, and the weight formats' bytes per parameter (``BYTES_PER_PARAM``). The presets are in
+``moesim.tracegen.models``; models read from files in ``moesim.tracegen.model_files``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moesim.errors import MoesimError
+from moesim.tracegen.schema import TraceMeta
+
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """A weight format as engines name it: its bits per parameter, block scales included, and the class of
+    kernel it runs as on a CPU (``moesim.sim.hardware``: fp32 FMA; 16-bit floats widened to fp32 or dotted
+    natively; 8-bit integers dotted; 4- to 6-bit blocks unpacked to 8-bit first) and on a GPU."""
+
+    name: str
+    bits: float
+    cpu_class: str  # fp32, bf16 (16-bit floats), int8, int4 (sub-byte blocks, unpacked)
+    gpu_class: str  # fp32, bf16 (16-bit tensor cores), fp8, int8, int4 (dequantised in the kernel)
+    source: str
+
+
+# ggml's block sizes: a block of 32 (or a super-block of 256) weights and its scales (ggml-common.h; the
+# ``gguf`` package's GGML_QUANT_SIZES): Q8_0 34 B / 32, Q6_K 210 B / 256, Q5_K 176 B / 256, Q4_K 144 B / 256,
+# Q4_0 18 B / 32, IQ4_XS 136 B / 256, MXFP4 17 B / 32 (OCP microscaling: 32 FP4 values and an E8M0 scale).
+FORMATS = {f.name: f for f in (
+    WeightFormat("fp32", 32, "fp32", "fp32", "IEEE binary32"),
+    WeightFormat("bf16", 16, "bf16", "bf16", "bfloat16"),
+    WeightFormat("f16", 16, "bf16", "bf16", "IEEE binary16 (llama.cpp's F16)"),
+    WeightFormat("fp8", 8, "int8", "fp8", "E4M3, DeepSeek-V3's release format (its 128x128 block scales: +0.002 bit)"),
+    WeightFormat("int8", 8, "int8", "int8", "8-bit integers, a scale per row (kTransformers' AMX format)"),
+    WeightFormat("q8_0", 8 * 34 / 32, "int8", "int8", "llama.cpp Q8_0: 32 int8 and an fp16 scale"),
+    WeightFormat("q6_k", 8 * 210 / 256, "int4", "int4", "llama.cpp Q6_K"),
+    WeightFormat("q5_k", 8 * 176 / 256, "int4", "int4", "llama.cpp Q5_K"),
+    WeightFormat("q4_k", 8 * 144 / 256, "int4", "int4", "llama.cpp Q4_K (Q4_K_M files mix it with Q6_K)"),
+    WeightFormat("q4_0", 8 * 18 / 32, "int4", "int4", "llama.cpp Q4_0: 32 4-bit values and an fp16 scale"),
+    WeightFormat("iq4_xs", 8 * 136 / 256, "int4", "int4", "llama.cpp IQ4_XS"),
+    WeightFormat("mxfp4", 8 * 17 / 32, "int4", "int4", "OCP MXFP4: GPT-OSS's release format"),
+    WeightFormat("int4", 4 + 16 / 128, "int4", "int4", "4-bit integers, an fp16 scale per group of 128 (GPTQ, AWQ)"),
+    WeightFormat("int2", 2 + 16 / 128, "int4", "int4", "2-bit integers, an fp16 scale per group of 128 (HOBBIT)"),
+)}
+BYTES_PER_PARAM = {name: f.bits / 8 for name, f in FORMATS.items()}  # block scales included
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    hf_id: str
+    architecture: str  # transformers model_type
+    num_layers: int  # MoE layers
+    num_experts: int  # routed experts per layer
+    top_k: int
+    d_model: int
+    d_expert: int  # expert intermediate size
+    shared_experts: int = 0  # always-active experts per layer, each d_shared wide
+    d_shared: int = 0
+    source: str = ""
+    q_dim: int = 0  # query width, heads x head size (0: d_model)
+    kv_dim: int = 0  # width of K and of V, kv heads x head size (0: d_model)
+    ffn_mats: int = 3  # weight matrices per FFN: 3 SwiGLU (gate, up, down), 2 GELU MLP
+    kind: str = "moe"  # "mole": routed experts are lookup tables indexed by token id
+    vocab: int = 0
+    tied_embeddings: bool = False  # the output head is the embedding matrix
+    dense_layers: int = 0  # dense FFN layers besides the MoE ones (not in the trace)
+    d_dense: int = 0  # their intermediate size
+    attn_params: int = 0  # attention weights per layer when the q/kv formula does not hold (MLA); 0: the formula
+    # read from a GGUF file (``moesim.tracegen.model_files``): the bytes as stored, and their formats (0, "": from
+    # the run's dtype)
+    stored_expert_bytes: float = 0.0  # one routed expert (the mean over layers)
+    stored_other_bytes: float = 0.0   # every other weight
+    expert_format: str = ""
+    other_format: str = ""
+
+    @property
+    def expert_params(self) -> int:
+        return self.ffn_mats * self.d_model * self.d_expert
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek, GLM-4.7-Flash): one compressed KV vector per token and layer."""
+        return self.architecture.startswith(("deepseek", "glm4_moe_lite"))
+
+    @property
+    def attention_params(self) -> int:
+        """Attention weights of one layer: Q, K, V and output projections (d·q + 2·d·kv + q·d), or ``attn_params``."""
+        d = self.d_model
+        q, kv = self.q_dim or d, self.kv_dim or d
+        return self.attn_params or d * q + 2 * d * kv + q * d
+
+    @property
+    def kv_width(self) -> int:
+        """Values one token keeps in one layer's KV cache: K and V of kv_dim each, or MLA's one latent."""
+        kv = self.kv_dim or self.d_model
+        return kv if self.mla else 2 * kv
+
+    @property
+    def non_expert_params(self) -> int:
+        """Every weight but the routed experts: embeddings and head, attention, routers, shared experts,
+        dense FFN layers, norms (what stays on the GPU in every strategy)."""
+        d = self.d_model
+        per_layer = self.attention_params + 2 * d
+        moe = self.num_layers * (per_layer + d * self.num_experts + self.shared_experts * self.ffn_mats * d * self.d_shared)
+        dense = self.dense_layers * (per_layer + self.ffn_mats * d * self.d_dense)
+        return self.vocab * d * (1 if self.tied_embeddings else 2) + moe + dense + d
+
+    def kv_bytes(self, tokens: float, bytes_per_value: float = 2.0) -> float:
+        """KV cache bytes for ``tokens`` tokens in every layer (MoE and dense)."""
+        return tokens * self.kv_width * (self.num_layers + self.dense_layers) * bytes_per_value
+
+    def expert_bytes(self, dtype: str = "bf16") -> int:
+        if dtype not in BYTES_PER_PARAM:
+            raise MoesimError(f"unknown dtype '{dtype}' (choose from {', '.join(BYTES_PER_PARAM)})")
+        return int(self.expert_params * BYTES_PER_PARAM[dtype])
+
+    def trace_meta(self, **fields) -> TraceMeta:
+        """Trace metadata with this model's dimensions (bf16 expert bytes); `fields` override."""
+        return TraceMeta(**{
+            "num_layers": self.num_layers, "num_experts": self.num_experts, "top_k": self.top_k,
+            "model": self.name, "d_model": self.d_model, "d_expert": self.d_expert,
+            "bytes_per_param": BYTES_PER_PARAM["bf16"], "expert_bytes": self.expert_bytes("bf16"),
+            "shared_experts": self.shared_experts, "d_shared": self.d_shared or None, **fields})
+
+    def routed_expert_bytes(self, dtype: str = "bf16") -> int:
+        """All routed experts of all layers: what does not fit on a small GPU."""
+        return self.num_layers * self.num_experts * self.expert_bytes(dtype)
