@@ -1,45 +1,156 @@
-"""Published decode speeds of CPU-expert and hybrid systems, against what moesim predicts for them.
+"""Published decode speeds of real MoE engines against what moesim predicts for the same machine and placement.
 
-Each case is a measurement someone published with its hardware named: the model and its weight
-format, the GPU, the host CPU and its memory, the engine's placement, and tokens/s at batch 1. moesim
-simulates the same placement on the named machine with its presets (no fitting to these numbers) on a
-synthetic trace of the model (the placements here put whole layers on the CPU, so which experts a
-token picks does not change the time), after a warm-up sequence, and prints predicted against
-measured tokens/s and GPU and host memory. docs/simulator.md discusses why each differs.
+Each point of ``published_points.toml`` is a measurement someone published with its machine named: llama.cpp and
+ik_llama.cpp (experts on the CPU, or everything on the CPU), kTransformers (routed experts on the CPU),
+Mixtral-offloading and MoE-Infinity (an expert cache on the GPU). The machine is described from its spec sheet
+(``machines/*.toml``, every number's source beside it; SOURCES.md), the model is a preset whose weights take the
+bits the source states (a GGUF's file size, or the format's), and moesim simulates the engine's placement and
+threads on a trace of the model: the bundled real Mixtral-8x7B trace, a synthetic one for the others (whole layers
+on the CPU do not care which experts a token picks), at batch 1 after a warm-up sequence. No constant of moesim's
+is fitted to these numbers; the points a default was taken from are shown and left out of the summary
+(``counted = false``, with the reason). docs/fidelity.md discusses the result.
 
-    python benchmarks/published_offload.py
+    python benchmarks/published_offload.py [--plot docs/figures/published_points.png] [--json out.json]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import statistics
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
 from moesim import simulate
 from moesim.experiments.plan import plan_trace
+from moesim.sim.hardware import load_hardware
 from moesim.tracegen.models import get_model
 
-# (source, model, format, machine, its CPU, settings, tokens/s measured, what the source says of memory)
-CASES = [
-    ("ik_llama.cpp PR 841 (llama-sweep-bench, TG at N_KV 0, main branch)", "gpt-oss-20b", "mxfp4", "rtx4080",
-     "ryzen-7950x", {"strategy": "cpu-experts", "cpu_layers": 24}, 34.0, "--cpu-moe: experts in RAM"),
-    ("llmfit PR 755 (llama.cpp server, Qwen3-30B-A3B-Instruct-2507 Q4_K_M)", "qwen3-30b-a3b", "q4_k", "rtx2080",
-     "i9-10900x", {"strategy": "cpu-experts", "cpu_layers": 36}, 36.7, "-ngl 99 --n-cpu-moe 36 on 8 GB"),
-    ("kTransformers V0.2, DeepSeek-V3 Q4_K_M, one socket (tutorial's table)", "deepseek-v3", "q4_k", "rtx4090",
-     "xeon-6454s", {"strategy": "hybrid", "capacity": 0}, 8.73, "14 GB VRAM, 382 GB DRAM"),
-]
+HERE = Path(__file__).parent
+SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel")
+
+
+def model_for(point: dict):
+    """The model preset with its weights stored as the point says: a file's size spread over every weight, or
+    the experts' stated bits (None: the format's own, passed as dtype)."""
+    spec = get_model(point["model"])
+    total = spec.non_expert_params + spec.num_layers * spec.num_experts * spec.expert_params
+    if "file_gib" in point:
+        bits = point["file_gib"] * 2 ** 30 * 8 / total
+        return replace(spec, stored_expert_bytes=spec.expert_params * bits / 8, expert_format=point["format"],
+                       stored_other_bytes=spec.non_expert_params * bits / 8,
+                       other_format=point.get("other", point["format"]))
+    if "expert_bits" in point:
+        return replace(spec, stored_expert_bytes=spec.expert_params * point["expert_bits"] / 8,
+                       expert_format=point["format"])
+    return spec
+
+
+def predict(point: dict) -> dict:
+    """moesim's tokens/s for one point, with the memory it needs."""
+    spec = model_for(point)
+    hw = load_hardware(HERE / "machines" / f"{point['machine']}.toml")
+    if "threads" in point:
+        hw = replace(hw, cpu=replace(hw.cpu, threads=point["threads"]))
+    trace, _ = plan_trace(spec, None, 2)
+    stored = "file_gib" in point or "expert_bits" in point
+    settings = {k: point[k] for k in SETTINGS if k in point}
+    r = simulate(trace, model=spec, hardware=hw, strategy=point["strategy"], warmup=1,
+                 dtype=None if stored else point["format"],
+                 other_dtype=point.get("other", None if "file_gib" in point else point["format"]), **settings)
+    return {"predicted": r.tokens_per_s, "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hardware": hw.describe()}
+
+
+def placement(point: dict, spec) -> str:
+    if point["strategy"] == "gpu-cache":
+        return f"GPU cache {point['policy']} C={point['capacity']}"
+    if point["strategy"] == "hybrid":
+        return "routed experts on CPU"
+    layers = point.get("cpu_layers", spec.num_layers)
+    return f"layers on CPU {layers}/{spec.num_layers}"
+
+
+def run(points: list[dict]) -> list[dict]:
+    rows = []
+    for p in points:
+        out = predict(p)
+        error = (out["predicted"] - p["measured"]) / p["measured"]
+        rows.append({**p, **out, "error": error, "counted": p.get("counted", True),
+                     "placement": placement(p, get_model(p["model"]))})
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    counted = [r for r in rows if r["counted"]]
+    worst = max(counted, key=lambda r: abs(r["error"]))
+    return {"points": len(counted), "machines": len({r.get("box", r["machine"]) for r in counted}),
+            "engines": sorted({r["engine"] for r in counted}), "formats": sorted({r["format"] for r in counted}),
+            "median_abs_error": statistics.median(abs(r["error"]) for r in counted),
+            "worst": (worst["id"], worst["error"]), "within_10": sum(abs(r["error"]) <= 0.10 for r in counted),
+            "within_25": sum(abs(r["error"]) <= 0.25 for r in counted)}
+
+
+def print_table(rows: list[dict], s: dict) -> None:
+    print(f"{'id':6} {'engine':18} {'machine':22} {'model':16} {'format':7} {'placement':24} {'measured':>8} "
+          f"{'moesim':>8} {'error':>7}  grade")
+    for r in rows:
+        mark = "" if r["counted"] else f"   not counted: {r['excluded']}"
+        print(f"{r['id']:6} {r['engine']:18} {r['machine']:22} {r['model']:16} {r['format']:7} {r['placement']:24} "
+              f"{r['measured']:8.2f} {r['predicted']:8.2f} {100 * r['error']:+6.0f}%  {r['grade']}{mark}")
+    print(f"\n{s['points']} counted points on {s['machines']} machines, engines {', '.join(s['engines'])}, "
+          f"formats {', '.join(s['formats'])}")
+    print(f"median |error| {100 * s['median_abs_error']:.0f}%, worst {s['worst'][0]} {100 * s['worst'][1]:+.0f}%; "
+          f"{s['within_10']} within 10%, {s['within_25']} within 25%")
+
+
+def plot(rows: list[dict], s: dict, path: Path) -> None:
+    """Predicted against measured, log axes, y = x and its ±10% band; every point, coloured by engine, the
+    points not counted hollow."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 6.5))
+    lo = min(min(r["measured"], r["predicted"]) for r in rows) / 1.5
+    hi = max(max(r["measured"], r["predicted"]) for r in rows) * 1.5
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="predicted = measured")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.85", label="±10%")
+    colours = dict(zip(sorted({r["engine"] for r in rows}), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for engine, colour in colours.items():
+        for counted in (True, False):
+            mine = [r for r in rows if r["engine"] == engine and r["counted"] == counted]
+            if mine:
+                ax.scatter([r["measured"] for r in mine], [r["predicted"] for r in mine], s=36, zorder=3,
+                           facecolors=colour if counted else "none", edgecolors=colour,
+                           label=engine + ("" if counted else " (not counted)"))
+    for r in rows:
+        ax.annotate(r["id"], (r["measured"], r["predicted"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured decode tokens/s (published)",
+           ylabel="moesim predicted tokens/s")
+    ax.set_title(f"Published MoE decode speeds vs moesim: {s['points']} points, {s['machines']} machines "
+                 f"(spec-sheet hardware files)\nmedian |error| {100 * s['median_abs_error']:.0f}%, worst "
+                 f"{s['worst'][0]} {100 * s['worst'][1]:+.0f}%; batch 1, weights as published (GGUF, HQQ, bf16)",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(True, which="both", lw=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
 
 
 def main() -> None:
-    print(f"{'model':14} {'format':6} {'machine':24} {'placement':22} {'measured':>9} {'moesim':>7} {'error':>7} "
-          f"{'VRAM GiB':>9} {'RAM GiB':>8}  source")
-    for source, model, dtype, machine, cpu, settings, measured, memory in CASES:
-        spec = get_model(model)
-        trace, _ = plan_trace(spec, None, 2)
-        r = simulate(trace, model=model, hardware=machine, cpu=cpu, dtype=dtype, other_dtype=dtype, warmup=1,
-                     **settings)
-        placement = (f"{settings['cpu_layers']}/{spec.num_layers} layers on CPU" if "cpu_layers" in settings
-                     else "routed experts on CPU")
-        print(f"{model:14} {dtype:6} {r.hardware:24} {placement:22} {measured:9.2f} {r.tokens_per_s:7.2f} "
-              f"{100 * (r.tokens_per_s - measured) / measured:+6.0f}% {r.vram_gb:9.1f} {r.ram_gb:8.1f}  "
-              f"{source}; {memory}")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", type=Path, help="write the predicted-vs-measured figure here")
+    parser.add_argument("--json", type=Path, help="write every point and the summary here")
+    args = parser.parse_args()
+    points = tomllib.loads((HERE / "published_points.toml").read_text())["point"]
+    rows = run(points)
+    s = summary(rows)
+    print_table(rows, s)
+    if args.plot:
+        plot(rows, s, args.plot)
+    if args.json:
+        args.json.write_text(json.dumps({"points": rows, "summary": s}, indent=1))
 
 
 if __name__ == "__main__":

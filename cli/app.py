@@ -69,34 +69,44 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
           list(cols.values()), [[r[c] for c in cols] for r in rows])
 
 @app.command()
-def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False) -> None:
+def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+             template: Annotated[bool, typer.Option("--template", help="Print a commented hardware file to start "
+                                                    "your machine's from.")] = False) -> None:
     """List the hardware presets: machines (GPU + host link + host CPU), GPUs, links, CPUs, SSDs.
 
-    Use a machine with 'moesim sim run --hardware NAME' (or a TOML file, see moesim.sim.hardware),
-    swap its link with --link, its CPU with --cpu, add an SSD with --ssd, and set its memory with --vram / --ram.
+    Use a machine with 'moesim sim run --hardware NAME', describe your own in a TOML file ('moesim hardware
+    --template > box.toml'; every key, its unit, default and source: docs/hardware.md), or pass --hardware local
+    (this machine, detected, its DRAM bandwidth measured). Swap a machine's link with --link, its CPU with --cpu,
+    add an SSD with --ssd, and set its memory with --vram / --ram.
 
-    Example: moesim hardware --json
+    Example: moesim hardware --template > box.toml
     """
     from dataclasses import asdict
 
-    from moesim.sim.hardware import CPUS, GPUS, LINKS, SSDS, SYSTEMS
+    from moesim.sim.hardware import TEMPLATE
+    from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS
 
+    if template:
+        print(TEMPLATE, end="")
+        return
     if as_json:
         emit_json({"systems": {k: {"gpu": g, "link": lk, "cpu": c} for k, (g, lk, c) in SYSTEMS.items()},
                    "gpus": {k: asdict(v) for k, v in GPUS.items()}, "links": {k: asdict(v) for k, v in LINKS.items()},
-                   "cpus": {k: {**asdict(v), "bf16_gflops": v.flops("bf16") / 1e9, "int4_gflops": v.flops("int4") / 1e9}
-                            for k, v in CPUS.items()},
+                   "cpus": {k: {**asdict(v), "dram_reached_gbps": v.dram_bw() / 1e9,
+                                "q4_k_unpack_gbps": v.unpack_bw("q4_k") / 1e9} for k, v in CPUS.items()},
                    "ssds": {k: asdict(v) for k, v in SSDS.items()}})
         return
-    table("Machines (--hardware)", ["name", "gpu", "link", "cpu"], [[k, g, lk, c] for k, (g, lk, c) in SYSTEMS.items()])
+    table("Machines (--hardware)", ["name", "gpu", "link", "cpu"],
+          [[k, g or "none (CPU only)", lk or "-", c] for k, (g, lk, c) in SYSTEMS.items()])
     table("GPUs", ["name", "HBM GB/s", "TFLOP/s bf16", "GiB", "mem eff", "flop eff", "launch us"],
           [[k, g.hbm_gbps, g.tflops, g.hbm_gb, g.mem_eff, g.flop_eff, g.launch_us] for k, g in GPUS.items()])
     table("Host links (--link)", ["name", "GB/s nominal", "efficiency", "GB/s effective", "latency us", "engines"],
           [[k, lk.gbps, lk.efficiency, lk.bandwidth / 1e9, lk.latency_us, lk.engines] for k, lk in LINKS.items()])
-    table("Host CPUs (--cpu): expert kernels' GFLOP/s are the ISA's peak x cores x clock x kernel_eff",
-          ["name", "cores", "GHz", "ISA", "DRAM GB/s", "GB/s reached", "RAM GiB", "GFLOP/s bf16", "GFLOP/s 4-bit"],
-          [[k, c.cores, c.ghz, c.isa, c.dram_gbps, c.dram_bw / 1e9, c.ram_gb, c.flops("bf16") / 1e9,
-            c.flops("int4") / 1e9] for k, c in CPUS.items()])
+    table("Host CPUs (--cpu), per socket: a decode kernel reads weights at the lower of DRAM reached and what "
+          "its cores unpack (moesim.sim.cpu_rates)",
+          ["name", "cores", "GHz", "ISA", "DRAM GB/s", "GB/s reached", "RAM GiB", "q4_k unpack GB/s", "q8_0 unpack GB/s"],
+          [[k, c.cores, c.ghz, c.isa, c.dram_gbps, c.dram_bw() / 1e9, c.ram_gb, c.unpack_bw("q4_k") / 1e9,
+            c.unpack_bw("q8_0") / 1e9] for k, c in CPUS.items()])
     table("SSDs (--ssd)", ["name", "read GB/s", "latency us"], [[k, s.gbps, s.latency_us] for k, s in SSDS.items()])
 
 

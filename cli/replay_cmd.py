@@ -50,10 +50,9 @@ def calibrate(
     spec = get_model(model)
     _, spec = shrink(synth_trace(spec.num_layers, spec.num_experts, spec.top_k, 1, 1, seed=0), spec, layers, scale)
     if backend != "virtual":
-        import tempfile
+        from moesim.replay.scratch import work_folder
 
-        check_fits(spec, spec.top_k * spec.num_layers, backend,
-                   Path(workdir) if workdir is not None else Path(tempfile.gettempdir()))
+        check_fits(spec, spec.top_k * spec.num_layers, backend, work_folder(workdir))
     with console.status(f"calibrating ({backend}): copies, compute, then the replay's executor"):
         result = measure(spec, backend, repeats, workdir)
     hw, c = result.hardware, result.hardware.compute

@@ -17,6 +17,7 @@ from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError
 from moesim.sim.config import RUN_SETTINGS
 from moesim.sim.strategies import get_strategy
+from moesim.sim.weights import weights_of
 
 app = typer.Typer(help="Simulate caches over a trace.", no_args_is_help=True, rich_markup_mode="markdown")
 
@@ -43,7 +44,7 @@ def hitrate(trace_path: TracePath, as_json: AsJson = False, *, asked: Asked) -> 
 
 
 @app.command()
-@takes(RUN_SETTINGS["des"], listed=("policy", "capacity"))
+@takes(RUN_SETTINGS["des"], listed=("policy", "capacity", "cpu_layers"))
 def run(
     trace_path: TracePath,
     save_config: Annotated[Optional[Path], typer.Option("--save-config", help="Write the configuration of the "
@@ -71,23 +72,34 @@ def run(
     strategy = get_strategy(base.execution.strategy)
     uses_cpu = strategy.CPU
     scope, prefetch, mode = base.cache.scope, base.prefetch.prefetcher, base.prefetch.mode
-    table(f"{trace_path}: {spec.name} on {hw.name} ({hw.gpu.name}, {hw.link.name}"
-          f"{', ' + hw.cpu.name if uses_cpu else ''}), strategy {strategy.NAME}, {scope}, prefetch "
-          f"{prefetch} ({mode}), {base.execution.kernel} kernel, batch {base.workload.batch}; times per step in ms, "
-          f"memory in GiB",
-          ["policy", "C", "TPOT", "p99", "tok/s", "compute", "copy", "stall"] + ["CPU", "on CPU"] * uses_cpu
-          + ["hit rate", "VRAM", "RAM"] + ["TTFT"] * ttft,
-          [[r.policy, slots_text(r.capacity), r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3,
-            r.copy_s * 1e3, r.stall_s * 1e3] + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu
-           + [r.hit_rate, r.vram_gb, r.ram_gb] + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
-    if not strategy.CACHE:
-        console.print(strategy.describe(results[0].config.execution.params, spec.num_layers))
+    cached = strategy.CACHE and any(r.capacity != 0 for r in results)
+    formats = {weights_of(trace, spec, c.model.dtype, c.model.other_dtype).expert_format for c in configs}
+    stored = f", experts {formats.pop()}" if len(formats) == 1 else ""  # a --dtype list: each row's own
+    table(f"{trace_path}: {spec.name} on {hw.name} ({hw.describe()}), strategy {strategy.NAME}{stored}"
+          + (f", {scope}, prefetch {prefetch} ({mode})" if cached else "")
+          + f", {base.execution.kernel} kernel, batch {base.workload.batch}; times per step in ms, memory in GiB",
+          ["placement", "TPOT", "p99", "tok/s", "compute", "copy", "stall"] + ["CPU", "on CPU"] * uses_cpu
+          + ["hit rate"] * cached + ["VRAM", "RAM"] + ["TTFT"] * ttft,
+          [[_placement(strategy, r, spec.num_layers)]
+           + [r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3, r.copy_s * 1e3, r.stall_s * 1e3]
+           + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu + [r.hit_rate] * cached + [r.vram_gb, r.ram_gb]
+           + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
     if prefetch != "none":
         for r in results:
             console.print(f"{r.policy} @ {slots_text(r.capacity)}: prefetch precision {_pct(r.prefetch_precision)}, "
                           f"recall {_pct(r.prefetch_recall)}, {r.prefetch_loads} prefetched, {r.prefetch_used} used"
                           + (f"; {r.substitutions} substitutions carrying {r.substituted_weight:.3f} router weight "
                              f"per layer and step" if mode == "commit" else ""))
+
+
+def _placement(strategy, r, num_layers: int) -> str:
+    """Where a result's experts are, in a table cell: the placement of a strategy without a cache, the policy and
+    its slots, or (no slots) where every expert runs."""
+    if not strategy.CACHE:
+        return strategy.label(r.config.execution.params, num_layers)
+    if r.capacity == 0:
+        return "no cache: experts on the CPU" if strategy.CPU else "no cache: every expert copied"
+    return f"{r.policy}, C {slots_text(r.capacity)}"
 
 
 def _pct(value) -> str:

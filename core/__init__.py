@@ -27,7 +27,7 @@ _PUBLIC = {
     "Locality": "moesim.tracegen.synth",
     "Config": "moesim.sim.config", "CacheConfig": "moesim.sim.config", "PrefetchConfig": "moesim.sim.config",
     "ExecutionConfig": "moesim.sim.config", "WorkloadConfig": "moesim.sim.config", "ServeConfig": "moesim.sim.config",
-    "ModelSpec": "moesim.tracegen.model_spec", "Hardware": "moesim.sim.hardware", "Trace": "moesim.tracegen.trace",
+    "ModelSpec": "moesim.tracegen.model_spec", "Hardware": "moesim.sim.machine", "Trace": "moesim.tracegen.trace",
 }
 __all__ = ["__version__", *_PUBLIC]
 

@@ -17,7 +17,7 @@ import polars as pl
 from moesim.errors import MoesimError
 from moesim.sim.config import RUN_SETTINGS, Config
 from moesim.sim.des import DesResult, simulate_des
-from moesim.sim.hardware import Hardware
+from moesim.sim.machine import Hardware
 from moesim.sim.hits import HitRate
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.synth import Locality
@@ -148,7 +148,7 @@ def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSp
 
     >>> r = moesim.simulate(trace, policy="lru", capacity="auto", hardware="rtx4090", dtype="int4", prefetch="oracle")
     >>> r.capacity, round(r.tpot_s * 1e3, 1), round(r.tokens_per_s, 2), round(r.hit_rate, 4), round(r.vram_gb, 1)
-    (7, 31.4, 31.83, 0.9999, 23.0)
+    (7, 31.7, 31.56, 0.9999, 23.0)
     """
     config, objects = _with_objects(config, "des", model, hardware, settings)
     return simulate_des(trace, config, decisions=decisions, **objects)
@@ -164,7 +164,7 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
 
     >>> s = moesim.serve(trace, rate=0.5, requests=8, hardware="rtx4090", dtype="q4_k", capacity="auto")
     >>> round(s.summary["tpot_s"] * 1e3, 1), round(s.summary["tokens_per_s"], 2), s.summary["capacity"]
-    (179.1, 28.92, 6)
+    (178.1, 29.06, 6)
     """
     from moesim.sim.serve import simulate_serve
 
@@ -250,7 +250,7 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
 
     >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
     >>> round(p.rows[0]["tokens_per_s"], 1), next(r["engine_flags"] for r in p.rows if r["strategy"] == "cpu-experts")
-    (70.4, '-ngl 99 --n-cpu-moe 4')
+    (69.3, '-ngl 99 --n-cpu-moe 4')
     """
     from moesim.experiments.plan import DTYPES, PLAN_PROMPT, PLAN_SETTINGS, plan as run
 

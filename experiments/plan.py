@@ -27,6 +27,7 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.sim.config import Config
 from moesim.sim.des import DesResult, compile_loops, simulate_des
+from moesim.sim.machine import Hardware
 from moesim.sim.strategies import get_strategy
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, get_model
 from moesim.tracegen.trace import Trace
@@ -62,6 +63,8 @@ class Plan:
     skipped: list = field(default_factory=list)
     results: list = field(default_factory=list, repr=False)  # the DesResult behind each row
     simulated: Trace | None = field(default=None, repr=False)  # the trace the rows were simulated on
+    spec: ModelSpec | None = field(default=None, repr=False)  # the model planned for
+    machine_spec: Hardware | None = field(default=None, repr=False)  # and the machine (``local``: detected once)
 
     def as_dict(self) -> dict:
         return {"model": self.model, "hardware": self.hardware, "machine": self.machine, "trace": self.trace,
@@ -103,12 +106,12 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
     base = config.replace(model=spec.name, warmup=1 if tr.num_sequences > wl.batch else 0)
     split = base.cache.split
     hw = base.hardware.spec()
-    out = Plan(spec.name, hw.name, f"{hw.gpu.name} ({hw.gpu.hbm_gb:g} GiB), {hw.link.name}"
-               + (f", {hw.cpu.name} ({hw.cpu.ram_gb:g} GiB)" if hw.cpu else ""), name, wl.prompt, wl.batch,
-               simulated=tr)
+    out = Plan(spec.name, hw.name, hw.describe(), name, wl.prompt, wl.batch, simulated=tr, spec=spec, machine_spec=hw)
     compile_loops((s.get("policy", "lru"), s.get("prefetch", "none")) for _, s in CANDIDATES)
+    # a machine without a GPU runs every expert on its CPU: the candidates that place experts there, not a cache
+    candidates = [(s, c) for s, c in CANDIDATES if hw.gpu is not None or not get_strategy(s).CACHE]
     for dtype in dtypes:
-        for strategy, settings in CANDIDATES:
+        for strategy, settings in candidates:
             if "lowbit_dtype" in get_strategy(strategy).PARAMS:  # a low-bit copy well below the format
                 settings = {**settings, "lowbit_dtype": "int4" if BYTES_PER_PARAM[dtype] >= 1 else "int2"}
             scope = settings.get("scope", "per-layer")
@@ -122,23 +125,25 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
                 continue
             out.results.append(result)
     out.results.sort(key=lambda r: -r.tokens_per_s)
-    out.rows = [{"rank": i + 1, **row(r, spec)} for i, r in enumerate(out.results)]
+    out.rows = [{"rank": i + 1, **row(r, spec, hw.gpu is not None)} for i, r in enumerate(out.results)]
     return out
 
 
-def row(r: DesResult, spec: ModelSpec) -> dict:
-    """A plan's row: the settings, what they give, and how to run them."""
+def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
+    """A plan's row: the settings, what they give, and how to run them (``gpu``: the machine has one)."""
     config = r.config
     strategy = get_strategy(config.execution.strategy)
     params = {**strategy.PARAMS, **config.execution.params}
     engine, flags = strategy.engine(params, config.cache.capacity, spec.num_layers)
+    if not gpu:
+        engine, flags = "llama.cpp (CPU build)", "-ngl 0"
     cached = strategy.CACHE
     return {"strategy": strategy.NAME, "dtype": config.model.dtype,
             "policy": config.cache.policy if cached else None,
             "prefetch": config.prefetch.prefetcher if cached else None,
             "capacity": config.cache.capacity if cached else None,
             "scope": config.cache.scope if cached else None,
-            "cpu_layers": params.get("cpu_layers"),
+            "cpu_layers": params.get("cpu_layers"), "layers": spec.num_layers,
             "tokens_per_s": r.tokens_per_s, "tpot_s": r.tpot_s, "ttft_s": r.ttft_s,
             "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hit_rate": r.hit_rate, "cpu_share": r.cpu_share,
             "engine": engine, "engine_flags": flags}
@@ -151,7 +156,7 @@ def _named(settings: dict) -> dict:
 def curves(p: Plan, points: int = CURVE_POINTS) -> dict:
     """Per strategy, its best row's settings with the GPU memory it uses stepped down, on the plan's
     trace: a list of (VRAM GiB, tokens/s) from the smallest placement to the one ``auto`` chose."""
-    spec = get_model(p.model)
+    spec = p.spec if p.spec is not None else get_model(p.model)
     tr = p.simulated
     best = {}
     for r in p.results:
@@ -170,7 +175,7 @@ def curves(p: Plan, points: int = CURVE_POINTS) -> dict:
         line = []
         for size in sizes:
             try:
-                s = simulate_des(tr, r.config.replace(**size), spec)
+                s = simulate_des(tr, r.config.replace(**size), spec, p.machine_spec)
             except MoesimError:
                 continue
             line.append((s.vram_gb, s.tokens_per_s))

@@ -39,7 +39,6 @@ import dataclasses
 import math
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,12 +49,12 @@ from moesim.errors import MoesimError
 from moesim.replay.calibrate_cpu import fit_cpu_layer, host_cpu
 from moesim.replay.compute import DTYPE, ComputeStream
 from moesim.replay.run import no_gc, replay
-from moesim.replay.scratch import scratch_folder
+from moesim.replay.scratch import scratch_folder, work_folder
 from moesim.sim.config import Config
 from moesim.sim.strategies import STRATEGIES
 from moesim.sim.costs import link_copy_s
 from moesim.sim.des import simulate_des
-from moesim.sim.hardware import GPU, Hardware, Link, MeasuredCompute
+from moesim.sim.machine import GPU, Hardware, Link, MeasuredCompute
 from moesim.tracegen.models import ModelSpec
 
 PAGE = 4096
@@ -95,7 +94,9 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
     if backend == "cpu":
         with no_gc():
             link, pageable = _disk_link(model, repeats, workdir, seed), None
-        device, memory_gb, name, cache = "cpu", 0.0, f"cpu-{os.uname().nodename}", last_level_cache()
+        # the compute stream's buffers (the "GPU" of this backend) live in host RAM
+        memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+        device, name, cache = "cpu", f"cpu-{os.uname().nodename}", last_level_cache()
         free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
         def sync() -> None:
@@ -284,7 +285,7 @@ def _disk_link(model: ModelSpec, repeats: int, workdir, seed: int) -> Link:
     """Reads of experts from files laid out as the CPU replay writes them, pages dropped after each."""
     from moesim.replay.cpu import ExpertFiles
 
-    folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
+    folder = work_folder(workdir)
     expert_bytes = 12 * model.d_model * model.d_expert
     # the expert files the replay writes (all layers, up to 4 GB), read at random (layer, expert):
     # sequential or repeated reads of a few experts are served by read-ahead and the host's caches

@@ -16,8 +16,8 @@ the threads the replay computes with:
    no PCIe trip on this backend); on a CUDA machine it keeps the preset's value, which the CUDA
    replay cannot yet measure.
 
-The ISA is read from /proc/cpuinfo; the rates measured replace the ISA table's. On the CPU backend
-the slow tier is the disk, not RAM, so the section's RAM is left 0 (not checked).
+The ISA is read from /proc/cpuinfo; the rates measured replace the ISA table's. The section's RAM is
+the host's physical memory.
 """
 
 from __future__ import annotations
@@ -25,42 +25,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 
 from moesim.replay.compute import DTYPE, ComputeStream
-from moesim.sim.hardware import CPU, FORMAT_CLASS, Hardware
+from moesim.sim.local_machine import cpuinfo_ghz, isa
+from moesim.sim.machine import CPU, Hardware
+from moesim.sim.cpu_rates import FORMAT_CLASS
 from moesim.tracegen.models import ModelSpec
 
 BOUND_TOKENS = 64  # an expert on this many tokens is compute-bound on any CPU
-
-
-def isa() -> str:
-    """The widest vector or matrix extension /proc/cpuinfo lists (avx2 when it cannot be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "avx2"
-    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith(("flags", "Features"))),
-                     []))
-    if "amx_bf16" in flags:
-        return "amx"
-    if "avx512f" in flags:
-        return "avx512"
-    if "asimd" in flags:
-        return "neon"
-    return "avx2"
-
-
-def _clock_ghz() -> float:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("cpu MHz"):
-                return float(line.split(":")[1]) / 1e3
-    except (OSError, ValueError):
-        pass
-    return 1.0
 
 
 def _median_s(fn, repeats: int) -> float:
@@ -103,8 +77,8 @@ def host_cpu(model: ModelSpec, backend: str, repeats: int, seed: int, pool: int,
         torch.set_num_threads(before)
     rates = {f"{cls}_gflops": 0.0 for cls in ("fp32", "bf16", "int8", "int4")}
     rates[f"{FORMAT_CLASS[DTYPE[backend]] if backend == 'cpu' else 'fp32'}_gflops"] = flops / 1e9
-    ram = 0.0 if backend == "cpu" else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
-    return CPU(f"{isa()} host, {threads} thread(s), measured", threads, _clock_ghz(), isa(), bandwidth / 1e9, ram,
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+    return CPU(f"{isa()} host, {threads} thread(s), measured", threads, cpuinfo_ghz() or 1.0, isa(), bandwidth / 1e9, ram,
                dram_eff=1.0, kernel_eff=1.0, task_us=task * 1e6, **rates)
 
 

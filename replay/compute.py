@@ -4,7 +4,8 @@ then the SwiGLU FFN of each executed expert on the tokens that chose it, read fr
 weights were copied into.
 
 The replay's executor (``moesim.replay.run``) drives it through ``row``, ``layer``, ``scratch``,
-``expert``, ``fused``, ``cpu`` and ``combine``; ``moesim.replay.virtual`` implements the same calls on a
+``expert``, ``fused``, ``cpu``, ``combine`` and, after a row's last MoE layer, ``finish`` (the dense FFN
+layers and the output head, the work the simulator times once per row); ``moesim.replay.virtual`` implements the same calls on a
 virtual clock. Hidden states are synthetic: an expert on T tokens computes on the first T rows of
 the step's states (what it costs depends on T, not on which tokens). Attention is one head of the
 KV width: a row of T tokens whose sequences hold ctx KV tokens in all has each token attend to
@@ -37,9 +38,11 @@ class ComputeStream:
         self.device, self.dtype = device, {"fp32": torch.float32, "bf16": torch.bfloat16}[DTYPE[device]]
         d, q, kv = model.d_model, model.q_dim or model.d_model, model.kv_dim or model.d_model
         gen = torch.Generator().manual_seed(seed)
-        shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, model.num_experts), (max_keys, kv), (max_keys, kv)]
-        *self.dense, self.keys, self.values = [
+        shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, model.num_experts), (max_keys, kv), (max_keys, kv),
+                  (d, model.vocab), (3 * d * model.d_dense if model.dense_layers else 0,)]
+        *self.dense, self.keys, self.values, self.head, self.dense_ffn = [
             (torch.randn(s, generator=gen) / max(s[0], 1) ** 0.5).to(device, self.dtype) for s in shapes]
+        self.dense_layers, self.d_dense = model.dense_layers, model.d_dense
         self.d, self.de, self.q, self.kv, self.ctx, self.states = d, model.d_expert, q, min(q, kv), 0, {}
 
     @property
@@ -102,3 +105,13 @@ class ComputeStream:
 
     def combine(self, x, out):
         return x + out * 0.01
+
+    def finish(self, x):
+        """The dense FFN layers (attention and a SwiGLU of ``d_dense``) and the output head's logits."""
+        for _ in range(self.dense_layers):
+            x = self.layer(x)
+            d, dd, w = self.d, self.d_dense, self.dense_ffn
+            gate, up, down = w[:d * dd].view(d, dd), w[d * dd:2 * d * dd].view(d, dd), w[2 * d * dd:].view(dd, d)
+            x = x + (self.torch.nn.functional.silu(x @ gate) * (x @ up)) @ down * 0.01
+        x @ self.head
+        return x

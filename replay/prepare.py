@@ -3,14 +3,15 @@ puts ``moesim.replay.run`` and ``moesim.replay.calibrate`` together for the publ
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from moesim.errors import MoesimError
 from moesim.replay.calibrate import calibrate
 from moesim.replay.run import check_backend, check_fits, shrink
+from moesim.replay.scratch import work_folder
 from moesim.sim.config import Config
-from moesim.sim.hardware import Hardware, get_hardware
+from moesim.sim.hardware import get_hardware
+from moesim.sim.machine import Hardware
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.trace import Trace
 
@@ -36,7 +37,7 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
     per_layer = config.cache.scope == "per-layer"
     capacity = config.cache.capacity if isinstance(config.cache.capacity, int) else spec.top_k
     check_fits(small, capacity * (small.num_layers if per_layer else 1), backend,
-               Path(workdir) if workdir is not None else Path(tempfile.gettempdir()))
+               work_folder(workdir))
     if hardware is None:
         return trace, spec, calibrate(small, backend, workdir=workdir).hardware
     hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware)

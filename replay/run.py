@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import signal
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +33,13 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.replay.compute import DTYPE, ComputeStream
+from moesim.replay.scratch import work_folder
 from moesim.replay.virtual import VirtualBackend
 from moesim.sim.config import CACHE_PARAMS, PREFETCH_PARAMS, STRATEGY_PARAMS, Config
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.des_state import EV_CPU, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD
 from moesim.sim.strategies import CACHED, ON_GPU, STRATEGIES, get_strategy
-from moesim.sim.hardware import Hardware
+from moesim.sim.machine import Hardware
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE
 from moesim.tracegen.trace import Trace
@@ -168,7 +168,7 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
                        decisions=True)
     n_slots = int(sim.config.cache.slots(model.num_layers).sum())
     placed_layers = model.num_layers if (sim.placement != CACHED).any() else 0
-    folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
+    folder = work_folder(workdir)
     if real:
         check_fits(model, n_slots, backend, folder, placed_layers)
     layout = Buffers.for_log(sim, n_slots)
@@ -360,6 +360,7 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
                         machine.release(buf)
                 x = compute.combine(x, out)
             free_staging.extend(staged.values())
+        compute.finish(x)
         machine.finish_step()
         if decode:
             times.append(machine.clock() - start)

@@ -10,7 +10,20 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from moesim.errors import MoesimError
+
 PATTERN = re.compile(r"^moesim-(replay|calibrate)-(\d+)-")
+
+
+def work_folder(workdir: str | Path | None) -> Path:
+    """The folder scratch files go in: ``--workdir``, which must be an existing writable folder, or the system's
+    temporary folder."""
+    if workdir is None:
+        return Path(tempfile.gettempdir())
+    folder = Path(workdir)
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise MoesimError(f"--workdir {folder}: not a writable folder")
+    return folder
 
 
 def scratch_folder(folder: Path, kind: str) -> Path:

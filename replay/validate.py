@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from moesim.replay.run import replay
 from moesim.sim.config import Config
-from moesim.sim.hardware import Hardware
+from moesim.sim.machine import Hardware
 from moesim.sim.strategies import get_strategy
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.trace import Trace

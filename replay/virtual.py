@@ -4,7 +4,8 @@ It checks the replay's executor, not a machine: the executor drives it through t
 CPU and CUDA backends (``moesim.replay.backend``) and the same compute calls
 as ``moesim.replay.compute.ComputeStream``, and every duration comes from the cost table the
 discrete-event run used (``DesResult.costs``): a layer's attention and router take ``pre_s`` of its
-row, a copy goes through the simulator's own transfer function (copy engines, and the SSD and DRAM
+row (and the shared experts an engine overlaps with the CPU's, ``shared_s``, from the routing time), the
+dense layers and head ``row_s`` after its last layer, a copy goes through the simulator's own transfer function (copy engines, and the SSD and DRAM
 tiers when there is one), a fused kernel and a per-expert kernel take ``moesim.sim.costs``'s
 formulas; an expert run on the host CPU goes through the simulator's CPU stream (``cpu_run``) from the
 routing time plus the hand-off, and the layer waits for its result. So the executor reproduces the
@@ -34,7 +35,7 @@ class VirtualBackend(Backend):
         self.dram_capacity = -1 if dram_capacity is None else dram_capacity
         self.tiers = make_tiers(num_objects, sim.requests.experts.shape[1], engines)
         self.counters = np.zeros(len(COUNTERS))
-        self.route_at, self.cpu_back = 0.0, -1.0
+        self.route_at, self.cpu_back, self.current = 0.0, -1.0, 0
 
     # the backend interface
     def load(self, obj: int, buf: int) -> float:
@@ -45,6 +46,7 @@ class VirtualBackend(Backend):
 
     def routed(self) -> None:
         self.route_at = self.now
+        self.now += self.cost.shared_s[self.current]
 
     def host(self, obj: int) -> int:
         return obj
@@ -74,6 +76,7 @@ class VirtualBackend(Backend):
 
     def layer(self, row: int) -> int:
         self.now += self.cost.pre_s[row]
+        self.current = row
         return row
 
     def scratch(self, row: int) -> None:
@@ -94,4 +97,8 @@ class VirtualBackend(Backend):
 
     def combine(self, row: int, out) -> int:
         self.now, self.cpu_back = max(self.now, self.cpu_back), -1.0
+        return row
+
+    def finish(self, row: int) -> int:
+        self.now += self.cost.row_s[row]
         return row

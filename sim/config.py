@@ -42,7 +42,9 @@ from moesim.errors import MoesimError
 from moesim.files import atomic_output, read_toml
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
-from moesim.sim.hardware import CPUS, LINKS, SSDS, SYSTEMS, Hardware, get_hardware, is_file_name
+from moesim.sim.hardware import LOCAL, get_hardware, is_file_name
+from moesim.sim.presets import CPUS, LINKS, SSDS, SYSTEMS
+from moesim.sim.machine import Hardware
 from moesim.sim.strategies import STRATEGIES, get_strategy
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, model_for_trace
 
@@ -164,7 +166,8 @@ class HardwareConfig:
     """``machine``: a preset (``moesim hardware``) or a hardware TOML file; ``link`` / ``ssd`` / ``cpu`` swap in
     presets; ``vram`` / ``ram``: the GPU's and the host's memory in GiB (None: the machine's)."""
 
-    machine: str = declare("rtx4090", "Hardware preset or TOML file (see 'moesim hardware').")
+    machine: str = declare("rtx4090", "Hardware preset, TOML file (moesim hardware --template), or local (this "
+                                      "machine, detected).")
     link: str | None = declare(None, f"Swap the host link for a preset: {', '.join(LINKS)}.")
     ssd: str | None = declare(None, f"Add an SSD preset: {', '.join(SSDS)}.")
     cpu: str | None = declare(None, "Swap the host CPU for a preset (see 'moesim hardware').")
@@ -173,7 +176,7 @@ class HardwareConfig:
 
     def __post_init__(self):
         _name("hardware", "machine", self.machine, optional=False)
-        if not is_file_name(self.machine):
+        if not is_file_name(self.machine) and self.machine.lower() != LOCAL:
             _choice("hardware", "hardware", self.machine.lower(), SYSTEMS)
         if self.link is not None:
             _choice("hardware", "link", self.link, LINKS)

@@ -1,12 +1,18 @@
 """How long each piece of a step takes: the durations the discrete-event engine strings together.
 
-Every GPU operation is timed on the roofline, ``max(bytes / (HBM bw · mem_eff), FLOPs / (peak ·
-flop_eff))`` plus a launch overhead per kernel; at decode batch sizes that is the memory term.
-Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache in all:
+Every operation on the device that holds the non-expert weights — the GPU, or the CPU of a machine without
+one — is timed on its roofline: on a GPU ``max(bytes / (HBM bw · mem_eff), FLOPs / (peak · flop_eff))``
+plus a launch per kernel; on a CPU ``max(bytes / DRAM rate, weight bytes / unpack rate, FLOPs / FLOP
+rate)`` plus ``task_us`` per kernel (the three rates: ``moesim.sim.machine.CPU``). At decode batch sizes
+that is the memory term. Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache:
 
 - attention: weights d·q + 2·d·kv + q·d (``ModelSpec.attention_params``), KV read ``kv_width``·ctx values
   (K and V, or MLA's one latent); 2·weights·T + 4·q·ctx FLOPs;
-- router: d·E weights; shared experts: their FFNs (resident, so computed, never copied);
+- router: d·E weights; shared experts: their FFNs (resident, so computed, never copied) — before the layer's
+  routed experts, or (an engine that overlaps them, ``SHARED_OVERLAP``: kTransformers) on the GPU while the
+  CPU computes the routed ones (``shared_s``);
+- once per row (``row_s``): the embedding rows, the dense FFN layers (DeepSeek's first layers: attention and
+  a dense FFN each, ``ModelSpec.dense_layers``), the final norm and the output head (vocab·d weights);
 - one routed expert on the T_e tokens that chose it: ``max(expert_bytes / bw, 2·expert_params·T_e /
   FLOP/s)`` (``by_tokens[T_e]``); the layer's experts run as one of two kernel kinds:
   - ``fused`` (vLLM's fused MoE): one kernel, ``moe_launch + Σ_e by_tokens[T_e]``, once every
@@ -17,39 +23,46 @@ Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache in
   from the SSD: ``latency + expert_bytes / read bw``;
 - MoLE: no routed-expert compute; per row and layer T·d·N values cross the link (MoLE eq. 14).
 
-The host CPU (``moesim.sim.hardware.CPU``), for strategies that compute experts there:
+The host CPU (``moesim.sim.machine.CPU``), for strategies that compute experts there:
 
 - one expert on T tokens (``cpu_by_tokens[T]``, ``cpu_expert_s``): ``task_us + max(expert_bytes / DRAM
-  bandwidth reached, 2·expert_params·T / the weight format's FLOP/s)``: the weights stream from DRAM
-  once per layer and the T tokens share them, unless unpacking the format makes the kernel
-  compute-bound; the CPU runs a layer's experts one after another, each on all cores;
+  rate, expert_bytes / unpack rate, 2·expert_params·T / FLOP rate)``: the weights stream from DRAM once per
+  layer and the T tokens share them, unless unpacking the format (at one token) or the arithmetic (at many)
+  is slower; the DRAM rate is one socket's, or every socket's for an engine with a pool per socket (the
+  strategy's ``NUMA``); the CPU runs a layer's experts one after another, each on all its threads;
 - a layer's hand-off: the row's activations, T·d bf16 values, cross the host link each way at its
   bandwidth (``handoff_s`` per row), and ``cpu_sync_s`` (the CPU's ``sync_us``: the two small copies'
-  latency and the waits, llama.cpp's graph splits) once per layer the CPU works on;
+  latency and the waits, llama.cpp's graph splits) once per layer the CPU works on; neither on a machine
+  without a GPU;
 - a low-bit copy of one expert (``lowbit-miss``): latency + its bytes in the low-bit format / link bandwidth.
 
-Kernel counts (launch overheads): attention 6, router 2, shared experts 3, the fused MoE kernel 2,
-one expert's kernels 4 (two input projections, the gated activation, the output projection).
-A hardware file's ``[compute]`` section (measured for one model, ``moesim.sim.hardware.MeasuredCompute``)
-replaces all of the compute side for that model — ``by_tokens[T] = expert_s + expert_token_s ·
-(T − 1)`` — and names the model, so a table measured for another one is refused; transfers stay
-link and SSD arithmetic. The discrete-event engine and the virtual replay backend take their
-durations from here (``fused_add``/``fused_kernel_s``, ``expert_kernel_s``), so both run one schedule.
+Kernel counts (launch overheads): attention 6, router 2, an FFN (shared expert, dense layer) 3, the fused MoE
+kernel 2, one expert's kernels 4 (two input projections, the gated activation, the output projection), the
+head 2 (final norm, output projection). A hardware file's ``[compute]`` section (measured for one model,
+``moesim.sim.machine.MeasuredCompute``) replaces all of the compute side for that model — ``by_tokens[T] =
+expert_s + expert_token_s · (T − 1)``, no ``row_s`` (what it measured is the MoE layers, which is what the
+replay executes) — and names the model, so a table measured for another one is refused; transfers stay link
+and SSD arithmetic. The discrete-event engine and the virtual replay backend take their durations from here
+(``fused_add``/``fused_kernel_s``, ``expert_kernel_s``), so both run one schedule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
 from moesim.errors import MoesimError
 
-from moesim.sim.hardware import Hardware
-from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, format_of
+from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS
+from moesim.sim.machine import ONE_POOL, Hardware
+from moesim.sim.weights import Weights
+from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 
-KERNELS_ATTN, KERNELS_ROUTER, KERNELS_SHARED, KERNELS_MOE, KERNELS_EXPERT = 6, 2, 3, 2, 4
+KERNELS_ATTN, KERNELS_ROUTER, KERNELS_FFN, KERNELS_MOE, KERNELS_EXPERT, KERNELS_HEAD = 6, 2, 3, 2, 4, 2
+KV_BYTES = 2.0  # a KV value, bf16
 # the scalar durations the compiled engine reads, by index (``scalar_times``): the ``Costs`` fields named
 TIMES = ("moe_launch_s", "expert_launch_s", "copy_s", "ssd_s", "lowbit_copy_s", "cpu_sync_s")
 T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD, T_LOWBIT_COPY, T_CPU_SYNC = range(len(TIMES))
@@ -57,14 +70,16 @@ T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD, T_LOWBIT_COPY, T_CPU_SYNC = range(
 
 @dataclass(frozen=True)
 class Costs:
-    """The engine's durations in seconds; ``pre_s`` and ``lut_s`` are per request row."""
+    """The engine's durations in seconds; ``pre_s``, ``shared_s``, ``row_s`` and ``lut_s`` are per request row."""
 
-    pre_s: np.ndarray        # attention + router + shared experts of one layer, per row
-    lut_s: np.ndarray        # MoLE: the lookup-row transfer of one layer, per row (0 for MoE)
+    pre_s: np.ndarray        # attention + router (+ the shared experts unless they overlap) of one layer
+    shared_s: np.ndarray     # the shared experts of one layer where they overlap the CPU's routed experts (else 0)
+    row_s: np.ndarray        # once per row: embeddings, dense layers, final norm and output head
+    lut_s: np.ndarray        # MoLE: the lookup-row transfer of one layer (0 for MoE)
     by_tokens: np.ndarray    # one expert's work on T tokens, T = 0..max (index 0 unused)
     moe_launch_s: float      # a fused MoE kernel's overhead
     expert_launch_s: float   # a per-expert kernel's overhead
-    copy_s: float            # one expert over the host link
+    copy_s: float            # one expert over the host link (nan without one)
     ssd_s: float             # one expert read from the SSD (nan without one)
     expert_bytes: float
     lut_bytes: np.ndarray    # MoLE bytes per row and layer (0 for MoE)
@@ -90,6 +105,8 @@ def roofline(gpu, nbytes, flops):
 
 def link_copy_s(link, nbytes: float) -> float:
     """One copy of ``nbytes`` over a host link: its latency, then the bytes at the bandwidth it reaches."""
+    if link is None:
+        return float("nan")
     return link.latency_us * 1e-6 + nbytes / link.bandwidth
 
 
@@ -98,10 +115,35 @@ def ssd_read_s(ssd, nbytes: float) -> float:
     return ssd.latency_us * 1e-6 + nbytes / (ssd.gbps * 1e9)
 
 
-def cpu_expert_s(cpu, model: ModelSpec, dtype: str, nbytes: float, tokens) -> np.ndarray:
-    """One expert of ``nbytes`` in format ``dtype`` on ``tokens`` tokens, on the host CPU."""
+def cpu_s(cpu, weight_bytes, flops, dtype: str, numa: str = ONE_POOL, other_bytes=0.0):
+    """Work on the host CPU that reads ``weight_bytes`` of ``dtype`` weights (and ``other_bytes`` it need not
+    unpack, a KV cache) and does ``flops``: the slowest of DRAM, unpacking and arithmetic (no fixed cost)."""
+    weight_bytes = np.asarray(weight_bytes, np.float64)
+    dram = (weight_bytes + other_bytes) / cpu.dram_bw(numa)
+    return np.maximum(np.maximum(dram, weight_bytes / cpu.unpack_bw(dtype)), np.asarray(flops) / cpu.flops(dtype))
+
+
+def cpu_expert_s(cpu, params: int, dtype: str, nbytes: float, tokens, numa: str = ONE_POOL) -> np.ndarray:
+    """One expert of ``params`` weights, ``nbytes`` in format ``dtype``, on ``tokens`` tokens, on the host CPU."""
     tokens = np.asarray(tokens, np.float64)
-    return cpu.task_us * 1e-6 + np.maximum(nbytes / cpu.dram_bw, 2.0 * model.expert_params * tokens / cpu.flops(dtype))
+    return cpu.task_us * 1e-6 + cpu_s(cpu, np.full_like(tokens, nbytes), 2.0 * params * tokens, dtype, numa)
+
+
+def device_s(hw: Hardware, weight_bytes, flops, kernels: int, dtype: str, numa: str = ONE_POOL, other_bytes=0.0):
+    """An operation on the device that holds the non-expert weights (the GPU, or the CPU of a machine without one),
+    with its kernels' launches (a CPU's thread barriers are counted per layer: ``row_costs``)."""
+    if hw.gpu is not None:
+        return roofline(hw.gpu, weight_bytes + other_bytes, flops) + kernels * hw.gpu.launch_us * 1e-6
+    return cpu_s(hw.cpu, weight_bytes, flops, dtype, numa, other_bytes)
+
+
+def cpu_layer_s(hw: Hardware, engine: Engine, top_k: int) -> float:
+    """What a layer whose experts the CPU computes costs besides them: its threads' barriers and, with a GPU, the
+    hand-off's synchronisation (``sync_us``)."""
+    cpu = hw.cpu
+    if cpu is None:
+        return 0.0
+    return engine.expert_barriers(top_k) * cpu.barrier_s() + (cpu.sync_us * 1e-6 if hw.gpu is not None else 0.0)
 
 
 @njit(cache=True, inline="always")
@@ -125,47 +167,93 @@ def expert_kernel_s(by_tokens, launch, tokens):
     return launch + by_tokens[tokens]
 
 
-def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, bytes_per_param: float = 2.0) -> tuple:
-    """What depends on a row's ``tokens`` and the KV tokens ``ctx`` its sequences hold (arrays or scalars):
-    one layer's attention + router + shared experts, MoLE's lookup-row copy and its bytes, and the
-    activations' hand-off to the host, one way."""
-    gpu, d, bpp = hw.gpu, model.d_model, bytes_per_param
+class Engine(NamedTuple):
+    """What the engine a strategy stands for does that changes durations: how it uses the CPU's sockets
+    (``moesim.sim.machine.ONE_POOL`` or ``PER_SOCKET``) and whether it computes the shared experts on the GPU
+    while the CPU computes the routed ones."""
+
+    numa: str = ONE_POOL
+    shared_overlap: bool = False
+    cpu_ops: tuple = (5, 1)  # thread barriers a CPU layer's routed experts take: a + b x top_k
+
+    def expert_barriers(self, top_k: int) -> int:
+        return self.cpu_ops[0] + self.cpu_ops[1] * top_k
+
+
+def engine_of(strategy) -> Engine:
+    """A strategy module's ``NUMA``, ``SHARED_OVERLAP`` and ``CPU_OPS`` (the defaults where it says nothing)."""
+    return Engine(getattr(strategy, "NUMA", ONE_POOL), getattr(strategy, "SHARED_OVERLAP", False),
+                  getattr(strategy, "CPU_OPS", (5, 1)))
+
+
+class RowCosts(NamedTuple):
+    pre: np.ndarray
+    shared: np.ndarray
+    once: np.ndarray
+    lut: np.ndarray
+    lut_bytes: np.ndarray
+    handoff: np.ndarray
+
+
+def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, engine: Engine = Engine()) -> RowCosts:
+    """What depends on a row's ``tokens`` and the KV tokens ``ctx`` its sequences hold (arrays or scalars): one
+    layer's attention + router (+ shared experts, or apart where the engine overlaps them), the row's
+    once-per-row work, MoLE's lookup-row copy and its bytes, and the activations' hand-off to the host, one way."""
+    d, bpp, fmt, numa = model.d_model, weights.other_bpp, weights.other_format, engine.numa
     tokens = np.asarray(tokens, np.float64)
     ctx = np.asarray(ctx, np.float64)
     q, attn_w = model.q_dim or d, model.attention_params
-    launch = gpu.launch_us * 1e-6
-    pre = (roofline(gpu, attn_w * bpp + model.kv_width * ctx * bpp, 2 * attn_w * tokens + 4 * q * ctx)
-           + roofline(gpu, d * model.num_experts * bpp, 2 * d * model.num_experts * tokens)
-           + launch * (KERNELS_ATTN + KERNELS_ROUTER))
+
+    def op(params, flops, kernels, kv=0.0):
+        return device_s(hw, params * bpp, flops, kernels, fmt, numa, kv)
+
+    attention = op(attn_w, 2 * attn_w * tokens + 4 * q * ctx, KERNELS_ATTN, model.kv_width * ctx * KV_BYTES)
+    pre = attention + op(d * model.num_experts, 2 * d * model.num_experts * tokens, KERNELS_ROUTER)
+    shared = np.zeros_like(tokens)
     if model.shared_experts:
         shared_w = model.shared_experts * model.ffn_mats * d * model.d_shared
-        pre = pre + roofline(gpu, shared_w * bpp, 2 * shared_w * tokens) + launch * KERNELS_SHARED
+        shared = shared + op(shared_w, 2 * shared_w * tokens, KERNELS_FFN)
+    if not engine.shared_overlap:
+        pre, shared = pre + shared, np.zeros_like(tokens)
+    dense_w = model.ffn_mats * d * model.d_dense
+    head = model.vocab * d
+    once = model.dense_layers * (attention + op(dense_w, 2 * dense_w * tokens, KERNELS_FFN))
+    if head:  # a model that states its vocabulary: the embedding rows read, the final norm and the output head
+        once = once + op(tokens * d, 0.0, 0) + op(head, 2 * head * tokens, KERNELS_HEAD)
+    if hw.gpu is None:  # the CPU's thread barriers: a layer's besides its experts', a dense layer's, the head's
+        barrier = hw.cpu.barrier_s()
+        pre = pre + (CPU_LAYER_BARRIERS - engine.expert_barriers(model.top_k)) * barrier
+        once = once + (model.dense_layers * CPU_LAYER_BARRIERS + (KERNELS_HEAD if head else 0)) * barrier
     measured = hw.compute
     if measured is not None:
         pre = measured.layer_s + measured.layer_token_s * tokens + measured.layer_ctx_s * ctx
+        shared, once = np.zeros_like(tokens), np.zeros_like(tokens)
     if model.kind == "mole":
         lut_bytes = tokens * d * model.num_experts * bpp
         lut_s = np.where(lut_bytes > 0, link_copy_s(hw.link, lut_bytes), 0.0)
     else:
         lut_bytes = np.zeros_like(tokens)
         lut_s = np.zeros_like(tokens)
-    return pre, lut_s, lut_bytes, tokens * d * 2.0 / hw.link.bandwidth
+    handoff = tokens * d * 2.0 / hw.link.bandwidth if hw.gpu is not None else np.zeros_like(tokens)
+    return RowCosts(pre, shared, once, lut_s, lut_bytes, handoff)
 
 
-def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, bytes_per_param: float = 2.0,
-          expert_bytes: float | None = None, max_expert_tokens: int = 1, lowbit_dtype: str | None = None) -> Costs:
+def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, weights: Weights,
+          max_expert_tokens: int = 1, lowbit_dtype: str | None = None, engine: Engine = Engine()) -> Costs:
     """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all, experts
-    computing up to ``max_expert_tokens`` tokens each.
-
-    ``expert_bytes`` overrides the model's (a trace records its own, e.g. for quantised experts); the
-    CPU's kernel is the format whose bytes per parameter those are. ``lowbit_dtype`` prices low-bit copies.
-    """
-    gpu, bpp = hw.gpu, bytes_per_param
-    launch = gpu.launch_us * 1e-6
-    eb = float(expert_bytes if expert_bytes is not None else model.expert_params * bpp)
+    computing up to ``max_expert_tokens`` tokens each, the weights ``weights`` (``moesim.sim.weights``), on the
+    engine ``engine``. ``lowbit_dtype`` prices low-bit copies."""
+    eb = weights.expert_bytes
     n_tokens = np.arange(max(int(max_expert_tokens), 1) + 1, dtype=np.float64)
-    by_tokens = np.maximum(eb / gpu.mem_bw, 2.0 * model.expert_params * n_tokens / gpu.flops)
-    moe_launch_s, expert_launch_s = launch * KERNELS_MOE, launch * KERNELS_EXPERT
+    cpu = hw.cpu
+    cpu_by_tokens = (cpu_expert_s(cpu, model.expert_params, weights.expert_format, eb, n_tokens, engine.numa)
+                     if cpu is not None else np.zeros_like(n_tokens))
+    if hw.gpu is not None:
+        gpu = hw.gpu
+        by_tokens = np.maximum(eb / gpu.mem_bw, 2.0 * model.expert_params * n_tokens / gpu.flops)
+        moe_launch_s, expert_launch_s = gpu.launch_us * 1e-6 * KERNELS_MOE, gpu.launch_us * 1e-6 * KERNELS_EXPERT
+    else:  # an expert "resident on the device" of a CPU-only machine runs on its CPU
+        by_tokens, moe_launch_s, expert_launch_s = cpu_by_tokens, 0.0, 0.0
     measured = hw.compute
     if measured is not None:
         if measured.name != model.name:
@@ -174,17 +262,14 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, b
                               "hardware file without [compute]")
         by_tokens = measured.expert_s + measured.expert_token_s * np.maximum(n_tokens - 1, 0)
         moe_launch_s, expert_launch_s = measured.moe_launch_s, measured.expert_launch_s
-    pre, lut_s, lut_bytes, handoff = row_costs(model, hw, tokens, ctx, bpp)
-    cpu = hw.cpu
-    cpu_by_tokens = (cpu_expert_s(cpu, model, format_of(model.expert_params, eb), eb, n_tokens) if cpu is not None
-                     else np.zeros_like(n_tokens))
+    rc = row_costs(model, hw, tokens, ctx, weights, engine)
     lowbit_bytes = model.expert_params * BYTES_PER_PARAM[lowbit_dtype] if lowbit_dtype else 0.0
-    return Costs(pre_s=np.ascontiguousarray(pre, np.float64), lut_s=np.ascontiguousarray(lut_s, np.float64),
+    f64 = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
+    return Costs(pre_s=f64(rc.pre), shared_s=f64(rc.shared), row_s=f64(rc.once), lut_s=f64(rc.lut),
                  by_tokens=by_tokens, moe_launch_s=moe_launch_s, expert_launch_s=expert_launch_s,
                  copy_s=link_copy_s(hw.link, eb),
                  ssd_s=ssd_read_s(hw.ssd, eb) if hw.ssd is not None else float("nan"), expert_bytes=eb,
-                 lut_bytes=np.ascontiguousarray(lut_bytes, np.float64), cpu_by_tokens=cpu_by_tokens,
-                 handoff_s=np.ascontiguousarray(handoff, np.float64),
-                 cpu_sync_s=cpu.sync_us * 1e-6 if cpu is not None else 0.0,
+                 lut_bytes=f64(rc.lut_bytes), cpu_by_tokens=cpu_by_tokens, handoff_s=f64(rc.handoff),
+                 cpu_sync_s=cpu_layer_s(hw, engine, model.top_k),
                  lowbit_copy_s=link_copy_s(hw.link, lowbit_bytes) if lowbit_dtype else float("nan"),
                  lowbit_bytes=float(lowbit_bytes))

@@ -30,7 +30,7 @@ from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C
                                   C_PF_USED, C_PREFILL_LOADS, C_SSD_READS, C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY,
                                   R_CPU, R_STALL, R_TIME)
 from moesim.sim.engine import on_disk
-from moesim.sim.hardware import Hardware
+from moesim.sim.machine import Hardware
 from moesim.sim.requests import build_requests
 from moesim.sim.run import RowArrays, RowSource, Run, assemble, bound_loop
 from moesim.sim.strategies.base import A_LOWBIT
@@ -144,18 +144,19 @@ class BatchRows(RowSource):
         prefills = bool((req.kind == PREFILL).any())
         return wl.batch * (wl.context + wl.prompt + longest), int(req.experts.shape[2]), prefills
 
-    def arrays(self, config, slots, model, hardware, bpp, expert_bytes, lowbit) -> tuple[RowArrays, Costs]:
+    def arrays(self, config, slots, model, hardware, weights, lowbit, engine) -> tuple[RowArrays, Costs]:
         req, trace = self.req, self.trace
         pred, pred_tokens, self.preload, self.preload_at = predictions(trace, req, config.prefetch, slots,
                                                                        config.cache.scope)
         self.pred = pred
         exe, exe_tokens, committed = executed(req, pred, pred_tokens, config.prefetch.mode == "commit")
         self.exe = exe
-        cost = costs(model, hardware, req.tokens, req.ctx, bpp, expert_bytes, int(exe_tokens.max(initial=1)), lowbit)
+        cost = costs(model, hardware, req.tokens, req.ctx, weights, int(exe_tokens.max(initial=1)), lowbit, engine)
         group_start = np.zeros(req.num_rows, np.bool_)
         group_start[req.group_offsets[:-1][req.group_offsets[:-1] < req.num_rows]] = True
         return RowArrays(experts=req.experts, exe=exe, exe_tokens=exe_tokens, committed=committed, weights=req.weights,
-                         pred=pred, kind=req.kind, tokens=req.tokens, pre_s=cost.pre_s, lut_s=cost.lut_s,
+                         pred=pred, kind=req.kind, tokens=req.tokens, pre_s=cost.pre_s, shared_s=cost.shared_s,
+                         row_s=cost.row_s, lut_s=cost.lut_s,
                          handoff_s=cost.handoff_s, group_start=group_start, preload_at=self.preload_at,
                          preload=self.preload), cost
 

@@ -12,7 +12,8 @@ order gives the same times a priority queue would, without one.
 Per request row (``moesim.sim.requests``) and layer (a cell), on the compute stream:
 
 1. **routing** (``route``): attention + router (+ shared experts) take ``pre_s[row]``; then the
-   execution set X is known — ``exe[row, layer]``: the routed experts, or in a ``committed`` cell the
+   execution set X is known (an engine that overlaps its shared experts with the CPU's computes them
+   now, ``shared_s[row]``) — ``exe[row, layer]``: the routed experts, or in a ``committed`` cell the
    experts predicted for it (CommitMoE: run what was prefetched; the true experts not in X are
    substitutions);
 2. **residency** (``serve_hits``, ``load_misses``): resident members of X are hits; the others are
@@ -24,6 +25,8 @@ Per request row (``moesim.sim.requests``) and layer (a cell), on the compute str
 4. **compute** (``run_kernels``): X's experts run in the order decided (hits, then loads) on
    ``exe_tokens`` tokens each, as one fused kernel once all their weights have arrived, or
    (``per_expert``) each as soon as its own weights have; a wait is stall.
+
+After a row's last layer, the work done once per row (dense layers, output head) takes ``row_s[row]``.
 
 The execution strategy (``moesim.sim.strategies``) places each layer (a layer placed ``ON_GPU`` is all
 hits) and decides, before the run, what each executed expert does if it is not resident
@@ -95,8 +98,9 @@ def des_loop(s, st):
                 s.tiers.lut_ready[layer] = queue_copy(s.tiers, now, inp.lut_s[row])
         for layer in range(n_layers):  # one cell: route, serve, prefetch for the next cell, compute
             now += inp.pre_s[row]
-            tally.rows[row, R_COMPUTE] += inp.pre_s[row]
             route_at = now
+            now += inp.shared_s[row]
+            tally.rows[row, R_COMPUTE] += inp.pre_s[row] + inp.shared_s[row]
             if inp.mole:
                 start = max(now, s.tiers.lut_ready[layer])
                 tally.rows[row, R_STALL] += start - now
@@ -114,6 +118,8 @@ def des_loop(s, st):
                                                            weights_at, fused)
             prefetch_next(s, st, row, layer, part, route_at, stamp, pinned)
             now = run_kernels(s, row, now, n_run, weights_at, fused)
+        now += inp.row_s[row]
+        tally.rows[row, R_COMPUTE] += inp.row_s[row]
         tally.rows[row, R_TIME] = now - begin
         tally.rows[row, R_COPY] = s.tiers.clocks[COPY_BUSY] - copy_before
     progress.now[0] = now

@@ -62,7 +62,9 @@ class Inputs(NamedTuple):
     group_start: np.ndarray    # bool [R]: the row starts a batch
     preload_at: np.ndarray     # int64 [R]: the preload set issued at this row (-1: none)
     preload: np.ndarray        # int16 [G, L, C]: preload sets
-    pre_s: np.ndarray          # float64 [R]: a layer's attention + router + shared experts
+    pre_s: np.ndarray          # float64 [R]: a layer's attention + router (+ shared experts), before routing
+    shared_s: np.ndarray       # float64 [R]: a layer's shared experts after routing, beside the CPU's (``moesim.sim.costs``)
+    row_s: np.ndarray          # float64 [R]: once per row, after its last layer: dense layers, head
     lut_s: np.ndarray          # float64 [R]: MoLE: a layer's lookup-row copy
     by_tokens: np.ndarray      # float64 [T + 1]: one expert's work on T tokens
     times: np.ndarray          # float64 [len(moesim.sim.costs.TIMES)]: scalar durations (``moesim.sim.costs.T_*``)

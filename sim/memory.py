@@ -13,8 +13,11 @@ GPU memory holds, in every strategy:
   llama.cpp's offload of prefill rows.
 
 Host RAM holds every expert that is not placed on the GPU, in the expert precision (with an SSD tier,
-only the DRAM cache's experts), the low-bit copies a strategy keeps (``lowbit_dtype``), and ``HOST_RESERVE_GIB`` for the
-operating system and the runtime. A size of 0 (a hardware file without one) is not checked.
+only the DRAM cache's experts), once per socket for an engine with a thread pool per socket (kTransformers' NUMA
+build copies the experts to each socket's DRAM: its DeepSeek-V3 Q4_K_M tutorial needs 382 GB on one socket, 1 TB
+on two), the low-bit copies a strategy keeps (``lowbit_dtype``), and ``HOST_RESERVE_GIB`` for the
+operating system and the runtime. A machine without a GPU holds everything in its RAM, once: every weight, the KV
+cache and the reserve. A size of 0 (a machine without that memory) is not checked.
 
 ``resolve`` turns ``capacity = "auto"`` into the most slots that fit and ``cpu_layers = "auto"`` into the
 fewest CPU layers with which everything fits; a configuration that does not fit is refused with the
@@ -30,6 +33,8 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.policies import get_policy
 from moesim.sim.config import module_params
+from moesim.sim.costs import engine_of
+from moesim.sim.machine import PER_SOCKET
 from moesim.sim.strategies import CACHED, ON_CPU, ON_GPU, get_strategy, lowbit_dtype
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 
@@ -51,6 +56,8 @@ class Memory:
     host_reserve: float
     vram: float          # the GPU's memory
     ram: float           # the host's RAM
+    host_other: float = 0.0  # a machine without a GPU: its other weights and KV cache
+    host_copies: int = 1     # copies of the host's experts (one per socket for a NUMA engine)
 
     @property
     def gpu(self) -> float:
@@ -58,7 +65,7 @@ class Memory:
 
     @property
     def host(self) -> float:
-        return self.host_experts + self.host_reserve
+        return self.host_experts + self.host_other + self.host_reserve
 
     @property
     def fits(self) -> bool:
@@ -79,9 +86,11 @@ class Memory:
                 f"has {g(self.vram)} GiB; {hint}")
         if self.ram and self.host > self.ram:
             raise MoesimError(
-                f"{what} needs {self.host / GIB:.1f} GiB of host RAM ({self.host_experts / GIB:.1f} experts + "
-                f"{self.host_reserve / GIB:.1f} reserve), the host has {self.ram / GIB:.1f} GiB; use a smaller --dtype, "
-                "--ram, or an SSD tier (--ssd with --dram-capacity)")
+                f"{what} needs {self.host / GIB:.1f} GiB of host RAM ({self.host_experts / GIB:.1f} experts"
+                + (f" ({self.host_copies} copies, one per socket)" if self.host_copies > 1 else "") + " + "
+                + (f"{self.host_other / GIB:.1f} other weights and KV cache + " if self.host_other else "")
+                + f"{self.host_reserve / GIB:.1f} reserve), the host has {self.ram / GIB:.1f} GiB; use a smaller "
+                "--dtype, --ram, or an SSD tier (--ssd with --dram-capacity)")
 
 
 @dataclass(frozen=True)
@@ -94,8 +103,10 @@ class Footprint:
     kv_tokens: float      # tokens the KV cache holds
     width: int            # the widest request row: one layer's experts at once
     prompt_rows: bool     # the trace has prefill rows (llama.cpp offloads them to the GPU)
-    vram: float           # bytes (0: unknown)
+    vram: float           # bytes (0: no GPU)
     ram: float
+    cpu_only: bool = False  # no GPU: every weight on the host CPU
+    sockets: int = 1        # the host CPU's sockets
 
 
 def account(fp: Footprint, config) -> Memory:
@@ -124,16 +135,24 @@ def account(fp: Footprint, config) -> Memory:
             scratch += fp.width * model.expert_params * BYTES_PER_PARAM[lowbit]
     if (place == ON_CPU).any() and fp.prompt_rows and not strategy.CACHE:
         scratch = max(scratch, fp.width * eb)
+    if fp.cpu_only:
+        return Memory(weights=0.0, kv=0.0, reserve=0.0, experts=0.0, scratch=0.0,
+                      host_experts=model.num_layers * model.num_experts * eb, host_reserve=HOST_RESERVE_GIB * GIB,
+                      vram=0.0, ram=fp.ram, host_other=model.non_expert_params * fp.weight_bytes
+                      + model.kv_bytes(fp.kv_tokens))
     host_layers = model.num_layers - on_gpu
     if config.cache.dram_capacity is not None:
         host = config.cache.dram_capacity * eb
     else:
         host = host_layers * model.num_experts * eb
+    copies = fp.sockets if engine_of(strategy).numa == PER_SOCKET else 1
+    host *= copies
     if lowbit is not None:
         host += cached * model.num_experts * model.expert_params * BYTES_PER_PARAM[lowbit]
     return Memory(weights=model.non_expert_params * fp.weight_bytes, kv=model.kv_bytes(fp.kv_tokens),
                   reserve=GPU_RESERVE_GIB * GIB, experts=(slots + on_gpu * model.num_experts) * eb, scratch=scratch,
-                  host_experts=host, host_reserve=HOST_RESERVE_GIB * GIB, vram=fp.vram, ram=fp.ram)
+                  host_experts=host, host_reserve=HOST_RESERVE_GIB * GIB, vram=fp.vram, ram=fp.ram,
+                  host_copies=copies)
 
 
 def resolve(fp: Footprint, config, top_k: int):
@@ -141,14 +160,14 @@ def resolve(fp: Footprint, config, top_k: int):
     model = fp.model
     strategy = get_strategy(config.execution.strategy)
     if module_params(strategy, config.execution.params).get("cpu_layers") == "auto":
-        n = next((n for n in range(model.num_layers + 1)
-                  if account(fp, config.replace(cpu_layers=n, capacity=0)).fits), model.num_layers)
+        n = next((n for n in range(model.num_layers + 1) if not fp.cpu_only
+                  and account(fp, config.replace(cpu_layers=n, capacity=0)).fits), model.num_layers)
         config = config.replace(cpu_layers=n)
     if not strategy.CACHE and config.cache.capacity != 0:
         config = config.replace(capacity=0)  # no cache: the layers are placed whole
     if config.cache.capacity == "auto":
         most = model.num_experts if config.cache.scope == "per-layer" else model.num_layers * model.num_experts
-        choices = [c for c in range(most, top_k - 1, -1)] + [0]
+        choices = [0] if fp.cpu_only else [c for c in range(most, top_k - 1, -1)] + [0]
         config = config.replace(capacity=next((c for c in choices if account(fp, config.replace(capacity=c)).fits), 0))
     memory = account(fp, config)
     hint = ("use --capacity auto, a smaller --dtype or another --strategy (see 'moesim plan')" if strategy.CACHE

@@ -23,16 +23,17 @@ from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.budget import best_slots
 from moesim.sim.config import Config, module_params
-from moesim.sim.costs import Costs
+from moesim.sim.costs import Costs, Engine, engine_of
 from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import C_ACCESSES, C_HITS, Inputs, State, build_state
 from moesim.sim.engine import bind, part_bounds
-from moesim.sim.hardware import Hardware
+from moesim.sim.machine import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.strategies import STRATEGIES, get_strategy, lowbit_dtype
-from moesim.sim.strategies.base import Cells
-from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
+from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, ON_CPU, Cells
+from moesim.sim.weights import Weights, weights_of
+from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE
 from moesim.tracegen.trace import Trace
 
@@ -50,7 +51,9 @@ class RowArrays:
     pred: np.ndarray         # int16 [R, L, P]: experts predicted for each cell (P = 0: no prefetcher)
     kind: np.ndarray         # int8 [R]: PREFILL or DECODE
     tokens: np.ndarray       # [R]: tokens of each row
-    pre_s: np.ndarray        # float64 [R]: a layer's attention + router + shared experts
+    pre_s: np.ndarray        # float64 [R]: a layer's attention + router (+ shared experts)
+    shared_s: np.ndarray     # float64 [R]: a layer's shared experts beside the CPU's (``moesim.sim.costs``)
+    row_s: np.ndarray        # float64 [R]: once per row: dense layers, head
     lut_s: np.ndarray        # float64 [R]: MoLE: a layer's lookup-row copy
     handoff_s: np.ndarray    # float64 [R]: the activations between GPU and host, one way
     group_start: np.ndarray  # bool [R]: the row starts a batch
@@ -74,9 +77,10 @@ class RowSource:
         source resizes the cache as it goes)."""
         return config
 
-    def arrays(self, config: Config, slots: np.ndarray, model: ModelSpec, hardware: Hardware, bpp: float,
-               expert_bytes: float | None, lowbit: str | None) -> tuple[RowArrays, Costs]:
-        """The rows' arrays and their durations, for ``slots`` per partition."""
+    def arrays(self, config: Config, slots: np.ndarray, model: ModelSpec, hardware: Hardware, weights: Weights,
+               lowbit: str | None, engine: Engine) -> tuple[RowArrays, Costs]:
+        """The rows' arrays and their durations, for ``slots`` per partition, the run's ``weights`` and the engine's
+        traits (``moesim.sim.costs.Engine``)."""
         raise NotImplementedError
 
     def policy_context(self, config: Config, slots: np.ndarray, params: dict) -> Context:
@@ -169,11 +173,12 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     model = model if model is not None else config.model.spec(trace.meta)
     hardware = hardware if hardware is not None else config.hardware.spec()
     check(trace, model, hardware, config)
-    bpp, eb = weight_sizes(trace, model, config.model.dtype, config.model.other_dtype)
+    weights = weights_of(trace, model, config.model.dtype, config.model.other_dtype)
     kv_tokens, width, prompt_rows = source.footprint(trace, config)
     cpu = hardware.cpu
-    footprint = Footprint(model, bpp, eb if eb is not None else model.expert_params * bpp, kv_tokens, width,
-                          prompt_rows, hardware.gpu.hbm_gb * GIB, cpu.ram_gb * GIB if cpu else 0.0)
+    footprint = Footprint(model, weights.other_bpp, weights.expert_bytes, kv_tokens, width, prompt_rows,
+                          hardware.gpu.hbm_gb * GIB if hardware.gpu else 0.0, cpu.ram_gb * GIB if cpu else 0.0,
+                          cpu_only=hardware.gpu is None, sockets=cpu.sockets if cpu else 1)
     config, memory = resolve(footprint, config, trace.meta.top_k)
     strategy = get_strategy(config.execution.strategy)
     cache = config.cache
@@ -185,12 +190,14 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     config = source.sized(config, footprint, memory)
     slots = config.cache.slots(trace.meta.num_layers)
     sparams = module_params(strategy, config.execution.params)
-    rows, cost = source.arrays(config, slots, model, hardware, bpp, eb, lowbit_dtype(strategy, sparams))
+    rows, cost = source.arrays(config, slots, model, hardware, weights, lowbit_dtype(strategy, sparams),
+                               engine_of(strategy))
     per_expert = config.execution.kernel == "per-expert"
     inputs = Inputs(
         experts=rows.experts, exe=rows.exe, exe_tokens=rows.exe_tokens, committed=rows.committed,
         weights=rows.weights, pred=rows.pred, kind=rows.kind, group_start=rows.group_start,
-        preload_at=rows.preload_at, preload=rows.preload, pre_s=rows.pre_s, lut_s=rows.lut_s,
+        preload_at=rows.preload_at, preload=rows.preload, pre_s=rows.pre_s, shared_s=rows.shared_s, row_s=rows.row_s,
+        lut_s=rows.lut_s,
         by_tokens=cost.by_tokens, times=cost.scalar_times(), per_expert=per_expert, bounds=part_bounds(slots),
         num_experts=np.int64(trace.meta.num_experts), per_layer=config.cache.scope == "per-layer",
         reset_each_group=config.cache.reset, mole=model.kind == "mole",
@@ -203,7 +210,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     module = get_policy(config.cache.policy)
     policy_state = module.make_state(source.policy_context(config, slots, module_params(module, config.cache.params)))
     return Run(config, model, hardware, memory, cost, strategy, sparams, rows, source.rewritten,
-               build_state(inputs, hardware.link.engines, log_rows), policy_state, bound_loop(config.cache.policy))
+               build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
+               bound_loop(config.cache.policy))
 
 
 def miss_actions(strategy, params: dict, rows: RowArrays, cost: Costs, inputs: Inputs, first: int = 0,
@@ -211,14 +219,17 @@ def miss_actions(strategy, params: dict, rows: RowArrays, cost: Costs, inputs: I
     """The strategy's action for each executed expert of rows ``first .. last - 1`` should it miss, checked to
     be one of those it declares (``ACTIONS``)."""
     span = slice(first, last)
+    gpu = bool(np.isfinite(cost.copy_s))
     cells = Cells(tokens=rows.exe_tokens[span], weights=rows.weights[span], decode=rows.kind[span] == DECODE,
                   committed=rows.committed[span], row_tokens=rows.tokens[span], placement=inputs.placement,
-                  cpu_s=cost.cpu_by_tokens, gpu_s=cost.gpu_expert_s(inputs.per_expert), copy_s=cost.copy_s)
+                  cpu_s=cost.cpu_by_tokens, gpu_s=cost.gpu_expert_s(inputs.per_expert), copy_s=cost.copy_s, gpu=gpu)
     actions = strategy.miss_actions(cells, params)
     if getattr(actions, "shape", None) != cells.tokens.shape or not np.isin(actions, strategy.ACTIONS).all():
         raise MoesimError(f"strategy {strategy.NAME}: its miss_actions gave an array of shape "
                           f"{getattr(actions, 'shape', None)} for cells of shape {cells.tokens.shape}, or an action "
                           f"not among its ACTIONS {strategy.ACTIONS}")
+    if not gpu and not np.isin(actions[cells.tokens > 0], (A_CPU, A_CPU_FILL)).all():
+        raise MoesimError(f"the machine has no GPU, and strategy {strategy.NAME} copies experts to one")
     return actions
 
 
@@ -249,6 +260,18 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     if strategy.CPU and hardware.cpu is None:
         raise MoesimError(f"strategy {name} computes experts on the host CPU, and hardware '{hardware.name}' has no "
                           "[cpu] section (add one, or use a preset machine)")
+    if hardware.gpu is None:
+        if not strategy.CPU or (strategy.CACHE and capacity not in (0, "auto")):
+            placed = _listed(n for n, m in STRATEGIES.items() if m.CPU and getattr(m, "PLACES", None))
+            all_cpu = _listed(f"{n} --capacity 0" for n, m in STRATEGIES.items()
+                              if m.CACHE and set(m.ACTIONS) <= {A_CPU, A_CPU_FILL})
+            raise MoesimError(f"hardware '{hardware.name}' has no GPU: every expert runs on its CPU; use --strategy "
+                              f"{placed}, or {all_cpu}")
+        places = getattr(strategy, "PLACES", None)
+        placed = module_params(strategy, config.execution.params).get(places) if places else None
+        if placed not in (None, "auto") and (strategy.placement(model.num_layers, {places: placed}) != ON_CPU).any():
+            raise MoesimError(f"hardware '{hardware.name}' has no GPU: every layer's experts are on its CPU; use "
+                              f"--{places.replace('_', '-')} auto (or {model.num_layers})")
     if model.kind == "mole" and not getattr(strategy, "LOOKUP_TABLES", False):
         tables = _listed(n for n, m in STRATEGIES.items() if getattr(m, "LOOKUP_TABLES", False))
         raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")
@@ -278,24 +301,3 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
             named = capacity_named(capacity, slots, int(low.argmin()))
             raise MoesimError(f"{named} is below top_k {trace.meta.top_k}: a step's k experts are resident "
                               f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")
-
-
-def weight_sizes(trace: Trace, model: ModelSpec, dtype: str | None, other_dtype: str | None = None
-                 ) -> tuple[float, float | None]:
-    """Bytes per parameter of the non-expert weights and the bytes of one expert (None: the model's at
-    the non-expert precision). A format asked for (``dtype``, ``other_dtype``) decides; else what a model
-    file stores (``ModelSpec.stored_*``); else what the trace recorded of its own model; else bf16."""
-    own = trace.meta.expert_bytes if trace.meta.model == model.name and model.kind == "moe" else None
-    if other_dtype is not None:
-        bpp = BYTES_PER_PARAM[other_dtype]
-    elif model.stored_other_bytes:
-        bpp = model.stored_other_bytes / model.non_expert_params
-    elif own and dtype is None:
-        bpp = float(trace.meta.bytes_per_param or 2.0)
-    else:
-        bpp = BYTES_PER_PARAM["bf16"]
-    if dtype is not None:
-        return bpp, float(model.expert_params * BYTES_PER_PARAM[dtype])
-    if model.stored_expert_bytes:
-        return bpp, float(model.stored_expert_bytes)
-    return bpp, (float(own) if own else None)

@@ -39,7 +39,7 @@ from moesim.policies.prefetch import get_prefetcher
 from moesim.sim.config import ARRIVALS, NOT_SERVED, Config, module_params
 from moesim.sim.costs import Costs, costs, row_costs
 from moesim.sim.des_state import C_FILLS, C_LOADS, C_LOWBIT, C_PF_LOADS, C_PREFILL_LOADS, C_RECLAIMED
-from moesim.sim.hardware import Hardware
+from moesim.sim.machine import Hardware
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.requests import expert_choices, gather, merge, prompt_routing
 from moesim.sim.run import RowArrays, RowSource, Run, assemble
@@ -245,8 +245,8 @@ class StreamRows(RowSource):
         self.share = _KvShare.build(footprint, self.config, config, memory, self.trace.meta.top_k)
         return replace(config, cache=replace(config.cache, capacity=self.share.most))
 
-    def arrays(self, config, slots, model, hardware, bpp, expert_bytes, lowbit) -> tuple[RowArrays, Costs]:
-        self.model, self.hardware, self.bpp = model, hardware, bpp
+    def arrays(self, config, slots, model, hardware, weights, lowbit, engine) -> tuple[RowArrays, Costs]:
+        self.model, self.hardware, self.weights_of_run, self.engine = model, hardware, weights, engine
         n_layers, width = self.trace.meta.num_layers, self.footprint(self.trace, config)[1]
         self.experts = np.full((1, n_layers, width), -1, np.int16)
         self.weights = np.zeros(self.experts.shape, np.float32)
@@ -259,12 +259,12 @@ class StreamRows(RowSource):
         self.committed = np.zeros((1, n_layers), np.bool_)
         self.kind = np.zeros(1, np.int8)
         self.tokens = np.zeros(1, np.int64)
-        self.pre_s, self.lut_s, self.handoff_s = np.zeros(1), np.zeros(1), np.zeros(1)
-        cost = costs(model, hardware, np.zeros(1), np.zeros(1), bpp, expert_bytes, config.serve.max_batch_tokens,
-                     lowbit)
+        self.pre_s, self.shared_s, self.row_s = np.zeros(1), np.zeros(1), np.zeros(1)
+        self.lut_s, self.handoff_s = np.zeros(1), np.zeros(1)
+        cost = costs(model, hardware, np.zeros(1), np.zeros(1), weights, config.serve.max_batch_tokens, lowbit, engine)
         return RowArrays(experts=self.experts, exe=self.exe, exe_tokens=self.exe_tokens, committed=self.committed,
                          weights=self.weights, pred=self.pred, kind=self.kind, tokens=self.tokens, pre_s=self.pre_s,
-                         lut_s=self.lut_s, handoff_s=self.handoff_s, group_start=np.zeros(1, np.bool_),
+                         shared_s=self.shared_s, row_s=self.row_s, lut_s=self.lut_s, handoff_s=self.handoff_s, group_start=np.zeros(1, np.bool_),
                          preload_at=np.full(1, -1, np.int64), preload=np.full((1, n_layers, 0), -1, np.int16)), cost
 
     def policy_context(self, config, slots, params) -> Context:
@@ -305,9 +305,10 @@ class StreamRows(RowSource):
         self.tokens[0] = rows.size + given
         if self.predicted is not None:
             self._predict(np.concatenate(decode_rows) if decoding else np.zeros(0, np.int64))
-        pre, lut, lut_bytes, handoff = row_costs(self.model, self.hardware, float(self.tokens[0]), ctx, self.bpp)
-        self.pre_s[0], self.lut_s[0], self.handoff_s[0] = pre, lut, handoff
-        self.lut_bytes += float(lut_bytes) * self.experts.shape[1]
+        rc = row_costs(self.model, self.hardware, float(self.tokens[0]), ctx, self.weights_of_run, self.engine)
+        self.pre_s[0], self.shared_s[0], self.row_s[0] = rc.pre, rc.shared, rc.once
+        self.lut_s[0], self.handoff_s[0] = rc.lut, rc.handoff
+        self.lut_bytes += float(rc.lut_bytes) * self.experts.shape[1]
 
     def _predict(self, decode_rows: np.ndarray) -> None:
         """The decode rows' predictions, united like their experts; under commit, the cells that run them."""

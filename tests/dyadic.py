@@ -5,13 +5,14 @@ powers of two, so every sum the discrete-event engine forms is exact and tests c
 
 import numpy as np
 
-from moesim.sim.hardware import GPU, Hardware, Link
+from moesim.sim.machine import GPU, Hardware, Link
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE, TraceMeta
 from moesim.tracegen.trace import Trace
 
 US = 0.95367431640625  # 2^-20 s in microseconds
-GPU_ = GPU("test-gpu", hbm_gbps=1099.511627776, tflops=1125.899906842624, mem_eff=1.0, flop_eff=1.0, launch_us=US)
+GPU_ = GPU("test-gpu", hbm_gbps=1099.511627776, tflops=1125.899906842624, hbm_gb=1024, mem_eff=1.0, flop_eff=1.0,
+           launch_us=US)
 LINK = Link("test-link", gbps=1.073741824, efficiency=1.0, latency_us=US)
 HW = Hardware("test", GPU_, LINK)
 MODEL = ModelSpec("toy", "", "toy", num_layers=2, num_experts=4, top_k=2, d_model=256, d_expert=512, q_dim=256,

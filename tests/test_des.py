@@ -13,7 +13,7 @@ import pytest
 from dyadic import COPY, EXPERT_BYTES, GPU_, HW, LAT, LINK, LINK_BW, MEM_BW, MODEL, US, experts_s, pre_s, trace_of
 from moesim import hitrate, simulate
 from moesim.errors import MoesimError
-from moesim.sim.hardware import SSD, Hardware, MeasuredCompute
+from moesim.sim.machine import SSD, Hardware, MeasuredCompute
 from moesim.tracegen.models import get_model, model_for_trace
 from moesim.tracegen.synth import synth_trace
 

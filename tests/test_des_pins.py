@@ -60,7 +60,8 @@ def traces() -> dict:
 def hardware(name: str):
     """The machine of a case, its memory size left unknown: the pins are of time, and several of these caches
     would not fit the real card (issue 18 made memory checked)."""
-    from moesim.sim.hardware import MeasuredCompute, get_hardware
+    from moesim.sim.hardware import get_hardware
+    from moesim.sim.machine import MeasuredCompute
 
     if name == "rtx4090+pcie3+ssd":
         hw = get_hardware("rtx4090", "pcie3", "pcie5-nvme")

@@ -47,6 +47,22 @@ def test_a_gguf_model_runs_where_a_preset_does(tmp_path):
     assert q8.bytes_h2d == q8.loads * m.expert_params * 34 / 32
 
 
+def test_a_gguf_on_the_command_line_says_the_format_it_stores(cli, tmp_path):
+    """Its experts run as stored (gate/up Q4_K: the file's main expert format), named in the table's title;
+    a list of CPU layers gives a row each, placed as "layers on CPU n/L"."""
+    path = tmp_path / "test-moe.gguf"
+    write_gguf(path)
+    trace = tmp_path / "t.parquet"
+    code, _, err = cli("trace", "synth", "--model", path, "--sequences", "1", "--tokens", "6", "--out", trace)
+    assert code == 0, err
+    code, out, err = cli("sim", "run", trace, "--model", path, "--hardware", "rtx4090", "--strategy", "cpu-experts",
+                         "--cpu-layers", "1,2")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "strategy cpu-experts, experts q4_k" in text
+    assert "layers on CPU 1/2" in text and "layers on CPU 2/2" in text
+
+
 @pytest.mark.parametrize("blocks, message", [(("dense", "dense"), "dense model")])
 def test_a_dense_gguf_is_refused(tmp_path, blocks, message):
     path = tmp_path / "dense.gguf"

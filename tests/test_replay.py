@@ -84,7 +84,9 @@ def test_calibrate_writes_a_hardware_file_the_simulator_takes(cli, olmoe, calibr
     hw = load_hardware(calibrated)
     assert hw.compute.name == "olmoe-1b-7b@x0.125" and hw.compute.expert_s > 0 and hw.link.gbps > 0
     assert hw.compute.layer_ctx_s > 0  # attention reads the KV cache: longer contexts take longer
-    assert hw.cpu.dram_gbps > 0 and hw.cpu.fp32_gflops > 0 and hw.cpu.cores == 1 and hw.cpu.ram_gb == 0
+    assert hw.cpu.dram_gbps > 0 and hw.cpu.fp32_gflops > 0 and hw.cpu.cores == 1
+    # the host's RAM as /proc gives it (required: a hardware file never holds a 0 GiB memory)
+    assert hw.cpu.ram_gb == pytest.approx(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30)
     code, out, err = cli("sim", "run", olmoe, "--model", "olmoe-1b-7b", "--hardware", calibrated,
                          "--capacity", "16", "--json")
     # measured for the scaled model: never silently the roofline for the full one
@@ -109,6 +111,12 @@ def test_a_model_too_large_is_refused_with_advice(cli, tmp_path):
                                                                                "--out", tmp_path / "hw.toml"]):
         code, _, err = cli(*command, "--workdir", tmp_path)
         assert code == 1 and "GB" in err and "--layers N" in err and "--scale S" in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["big.parquet"]
+    for command in (["replay", path, "--model", m.name, "--capacity", "8"], ["calibrate", "--model", m.name,
+                                                                               "--out", tmp_path / "hw.toml"]):
+        code, _, err = cli(*command, "--layers", "1", "--scale", "0.01", "--workdir", tmp_path / "absent")
+        assert code == 1 and f"--workdir {tmp_path / 'absent'}: not a writable folder" in err, err
         assert len(err.strip().splitlines()) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["big.parquet"]
 

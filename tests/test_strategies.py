@@ -11,13 +11,15 @@ import pytest
 
 from moesim import simulate
 from moesim.errors import MoesimError
-from moesim.sim.hardware import CPU, get_hardware
+from moesim.sim.hardware import get_hardware
+from moesim.sim.machine import CPU
 from moesim.sim.memory import GIB, GPU_RESERVE_GIB
 from moesim.tracegen.models import get_model
 from dyadic import COPY, EXPERT_BYTES, HW, LAT, LINK_BW, MEM_BW, MODEL, US, experts_s, pre_s, trace_of
 
 DRAM_BW = 2.0 ** 32
-CPU_ = CPU("test-cpu", cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM_BW / 1e9, dram_eff=1.0, task_us=US, sync_us=US,
+CPU_ = CPU("test-cpu", cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM_BW / 1e9, ram_gb=1024, dram_eff=1.0, task_us=US, sync_us=US,
+           barrier_base_us=0.0, barrier_thread_us=0.0,
            bf16_gflops=2.0 ** 40 / 1e9)
 HWC = replace(HW, cpu=CPU_)
 CPU_EXPERT = LAT + EXPERT_BYTES / DRAM_BW     # DRAM-bound: 2 * params * T / 2^40 is below it for T < 256

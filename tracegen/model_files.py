@@ -168,7 +168,8 @@ def _mla(data: dict, d: int, heads: int, where: str) -> tuple[int, int, int]:
 
 # GGUF tensor types as the engines name the formats (those the simulator's format table has)
 GGUF_FORMATS = {"F32": "fp32", "F16": "f16", "BF16": "bf16", "Q8_0": "q8_0", "Q6_K": "q6_k", "Q5_K": "q5_k",
-                "Q4_K": "q4_k", "Q4_0": "q4_0", "IQ4_XS": "iq4_xs", "MXFP4": "mxfp4", "I8": "int8"}
+                "Q4_K": "q4_k", "Q4_0": "q4_0", "IQ4_XS": "iq4_xs", "IQ4_NL": "iq4_nl", "Q3_K": "q3_k", "Q2_K": "q2_k",
+                "MXFP4": "mxfp4", "I8": "int8"}
 
 
 def spec_from_gguf(path: str | Path) -> ModelSpec:

@@ -26,7 +26,9 @@ class WeightFormat:
 
 # ggml's block sizes: a block of 32 (or a super-block of 256) weights and its scales (ggml-common.h; the
 # ``gguf`` package's GGML_QUANT_SIZES): Q8_0 34 B / 32, Q6_K 210 B / 256, Q5_K 176 B / 256, Q4_K 144 B / 256,
-# Q4_0 18 B / 32, IQ4_XS 136 B / 256, MXFP4 17 B / 32 (OCP microscaling: 32 FP4 values and an E8M0 scale).
+# Q4_0 18 B / 32, IQ4_XS 136 B / 256, IQ4_NL 18 B / 32, Q3_K 110 B / 256, Q2_K 84 B / 256, MXFP4 17 B / 32 (OCP
+# microscaling: 32 FP4 values and an E8M0 scale). Q4_K_M is a file recipe, not a type: llama.cpp's quantizer
+# (``use_more_bits``) keeps the down projection (a third of an FFN's weights) of half the layers in Q6_K.
 FORMATS = {f.name: f for f in (
     WeightFormat("fp32", 32, "fp32", "fp32", "IEEE binary32"),
     WeightFormat("bf16", 16, "bf16", "bf16", "bfloat16"),
@@ -36,9 +38,14 @@ FORMATS = {f.name: f for f in (
     WeightFormat("q8_0", 8 * 34 / 32, "int8", "int8", "llama.cpp Q8_0: 32 int8 and an fp16 scale"),
     WeightFormat("q6_k", 8 * 210 / 256, "int4", "int4", "llama.cpp Q6_K"),
     WeightFormat("q5_k", 8 * 176 / 256, "int4", "int4", "llama.cpp Q5_K"),
-    WeightFormat("q4_k", 8 * 144 / 256, "int4", "int4", "llama.cpp Q4_K (Q4_K_M files mix it with Q6_K)"),
+    WeightFormat("q4_k", 8 * 144 / 256, "int4", "int4", "llama.cpp Q4_K"),
+    WeightFormat("q4_k_m", 2 / 3 * 4.5 + 1 / 3 * (4.5 + 6.5625) / 2, "int4", "int4",
+                 "llama.cpp's Q4_K_M recipe: Q4_K, the down projections of half the layers in Q6_K"),
     WeightFormat("q4_0", 8 * 18 / 32, "int4", "int4", "llama.cpp Q4_0: 32 4-bit values and an fp16 scale"),
     WeightFormat("iq4_xs", 8 * 136 / 256, "int4", "int4", "llama.cpp IQ4_XS"),
+    WeightFormat("iq4_nl", 8 * 18 / 32, "int4", "int4", "llama.cpp IQ4_NL: 32 4-bit codes of a non-linear grid, a scale"),
+    WeightFormat("q3_k", 8 * 110 / 256, "int4", "int4", "llama.cpp Q3_K"),
+    WeightFormat("q2_k", 8 * 84 / 256, "int4", "int4", "llama.cpp Q2_K"),
     WeightFormat("mxfp4", 8 * 17 / 32, "int4", "int4", "OCP MXFP4: GPT-OSS's release format"),
     WeightFormat("int4", 4 + 16 / 128, "int4", "int4", "4-bit integers, an fp16 scale per group of 128 (GPTQ, AWQ)"),
     WeightFormat("int2", 2 + 16 / 128, "int4", "int4", "2-bit integers, an fp16 scale per group of 128 (HOBBIT)"),

@@ -16,12 +16,16 @@ One module per strategy, each with
   ``moesim.sim.run.miss_actions``; a strategy of one action is not asked again as a served stream's
   rows change);
 - ``engine(params, capacity, num_layers)``: the engines that run it and their settings (``moesim plan``
-  prints them); a strategy without a cache, ``describe(params, num_layers)``: its placement in words;
+  prints them); a strategy without a cache, ``describe(params, num_layers)``: its placement in words, and
+  ``label(params, num_layers)``: in a table cell;
 
 and optionally ``lowbit_dtype(params)`` (the format of a second, low-precision copy of each expert it
 keeps on the host), ``NEEDS_WEIGHTS`` (it reads the trace's gate weights), ``LOOKUP_TABLES`` (it runs
 MoLE models), ``REPLAY`` (the real replay backends that execute it; every strategy replays on the
-virtual one) and ``PLACES`` (the parameter that places experts, which ``moesim validate`` varies).
+virtual one), ``PLACES`` (the parameter that places experts, which ``moesim validate`` varies), and the
+traits of the engine it stands for that change durations (``moesim.sim.costs.Engine``): ``NUMA`` (how it uses
+a CPU's sockets, ``moesim.sim.machine.ONE_POOL`` by default or ``PER_SOCKET``) and ``SHARED_OVERLAP`` (it
+computes the shared experts on the GPU while the CPU computes the routed ones).
 
 The engine, memory (``moesim.sim.memory``), serving and replay read only this interface: a new
 strategy is one module here, registered in ``STRATEGIES``; a new kind of action is an engine change

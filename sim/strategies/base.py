@@ -29,7 +29,8 @@ class Cells:
     placement: np.ndarray    # int8 [L]: CACHED, ON_GPU or ON_CPU
     cpu_s: np.ndarray        # float64 [T + 1]: one expert on T tokens on the host CPU
     gpu_s: np.ndarray        # float64 [T + 1]: the same on the GPU, with its own kernel's launch where it has one
-    copy_s: float            # one expert over the host link
+    copy_s: float            # one expert over the host link (nan: the machine has no GPU)
+    gpu: bool = True         # the machine has a GPU (else every expert runs on its CPU)
 
 
 def all_cached(num_layers: int, params: dict) -> np.ndarray:

@@ -8,7 +8,10 @@ cores, each on the tokens that chose it (``moesim.sim.costs.cpu_expert_s``).
 
 A row of at least 32 tokens (prefill) is what llama.cpp's CUDA backend offloads instead
 (``offload_op``: matrix products with a batch of 32 or more): the layer's experts are copied over the
-link into scratch buffers and run on the GPU. There is no cache (policy and capacity are ignored),
+link into scratch buffers and run on the GPU. On a machine without a GPU every layer is on the CPU
+(``auto``), everything else runs there too, and nothing is handed off (llama.cpp's CPU backend).
+llama.cpp runs one thread pool over every socket, its weights in the DRAM the loader touched (``NUMA``:
+one socket's bandwidth, ``moesim.sim.machine``). There is no cache (policy and capacity are ignored),
 so prefetchers do not combine with it. ``cpu_layers = "auto"`` takes the fewest layers on the CPU with
 which everything fits in GPU memory (``moesim.sim.memory``).
 """
@@ -16,6 +19,7 @@ which everything fits in GPU memory (``moesim.sim.memory``).
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.sim.machine import ONE_POOL
 from moesim.sim.strategies.base import A_CPU, A_LOAD, ON_CPU, ON_GPU, Cells
 
 NAME = "cpu-experts"
@@ -26,6 +30,8 @@ PARAM_HELP = {"cpu_layers": "The first N MoE layers keep their experts on the CP
                              "everything fits."}
 PLACES = "cpu_layers"  # the parameter that says where the experts are (``moesim validate`` varies it)
 CACHE, CPU, PREFETCH = False, True, False
+NUMA = ONE_POOL
+CPU_OPS = (5, 1)  # llama.cpp's build_moe_ffn on the CPU: gate, up, activation, down, weights, an add per expert
 ACTIONS = (A_LOAD, A_CPU)
 REPLAY = ("cpu",)  # a CPU layer and a GPU layer never overlap, so the CPU backend's one thread runs it
 OFFLOAD_MIN_TOKENS = 32  # llama.cpp: ggml_backend_cuda_device_offload_op's min_batch_size
@@ -46,9 +52,14 @@ def describe(params: dict, num_layers: int) -> str:
     return f"{params['cpu_layers']} of {num_layers} layers' experts on the CPU"
 
 
+def label(params: dict, num_layers: int) -> str:
+    """The placement in a table cell."""
+    return f"layers on CPU {params['cpu_layers']}/{num_layers}"
+
+
 def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     """An ON_CPU layer's experts run on the CPU, except in a row llama.cpp offloads: they are copied over."""
-    offload = cells.row_tokens >= OFFLOAD_MIN_TOKENS
+    offload = (cells.row_tokens >= OFFLOAD_MIN_TOKENS) & cells.gpu
     on_cpu = (cells.placement == ON_CPU)[None, :, None] & ~offload[:, None, None]
     return np.broadcast_to(np.where(on_cpu, A_CPU, A_LOAD), cells.tokens.shape).astype(np.int8)
 

@@ -7,17 +7,22 @@ frees, in the background, for later tokens (HybriMoE's cache updates), and the l
 for that copy. With capacity 0 every routed expert runs on the CPU (kTransformers' DeepSeek setup:
 attention and shared experts on the GPU, routed experts on the CPU). Prefetchers combine with it: a
 prefetched expert is a GPU hit. HybriMoE also splits a layer's misses between CPU and GPU by cost;
-that is ``cpu-miss``'s rule, not modelled here.
+that is ``cpu-miss``'s rule, not modelled here. kTransformers computes the shared experts on the GPU
+while the CPU computes the routed ones (``SHARED_OVERLAP``), and its NUMA build keeps a thread pool and a
+copy of the experts per socket, each reading its local DRAM (``NUMA``: every socket's bandwidth).
 """
 
 import numpy as np
 
+from moesim.sim.machine import PER_SOCKET
 from moesim.sim.strategies.base import A_CPU_FILL, Cells, all_cached
 
 NAME = "hybrid"
 SUMMARY = "kTransformers"
 PARAMS: dict = {}
 CACHE, CPU, PREFETCH = True, True, True
+NUMA, SHARED_OVERLAP = PER_SOCKET, True
+CPU_OPS = (3, 0)  # kTransformers' MoE operator: one synchronisation per projection stage
 ACTIONS = (A_CPU_FILL,)
 placement = all_cached
 

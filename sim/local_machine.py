@@ -1,0 +1,504 @@
+"""This machine, detected and measured: ``--hardware local`` ("what should I run on this box" in one command).
+
+What is detected (Linux; nothing is downloaded and nothing leaves the machine):
+
+- **CPU**, from /proc/cpuinfo (the model name from lscpu where cpuinfo has none, as on Arm): sockets (distinct
+  ``physical id``; 1 where absent), physical cores per socket (distinct ``(physical id, core id)`` pairs per
+  socket; the logical CPUs listed, or ``os.cpu_count()``, where there are no core ids), the instruction-set
+  class (``isa``: amx, avx512, avx512-256 for AMD family 19h — Zen 4 runs AVX-512 on 256-bit pipes — neon,
+  else avx2), the clock (cpufreq's ``cpuinfo_max_freq``, else cpuinfo's ``cpu MHz``, else 3 GHz) and the RAM
+  (/proc/meminfo ``MemTotal``).
+- **DRAM bandwidth**, measured in a second or two (numba caches the compiled kernels): a streaming
+  read (a sum, as STREAM's read kernels) of a float64 buffer of at least 4x the last-level cache of every
+  socket and at least 512 MiB, capped at a quarter of ``MemAvailable``, on every core numba runs (the buffer is
+  first written by the same threads in the same chunks, so a socket's pages sit in its own DRAM); one warm-up
+  sweep, then the median of 3 timed passes. The CPU's ``dram_gbps`` is that rate per socket and its
+  ``dram_eff`` 1.0: the rate is what a streaming read reached here, not a nominal figure.
+- **GPU**: the first one ``nvidia-smi`` lists. Its name is matched to a preset (``moesim.sim.presets.GPUS``),
+  which gives its bandwidth and FLOP/s; its memory is what nvidia-smi counts. A GPU not among the presets is
+  built from ``torch.cuda.get_device_properties`` (bandwidth from the memory clock and bus width, nominal, so
+  ``mem_eff`` stays at its default; FLOP/s measured on a large bf16 GEMM, so ``flop_eff`` 1.0); without torch
+  and CUDA a one-line error asks for a hardware file. The link is the PCIe generation and width nvidia-smi
+  reads (``pcie.link.gen.max``, ``pcie.link.width.max``: PCIe 3/4/5, scaled below x16), PCIe 4 x16 where it
+  cannot be read, NVLink-C2C for a GH200. Without nvidia-smi (or where it fails) the machine is CPU-only.
+
+Limits: a GPU's bandwidth is the preset's or the memory clock's, never measured; the clock is cpufreq's maximum
+(a boost clock: all cores under load run lower), or the current one a VM reports; the CPU's FLOP/s and unpacking
+rates come from the ISA tables (``moesim.sim.cpu_rates``; ``moesim calibrate`` measures them); a second GPU is
+not used. Every reader takes its text (``parse_cpuinfo``, ``parse_meminfo``, ``parse_nvidia_smi`` ...) and
+``detect`` its file reader, command runner and bandwidth measure, so each can be tested on fixed inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from numba import get_num_threads, njit, prange, uint64
+
+from moesim.errors import MoesimError
+from moesim.sim.machine import CPU, GPU, Hardware, Link
+from moesim.sim.presets import GPUS, LINKS, SYSTEMS
+
+CPUINFO = "/proc/cpuinfo"
+MEMINFO = "/proc/meminfo"
+MAX_FREQ = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"  # kHz
+CACHE = "/sys/devices/system/cpu/cpu0/cache/index{}/{}"
+NVIDIA_SMI = "nvidia-smi"
+DEFAULT_GHZ = 3.0
+MIN_BUFFER = 512 << 20      # bytes the DRAM read streams at least
+LLC_MULTIPLE = 4            # ... and at least this many times the last-level cache
+PASSES = 3                  # timed passes; the median is the rate
+MIN_PASS_S = 0.02           # a timed pass repeats the sweep until it lasts this long
+COMMAND_TIMEOUT_S = 10
+TEMPLATE_HINT = "describe it in a hardware file (moesim hardware --template) and pass --hardware that.toml"
+# the names nvidia-smi gives data-centre GPUs (normalised as ``gpu_key``) that are not a preset's own name
+GPU_ALIASES = {
+    "h10080gbhbm3": "h100",         # H100 SXM5 80 GB (the preset); "H100 PCIe" and "H100 NVL" differ
+    "a100-sxm4-40gb": "a100-40g",
+    "a100-pcie-40gb": "a100-40g",   # the same 1555 GB/s and 312 TFLOP/s
+    "rtxa6000": "a6000",
+    "gh200480gb": "gh200",          # GH200 with 96 GB HBM3 (and 480 GB LPDDR5X)
+}
+
+
+def read_text(path: str) -> str | None:
+    """A file's text, or None where it cannot be read."""
+    try:
+        return Path(path).read_text(errors="replace")
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------- CPU
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What /proc/cpuinfo says (``parse_cpuinfo``)."""
+
+    model: str              # "" where it names none (Arm: lscpu has it)
+    vendor: str
+    family: int | None
+    flags: frozenset
+    sockets: int
+    cores: int              # physical cores per socket; 0: cpuinfo does not say
+    processors: int         # logical CPUs listed
+    mhz: float | None       # the first CPU's current clock
+
+    @property
+    def isa(self) -> str:
+        return isa_of(self.flags, self.vendor, self.family)
+
+
+KNOWN_KEYS = {"processor", "vendor_id", "cpu family", "model name", "physical id", "core id", "cpu MHz", "flags",
+              "Features", "CPU implementer"}
+
+
+def isa_of(flags, vendor: str = "", family: int | None = None) -> str:
+    """The widest vector or matrix extension ``flags`` list: amx, avx512 (avx512-256 on AMD family 19h: Zen 4
+    runs AVX-512 on 256-bit pipes), neon, else avx2."""
+    if "amx_bf16" in flags:
+        return "amx"
+    if "avx512f" in flags:
+        return "avx512-256" if vendor == "AuthenticAMD" and family == 0x19 else "avx512"
+    if "asimd" in flags:
+        return "neon"
+    return "avx2"
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text, 0)
+    except ValueError:
+        try:
+            return int(text, 10)
+        except ValueError:
+            return None
+
+
+def _positive(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _sig(value: float) -> float:
+    """``value`` to 4 significant digits (never 0 where it is positive)."""
+    return float(f"{value:.4g}")
+
+
+def _clean(text: str) -> str:
+    return " ".join("".join(ch for ch in text if ch.isprintable()).split())[:120]
+
+
+def parse_cpuinfo(text: str) -> CpuInfo:
+    """/proc/cpuinfo's text read; a MoesimError where it has no processor entry at all."""
+    blocks: list[dict] = []
+    block: dict = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if block:
+                blocks.append(block)
+            block = {}
+            continue
+        if ":" not in line:
+            continue
+        key, value = (part.strip() for part in line.split(":", 1))
+        if key == "processor" and "processor" in block:  # no blank line between two CPUs
+            blocks.append(block)
+            block = {}
+        block.setdefault(key, value)
+    if block:
+        blocks.append(block)
+    if not any(KNOWN_KEYS & set(b) for b in blocks):
+        raise MoesimError("/proc/cpuinfo lists no processor (no 'processor', 'model name' or 'flags' line)")
+
+    def first(key: str) -> str:
+        return next((b[key] for b in blocks if key in b), "")
+
+    flags = frozenset((first("flags") or first("Features")).split())
+    sockets = max(1, len({b["physical id"] for b in blocks if "physical id" in b}))
+    pairs = {(b.get("physical id", ""), b["core id"]) for b in blocks if "core id" in b}
+    processors = sum("processor" in b for b in blocks)
+    cores = max(1, len(pairs) // sockets) if pairs else (max(1, processors // sockets) if processors else 0)
+    return CpuInfo(_clean(first("model name")), _clean(first("vendor_id")), _int(first("cpu family")), flags,
+                   sockets, cores, processors, _positive(first("cpu MHz")))
+
+
+def isa(text: str | None = None) -> str:
+    """The ISA class of this CPU (``isa_of``) from /proc/cpuinfo's text (read when None); avx2 when it cannot
+    be read."""
+    text = read_text(CPUINFO) if text is None else text
+    try:
+        return parse_cpuinfo(text or "").isa
+    except MoesimError:
+        return "avx2"
+
+
+def cpuinfo_ghz(text: str | None = None) -> float | None:
+    """The first CPU's ``cpu MHz`` in /proc/cpuinfo's text (read when None), GHz; None where absent."""
+    text = read_text(CPUINFO) if text is None else text
+    try:
+        mhz = parse_cpuinfo(text or "").mhz
+    except MoesimError:
+        return None
+    return mhz / 1e3 if mhz else None
+
+
+def clock_ghz(info: CpuInfo | None, max_freq_khz: str | None) -> float:
+    """The all-core clock: cpufreq's maximum (kHz text), else cpuinfo's ``cpu MHz``, else ``DEFAULT_GHZ``; a
+    figure outside 0.1-10 GHz is not taken."""
+    khz = _positive((max_freq_khz or "").strip())
+    for ghz in (khz / 1e6 if khz else None, info.mhz / 1e3 if info is not None and info.mhz else None):
+        if ghz is not None and 0.1 <= ghz <= 10:
+            return round(ghz, 3)
+    return DEFAULT_GHZ
+
+
+def parse_meminfo(text: str) -> dict:
+    """/proc/meminfo's kB fields in bytes (``{"MemTotal": ..., "MemAvailable": ...}``); a MoesimError where it
+    has no MemTotal."""
+    fields = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit() and parts[0].isascii():
+            fields.setdefault(key.strip(), int(parts[0]) * 1024)
+    if not fields.get("MemTotal"):
+        raise MoesimError("/proc/meminfo has no MemTotal line")
+    return fields
+
+
+def parse_lscpu(text: str) -> dict:
+    """lscpu's ``Key: value`` lines as a mapping."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            out.setdefault(key.strip(), _clean(value))
+    return out
+
+
+def parse_size(text: str) -> int | None:
+    """A cache size as sysfs writes it ("32768K", "1M", "512"), in bytes."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    number = (text[:-1] if scale > 1 else text).strip()
+    return int(number) * scale if number.isdigit() and number.isascii() else None
+
+
+def parse_cpulist(text: str) -> int:
+    """How many CPUs a list such as "0-7,96-103" names (0 where it cannot be read)."""
+    count = 0
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        a, b = _int(lo.strip()), _int((hi or lo).strip())
+        if a is None or b is None or b < a or a < 0:
+            return 0
+        count += b - a + 1
+    return count
+
+
+def llc_bytes(read: Callable[[str], str | None], logical: int) -> int:
+    """The last-level cache of the whole machine: cpu0's largest data or unified cache (sysfs) times the
+    caches of its kind (``logical`` CPUs over the CPUs sharing one); 0 where sysfs does not say."""
+    best = (0, 0, 0)  # level, bytes, CPUs sharing it
+    for index in range(16):
+        level = read(CACHE.format(index, "level"))
+        if level is None:
+            break
+        if (read(CACHE.format(index, "type")) or "").strip() == "Instruction":
+            continue
+        size = parse_size(read(CACHE.format(index, "size")) or "")
+        lvl = _int(level.strip())
+        if size and lvl is not None and lvl >= best[0]:
+            best = (lvl, size, parse_cpulist(read(CACHE.format(index, "shared_cpu_list")) or ""))
+    _, size, sharing = best
+    return size * (max(1, math.ceil(logical / sharing)) if sharing and logical else 1)
+
+
+def buffer_bytes(llc: int, available: int | None) -> int:
+    """The DRAM read's buffer: at least ``LLC_MULTIPLE`` x the last-level cache and ``MIN_BUFFER``, at most a
+    quarter of the memory available (never under 1 MiB)."""
+    want = max(LLC_MULTIPLE * llc, MIN_BUFFER)
+    if available:
+        want = min(want, available // 4)
+    return max(want, 1 << 20) // 8 * 8
+
+
+# ---------------------------------------------------------------- DRAM bandwidth
+
+
+# Both kernels index with an unsigned integer: a signed index may be negative (numba wraps it around), which
+# makes LLVM gather the elements one by one, and the read 4-5x slower than the DRAM; fastmath lets the sum be
+# reordered into vector adds, so that the read, not the chain of adds, limits it.
+
+
+@njit(parallel=True, cache=True)
+def _fill(buf, chunks):
+    """Write ones, each chunk by the thread that will read it (its pages land in that thread's socket)."""
+    n = buf.size
+    step = (n + chunks - 1) // chunks
+    for c in prange(chunks):
+        for i in range(c * step, min(n, (c + 1) * step)):
+            buf[uint64(i)] = 1.0
+
+
+@njit(parallel=True, cache=True, fastmath=True)
+def _stream_sum(buf, chunks):
+    """Sum the buffer, a chunk per thread."""
+    n = buf.size
+    step = (n + chunks - 1) // chunks
+    partial = np.zeros(chunks)
+    for c in prange(chunks):
+        s = 0.0
+        for i in range(c * step, min(n, (c + 1) * step)):
+            s += buf[uint64(i)]
+        partial[c] = s
+    return partial.sum()
+
+
+def measure_dram_gbps(nbytes: int = MIN_BUFFER, passes: int = PASSES) -> float:
+    """GB/s a streaming read of a ``nbytes`` float64 buffer reaches on every thread numba runs: one warm-up
+    sweep, then the median of ``passes`` timed passes (each repeats the sweep until it lasts ``MIN_PASS_S``)."""
+    n = max(int(nbytes) // 8, 1024)
+    chunks = max(1, get_num_threads())
+    buf = np.empty(n)
+    _fill(buf, chunks)
+    if _stream_sum(buf, chunks) != n:  # the warm-up, and a check that every element was read
+        raise MoesimError("the DRAM bandwidth read summed the wrong total")
+    start = time.perf_counter()
+    _stream_sum(buf, chunks)
+    reps = min(64, max(1, math.ceil(MIN_PASS_S / max(time.perf_counter() - start, 1e-9))))
+    samples = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        for _ in range(reps):
+            _stream_sum(buf, chunks)
+        samples.append(time.perf_counter() - start)
+    return n * 8 * reps / max(statistics.median(samples), 1e-12) / 1e9
+
+
+# ---------------------------------------------------------------- GPU
+
+
+def gpu_key(name: str) -> str:
+    """A GPU's name as the presets are keyed: lower case, without spaces, "nvidia" and "geforce"."""
+    key = name.lower()
+    for word in ("nvidia", "geforce"):
+        key = key.replace(word, "")
+    return "".join(key.split())
+
+
+def match_gpu(name: str) -> str | None:
+    """The preset (a key of ``GPUS``) a GPU named as nvidia-smi names it is; None where none is."""
+    key = gpu_key(name)
+    key = GPU_ALIASES.get(key, key)
+    return key if key in GPUS else None
+
+
+def parse_nvidia_smi(text: str) -> tuple[str, float, int]:
+    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits``: the first GPU's name, its
+    memory in MiB, and how many GPUs are listed; a MoesimError where the first line is not that."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise MoesimError("nvidia-smi listed no GPU")
+    name, sep, mib = lines[0].rpartition(",")
+    name, memory = _clean(name), _positive(mib.strip())
+    if not sep or not name or memory is None:
+        raise MoesimError(f"nvidia-smi gave {_clean(lines[0])[:80]!r}, not 'name, memory MiB'; {TEMPLATE_HINT}")
+    return name, memory, len(lines)
+
+
+def parse_pcie(text: str) -> tuple[int | None, int | None]:
+    """``nvidia-smi --query-gpu=pcie.link.gen.max,pcie.link.width.max``'s first line: generation and lanes (None
+    where not given, as "[N/A]")."""
+    line = next((line for line in text.splitlines() if line.strip()), "")
+    parts = [_int(p.strip()) for p in line.split(",")] + [None, None]
+    gen, width = parts[0], parts[1]
+    return (gen if gen is not None and 1 <= gen <= 16 else None, width if width is not None and 1 <= width <= 32 else None)
+
+
+def pcie_link(gen: int | None, width: int | None) -> Link:
+    """The link preset of PCIe ``gen`` (3, 4, 5; PCIe 4 otherwise), its bandwidth scaled by ``width`` below x16."""
+    if gen not in (3, 4, 5):
+        return LINKS["pcie4"]
+    link = LINKS[f"pcie{gen}"]
+    if width is not None and width < 16:
+        link = replace(link, name=f"{link.name}-x{width}", gbps=link.gbps * width / 16)
+    return link
+
+
+def memory_gbps(name: str, props) -> float:
+    """A GPU's nominal memory bandwidth from torch's device properties: 2 (double data rate) x memory clock (kHz)
+    x bus width (bits) / 8; a MoesimError where they do not say."""
+    clock, bus = getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+               for v in (clock, bus)):
+        raise MoesimError(f"GPU '{name}' is not a preset and its memory bandwidth cannot be read; {TEMPLATE_HINT}")
+    return 2 * clock * 1e3 * bus / 8 / 1e9
+
+
+def gpu_from_properties(name: str, hbm_gb: float, props, tflops: float) -> GPU:
+    """A GPU not among the presets: bandwidth from its properties (``memory_gbps``, nominal: ``mem_eff`` stays),
+    ``tflops`` measured (so ``flop_eff`` 1.0)."""
+    gbps = memory_gbps(name, props)
+    if not (isinstance(tflops, (int, float)) and math.isfinite(tflops) and tflops > 0):
+        raise MoesimError(f"GPU '{name}': its FLOP/s could not be measured; {TEMPLATE_HINT}")
+    return GPU(f"{name} (measured {tflops:.0f} TFLOP/s)", _sig(gbps), _sig(tflops), hbm_gb, flop_eff=1.0)
+
+
+def _gemm_tflops(torch, n: int = 4096, passes: int = PASSES) -> float:
+    """TFLOP/s of an n x n bf16 GEMM (fp16 without bf16) on CUDA device 0: the median of ``passes``."""
+    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    a = torch.full((n, n), 0.5, device="cuda", dtype=dtype)
+    b = torch.full((n, n), 0.25, device="cuda", dtype=dtype)
+    reps, samples = 10, []
+    a @ b
+    torch.cuda.synchronize()
+    for _ in range(passes):
+        start = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        torch.cuda.synchronize()
+        samples.append(time.perf_counter() - start)
+    return 2 * n ** 3 * reps / statistics.median(samples) / 1e12
+
+
+def torch_gpu(name: str, hbm_gb: float) -> GPU:
+    """A GPU not among the presets, from torch: its properties and a measured GEMM; a MoesimError without
+    torch and CUDA."""
+    try:
+        import torch
+    except (ImportError, OSError):  # not installed, or its CUDA libraries do not load
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        raise MoesimError(f"GPU '{name}' is not a preset and torch with CUDA is not installed to read it; "
+                          f"{TEMPLATE_HINT}")
+    props = torch.cuda.get_device_properties(0)
+    if props.name != name:  # CUDA's device 0 is not nvidia-smi's first GPU: describe the one measured
+        name, hbm_gb = props.name, _sig(props.total_memory / 2 ** 30)
+    memory_gbps(name, props)  # refuse before measuring where the bandwidth cannot be read
+    return gpu_from_properties(name, hbm_gb, props, _gemm_tflops(torch))
+
+
+def _output(run, args: list) -> str | None:
+    """A command's standard output; None where it is not installed, fails or hangs."""
+    try:
+        done = run(args, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                   env={**os.environ, "LC_ALL": "C"})
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return done.stdout if done.returncode == 0 and isinstance(done.stdout, str) else None
+
+
+def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = torch_gpu
+               ) -> tuple[GPU | None, Link | None, str]:
+    """The first GPU nvidia-smi lists, its link, and a line on where they came from; (None, None, why) where
+    nvidia-smi is absent, fails or lists none."""
+    out = _output(run, [NVIDIA_SMI, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"])
+    if out is None or not out.strip():
+        return None, None, "no GPU (nvidia-smi absent, failing or listing none)"
+    name, mib, count = parse_nvidia_smi(out)
+    hbm_gb = _sig(mib / 1024)
+    key = match_gpu(name)
+    if key is not None:
+        gpu, how = replace(GPUS[key], name=name, hbm_gb=hbm_gb), f"bandwidth and FLOP/s of preset {key}"
+    else:
+        gpu = unknown_gpu(name, hbm_gb)
+        how = "bandwidth from its memory clock, FLOP/s measured"
+    if key is not None and key in SYSTEMS and SYSTEMS[key][1] == "nvlink-c2c":
+        link, link_how = LINKS["nvlink-c2c"], "its preset's"
+    else:
+        gen, width = parse_pcie(_output(run, [NVIDIA_SMI, "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
+                                              "--format=csv,noheader,nounits"]) or "")
+        link = pcie_link(gen, width)
+        link_how = "read by nvidia-smi" if gen in (3, 4, 5) else "assumed, nvidia-smi did not say"
+    first = f"first of {count} GPUs, " if count > 1 else ""
+    return gpu, link, f"{gpu.name} ({first}{gpu.hbm_gb:g} GiB, {how}), link {link.name} ({link_how})"
+
+
+# ---------------------------------------------------------------- the machine
+
+
+def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.run,
+           read: Callable[[str], str | None] = read_text,
+           unknown_gpu: Callable[[str, float], GPU] = torch_gpu) -> Hardware:
+    """This machine: its CPU and RAM from /proc, its DRAM bandwidth measured (``measure(buffer bytes)`` in
+    GB/s), its GPU and link from nvidia-smi (``run``; a GPU not among the presets: ``unknown_gpu``)."""
+    text = read(CPUINFO)
+    if text is None:
+        raise MoesimError(f"cannot read {CPUINFO}: --hardware local reads Linux's /proc; {TEMPLATE_HINT}")
+    info = parse_cpuinfo(text)
+    model = info.model or parse_lscpu(_output(run, ["lscpu"]) or "").get("Model name", "") or f"{info.isa} CPU"
+    cores = info.cores or max(1, (os.cpu_count() or 1) // info.sockets)
+    meminfo_text = read(MEMINFO)
+    if meminfo_text is not None:
+        mem = parse_meminfo(meminfo_text)
+        total, available = mem["MemTotal"], mem.get("MemAvailable", mem.get("MemFree"))
+    else:
+        total, available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), None
+    nbytes = buffer_bytes(llc_bytes(read, info.processors or os.cpu_count() or 1), available)
+    measured = measure(nbytes)
+    if not (isinstance(measured, (int, float)) and math.isfinite(measured) and measured > 0):
+        raise MoesimError(f"the DRAM bandwidth could not be measured (got {measured!r}); {TEMPLATE_HINT}")
+    per_socket = measured / info.sockets
+    rate = f"{measured:.1f} GB/s" if info.sockets == 1 else f"{per_socket:.1f} GB/s per socket"
+    ghz, ram_gb = clock_ghz(info, read(MAX_FREQ)), _sig(total / 2 ** 30)
+    cpu = CPU(f"{model} (measured {rate})", cores, ghz, info.isa, _sig(per_socket), ram_gb,
+              sockets=info.sockets, dram_eff=1.0)
+    gpu, link, gpu_line = detect_gpu(run, unknown_gpu)
+    sockets = f"{info.sockets} x " if info.sockets > 1 else ""
+    cpu_line = (f"{sockets}{model} ({cores} cores{' per socket' if sockets else ''}, {info.isa}, {ghz:g} GHz, "
+                f"{ram_gb:g} GiB), DRAM read {measured:.1f} GB/s measured over {nbytes / 2 ** 20:.0f} MiB")
+    return Hardware("local", gpu, link, cpu=cpu, source=f"local: detected {cpu_line}; {gpu_line}")

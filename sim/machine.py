@@ -1,0 +1,163 @@
+"""What a machine is to the simulator: its GPU, the link experts cross, its host CPU and DRAM, its SSD.
+
+Memory sizes are GiB (2^30 bytes), as GPUs and DIMMs are sold and nvidia-smi counts; bandwidths GB/s (1e9
+bytes/s), as vendors quote them. The presets and the TOML files are in ``moesim.sim.hardware``; every key,
+its unit, default and source in docs/hardware.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from moesim.sim.cpu_rates import (BARRIER_BASE_US, BARRIER_THREAD_US, DRAM_EFF, FORMAT_CLASS, ISA_FAMILY,
+                                  ISA_FLOP_PER_CYCLE, SYNC_US, WEIGHT_BYTES_PER_CYCLE)
+
+# how an engine spreads its CPU work over sockets (a strategy's ``NUMA``): one thread pool whose weights sit in
+# one socket's DRAM (llama.cpp: pages land where the loader touched them), or a pool per socket, each reading
+# its half of the experts from its local DRAM (kTransformers' NUMA build)
+ONE_POOL, PER_SOCKET = "one-pool", "per-socket"
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    hbm_gbps: float          # GB/s
+    tflops: float            # dense bf16 (fp16 where the GPU has no bf16), 1e12 FLOP/s
+    hbm_gb: float            # memory, GiB
+    mem_eff: float = 0.8     # fraction of HBM bandwidth a decode kernel reaches
+    flop_eff: float = 0.6    # fraction of peak FLOP/s a GEMM reaches
+    launch_us: float = 5.0   # per kernel launch
+
+    @property
+    def mem_bw(self) -> float:
+        """Bytes/s a kernel streams from HBM."""
+        return self.hbm_gbps * 1e9 * self.mem_eff
+
+    @property
+    def flops(self) -> float:
+        return self.tflops * 1e12 * self.flop_eff
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    gbps: float              # nominal GB/s, one direction
+    efficiency: float = 0.8  # fraction a pinned copy reaches
+    latency_us: float = 10.0
+    engines: int = 1         # copy engines working in parallel (transfers stay FIFO on each)
+
+    @property
+    def bandwidth(self) -> float:
+        return self.gbps * 1e9 * self.efficiency
+
+
+@dataclass(frozen=True)
+class CPU:
+    """The host CPU: what computes the experts kept in its DRAM (llama.cpp ``--n-cpu-moe``, kTransformers,
+    Fiddler), and everything on a machine without a GPU. ``cores`` and ``dram_gbps`` are per socket, ``ram_gb``
+    the whole machine's. An expert of B bytes on T tokens takes ``task_us + max(B / DRAM rate, B / unpack
+    rate, 2·params·T / FLOP rate)`` (``moesim.sim.costs.cpu_expert_s``; the rates: ``moesim.sim.cpu_rates``)."""
+
+    name: str
+    cores: int               # physical cores per socket
+    ghz: float               # all-core clock
+    isa: str                 # a key of ISA_FLOP_PER_CYCLE
+    dram_gbps: float         # nominal per socket: channels x MT/s x 8 B
+    ram_gb: float            # DRAM, GiB, all sockets
+    sockets: int = 1
+    threads: int = 0         # threads the engine computes with (llama.cpp -t, kTransformers --cpu_infer); 0: every core
+    dram_eff: float = DRAM_EFF  # share of the nominal bandwidth a streaming read reaches
+    kernel_eff: float = 0.5  # share of the ISA's peak FLOP/s an expert kernel reaches on many tokens
+    task_us: float = 0.0     # per expert kernel besides the barriers (what ``moesim calibrate`` measures of the replay's)
+    sync_us: float = SYNC_US  # per layer handed to the CPU: the activations' two trips, the waits, the graph split
+    barrier_base_us: float = BARRIER_BASE_US    # a thread barrier: base_us + thread_us x threads
+    barrier_thread_us: float = BARRIER_THREAD_US
+    fp32_gflops: float = 0.0  # measured rates per format class (0: from the tables)
+    bf16_gflops: float = 0.0
+    int8_gflops: float = 0.0
+    int4_gflops: float = 0.0
+
+    @property
+    def workers(self) -> int:
+        """The threads that compute: ``threads``, at most one per core of every socket."""
+        return min(self.threads or self.cores * self.sockets, self.cores * self.sockets)
+
+    def barrier_s(self) -> float:
+        """One barrier of the engine's threads (``moesim.sim.cpu_rates``)."""
+        return (self.barrier_base_us + self.barrier_thread_us * self.workers) * 1e-6
+
+    def dram_bw(self, numa: str = ONE_POOL) -> float:
+        """Bytes/s a streaming read of expert weights reaches: one socket's DRAM, or every socket's when the
+        engine keeps a pool per socket (``numa``)."""
+        return self.dram_gbps * 1e9 * self.dram_eff * (self.sockets if numa == PER_SOCKET else 1)
+
+    def measured(self, dtype: str) -> float:
+        """The FLOP/s ``moesim calibrate`` measured for ``dtype``'s class (0: none)."""
+        return getattr(self, f"{FORMAT_CLASS.get(dtype, 'int4')}_gflops") * 1e9
+
+    def unpack_bw(self, dtype: str) -> float:
+        """Bytes/s of ``dtype`` weights the threads unpack into dot products at one token (inf: the format is not
+        unpack-bound, or a measured rate stands for it)."""
+        per_cycle = WEIGHT_BYTES_PER_CYCLE[ISA_FAMILY[self.isa]].get(dtype)
+        if per_cycle is None or self.measured(dtype) > 0:
+            return math.inf
+        return self.workers * self.ghz * 1e9 * per_cycle
+
+    def flops(self, dtype: str) -> float:
+        """FLOP/s of an expert kernel whose weights are in ``dtype``: measured, or from the ISA table."""
+        measured = self.measured(dtype)
+        if measured > 0:
+            return measured
+        return self.workers * self.ghz * 1e9 * ISA_FLOP_PER_CYCLE[self.isa][FORMAT_CLASS.get(dtype, "int4")] * self.kernel_eff
+
+
+@dataclass(frozen=True)
+class SSD:
+    name: str
+    gbps: float              # sequential read, GB/s
+    latency_us: float = 80.0
+
+
+@dataclass(frozen=True)
+class MeasuredCompute:
+    """Measured compute times for one model on this machine (what `moesim calibrate` fits); they
+    replace the roofline for that model (``moesim.sim.costs``). A layer's attention + router + shared
+    experts take ``layer_s + layer_token_s · T + layer_ctx_s · ctx`` for T tokens whose sequences
+    hold ctx KV tokens; one expert on T tokens ``expert_s + expert_token_s · (T − 1)``; a fused MoE
+    kernel adds ``moe_launch_s``, a per-expert kernel ``expert_launch_s``."""
+
+    name: str                # the model preset these were measured for
+    layer_s: float
+    expert_s: float
+    layer_token_s: float = 0.0
+    layer_ctx_s: float = 0.0
+    expert_token_s: float = 0.0
+    moe_launch_s: float = 0.0
+    expert_launch_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A machine; ``gpu`` (and its ``link``) None: CPU only, every weight on the host CPU (llama.cpp without a
+    GPU)."""
+
+    name: str
+    gpu: GPU | None
+    link: Link | None
+    ssd: SSD | None = None
+    source: str = field(default="", compare=False)
+    compute: MeasuredCompute | None = None
+    cpu: CPU | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """The machine in a line: GPU and memory, link, CPU and RAM."""
+        parts = [f"{self.gpu.name} ({self.gpu.hbm_gb:g} GiB)", self.link.name] if self.gpu is not None else ["no GPU"]
+        if self.cpu is not None:
+            c = self.cpu
+            sockets = f"{c.sockets} x " if c.sockets > 1 else ""
+            parts.append(f"{sockets}{c.name} ({c.ram_gb:g} GiB, {c.workers} threads)")
+        return ", ".join(parts)

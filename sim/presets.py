@@ -1,0 +1,66 @@
+"""Hardware presets: machines as the papers and the published measurements ran them, part by part.
+
+Nominal figures are the vendors'; PCIe 3/4/5 x16 are 16/32/64 GB/s as the papers quote them
+(MELINOE Tab. 9, CommitMoE Tab. 1), the SSD is FlashMoE Tab. 2's PCIe 5 drive (7.4 GB/s), a CPU's
+DRAM bandwidth per socket is channels x MT/s x 8 B. The efficiencies are typical measured fractions
+(pinned host-to-device copies reach ~80–85% of a PCIe link; memory-bound decode kernels ~80% of HBM;
+the CPU's in ``moesim.sim.cpu_rates``), not fitted to any point they are checked on.
+"""
+
+from __future__ import annotations
+
+from moesim.sim.machine import CPU, GPU, SSD, Link
+
+GPUS = {g.name.lower().replace(" ", ""): g for g in [
+    GPU("H100", 3350, 989, 80),                   # SXM5, HBM3
+    GPU("A100-40G", 1555, 312, 40),
+    GPU("A6000", 768, 154.8, 48),                 # RTX A6000, GDDR6
+    GPU("RTX4090", 1008, 165.2, 24),
+    GPU("RTX4090D", 1008, 147.0, 24),             # China-market 4090: 14592 CUDA cores
+    GPU("RTX4080", 716.8, 97.5, 16),
+    GPU("RTX2080", 448, 40.3, 8),
+    GPU("RTX2080Ti", 616, 53.8, 11),              # fp16 tensor cores with fp32 accumulate (no bf16)
+    GPU("RTX5070Ti", 896, 175.8, 16),             # GDDR7; bf16 dense from the Blackwell whitepaper
+    GPU("GH200", 4000, 989, 96),                  # H100 with HBM3 96 GB
+]}
+LINKS = {lk.name: lk for lk in [
+    Link("pcie3", 16, 0.8, 10),
+    Link("pcie4", 32, 0.8, 10),
+    Link("pcie5", 64, 0.85, 10),
+    Link("nvlink-c2c", 450, 0.9, 5),              # GH200 CPU-GPU, 450 GB/s each way
+]}
+SSDS = {s.name: s for s in [
+    SSD("pcie5-nvme", 7.4, 80),                   # FlashMoE Tab. 2: SK hynix P51
+    SSD("pcie4-nvme", 7.0, 80),                   # a typical PCIe 4 drive (Samsung 990 Pro class)
+]}
+CPUS = {c.name.lower().replace(" ", "-"): c for c in [
+    # per socket: cores, nominal DRAM bandwidth (channels x MT/s x 8 B); RAM as the paper's machine had it, else a
+    # typical build
+    CPU("Ryzen-7950X", 16, 5.0, "avx512-256", 83.2, 128),      # 2 x DDR5-5200 (AMD's rated maximum)
+    CPU("Ryzen-9950X", 16, 5.0, "avx512", 89.6, 96),           # Zen 5 (512-bit datapath), 2 x DDR5-5600 (rated)
+    CPU("Ryzen-9600X", 6, 5.0, "avx512", 96.0, 64),            # FlashMoE Tab. 2: 4 x 16 GB DDR5-6000, dual channel
+    CPU("i9-10900X", 10, 4.0, "avx512", 93.9, 128),            # 4 x DDR4-2933 (Intel's rated maximum)
+    CPU("Xeon-E5-2680v4", 14, 2.9, "avx2", 76.8, 128),         # CommitMoE Tab. 2 env. 2: 4 x DDR4-2400
+    CPU("Xeon-W5-3435X", 16, 4.0, "amx", 307.2, 128),          # CommitMoE Tab. 2 env. 1: 8 x DDR5-4800
+    CPU("Xeon-8470", 52, 2.6, "amx", 307.2, 2048),             # MELINOE Tab. 9 (H100 host): 8 x DDR5-4800 per socket
+    CPU("Xeon-6454S", 32, 2.8, "amx", 307.2, 512),             # kTransformers' host, one socket: 8 x DDR5-4800
+    CPU("EPYC-7J13", 64, 3.0, "avx2", 204.8, 216),             # MELINOE Tab. 9 (A100 host): 8 x DDR4-3200
+    CPU("EPYC-7B13", 64, 3.0, "avx2", 204.8, 270),             # MELINOE Tab. 9 (RTX 4090 host): 8 x DDR4-3200
+    CPU("Grace", 72, 3.1, "neon", 512.0, 480),                 # GH200: 480 GB LPDDR5X at up to 512 GB/s
+]}
+# machines as the papers ran them: GPU, its host link, its host CPU. The rtx4090 machine is a desktop
+# (MELINOE's RTX 4090 sits in an EPYC 7B13 server: --cpu epyc-7b13 gives that); the a6000's CPU is assumed
+# (Speculating Experts Tab. 3 gives its 128 GB of DRAM only). The desktops without a GPU run everything on the CPU.
+SYSTEMS = {
+    "h100": ("h100", "pcie5", "xeon-8470"),               # MELINOE Tab. 9
+    "a100-40g": ("a100-40g", "pcie4", "epyc-7j13"),       # MELINOE Tab. 9, Speculating Experts Tab. 3 (A100)
+    "a6000": ("a6000", "pcie4", "xeon-w5-3435x"),         # Speculating Experts Tab. 3
+    "rtx4090": ("rtx4090", "pcie4", "ryzen-7950x"),       # GPU and link as MELINOE Tab. 9, a desktop host
+    "rtx4080": ("rtx4080", "pcie4", "ryzen-7950x"),       # desktops people run llama.cpp MoE offload on
+    "rtx2080": ("rtx2080", "pcie3", "i9-10900x"),
+    "rtx2080ti": ("rtx2080ti", "pcie3", "xeon-e5-2680v4"),  # CommitMoE's PCIe Gen3 environment
+    "rtx5070ti": ("rtx5070ti", "pcie5", "ryzen-9600x"),   # FlashMoE Tab. 2 desktop
+    "gh200": ("gh200", "nvlink-c2c", "grace"),            # Speculating Experts Tab. 3
+    "ryzen-7950x": (None, None, "ryzen-7950x"),           # CPU-only desktops
+    "ryzen-9950x": (None, None, "ryzen-9950x"),
+}

@@ -1,0 +1,89 @@
+"""Hardware files: what a user writes is checked key by key (one line naming the file, nothing half-read), memory
+sizes are required, a file without a GPU is a CPU-only machine; the template, the documented examples, and the
+spec-sheet machines of the published-points check all load."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from moesim.errors import MoesimError
+from moesim.sim.hardware import TEMPLATE, get_hardware, load_hardware
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "box.toml"
+    path.write_text(text)
+    return path
+
+
+GPU = '[gpu]\nname = "g"\nhbm_gbps = 360\ntflops = 25.6\n'
+LINK = '[link]\nname = "l"\ngbps = 32\n'
+CPU = '[cpu]\nname = "c"\ncores = 8\nghz = 4.0\nisa = "avx2"\ndram_gbps = 51.2\n'
+
+
+@pytest.mark.parametrize("text, message", [
+    (GPU + LINK, r"\[gpu\] needs hbm_gb"),
+    (GPU + "hbm_gb = 0\n" + LINK, r"\[gpu\] hbm_gb must be a finite number > 0, got 0"),
+    (GPU + "hbm_gb = 12\n" + LINK + CPU, r"\[cpu\] needs ram_gb"),
+    (GPU + "hbm_gb = 12\n", r"missing \[link\]"),
+    (LINK, r"a \[gpu\] section, a \[cpu\] section, or both"),
+    (LINK + CPU + "ram_gb = 32\n", r"\[link\] and \[compute\] describe a GPU"),
+    (CPU + "ram_gb = 32\nsockets = 0\n", r"\[cpu\] sockets must be a whole number of sockets"),
+    (CPU + "ram_gb = 32\nthreads = -1\n", r"\[cpu\] threads must be a whole number of threads"),
+    (CPU + "ram_gb = 32\nthreads = 2.5\n", r"\[cpu\] threads must be a whole number"),
+    (CPU + "ram_gb = nan\n", r"\[cpu\] ram_gb must be a finite number > 0"),
+])
+def test_a_bad_file_is_one_line_naming_it(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(MoesimError, match=message) as err:
+        load_hardware(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_file_without_a_gpu_is_a_cpu_only_machine(tmp_path):
+    hw = load_hardware(write(tmp_path, CPU + "ram_gb = 32\nsockets = 2\nthreads = 12\n"))
+    assert hw.gpu is None and hw.link is None and hw.cpu.sockets == 2 and hw.cpu.workers == 12
+    assert hw.describe() == "no GPU, 2 x c (32 GiB, 12 threads)"
+    with pytest.raises(MoesimError, match="no GPU: --link and --vram do not apply"):
+        get_hardware(str(tmp_path / "box.toml"), vram=24)
+
+
+def test_cpu_only_presets_and_local_are_machines():
+    hw = get_hardware("ryzen-9950x")
+    assert hw.gpu is None and hw.cpu.name == "Ryzen-9950X"
+    from moesim.sim.config import HardwareConfig
+
+    assert HardwareConfig(machine="local").machine == "local"  # detected when the run is built, not here
+
+
+def test_the_template_is_a_valid_machine(tmp_path):
+    hw = load_hardware(write(tmp_path, TEMPLATE))
+    assert hw.gpu.hbm_gb == 12 and hw.link.gbps == 32 and hw.cpu.ram_gb == 32 and hw.cpu.dram_gbps == 51.2
+    assert tomllib.loads(TEMPLATE)["gpu"]["name"] == "RTX 3060 12GB"
+
+
+def test_every_toml_example_in_docs_hardware_md_loads(tmp_path):
+    blocks = re.findall(r"```toml\n(.*?)```", (ROOT / "docs" / "hardware.md").read_text(), re.S)
+    assert len(blocks) >= 2
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"example{i}.toml"
+        path.write_text(block)
+        assert load_hardware(path).name
+
+
+def test_the_published_points_name_machines_models_and_formats_that_exist():
+    from moesim.sim.strategies import STRATEGIES
+    from moesim.tracegen.model_spec import FORMATS
+    from moesim.tracegen.models import get_model
+
+    points = tomllib.loads((ROOT / "benchmarks" / "published_points.toml").read_text())["point"]
+    assert len([p for p in points if p.get("counted", True)]) >= 15
+    for p in points:
+        load_hardware(ROOT / "benchmarks" / "machines" / f"{p['machine']}.toml")
+        get_model(p["model"])
+        assert p["format"] in FORMATS and p.get("other", p["format"]) in FORMATS and p["strategy"] in STRATEGIES
+        assert p["measured"] > 0 and p["source"] and (p.get("counted", True) or p["excluded"])

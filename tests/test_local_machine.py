@@ -1,0 +1,441 @@
+"""``--hardware local`` (``moesim.sim.local_machine``): the readers on fixed /proc and nvidia-smi texts (a two-socket
+Sapphire Rapids Xeon, a Zen 4 desktop, an Arm server, VMs without socket or core ids, GPUs named as nvidia-smi
+names them), ``detect`` with those texts fed in, one real DRAM read (finite and positive; no speed is checked),
+and every reader fuzzed: a result or a one-line MoesimError, never another exception."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from moesim.errors import MoesimError
+from moesim.sim import local_machine as lm
+from moesim.sim.cpu_rates import ISA_FLOP_PER_CYCLE
+from moesim.sim.hardware import load_hardware, write_hardware
+from moesim.sim.presets import LINKS
+from moesim.sim.machine import GPU, Hardware
+
+
+def _x86(vendor, family, model, name, flags, topology, mhz="2000.000"):
+    """A /proc/cpuinfo of x86 processors; ``topology``: (physical id or None, core id or None) per logical CPU."""
+    blocks = []
+    for n, (phys, core) in enumerate(topology):
+        lines = [f"processor\t: {n}", f"vendor_id\t: {vendor}", f"cpu family\t: {family}", f"model\t\t: {model}",
+                 f"model name\t: {name}", "stepping\t: 8", f"cpu MHz\t\t: {mhz}", "cache size\t: 107520 KB"]
+        if phys is not None:
+            lines.append(f"physical id\t: {phys}")
+        lines.append("siblings\t: 4")
+        if core is not None:
+            lines.append(f"core id\t\t: {core}")
+        lines += ["cpu cores\t: 2", f"flags\t\t: {flags}", "bugs\t\t: spectre_v1 spectre_v2", ""]
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks) + "\n"
+
+
+X86_FLAGS = "fpu vme de pse tsc msr pae mce cx8 apic sep sse sse2 ht syscall nx lm avx fma avx2 bmi1 bmi2"
+AVX512 = X86_FLAGS + " avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 avx512_vnni"
+# two sockets x two cores x two threads
+XEON = _x86("GenuineIntel", 6, 143, "Intel(R) Xeon(R) Platinum 8470", AVX512 + " amx_bf16 amx_tile amx_int8",
+            [(p, c) for p in (0, 1) for c in (0, 1)] * 2, mhz="2000.000")
+# one socket, four cores x two threads
+ZEN4 = _x86("AuthenticAMD", 25, 97, "AMD Ryzen 9 7950X 16-Core Processor", AVX512,
+            [(0, c) for c in range(4)] * 2, mhz="4500.000")
+ZEN5 = _x86("AuthenticAMD", 26, 68, "AMD Ryzen 9 9950X 16-Core Processor", AVX512, [(0, c) for c in range(4)])
+ZEN3 = _x86("AuthenticAMD", 25, 33, "AMD Ryzen 9 5950X 16-Core Processor", X86_FLAGS, [(0, c) for c in range(4)])
+VM_NO_SOCKET = _x86("GenuineIntel", 6, 85, "Intel Xeon Processor (Cascadelake)", AVX512, [(None, c) for c in range(3)])
+VM_NO_IDS = _x86("GenuineIntel", 6, 85, "Intel Xeon Processor", X86_FLAGS, [(None, None)] * 5)
+ARM = "".join(f"""processor\t: {n}
+BogoMIPS\t: 2000.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm sve sve2 i8mm bf16
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x0
+CPU part\t: 0xd4f
+CPU revision\t: 0
+
+""" for n in range(4))
+LSCPU_ARM = "Architecture:  aarch64\nVendor ID:     ARM\nModel name:    Neoverse-V2\nSocket(s):     1\n"
+MEMINFO = "MemTotal:       263921424 kB\nMemFree:        250000000 kB\nMemAvailable:   255000000 kB\nHugePages_Total:       0\n"
+SMI_4090 = "NVIDIA GeForce RTX 4090, 24564\n"
+
+
+def _machine(cpuinfo, meminfo=MEMINFO, max_freq=None, llc=None, smi=None, pcie="4, 16\n", lscpu=None):
+    """(read, run) over fixed texts: ``llc`` (size, shared_cpu_list) is cpu0's L3; ``smi`` None: no nvidia-smi,
+    an int: nvidia-smi fails with that status."""
+    files = {lm.CPUINFO: cpuinfo, lm.MEMINFO: meminfo, lm.MAX_FREQ: max_freq}
+    caches = [("1", "Data", "48K", "0"), ("1", "Instruction", "32K", "0"), ("2", "Unified", "2048K", "0")]
+    if llc is not None:
+        caches.append(("3", "Unified", *llc))
+    for i, (level, kind, size, shared) in enumerate(caches):
+        for key, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+            files[lm.CACHE.format(i, key)] = value + "\n"
+    calls = []
+
+    def run(args, **kwargs):
+        calls.append(args)
+        if args[0] == "lscpu":
+            if lscpu is None:
+                raise FileNotFoundError("lscpu")
+            return subprocess.CompletedProcess(args, 0, lscpu, "")
+        if smi is None:
+            raise FileNotFoundError(args[0])
+        if isinstance(smi, int):
+            return subprocess.CompletedProcess(args, smi, "", "NVIDIA-SMI has failed")
+        return subprocess.CompletedProcess(args, 0, pcie if "pcie" in args[1] else smi, "")
+
+    run.calls = calls
+    return files.get, run
+
+
+class Measure:
+    """A DRAM measure that records the buffer it was asked for."""
+
+    def __init__(self, gbps=100.0):
+        self.gbps, self.asked = gbps, []
+
+    def __call__(self, nbytes):
+        self.asked.append(nbytes)
+        return self.gbps
+
+
+# ---------------------------------------------------------------- the readers
+
+
+@pytest.mark.parametrize("text, sockets, cores, isa", [
+    (XEON, 2, 2, "amx"),
+    (ZEN4, 1, 4, "avx512-256"),     # Zen 4: AVX-512 on 256-bit pipes
+    (ZEN5, 1, 4, "avx512"),         # family 1Ah: a 512-bit datapath
+    (ZEN3, 1, 4, "avx2"),           # family 19h without AVX-512
+    (ARM, 1, 4, "neon"),            # no core ids: every processor listed is a core
+    (VM_NO_SOCKET, 1, 3, "avx512"),  # core ids without a physical id: one socket
+    (VM_NO_IDS, 1, 5, "avx2"),
+])
+def test_cpuinfo(text, sockets, cores, isa):
+    info = lm.parse_cpuinfo(text)
+    assert (info.sockets, info.cores, info.isa) == (sockets, cores, isa)
+    assert lm.isa(text) == isa
+
+
+def test_cpuinfo_fields():
+    info = lm.parse_cpuinfo(XEON)
+    assert (info.model, info.vendor, info.family, info.processors, info.mhz) == (
+        "Intel(R) Xeon(R) Platinum 8470", "GenuineIntel", 6, 8, 2000.0)
+    assert lm.parse_cpuinfo(ARM).model == ""  # Arm's cpuinfo names no model: lscpu does
+    # no blank line between two processors still gives two
+    assert lm.parse_cpuinfo("processor : 0\ncore id : 0\nprocessor : 1\ncore id : 1\n").cores == 2
+    assert lm.parse_cpuinfo("cpu family : 0x19\nvendor_id : AuthenticAMD\nflags : avx512f\n").isa == "avx512-256"
+
+
+def test_unreadable_cpuinfo_is_avx2_for_calibrate():
+    """``moesim calibrate`` reads its ISA and clock here (one definition): avx2 and no clock where /proc says
+    nothing."""
+    from moesim.replay import calibrate_cpu
+
+    assert calibrate_cpu.isa is lm.isa and calibrate_cpu.cpuinfo_ghz is lm.cpuinfo_ghz
+    assert lm.isa("") == lm.isa("not a cpuinfo") == "avx2"
+    assert lm.cpuinfo_ghz(ZEN4) == 4.5 and lm.cpuinfo_ghz(ARM) is None and lm.cpuinfo_ghz("") is None
+    with pytest.raises(MoesimError, match="no processor"):
+        lm.parse_cpuinfo("hello\nworld")
+
+
+def test_clock():
+    assert lm.clock_ghz(lm.parse_cpuinfo(ZEN4), "5881000\n") == 5.881  # cpufreq's maximum first
+    assert lm.clock_ghz(lm.parse_cpuinfo(ZEN4), None) == 4.5           # then cpuinfo's cpu MHz
+    assert lm.clock_ghz(lm.parse_cpuinfo(ARM), None) == lm.DEFAULT_GHZ
+    assert lm.clock_ghz(lm.parse_cpuinfo(ZEN4), "1\n") == 4.5          # 1 kHz is no clock
+
+
+def test_meminfo():
+    mem = lm.parse_meminfo(MEMINFO)
+    assert mem["MemTotal"] == 263921424 * 1024 and mem["MemAvailable"] == 255000000 * 1024
+    assert "HugePages_Total" not in mem  # not a kB field
+    with pytest.raises(MoesimError, match="MemTotal"):
+        lm.parse_meminfo("MemFree: 12 kB\n")
+
+
+def test_cache_and_buffer():
+    assert lm.parse_size("32768K") == 32 << 20 and lm.parse_size("1M") == 1 << 20 and lm.parse_size("x") is None
+    assert lm.parse_cpulist("0-7,96-103") == 16 and lm.parse_cpulist("3") == 1 and lm.parse_cpulist("7-3") == 0
+    read, _ = _machine(XEON, llc=("107520K", "0-3"))
+    assert lm.llc_bytes(read, 8) == 2 * 107520 * 1024  # one L3 per four CPUs, eight CPUs
+    read, _ = _machine(XEON)
+    assert lm.llc_bytes(read, 8) == 8 * 2048 * 1024     # no L3: the L2, one per CPU
+    assert lm.llc_bytes(lambda path: None, 8) == 0
+    assert lm.buffer_bytes(0, None) == lm.MIN_BUFFER
+    assert lm.buffer_bytes(200 << 20, None) == 800 << 20
+    assert lm.buffer_bytes(200 << 20, 1 << 30) == 256 << 20  # a quarter of what is available
+
+
+def test_nvidia_smi():
+    assert lm.parse_nvidia_smi(SMI_4090) == ("NVIDIA GeForce RTX 4090", 24564.0, 1)
+    assert lm.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 81559\nNVIDIA H100 80GB HBM3, 81559\n")[2] == 2
+    for bad in ("", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090, [N/A]", ", 1024"):
+        with pytest.raises(MoesimError):
+            lm.parse_nvidia_smi(bad)
+    assert lm.parse_pcie("4, 16\n") == (4, 16) and lm.parse_pcie("[N/A], [N/A]") == (None, None)
+    assert lm.parse_pcie("") == (None, None)
+
+
+@pytest.mark.parametrize("name, preset", [
+    ("NVIDIA GeForce RTX 4090", "rtx4090"), ("NVIDIA GeForce RTX 4090 D", "rtx4090d"),
+    ("NVIDIA GeForce RTX 2080 Ti", "rtx2080ti"), ("NVIDIA GeForce RTX 5070 Ti", "rtx5070ti"),
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-40GB", "a100-40g"), ("NVIDIA RTX A6000", "a6000"),
+    ("NVIDIA GH200 480GB", "gh200"),
+    ("NVIDIA H100 PCIe", None), ("NVIDIA A100-SXM4-80GB", None), ("NVIDIA GeForce RTX 4080 SUPER", None),
+    ("NVIDIA GeForce RTX 3060", None),
+])
+def test_gpu_names(name, preset):
+    assert lm.match_gpu(name) == preset
+
+
+# ---------------------------------------------------------------- detect
+
+
+def test_xeon_with_an_rtx4090():
+    read, run = _machine(XEON, max_freq="3800000\n", llc=("107520K", "0-3"), smi=SMI_4090)
+    measure = Measure(400.0)
+    hw = lm.detect(measure=measure, run=run, read=read)
+    assert measure.asked == [4 * 2 * 107520 * 1024]  # 4x both sockets' L3 (840 MiB, over 512 MiB)
+    cpu = hw.cpu
+    assert (hw.name, cpu.sockets, cpu.cores, cpu.isa, cpu.ghz, cpu.ram_gb) == ("local", 2, 2, "amx", 3.8, 251.7)
+    assert (cpu.dram_gbps, cpu.dram_eff) == (200.0, 1.0)  # per socket, measured
+    assert cpu.name == "Intel(R) Xeon(R) Platinum 8470 (measured 200.0 GB/s per socket)"
+    assert hw.gpu == GPU("NVIDIA GeForce RTX 4090", 1008, 165.2, 23.99)
+    assert hw.link == LINKS["pcie4"]
+    assert hw.source.startswith("local: detected 2 x Intel(R) Xeon(R) Platinum 8470")
+    assert "preset rtx4090" in hw.source and "read by nvidia-smi" in hw.source
+
+
+def test_zen4_desktop_without_a_gpu():
+    read, run = _machine(ZEN4, llc=("32768K", "0-7"))
+    hw = lm.detect(measure=Measure(61.2), run=run, read=read)
+    assert hw == Hardware("local", None, None, cpu=hw.cpu)
+    cpu = hw.cpu
+    assert (cpu.name, cpu.sockets, cpu.cores, cpu.isa, cpu.ghz, cpu.dram_gbps, cpu.dram_eff) == (
+        "AMD Ryzen 9 7950X 16-Core Processor (measured 61.2 GB/s)", 1, 4, "avx512-256", 4.5, 61.2, 1.0)
+    assert "no GPU" in hw.source and hw.describe().startswith("no GPU, AMD Ryzen 9 7950X")
+    assert [c[0] for c in run.calls] == ["nvidia-smi"]  # cpuinfo named the model: no lscpu
+
+
+@pytest.mark.parametrize("status", [6, 9])
+def test_failing_nvidia_smi_is_a_cpu_only_machine(status):
+    read, run = _machine(ZEN4, smi=status)
+    assert lm.detect(measure=Measure(), run=run, read=read).gpu is None
+
+
+def test_arm_server_takes_its_name_from_lscpu():
+    read, run = _machine(ARM, lscpu=LSCPU_ARM)
+    cpu = lm.detect(measure=Measure(500.0), run=run, read=read).cpu
+    assert (cpu.name, cpu.cores, cpu.isa, cpu.ghz) == ("Neoverse-V2 (measured 500.0 GB/s)", 4, "neon", lm.DEFAULT_GHZ)
+    read, run = _machine(ARM)  # no lscpu either
+    assert lm.detect(measure=Measure(), run=run, read=read).cpu.name.startswith("neon CPU")
+
+
+@pytest.mark.parametrize("name, pcie, preset, link", [
+    ("NVIDIA H100 80GB HBM3, 81559", "5, 16", "h100", LINKS["pcie5"]),
+    ("NVIDIA GeForce RTX 2080 Ti, 11264", "3, 8", "rtx2080ti", None),  # PCIe 3 x8: checked below
+    ("NVIDIA RTX A6000, 49140", "[N/A], [N/A]", "a6000", LINKS["pcie4"]),  # not read: PCIe 4 x16
+    ("NVIDIA GH200 480GB, 97871", "5, 16", "gh200", LINKS["nvlink-c2c"]),
+])
+def test_gpus_and_links(name, pcie, preset, link):
+    from moesim.sim.presets import GPUS
+
+    read, run = _machine(VM_NO_SOCKET, smi=name + "\n", pcie=pcie + "\n")
+    hw = lm.detect(measure=Measure(), run=run, read=read)
+    assert (hw.gpu.hbm_gbps, hw.gpu.tflops) == (GPUS[preset].hbm_gbps, GPUS[preset].tflops)
+    assert hw.gpu.hbm_gb == float(f"{int(name.rsplit(',')[1]) / 1024:.4g}")
+    if link is None:  # PCIe 3 on 8 lanes: half of x16
+        assert (hw.link.name, hw.link.gbps, hw.link.efficiency) == ("pcie3-x8", 8.0, LINKS["pcie3"].efficiency)
+    else:
+        assert hw.link == link
+
+
+def test_a_gpu_not_among_the_presets():
+    read, run = _machine(ZEN4, smi="NVIDIA GeForce RTX 3060, 12288\n")
+    asked = []
+
+    def unknown(name, hbm_gb):
+        asked.append((name, hbm_gb))
+        props = SimpleNamespace(memory_clock_rate=7_501_000, memory_bus_width=192)
+        return lm.gpu_from_properties(name, hbm_gb, props, 20.5)
+
+    hw = lm.detect(measure=Measure(), run=run, read=read, unknown_gpu=unknown)
+    assert asked == [("NVIDIA GeForce RTX 3060", 12.0)]
+    assert (hw.gpu.hbm_gbps, hw.gpu.tflops, hw.gpu.flop_eff, hw.gpu.hbm_gb) == (360.0, 20.5, 1.0, 12.0)
+    with pytest.raises(MoesimError, match="moesim hardware --template"):
+        lm.gpu_from_properties("X", 12.0, SimpleNamespace(name="X"), 20.5)  # no memory clock in these properties
+
+
+def test_torch_gpu_without_cuda_asks_for_a_hardware_file(monkeypatch):
+    cuda = SimpleNamespace(is_available=lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    with pytest.raises(MoesimError, match="moesim hardware --template") as exc:
+        lm.torch_gpu("NVIDIA GeForce RTX 3060", 12.0)
+    assert "\n" not in str(exc.value)
+    read, run = _machine(ZEN4, smi="NVIDIA GeForce RTX 3060, 12288\n")
+    with pytest.raises(MoesimError, match="RTX 3060"):
+        lm.detect(measure=Measure(), run=run, read=read)
+
+
+def test_torch_gpu_reads_the_properties(monkeypatch):
+    props = SimpleNamespace(name="NVIDIA GeForce RTX 3060", total_memory=12 << 30, memory_clock_rate=7_501_000,
+                            memory_bus_width=192)
+    cuda = SimpleNamespace(is_available=lambda: True, get_device_properties=lambda i: props)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(lm, "_gemm_tflops", lambda torch: 19.0)
+    gpu = lm.torch_gpu("NVIDIA GeForce RTX 3060", 11.9)
+    assert (gpu.hbm_gbps, gpu.tflops, gpu.hbm_gb, gpu.flop_eff) == (360.0, 19.0, 11.9, 1.0)
+    assert gpu.name == "NVIDIA GeForce RTX 3060 (measured 19 TFLOP/s)"
+
+
+def test_detect_refuses_what_it_cannot_read():
+    read, run = _machine(ZEN4)
+    with pytest.raises(MoesimError, match="/proc/cpuinfo"):
+        lm.detect(measure=Measure(), run=run, read=lambda path: None)
+    for bad in (0.0, math.nan, -1.0, math.inf):
+        with pytest.raises(MoesimError, match="DRAM"):
+            lm.detect(measure=Measure(bad), run=run, read=read)
+
+
+def test_a_detected_machine_is_a_valid_hardware_file(tmp_path):
+    read, run = _machine(XEON, max_freq="3800000\n", smi=SMI_4090)
+    hw = lm.detect(measure=Measure(123.456), run=run, read=read)
+    path = tmp_path / "local.toml"
+    write_hardware(hw, path)
+    back = load_hardware(path)
+    assert (back.gpu, back.link, back.cpu) == (hw.gpu, hw.link, hw.cpu)
+
+
+def test_the_real_dram_read_gives_a_rate():
+    """The real kernel on a small buffer: a finite, positive rate (no speed is asserted)."""
+    gbps = lm.measure_dram_gbps(8 << 20, passes=1)
+    assert math.isfinite(gbps) and gbps > 0
+
+
+def test_this_machine():
+    """The real readers here (the DRAM read stubbed): whatever /proc and nvidia-smi say, a machine or one line."""
+    def no_gpu_measure(nbytes):
+        assert nbytes >= 1 << 20
+        return 10.0
+
+    try:
+        hw = lm.detect(measure=no_gpu_measure, unknown_gpu=lambda name, gb: GPU(name, 100.0, 10.0, gb))
+    except MoesimError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert hw.cpu.isa in ISA_FLOP_PER_CYCLE and hw.cpu.cores >= 1 and hw.cpu.ram_gb > 0
+
+
+# ---------------------------------------------------------------- fuzzing
+
+
+EXAMPLES = int(os.environ.get("MOESIM_FUZZ_EXAMPLES", "60"))  # as tests/test_fuzz.py: more for a longer campaign
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def outcome(fn):
+    """``fn()``'s result, or None after a one-line MoesimError; any other exception fails the test."""
+    try:
+        return fn()
+    except MoesimError as exc:
+        assert str(exc) and "\n" not in str(exc).strip(), repr(exc)
+        return None
+
+
+def mutate(text: str, draw) -> str:
+    """Lines dropped, duplicated or cut, characters replaced, the whole truncated."""
+    lines = text.splitlines()
+    for _ in range(draw(st.integers(0, 6))):
+        if not lines:
+            break
+        i, action = draw(st.integers(0, len(lines) - 1)), draw(st.sampled_from(["drop", "dup", "cut", "swap"]))
+        if action == "drop":
+            del lines[i]
+        elif action == "dup":
+            lines.insert(i, lines[i])
+        elif action == "cut":
+            lines[i] = lines[i][:draw(st.integers(0, len(lines[i])))]
+        else:
+            j = draw(st.integers(0, max(len(lines[i]) - 1, 0)))
+            lines[i] = lines[i][:j] + draw(st.sampled_from(list(":, \t-0x9Zé²\x00[N/A]"))) + lines[i][j + 1:]
+    out = "\n".join(lines)
+    return out[:draw(st.integers(0, len(out)))] if draw(st.booleans()) else out
+
+
+@st.composite
+def mutated(draw, base: list[str]) -> str:
+    return mutate(draw(st.sampled_from(base)), draw)
+
+
+def texts(base: list[str]):
+    """Random text, or one of ``base`` mutated."""
+    return st.one_of(st.text(max_size=300), mutated(base))
+
+
+@FUZZ
+@given(text=texts([XEON, ZEN4, ARM, VM_NO_IDS]))
+def test_fuzz_cpuinfo(text):
+    info = outcome(lambda: lm.parse_cpuinfo(text))
+    if info is not None:
+        assert info.sockets >= 1 and info.cores >= 0 and info.isa in ISA_FLOP_PER_CYCLE
+    assert lm.isa(text) in ISA_FLOP_PER_CYCLE
+    ghz = lm.cpuinfo_ghz(text)
+    assert ghz is None or (math.isfinite(ghz) and ghz > 0)
+
+
+@FUZZ
+@given(text=texts([MEMINFO]))
+def test_fuzz_meminfo(text):
+    mem = outcome(lambda: lm.parse_meminfo(text))
+    assert mem is None or mem["MemTotal"] > 0
+
+
+@FUZZ
+@given(text=texts([SMI_4090, "NVIDIA H100 80GB HBM3, 81559\nNVIDIA H100 80GB HBM3, 81559\n", "4, 16\n"]))
+def test_fuzz_nvidia_smi(text):
+    gpu = outcome(lambda: lm.parse_nvidia_smi(text))
+    assert gpu is None or (gpu[0] and math.isfinite(gpu[1]) and gpu[1] > 0 and gpu[2] >= 1)
+    gen, width = lm.parse_pcie(text)
+    assert lm.pcie_link(gen, width).gbps > 0
+    lm.match_gpu(text)
+
+
+@FUZZ
+@given(text=texts([LSCPU_ARM, "32768K\n", "0-7,96-103\n", "5881000\n"]))
+def test_fuzz_small_readers(text):
+    assert isinstance(lm.parse_lscpu(text), dict)
+    size = lm.parse_size(text)
+    assert size is None or size >= 0
+    assert lm.parse_cpulist(text) >= 0
+    assert 0.1 <= lm.clock_ghz(None, text) <= 10
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_detect(data):
+    """The whole detection on mutated /proc, sysfs, lscpu and nvidia-smi texts."""
+    draw = data.draw
+    read, run = _machine(mutate(draw(st.sampled_from([XEON, ZEN4, ARM, VM_NO_SOCKET])), draw),
+                         meminfo=mutate(MEMINFO, draw), max_freq=mutate("3800000\n", draw),
+                         llc=(mutate("107520K", draw), mutate("0-3", draw)), lscpu=mutate(LSCPU_ARM, draw),
+                         smi=draw(st.one_of(st.none(), st.just(9), mutated(
+                             [SMI_4090, "NVIDIA RTX A6000, 49140\n", "NVIDIA Foo, 100\n"]))),
+                         pcie=mutate("4, 16\n", draw))
+    def unknown(name, hbm_gb):
+        return lm.gpu_from_properties(name, hbm_gb, SimpleNamespace(memory_clock_rate=1e6, memory_bus_width=64), 5.0)
+
+    hw = outcome(lambda: lm.detect(measure=Measure(50.0), run=run, read=read, unknown_gpu=unknown))
+    if hw is not None:
+        cpu = hw.cpu
+        assert cpu.sockets >= 1 and cpu.cores >= 1 and cpu.isa in ISA_FLOP_PER_CYCLE and cpu.ram_gb > 0
+        assert 0.1 <= cpu.ghz <= 10 and cpu.dram_gbps > 0 and cpu.dram_eff == 1.0
+        assert (hw.gpu is None) == (hw.link is None)
+        assert hw.gpu is None or (hw.gpu.hbm_gb > 0 and hw.gpu.hbm_gbps > 0 and hw.link.gbps > 0)
