@@ -7,8 +7,11 @@ Mixtral-offloading and MoE-Infinity (an expert cache on the GPU). The machine is
 bits the source states (a GGUF's file size, or the format's), and moesim simulates the engine's placement and
 threads on a trace of the model: the bundled real Mixtral-8x7B trace, a synthetic one for the others (whole layers
 on the CPU do not care which experts a token picks), at batch 1 after a warm-up sequence. No constant of moesim's
-is fitted to these numbers; the points a default was taken from are shown and left out of the summary
-(``counted = false``, with the reason). docs/fidelity.md discusses the result.
+is fitted to these numbers: each point's DRAM fraction is the median of the published reads measured on other CPUs
+(``cpu_rates.dram_eff_without``), and the points a default was taken from are shown and left out of the summary
+(``counted = false``, with the reason). Beside each point: the DRAM fraction used and the share of the predicted
+time that is the CPU threads' barriers (the prediction again with them free), the least supported constant.
+docs/fidelity.md discusses the result.
 
     python benchmarks/published_offload.py [--plot docs/figures/published_points.png] [--json out.json]
 """
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from moesim import simulate
 from moesim.experiments.plan import plan_trace
+from moesim.sim.cpu_rates import DRAM_EFF, dram_eff_without
 from moesim.sim.hardware import load_hardware
 from moesim.tracegen.models import get_model
 
@@ -47,19 +51,35 @@ def model_for(point: dict):
     return spec
 
 
-def predict(point: dict) -> dict:
-    """moesim's tokens/s for one point, with the memory it needs."""
-    spec = model_for(point)
+def machine_for(point: dict):
+    """The point's hardware file, its threads as the point ran them and its DRAM fraction held out (the files leave
+    ``dram_eff`` at the default, the median of every published read)."""
     hw = load_hardware(HERE / "machines" / f"{point['machine']}.toml")
-    if "threads" in point:
-        hw = replace(hw, cpu=replace(hw.cpu, threads=point["threads"]))
+    if hw.cpu is None:
+        return hw
+    if hw.cpu.dram_eff != DRAM_EFF:
+        raise SystemExit(f"machines/{point['machine']}.toml sets dram_eff: the check takes it held out")
+    return replace(hw, cpu=replace(hw.cpu, threads=point.get("threads", hw.cpu.threads),
+                                   dram_eff=dram_eff_without(hw.cpu.name)))
+
+
+def predict(point: dict) -> dict:
+    """moesim's tokens/s for one point, with the memory it needs, the DRAM fraction it took and the share of its
+    time the CPU's thread barriers take."""
+    spec = model_for(point)
+    hw = machine_for(point)
     trace, _ = plan_trace(spec, None, 2)
     stored = "file_gib" in point or "expert_bits" in point
     settings = {k: point[k] for k in SETTINGS if k in point}
-    r = simulate(trace, model=spec, hardware=hw, strategy=point["strategy"], warmup=1,
-                 dtype=None if stored else point["format"],
-                 other_dtype=point.get("other", None if "file_gib" in point else point["format"]), **settings)
-    return {"predicted": r.tokens_per_s, "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hardware": hw.describe()}
+    settings.update(model=spec, strategy=point["strategy"], warmup=1, dtype=None if stored else point["format"],
+                    other_dtype=point.get("other", None if "file_gib" in point else point["format"]))
+    r = simulate(trace, hardware=hw, **settings)
+    out = {"predicted": r.tokens_per_s, "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hardware": hw.describe(),
+           "dram_eff": hw.cpu.dram_eff if hw.cpu else None, "barrier_share": 0.0}
+    if hw.cpu is not None:
+        free = replace(hw, cpu=replace(hw.cpu, barrier_base_us=0.0, barrier_thread_us=0.0))
+        out["barrier_share"] = 1 - simulate(trace, hardware=free, **settings).tpot_s / r.tpot_s
+    return out
 
 
 def placement(point: dict, spec) -> str:
@@ -93,11 +113,13 @@ def summary(rows: list[dict]) -> dict:
 
 def print_table(rows: list[dict], s: dict) -> None:
     print(f"{'id':6} {'engine':18} {'machine':22} {'model':16} {'format':7} {'placement':24} {'measured':>8} "
-          f"{'moesim':>8} {'error':>7}  grade")
+          f"{'moesim':>8} {'error':>7} {'DRAM':>5} {'barr.':>5}  grade")
     for r in rows:
         mark = "" if r["counted"] else f"   not counted: {r['excluded']}"
+        dram = "-" if r["dram_eff"] is None else f"{r['dram_eff']:.2f}"
         print(f"{r['id']:6} {r['engine']:18} {r['machine']:22} {r['model']:16} {r['format']:7} {r['placement']:24} "
-              f"{r['measured']:8.2f} {r['predicted']:8.2f} {100 * r['error']:+6.0f}%  {r['grade']}{mark}")
+              f"{r['measured']:8.2f} {r['predicted']:8.2f} {100 * r['error']:+6.0f}% {dram:>5} "
+              f"{100 * r['barrier_share']:4.0f}%  {r['grade']}{mark}")
     print(f"\n{s['points']} counted points on {s['machines']} machines, engines {', '.join(s['engines'])}, "
           f"formats {', '.join(s['formats'])}")
     print(f"median |error| {100 * s['median_abs_error']:.0f}%, worst {s['worst'][0]} {100 * s['worst'][1]:+.0f}%; "

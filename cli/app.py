@@ -68,10 +68,42 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
           "weight, KV cache per token (GiB = 2^30 B, bf16)",
           list(cols.values()), [[r[c] for c in cols] for r in rows])
 
+CPU_COLUMNS = ["name", "sockets x cores", "threads", "GHz", "ISA", "DRAM GB/s per socket", "GB/s reached",
+               "RAM GiB", "q4_k unpack GB/s", "q8_0 unpack GB/s", "barrier us"]
+
+
+def _cpu_row(name: str, c) -> list:
+    """A CPU as the tables show it: what it is, and the rates the model derives from it (one pool's DRAM)."""
+    return [name, f"{c.sockets} x {c.cores}", c.workers, c.ghz, c.isa, c.dram_gbps, c.dram_bw() / 1e9, c.ram_gb,
+            c.unpack_bw("q4_k") / 1e9, c.unpack_bw("q8_0") / 1e9, c.barrier_s() * 1e6]
+
+
+def _show(name: str) -> None:
+    """One machine (a preset, a file or ``local``), part by part, with what the model derives from each."""
+    from moesim.sim.hardware import get_hardware
+
+    hw = get_hardware(name)
+    console.print(f"{hw.name}: {hw.describe()} (from {hw.source})", soft_wrap=True)
+    if hw.gpu is not None:
+        g, lk = hw.gpu, hw.link
+        table("GPU and link", ["GPU", "HBM GB/s", "reached", "TFLOP/s", "GiB", "link", "GB/s effective",
+                               "latency us", "engines"],
+              [[g.name, g.hbm_gbps, g.hbm_gbps * g.mem_eff, g.tflops, g.hbm_gb, lk.name, lk.bandwidth / 1e9,
+                lk.latency_us, lk.engines]])
+    if hw.cpu is not None:
+        table("CPU: a decode kernel reads weights at the lower of DRAM reached (one pool: one socket's; a pool per "
+              "socket: each its own) and what its threads unpack", CPU_COLUMNS, [_cpu_row(hw.cpu.name, hw.cpu)])
+    if hw.ssd is not None:
+        table("SSD", ["name", "read GB/s", "latency us"], [[hw.ssd.name, hw.ssd.gbps, hw.ssd.latency_us]])
+
+
 @app.command()
 def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
              template: Annotated[bool, typer.Option("--template", help="Print a commented hardware file to start "
-                                                    "your machine's from.")] = False) -> None:
+                                                    "your machine's from.")] = False,
+             show: Annotated[Optional[str], typer.Option("--show", help="One machine (a preset, a TOML file, or "
+                                                         "local) with the rates the model derives from it.")] = None
+             ) -> None:
     """List the hardware presets: machines (GPU + host link + host CPU), GPUs, links, CPUs, SSDs.
 
     Use a machine with 'moesim sim run --hardware NAME', describe your own in a TOML file ('moesim hardware
@@ -79,7 +111,7 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
     (this machine, detected, its DRAM bandwidth measured). Swap a machine's link with --link, its CPU with --cpu,
     add an SSD with --ssd, and set its memory with --vram / --ram.
 
-    Example: moesim hardware --template > box.toml
+    Example: moesim hardware --template > box.toml; moesim hardware --show box.toml
     """
     from dataclasses import asdict
 
@@ -88,6 +120,9 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
 
     if template:
         print(TEMPLATE, end="")
+        return
+    if show is not None:
+        _show(show)
         return
     if as_json:
         emit_json({"systems": {k: {"gpu": g, "link": lk, "cpu": c} for k, (g, lk, c) in SYSTEMS.items()},
@@ -102,11 +137,8 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
           [[k, g.hbm_gbps, g.tflops, g.hbm_gb, g.mem_eff, g.flop_eff, g.launch_us] for k, g in GPUS.items()])
     table("Host links (--link)", ["name", "GB/s nominal", "efficiency", "GB/s effective", "latency us", "engines"],
           [[k, lk.gbps, lk.efficiency, lk.bandwidth / 1e9, lk.latency_us, lk.engines] for k, lk in LINKS.items()])
-    table("Host CPUs (--cpu), per socket: a decode kernel reads weights at the lower of DRAM reached and what "
-          "its cores unpack (moesim.sim.cpu_rates)",
-          ["name", "cores", "GHz", "ISA", "DRAM GB/s", "GB/s reached", "RAM GiB", "q4_k unpack GB/s", "q8_0 unpack GB/s"],
-          [[k, c.cores, c.ghz, c.isa, c.dram_gbps, c.dram_bw() / 1e9, c.ram_gb, c.unpack_bw("q4_k") / 1e9,
-            c.unpack_bw("q8_0") / 1e9] for k, c in CPUS.items()])
+    table("Host CPUs (--cpu): a decode kernel reads weights at the lower of DRAM reached and what its threads "
+          "unpack (moesim.sim.cpu_rates)", CPU_COLUMNS, [_cpu_row(k, c) for k, c in CPUS.items()])
     table("SSDs (--ssd)", ["name", "read GB/s", "latency us"], [[k, s.gbps, s.latency_us] for k, s in SSDS.items()])
 
 

@@ -61,8 +61,12 @@ def plan(
             "-" if r["cpu_layers"] is None else f"{r['cpu_layers']}/{r['layers']}",
             r["tokens_per_s"], r["tpot_s"] * 1e3, r["ttft_s"], r["vram_gb"], r["ram_gb"], r["cpu_share"],
             f"{r['engine']}" + (f": {r['engine_flags']}" if r["engine_flags"] else "")] for r in result.rows])
+    unrun: dict = {}  # candidates refused for the same reason: one line
     for s in result.skipped:
-        console.print(f"not run: {s['strategy']} ({s['dtype']}{', ' + s['policy'] if s['policy'] else ''}): "
-                      f"{s['reason']}", soft_wrap=True)
+        named = " + ".join(v for v in (s["policy"], s["prefetch"]) if v and v != "none")
+        unrun.setdefault((s["strategy"], s["dtype"], s["reason"]), []).append(named)
+    for (strategy, dtype, reason), settings in unrun.items():
+        named = "; ".join(n for n in settings if n)
+        console.print(f"not run: {strategy} ({dtype}{': ' + named if named else ''}): {reason}", soft_wrap=True)
     if plot is not None and result.rows:
         console.print(f"wrote {plot}")

@@ -62,5 +62,9 @@ def read_toml(path: str | Path, what: str) -> dict:
         return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise MoesimError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise MoesimError(f"{path}: a folder, not a {what}") from None
+    except PermissionError:
+        raise MoesimError(f"{path}: not readable (permission denied)") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise MoesimError(f"{path}: not valid TOML ({exc})") from None

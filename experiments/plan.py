@@ -86,7 +86,7 @@ def plan_trace(model: ModelSpec, path: str | Path | None, sequences: int, seed: 
 
 
 # the settings a plan takes: the model, the machine and the workload it plans for (each candidate sets the rest)
-PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "batch", "prompt", "split", "kernel")
+PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "batch", "prompt", "split", "kernel")
 PLAN_PROMPT = 512  # the prompt a plan times its TTFT on where none is asked for
 
 
@@ -137,6 +137,10 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
     engine, flags = strategy.engine(params, config.cache.capacity, spec.num_layers)
     if not gpu:
         engine, flags = "llama.cpp (CPU build)", "-ngl 0"
+    threads = config.hardware.threads  # as the engine is told them
+    option = {"llama.cpp": "-t", "kTransformers": "--cpu_infer"}.get(engine.split(" ")[0].rstrip(","))
+    if threads is not None and option is not None:
+        flags = f"{flags} {option} {threads}".strip()
     cached = strategy.CACHE
     return {"strategy": strategy.NAME, "dtype": config.model.dtype,
             "policy": config.cache.policy if cached else None,

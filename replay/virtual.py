@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.replay.backend import Backend
-from moesim.sim.costs import T_CPU_SYNC, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_kernel_s
+from moesim.sim.costs import T_CPU_LAYER_FIXED, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_kernel_s
 from moesim.sim.des import DesResult
 from moesim.sim.des_state import COPY_BUSY, COUNTERS, make_tiers
 from moesim.sim.des_tiers import cpu_run, queue_copy, transfer
@@ -93,7 +93,7 @@ class VirtualBackend(Backend):
         """An expert on the host CPU: from the routing time and the hand-off, when the CPU is free; its
         result is back after the hand-off and the sync."""
         done = cpu_run(self.tiers, self.route_at + self.cost.handoff_s[row], self.cost.cpu_by_tokens[tokens])
-        self.cpu_back = done + self.cost.handoff_s[row] + self.times[T_CPU_SYNC]
+        self.cpu_back = done + self.cost.handoff_s[row] + self.times[T_CPU_LAYER_FIXED]
 
     def combine(self, row: int, out) -> int:
         self.now, self.cpu_back = max(self.now, self.cpu_back), -1.0

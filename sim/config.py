@@ -153,6 +153,9 @@ class ModelConfig:
     def __post_init__(self):
         _name("model", "name", self.name)
         for name in ("dtype", "other_dtype"):
+            value = getattr(self, name)
+            if isinstance(value, str):  # as llama.cpp writes them too: Q4_K_M is q4_k_m
+                object.__setattr__(self, name, value.lower())
             if getattr(self, name) is not None:
                 _choice("model", name, getattr(self, name), DTYPES)
 
@@ -170,9 +173,12 @@ class HardwareConfig:
                                       "machine, detected).")
     link: str | None = declare(None, f"Swap the host link for a preset: {', '.join(LINKS)}.")
     ssd: str | None = declare(None, f"Add an SSD preset: {', '.join(SSDS)}.")
-    cpu: str | None = declare(None, "Swap the host CPU for a preset (see 'moesim hardware').")
+    cpu: str | None = declare(None, "Swap the host CPU for a preset, its RAM with it (see 'moesim hardware'; --ram "
+                                    "sets another).")
     vram: float | None = declare(None, "GPU memory (default: the GPU's).", float, "GiB")
     ram: float | None = declare(None, "Host RAM (default: the machine's).", float, "GiB")
+    threads: int | None = declare(None, "Threads the engine computes with on the CPU, as llama.cpp's -t (default: "
+                                        "the machine's, every core).", int, "threads")
 
     def __post_init__(self):
         _name("hardware", "machine", self.machine, optional=False)
@@ -186,10 +192,12 @@ class HardwareConfig:
             _choice("hardware", "cpu", self.cpu, CPUS)
         _size(self, "hardware", "vram")
         _size(self, "hardware", "ram")
+        _int(self, "hardware", "threads", 1, optional=True)
 
     def spec(self) -> Hardware:
-        """The machine: the preset or file, with the link, SSD and CPU swapped in and the memory sizes set."""
-        return get_hardware(self.machine, self.link, self.ssd, self.cpu, self.vram, self.ram)
+        """The machine: the preset or file, with the link, SSD and CPU swapped in and the memory sizes and threads
+        set."""
+        return get_hardware(self.machine, self.link, self.ssd, self.cpu, self.vram, self.ram, self.threads)
 
 
 @dataclass(frozen=True)

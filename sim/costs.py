@@ -31,9 +31,9 @@ The host CPU (``moesim.sim.machine.CPU``), for strategies that compute experts t
   is slower; the DRAM rate is one socket's, or every socket's for an engine with a pool per socket (the
   strategy's ``NUMA``); the CPU runs a layer's experts one after another, each on all its threads;
 - a layer's hand-off: the row's activations, T·d bf16 values, cross the host link each way at its
-  bandwidth (``handoff_s`` per row), and ``cpu_sync_s`` (the CPU's ``sync_us``: the two small copies'
-  latency and the waits, llama.cpp's graph splits) once per layer the CPU works on; neither on a machine
-  without a GPU;
+  bandwidth (``handoff_s`` per row); and ``cpu_layer_fixed_s`` once per layer the CPU works on: its threads'
+  barriers for the routed experts (``Engine.cpu_ops``) and, with a GPU, the CPU's ``sync_us`` (the two small
+  copies' latency and the waits, llama.cpp's graph splits);
 - a low-bit copy of one expert (``lowbit-miss``): latency + its bytes in the low-bit format / link bandwidth.
 
 Kernel counts (launch overheads): attention 6, router 2, an FFN (shared expert, dense layer) 3, the fused MoE
@@ -64,8 +64,8 @@ from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 KERNELS_ATTN, KERNELS_ROUTER, KERNELS_FFN, KERNELS_MOE, KERNELS_EXPERT, KERNELS_HEAD = 6, 2, 3, 2, 4, 2
 KV_BYTES = 2.0  # a KV value, bf16
 # the scalar durations the compiled engine reads, by index (``scalar_times``): the ``Costs`` fields named
-TIMES = ("moe_launch_s", "expert_launch_s", "copy_s", "ssd_s", "lowbit_copy_s", "cpu_sync_s")
-T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD, T_LOWBIT_COPY, T_CPU_SYNC = range(len(TIMES))
+TIMES = ("moe_launch_s", "expert_launch_s", "copy_s", "ssd_s", "lowbit_copy_s", "cpu_layer_fixed_s")
+T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD, T_LOWBIT_COPY, T_CPU_LAYER_FIXED = range(len(TIMES))
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class Costs:
     lut_bytes: np.ndarray    # MoLE bytes per row and layer (0 for MoE)
     cpu_by_tokens: np.ndarray  # one expert's work on T tokens on the host CPU (zeros without one)
     handoff_s: np.ndarray    # per row: its activations between GPU and host, one way
-    cpu_sync_s: float        # per layer handed to the CPU
+    cpu_layer_fixed_s: float  # per layer the CPU works on: barriers, and the hand-off's sync with a GPU
     lowbit_copy_s: float     # one low-bit expert over the host link (nan without a low-bit format)
     lowbit_bytes: float
 
@@ -270,6 +270,6 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, w
                  copy_s=link_copy_s(hw.link, eb),
                  ssd_s=ssd_read_s(hw.ssd, eb) if hw.ssd is not None else float("nan"), expert_bytes=eb,
                  lut_bytes=f64(rc.lut_bytes), cpu_by_tokens=cpu_by_tokens, handoff_s=f64(rc.handoff),
-                 cpu_sync_s=cpu_layer_s(hw, engine, model.top_k),
+                 cpu_layer_fixed_s=cpu_layer_s(hw, engine, model.top_k),
                  lowbit_copy_s=link_copy_s(hw.link, lowbit_bytes) if lowbit_dtype else float("nan"),
                  lowbit_bytes=float(lowbit_bytes))

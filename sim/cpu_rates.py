@@ -3,9 +3,10 @@
 Three limits bound an expert kernel on the host CPU (``moesim.sim.machine.CPU``):
 
 - **DRAM**: the weights stream from memory once per layer. A streaming read reaches ``DRAM_EFF`` of the
-  nominal bandwidth (channels x MT/s x 8 B): the median of the eleven published memory-benchmark reads
-  listed in docs/hardware.md (STREAM, Intel mlc, likwid, OCCT and llama.cpp's own dense decode; 0.27 to
-  1.09 of nominal).
+  nominal bandwidth (channels x MT/s x 8 B): the median of the eleven published memory-benchmark reads in
+  ``DRAM_READS`` (STREAM, Intel mlc, likwid, OCCT and llama.cpp's own dense decode; 0.27 to 1.09 of nominal;
+  docs/hardware.md gives each one's source). ``dram_eff_without`` leaves a CPU's own reads out, for checking
+  the model on that CPU's published points.
 - **Unpacking** (decode, one token per weight): a core turns ``WEIGHT_BYTES_PER_CYCLE`` bytes of weights per
   clock cycle into dot products. The x86 column is llama.cpp's (build 4384) dense decode on a Ryzen 9
   7950X with 2 threads (ik_llama.cpp discussion #164: LLaMA-3.1-8B, tg128; GiB of the model x tokens/s /
@@ -37,9 +38,23 @@ both the unpacking and the arithmetic limit for that format class.
 
 from __future__ import annotations
 
+import statistics
+
 from moesim.tracegen.model_spec import FORMATS
 
-DRAM_EFF = 0.73
+# (CPU model, measured read / nominal): docs/hardware.md, "Where dram_eff comes from", one row each
+DRAM_READS = (("Ryzen 9 7950X", 0.94), ("Threadripper PRO 3975WX", 0.41), ("Threadripper PRO 3955WX", 0.42),
+              ("Threadripper PRO 7965WX", 0.73), ("EPYC 9355", 0.87), ("EPYC 9355", 0.97), ("EPYC 9355", 0.61),
+              ("Xeon 6980P", 0.90), ("EPYC 9274F", 0.50), ("Core i9-10900X", 1.09), ("Apple M2 Max", 0.27))
+
+
+def dram_eff_without(cpu_name: str = "") -> float:
+    """The median fraction of the published reads, leaving out those measured on a CPU ``cpu_name`` names (its
+    model at the start: "Xeon 6980P (1 of 2 sockets)" leaves out the Xeon 6980P's)."""
+    return round(statistics.median(f for model, f in DRAM_READS if not cpu_name.startswith(model)), 3)
+
+
+DRAM_EFF = dram_eff_without()
 SYNC_US = 113.0
 BARRIER_BASE_US, BARRIER_THREAD_US = 0.88, 0.27
 CPU_LAYER_BARRIERS = 42

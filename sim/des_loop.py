@@ -58,7 +58,7 @@ for which every resident is protected.
 from __future__ import annotations
 
 from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
-from moesim.sim.costs import T_CPU_SYNC, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_add
+from moesim.sim.costs import T_CPU_LAYER_FIXED, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_add
 from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS,
                                   C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_RECLAIMED, C_SUBS, C_SUBS_MASS, COPY_BUSY,
                                   EV_CPU, EV_FILL, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD, R_COMPUTE,
@@ -295,7 +295,7 @@ def to_cpu(s, row, layer, obj, tokens, route_at):
     run = inp.cpu_by_tokens[tokens]
     done = cpu_run(s.tiers, route_at + inp.handoff_s[row], run)
     tally.rows[row, R_CPU] += run
-    s.kernels.cpu_ready[0] = done + inp.handoff_s[row] + inp.times[T_CPU_SYNC]
+    s.kernels.cpu_ready[0] = done + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED]
     if inp.kind[row] == DECODE:
         tally.counters[C_CPU] += 1
     log(tally, row, layer, EV_CPU, obj, -1)

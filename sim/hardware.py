@@ -36,13 +36,14 @@ def _pick(table: dict, name: str, what: str):
 
 def is_file_name(name: str) -> bool:
     """Whether a hardware name is a TOML file rather than a preset."""
-    return name.endswith(".toml") or Path(name).is_file()
+    return name.endswith(".toml") or Path(name).exists()
 
 
 def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu: str | None = None,
-                 vram: float | None = None, ram: float | None = None) -> Hardware:
+                 vram: float | None = None, ram: float | None = None, threads: int | None = None) -> Hardware:
     """A system preset (``rtx4090``), a TOML file, or ``local`` (this machine); ``link`` / ``ssd`` / ``cpu`` swap
-    in presets, ``vram`` / ``ram`` (GiB) replace the GPU's and the host's memory sizes."""
+    in presets, ``vram`` / ``ram`` (GiB) replace the GPU's and the host's memory sizes, ``threads`` the threads
+    the engine computes with on the CPU."""
     if is_file_name(name):
         hw = load_hardware(Path(name))
     elif name.lower() == LOCAL:
@@ -65,10 +66,14 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
         if hw.cpu is None:
             raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose RAM --ram could set")
         hw = replace(hw, cpu=replace(hw.cpu, ram_gb=float(ram)))
+    if threads is not None:
+        if hw.cpu is None:
+            raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose threads --threads could set")
+        hw = replace(hw, cpu=replace(hw.cpu, threads=int(threads)))
     return hw
 
 
-SECTIONS = {"gpu": (GPU, "GPUS"), "link": (Link, "LINKS"), "ssd": (SSD, "SSDS"), "cpu": (CPU, "CPUS"),
+SECTIONS = {"gpu": (GPU, GPUS), "link": (Link, LINKS), "ssd": (SSD, SSDS), "cpu": (CPU, CPUS),
             "compute": (MeasuredCompute, None)}
 
 
@@ -85,7 +90,10 @@ def load_hardware(path: Path) -> Hardware:
         if value is None:
             parts[key] = None
         elif isinstance(value, str) and presets:
-            parts[key] = _pick(globals()[presets], value, key)
+            try:
+                parts[key] = _pick(presets, value, key)
+            except MoesimError as exc:
+                raise MoesimError(f"{path}: {exc}") from None
         elif isinstance(value, dict):
             parts[key] = _section(path, key, cls, value)
         else:
@@ -116,7 +124,10 @@ def _section(path: Path, key: str, cls, values: dict):
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise MoesimError(f"{path}: [{key}] has unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
+        placed = [u for u in unknown if u in SECTIONS]  # `link = "pcie4"` written below a [table] belongs to it
+        hint = (f"; a preset line such as {placed[0]} = \"...\" goes at the top of the file, before the first "
+                "[table]") if placed else ""
+        raise MoesimError(f"{path}: [{key}] has unknown key(s) {', '.join(unknown)} (known: {', '.join(known)}){hint}")
     values = {"name": key, **values}
     try:
         obj = cls(**values)
@@ -135,13 +146,13 @@ def _section(path: Path, key: str, cls, values: dict):
 WANT = {"positive": "a finite number > 0", "non-negative": "a finite number >= 0",
         "fraction": "a fraction in (0, 1]", "engines": f"a whole number of copy engines, 1..{MAX_ENGINES}",
         "cores": f"a whole number of cores, 1..{MAX_CORES}", "sockets": f"a whole number of sockets, 1..{MAX_SOCKETS}",
-        "threads": f"a whole number of threads, 0 (every core) ..{MAX_CORES * MAX_SOCKETS}"}
+        "threads": f"a whole number of threads, 0 (every core) to {MAX_CORES * MAX_SOCKETS}"}
 
 
 def _check_number(path: Path, key: str, name: str, v, rule: str) -> None:
     """One value of a hardware file against its rule (``RULES``); a one-line error naming file, table and key."""
     if rule == "isa":
-        if v not in ISA_FLOP_PER_CYCLE:
+        if not isinstance(v, str) or v not in ISA_FLOP_PER_CYCLE:
             raise MoesimError(f"{path}: [{key}] isa must be one of {', '.join(ISA_FLOP_PER_CYCLE)}, got {v!r}")
         return
     number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -175,9 +186,10 @@ def write_hardware(hw: Hardware, path: Path) -> None:
 TEMPLATE = """\
 # A machine for moesim (--hardware this.toml). Every key, its unit, default and source: docs/hardware.md.
 # Sizes are GiB (2^30 bytes); bandwidths GB/s (1e9 bytes/s). Delete [gpu] and [link] for a CPU-only machine.
+# A part may be a preset instead of a table: write e.g. link = "pcie4" here, above the first [table].
 name = "my-desktop"
 
-[gpu]                    # or: gpu = "rtx4090" (a preset: moesim hardware)
+[gpu]                    # or, at the top: gpu = "rtx4090" (a preset: moesim hardware)
 name = "RTX 3060 12GB"
 hbm_gb = 12              # memory, GiB (required)
 hbm_gbps = 360           # memory bandwidth, GB/s (spec sheet)
@@ -186,14 +198,14 @@ tflops = 25.6            # dense bf16 tensor FLOP/s (fp32 accumulate), 1e12 (spe
 # flop_eff = 0.6         # share of tflops a GEMM reaches
 # launch_us = 5          # per kernel launch
 
-[link]                   # or: link = "pcie4"
+[link]                   # or, at the top: link = "pcie4"
 name = "PCIe 4 x16"
 gbps = 32                # nominal, one direction: PCIe 3/4/5 x16 = 16/32/64
 # efficiency = 0.8       # share a pinned copy reaches
 # latency_us = 10        # per copy
 # engines = 1            # copy engines working at once
 
-[cpu]                    # or: cpu = "ryzen-7950x"
+[cpu]                    # or, at the top: cpu = "ryzen-7950x"
 name = "Ryzen 7 5800X"
 cores = 8                # physical cores per socket
 ghz = 4.2                # all-core clock
@@ -209,7 +221,7 @@ ram_gb = 32              # all sockets, GiB (required)
 # barrier_thread_us = 0.27
 # task_us = 0            # per expert kernel besides the barriers
 
-# [ssd]                  # or: ssd = "pcie4-nvme"; experts beyond DRAM (--dram-capacity)
+# [ssd]                  # or, at the top: ssd = "pcie4-nvme"; experts beyond DRAM (--dram-capacity)
 # name = "PCIe 4 NVMe"
 # gbps = 7.0
 # latency_us = 80

@@ -14,8 +14,8 @@ from moesim.sim.cpu_rates import (BARRIER_BASE_US, BARRIER_THREAD_US, DRAM_EFF, 
                                   ISA_FLOP_PER_CYCLE, SYNC_US, WEIGHT_BYTES_PER_CYCLE)
 
 # how an engine spreads its CPU work over sockets (a strategy's ``NUMA``): one thread pool whose weights sit in
-# one socket's DRAM (llama.cpp: pages land where the loader touched them), or a pool per socket, each reading
-# its half of the experts from its local DRAM (kTransformers' NUMA build)
+# one socket's DRAM (llama.cpp: pages land where the loader touched them), or a pool per socket, each keeping a
+# copy of the experts in its local DRAM and computing its half of each expert (kTransformers' NUMA build)
 ONE_POOL, PER_SOCKET = "one-pool", "per-socket"
 
 

@@ -76,8 +76,9 @@ class Memory:
         return {"vram_gb": self.gpu / GIB, "ram_gb": self.host / GIB,
                 "vram_limit_gb": self.vram / GIB or None, "ram_limit_gb": self.ram / GIB or None}
 
-    def check(self, what: str, hint: str) -> None:
-        """Refuse, with the numbers, a configuration that does not fit."""
+    def check(self, what: str, hint: str, ram_hint: str) -> None:
+        """Refuse, with the numbers, a configuration that does not fit (``hint``: what to change where the GPU's
+        memory is short, ``ram_hint`` where the host's RAM is)."""
         if self.vram and self.gpu > self.vram:
             g = lambda x: f"{x / GIB:.1f}"  # noqa: E731
             raise MoesimError(
@@ -89,8 +90,7 @@ class Memory:
                 f"{what} needs {self.host / GIB:.1f} GiB of host RAM ({self.host_experts / GIB:.1f} experts"
                 + (f" ({self.host_copies} copies, one per socket)" if self.host_copies > 1 else "") + " + "
                 + (f"{self.host_other / GIB:.1f} other weights and KV cache + " if self.host_other else "")
-                + f"{self.host_reserve / GIB:.1f} reserve), the host has {self.ram / GIB:.1f} GiB; use a smaller "
-                "--dtype, --ram, or an SSD tier (--ssd with --dram-capacity)")
+                + f"{self.host_reserve / GIB:.1f} reserve), the host has {self.ram / GIB:.1f} GiB; {ram_hint}")
 
 
 @dataclass(frozen=True)
@@ -135,17 +135,18 @@ def account(fp: Footprint, config) -> Memory:
             scratch += fp.width * model.expert_params * BYTES_PER_PARAM[lowbit]
     if (place == ON_CPU).any() and fp.prompt_rows and not strategy.CACHE:
         scratch = max(scratch, fp.width * eb)
+    copies = fp.sockets if engine_of(strategy).numa == PER_SOCKET else 1
     if fp.cpu_only:
         return Memory(weights=0.0, kv=0.0, reserve=0.0, experts=0.0, scratch=0.0,
-                      host_experts=model.num_layers * model.num_experts * eb, host_reserve=HOST_RESERVE_GIB * GIB,
-                      vram=0.0, ram=fp.ram, host_other=model.non_expert_params * fp.weight_bytes
-                      + model.kv_bytes(fp.kv_tokens))
+                      host_experts=copies * model.num_layers * model.num_experts * eb,
+                      host_reserve=HOST_RESERVE_GIB * GIB, vram=0.0, ram=fp.ram,
+                      host_other=model.non_expert_params * fp.weight_bytes + model.kv_bytes(fp.kv_tokens),
+                      host_copies=copies)
     host_layers = model.num_layers - on_gpu
     if config.cache.dram_capacity is not None:
         host = config.cache.dram_capacity * eb
     else:
         host = host_layers * model.num_experts * eb
-    copies = fp.sockets if engine_of(strategy).numa == PER_SOCKET else 1
     host *= copies
     if lowbit is not None:
         host += cached * model.num_experts * model.expert_params * BYTES_PER_PARAM[lowbit]
@@ -172,7 +173,10 @@ def resolve(fp: Footprint, config, top_k: int):
     memory = account(fp, config)
     hint = ("use --capacity auto, a smaller --dtype or another --strategy (see 'moesim plan')" if strategy.CACHE
             else "put more layers on the CPU (--cpu-layers), or use a smaller --dtype")
-    memory.check(f"{model.name} with {_describe(config, model)}", hint)
+    # an SSD tier backs a GPU cache's misses only (sim.run refuses it elsewhere)
+    ssd = strategy.CACHE and not strategy.CPU and not fp.cpu_only
+    ram_hint = "use a smaller --dtype or --ram" + (", or an SSD tier (--ssd with --dram-capacity)" if ssd else "")
+    memory.check(f"{model.name} with {_describe(config, model)}", hint, ram_hint)
     return config, memory
 
 

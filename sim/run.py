@@ -251,6 +251,11 @@ def _listed(names) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
+def _machine(hw: Hardware) -> str:
+    """A machine as an error names it: its file, or its preset's name."""
+    return hw.source if hw.source.endswith(".toml") else f"hardware '{hw.name}'"
+
+
 def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) -> None:
     """What the configuration alone cannot tell: whether it suits this trace, model and machine (before
     memory is sized: an ``auto`` capacity is checked by ``moesim.sim.memory``)."""
@@ -258,19 +263,19 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     strategy = get_strategy(config.execution.strategy)
     name = strategy.NAME
     if strategy.CPU and hardware.cpu is None:
-        raise MoesimError(f"strategy {name} computes experts on the host CPU, and hardware '{hardware.name}' has no "
-                          "[cpu] section (add one, or use a preset machine)")
+        raise MoesimError(f"strategy {name} computes experts on the host CPU, and {_machine(hardware)} has no [cpu] "
+                          "section (add one: moesim hardware --template shows it)")
     if hardware.gpu is None:
         if not strategy.CPU or (strategy.CACHE and capacity not in (0, "auto")):
             placed = _listed(n for n, m in STRATEGIES.items() if m.CPU and getattr(m, "PLACES", None))
             all_cpu = _listed(f"{n} --capacity 0" for n, m in STRATEGIES.items()
                               if m.CACHE and set(m.ACTIONS) <= {A_CPU, A_CPU_FILL})
-            raise MoesimError(f"hardware '{hardware.name}' has no GPU: every expert runs on its CPU; use --strategy "
+            raise MoesimError(f"{_machine(hardware)} has no GPU: every expert runs on its CPU; use --strategy "
                               f"{placed}, or {all_cpu}")
         places = getattr(strategy, "PLACES", None)
         placed = module_params(strategy, config.execution.params).get(places) if places else None
         if placed not in (None, "auto") and (strategy.placement(model.num_layers, {places: placed}) != ON_CPU).any():
-            raise MoesimError(f"hardware '{hardware.name}' has no GPU: every layer's experts are on its CPU; use "
+            raise MoesimError(f"{_machine(hardware)} has no GPU: every layer's experts are on its CPU; use "
                               f"--{places.replace('_', '-')} auto (or {model.num_layers})")
     if model.kind == "mole" and not getattr(strategy, "LOOKUP_TABLES", False):
         tables = _listed(n for n, m in STRATEGIES.items() if getattr(m, "LOOKUP_TABLES", False))
@@ -289,8 +294,8 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     if config.workload.batch > trace.num_sequences:
         raise MoesimError(f"batch {config.workload.batch} is more than the trace's {trace.num_sequences} sequence(s)")
     if dram_capacity is not None and hardware.ssd is None:
-        raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and hardware "
-                          f"'{hardware.name}' has none; pass --ssd (e.g. pcie5-nvme)")
+        raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and {_machine(hardware)} "
+                          "has none; pass --ssd (e.g. pcie5-nvme)")
     if model.num_layers != trace.meta.num_layers:
         raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
     if capacity != "auto" and strategy.CACHE:

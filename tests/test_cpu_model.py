@@ -79,6 +79,12 @@ def test_an_engine_with_a_pool_per_socket_keeps_a_copy_of_the_experts_on_each():
     small = replace(HW, cpu=cpu(sockets=2, ram_gb=4.0 + 1.5 * experts))
     with pytest.raises(MoesimError, match="2 copies, one per socket"):
         simulate(trace, model=MODEL, hardware=small, strategy="hybrid", capacity=0)
+    # without a GPU too: every other weight and the KV cache once, the experts once per socket
+    others = (MODEL.non_expert_params * 2 + MODEL.kv_bytes(2)) / GIB
+    for sockets in (1, 2):
+        alone = Hardware("cpu-only", None, None, cpu=cpu(sockets=sockets))
+        r = simulate(trace, model=MODEL, hardware=alone, strategy="hybrid", capacity=0)
+        assert r.ram_gb == pytest.approx(sockets * experts + others + 4.0, rel=1e-12)
 
 
 def test_a_cpu_layer_costs_its_barriers_and_with_a_gpu_the_hand_off():
@@ -187,3 +193,24 @@ def test_a_models_formats_choose_the_cpus_unpack_rate():
     q4, q8 = model.expert_params * 4.5 / 8, model.expert_params * 8.5 / 8
     assert cpu_expert_s(c, model.expert_params, "q4_k", q4, [1])[0] == pytest.approx(q4 / 3.93e9, rel=1e-12)
     assert cpu_expert_s(c, model.expert_params, "q8_0", q8, [1])[0] == pytest.approx(q8 / 3.71e9, rel=1e-12)
+
+
+def test_formats_are_named_as_engines_write_them_in_either_case():
+    from moesim import Config
+
+    assert Config.build(dtype="Q4_K_M", other_dtype="BF16").model.dtype == "q4_k_m"
+    with pytest.raises(MoesimError, match="unknown dtype 'q4_k_x'"):
+        Config.build(dtype="Q4_K_X")
+
+
+def test_the_dram_fraction_is_the_median_of_the_published_reads_and_holds_a_cpus_own_out():
+    """Sorted: 0.27 0.41 0.42 0.50 0.61 0.73 0.87 0.90 0.94 0.97 1.09 (docs/hardware.md). Without the 7950X's
+    0.94 the middle two of ten are 0.61 and 0.73; without the three EPYC 9355 reads 0.50 and 0.73."""
+    from moesim.sim.cpu_rates import DRAM_EFF, DRAM_READS, dram_eff_without
+
+    assert sorted(f for _, f in DRAM_READS) == [0.27, 0.41, 0.42, 0.50, 0.61, 0.73, 0.87, 0.90, 0.94, 0.97, 1.09]
+    assert DRAM_EFF == 0.73 == CPU("c", 1, 1.0, "avx2", 1.0, 1.0).dram_eff
+    assert dram_eff_without("Ryzen 9 7950X") == 0.67
+    assert dram_eff_without("EPYC 9355") == 0.615
+    assert dram_eff_without("Xeon 6980P (1 of 2 sockets)") == 0.67
+    assert dram_eff_without("Xeon Gold 6454S") == 0.73

@@ -36,12 +36,19 @@ CPU = '[cpu]\nname = "c"\ncores = 8\nghz = 4.0\nisa = "avx2"\ndram_gbps = 51.2\n
     (CPU + "ram_gb = 32\nthreads = -1\n", r"\[cpu\] threads must be a whole number of threads"),
     (CPU + "ram_gb = 32\nthreads = 2.5\n", r"\[cpu\] threads must be a whole number"),
     (CPU + "ram_gb = nan\n", r"\[cpu\] ram_gb must be a finite number > 0"),
+    (CPU.replace('"avx2"', '["avx2"]') + "ram_gb = 32\n", r"\[cpu\] isa must be one of"),
+    ('gpu = "rtx3060"\nlink = "pcie4"\n', r"unknown gpu 'rtx3060'"),
 ])
 def test_a_bad_file_is_one_line_naming_it(tmp_path, text, message):
     path = write(tmp_path, text)
     with pytest.raises(MoesimError, match=message) as err:
         load_hardware(path)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_folder_is_not_a_hardware_file(tmp_path):
+    with pytest.raises(MoesimError, match=f"{tmp_path}: a folder, not a hardware file"):
+        get_hardware(str(tmp_path))
 
 
 def test_a_file_without_a_gpu_is_a_cpu_only_machine(tmp_path):
@@ -87,3 +94,14 @@ def test_the_published_points_name_machines_models_and_formats_that_exist():
         get_model(p["model"])
         assert p["format"] in FORMATS and p.get("other", p["format"]) in FORMATS and p["strategy"] in STRATEGIES
         assert p["measured"] > 0 and p["source"] and (p.get("counted", True) or p["excluded"])
+
+
+def test_show_prints_a_machine_with_the_rates_it_derives(cli, tmp_path):
+    """Ryzen 9 7950X preset: 16 threads x 4.5 GHz x 3.93 B/cycle = 283.0 GB/s of q4_k unpacked, 0.73 x 83.2 =
+    60.74 GB/s of DRAM reached, a barrier 0.88 + 0.27 x 16 = 5.2 us."""
+    code, out, err = cli("hardware", "--show", "ryzen-7950x")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "no GPU" in text and "│ 283 │" in text and "60.74" in text and "5.2 │" in text
+    code, out, err = cli("hardware", "--show", tmp_path)
+    assert code == 1 and "a folder, not a hardware file" in err

@@ -71,3 +71,38 @@ def test_plan_with_the_best_split_spends_the_same_memory_better(mixtral_plan):
         assert sum(r["capacity"]) == before["capacity"] * 32 and r["vram_gb"] == before["vram_gb"]
         if (r["strategy"], r["prefetch"]) == ("gpu-cache", "none"):
             assert r["hit_rate"] >= before["hit_rate"] and r["tokens_per_s"] >= before["tokens_per_s"]
+
+
+def test_candidates_refused_for_one_reason_are_one_line(cli):
+    """On a machine whose RAM cannot hold bf16 experts, gpu-cache's two candidates (with and without history
+    prefetch) share a line; the hint names what applies (no SSD tier for a CPU strategy)."""
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx5070ti", "--ram", "32", "--dtype", "bf16")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert text.count("not run: gpu-cache (bf16: lru; lru + history):") == 1
+    assert "or an SSD tier" in text.split("not run: gpu-cache")[1].split("not run:")[0]
+    assert "or an SSD tier" not in text.split("not run: cpu-experts")[1].split("not run:")[0]
+
+
+def test_threads_reach_the_cpu_model_and_the_engines_flags(cli):
+    """--threads sets the CPU's threads as llama.cpp's -t (kTransformers' --cpu_infer) does: the same run as a
+    machine whose [cpu] says so, and the row's flags carry it."""
+    from dataclasses import replace
+
+    import moesim
+    from moesim.sim.hardware import get_hardware
+    from moesim.tracegen.synth import synth_trace
+
+    code, out, err = cli("plan", "--model", "olmoe-1b-7b", "--hardware", "rtx5070ti", "--dtype", "q4_k",
+                         "--threads", "2", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert all(r["engine_flags"].endswith("-t 2") for r in rows if r["strategy"] == "cpu-experts")
+    assert all(r["engine_flags"].endswith("--cpu_infer 2") for r in rows if r["engine"].startswith("kTransformers"))
+    trace = synth_trace(16, 64, 8, 1, 4, seed=0, model="olmoe-1b-7b")
+    hw = get_hardware("ryzen-7950x")
+    two = moesim.simulate(trace, hardware=replace(hw, cpu=replace(hw.cpu, threads=2)), strategy="cpu-experts",
+                          dtype="q4_k")
+    assert moesim.simulate(trace, hardware="ryzen-7950x", threads=2, strategy="cpu-experts",
+                           dtype="q4_k").tpot_s == two.tpot_s
+    assert two.tpot_s > moesim.simulate(trace, hardware=hw, strategy="cpu-experts", dtype="q4_k").tpot_s

@@ -14,7 +14,7 @@ from moesim.tracegen.schema import TraceMeta
 @dataclass(frozen=True)
 class WeightFormat:
     """A weight format as engines name it: its bits per parameter, block scales included, and the class of
-    kernel it runs as on a CPU (``moesim.sim.hardware``: fp32 FMA; 16-bit floats widened to fp32 or dotted
+    kernel it runs as on a CPU (``moesim.sim.cpu_rates``: fp32 FMA; 16-bit floats widened to fp32 or dotted
     natively; 8-bit integers dotted; 4- to 6-bit blocks unpacked to 8-bit first) and on a GPU."""
 
     name: str
