@@ -78,11 +78,17 @@ def _cpu_row(name: str, c) -> list:
             c.unpack_bw("q4_k") / 1e9, c.unpack_bw("q8_0") / 1e9, c.barrier_s() * 1e6]
 
 
-def _show(name: str) -> None:
-    """One machine (a preset, a file or ``local``), part by part, with what the model derives from each."""
-    from moesim.sim.hardware import get_hardware
+def _show(name: str, save: Path | None) -> None:
+    """One machine (a preset, a file or ``local``), part by part, with what the model derives from each; ``save``:
+    written as a hardware file too (``local`` measured once, then reused)."""
+    from moesim.files import check_output
+    from moesim.sim.hardware import get_hardware, write_hardware
 
+    if save is not None:
+        check_output(save, "hardware file")
     hw = get_hardware(name)
+    if save is not None:
+        write_hardware(hw, save)
     console.print(f"{hw.name}: {hw.describe()} (from {hw.source})", soft_wrap=True)
     if hw.gpu is not None:
         g, lk = hw.gpu, hw.link
@@ -102,7 +108,9 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
              template: Annotated[bool, typer.Option("--template", help="Print a commented hardware file to start "
                                                     "your machine's from.")] = False,
              show: Annotated[Optional[str], typer.Option("--show", help="One machine (a preset, a TOML file, or "
-                                                         "local) with the rates the model derives from it.")] = None
+                                                         "local) with the rates the model derives from it.")] = None,
+             save: Annotated[Optional[Path], typer.Option("--save", help="With --show: write that machine as a "
+                                                          "hardware file (local: measured once, reused after).")] = None
              ) -> None:
     """List the hardware presets: machines (GPU + host link + host CPU), GPUs, links, CPUs, SSDs.
 
@@ -111,7 +119,7 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
     (this machine, detected, its DRAM bandwidth measured). Swap a machine's link with --link, its CPU with --cpu,
     add an SSD with --ssd, and set its memory with --vram / --ram.
 
-    Example: moesim hardware --template > box.toml; moesim hardware --show box.toml
+    Example: moesim hardware --template > box.toml; moesim hardware --show local --save here.toml
     """
     from dataclasses import asdict
 
@@ -122,8 +130,10 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
         print(TEMPLATE, end="")
         return
     if show is not None:
-        _show(show)
+        _show(show, save)
         return
+    if save is not None:
+        raise MoesimError("--save writes the machine --show names; give --show too")
     if as_json:
         emit_json({"systems": {k: {"gpu": g, "link": lk, "cpu": c} for k, (g, lk, c) in SYSTEMS.items()},
                    "gpus": {k: asdict(v) for k, v in GPUS.items()}, "links": {k: asdict(v) for k, v in LINKS.items()},

@@ -6,8 +6,13 @@ What is detected (Linux; nothing is downloaded and nothing leaves the machine):
   ``physical id``; 1 where absent), physical cores per socket (distinct ``(physical id, core id)`` pairs per
   socket; the logical CPUs listed, or ``os.cpu_count()``, where there are no core ids), the instruction-set
   class (``isa``: amx, avx512, avx512-256 for AMD family 19h — Zen 4 runs AVX-512 on 256-bit pipes — neon,
-  else avx2), the clock (cpufreq's ``cpuinfo_max_freq``, else cpuinfo's ``cpu MHz``, else 3 GHz) and the RAM
-  (/proc/meminfo ``MemTotal``).
+  else avx2) and the RAM (/proc/meminfo ``MemTotal``).
+- **Clock**, measured on x86 with every core busy (``measure_clock_ghz``): each thread runs a chain of
+  ``x = x * x + i``, one 64-bit multiply (3 cycles' latency on every x86 core since Intel's Nehalem and AMD's
+  Zen) and one add (1 cycle) per step, that no compiler can shorten (a quadratic recurrence has no closed
+  form), so 4 cycles a step; steps per second x 4 is the clock the cores run at under load, boost included,
+  which a VM's ``cpu MHz`` does not tell. Elsewhere (Arm, where a fused multiply-add's latency differs by core)
+  cpufreq's ``cpuinfo_max_freq``, else cpuinfo's ``cpu MHz``, else 3 GHz.
 - **DRAM bandwidth**, measured in a second or two (numba caches the compiled kernels): a streaming
   read (a sum, as STREAM's read kernels) of a float64 buffer of at least 4x the last-level cache of every
   socket and at least 512 MiB, capped at a quarter of ``MemAvailable``, on every core numba runs (the buffer is
@@ -22,8 +27,8 @@ What is detected (Linux; nothing is downloaded and nothing leaves the machine):
   reads (``pcie.link.gen.max``, ``pcie.link.width.max``: PCIe 3/4/5, scaled below x16), PCIe 4 x16 where it
   cannot be read, NVLink-C2C for a GH200. Without nvidia-smi (or where it fails) the machine is CPU-only.
 
-Limits: a GPU's bandwidth is the preset's or the memory clock's, never measured; the clock is cpufreq's maximum
-(a boost clock: all cores under load run lower), or the current one a VM reports; the CPU's FLOP/s and unpacking
+Limits: a GPU's bandwidth is the preset's or the memory clock's, never measured; on Arm the clock is cpufreq's
+maximum (a boost clock: all cores under load run lower), or the current one a VM reports; the CPU's FLOP/s and unpacking
 rates come from the ISA tables (``moesim.sim.cpu_rates``; ``moesim calibrate`` measures them); a second GPU is
 not used. Every reader takes its text (``parse_cpuinfo``, ``parse_meminfo``, ``parse_nvidia_smi`` ...) and
 ``detect`` its file reader, command runner and bandwidth measure, so each can be tested on fixed inputs.
@@ -44,6 +49,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange, uint64
 
 from moesim.errors import MoesimError
+from moesim.sim.cpu_rates import ISA_FAMILY
 from moesim.sim.machine import CPU, GPU, Hardware, Link
 from moesim.sim.presets import GPUS, LINKS, SYSTEMS
 
@@ -329,6 +335,40 @@ def measure_dram_gbps(nbytes: int = MIN_BUFFER, passes: int = PASSES) -> float:
     return n * 8 * reps / max(statistics.median(samples), 1e-12) / 1e9
 
 
+# ---------------------------------------------------------------- clock
+
+
+CHAIN_CYCLES = 4             # cycles of one step of ``_chains`` on x86: imul (3) then add (1), dependent
+CHAIN_STEPS = 20_000_000     # steps per thread: ~6 ms at 3.5 GHz
+
+
+@njit(cache=True, parallel=True)
+def _chains(steps, lanes):
+    """``lanes`` dependent chains of ``steps`` multiply-adds, one per thread."""
+    out = np.empty(lanes, np.uint64)
+    for lane in prange(lanes):
+        x = uint64(lane + 3)
+        for i in range(steps):
+            x = x * x + uint64(i)
+        out[lane] = x
+    return out
+
+
+def measure_clock_ghz(isa_name: str, steps: int = CHAIN_STEPS, passes: int = PASSES) -> float | None:
+    """The clock (GHz) every core runs at under load, from ``_chains`` on all threads: the median of ``passes``;
+    None off x86 (the chain's cycles are x86's)."""
+    if ISA_FAMILY.get(isa_name) != "x86":
+        return None
+    lanes = max(1, get_num_threads())
+    _chains(1000, lanes)  # compiled (or loaded from numba's cache) before timing
+    samples = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        _chains(steps, lanes)
+        samples.append(time.perf_counter() - start)
+    return CHAIN_CYCLES * steps / max(statistics.median(samples), 1e-12) / 1e9
+
+
 # ---------------------------------------------------------------- GPU
 
 
@@ -473,9 +513,11 @@ def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = to
 
 def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.run,
            read: Callable[[str], str | None] = read_text,
-           unknown_gpu: Callable[[str, float], GPU] = torch_gpu) -> Hardware:
+           unknown_gpu: Callable[[str, float], GPU] = torch_gpu,
+           clock: Callable[[str], float | None] = measure_clock_ghz) -> Hardware:
     """This machine: its CPU and RAM from /proc, its DRAM bandwidth measured (``measure(buffer bytes)`` in
-    GB/s), its GPU and link from nvidia-smi (``run``; a GPU not among the presets: ``unknown_gpu``)."""
+    GB/s) and its clock (``clock(isa)`` in GHz, None: not measurable here), its GPU and link from nvidia-smi
+    (``run``; a GPU not among the presets: ``unknown_gpu``)."""
     text = read(CPUINFO)
     if text is None:
         raise MoesimError(f"cannot read {CPUINFO}: --hardware local reads Linux's /proc; {TEMPLATE_HINT}")
@@ -494,11 +536,15 @@ def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.r
         raise MoesimError(f"the DRAM bandwidth could not be measured (got {measured!r}); {TEMPLATE_HINT}")
     per_socket = measured / info.sockets
     rate = f"{measured:.1f} GB/s" if info.sockets == 1 else f"{per_socket:.1f} GB/s per socket"
-    ghz, ram_gb = clock_ghz(info, read(MAX_FREQ)), _sig(total / 2 ** 30)
+    measured_ghz = clock(info.isa)
+    measured_ghz = measured_ghz if isinstance(measured_ghz, (int, float)) and 0.1 <= measured_ghz <= 10 else None
+    ghz = round(measured_ghz, 3) if measured_ghz else clock_ghz(info, read(MAX_FREQ))
+    ram_gb = _sig(total / 2 ** 30)
     cpu = CPU(f"{model} (measured {rate})", cores, ghz, info.isa, _sig(per_socket), ram_gb,
               sockets=info.sockets, dram_eff=1.0)
     gpu, link, gpu_line = detect_gpu(run, unknown_gpu)
     sockets = f"{info.sockets} x " if info.sockets > 1 else ""
-    cpu_line = (f"{sockets}{model} ({cores} cores{' per socket' if sockets else ''}, {info.isa}, {ghz:g} GHz, "
+    cpu_line = (f"{sockets}{model} ({cores} cores{' per socket' if sockets else ''}, {info.isa}, {ghz:g} GHz"
+                f"{' measured under load' if measured_ghz else ''}, "
                 f"{ram_gb:g} GiB), DRAM read {measured:.1f} GB/s measured over {nbytes / 2 ** 20:.0f} MiB")
     return Hardware("local", gpu, link, cpu=cpu, source=f"local: detected {cpu_line}; {gpu_line}")

@@ -105,3 +105,16 @@ def test_show_prints_a_machine_with_the_rates_it_derives(cli, tmp_path):
     assert "no GPU" in text and "│ 283 │" in text and "60.74" in text and "5.2 │" in text
     code, out, err = cli("hardware", "--show", tmp_path)
     assert code == 1 and "a folder, not a hardware file" in err
+
+
+def test_show_saves_the_machine_it_shows(cli, tmp_path):
+    """`--show local --save here.toml` measures once and keeps it; shown with a preset, the file loads back equal."""
+    saved = tmp_path / "here.toml"
+    code, _, err = cli("hardware", "--show", "rtx4090", "--save", saved)
+    assert code == 0, err
+    back, preset = load_hardware(saved), get_hardware("rtx4090")
+    assert (back.gpu, back.link, back.cpu) == (preset.gpu, preset.link, preset.cpu)
+    code, _, err = cli("hardware", "--save", tmp_path / "x.toml")
+    assert code == 1 and "give --show too" in err and not (tmp_path / "x.toml").exists()
+    code, _, err = cli("hardware", "--show", "rtx4090", "--save", tmp_path / "no" / "x.toml")
+    assert code == 1 and len(err.strip().splitlines()) == 1

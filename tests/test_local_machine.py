@@ -198,10 +198,30 @@ def test_gpu_names(name, preset):
 # ---------------------------------------------------------------- detect
 
 
+def detect(**parts) -> Hardware:
+    """``lm.detect`` on fixed inputs; the clock not measured (cpufreq's or cpuinfo's) unless a test gives one."""
+    return lm.detect(**{"clock": lambda isa: None, **parts})
+
+
+def test_the_clock_under_load_replaces_the_nominal_one_where_it_can_be_measured():
+    read, run = _machine(XEON, max_freq="3800000\n", llc=("107520K", "0-3"), smi=SMI_4090)
+    asked = []
+    hw = detect(measure=Measure(400.0), run=run, read=read, clock=lambda isa: asked.append(isa) or 3.1234)
+    assert asked == ["amx"] and hw.cpu.ghz == 3.123 and "3.123 GHz measured under load" in hw.source
+    for nonsense in (None, 0.0, 50.0, float("nan")):  # not measurable, or not a clock: cpufreq's maximum
+        assert detect(measure=Measure(400.0), run=run, read=read, clock=lambda isa: nonsense).cpu.ghz == 3.8
+    assert lm.measure_clock_ghz("neon") is None  # the chain's 4 cycles are x86's
+
+
+def test_the_clock_chain_runs_on_x86():
+    ghz = lm.measure_clock_ghz("avx2", steps=100_000, passes=1)  # a rate, not checked against a time
+    assert isinstance(ghz, float) and math.isfinite(ghz) and ghz > 0
+
+
 def test_xeon_with_an_rtx4090():
     read, run = _machine(XEON, max_freq="3800000\n", llc=("107520K", "0-3"), smi=SMI_4090)
     measure = Measure(400.0)
-    hw = lm.detect(measure=measure, run=run, read=read)
+    hw = detect(measure=measure, run=run, read=read)
     assert measure.asked == [4 * 2 * 107520 * 1024]  # 4x both sockets' L3 (840 MiB, over 512 MiB)
     cpu = hw.cpu
     assert (hw.name, cpu.sockets, cpu.cores, cpu.isa, cpu.ghz, cpu.ram_gb) == ("local", 2, 2, "amx", 3.8, 251.7)
@@ -215,7 +235,7 @@ def test_xeon_with_an_rtx4090():
 
 def test_zen4_desktop_without_a_gpu():
     read, run = _machine(ZEN4, llc=("32768K", "0-7"))
-    hw = lm.detect(measure=Measure(61.2), run=run, read=read)
+    hw = detect(measure=Measure(61.2), run=run, read=read)
     assert hw == Hardware("local", None, None, cpu=hw.cpu)
     cpu = hw.cpu
     assert (cpu.name, cpu.sockets, cpu.cores, cpu.isa, cpu.ghz, cpu.dram_gbps, cpu.dram_eff) == (
@@ -227,15 +247,15 @@ def test_zen4_desktop_without_a_gpu():
 @pytest.mark.parametrize("status", [6, 9])
 def test_failing_nvidia_smi_is_a_cpu_only_machine(status):
     read, run = _machine(ZEN4, smi=status)
-    assert lm.detect(measure=Measure(), run=run, read=read).gpu is None
+    assert detect(measure=Measure(), run=run, read=read).gpu is None
 
 
 def test_arm_server_takes_its_name_from_lscpu():
     read, run = _machine(ARM, lscpu=LSCPU_ARM)
-    cpu = lm.detect(measure=Measure(500.0), run=run, read=read).cpu
+    cpu = detect(measure=Measure(500.0), run=run, read=read).cpu
     assert (cpu.name, cpu.cores, cpu.isa, cpu.ghz) == ("Neoverse-V2 (measured 500.0 GB/s)", 4, "neon", lm.DEFAULT_GHZ)
     read, run = _machine(ARM)  # no lscpu either
-    assert lm.detect(measure=Measure(), run=run, read=read).cpu.name.startswith("neon CPU")
+    assert detect(measure=Measure(), run=run, read=read).cpu.name.startswith("neon CPU")
 
 
 @pytest.mark.parametrize("name, pcie, preset, link", [
@@ -248,7 +268,7 @@ def test_gpus_and_links(name, pcie, preset, link):
     from moesim.sim.presets import GPUS
 
     read, run = _machine(VM_NO_SOCKET, smi=name + "\n", pcie=pcie + "\n")
-    hw = lm.detect(measure=Measure(), run=run, read=read)
+    hw = detect(measure=Measure(), run=run, read=read)
     assert (hw.gpu.hbm_gbps, hw.gpu.tflops) == (GPUS[preset].hbm_gbps, GPUS[preset].tflops)
     assert hw.gpu.hbm_gb == float(f"{int(name.rsplit(',')[1]) / 1024:.4g}")
     if link is None:  # PCIe 3 on 8 lanes: half of x16
@@ -266,7 +286,7 @@ def test_a_gpu_not_among_the_presets():
         props = SimpleNamespace(memory_clock_rate=7_501_000, memory_bus_width=192)
         return lm.gpu_from_properties(name, hbm_gb, props, 20.5)
 
-    hw = lm.detect(measure=Measure(), run=run, read=read, unknown_gpu=unknown)
+    hw = detect(measure=Measure(), run=run, read=read, unknown_gpu=unknown)
     assert asked == [("NVIDIA GeForce RTX 3060", 12.0)]
     assert (hw.gpu.hbm_gbps, hw.gpu.tflops, hw.gpu.flop_eff, hw.gpu.hbm_gb) == (360.0, 20.5, 1.0, 12.0)
     with pytest.raises(MoesimError, match="moesim hardware --template"):
@@ -281,7 +301,7 @@ def test_torch_gpu_without_cuda_asks_for_a_hardware_file(monkeypatch):
     assert "\n" not in str(exc.value)
     read, run = _machine(ZEN4, smi="NVIDIA GeForce RTX 3060, 12288\n")
     with pytest.raises(MoesimError, match="RTX 3060"):
-        lm.detect(measure=Measure(), run=run, read=read)
+        detect(measure=Measure(), run=run, read=read)
 
 
 def test_torch_gpu_reads_the_properties(monkeypatch):
@@ -298,15 +318,15 @@ def test_torch_gpu_reads_the_properties(monkeypatch):
 def test_detect_refuses_what_it_cannot_read():
     read, run = _machine(ZEN4)
     with pytest.raises(MoesimError, match="/proc/cpuinfo"):
-        lm.detect(measure=Measure(), run=run, read=lambda path: None)
+        detect(measure=Measure(), run=run, read=lambda path: None)
     for bad in (0.0, math.nan, -1.0, math.inf):
         with pytest.raises(MoesimError, match="DRAM"):
-            lm.detect(measure=Measure(bad), run=run, read=read)
+            detect(measure=Measure(bad), run=run, read=read)
 
 
 def test_a_detected_machine_is_a_valid_hardware_file(tmp_path):
     read, run = _machine(XEON, max_freq="3800000\n", smi=SMI_4090)
-    hw = lm.detect(measure=Measure(123.456), run=run, read=read)
+    hw = detect(measure=Measure(123.456), run=run, read=read)
     path = tmp_path / "local.toml"
     write_hardware(hw, path)
     back = load_hardware(path)
@@ -326,7 +346,7 @@ def test_this_machine():
         return 10.0
 
     try:
-        hw = lm.detect(measure=no_gpu_measure, unknown_gpu=lambda name, gb: GPU(name, 100.0, 10.0, gb))
+        hw = detect(measure=no_gpu_measure, unknown_gpu=lambda name, gb: GPU(name, 100.0, 10.0, gb))
     except MoesimError as exc:
         assert "\n" not in str(exc)
         return
@@ -432,7 +452,7 @@ def test_fuzz_detect(data):
     def unknown(name, hbm_gb):
         return lm.gpu_from_properties(name, hbm_gb, SimpleNamespace(memory_clock_rate=1e6, memory_bus_width=64), 5.0)
 
-    hw = outcome(lambda: lm.detect(measure=Measure(50.0), run=run, read=read, unknown_gpu=unknown))
+    hw = outcome(lambda: detect(measure=Measure(50.0), run=run, read=read, unknown_gpu=unknown))
     if hw is not None:
         cpu = hw.cpu
         assert cpu.sockets >= 1 and cpu.cores >= 1 and cpu.isa in ISA_FLOP_PER_CYCLE and cpu.ram_gb > 0
