@@ -25,13 +25,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from moesim import simulate
+from moesim.errors import MoesimError
 from moesim.experiments.plan import plan_trace
 from moesim.replay.llamacpp_model import GGML_TYPES, qwen3_moe, write_gguf
 from moesim.replay.llamacpp_run import decode_tok_s, quantize, system_info
 from moesim.sim.local_machine import detect, measure_dram_gbps
 from moesim.tracegen.model_files import load_model_file
 
-SHAPES = {  # (layers, experts, top_k, d_model, expert width): ~0.2-0.3 B parameters each
+SHAPES = {  # (layers, experts, top_k, d_model, expert width): 0.2-0.45 B parameters each
     "olmoe": (8, 64, 8, 1024, 256),
     "qwen3": (8, 32, 4, 768, 512),
     "mixtral": (4, 8, 2, 1024, 2048),
@@ -70,6 +71,17 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="keep the GGUF files here (default: a temporary folder)")
     parser.add_argument("--json", type=Path, help="write every row and the summary here")
     args = parser.parse_args()
+    unknown = set(args.shapes.split(",")) - set(SHAPES)
+    if unknown:
+        raise SystemExit(f"unknown shape(s) {', '.join(sorted(unknown))}; choose from {', '.join(SHAPES)}")
+    try:
+        run(args)
+    except MoesimError as exc:
+        raise SystemExit(f"llamacpp_fidelity: {exc}") from None
+
+
+def run(args) -> None:
+    """Every configuration, measured and predicted, printed as it goes; the summary (and ``--json``)."""
     print(system_info())
     machine = detect()
     print(f"moesim --hardware local: {machine.source}")

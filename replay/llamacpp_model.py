@@ -10,8 +10,8 @@ the engine is fed token ids, so no text is ever tokenised.
 
 Decode time does not depend on the weights' values, only on their bytes and formats, so one random block of each
 matrix shape is quantised (``gguf.quants``) and its bytes repeated for every expert and layer: a model of any
-size is written in seconds. The values are small (normal, sigma 0.02, as transformers initialises), never NaN or
-denormal, which could slow a CPU's arithmetic.
+size is written in seconds. The values are small (normal, sigma 0.02, as transformers initialises), never NaN
+(a few f16 values are subnormal; the CPU widens f16 with F16C, whose speed does not depend on them).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ VOCAB_BYTES = 256
 
 def qwen3_moe(name: str, layers: int, experts: int, top_k: int, d_model: int, d_expert: int, vocab: int = 4096,
               heads: int = 0, kv_heads: int = 0) -> ModelSpec:
-    """A Qwen3-MoE shape as moesim describes a model (``heads`` of ``HEAD_DIM``: d_model / 64 by default, a quarter
-    of them for K and V)."""
+    """A Qwen3-MoE shape as moesim describes a model (``heads`` of ``HEAD_DIM``: d_model / 64 by default; for K and
+    V the largest divisor of the heads that is at most a quarter of them)."""
     heads = heads or max(1, d_model // HEAD_DIM)
-    kv_heads = kv_heads or max(1, heads // 4)
+    kv_heads = kv_heads or max(k for k in range(1, max(1, heads // 4) + 1) if heads % k == 0)
     return ModelSpec(name, "", "qwen3_moe", layers, experts, top_k, d_model, d_expert, source="random GGUF",
                      q_dim=heads * HEAD_DIM, kv_dim=kv_heads * HEAD_DIM, vocab=vocab)
 
@@ -63,9 +63,16 @@ def write_gguf(spec: ModelSpec, fmt: str, path: str | Path, seed: int = 0) -> Pa
             raise MoesimError(f"{fmt} stores rows in blocks of {block} weights; {what} {width} is not a multiple")
     if spec.vocab < VOCAB_BYTES + 2:
         raise MoesimError(f"a vocabulary of {spec.vocab} tokens: llama.cpp's needs the {VOCAB_BYTES} bytes and more")
+    d, width, experts = spec.d_model, spec.d_expert, spec.num_experts
+    q_dim, kv_dim = spec.q_dim or d, spec.kv_dim or d
+    if q_dim % HEAD_DIM or kv_dim % HEAD_DIM or (q_dim // HEAD_DIM) % (kv_dim // HEAD_DIM):
+        raise MoesimError(f"attention of {q_dim} query and {kv_dim} key/value widths: llama.cpp's Qwen3-MoE needs "
+                          f"heads of {HEAD_DIM} and query heads a multiple of the key/value heads")
+    if not 1 <= spec.top_k <= experts:
+        raise MoesimError(f"top-{spec.top_k} of {experts} experts: llama.cpp routes 1 to all of them")
     rng = np.random.default_rng(seed)
     f32 = gguf.GGMLQuantizationType.F32
-    d, width, experts, heads = spec.d_model, spec.d_expert, spec.num_experts, spec.q_dim // HEAD_DIM
+    heads = q_dim // HEAD_DIM
     cache: dict = {}
 
     def matrix(shape: tuple, k=kind) -> np.ndarray:  # the same random bytes for every matrix of a shape
@@ -76,46 +83,49 @@ def write_gguf(spec: ModelSpec, fmt: str, path: str | Path, seed: int = 0) -> Pa
     path = Path(path)
     with atomic_output(path) as tmp:
         w = gguf.GGUFWriter(str(tmp), ARCH)
-        w.add_name(spec.name)
-        w.add_block_count(spec.num_layers)
-        w.add_context_length(4096)
-        w.add_embedding_length(d)
-        w.add_feed_forward_length(width)
-        w.add_head_count(heads)
-        w.add_head_count_kv(spec.kv_dim // HEAD_DIM)
-        w.add_key_length(HEAD_DIM)
-        w.add_value_length(HEAD_DIM)
-        w.add_rope_freq_base(1e6)
-        w.add_layer_norm_rms_eps(1e-6)
-        w.add_expert_count(experts)
-        w.add_expert_used_count(spec.top_k)
-        w.add_expert_feed_forward_length(width)
-        _vocabulary(w, gguf, spec.vocab)
-        plain = (f32, gguf.GGMLQuantizationType.F16)  # typed by their numpy dtype; the rest are bytes
+        try:
+            w.add_name(spec.name)
+            w.add_block_count(spec.num_layers)
+            w.add_context_length(4096)
+            w.add_embedding_length(d)
+            w.add_feed_forward_length(width)
+            w.add_head_count(heads)
+            w.add_head_count_kv(kv_dim // HEAD_DIM)
+            w.add_key_length(HEAD_DIM)
+            w.add_value_length(HEAD_DIM)
+            w.add_rope_freq_base(1e6)
+            w.add_layer_norm_rms_eps(1e-6)
+            w.add_expert_count(experts)
+            w.add_expert_used_count(spec.top_k)
+            w.add_expert_feed_forward_length(width)
+            _vocabulary(w, gguf, spec.vocab)
+            plain = (f32, gguf.GGMLQuantizationType.F16)  # typed by their numpy dtype; the rest are bytes
 
-        def tensor(name: str, data: np.ndarray, k=kind) -> None:
-            w.add_tensor(name, data, raw_dtype=None if k in plain else k)
+            def tensor(name: str, data: np.ndarray, k=kind) -> None:
+                w.add_tensor(name, data, raw_dtype=None if k in plain else k)
 
-        tensor("token_embd.weight", matrix((spec.vocab, d)))
-        tensor("output.weight", matrix((spec.vocab, d)))
-        tensor("output_norm.weight", np.ones(d, np.float32), f32)
-        for b in range(spec.num_layers):
-            for norm, n in (("attn_norm", d), ("ffn_norm", d), ("attn_q_norm", HEAD_DIM), ("attn_k_norm", HEAD_DIM)):
-                tensor(f"blk.{b}.{norm}.weight", np.ones(n, np.float32), f32)
-            tensor(f"blk.{b}.attn_q.weight", matrix((spec.q_dim, d)))
-            tensor(f"blk.{b}.attn_k.weight", matrix((spec.kv_dim, d)))
-            tensor(f"blk.{b}.attn_v.weight", matrix((spec.kv_dim, d)))
-            tensor(f"blk.{b}.attn_output.weight", matrix((d, spec.q_dim)))
-            tensor(f"blk.{b}.ffn_gate_inp.weight", matrix((experts, d), f32), f32)
-            one = matrix((width, d))
-            tensor(f"blk.{b}.ffn_gate_exps.weight", np.broadcast_to(one, (experts, *one.shape)))
-            tensor(f"blk.{b}.ffn_up_exps.weight", np.broadcast_to(one, (experts, *one.shape)))
-            down = matrix((d, width))
-            tensor(f"blk.{b}.ffn_down_exps.weight", np.broadcast_to(down, (experts, *down.shape)))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+            tensor("token_embd.weight", matrix((spec.vocab, d)))
+            tensor("output.weight", matrix((spec.vocab, d)))
+            tensor("output_norm.weight", np.ones(d, np.float32), f32)
+            for b in range(spec.num_layers):
+                for norm, n in (("attn_norm", d), ("ffn_norm", d), ("attn_q_norm", HEAD_DIM),
+                                ("attn_k_norm", HEAD_DIM)):
+                    tensor(f"blk.{b}.{norm}.weight", np.ones(n, np.float32), f32)
+                tensor(f"blk.{b}.attn_q.weight", matrix((q_dim, d)))
+                tensor(f"blk.{b}.attn_k.weight", matrix((kv_dim, d)))
+                tensor(f"blk.{b}.attn_v.weight", matrix((kv_dim, d)))
+                tensor(f"blk.{b}.attn_output.weight", matrix((d, q_dim)))
+                tensor(f"blk.{b}.ffn_gate_inp.weight", matrix((experts, d), f32), f32)
+                one = matrix((width, d))
+                tensor(f"blk.{b}.ffn_gate_exps.weight", np.broadcast_to(one, (experts, *one.shape)))
+                tensor(f"blk.{b}.ffn_up_exps.weight", np.broadcast_to(one, (experts, *one.shape)))
+                down = matrix((d, width))
+                tensor(f"blk.{b}.ffn_down_exps.weight", np.broadcast_to(down, (experts, *down.shape)))
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+        finally:
+            w.close()
     return path
 
 

@@ -39,21 +39,29 @@ def test_a_written_model_reads_back_with_its_shape_and_bytes(tmp_path, fmt):
     assert fields["qwen3moe.expert_feed_forward_length"] == 256 and fields["qwen3moe.attention.head_count_kv"] == 1
 
 
-def test_every_expert_holds_the_same_random_block():
+def test_every_expert_holds_the_same_random_block(tmp_path):
     """Decode time depends on bytes, not values: one quantised block per matrix shape, repeated."""
-    import tempfile
-    from pathlib import Path
+    reader = gguf.GGUFReader(str(write_gguf(SPEC, "q8_0", tmp_path / "m.gguf", seed=3)))
+    up = next(t for t in reader.tensors if t.name == "blk.1.ffn_up_exps.weight").data
+    assert all(np.array_equal(up[0], up[e]) for e in range(4)) and np.any(up[0] != 0)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        reader = gguf.GGUFReader(str(write_gguf(SPEC, "q8_0", Path(tmp) / "m.gguf", seed=3)))
-        up = next(t for t in reader.tensors if t.name == "blk.1.ffn_up_exps.weight").data
-        assert all(np.array_equal(up[0], up[e]) for e in range(4)) and np.any(up[0] != 0)
+
+def test_the_default_heads_divide_as_llama_cpp_needs():
+    """d 576: 9 heads of 64, K/V the largest divisor of 9 at most 9 // 4: 1 (2 heads would not divide 9)."""
+    spec = qwen3_moe("odd-heads", 1, 4, 2, 576, 256)
+    assert (spec.q_dim, spec.kv_dim) == (576, 64)
+    assert qwen3_moe("even", 1, 4, 2, 1024, 256).kv_dim == 4 * 64
 
 
 def test_formats_gguf_cannot_write_and_shapes_llama_cpp_cannot_load_are_one_line(tmp_path):
+    from dataclasses import replace
+
     for spec, fmt, message in ((SPEC, "q4_k", "llama.cpp models are written in"),
                                (qwen3_moe("odd", 1, 4, 2, 256, 200), "q8_0", "d_expert 200 is not a multiple"),
-                               (qwen3_moe("small", 1, 4, 2, 256, 256, vocab=100), "q8_0", "a vocabulary of 100")):
+                               (qwen3_moe("small", 1, 4, 2, 256, 256, vocab=100), "q8_0", "a vocabulary of 100"),
+                               (replace(SPEC, top_k=5), "q8_0", "top-5 of 4 experts"),
+                               (replace(SPEC, kv_dim=192), "q8_0", "query heads a multiple of the key/value heads"),
+                               (replace(SPEC, q_dim=200), "q8_0", "heads of 64")):
         with pytest.raises(MoesimError, match=message) as err:
             write_gguf(spec, fmt, tmp_path / "m.gguf")
         assert "\n" not in str(err.value)
@@ -71,4 +79,28 @@ def test_without_the_bindings_the_engine_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # an import of it fails
     with pytest.raises(MoesimError, match=r"pip install 'moesim\[llamacpp\]'") as err:
         llamacpp_run.decode_tok_s("m.gguf", 1)
+    assert "\n" not in str(err.value)
+
+
+def test_a_bad_decode_request_is_one_line_before_any_engine_work():
+    for tokens, runs, threads in ((0, 1, 1), (1, 0, 1), (1, 1, 0)):
+        with pytest.raises(MoesimError, match="at least one token, run and thread"):
+            llamacpp_run.decode_tok_s("m.gguf", threads, tokens=tokens, runs=runs)
+    with pytest.raises(MoesimError, match="llama.cpp quantises to"):
+        llamacpp_run.quantize("a.gguf", "b.gguf", "q7_x")
+
+
+def test_llama_cpp_loads_decodes_and_quantises_what_is_written(tmp_path):
+    """Where llama.cpp's bindings are installed: the written model loads and decodes (a rate, not checked against
+    a time), its k-quant and MXFP4 versions read back in their formats, and a file it cannot load is one line."""
+    pytest.importorskip("llama_cpp")
+    path = write_gguf(SPEC, "bf16", tmp_path / "m.gguf")
+    rates = llamacpp_run.decode_tok_s(path, 1, tokens=2, runs=1, seed=1)
+    assert len(rates) == 1 and np.isfinite(rates[0]) and rates[0] > 0
+    for fmt, stored in (("q4_k_m", "q4_k"), ("mxfp4", "mxfp4")):
+        out = llamacpp_run.quantize(path, tmp_path / f"m-{fmt}.gguf", fmt)
+        assert load_model_file(out).expert_format == stored
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF not really")
+    with pytest.raises(MoesimError, match="could not load it") as err:
+        llamacpp_run.decode_tok_s(tmp_path / "bad.gguf", 1)
     assert "\n" not in str(err.value)
