@@ -12,6 +12,7 @@ file without ``[gpu]`` is a CPU-only machine (everything runs on its CPU).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import MISSING, asdict, fields, replace
@@ -39,6 +40,14 @@ def is_file_name(name: str) -> bool:
     return name.endswith(".toml") or Path(name).exists()
 
 
+@functools.lru_cache(maxsize=1)
+def this_machine() -> Hardware:
+    """``--hardware local``: detected and measured once per process, so every run of a command (a sweep's, a
+    served stream's rates) sees the same machine; ``moesim hardware --show local --save F`` keeps it across
+    processes."""
+    return detect()
+
+
 def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu: str | None = None,
                  vram: float | None = None, ram: float | None = None, threads: int | None = None) -> Hardware:
     """A system preset (``rtx4090``), a TOML file, or ``local`` (this machine); ``link`` / ``ssd`` / ``cpu`` swap
@@ -47,7 +56,7 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
     if is_file_name(name):
         hw = load_hardware(Path(name))
     elif name.lower() == LOCAL:
-        hw = detect()
+        hw = this_machine()
     else:
         gpu, default_link, default_cpu = _pick(SYSTEMS, name, "hardware")
         hw = Hardware(name.lower(), GPUS[gpu] if gpu else None, LINKS[default_link] if default_link else None,

@@ -118,3 +118,19 @@ def test_show_saves_the_machine_it_shows(cli, tmp_path):
     assert code == 1 and "give --show too" in err and not (tmp_path / "x.toml").exists()
     code, _, err = cli("hardware", "--show", "rtx4090", "--save", tmp_path / "no" / "x.toml")
     assert code == 1 and len(err.strip().splitlines()) == 1
+
+
+def test_local_is_measured_once_per_process(monkeypatch):
+    """Every run of one command (a sweep's configurations, a served stream's rates) sees the same machine."""
+    from moesim.sim import hardware
+    from moesim.sim.presets import CPUS, SYSTEMS
+
+    calls = []
+    machine = get_hardware("ryzen-7950x")
+    monkeypatch.setattr(hardware, "detect", lambda: calls.append(1) or machine)
+    hardware.this_machine.cache_clear()
+    try:
+        first, second = get_hardware("local"), get_hardware("local", ram=8)
+    finally:
+        hardware.this_machine.cache_clear()
+    assert calls == [1] and first.cpu == CPUS[SYSTEMS["ryzen-7950x"][2]] and second.cpu.ram_gb == 8.0
