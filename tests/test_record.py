@@ -119,8 +119,11 @@ def test_saved_model_records_the_same_trace(name, prompts, tmp_path):
     record_trace(name, prompts, tmp_path / "a.parquet", opts)
     record_trace(str(folder), prompts, tmp_path / "b.parquet", opts)
     a, b = load_trace(tmp_path / "a.parquet"), load_trace(tmp_path / "b.parquet")
-    for col in ("experts", "weights", "spec", "tokens", "steps", "phase", "seq_offsets"):
+    for col in ("experts", "spec", "tokens", "steps", "phase", "seq_offsets"):
         assert np.array_equal(getattr(a, col), getattr(b, col)), col
+    # DeepSeek's router and norms run in float32 whatever the model's dtype (as transformers
+    # writes them), and a float32 GEMM can round an ulp differently with its buffers' alignment
+    np.testing.assert_allclose(a.weights, b.weights, rtol=4e-7, atol=0)
     assert a.meta.replace(model="", source="") == b.meta.replace(model="", source="")
 
 
