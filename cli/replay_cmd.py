@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 import moesim
+from moesim.errors import MoesimError
 from moesim.cli.console import console, emit_json, table
 from moesim.cli.options import TracePath
 from moesim.cli.settings import Asked, takes
@@ -24,20 +25,45 @@ HARDWARE_HELP = ("Calibrated hardware file for the simulated side (default: cali
                  "rtx4090, or any preset or file).")
 
 
+Engine = Annotated[Optional[str], typer.Option(help="llama.cpp: time the real llama.cpp on this CPU instead of "
+                                                   "moesim's replay (pip install 'moesim[llamacpp]').")]
+EngineThreads = Annotated[Optional[str], typer.Option(help="--engine llama.cpp: comma-separated thread counts "
+                                                            "(default 1, 2, 4, ... and every core).")]
+Runs = Annotated[int, typer.Option(min=1, help="--engine llama.cpp: timed runs per configuration (the median "
+                                                "counts), after one warm-up.")]
+
+
 def calibrate(
-    model: Annotated[str, typer.Option(help="Model preset whose dims are measured.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Hardware file to write (TOML).")],
+    model: Annotated[Optional[str], typer.Option(help="Model preset whose dims are measured (the replay).")] = None,
     backend: Backend = "cpu",
     layers: Layers = None,
     scale: Scale = 1.0,
     repeats: Annotated[int, typer.Option(help="Measurements per quantity (see docs/replay.md: which are medians, "
                                               "which means).")] = 15,
-    workdir: Annotated[Optional[Path], typer.Option(help="Folder for the scratch expert file.")] = None,
+    workdir: Annotated[Optional[Path], typer.Option(help="Folder for the scratch files.")] = None,
+    engine: Engine = None,
+    threads: EngineThreads = None,
+    runs: Runs = 5,
 ) -> None:
-    """Measure copies and compute on this machine and write the hardware file the simulator takes.
+    """Measure copies and compute on this machine and write the hardware file the simulator takes; with --engine
+    llama.cpp, fit the CPU model to llama.cpp's decode and write a CPU-only file.
 
     Example: moesim calibrate --model olmoe-1b-7b --scale 0.5 --out hw.toml
+
+    Example: moesim calibrate --engine llama.cpp --out here.toml
     """
+    if engine is not None:
+        from moesim.cli import llamacpp_cmd
+
+        llamacpp_cmd.check_engine(engine)
+        if model is not None or layers is not None or scale != 1.0:
+            raise MoesimError("--engine llama.cpp calibrates on its own models; --model, --layers and --scale are "
+                              "for the replay")
+        llamacpp_cmd.calibrate(out, threads, runs, workdir)
+        return
+    if model is None:
+        raise MoesimError("calibrate needs --model (the replay's model), or --engine llama.cpp")
     from moesim.replay.calibrate import calibrate as measure
     from moesim.replay.compute import DTYPE
     from moesim.files import check_output
@@ -109,26 +135,53 @@ def replay(
             r.hit_rate, r.sim_tpot_s * 1e3, r.sim_hit_rate]])
 
 
-@takes(REPLAY_SETTINGS, listed=("policy", "capacity", "cpu_layers"), defaults={"policy": "lru,belady", "cpu_layers": "0"},
-       helps={"hardware": HARDWARE_HELP,
+@takes(REPLAY_SETTINGS + ("threads",), listed=("policy", "capacity", "cpu_layers", "dtype", "threads"),
+       defaults={"policy": "lru,belady", "cpu_layers": "0"},
+       helps={"hardware": HARDWARE_HELP + " --engine llama.cpp: the file 'moesim calibrate --engine llama.cpp' wrote "
+                                          "(default: calibrate first).",
               "policy": "Comma-separated replacement policies; speedups are over the first.",
               "cpu_layers": "For a strategy that places whole layers' experts on the CPU: comma-separated numbers of "
-                            "CPU layers to run; speedups are over the first."},
+                            "CPU layers to run; speedups are over the first.",
+              "dtype": "--engine llama.cpp: comma-separated weight formats (default bf16,q8_0,q4_k_m,q4_0,mxfp4).",
+              "threads": "--engine llama.cpp: comma-separated thread counts (default 1, 2, 4, ... and every core)."},
        aliases={"policy": ("--policies",)})
 def validate(
-    trace_path: TracePath,
+    trace_path: Annotated[Optional[Path], typer.Argument(metavar="[TRACE]", help="Trace file (Parquet); none with "
+                                                                                  "--engine llama.cpp.")] = None,
     backend: Backend = "cpu",
     layers: Layers = None,
     scale: Scale = 1.0,
     workdir: Workdir = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+    engine: Engine = None,
+    contexts: Annotated[Optional[str], typer.Option(help="--engine llama.cpp: comma-separated KV tokens filled "
+                                                         "before the timed decode (default 0).")] = None,
+    prompts: Annotated[Optional[str], typer.Option(help="--engine llama.cpp: comma-separated prompt lengths whose "
+                                                        "processing is timed too (default 256; 0: none).")] = None,
+    runs: Runs = 5,
     *,
     asked: Asked,
 ) -> None:
-    """Simulate and replay each configuration; print simulated against measured TPOT and the error.
+    """Simulate and replay each configuration; print simulated against measured TPOT and the error. With --engine
+    llama.cpp: predict and time llama.cpp's CPU decode of models, formats, thread counts and contexts that
+    calibration did not run.
 
     Example: moesim validate t.parquet --model olmoe-1b-7b --layers 4 --scale 0.5 --policies lru,belady --capacity 16,32
+
+    Example: moesim validate --engine llama.cpp --hardware here.toml --threads 1,2 --json
     """
+    if engine is not None:
+        from moesim.cli import llamacpp_cmd
+
+        llamacpp_cmd.check_engine(engine)
+        if trace_path is not None:
+            raise MoesimError("--engine llama.cpp decodes models of its own; it takes no trace")
+        llamacpp_cmd.validate(_hardware(asked), asked.base.model.name if "model" in asked.given else None, layers,
+                              asked.each.get("dtype"), asked.each.get("threads"), contexts, prompts, runs, workdir,
+                              as_json)
+        return
+    if trace_path is None:
+        raise MoesimError("validate needs a trace (or --engine llama.cpp)")
     policies = asked.each.pop("policy")
     capacities = asked.each.pop("capacity", [asked.base.cache.capacity])
     cpu_layers = asked.each.pop("cpu_layers")

@@ -2,9 +2,10 @@
 
 Every operation on the device that holds the non-expert weights — the GPU, or the CPU of a machine without
 one — is timed on its roofline: on a GPU ``max(bytes / (HBM bw · mem_eff), FLOPs / (peak · flop_eff))``
-plus a launch per kernel; on a CPU ``max(bytes / DRAM rate, weight bytes / unpack rate, FLOPs / FLOP
-rate)`` plus ``task_us`` per kernel (the three rates: ``moesim.sim.machine.CPU``). At decode batch sizes
-that is the memory term. Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache:
+plus a launch per kernel; on a CPU ``max(weight bytes / min(DRAM rate, unpack rate) + KV bytes / min(DRAM
+rate, f16 unpack rate), FLOPs / FLOP rate)`` (the rates: ``moesim.sim.machine.CPU``; the KV cache is read by
+products of its own after the projections, as llama.cpp's graph does). At decode batch sizes that is the memory
+term. Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache:
 
 - attention: weights d·q + 2·d·kv + q·d (``ModelSpec.attention_params``), KV read ``kv_width``·ctx values
   (K and V, or MLA's one latent); 2·weights·T + 4·q·ctx FLOPs;
@@ -25,10 +26,10 @@ that is the memory term. Per layer and row of T tokens whose sequences hold ``ct
 
 The host CPU (``moesim.sim.machine.CPU``), for strategies that compute experts there:
 
-- one expert on T tokens (``cpu_by_tokens[T]``, ``cpu_expert_s``): ``task_us + max(expert_bytes / DRAM
-  rate, expert_bytes / unpack rate, 2·expert_params·T / FLOP rate)``: the weights stream from DRAM once per
-  layer and the T tokens share them, unless unpacking the format (at one token) or the arithmetic (at many)
-  is slower; the DRAM rate is one socket's, or every socket's for an engine with a pool per socket (the
+- one expert on T tokens (``cpu_by_tokens[T]``, ``cpu_expert_s``): ``task_us + max(expert_bytes / min(DRAM
+  rate, unpack rate), 2·expert_params·T / FLOP rate)`` (a GGUF file's experts in several formats: each format's
+  share of the bytes and parameters at its own rates): the weights stream from DRAM once per layer and the T
+  tokens share them, unless unpacking the format (at one token) or the arithmetic (at many) is slower; the DRAM rate is one socket's, or every socket's for an engine with a pool per socket (the
   strategy's ``NUMA``); the CPU runs a layer's experts one after another, each on all its threads;
 - a layer's hand-off: the row's activations, T·d bf16 values, cross the host link each way at its
   bandwidth (``handoff_s`` per row); and ``cpu_layer_fixed_s`` once per layer the CPU works on: its threads'
@@ -62,7 +63,7 @@ from moesim.sim.weights import Weights
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 
 KERNELS_ATTN, KERNELS_ROUTER, KERNELS_FFN, KERNELS_MOE, KERNELS_EXPERT, KERNELS_HEAD = 6, 2, 3, 2, 4, 2
-KV_BYTES = 2.0  # a KV value, bf16
+KV_BYTES, KV_FORMAT = 2.0, "f16"  # a KV value (llama.cpp's default cache type)
 # the scalar durations the compiled engine reads, by index (``scalar_times``): the ``Costs`` fields named
 TIMES = ("moe_launch_s", "expert_launch_s", "copy_s", "ssd_s", "lowbit_copy_s", "cpu_layer_fixed_s")
 T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD, T_LOWBIT_COPY, T_CPU_LAYER_FIXED = range(len(TIMES))
@@ -115,26 +116,37 @@ def ssd_read_s(ssd, nbytes: float) -> float:
     return ssd.latency_us * 1e-6 + nbytes / (ssd.gbps * 1e9)
 
 
-def cpu_s(cpu, weight_bytes, flops, dtype: str, numa: str = ONE_POOL, other_bytes=0.0):
-    """Work on the host CPU that reads ``weight_bytes`` of ``dtype`` weights (and ``other_bytes`` it need not
-    unpack, a KV cache) and does ``flops``: the slowest of DRAM, unpacking and arithmetic (no fixed cost)."""
+def cpu_s(cpu, weight_bytes, flops, dtype: str, numa: str = ONE_POOL, kv_bytes=0.0, mix: tuple = ()):
+    """Work on the host CPU that reads ``weight_bytes`` of ``dtype`` weights (or of several formats: ``mix``, (format,
+    share of the bytes) pairs, as a GGUF file's tensors are), then ``kv_bytes`` of KV cache (f16, a product of its
+    own in llama.cpp's graph), and does ``flops`` (shared out like the parameters): each read at the slower of DRAM and
+    unpacking its format, or the arithmetic where that is slower still (no fixed cost)."""
     weight_bytes = np.asarray(weight_bytes, np.float64)
-    dram = (weight_bytes + other_bytes) / cpu.dram_bw(numa)
-    return np.maximum(np.maximum(dram, weight_bytes / cpu.unpack_bw(dtype)), np.asarray(flops) / cpu.flops(dtype))
+    dram = cpu.dram_bw(numa)
+    parts = mix or ((dtype, 1.0),)
+    reads = sum(share * weight_bytes / min(dram, cpu.unpack_bw(fmt)) for fmt, share in parts)
+    # the FLOPs go with the parameters: a format's share of them is its bytes' share over its bytes per parameter
+    params = {fmt: share / BYTES_PER_PARAM.get(fmt, 1.0) for fmt, share in parts}
+    total = sum(params.values())
+    arithmetic = sum(p / total * np.asarray(flops, np.float64) / cpu.flops(fmt) for fmt, p in params.items())
+    return np.maximum(reads + np.asarray(kv_bytes) / min(dram, cpu.unpack_bw(KV_FORMAT)), arithmetic)
 
 
-def cpu_expert_s(cpu, params: int, dtype: str, nbytes: float, tokens, numa: str = ONE_POOL) -> np.ndarray:
-    """One expert of ``params`` weights, ``nbytes`` in format ``dtype``, on ``tokens`` tokens, on the host CPU."""
+def cpu_expert_s(cpu, params: int, dtype: str, nbytes: float, tokens, numa: str = ONE_POOL,
+                 mix: tuple = ()) -> np.ndarray:
+    """One expert of ``params`` weights, ``nbytes`` in format ``dtype`` (or ``mix``), on ``tokens`` tokens, on the
+    host CPU."""
     tokens = np.asarray(tokens, np.float64)
-    return cpu.task_us * 1e-6 + cpu_s(cpu, np.full_like(tokens, nbytes), 2.0 * params * tokens, dtype, numa)
+    return cpu.task_us * 1e-6 + cpu_s(cpu, np.full_like(tokens, nbytes), 2.0 * params * tokens, dtype, numa, mix=mix)
 
 
-def device_s(hw: Hardware, weight_bytes, flops, kernels: int, dtype: str, numa: str = ONE_POOL, other_bytes=0.0):
+def device_s(hw: Hardware, weight_bytes, flops, kernels: int, dtype: str, numa: str = ONE_POOL, kv_bytes=0.0,
+             mix: tuple = ()):
     """An operation on the device that holds the non-expert weights (the GPU, or the CPU of a machine without one),
     with its kernels' launches (a CPU's thread barriers are counted per layer: ``row_costs``)."""
     if hw.gpu is not None:
-        return roofline(hw.gpu, weight_bytes + other_bytes, flops) + kernels * hw.gpu.launch_us * 1e-6
-    return cpu_s(hw.cpu, weight_bytes, flops, dtype, numa, other_bytes)
+        return roofline(hw.gpu, weight_bytes + kv_bytes, flops) + kernels * hw.gpu.launch_us * 1e-6
+    return cpu_s(hw.cpu, weight_bytes, flops, dtype, numa, kv_bytes, mix)
 
 
 def cpu_layer_s(hw: Hardware, engine: Engine, top_k: int) -> float:
@@ -205,7 +217,7 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
     q, attn_w = model.q_dim or d, model.attention_params
 
     def op(params, flops, kernels, kv=0.0):
-        return device_s(hw, params * bpp, flops, kernels, fmt, numa, kv)
+        return device_s(hw, params * bpp, flops, kernels, fmt, numa, kv, weights.other_mix)
 
     attention = op(attn_w, 2 * attn_w * tokens + 4 * q * ctx, KERNELS_ATTN, model.kv_width * ctx * KV_BYTES)
     pre = attention + op(d * model.num_experts, 2 * d * model.num_experts * tokens, KERNELS_ROUTER)
@@ -246,7 +258,8 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, w
     eb = weights.expert_bytes
     n_tokens = np.arange(max(int(max_expert_tokens), 1) + 1, dtype=np.float64)
     cpu = hw.cpu
-    cpu_by_tokens = (cpu_expert_s(cpu, model.expert_params, weights.expert_format, eb, n_tokens, engine.numa)
+    cpu_by_tokens = (cpu_expert_s(cpu, model.expert_params, weights.expert_format, eb, n_tokens, engine.numa,
+                                  weights.expert_mix)
                      if cpu is not None else np.zeros_like(n_tokens))
     if hw.gpu is not None:
         gpu = hw.gpu

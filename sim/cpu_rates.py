@@ -13,15 +13,17 @@ Three limits bound an expert kernel on the host CPU (``moesim.sim.machine.CPU``)
   2 threads / 5.7 GHz, AMD's boost clock with two cores busy), where two threads stay below the DRAM
   limit; the Arm column the same table's M2 Max rows (3-4 threads, 3.5 GHz). Other x86 cores are taken
   at Zen 4's bytes per cycle (no published per-format table of theirs was found). 16- and 32-bit floats
-  are not unpack-bound (their dot products are one FMA per value): only DRAM limits them. Formats the
+  are taken as not unpack-bound (their dot products are one FMA per value): only DRAM limits them, unless a
+  measured rate (``CPU.unpack_gbps``, ``moesim calibrate --engine llama.cpp``) says otherwise. Formats the
   table does not measure take the nearest measured kernel: int8 and fp8 (kTransformers, widened on the
   CPU) Q8_0's, int4 Q4_0's, int2 Q2_K's, MXFP4 IQ4_NL's (both look 4-bit codes up in a 16-entry table).
   Where the two threads already reached DRAM's limit the figure is a lower bound (marked below).
 - **Arithmetic** (prefill, many tokens per weight): ``ISA_FLOP_PER_CYCLE`` x cores x clock x ``kernel_eff``.
 
 Engines on a CPU synchronise their threads after every operation of the graph (ggml's ``ggml_barrier``). A
-barrier with n threads costs ``BARRIER_BASE_US + BARRIER_THREAD_US · n``: llama.cpp's test-barrier on an EPYC
-(PR #9598, its threadpool: 1.96 us a graph node with 4 threads, 3.04 with 8), a line through those two. A MoE
+barrier with n threads costs ``BARRIER_BASE_US + BARRIER_THREAD_US · (n − 1)``: llama.cpp's test-barrier on an
+EPYC (PR #9598, its threadpool: 1.96 us a graph node with 4 threads, 3.04 with 8), a line through those two
+(``moesim calibrate --engine llama.cpp`` fits this machine's own). A MoE
 layer's decode graph on the CPU has ``CPU_LAYER_BARRIERS`` of them (llama.cpp issue #26200: about 2,000 barriers
 a token for Qwen3-30B-A3B's 48 layers); its routed experts alone (llama.cpp's ``build_moe_ffn``: gate, up, the
 gated activation, down, the router weights and one add per chosen expert) 5 + k, kTransformers' MoE operator 3
@@ -56,7 +58,7 @@ def dram_eff_without(cpu_name: str = "") -> float:
 
 DRAM_EFF = dram_eff_without()
 SYNC_US = 113.0
-BARRIER_BASE_US, BARRIER_THREAD_US = 0.88, 0.27
+BARRIER_BASE_US, BARRIER_THREAD_US = 1.15, 0.27  # one thread's cost, and each further thread's
 CPU_LAYER_BARRIERS = 42
 
 # Peak FLOP per cycle and core of an expert kernel whose weights are in each format class, by the

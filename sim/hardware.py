@@ -24,6 +24,7 @@ from moesim.sim.cpu_rates import ISA_FLOP_PER_CYCLE
 from moesim.sim.local_machine import detect
 from moesim.sim.machine import CPU, GPU, SSD, Hardware, Link, MeasuredCompute
 from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS
+from moesim.tracegen.model_spec import FORMATS
 
 LOCAL = "local"  # ``--hardware local``: this machine, detected and measured (``moesim.sim.local_machine``)
 
@@ -124,6 +125,7 @@ RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "positive", "me
          "latency_us": "non-negative", "engines": "engines", "layer_s": "positive", "expert_s": "positive",
          "cores": "cores", "ghz": "positive", "dram_gbps": "positive", "ram_gb": "positive",
          "dram_eff": "fraction", "kernel_eff": "fraction", "isa": "isa", "sockets": "sockets", "threads": "threads"}
+RATE_TABLES = ("unpack_gbps", "matmul_gflops")  # [cpu] keys whose value is a table of format = rate per thread
 MAX_ENGINES = 64
 MAX_CORES = 4096
 MAX_SOCKETS = 16
@@ -138,6 +140,9 @@ def _section(path: Path, key: str, cls, values: dict):
                 "[table]") if placed else ""
         raise MoesimError(f"{path}: [{key}] has unknown key(s) {', '.join(unknown)} (known: {', '.join(known)}){hint}")
     values = {"name": key, **values}
+    for table in RATE_TABLES:
+        if table in values:
+            values[table] = _rates(path, key, table, values[table])
     try:
         obj = cls(**values)
     except TypeError as exc:
@@ -147,9 +152,32 @@ def _section(path: Path, key: str, cls, values: dict):
     if not isinstance(obj.name, str):
         raise MoesimError(f"{path}: [{key}] name must be a string, got {obj.name!r}")
     for name in known:
-        if name != "name":
+        if name != "name" and name not in RATE_TABLES:
             _check_number(path, key, name, getattr(obj, name), RULES.get(name, "non-negative"))
     return obj
+
+
+def _rates(path: Path, key: str, name: str, table) -> tuple:
+    """``unpack_gbps = {q4_0 = 9.5, ...}`` (or ``matmul_gflops``): weight formats to positive rates, sorted pairs."""
+    if not isinstance(table, (dict, tuple)):
+        raise MoesimError(f"{path}: [{key}] {name} must be a table of format = rate, got {table!r}")
+    pairs = sorted(dict(table).items())
+    unknown = [fmt for fmt, _ in pairs if fmt not in FORMATS]
+    if unknown:
+        raise MoesimError(f"{path}: [{key}] {name} names unknown format(s) {', '.join(unknown)} (known: "
+                          f"{', '.join(FORMATS)})")
+    for fmt, rate in pairs:
+        _check_number(path, key, f"{name}.{fmt}", rate, "positive")
+    return tuple((fmt, float(rate)) for fmt, rate in pairs)
+
+
+def _toml(value) -> str:
+    """A value as TOML writes it: a string quoted, a rate table's pairs an inline table, a number as Python's."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (tuple, list)):
+        return "{" + ", ".join(f"{name} = {rate!r}" for name, rate in value) + "}"
+    return repr(value)
 
 
 WANT = {"positive": "a finite number > 0", "non-negative": "a finite number >= 0",
@@ -175,19 +203,24 @@ def _check_number(path: Path, key: str, name: str, v, rule: str) -> None:
         raise MoesimError(f"{path}: [{key}] {name} must be {WANT[rule]}, got {v!r}")
 
 
-def write_hardware(hw: Hardware, path: Path) -> None:
-    """Write ``hw`` as the TOML file ``load_hardware`` reads (atomically); a number ``load_hardware`` would
-    refuse (a calibration that fitted a negative bandwidth) is refused here, before anything is written."""
-    lines = [f"name = {json.dumps(hw.name)}"]
+def write_hardware(hw: Hardware, path: Path, notes: tuple = ()) -> None:
+    """Write ``hw`` as the TOML file ``load_hardware`` reads (atomically), ``notes`` as comments at its top; a
+    number ``load_hardware`` would refuse (a calibration that fitted a negative bandwidth) is refused here, before
+    anything is written."""
+    lines = [f"# {' '.join(note.split())}" for note in notes] + [f"name = {json.dumps(hw.name)}"]
     for key in SECTIONS:
         part = getattr(hw, key)
         if part is None:
             continue
         lines.append(f"\n[{key}]")
         for name, value in asdict(part).items():
-            if name != "name":
+            if name in RATE_TABLES:
+                if not value:
+                    continue
+                _rates(path, key, name, value)
+            elif name != "name":
                 _check_number(path, key, name, value, RULES.get(name, "non-negative"))
-            lines.append(f"{name} = {json.dumps(value) if isinstance(value, str) else repr(value)}")
+            lines.append(f"{name} = {_toml(value)}")
     with atomic_output(path) as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n")
 
@@ -226,9 +259,11 @@ ram_gb = 32              # all sockets, GiB (required)
 # dram_eff = 0.73        # share of dram_gbps a streaming read reaches
 # kernel_eff = 0.5       # share of the ISA's peak FLOP/s a kernel reaches on many tokens
 # sync_us = 113          # per layer handed from the GPU to the CPU and back
-# barrier_base_us = 0.88 # a barrier of the engine's threads: base + thread x threads
+# barrier_base_us = 1.15 # a barrier of the engine's threads: base + thread x (threads - 1)
 # barrier_thread_us = 0.27
 # task_us = 0            # per expert kernel besides the barriers
+# unpack_gbps = {q4_0 = 9.5, bf16 = 12}  # GB/s of weights one thread unpacks at decode, by format (measured)
+# matmul_gflops = {q4_0 = 60}            # GFLOP/s one thread reaches in prefill's products, by format (measured)
 
 # [ssd]                  # or, at the top: ssd = "pcie4-nvme"; experts beyond DRAM (--dram-capacity)
 # name = "PCIe 4 NVMe"

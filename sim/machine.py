@@ -56,8 +56,9 @@ class Link:
 class CPU:
     """The host CPU: what computes the experts kept in its DRAM (llama.cpp ``--n-cpu-moe``, kTransformers,
     Fiddler), and everything on a machine without a GPU. ``cores`` and ``dram_gbps`` are per socket, ``ram_gb``
-    the whole machine's. An expert of B bytes on T tokens takes ``task_us + max(B / DRAM rate, B / unpack
-    rate, 2·params·T / FLOP rate)`` (``moesim.sim.costs.cpu_expert_s``; the rates: ``moesim.sim.cpu_rates``)."""
+    the whole machine's. An expert of B bytes on T tokens takes ``task_us + max(B / min(DRAM rate, unpack
+    rate), 2·params·T / FLOP rate)`` (``moesim.sim.costs.cpu_expert_s``; the rates: ``moesim.sim.cpu_rates``, or
+    measured: ``unpack_gbps``, ``matmul_gflops``)."""
 
     name: str
     cores: int               # physical cores per socket
@@ -71,12 +72,18 @@ class CPU:
     kernel_eff: float = 0.5  # share of the ISA's peak FLOP/s an expert kernel reaches on many tokens
     task_us: float = 0.0     # per expert kernel besides the barriers (what ``moesim calibrate`` measures of the replay's)
     sync_us: float = SYNC_US  # per layer handed to the CPU: the activations' two trips, the waits, the graph split
-    barrier_base_us: float = BARRIER_BASE_US    # a thread barrier: base_us + thread_us x threads
+    barrier_base_us: float = BARRIER_BASE_US    # a thread barrier: base_us + thread_us x (threads - 1)
     barrier_thread_us: float = BARRIER_THREAD_US
     fp32_gflops: float = 0.0  # measured rates per format class (0: from the tables)
     bf16_gflops: float = 0.0
     int8_gflops: float = 0.0
     int4_gflops: float = 0.0
+    # measured decode unpack rates: (format, GB/s of its weights one thread turns into dot products at one token)
+    # pairs (``moesim calibrate --engine llama.cpp``); a format listed here is held to threads x its rate
+    unpack_gbps: tuple = ()
+    # measured matrix-product rates: (format, GFLOP/s one thread reaches on many tokens) pairs (prefill; the same
+    # calibration); a format listed here is held to threads x its rate instead of the FLOP tables
+    matmul_gflops: tuple = ()
 
     @property
     def workers(self) -> int:
@@ -85,7 +92,7 @@ class CPU:
 
     def barrier_s(self) -> float:
         """One barrier of the engine's threads (``moesim.sim.cpu_rates``)."""
-        return (self.barrier_base_us + self.barrier_thread_us * self.workers) * 1e-6
+        return (self.barrier_base_us + self.barrier_thread_us * (self.workers - 1)) * 1e-6
 
     def dram_bw(self, numa: str = ONE_POOL) -> float:
         """Bytes/s a streaming read of expert weights reaches: one socket's DRAM, or every socket's when the
@@ -97,15 +104,23 @@ class CPU:
         return getattr(self, f"{FORMAT_CLASS.get(dtype, 'int4')}_gflops") * 1e9
 
     def unpack_bw(self, dtype: str) -> float:
-        """Bytes/s of ``dtype`` weights the threads unpack into dot products at one token (inf: the format is not
-        unpack-bound, or a measured rate stands for it)."""
+        """Bytes/s of ``dtype`` weights the threads unpack into dot products at one token: measured
+        (``unpack_gbps``), else from the table (inf: the format is not unpack-bound, or a measured FLOP rate stands
+        for it)."""
+        measured = dict(self.unpack_gbps).get(dtype)
+        if measured is not None:
+            return self.workers * measured * 1e9
         per_cycle = WEIGHT_BYTES_PER_CYCLE[ISA_FAMILY[self.isa]].get(dtype)
         if per_cycle is None or self.measured(dtype) > 0:
             return math.inf
         return self.workers * self.ghz * 1e9 * per_cycle
 
     def flops(self, dtype: str) -> float:
-        """FLOP/s of an expert kernel whose weights are in ``dtype``: measured, or from the ISA table."""
+        """FLOP/s of an expert kernel whose weights are in ``dtype``: measured for the format (``matmul_gflops``)
+        or its class (``*_gflops``), or from the ISA table."""
+        own = dict(self.matmul_gflops).get(dtype)
+        if own is not None:
+            return self.workers * own * 1e9
         measured = self.measured(dtype)
         if measured > 0:
             return measured

@@ -15,6 +15,8 @@ class Weights(NamedTuple):
     expert_bytes: float     # one routed expert
     expert_format: str      # a ``moesim.tracegen.model_spec.FORMATS`` name (or a GGUF type the table lacks)
     other_format: str
+    expert_mix: tuple = ()  # a model file's formats: (format, share of the bytes) pairs; () all one format
+    other_mix: tuple = ()
 
 
 def weights_of(trace: Trace, model: ModelSpec, dtype: str | None, other_dtype: str | None = None) -> Weights:
@@ -22,19 +24,20 @@ def weights_of(trace: Trace, model: ModelSpec, dtype: str | None, other_dtype: s
     stores (``ModelSpec.stored_*``); else what the trace recorded of its own model; else bf16. Experts without a
     format of their own are stored like the other weights."""
     own = trace.meta.expert_bytes if trace.meta.model == model.name and model.kind == "moe" else None
+    other_mix = ()
     if other_dtype is not None:
         bpp, other = BYTES_PER_PARAM[other_dtype], other_dtype
     elif model.stored_other_bytes:
-        bpp, other = model.stored_other_bytes / model.non_expert_params, model.other_format
+        bpp, other, other_mix = model.stored_other_bytes / model.non_expert_params, model.other_format, model.other_mix
     elif own and dtype is None:
         bpp = float(trace.meta.bytes_per_param or 2.0)
         other = format_of(1, bpp)
     else:
         bpp, other = BYTES_PER_PARAM["bf16"], "bf16"
     if dtype is not None:
-        return Weights(bpp, float(model.expert_params * BYTES_PER_PARAM[dtype]), dtype, other)
+        return Weights(bpp, float(model.expert_params * BYTES_PER_PARAM[dtype]), dtype, other, (), other_mix)
     if model.stored_expert_bytes:
-        return Weights(bpp, float(model.stored_expert_bytes), model.expert_format, other)
+        return Weights(bpp, float(model.stored_expert_bytes), model.expert_format, other, model.expert_mix, other_mix)
     if own:
-        return Weights(bpp, float(own), format_of(model.expert_params, own), other)
-    return Weights(bpp, float(model.expert_params * bpp), other, other)
+        return Weights(bpp, float(own), format_of(model.expert_params, own), other, (), other_mix)
+    return Weights(bpp, float(model.expert_params * bpp), other, other, other_mix, other_mix)

@@ -88,9 +88,9 @@ def test_an_engine_with_a_pool_per_socket_keeps_a_copy_of_the_experts_on_each():
 
 
 def test_a_cpu_layer_costs_its_barriers_and_with_a_gpu_the_hand_off():
-    """(5 + k) barriers for llama.cpp's routed experts, 3 for kTransformers', each 0.88 + 0.27 x threads us."""
-    c = cpu(threads=8, barrier_base_us=0.88, barrier_thread_us=0.27, sync_us=113.0)
-    barrier = (0.88 + 0.27 * 8) * 1e-6
+    """(5 + k) barriers for llama.cpp's routed experts, 3 for kTransformers', each 1.15 + 0.27 x (threads - 1) us."""
+    c = cpu(threads=8, barrier_base_us=1.15, barrier_thread_us=0.27, sync_us=113.0)
+    barrier = (1.15 + 0.27 * 7) * 1e-6
     assert c.barrier_s() == pytest.approx(barrier, rel=1e-12)
     with_gpu = replace(HW, cpu=c)
     no_gpu = Hardware("cpu-only", None, None, cpu=c)

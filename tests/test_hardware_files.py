@@ -98,7 +98,7 @@ def test_the_published_points_name_machines_models_and_formats_that_exist():
 
 def test_show_prints_a_machine_with_the_rates_it_derives(cli, tmp_path):
     """Ryzen 9 7950X preset: 16 threads x 4.5 GHz x 3.93 B/cycle = 283.0 GB/s of q4_k unpacked, 0.73 x 83.2 =
-    60.74 GB/s of DRAM reached, a barrier 0.88 + 0.27 x 16 = 5.2 us."""
+    60.74 GB/s of DRAM reached, a barrier 1.15 + 0.27 x 15 = 5.2 us."""
     code, out, err = cli("hardware", "--show", "ryzen-7950x")
     assert code == 0, err
     text = " ".join(out.split())

@@ -104,3 +104,40 @@ def test_llama_cpp_loads_decodes_and_quantises_what_is_written(tmp_path):
     with pytest.raises(MoesimError, match="could not load it") as err:
         llamacpp_run.decode_tok_s(tmp_path / "bad.gguf", 1)
     assert "\n" not in str(err.value)
+
+
+def test_calibrate_and_validate_run_llama_cpp_end_to_end(tmp_path, cli):
+    """Where llama.cpp's bindings are installed: a calibration on tiny models writes a CPU-only file that loads, and
+    `moesim validate --engine llama.cpp` on a model of its own (a config.json) predicts and measures with it."""
+    pytest.importorskip("llama_cpp")
+    import json
+
+    from moesim.replay.llamacpp_calibrate import calibrate_llamacpp
+    from moesim.sim.hardware import load_hardware, write_hardware
+
+    steps = []
+    hw, notes = calibrate_llamacpp([1], runs=1, workdir=tmp_path, progress=steps.append,
+                                   shapes={"narrow": (2, 8, 4, 256, 128, 512), "wide": (2, 4, 1, 256, 512, 512)},
+                                   formats=("q8_0", "q4_0"))
+    assert steps == ["per-operation cost, 1 thread(s)", "narrow q8_0, 1 thread(s)", "wide q8_0, 1 thread(s)",
+                     "narrow q4_0, 1 thread(s)", "wide q4_0, 1 thread(s)", "fitting"]
+    assert {f for f, _ in hw.cpu.matmul_gflops} == {"q8_0", "q4_0"} and all(g > 0 for _, g in hw.cpu.matmul_gflops)
+    assert list(tmp_path.iterdir()) == []  # the models are gone
+    path = tmp_path / "here.toml"
+    write_hardware(hw, path, tuple(notes))
+    cpu = load_hardware(path).cpu
+    assert load_hardware(path).gpu is None and cpu.dram_eff <= 1.0 and cpu.task_us >= 0
+    assert set(dict(cpu.unpack_gbps)) <= {"q8_0", "q4_0"} and all(u > 0 for _, u in cpu.unpack_gbps)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "qwen3_moe", "num_hidden_layers": 3, "num_experts": 8,
+                                  "num_experts_per_tok": 2, "hidden_size": 256, "moe_intermediate_size": 256,
+                                  "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
+                                  "vocab_size": 512}))
+    code, out, err = cli("validate", "--engine", "llama.cpp", "--hardware", path, "--model", config, "--dtype", "q8_0",
+                         "--threads", "1", "--contexts", "0,16", "--prompts", "32", "--runs", "1", "--workdir", tmp_path,
+                         "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [(r["format"], r["threads"], r["test"]) for r in rows] == [("q8_0", 1, "tg64"), ("q8_0", 1, "tg64@d16"),
+                                                                      ("q8_0", 1, "pp32")]
+    assert all(r["measured_tok_s"] > 0 and r["predicted_tok_s"] > 0 and len(r["runs_tok_s"]) == 1 for r in rows)

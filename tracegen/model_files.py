@@ -208,6 +208,8 @@ def spec_from_gguf(path: str | Path) -> ModelSpec:
     k = tensors.get(f"blk.{first}.attn_k.weight")
     q = tensors.get(f"blk.{first}.attn_q.weight") or tensors.get(f"blk.{first}.attn_q_b.weight")
     kv_dim = kv_a[0][1] if kv_rank and kv_a is not None else (k[0][1] if k is not None else 0)
+    expert_formats = _bytes_by_format(tensors, lambda n: "_exps." in n)
+    other_formats = _bytes_by_format(tensors, lambda n: "_exps." not in n and n != "token_embd.weight")
     expert_bytes = [nbytes for n, (_, _, _, nbytes) in tensors.items() if "_exps." in n]
     other_bytes = [nbytes for n, (_, _, _, nbytes) in tensors.items() if "_exps." not in n]
     d_dense = tensors[f"blk.{dense[0]}.ffn_down.weight"][0][0] if dense else 0
@@ -219,18 +221,28 @@ def spec_from_gguf(path: str | Path) -> ModelSpec:
                      attn_params=attn_params,
                      stored_expert_bytes=sum(expert_bytes) / (len(moe) * experts),
                      stored_other_bytes=float(sum(other_bytes)),
-                     expert_format=_main_format(tensors, lambda n: "_exps." in n),
-                     other_format=_main_format(tensors, lambda n: "_exps." not in n and n != "token_embd.weight"))
+                     expert_format=_main_format(expert_formats), other_format=_main_format(other_formats),
+                     expert_mix=_mix(expert_formats), other_mix=_mix(other_formats))
 
 
-def _main_format(tensors: dict, chosen) -> str:
-    """The format that holds most of the chosen tensors' bytes."""
+def _bytes_by_format(tensors: dict, chosen) -> Counter:
+    """The chosen tensors' bytes by moesim format name (a GGUF type moesim does not know: its own name, lower case)."""
     weight = Counter()
     for name, (_, _, kind, nbytes) in tensors.items():
         if chosen(name):
-            weight[kind] += nbytes
-    kind = weight.most_common(1)[0][0] if weight else "F32"
-    return GGUF_FORMATS.get(kind, kind.lower())
+            weight[GGUF_FORMATS.get(kind, kind.lower())] += nbytes
+    return weight
+
+
+def _main_format(weight: Counter) -> str:
+    """The format that holds most of the bytes."""
+    return weight.most_common(1)[0][0] if weight else "fp32"
+
+
+def _mix(weight: Counter) -> tuple:
+    """Every format and its share of the bytes, sorted by name; () where one format holds them all."""
+    total = sum(weight.values())
+    return tuple(sorted((fmt, nbytes / total) for fmt, nbytes in weight.items())) if len(weight) > 1 else ()
 
 
 def _gguf_header(path: Path) -> tuple[dict, dict]:

@@ -81,6 +81,8 @@ class ModelSpec:
     stored_other_bytes: float = 0.0   # every other weight
     expert_format: str = ""
     other_format: str = ""
+    expert_mix: tuple = ()            # every format the experts are stored in: (format, share of their bytes)
+    other_mix: tuple = ()             # ... and every other weight (norms and routers often f32)
 
     @property
     def expert_params(self) -> int:

@@ -1,0 +1,100 @@
+"""`moesim calibrate --engine llama.cpp` and `moesim validate --engine llama.cpp`: the CPU model against the real
+llama.cpp on this machine (``moesim.replay.llamacpp_calibrate``, ``moesim.replay.llamacpp_validate``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from moesim.cli.console import console, emit_json, table
+from moesim.errors import MoesimError
+
+ENGINES = ("llama.cpp",)
+
+
+def check_engine(engine: str) -> None:
+    if engine not in ENGINES:
+        raise MoesimError(f"--engine {engine!r}: the engine moesim runs is {', '.join(ENGINES)}")
+
+
+def counts(text: str | None, what: str, default: list[int], low: int = 1) -> list[int]:
+    """A comma-separated list of whole numbers >= ``low`` (``default`` where not given)."""
+    if text is None:
+        return default
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise MoesimError(f"{what} takes comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) < low:
+        raise MoesimError(f"{what} takes whole numbers of at least {low}, got {text!r}")
+    return list(dict.fromkeys(values))
+
+
+def _bar() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), console=console, transient=True)
+
+
+def calibrate(out: Path, threads: str | None, runs: int, workdir: Path | None) -> None:
+    """Fit this machine's CPU model to llama.cpp and write it to ``out``."""
+    from moesim.files import check_output
+    from moesim.replay.llamacpp_calibrate import CALIBRATION_SHAPES, FORMATS, SUMMARY, calibrate_llamacpp, thread_counts
+    from moesim.replay.llamacpp_run import bindings
+    from moesim.sim.hardware import write_hardware
+
+    check_output(out, "hardware file")
+    bindings()
+    chosen = counts(threads, "--threads", thread_counts())
+    with _bar() as bar:
+        task = bar.add_task("calibrating", total=len(chosen) * (len(FORMATS) * len(CALIBRATION_SHAPES) + 1) + 1)
+
+        def step(what: str) -> None:
+            bar.update(task, description=what, advance=1)
+
+        hw, notes = calibrate_llamacpp(chosen, runs, workdir, step)
+    write_hardware(hw, out, tuple(notes))
+    console.print(f"wrote {out}: {hw.describe()}")
+    for note in notes[SUMMARY]:
+        console.print(f"  {note}")
+
+
+def validate(hardware: str | None, model: str | None, layers: int | None, dtypes: list[str] | None,
+             threads: list[int] | None, contexts: str | None, prompts: str | None, runs: int, workdir: Path | None,
+             as_json: bool) -> None:
+    """Predict and measure the held-out configurations; print the table and the summary."""
+    from moesim.replay.llamacpp_calibrate import PROMPT, calibrate_llamacpp, thread_counts
+    from moesim.replay.llamacpp_run import bindings
+    from moesim.replay.llamacpp_validate import (FORMATS, HEADERS, SHAPES, cells, model_shape, summary, summary_line,
+                                                 validate_llamacpp)
+    from moesim.sim.hardware import get_hardware
+    from moesim.tracegen.models import get_model
+
+    bindings()
+    shapes = SHAPES
+    if model is not None:
+        spec = get_model(model)
+        shapes = {spec.name: model_shape(spec, layers)}
+    elif layers is not None:
+        raise MoesimError("--layers cuts the model given with --model")
+    chosen = threads or thread_counts()
+    ctxs = counts(contexts, "--contexts", [0], low=0)
+    pps = [p for p in counts(prompts, "--prompts", [PROMPT], low=0) if p]
+    formats = dtypes or list(FORMATS)
+    with _bar() as bar:
+        task = bar.add_task("validating", total=len(shapes) * len(formats) * len(chosen) * (len(ctxs) + len(pps)))
+        if hardware is None:
+            bar.update(task, description="calibrating this machine first (no --hardware)")
+            hw, _ = calibrate_llamacpp(chosen, runs, workdir)
+        else:
+            hw = get_hardware(hardware)
+        rows = validate_llamacpp(hw, shapes, formats, chosen, ctxs, runs, workdir,
+                                 lambda what: bar.update(task, description=what, advance=1), pps)
+    s = summary(rows)
+    if as_json:
+        emit_json({"engine": "llama.cpp", "hardware": hw.source or hw.name, "rows": [r.as_dict() for r in rows],
+                   "summary": s})
+        return
+    table(f"llama.cpp decode on this machine against moesim ({hw.source or hw.name}); median of {runs} runs; error "
+          "with the DRAM rate probed beside each run, and from the file as it is", HEADERS, [cells(r) for r in rows])
+    console.print(summary_line(s))

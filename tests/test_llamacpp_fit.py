@@ -1,0 +1,157 @@
+"""The CPU model's fit to llama.cpp timings (``moesim.replay.llamacpp_fit``): timings the model itself produces from
+known parameters give those parameters back; the fitted file round-trips; the refusals."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from moesim.errors import MoesimError
+from moesim.replay.llamacpp_fit import Run, at, barriers_per_token, decode_s, fit, fit_unpack
+from moesim.replay.llamacpp_model import qwen3_moe
+from moesim.sim.hardware import load_hardware, write_hardware
+from moesim.sim.machine import CPU, Hardware
+from moesim.tracegen.model_spec import BYTES_PER_PARAM
+
+TRUTH = CPU("synthetic", cores=8, ghz=3.0, isa="avx512", dram_gbps=50.0, ram_gb=64.0, dram_eff=0.85, task_us=6.0,
+            barrier_base_us=0.4, barrier_thread_us=0.3, unpack_gbps=(("bf16", 21.0), ("q4_0", 9.0), ("q8_0", 14.0)))
+START = replace(TRUTH, dram_eff=1.0, task_us=0.0, barrier_base_us=1.15, barrier_thread_us=0.27, unpack_gbps=())
+
+
+def stored(layers, experts, top_k, d, width, fmt, vocab=4096):
+    """A model as its GGUF would describe it: every weight in ``fmt`` (the router too, for simplicity)."""
+    spec = qwen3_moe(f"m-{fmt}", layers, experts, top_k, d, width, vocab=vocab)
+    bpp = BYTES_PER_PARAM[fmt]
+    return replace(spec, stored_expert_bytes=spec.expert_params * bpp, stored_other_bytes=spec.non_expert_params * bpp,
+                   expert_format=fmt, other_format=fmt)
+
+
+def timed(cpu, spec, threads, probe, ctx=31.5):
+    """The run the model says ``cpu`` gives."""
+    return Run(spec, threads, ctx, 1.0 / decode_s(spec, at(cpu, Run(spec, threads, ctx, 1.0, probe)), ctx), probe)
+
+
+def synthetic(cpu, formats=("bf16", "q8_0", "q4_0", "f16")):
+    probes = iter(np.linspace(38.0, 55.0, 64))
+    overhead = [timed(cpu, stored(16, 8, 2, 64, 64, "q8_0", 512), t, next(probes)) for t in (1, 2, 4, 8)]
+    by_format = {f: [timed(cpu, stored(*shape, f), t, next(probes))
+                     for shape in ((6, 32, 8, 768, 384), (4, 8, 2, 768, 1536)) for t in (1, 2, 4, 8)]
+                 for f in formats}
+    return overhead, by_format
+
+
+def test_the_fit_gives_back_the_parameters_that_made_the_timings():
+    overhead, by_format = synthetic(TRUTH)
+    cpu, rates = fit(START, overhead, by_format)
+    assert rates["f16"] is None  # f16 is not unpack-bound on TRUTH (no rate of its own, none in the tables)
+    assert {f: u for f, u in rates.items() if u is not None} == pytest.approx(dict(TRUTH.unpack_gbps), rel=1e-7)
+    for name in ("dram_eff", "task_us", "barrier_base_us", "barrier_thread_us"):
+        assert getattr(cpu, name) == pytest.approx(getattr(TRUTH, name), rel=1e-6), name
+    # f16 gets the least rate that binds none of its runs, so the file predicts what the fit saw
+    assert all(r.model_s(cpu) == pytest.approx(r.measured_s, rel=1e-6) for r in by_format["f16"])
+
+
+def test_with_the_small_model_at_one_thread_count_its_per_thread_barrier_cost_is_kept():
+    """The per-thread cost is known (the published one, here TRUTH's) and not fitted; the rest is recovered."""
+    overhead, by_format = synthetic(TRUTH, ("q4_0", "q8_0"))  # q8_0: the small model's format
+    start = replace(START, barrier_thread_us=TRUTH.barrier_thread_us)
+    cpu, rates = fit(start, [r for r in overhead if r.threads == 2], by_format)
+    assert cpu.barrier_thread_us == TRUTH.barrier_thread_us
+    assert rates["q4_0"] == pytest.approx(9.0, rel=1e-6)
+    assert cpu.barrier_base_us == pytest.approx(TRUTH.barrier_base_us, rel=1e-6)
+
+
+def test_a_format_dram_binds_at_every_thread_count_gets_the_least_rate_that_binds_none():
+    """On an AVX2 core, whose bytes-per-cycle table would bind q4_0 at 4.6 x 3 GHz = 13.8 GB/s a thread, a q4_0 that
+    DRAM bound in every run gets DRAM's share per thread, not the table's figure."""
+    avx2 = replace(TRUTH, isa="avx2")
+    fast = replace(avx2, unpack_gbps=(("q4_0", 500.0),))
+    spec = stored(4, 8, 2, 768, 1536, "q4_0")
+    runs = [timed(fast, spec, t, 40.0) for t in (1, 2)]
+    rate, binds = fit_unpack(replace(fast, unpack_gbps=()), "q4_0", runs)
+    assert not binds and rate == pytest.approx(40.0 * TRUTH.dram_eff, rel=1e-12)
+    fitted = replace(avx2, unpack_gbps=(("q4_0", rate),))
+    assert all(r.model_s(fitted) == pytest.approx(r.measured_s, rel=1e-12) for r in runs)
+    slow = replace(avx2, unpack_gbps=(("q4_0", 5.0),))
+    rate, binds = fit_unpack(replace(slow, unpack_gbps=()), "q4_0", [timed(slow, spec, t, 40.0) for t in (1, 2)])
+    assert binds and rate == pytest.approx(5.0, rel=1e-9)
+
+
+def test_a_mixed_file_reads_each_format_at_its_rate_and_shares_the_flops_by_parameters():
+    """Q4_K_M-like experts: 3/4 of the bytes in q4_k (4.5 bits), 1/4 in q6_k (6.5625 bits)."""
+    spec = replace(stored(1, 8, 2, 256, 512, "q4_k", vocab=0), expert_mix=(("q4_k", 0.75), ("q6_k", 0.25)))
+    cpu = replace(TRUTH, unpack_gbps=(("q4_k", 8.0), ("q6_k", 4.0)), matmul_gflops=(("q4_k", 50.0), ("q6_k", 20.0)),
+                  task_us=0.0)
+    hw = at(cpu, Run(spec, 1, 0.0, 1.0, 100.0))
+    from moesim.sim.costs import cpu_expert_s
+
+    nbytes = spec.stored_expert_bytes
+    one = cpu_expert_s(hw.cpu, spec.expert_params, "q4_k", nbytes, [1.0], mix=spec.expert_mix)
+    assert one[0] == pytest.approx(0.75 * nbytes / 8e9 + 0.25 * nbytes / 4e9, rel=1e-12)
+    params = {"q4_k": 0.75 / BYTES_PER_PARAM["q4_k"], "q6_k": 0.25 / BYTES_PER_PARAM["q6_k"]}
+    share = {f: p / sum(params.values()) for f, p in params.items()}
+    flops = 2.0 * spec.expert_params * 4096
+    many = cpu_expert_s(hw.cpu, spec.expert_params, "q4_k", nbytes, [4096.0], mix=spec.expert_mix)
+    assert many[0] == pytest.approx(share["q4_k"] * flops / 50e9 + share["q6_k"] * flops / 20e9, rel=1e-12)
+
+
+def test_decode_time_is_the_sum_of_its_parts():
+    """One layer without a head: attention and router weights, then the KV cache (f16), each at the slower of DRAM
+    and its unpack rate; k experts of ``task`` + their bytes; 42 barriers."""
+    spec = stored(1, 8, 2, 256, 512, "q8_0", vocab=0)
+    spec = replace(spec, stored_other_bytes=float(spec.non_expert_params * 1.0625))
+    cpu = replace(TRUTH, unpack_gbps=(("f16", 30.0), ("q8_0", 10.0)))
+    ctx, threads, probe = 100.0, 2, 40.0
+    dram = probe * cpu.dram_eff * 1e9
+    rate = min(dram, threads * 10e9)
+    attention_router = spec.attention_params + spec.d_model * spec.num_experts
+    other = attention_router * 1.0625 / rate + spec.kv_width * ctx * 2.0 / min(dram, threads * 30e9)
+    experts = spec.top_k * (cpu.task_us * 1e-6 + spec.expert_params * 1.0625 / rate)
+    barriers = barriers_per_token(spec) * (cpu.barrier_base_us + cpu.barrier_thread_us * (threads - 1)) * 1e-6
+    assert barriers_per_token(spec) == 42
+    got = decode_s(spec, at(cpu, Run(spec, threads, ctx, 1.0, probe)), ctx)
+    assert got == pytest.approx(other + experts + barriers, rel=1e-12)
+
+
+def test_a_fitted_cpu_round_trips_through_its_hardware_file(tmp_path):
+    overhead, by_format = synthetic(TRUTH, ("q4_0",))
+    cpu, _ = fit(START, overhead, by_format)
+    path = tmp_path / "here.toml"
+    write_hardware(Hardware("fitted", None, None, cpu=cpu), path, ("measured today", "second line"))
+    text = path.read_text()
+    assert text.startswith("# measured today\n# second line\n")
+    assert load_hardware(path).cpu == cpu
+
+
+@pytest.mark.parametrize("line, error", [
+    ("unpack_gbps = {q9_9 = 3.0}", "unpack_gbps names unknown format(s) q9_9"),
+    ("unpack_gbps = {q4_0 = -3.0}", "unpack_gbps.q4_0 must be a finite number > 0"),
+    ("unpack_gbps = {q4_0 = nan}", "unpack_gbps.q4_0 must be a finite number > 0"),
+    ("unpack_gbps = 3.0", "unpack_gbps must be a table of format = rate"),
+    ("matmul_gflops = {q4_0 = 0}", "matmul_gflops.q4_0 must be a finite number > 0"),
+])
+def test_a_bad_unpack_table_is_refused_in_one_line(tmp_path, line, error):
+    path = tmp_path / "bad.toml"
+    path.write_text(f'[cpu]\nname = "x"\ncores = 2\nghz = 3.0\nisa = "avx2"\ndram_gbps = 40\nram_gb = 16\n{line}\n')
+    with pytest.raises(MoesimError) as caught:
+        load_hardware(path)
+    assert str(caught.value).startswith(f"{path}: [cpu] {error}") and "\n" not in str(caught.value)
+
+
+def test_a_fit_needs_runs():
+    with pytest.raises(MoesimError, match="needs at least one run"):
+        fit_unpack(START, "q4_0", [])
+
+
+@pytest.mark.parametrize("args, error", [
+    (("calibrate", "--engine", "vllm", "--out", "{tmp}/h.toml"), "--engine 'vllm': the engine moesim runs is llama.cpp"),
+    (("calibrate", "--out", "{tmp}/h.toml"), "calibrate needs --model (the replay's model), or --engine llama.cpp"),
+    (("calibrate", "--engine", "llama.cpp", "--model", "olmoe-1b-7b", "--out", "{tmp}/h.toml"),
+     "--engine llama.cpp calibrates on its own models; --model, --layers and --scale are for the replay"),
+    (("validate", "{tmp}/t.parquet", "--engine", "llama.cpp"), "--engine llama.cpp decodes models of its own; it takes "
+                                                               "no trace"),
+    (("validate",), "validate needs a trace (or --engine llama.cpp)"),
+])
+def test_the_engine_commands_refuse_what_they_cannot_do_in_one_line(cli, tmp_path, args, error):
+    code, out, err = cli(*(a.format(tmp=tmp_path) for a in args))
+    assert code == 1 and err.strip() == f"moesim: error: {error}" and not list(tmp_path.iterdir())
