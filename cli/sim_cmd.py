@@ -59,11 +59,14 @@ def run(
     Example: moesim sim run t.parquet --hardware rtx4090 --dtype int4 --policy lru,belady --capacity auto --prefetch oracle
     """
     configs = asked.configs()
+    hw = configs[0].hardware.spec()
+    if hw.gpu is None and "strategy" not in asked.given:  # a CPU-only machine: llama.cpp's CPU build, unless asked
+        configs = [c.replace(strategy="cpu-experts") for c in configs]
     if save_config is not None:
         configs[0].to_toml(save_config)
     trace = moesim.load_trace(trace_path)
     base = configs[0]
-    spec, hw = base.model.spec(trace.meta), base.hardware.spec()
+    spec = base.model.spec(trace.meta)
     results = [moesim.simulate(trace, config, model=spec, hardware=hw) for config in configs]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})

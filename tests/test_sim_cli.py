@@ -139,3 +139,19 @@ def test_hardware_file_round_trips(tmp_path):
     write_hardware(hw, tmp_path / "hw.toml")
     back = load_hardware(tmp_path / "hw.toml")
     assert (back.gpu, back.link, back.ssd, back.cpu) == (hw.gpu, hw.link, hw.ssd, hw.cpu)
+
+
+def test_sim_run_on_a_cpu_only_machine_takes_llama_cpps_cpu_build_unless_a_strategy_is_asked(cli, tmp_path):
+    """No [gpu]: every layer's experts on the CPU (cpu-experts) by default; an asked GPU strategy is refused."""
+    import json
+
+    trace = tmp_path / "t.parquet"
+    assert cli("trace", "synth", "--model", "olmoe-1b-7b", "--sequences", "1", "--tokens", "8", "--out", trace)[0] == 0
+    code, out, err = cli("sim", "run", trace, "--model", "olmoe-1b-7b", "--hardware", "ryzen-7950x", "--dtype",
+                         "q4_0", "--json")
+    assert code == 0, err
+    result = json.loads(out)["results"][0]
+    assert result["strategy"] == "cpu-experts" and result["tokens_per_s"] > 0
+    code, out, err = cli("sim", "run", trace, "--model", "olmoe-1b-7b", "--hardware", "ryzen-7950x", "--strategy",
+                         "gpu-cache")
+    assert code == 1 and "has no GPU: every expert runs on its CPU" in err
