@@ -21,11 +21,11 @@ import statistics
 import time
 from pathlib import Path
 
-from moesim.cli.llamacpp_cmd import counts
 from moesim.errors import MoesimError
 from moesim.replay.llamacpp_calibrate import SUMMARY, calibrate_llamacpp, thread_counts
 from moesim.replay.llamacpp_run import system_info
-from moesim.replay.llamacpp_validate import FORMATS, HEADERS, SHAPES, cells, summary, summary_line, validate_llamacpp
+from moesim.replay.llamacpp_validate import (FORMATS, HEADERS, SHAPES, cells, counts, summary, summary_line,
+                                             validate_llamacpp)
 
 
 def main() -> None:

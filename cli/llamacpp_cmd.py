@@ -9,6 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from moesim.cli.console import console, emit_json, table
 from moesim.errors import MoesimError
+from moesim.replay.llamacpp_validate import counts
 
 ENGINES = ("llama.cpp",)
 
@@ -16,19 +17,6 @@ ENGINES = ("llama.cpp",)
 def check_engine(engine: str) -> None:
     if engine not in ENGINES:
         raise MoesimError(f"--engine {engine!r}: the engine moesim runs is {', '.join(ENGINES)}")
-
-
-def counts(text: str | None, what: str, default: list[int], low: int = 1) -> list[int]:
-    """A comma-separated list of whole numbers >= ``low`` (``default`` where not given)."""
-    if text is None:
-        return default
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise MoesimError(f"{what} takes comma-separated whole numbers, got {text!r}") from None
-    if not values or min(values) < low:
-        raise MoesimError(f"{what} takes whole numbers of at least {low}, got {text!r}")
-    return list(dict.fromkeys(values))
 
 
 def _bar() -> Progress:

@@ -47,7 +47,7 @@ from moesim.errors import MoesimError
 from moesim.sim.costs import costs, cpu_expert_s
 from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS
 from moesim.sim.machine import CPU, Hardware
-from moesim.sim.weights import Weights
+from moesim.sim.weights import Weights, weights_of
 from moesim.tracegen.models import ModelSpec
 
 U_RANGE_GBPS = (0.05, 2000.0)  # the unpack rates searched, per thread
@@ -87,8 +87,7 @@ def weights_of_file(model: ModelSpec) -> Weights:
     """The weights a model file stores (``ModelSpec.stored_*``)."""
     if not model.stored_expert_bytes:
         raise MoesimError(f"{model.name}: a run's model must come from its GGUF file (its bytes per tensor)")
-    return Weights(model.stored_other_bytes / model.non_expert_params, float(model.stored_expert_bytes),
-                   model.expert_format, model.other_format, model.expert_mix, model.other_mix)
+    return weights_of(None, model, None)
 
 
 def at(cpu: CPU, run: Run) -> Hardware:

@@ -62,6 +62,19 @@ class Row:
                 "predicted_file_tok_s": self.predicted_file, "error_file": self.error("file")}
 
 
+def counts(text: str | None, what: str, default: list[int], low: int = 1) -> list[int]:
+    """A comma-separated list of whole numbers >= ``low`` (``default`` where not given)."""
+    if text is None:
+        return default
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise MoesimError(f"{what} takes comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) < low:
+        raise MoesimError(f"{what} takes whole numbers of at least {low}, got {text!r}")
+    return list(dict.fromkeys(values))
+
+
 def model_shape(spec: ModelSpec, layers: int | None) -> tuple:
     """A model's widths as a validation shape in llama.cpp's Qwen3-MoE layout: its experts, widths, attention
     projections' widths (in heads of 64) and vocabulary, cut to ``layers`` (default: as many as keep its bf16 file

@@ -19,11 +19,12 @@ class Weights(NamedTuple):
     other_mix: tuple = ()
 
 
-def weights_of(trace: Trace, model: ModelSpec, dtype: str | None, other_dtype: str | None = None) -> Weights:
+def weights_of(trace: Trace | None, model: ModelSpec, dtype: str | None, other_dtype: str | None = None) -> Weights:
     """A format asked for (``dtype`` for the experts, ``other_dtype`` for the rest) decides; else what a model file
     stores (``ModelSpec.stored_*``); else what the trace recorded of its own model; else bf16. Experts without a
     format of their own are stored like the other weights."""
-    own = trace.meta.expert_bytes if trace.meta.model == model.name and model.kind == "moe" else None
+    own = trace.meta.expert_bytes if trace is not None and trace.meta.model == model.name and model.kind == "moe" \
+        else None
     other_mix = ()
     if other_dtype is not None:
         bpp, other = BYTES_PER_PARAM[other_dtype], other_dtype
