@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from moesim.errors import MoesimError
-from moesim.replay.llamacpp_calibrate import SUMMARY, calibrate_llamacpp, thread_counts
+from moesim.replay.llamacpp_calibrate import SUMMARY, calibrate_llamacpp
+from moesim.sim.local_machine import thread_counts
 from moesim.replay.llamacpp_run import system_info
 from moesim.replay.llamacpp_validate import (FORMATS, HEADERS, SHAPES, cells, counts, summary, summary_line,
                                              validate_llamacpp)

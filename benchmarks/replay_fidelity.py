@@ -15,8 +15,8 @@ speedups over LRU, and in how many runs the two agreed on the policy order.
     python benchmarks/replay_fidelity.py --strategy cpu-experts --cpu-layers 0,2,4 --scales 0.5:4
 
 With ``--strategy cpu-experts`` the rows are numbers of layers whose experts the host CPU computes
-(llama.cpp's --n-cpu-moe): the CPU's time comes from the measured ``[cpu]`` section (DRAM bandwidth,
-kernel FLOP/s, fixed costs), the other layers' from ``[compute]``.
+(llama.cpp's --n-cpu-moe): the CPU's time comes from the fitted ``[cpu]`` section (DRAM share, per-thread
+unpack and product rates, fixed costs), the other layers' from ``[compute]``.
 """
 
 from __future__ import annotations

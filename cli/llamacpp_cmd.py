@@ -27,7 +27,8 @@ def _bar() -> Progress:
 def calibrate(out: Path, threads: str | None, runs: int, workdir: Path | None) -> None:
     """Fit this machine's CPU model to llama.cpp and write it to ``out``."""
     from moesim.files import check_output
-    from moesim.replay.llamacpp_calibrate import CALIBRATION_SHAPES, FORMATS, SUMMARY, calibrate_llamacpp, thread_counts
+    from moesim.replay.llamacpp_calibrate import CALIBRATION_SHAPES, FORMATS, SUMMARY, calibrate_llamacpp
+    from moesim.sim.local_machine import thread_counts
     from moesim.replay.llamacpp_run import bindings
     from moesim.sim.hardware import write_hardware
 
@@ -51,7 +52,8 @@ def validate(hardware: str | None, model: str | None, layers: int | None, dtypes
              threads: list[int] | None, contexts: str | None, prompts: str | None, runs: int, workdir: Path | None,
              as_json: bool) -> None:
     """Predict and measure the held-out configurations; print the table and the summary."""
-    from moesim.replay.llamacpp_calibrate import PROMPT, calibrate_llamacpp, thread_counts
+    from moesim.replay.llamacpp_calibrate import PROMPT, calibrate_llamacpp
+    from moesim.sim.local_machine import thread_counts
     from moesim.replay.llamacpp_run import bindings
     from moesim.replay.llamacpp_validate import (FORMATS, HEADERS, SHAPES, cells, model_shape, summary, summary_line,
                                                  validate_llamacpp)

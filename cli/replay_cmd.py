@@ -89,12 +89,16 @@ def calibrate(
                   f"the replay's all-miss steps (microbenchmark: {result.microbenchmark.latency_us:.0f} us + "
                   f"{result.microbenchmark.gbps:.2f} GB/s)\n"
                   f"  layer: {c.layer_s * 1e6:.0f} us + {c.layer_token_s * 1e6:.2f} us/token + "
-                  f"{c.layer_ctx_s * 1e9:.2f} ns/KV token (executor: {result.layer_overhead_s * 1e6:+.0f} us)\n"
+                  f"{c.layer_ctx_s * 1e9:.2f} ns/KV token (the replay's own; timed alone "
+                  f"{(c.layer_s - result.layer_overhead_s) * 1e6:.0f} us)\n"
                   f"  expert: {c.expert_s * 1e6:.0f} us + {c.expert_token_s * 1e6:.2f} us per extra token "
-                  f"(executor: {result.expert_overhead_s * 1e6:+.0f} us)\n"
-                  f"  host CPU ({hw.cpu.cores} thread(s), {hw.cpu.isa}): DRAM {hw.cpu.dram_gbps:.1f} GB/s, expert kernel "
-                  f"{hw.cpu.flops(DTYPE[backend]) / 1e9:.1f} GFLOP/s + {hw.cpu.task_us:.0f} us, "
-                  f"{hw.cpu.sync_us:.0f} us per CPU layer")
+                  f"(the replay's own; timed alone {(c.expert_s - result.expert_overhead_s) * 1e6:.0f} us)\n"
+                  f"  once a row (dense layers, head): {c.row_s * 1e6:.0f} us + {c.row_token_s * 1e6:.2f} us/token\n"
+                  f"  host CPU ({hw.cpu.cores * hw.cpu.sockets} cores, {hw.cpu.workers} threads, {hw.cpu.isa}): DRAM probe "
+                  f"{hw.cpu.dram_gbps:.1f} GB/s, the kernel reaches {hw.cpu.dram_eff:.2f} of it; per thread "
+                  + ", ".join(f"{f} {u:.2f} GB/s at one token, {dict(hw.cpu.matmul_gflops)[f]:.1f} GFLOP/s on many"
+                              for f, u in hw.cpu.unpack_gbps)
+                  + f"; {hw.cpu.task_us:.0f} us an expert, {hw.cpu.sync_us:.0f} us per CPU layer")
 
 
 def _hardware(asked: Asked) -> str | None:

@@ -11,23 +11,29 @@ replay's own code, timed with garbage collection off after a warm-up:
      timed with events, fitted by least squares (the pageable bandwidth is measured and reported).
 2. **Compute**, by least squares over a grid of the replay's ``ComputeStream`` calls: a layer (projections,
    attention over the KV cache, router) at T tokens and ctx KV tokens, ``layer_s + layer_token_s · T
-   + layer_ctx_s · ctx``; one expert on T tokens, ``expert_s + expert_token_s · (T − 1)``. Experts are
+   + layer_ctx_s · ctx``; one expert on T tokens, ``expert_s + expert_token_s · (T − 1)``; a row's
+   once-only work after its last MoE layer (dense layers, output head), ``row_s + row_token_s · T``. Experts are
    computed in turn from a pool of distinct weights twice the size of the last-level cache (a GPU's
    L2, a CPU's L3), so that their weights come from memory as a decoding step's do: the simulator
    has one expert time, and a model's experts (the cache's slots) exceed any cache by far.
 3. **The executor's overhead**: the replay itself runs two all-hit logs (1 or k experts per layer
    and step, taken in turn from a set of resident experts as large as that pool, each a hit once
    the set is loaded); the per-layer and per-expert difference between replay and simulation is
-   added to ``layer_s`` and ``expert_s``.
+   added to ``layer_s`` and ``expert_s``, which so become the replay's own (the difference may be
+   negative: the kernels timed alone slower than the executor's calls, this host's bandwidth moving
+   between them). A term the replays put below zero by more than noise is refused
+   (``moesim.replay.calibrate_cpu.nonnegative_s``).
 4. **Copies as the executor sees them**: the replay runs an all-miss log (no cache, every expert
    copied when routed) three times; the copy time per expert becomes the one at which the simulated
    time per token equals the median replayed one (by bisection: the simulation is monotone in it). A slower replay
    adds latency per copy (hand-off to the copy stream and back); a faster one scales the
    microbenchmark's latency and transfer time down alike.
 
-5. **The host CPU**, ``[cpu]`` (``moesim.replay.calibrate_cpu``): DRAM bandwidth, the expert kernel's
-   FLOP/s and fixed cost, and (CPU backend) the executor's cost per CPU layer from a replay with every
-   layer's experts on the CPU.
+5. **The host CPU**, ``[cpu]`` (``moesim.replay.calibrate_cpu``): the CPU model's rates fitted to the
+   replay's expert kernel in fp32 and bf16 at every thread count, as ``--engine llama.cpp`` fits
+   llama.cpp's (per-thread unpack and product rates, the fixed cost per expert, the DRAM share),
+   every core computing; and (CPU backend) the executor's cost per CPU layer from a replay with
+   every layer's experts on the CPU.
 
 ``moe_launch_s`` and ``expert_launch_s`` stay 0: the replay's launches are inside the measured
 layer and expert times. The ``[gpu]`` section only names the device.
@@ -46,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.replay.calibrate_cpu import fit_cpu_layer, host_cpu
+from moesim.replay.calibrate_cpu import fit_cpu_layer, host_cpu, mean_se, nonnegative_s
 from moesim.replay.compute import DTYPE, ComputeStream
 from moesim.replay.run import no_gc, replay
 from moesim.replay.scratch import scratch_folder, work_folder
@@ -121,13 +127,9 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
     hw, per_layer, per_expert = _executor_overhead(hw, model, backend, repeats, workdir, seed, pool)
     measured = hw.link
     hw = _copy_fit(hw, model, backend, repeats, workdir, seed)
-    host_cache = last_level_cache()
-    threads = 1 if backend == "cpu" else os.cpu_count() or 1  # the CPU backend's compute stream is one thread
     host_free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    host_pool = int(max(DISTINCT, min(math.ceil(2 * host_cache / model.expert_bytes("fp32")),
-                                      0.25 * host_free // model.expert_bytes("fp32"))))
     with no_gc():
-        hw = dataclasses.replace(hw, cpu=host_cpu(model, backend, repeats, seed, host_pool, host_cache, threads))
+        hw = dataclasses.replace(hw, cpu=host_cpu(model, repeats, seed, last_level_cache(), host_free))
     if backend == "cpu":
         hw = _cpu_layer_fit(hw, model, repeats, workdir, seed)
     return Calibration(hw, pageable, per_layer, per_expert, measured)
@@ -163,10 +165,22 @@ def _compute_table(model: ModelSpec, backend: str, repeats: int, seed: int, sync
         x = work.tokens(t)
         out = work.scratch(x)
         expert_times.append(per_call(lambda k: work.expert(x, out, weights[k % pool], t), pool))
-    expert_token_s, expert_s = np.polyfit(np.array(TOKENS) - 1.0, np.array(expert_times), 1)
+    expert_s, expert_token_s = through_first(np.array(TOKENS) - 1.0, np.array(expert_times))
+    row_times = [per_call(lambda k: (work.finish(work.tokens(t)), sync()), DISTINCT) for t in TOKENS]
+    row_s, row_token_s = through_first(np.array(TOKENS, np.float64), np.array(row_times))
     return MeasuredCompute(model.name, layer_s=max(float(layer_s), 0.0), expert_s=max(float(expert_s), 0.0),
                    layer_token_s=max(float(layer_token_s), 0.0), layer_ctx_s=max(float(layer_ctx_s), 0.0),
-                   expert_token_s=max(float(expert_token_s), 0.0))
+                   expert_token_s=max(float(expert_token_s), 0.0), row_s=max(float(row_s), 0.0),
+                   row_token_s=max(float(row_token_s), 0.0))
+
+
+def through_first(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """The line through the first point, one token's time (a decoding step's, exact), nearest the others in least
+    squares: its value at x = 0 and its slope. (Times are a roofline's max, not a line: an unanchored fit over the
+    grid would miss the one-token time by the curve's bend.)"""
+    dx, dy = x - x[0], y - y[0]
+    slope = float(dx @ dy / (dx @ dx))
+    return float(y[0] - slope * x[0]), slope
 
 
 def last_level_cache() -> int:
@@ -187,12 +201,11 @@ def _executor_model(model: ModelSpec) -> ModelSpec:
 
 
 def _replayed(hw: Hardware, model: ModelSpec, trace, capacity: int, backend: str, workdir, seed: int,
-              skip: int) -> tuple[float, float]:
-    """Mean step time of the replay and of its simulation on ``hw`` (time per token is a mean),
-    leaving out the first ``skip`` steps."""
+              skip: int) -> tuple[np.ndarray, np.ndarray]:
+    """The step times of the replay and of its simulation on ``hw``, leaving out the first ``skip`` steps."""
     r = replay(trace, Config.build(policy="lru", capacity=capacity), hw, backend, workdir=workdir, seed=seed,
                model=model)
-    return float(np.mean(r.step_times[skip:])), float(np.mean(r.sim_step_times[skip:]))
+    return np.asarray(r.step_times[skip:], np.float64), np.asarray(r.sim_step_times[skip:], np.float64)
 
 
 def _trace(model: ModelSpec, experts: np.ndarray):
@@ -211,21 +224,23 @@ def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: in
     experts (as many as fit a layer); the per-layer and per-expert residuals go into layer_s and expert_s."""
     small = _executor_model(model)
     resident = int(min(model.num_experts, max(model.top_k, math.ceil(pool / small.num_layers))))
-    residual = {}
+    residual = {}  # per layer: (mean, standard error)
     for n in sorted({1, model.top_k}):
         fill = math.ceil(resident / n)  # steps until the set is loaded; every access after is a hit
         steps = np.arange(fill + max(8, repeats))
         turn = (steps[:, None] * n + np.arange(n)[None, :]) % resident
         experts = np.broadcast_to(turn[:, None, :], (steps.size, small.num_layers, n))
         real, simulated = _replayed(hw, small, _trace(small, experts), resident, backend, workdir, seed, skip=fill)
-        residual[n] = (real - simulated) / small.num_layers
+        residual[n] = mean_se((real - simulated) / small.num_layers)
     k = model.top_k
-    per_expert = (residual[k] - residual[1]) / (k - 1) if k > 1 else 0.0
-    per_layer = residual[1] - per_expert
+    (one, one_se), (all_k, k_se) = residual[1], residual[k]
     c = hw.compute
-    compute = dataclasses.replace(c, layer_s=max(c.layer_s + per_layer, 0.0),
-                                  expert_s=max(c.expert_s + per_expert, 0.0))
-    return dataclasses.replace(hw, compute=compute), per_layer, per_expert
+    per_expert = (all_k - one) / (k - 1) if k > 1 else 0.0
+    expert_s = nonnegative_s(c.expert_s + per_expert, math.hypot(one_se, k_se) / max(k - 1, 1),
+                             "an expert's time in the replay")
+    layer_s = nonnegative_s(c.layer_s + one - (expert_s - c.expert_s), one_se, "a layer's fixed time in the replay")
+    compute = dataclasses.replace(c, layer_s=layer_s, expert_s=expert_s)
+    return dataclasses.replace(hw, compute=compute), layer_s - c.layer_s, expert_s - c.expert_s
 
 
 def _cpu_layer_fit(hw: Hardware, model: ModelSpec, repeats: int, workdir, seed: int) -> Hardware:
@@ -237,11 +252,11 @@ def _cpu_layer_fit(hw: Hardware, model: ModelSpec, repeats: int, workdir, seed: 
     trace = synth_trace(small.num_layers, small.num_experts, small.top_k, 1, max(16, 2 * repeats), seed=seed,
                         model=small.name)
 
-    def replayed(machine: Hardware, t) -> tuple[float, float]:
+    def replayed(machine: Hardware, t) -> tuple:
         placing = next(m for m in STRATEGIES.values() if m.CPU and getattr(m, "PLACES", None))
         config = Config.build(strategy=placing.NAME, **{placing.PLACES: small.num_layers})
         r = replay(t, config, machine, "cpu", workdir=workdir, seed=seed, model=small)
-        return float(np.mean(r.step_times)), float(np.mean(r.sim_step_times))
+        return r.step_times, r.sim_step_times
 
     return fit_cpu_layer(hw, small, replayed, trace)
 
@@ -256,7 +271,7 @@ def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdi
     trace = synth_trace(small.num_layers, small.num_experts, small.top_k, 1, max(16, 2 * repeats), seed=seed,
                         model=small.name)
     # the median of three replays: one slow spell of the disk must not set every copy's time
-    real = float(np.median([_replayed(hw, small, trace, 0, backend, workdir, seed, skip=0)[0] for _ in range(3)]))
+    real = float(np.median([_replayed(hw, small, trace, 0, backend, workdir, seed, skip=0)[0].mean() for _ in range(3)]))
     link = hw.link
     micro = link_copy_s(link, model.expert_bytes(DTYPE[backend]))
 

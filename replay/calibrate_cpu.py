@@ -1,40 +1,51 @@
-"""The host CPU's part of `moesim calibrate`: the ``[cpu]`` section, measured rather than assumed.
+"""The host CPU's part of `moesim calibrate` (the torch replay): the ``[cpu]`` section, fitted as llama.cpp's is.
 
-The simulator times an expert on the host CPU as ``task + max(bytes / DRAM bandwidth, 2·params·T /
-FLOP/s)`` (``moesim.sim.costs.cpu_expert_s``). Each term is measured on the replay's own code, with
-the threads the replay computes with:
+The simulator times an expert of B bytes in format f on T tokens on the host CPU as
+``task + max(B / min(D, n · u_f), 2·params·T / (n · m_f))`` with n threads (``moesim.sim.costs.cpu_expert_s``).
+This times the replay's own expert kernel (``moesim.replay.compute.swiglu``) in each format torch computes at speed
+on a CPU (``TORCH_FORMATS``; its f16 products fall back to a scalar loop, 0.7 GFLOP/s on a Zen 4 core), at 1, 2,
+4, ... and every physical core: on one token at the expert's width and at half of it, and on ``BOUND_TOKENS``
+tokens at its width, each the median of ``repeats`` sweeps over a pool of distinct experts twice the last-level
+cache (their weights come from DRAM, as a decoding step's do), a DRAM probe before and after. The CPU model's fit
+(``moesim.replay.cpu_fit``, the one ``moesim calibrate --engine llama.cpp`` uses) then gives, by least squares on
+the log times: each format's unpack rate per thread (``unpack_gbps``), the fixed cost per expert (``task_us``, which
+the narrow experts against the wide ones decide), the share of the probe's rate the kernel reaches (``dram_eff``)
+and, on the many-token runs, each format's product rate per thread (``matmul_gflops``).
 
-1. **DRAM bandwidth reached**: a streaming read (a sum) of a buffer at least twice the last-level
-   cache — what STREAM's read kernels measure — median of ``repeats``;
-2. **FLOP/s of the expert kernel** in the replay's weight format: ``ComputeStream.expert`` on
-   ``BOUND_TOKENS`` tokens, where it is compute-bound, over a pool of distinct experts larger than
-   the cache (so the weights come from DRAM, as a decoding step's do);
-3. **fixed cost per expert** (``task_us``): the 1-token time less the larger of the two terms, never
-   below zero;
-4. **per CPU layer** (``sync_us``), on the CPU backend: the replay runs a log with every layer on the CPU
-   and the per-layer difference between replay and simulation is the executor's hand-off (there is
-   no PCIe trip on this backend); on a CUDA machine it keeps the preset's value, which the CUDA
-   replay cannot yet measure.
-
-The ISA is read from /proc/cpuinfo; the rates measured replace the ISA table's. The section's RAM is
-the host's physical memory.
+The rest is this machine as ``--hardware local`` detects it (physical cores, clock, ISA from /proc/cpuinfo, RAM
+from the OS), computing with every core, as the replay does. A kernel timed alone takes no thread barrier (torch's
+own fork and join are inside its time), so the barrier costs are 0; the executor's cost per CPU layer
+(``sync_us``) comes from a replay with every layer's experts on the CPU (``fit_cpu_layer``). A time the
+executor's replays put below zero is refused (``nonnegative_s``): the parts timed alone would overstate the
+executor, and no file could describe it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
+import math
+import statistics
 import time
+from typing import Callable
 
 import numpy as np
 
-from moesim.replay.compute import DTYPE, ComputeStream
-from moesim.sim.local_machine import cpuinfo_ghz, isa
+from moesim.errors import MoesimError
+from moesim.replay.compute import require_torch, swiglu
+from moesim.replay.cpu_fit import KernelRun, fit, fit_matmul
+from moesim.sim.hardware import this_machine
+from moesim.sim.local_machine import measure_dram_gbps, thread_counts
 from moesim.sim.machine import CPU, Hardware
-from moesim.sim.cpu_rates import FORMAT_CLASS
 from moesim.tracegen.models import ModelSpec
 
-BOUND_TOKENS = 64  # an expert on this many tokens is compute-bound on any CPU
+TORCH_FORMATS = ("fp32", "bf16")  # the formats torch's CPU kernels compute at speed
+BOUND_TOKENS = 64      # an expert on this many tokens is compute-bound on any CPU
+WIDTHS = (1.0, 0.5)    # the expert's width and half of it, on one token: what the narrower does not save is fixed
+MIN_POOL = 2           # distinct experts at least, computed in turn
+NOISE_SE = 2.0         # standard errors within which a negative fitted time is taken as zero
+# and the share of the time an overhead is added to: on this project's host an expert's kernel timed alone moved
+# by up to 40% between calibrations minutes apart (its DRAM bandwidth swings), and a replay's by as much
+NOISE_SHARE = 0.25
 
 
 def _median_s(fn, repeats: int) -> float:
@@ -46,46 +57,92 @@ def _median_s(fn, repeats: int) -> float:
     return float(np.median(samples))
 
 
-def host_cpu(model: ModelSpec, backend: str, repeats: int, seed: int, pool: int, cache: int, threads: int) -> CPU:
-    """Measure the DRAM bandwidth, the expert kernel's FLOP/s and its fixed cost, with ``threads`` threads."""
-    work = ComputeStream(model, seed, "cpu")
-    torch = work.torch
+def kernel_runs(model: ModelSpec, repeats: int, seed: int, cache: int, free: int, threads: list[int],
+                progress: Callable[[str], None] = lambda _: None) -> dict:
+    """The expert kernel timed in every format, thread count, width and token count (module docstring): a list of
+    ``KernelRun`` per format."""
+    torch = require_torch()
     before = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(seed)
+    runs: dict = {}
     try:
-        stream = torch.ones(max(2 * cache, 256 << 20) // 4, dtype=torch.float32)
-        stream.sum()
-        bandwidth = stream.numel() * 4 / _median_s(stream.sum, repeats)
-        del stream
-        gen = torch.Generator().manual_seed(seed)
-        weights = [torch.randn(work.expert_numel, generator=gen).to(work.dtype) for _ in range(pool)]
+        for fmt in TORCH_FORMATS:
+            dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[fmt]
+            for width in WIDTHS:
+                de = max(1, round(model.d_expert * width))
+                numel = 3 * model.d_model * de
+                nbytes = numel * torch.finfo(dtype).bits // 8
+                pool = max(MIN_POOL, min(math.ceil(2 * cache / nbytes), int(0.25 * free // nbytes)))
+                weights = [(torch.randn(numel, generator=gen) / model.d_model ** 0.5).to(dtype) for _ in range(pool)]
+                for n in threads:
+                    torch.set_num_threads(n)
+                    progress(f"{fmt} experts {de} wide, {n} thread(s)")
+                    probe = measure_dram_gbps()
+                    timed = {}
+                    for tokens in (1, BOUND_TOKENS) if width == 1.0 else (1,):
+                        x = (torch.randn(tokens, model.d_model, generator=gen) * 0.1).to(dtype)
 
-        def per_expert(tokens: int) -> float:
-            x = work.tokens(tokens)
-            out = work.scratch(x)
-
-            def sweep():
-                for w in weights:
-                    work.expert(x, out, w, tokens)
-            sweep()  # warm up
-            return _median_s(sweep, max(3, repeats // 3)) / len(weights)
-
-        params, nbytes = model.expert_params, weights[0].numel() * weights[0].element_size()
-        flops = 2.0 * params * BOUND_TOKENS / per_expert(BOUND_TOKENS)
-        task = max(per_expert(1) - max(nbytes / bandwidth, 2.0 * params / flops), 0.0)
+                        def sweep():
+                            for w in weights:
+                                swiglu(torch, x, w, model.d_model, de)
+                        sweep()  # warm up
+                        timed[tokens] = _median_s(sweep, repeats) / pool
+                    probe = (probe + measure_dram_gbps()) / 2
+                    runs.setdefault(fmt, []).extend(
+                        KernelRun(3 * model.d_model * de, fmt, nbytes, tokens, n, s, probe) for tokens, s in timed.items())
+                weights.clear()  # before the next pool is made
     finally:
         torch.set_num_threads(before)
-    rates = {f"{cls}_gflops": 0.0 for cls in ("fp32", "bf16", "int8", "int4")}
-    rates[f"{FORMAT_CLASS[DTYPE[backend]] if backend == 'cpu' else 'fp32'}_gflops"] = flops / 1e9
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
-    return CPU(f"{isa()} host, {threads} thread(s), measured", threads, cpuinfo_ghz() or 1.0, isa(), bandwidth / 1e9, ram,
-               dram_eff=1.0, kernel_eff=1.0, task_us=task * 1e6, **rates)
+    return runs
+
+
+def host_cpu(model: ModelSpec, repeats: int, seed: int, cache: int, free: int,
+             progress: Callable[[str], None] = lambda _: None) -> CPU:
+    """This machine's CPU computing the replay's experts with every core, the rates fitted to its kernel's times."""
+    machine = this_machine().cpu
+    threads = thread_counts()
+    runs = kernel_runs(model, repeats, seed, cache, free, threads, progress)
+    return fit_kernels(machine, runs, threads[-1], f"torch {require_torch().__version__}")
+
+
+def fit_kernels(machine: CPU, runs: dict, threads: int, engine: str) -> CPU:
+    """``machine`` computing with ``threads`` threads, its rates fitted to kernel ``runs`` (a list per format): the
+    probes' median as its DRAM rate, no barrier (module docstring)."""
+    one = {fmt: [r for r in rs if r.tokens == 1] for fmt, rs in runs.items()}
+    probes = [r.dram_gbps for rs in runs.values() for r in rs]
+    start = dataclasses.replace(machine, name=f"{machine.name}, {engine}", dram_gbps=statistics.median(probes)
+                                / machine.sockets, dram_eff=1.0, threads=threads, task_us=0.0, barrier_base_us=0.0,
+                                barrier_thread_us=0.0, unpack_gbps=(), matmul_gflops=())
+    cpu, _ = fit(start, [], one)
+    matmul = {fmt: fit_matmul(cpu, fmt, [r for r in rs if r.tokens > 1]) for fmt, rs in runs.items()}
+    return dataclasses.replace(cpu, matmul_gflops=tuple(sorted(matmul.items())))
+
+
+def mean_se(differences) -> tuple[float, float]:
+    """The mean of per-step differences between a replay and its simulation, and its standard error."""
+    d = np.asarray(differences, np.float64)
+    return float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
+
+
+def nonnegative_s(value: float, se: float, what: str, added_to: float = 0.0) -> float:
+    """A time the replays fit (s), ``value`` with standard error ``se``, an overhead on ``added_to`` s of modelled
+    time: itself, or 0 where it is below zero by less than ``NOISE_SE`` standard errors or ``NOISE_SHARE`` of that
+    time; refused where it is further below (no executor takes negative time: the parts it was fitted against were
+    timed wrong)."""
+    if value >= 0:
+        return value
+    if -value <= max(NOISE_SE * se, NOISE_SHARE * added_to):
+        return 0.0
+    raise MoesimError(f"{what} came out at {value * 1e6:.0f} us (standard error {se * 1e6:.0f} us): negative, the "
+                      "parts timed alone were slower than the executor's whole (was the machine busy while they ran?); "
+                      "calibrate again on an idle machine")
 
 
 def fit_cpu_layer(hw: Hardware, model: ModelSpec, replayed, trace) -> Hardware:
     """``sync_us`` from an all-CPU replay: the per-layer difference between replay and simulation
-    (``replayed(hw, trace)`` gives their mean step times)."""
+    (``replayed(hw, trace)`` gives their step times), refused where negative beyond noise (``nonnegative_s``)."""
     hw = dataclasses.replace(hw, cpu=dataclasses.replace(hw.cpu, sync_us=0.0))
     real, simulated = replayed(hw, trace)
-    per_layer = max((real - simulated) / model.num_layers, 0.0)
+    mean, se = mean_se((np.asarray(real) - np.asarray(simulated)) / model.num_layers)
+    per_layer = nonnegative_s(mean, se, "the executor's cost per CPU layer", float(np.mean(simulated)) / model.num_layers)
     return dataclasses.replace(hw, cpu=dataclasses.replace(hw.cpu, sync_us=per_layer * 1e6))

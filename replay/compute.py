@@ -26,8 +26,17 @@ def require_torch():
         import torch
     except ImportError:
         raise MoesimError("replay computes with torch: pip install 'moesim[torch]'") from None
-    torch.set_num_threads(1)  # the compute stream is one thread; the CPU backend's reader is the other
+    from moesim.sim.local_machine import physical_cores
+
+    # every core computes, as llama.cpp's threads do (the CPU backend's reader thread waits on the disk beside them)
+    torch.set_num_threads(physical_cores())
     return torch
+
+
+def swiglu(torch, x, weights, d: int, de: int):
+    """An expert's SwiGLU, (silu(x W1) * x W3) W2, with its flat weights (w1, w3: d x de; w2: de x d)."""
+    w1, w3, w2 = weights[:d * de].view(d, de), weights[d * de:2 * d * de].view(d, de), weights[2 * d * de:].view(de, d)
+    return (torch.nn.functional.silu(x @ w1) * (x @ w3)) @ w2
 
 
 class ComputeStream:
@@ -81,10 +90,7 @@ class ComputeStream:
         return x + q @ wo * 0.01
 
     def ffn(self, x, weights):
-        """SwiGLU: (silu(x W1) * x W3) W2 with the expert's flat weights (w1, w3: d x de; w2: de x d)."""
-        d, de = self.d, self.de
-        w1, w3, w2 = weights[:d * de].view(d, de), weights[d * de:2 * d * de].view(d, de), weights[2 * d * de:].view(de, d)
-        return (self.torch.nn.functional.silu(x @ w1) * (x @ w3)) @ w2
+        return swiglu(self.torch, x, weights, self.d, self.de)
 
     def scratch(self, x):
         """Where a layer's expert outputs accumulate."""

@@ -3,7 +3,7 @@
 It writes random-weight Qwen3-MoE models as GGUF files (``moesim.replay.llamacpp_model``; the k-quants and MXFP4
 through llama.cpp's own quantizer), decodes each with llama.cpp at every thread count asked
 (``moesim.replay.llamacpp_run``: the median of ``runs`` runs after a warm-up), probes the DRAM read bandwidth
-right before and after each configuration, and fits (``moesim.replay.llamacpp_fit``):
+right before and after each configuration, and fits (``moesim.replay.cpu_fit``):
 
 - the per-operation cost (``barrier_base_us``, ``barrier_thread_us``) on ``OVERHEAD_SHAPE``, a model of 2 MB
   whose token is nearly all graph overhead;
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from moesim.errors import MoesimError
-from moesim.replay.llamacpp_fit import Run, fit, fit_matmul
+from moesim.replay.cpu_fit import Run, fit, fit_matmul
 from moesim.replay.llamacpp_model import GGML_TYPES, qwen3_moe, write_gguf
 from moesim.replay.scratch import scratch_folder, work_folder
 from moesim.sim.machine import Hardware
@@ -44,7 +44,6 @@ OVERHEAD_SHAPE = (16, 8, 2, 64, 64, 512)
 # widths are multiples of 256: llama.cpp's k-quants need whole 256-value blocks, else it falls back to other types
 CALIBRATION_SHAPES = {"narrow": (6, 40, 8, 768, 256, 4096), "wide": (4, 8, 2, 768, 1536, 4096)}
 FORMATS = ("bf16", "f16", "q8_0", "q6_k", "q4_k", "q4_0", "mxfp4")
-PROBE_BYTES = 512 << 20
 TOKENS = 64          # decoded per run
 PROMPT = 256         # prompt tokens of a prefill run
 SUMMARY = slice(1, 5)  # the notes that sum the calibration up (after the first, which says when and with what)
@@ -90,20 +89,6 @@ class Measured:
         return f"{self.path.stem} {self.test} t{self.threads}"
 
 
-def thread_counts(cores: int | None = None) -> list[int]:
-    """1, 2, 4, ... up to every core, and every core (default: this machine's physical cores, every socket's)."""
-    if cores is None:
-        from moesim.sim.hardware import this_machine
-
-        cpu = this_machine().cpu
-        cores = cpu.cores * cpu.sockets
-    counts, t = [], 1
-    while t < cores:
-        counts.append(t)
-        t *= 2
-    return counts + [cores]
-
-
 def model_file(name: str, shape: tuple, fmt: str, folder: Path, pure: bool = False) -> Path:
     """The shape's GGUF in ``fmt`` in ``folder``, written once (a quantised one from its bf16 file, every matrix in
     ``fmt`` where ``pure``, else as llama-quantize mixes its types)."""
@@ -123,10 +108,10 @@ def measure(path: Path, threads: int, runs: int, context: int = 0, seed: int = 0
     from moesim.replay.llamacpp_run import decode_tok_s, prefill_tok_s
     from moesim.sim.local_machine import measure_dram_gbps
 
-    before = measure_dram_gbps(PROBE_BYTES)
+    before = measure_dram_gbps()
     rates = (prefill_tok_s(path, threads, prompt, runs, seed) if prompt else
              decode_tok_s(path, threads, TOKENS, runs, seed, context))
-    after = measure_dram_gbps(PROBE_BYTES)
+    after = measure_dram_gbps()
     return Measured(path, threads, context, rates, (before, after), prompt)
 
 

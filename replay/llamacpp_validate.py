@@ -24,7 +24,7 @@ from typing import Callable
 
 from moesim.errors import MoesimError
 from moesim.replay.llamacpp_calibrate import CALIBRATION_SHAPES, OVERHEAD_SHAPE, Measured, measure, model_file
-from moesim.replay.llamacpp_fit import Run
+from moesim.replay.cpu_fit import Run
 from moesim.replay.llamacpp_model import HEAD_DIM
 from moesim.replay.scratch import scratch_folder, work_folder
 from moesim.sim.machine import Hardware

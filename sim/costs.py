@@ -41,8 +41,8 @@ Kernel counts (launch overheads): attention 6, router 2, an FFN (shared expert, 
 kernel 2, one expert's kernels 4 (two input projections, the gated activation, the output projection), the
 head 2 (final norm, output projection). A hardware file's ``[compute]`` section (measured for one model,
 ``moesim.sim.machine.MeasuredCompute``) replaces all of the compute side for that model — ``by_tokens[T] =
-expert_s + expert_token_s · (T − 1)``, no ``row_s`` (what it measured is the MoE layers, which is what the
-replay executes) — and names the model, so a table measured for another one is refused; transfers stay link
+expert_s + expert_token_s · (T − 1)``, ``row_s`` = its ``row_s + row_token_s · T`` (the dense layers and the
+output head, as the replay executes them) — and names the model, so a table measured for another one is refused; transfers stay link
 and SSD arithmetic. The discrete-event engine and the virtual replay backend take their durations from here
 (``fused_add``/``fused_kernel_s``, ``expert_kernel_s``), so both run one schedule.
 """
@@ -239,7 +239,7 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
     measured = hw.compute
     if measured is not None:
         pre = measured.layer_s + measured.layer_token_s * tokens + measured.layer_ctx_s * ctx
-        shared, once = np.zeros_like(tokens), np.zeros_like(tokens)
+        shared, once = np.zeros_like(tokens), measured.row_s + measured.row_token_s * tokens
     if model.kind == "mole":
         lut_bytes = tokens * d * model.num_experts * bpp
         lut_s = np.where(lut_bytes > 0, link_copy_s(hw.link, lut_bytes), 0.0)

@@ -191,6 +191,27 @@ def isa(text: str | None = None) -> str:
         return "avx2"
 
 
+def physical_cores(text: str | None = None) -> int:
+    """Physical cores of every socket, from /proc/cpuinfo's text (read when None); the OS's logical CPUs where it
+    does not say."""
+    text = read_text(CPUINFO) if text is None else text
+    try:
+        info = parse_cpuinfo(text or "")
+    except MoesimError:
+        return os.cpu_count() or 1
+    return info.cores * info.sockets if info.cores else os.cpu_count() or 1
+
+
+def thread_counts(cores: int | None = None) -> list[int]:
+    """1, 2, 4, ... up to every core, and every core (default: this machine's physical cores, every socket's)."""
+    cores = physical_cores() if cores is None else cores
+    counts, t = [], 1
+    while t < cores:
+        counts.append(t)
+        t *= 2
+    return counts + [cores]
+
+
 def cpuinfo_ghz(text: str | None = None) -> float | None:
     """The first CPU's ``cpu MHz`` in /proc/cpuinfo's text (read when None), GHz; None where absent."""
     text = read_text(CPUINFO) if text is None else text

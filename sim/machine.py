@@ -74,10 +74,6 @@ class CPU:
     sync_us: float = SYNC_US  # per layer handed to the CPU: the activations' two trips, the waits, the graph split
     barrier_base_us: float = BARRIER_BASE_US    # a thread barrier: base_us + thread_us x (threads - 1)
     barrier_thread_us: float = BARRIER_THREAD_US
-    fp32_gflops: float = 0.0  # measured rates per format class (0: from the tables)
-    bf16_gflops: float = 0.0
-    int8_gflops: float = 0.0
-    int4_gflops: float = 0.0
     # measured decode unpack rates: (format, GB/s of its weights one thread turns into dot products at one token)
     # pairs (``moesim calibrate --engine llama.cpp``); a format listed here is held to threads x its rate
     unpack_gbps: tuple = ()
@@ -99,31 +95,23 @@ class CPU:
         engine keeps a pool per socket (``numa``)."""
         return self.dram_gbps * 1e9 * self.dram_eff * (self.sockets if numa == PER_SOCKET else 1)
 
-    def measured(self, dtype: str) -> float:
-        """The FLOP/s ``moesim calibrate`` measured for ``dtype``'s class (0: none)."""
-        return getattr(self, f"{FORMAT_CLASS.get(dtype, 'int4')}_gflops") * 1e9
-
     def unpack_bw(self, dtype: str) -> float:
         """Bytes/s of ``dtype`` weights the threads unpack into dot products at one token: measured
-        (``unpack_gbps``), else from the table (inf: the format is not unpack-bound, or a measured FLOP rate stands
-        for it)."""
+        (``unpack_gbps``), else from the table (inf: the format is not unpack-bound)."""
         measured = dict(self.unpack_gbps).get(dtype)
         if measured is not None:
             return self.workers * measured * 1e9
         per_cycle = WEIGHT_BYTES_PER_CYCLE[ISA_FAMILY[self.isa]].get(dtype)
-        if per_cycle is None or self.measured(dtype) > 0:
+        if per_cycle is None:
             return math.inf
         return self.workers * self.ghz * 1e9 * per_cycle
 
     def flops(self, dtype: str) -> float:
-        """FLOP/s of an expert kernel whose weights are in ``dtype``: measured for the format (``matmul_gflops``)
-        or its class (``*_gflops``), or from the ISA table."""
+        """FLOP/s of an expert kernel whose weights are in ``dtype``: measured for the format (``matmul_gflops``),
+        or from the ISA table."""
         own = dict(self.matmul_gflops).get(dtype)
         if own is not None:
             return self.workers * own * 1e9
-        measured = self.measured(dtype)
-        if measured > 0:
-            return measured
         return self.workers * self.ghz * 1e9 * ISA_FLOP_PER_CYCLE[self.isa][FORMAT_CLASS.get(dtype, "int4")] * self.kernel_eff
 
 
@@ -150,6 +138,8 @@ class MeasuredCompute:
     expert_token_s: float = 0.0
     moe_launch_s: float = 0.0
     expert_launch_s: float = 0.0
+    row_s: float = 0.0        # once per row after its last MoE layer (dense layers, output head): row_s + row_token_s·T
+    row_token_s: float = 0.0
 
 
 @dataclass(frozen=True)

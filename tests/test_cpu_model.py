@@ -104,7 +104,7 @@ BARRIER = US * 1e-6  # 2^-20 s
 
 
 def cpu_only_machine() -> Hardware:
-    c = cpu(cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM / 1e9, barrier_base_us=US, bf16_gflops=2.0 ** 40 / 1e9)
+    c = cpu(cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM / 1e9, barrier_base_us=US, matmul_gflops=(("bf16", 2.0 ** 40 / 1e9),))
     return Hardware("cpu-only", None, None, cpu=c)
 
 
@@ -169,7 +169,7 @@ def test_row_costs_put_the_shared_experts_beside_the_cpu_where_the_engine_overla
 def test_hybrid_hides_the_shared_experts_behind_the_cpus_routed_ones():
     """kTransformers: a layer is attention + router, then the longer of the shared experts on the GPU and the
     routed experts' round trip to the CPU."""
-    c = cpu(cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM / 1e9, sync_us=US, bf16_gflops=2.0 ** 40 / 1e9)
+    c = cpu(cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM / 1e9, sync_us=US, matmul_gflops=(("bf16", 2.0 ** 40 / 1e9),))
     hw = replace(HW, cpu=c)
     shared = replace(MODEL, shared_experts=1, d_shared=512)
     trace = trace_of([[[0, 1], [2, 3]]] * 2)

@@ -201,7 +201,7 @@ def test_a_measured_compute_table_replaces_the_roofline(tmp_path):
     from moesim.sim.hardware import load_hardware, write_hardware
 
     measured = MeasuredCompute("toy", layer_s=2.0 ** -12, expert_s=2.0 ** -14, layer_ctx_s=2.0 ** -24,
-                       expert_token_s=2.0 ** -30, moe_launch_s=2.0 ** -18)
+                       expert_token_s=2.0 ** -30, moe_launch_s=2.0 ** -18, row_s=2.0 ** -10, row_token_s=2.0 ** -20)
     write_hardware(replace(HW, compute=measured), tmp_path / "hw.toml")
     hw = load_hardware(tmp_path / "hw.toml")
     assert hw.compute == measured
@@ -209,7 +209,8 @@ def test_a_measured_compute_table_replaces_the_roofline(tmp_path):
     r = simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=0)
     for step in range(trace.num_rows):
         layer = 2.0 ** -12 + 2.0 ** -24 * (step + 1)
-        assert r.step_times[step] == 2 * (layer + 2 * COPY + 2.0 ** -18 + 2 * 2.0 ** -14)
+        # then once a row of one token: the dense layers and the head
+        assert r.step_times[step] == 2 * (layer + 2 * COPY + 2.0 ** -18 + 2 * 2.0 ** -14) + 2.0 ** -10 + 2.0 ** -20
     with pytest.raises(MoesimError, match="measured for toy, not other"):  # never a silent roofline
         simulate(trace, model=replace(MODEL, name="other"), hardware=hw, policy="lru", capacity=0)
 

@@ -133,12 +133,12 @@ def test_cpuinfo_fields():
     assert lm.parse_cpuinfo("cpu family : 0x19\nvendor_id : AuthenticAMD\nflags : avx512f\n").isa == "avx512-256"
 
 
-def test_unreadable_cpuinfo_is_avx2_for_calibrate():
-    """``moesim calibrate`` reads its ISA and clock here (one definition): avx2 and no clock where /proc says
-    nothing."""
-    from moesim.replay import calibrate_cpu
-
-    assert calibrate_cpu.isa is lm.isa and calibrate_cpu.cpuinfo_ghz is lm.cpuinfo_ghz
+def test_unreadable_cpuinfo():
+    """avx2, no clock and the OS's logical CPUs where /proc says nothing."""
+    assert lm.physical_cores("") == lm.physical_cores("hello") == (os.cpu_count() or 1)
+    # two sockets of two cores, two threads each; four cores, two threads each
+    assert lm.physical_cores(XEON) == lm.physical_cores(ZEN4) == 4 and lm.thread_counts(8) == [1, 2, 4, 8] and lm.thread_counts(6) == [1, 2, 4, 6]
+    assert lm.thread_counts(1) == [1]
     assert lm.isa("") == lm.isa("not a cpuinfo") == "avx2"
     assert lm.cpuinfo_ghz(ZEN4) == 4.5 and lm.cpuinfo_ghz(ARM) is None and lm.cpuinfo_ghz("") is None
     with pytest.raises(MoesimError, match="no processor"):

@@ -84,9 +84,17 @@ def test_calibrate_writes_a_hardware_file_the_simulator_takes(cli, olmoe, calibr
     hw = load_hardware(calibrated)
     assert hw.compute.name == "olmoe-1b-7b@x0.125" and hw.compute.expert_s > 0 and hw.link.gbps > 0
     assert hw.compute.layer_ctx_s > 0  # attention reads the KV cache: longer contexts take longer
-    assert hw.cpu.dram_gbps > 0 and hw.cpu.fp32_gflops > 0 and hw.cpu.cores == 1
+    from moesim.sim.local_machine import isa, physical_cores
+
+    # this machine as the OS reports it, computing with every core as the replay does; torch's formats' own rates
+    cpu = hw.cpu
+    assert cpu.cores * cpu.sockets == cpu.threads == physical_cores() and cpu.isa == isa() and cpu.dram_gbps > 0
+    assert [f for f, _ in cpu.unpack_gbps] == [f for f, _ in cpu.matmul_gflops] == ["bf16", "fp32"]
+    assert (cpu.barrier_base_us, cpu.barrier_thread_us) == (0.0, 0.0) and 0.2 <= cpu.dram_eff <= 1.0
     # the host's RAM as /proc gives it (required: a hardware file never holds a 0 GiB memory)
-    assert hw.cpu.ram_gb == pytest.approx(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30)
+    from moesim.sim.local_machine import MEMINFO, parse_meminfo, read_text
+
+    assert hw.cpu.ram_gb == pytest.approx(parse_meminfo(read_text(MEMINFO))["MemTotal"] / 2 ** 30, abs=0.01)
     code, out, err = cli("sim", "run", olmoe, "--model", "olmoe-1b-7b", "--hardware", calibrated,
                          "--capacity", "16", "--json")
     # measured for the scaled model: never silently the roofline for the full one

@@ -20,7 +20,7 @@ from dyadic import COPY, EXPERT_BYTES, HW, LAT, LINK_BW, MEM_BW, MODEL, US, expe
 DRAM_BW = 2.0 ** 32
 CPU_ = CPU("test-cpu", cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM_BW / 1e9, ram_gb=1024, dram_eff=1.0, task_us=US, sync_us=US,
            barrier_base_us=0.0, barrier_thread_us=0.0,
-           bf16_gflops=2.0 ** 40 / 1e9)
+           matmul_gflops=(("bf16", 2.0 ** 40 / 1e9),))
 HWC = replace(HW, cpu=CPU_)
 CPU_EXPERT = LAT + EXPERT_BYTES / DRAM_BW     # DRAM-bound: 2 * params * T / 2^40 is below it for T < 256
 HANDOFF = 256 * 2 / LINK_BW                    # one token's activations, d = 256 in bf16, one way
@@ -54,7 +54,7 @@ def test_cpu_experts_places_the_first_layers_on_the_cpu_and_the_rest_on_the_gpu(
 
 def test_compute_bound_cpu_expert_time_grows_with_its_tokens():
     """A format the CPU unpacks slowly: 2 * params * T / FLOP/s above the DRAM time, per expert's tokens."""
-    slow = replace(CPU_, bf16_gflops=2.0 ** 28 / 1e9)
+    slow = replace(CPU_, matmul_gflops=(("bf16", 2.0 ** 28 / 1e9),))
     trace = trace_of([[[0, 1], [2, 3]], [[0, 2], [1, 3]]] * 2)
     one = simulate(trace, model=MODEL, hardware=replace(HW, cpu=slow), strategy="cpu-experts", cpu_layers=2)
     compute = LAT + 2 * MODEL.expert_params / 2.0 ** 28
@@ -86,7 +86,7 @@ def test_cpu_miss_takes_the_cpu_exactly_when_it_is_faster_than_copy_plus_gpu():
 def test_cpu_miss_judges_each_expert_by_its_token_count():
     """A CPU that is compute-bound: one token's expert runs there, two tokens' expert is copied."""
     flops = 2 * MODEL.expert_params / (0.75 * (COPY + EXPERT_BYTES / MEM_BW))  # T=1 below, T=2 above
-    cpu = replace(CPU_, bf16_gflops=flops / 1e9, task_us=0.0)
+    cpu = replace(CPU_, matmul_gflops=(("bf16", flops / 1e9),), task_us=0.0)
     # two sequences in lockstep: layer 0 both choose {0, 1} (2 tokens each), layer 1 differ (1 token each)
     trace = trace_of([[[0, 1], [2, 3]], [[0, 1], [0, 1]]])
     trace = replace(trace, seq_ids=np.arange(2, dtype=np.int32), seq_offsets=np.array([0, 1, 2]),

@@ -1,4 +1,6 @@
-"""The CPU model's parameters fitted to llama.cpp's decode on this machine (``moesim calibrate --engine llama.cpp``).
+"""The CPU model's parameters fitted to llama.cpp's decode on this machine (``moesim calibrate --engine llama.cpp``),
+and, with the same fits, to the torch replay's expert kernel timed alone (``KernelRun``, ``moesim calibrate --model
+M``: ``moesim.replay.calibrate_cpu``; no barrier there, so no per-operation fit).
 
 moesim times a CPU-only decode step (batch 1, every layer on the CPU: ``moesim.sim.costs``) as
 
@@ -83,6 +85,33 @@ class Run:
         return (self.prompt or 1) / self.tok_s
 
 
+@dataclass(frozen=True)
+class KernelRun:
+    """One expert kernel timed alone (``moesim calibrate``'s torch kernels, ``moesim.replay.calibrate_cpu``):
+    ``params`` weights, ``nbytes`` of them in ``fmt``, on ``tokens`` tokens with ``threads`` threads, ``seconds``
+    each (a median), beside a DRAM probe of ``dram_gbps``; the model's time is ``cpu_expert_s``'s."""
+
+    params: int
+    fmt: str
+    nbytes: float
+    tokens: int
+    threads: int
+    seconds: float
+    dram_gbps: float
+
+    def model_s(self, cpu: CPU) -> float:
+        return float(cpu_expert_s(at(cpu, self).cpu, self.params, self.fmt, self.nbytes, self.tokens))
+
+    @property
+    def measured_s(self) -> float:
+        return self.seconds
+
+    @property
+    def prompt(self) -> int:
+        """The tokens of a many-token run (what the matrix-product fit takes), 0 for one token."""
+        return self.tokens if self.tokens > 1 else 0
+
+
 def weights_of_file(model: ModelSpec) -> Weights:
     """The weights a model file stores (``ModelSpec.stored_*``)."""
     if not model.stored_expert_bytes:
@@ -90,7 +119,7 @@ def weights_of_file(model: ModelSpec) -> Weights:
     return weights_of(None, model, None)
 
 
-def at(cpu: CPU, run: Run) -> Hardware:
+def at(cpu: CPU, run) -> Hardware:
     """A CPU-only machine with ``cpu`` at the run's threads and the DRAM read rate its probe found (of which the
     engine reaches ``dram_eff``)."""
     cpu = replace(cpu, threads=run.threads, dram_gbps=run.dram_gbps / cpu.sockets)
@@ -192,7 +221,7 @@ def fit_matmul(cpu: CPU, fmt: str, runs: list[Run]) -> float:
     """The GFLOP/s one thread reaches in ``fmt``'s matrix products on many tokens, fitted to prefill ``runs`` with
     everything else as the decode fit left it."""
     if not runs or not all(r.prompt for r in runs):
-        raise MoesimError(f"the matrix-product fit for {fmt} needs prefill runs")
+        raise MoesimError(f"the matrix-product fit for {fmt} needs runs on many tokens (prefill)")
 
     def with_flops(gflops: float) -> CPU:
         others = tuple(p for p in cpu.matmul_gflops if p[0] != fmt)
@@ -214,18 +243,21 @@ def fit_dram(cpu: CPU, runs: list[Run]) -> CPU:
     return replace(cpu, dram_eff=best_value(lambda eff: log_error(replace(cpu, dram_eff=eff), runs), *EFF_RANGE))
 
 
-def fit(cpu: CPU, overhead: list[Run], by_format: dict) -> tuple[CPU, dict]:
+def fit(cpu: CPU, overhead: list, by_format: dict) -> tuple[CPU, dict]:
     """The fits in turn, then all at once (module docstring): ``cpu`` with every parameter fitted, and each format's
-    unpack rate (None: not unpack-bound)."""
+    unpack rate (None: not unpack-bound). Without ``overhead`` runs (kernels timed alone, which take no barrier) the
+    per-operation cost stays as ``cpu`` has it."""
     binds: dict = {}
     every = [r for runs in by_format.values() for r in runs]
     for _ in range(ROUNDS):
         for fmt, runs in by_format.items():
             rate, binds[fmt] = fit_unpack(cpu, fmt, runs)
             cpu = with_rate(cpu, fmt, rate)
-        cpu = fit_barrier(fit_task(fit_dram(cpu, every), every), overhead)
-    cpu = refine(cpu, [f for f, bound in binds.items() if bound], every + overhead,
-                 len({r.threads for r in overhead}) > 1)
+        cpu = fit_task(fit_dram(cpu, every), every)
+        cpu = fit_barrier(cpu, overhead) if overhead else cpu
+    scalars = ["task_us", "dram_eff"] + (["barrier_base_us"] if overhead else []) + \
+        (["barrier_thread_us"] if len({r.threads for r in overhead}) > 1 else [])
+    cpu = refine(cpu, [f for f, bound in binds.items() if bound], every + overhead, scalars)
     rates = {}
     for fmt, runs in by_format.items():  # a rate that, refined, binds none of its runs is known only as a bound
         if all(r.model_s(with_rate(cpu, fmt, math.inf)) >= r.model_s(cpu) * (1 - 1e-12) for r in runs):
@@ -235,22 +267,23 @@ def fit(cpu: CPU, overhead: list[Run], by_format: dict) -> tuple[CPU, dict]:
     return cpu, rates
 
 
-def refine(cpu: CPU, formats: list[str], runs: list[Run], slope: bool = True) -> CPU:
-    """Every fitted parameter at once, from where the fits in turn left them: least squares of the log step times
-    (bounded: rates and costs not below zero, ``dram_eff`` in ``EFF_RANGE``); the unpack rates of ``formats`` (those
-    that bind a run), and the per-thread barrier cost only where ``slope`` (the runs had several thread counts)."""
+SCALAR_BOUNDS = {"task_us": TASK_RANGE_US, "dram_eff": EFF_RANGE, "barrier_base_us": (0.0, np.inf),
+                 "barrier_thread_us": (0.0, np.inf)}
+
+
+def refine(cpu: CPU, formats: list[str], runs: list, scalars: list[str]) -> CPU:
+    """Every fitted parameter at once, from where the fits in turn left them: least squares of the log step times,
+    bounded (``SCALAR_BOUNDS``, rates in ``U_RANGE_GBPS``); the unpack rates of ``formats`` (those that bind a run)
+    and the ``scalars`` named (the per-operation costs only where the runs can tell them)."""
     def apply(x) -> CPU:
         rates = tuple(sorted(dict(cpu.unpack_gbps, **{f: math.exp(v) for f, v in zip(formats, x)}).items()))
-        task, eff, base, *rest = (float(v) if v > 1e-9 else 0.0 for v in x[len(formats):])
-        return replace(cpu, unpack_gbps=rates, task_us=task, dram_eff=eff, barrier_base_us=base,
-                       barrier_thread_us=rest[0] if slope else cpu.barrier_thread_us)
+        values = {name: float(v) if v > 1e-9 else 0.0 for name, v in zip(scalars, x[len(formats):])}
+        return replace(cpu, unpack_gbps=rates, **values)
 
     rates = dict(cpu.unpack_gbps)
-    x0 = [math.log(rates[f]) for f in formats] + [cpu.task_us, cpu.dram_eff, cpu.barrier_base_us] + \
-        ([cpu.barrier_thread_us] if slope else [])
-    lo = [math.log(U_RANGE_GBPS[0])] * len(formats) + [0.0, EFF_RANGE[0], 0.0] + ([0.0] if slope else [])
-    hi = [math.log(U_RANGE_GBPS[1])] * len(formats) + [TASK_RANGE_US[1], EFF_RANGE[1], np.inf] + \
-        ([np.inf] if slope else [])
+    x0 = [math.log(rates[f]) for f in formats] + [getattr(cpu, name) for name in scalars]
+    lo = [math.log(U_RANGE_GBPS[0])] * len(formats) + [SCALAR_BOUNDS[name][0] for name in scalars]
+    hi = [math.log(U_RANGE_GBPS[1])] * len(formats) + [SCALAR_BOUNDS[name][1] for name in scalars]
     x0 = np.clip(x0, lo, hi)
 
     def residuals(x) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The CPU model's fit to llama.cpp timings (``moesim.replay.llamacpp_fit``): timings the model itself produces from
+"""The CPU model's fit to llama.cpp timings (``moesim.replay.cpu_fit``): timings the model itself produces from
 known parameters give those parameters back; the fitted file round-trips; the refusals."""
 
 from dataclasses import replace
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from moesim.errors import MoesimError
-from moesim.replay.llamacpp_fit import Run, at, barriers_per_token, decode_s, fit, fit_unpack
+from moesim.replay.cpu_fit import Run, at, barriers_per_token, decode_s, fit, fit_unpack
 from moesim.replay.llamacpp_model import qwen3_moe
 from moesim.sim.hardware import load_hardware, write_hardware
 from moesim.sim.machine import CPU, Hardware
@@ -155,3 +155,57 @@ def test_a_fit_needs_runs():
 def test_the_engine_commands_refuse_what_they_cannot_do_in_one_line(cli, tmp_path, args, error):
     code, out, err = cli(*(a.format(tmp=tmp_path) for a in args))
     assert code == 1 and err.strip() == f"moesim: error: {error}" and not list(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------- the torch replay's kernels (moesim calibrate)
+
+KERNEL_TRUTH = replace(TRUTH, cores=2, threads=2, dram_gbps=35.0, dram_eff=0.4, task_us=15.0, barrier_base_us=0.0,
+                       barrier_thread_us=0.0, unpack_gbps=(("bf16", 2.0), ("fp32", 10.0)),
+                       matmul_gflops=(("bf16", 90.0), ("fp32", 60.0)))
+
+
+def kernel_timings(cpu, d=256, de=128):
+    """The kernel runs ``calibrate`` times (two widths on one token, the wider on 64), as the model times them."""
+    from moesim.replay.cpu_fit import KernelRun
+
+    runs = {}
+    for fmt, size in (("fp32", 4), ("bf16", 2)):
+        for width, tokens in ((de, 1), (de // 2, 1), (de, 64)):
+            for n, probe in ((1, 34.0), (2, 36.0)):
+                run = KernelRun(3 * d * width, fmt, 3 * d * width * size, tokens, n, 1.0, probe)
+                runs.setdefault(fmt, []).append(replace(run, seconds=run.model_s(cpu)))
+    return runs
+
+
+def test_the_kernel_fit_gives_back_the_rates_that_made_the_timings():
+    """fp32 unpacking binds one thread (10 GB/s < 0.4 x 34) and DRAM two, bf16 unpacking both; the 64-token runs
+    are compute-bound; the half-width experts tell the fixed cost."""
+    from moesim.replay.calibrate_cpu import fit_kernels
+
+    runs = kernel_timings(KERNEL_TRUTH)
+    cpu = fit_kernels(replace(KERNEL_TRUTH, unpack_gbps=(), matmul_gflops=(), task_us=0.0, dram_eff=1.0), runs, 2,
+                      "torch")
+    assert dict(cpu.unpack_gbps) == pytest.approx(dict(KERNEL_TRUTH.unpack_gbps), rel=1e-6)
+    assert dict(cpu.matmul_gflops) == pytest.approx(dict(KERNEL_TRUTH.matmul_gflops), rel=1e-6)
+    assert (cpu.task_us, cpu.dram_eff) == pytest.approx((15.0, 0.4), rel=1e-6)
+    assert (cpu.threads, cpu.barrier_base_us, cpu.barrier_thread_us, cpu.dram_gbps) == (2, 0.0, 0.0, 35.0)
+    assert cpu.name.endswith(", torch")
+
+
+def test_a_negative_fitted_time_is_refused_beyond_noise():
+    from moesim.replay.calibrate_cpu import fit_cpu_layer, mean_se, nonnegative_s
+
+    assert mean_se([1.0, 3.0]) == (2.0, 1.0)  # std 1.414 / sqrt 2
+    assert nonnegative_s(5e-6, 1e-6, "x") == 5e-6
+    assert nonnegative_s(-2e-6, 1e-6, "x") == 0.0    # within two standard errors
+    assert nonnegative_s(-20e-6, 1e-6, "x", 1e-4) == 0.0  # an overhead within a quarter of the time it is added to
+    with pytest.raises(MoesimError, match="a layer's fixed time came out at -3 us .standard error 1 us.: negative"):
+        nonnegative_s(-3e-6, 1e-6, "a layer's fixed time")
+    hw = Hardware("h", None, None, cpu=KERNEL_TRUTH)
+    spec = stored(2, 8, 2, 64, 64, "fp32")
+    fitted = fit_cpu_layer(hw, spec, lambda h, t: ([3e-3, 3e-3], [2e-3, 2e-3]), None)
+    assert fitted.cpu.sync_us == pytest.approx(500.0)  # 1 ms a step over two layers
+    # 0.6 ms a layer faster than the 1 ms a layer simulated: more than a quarter of it
+    with pytest.raises(MoesimError, match="cost per CPU layer came out at -600 us"):
+        fit_cpu_layer(hw, spec, lambda h, t: ([0.8e-3, 0.8e-3], [2e-3, 2e-3]), None)
+    assert fit_cpu_layer(hw, spec, lambda h, t: ([1.6e-3, 1.6e-3], [2e-3, 2e-3]), None).cpu.sync_us == 0.0
