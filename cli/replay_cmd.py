@@ -65,7 +65,6 @@ def calibrate(
     if model is None:
         raise MoesimError("calibrate needs --model (the replay's model), or --engine llama.cpp")
     from moesim.replay.calibrate import calibrate as measure
-    from moesim.replay.compute import DTYPE
     from moesim.files import check_output
     from moesim.replay.run import check_fits, shrink
     from moesim.sim.hardware import write_hardware

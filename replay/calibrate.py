@@ -166,6 +166,7 @@ def _compute_table(model: ModelSpec, backend: str, repeats: int, seed: int, sync
         out = work.scratch(x)
         expert_times.append(per_call(lambda k: work.expert(x, out, weights[k % pool], t), pool))
     expert_s, expert_token_s = through_first(np.array(TOKENS) - 1.0, np.array(expert_times))
+    work.row(0, 1, 0)  # the dense layers at no context (their attention is in the layer grid's terms)
     row_times = [per_call(lambda k: (work.finish(work.tokens(t)), sync()), DISTINCT) for t in TOKENS]
     row_s, row_token_s = through_first(np.array(TOKENS, np.float64), np.array(row_times))
     return MeasuredCompute(model.name, layer_s=max(float(layer_s), 0.0), expert_s=max(float(expert_s), 0.0),
@@ -184,16 +185,11 @@ def through_first(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def last_level_cache() -> int:
-    """The CPU's largest cache in bytes (Linux sysfs; 32 MiB when it cannot be read)."""
-    sizes = []
-    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = path.read_text().strip()
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        try:
-            sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
-        except (ValueError, IndexError):
-            continue
-    return max(sizes, default=32 << 20)
+    """The whole machine's last-level cache in bytes (every slice and socket: ``llc_bytes``, as every core computes);
+    32 MiB when sysfs does not say."""
+    from moesim.sim.local_machine import llc_bytes, read_text
+
+    return llc_bytes(read_text, os.cpu_count() or 1) or 32 << 20
 
 
 def _executor_model(model: ModelSpec) -> ModelSpec:
@@ -232,13 +228,19 @@ def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: in
         experts = np.broadcast_to(turn[:, None, :], (steps.size, small.num_layers, n))
         real, simulated = _replayed(hw, small, _trace(small, experts), resident, backend, workdir, seed, skip=fill)
         residual[n] = mean_se((real - simulated) / small.num_layers)
+        if n == 1:
+            modelled = float(np.mean(simulated)) / small.num_layers  # a layer's simulated time, the row's share in
     k = model.top_k
     (one, one_se), (all_k, k_se) = residual[1], residual[k]
     c = hw.compute
     per_expert = (all_k - one) / (k - 1) if k > 1 else 0.0
     expert_s = nonnegative_s(c.expert_s + per_expert, math.hypot(one_se, k_se) / max(k - 1, 1),
-                             "an expert's time in the replay")
-    layer_s = nonnegative_s(c.layer_s + one - (expert_s - c.expert_s), one_se, "a layer's fixed time in the replay")
+                             "an expert's time in the replay", c.expert_s) or c.expert_s
+    # the layer's residual, one - per_expert = (k·one - all_k) / (k - 1): its standard error
+    layer_se = math.hypot(k * one_se, k_se) / (k - 1) if k > 1 else one_se
+    # where the replays cannot tell a term from zero, the part timed alone stands (a file's times are positive)
+    layer_s = nonnegative_s(c.layer_s + one - (expert_s - c.expert_s), layer_se, "a layer's fixed time in the replay",
+                            modelled) or c.layer_s
     compute = dataclasses.replace(c, layer_s=layer_s, expert_s=expert_s)
     return dataclasses.replace(hw, compute=compute), layer_s - c.layer_s, expert_s - c.expert_s
 

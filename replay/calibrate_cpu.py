@@ -33,8 +33,7 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.replay.compute import require_torch, swiglu
 from moesim.replay.cpu_fit import KernelRun, fit, fit_matmul
-from moesim.sim.hardware import this_machine
-from moesim.sim.local_machine import measure_dram_gbps, thread_counts
+from moesim.sim.local_machine import detect_cpu, measure_dram_gbps, thread_counts
 from moesim.sim.machine import CPU, Hardware
 from moesim.tracegen.models import ModelSpec
 
@@ -99,7 +98,7 @@ def kernel_runs(model: ModelSpec, repeats: int, seed: int, cache: int, free: int
 def host_cpu(model: ModelSpec, repeats: int, seed: int, cache: int, free: int,
              progress: Callable[[str], None] = lambda _: None) -> CPU:
     """This machine's CPU computing the replay's experts with every core, the rates fitted to its kernel's times."""
-    machine = this_machine().cpu
+    machine, _ = detect_cpu()  # the CPU alone: a GPU's detection has nothing to say here
     threads = thread_counts()
     runs = kernel_runs(model, repeats, seed, cache, free, threads, progress)
     return fit_kernels(machine, runs, threads[-1], f"torch {require_torch().__version__}")
@@ -124,14 +123,14 @@ def mean_se(differences) -> tuple[float, float]:
     return float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
 
 
-def nonnegative_s(value: float, se: float, what: str, added_to: float = 0.0) -> float:
-    """A time the replays fit (s), ``value`` with standard error ``se``, an overhead on ``added_to`` s of modelled
-    time: itself, or 0 where it is below zero by less than ``NOISE_SE`` standard errors or ``NOISE_SHARE`` of that
-    time; refused where it is further below (no executor takes negative time: the parts it was fitted against were
-    timed wrong)."""
+def nonnegative_s(value: float, se: float, what: str, modelled: float = 0.0) -> float:
+    """A time the replays fit (s), ``value`` with standard error ``se``, part of ``modelled`` s of simulated time
+    (an expert's, a layer's): itself, or 0 where it is below zero by less than ``NOISE_SE`` standard errors or
+    ``NOISE_SHARE`` of that time (the parts timed alone and the replays minutes apart); refused where it is further
+    below (no executor takes negative time: the parts it was fitted against were timed wrong)."""
     if value >= 0:
         return value
-    if -value <= max(NOISE_SE * se, NOISE_SHARE * added_to):
+    if -value <= max(NOISE_SE * se, NOISE_SHARE * modelled):
         return 0.0
     raise MoesimError(f"{what} came out at {value * 1e6:.0f} us (standard error {se * 1e6:.0f} us): negative, the "
                       "parts timed alone were slower than the executor's whole (was the machine busy while they ran?); "
@@ -144,5 +143,8 @@ def fit_cpu_layer(hw: Hardware, model: ModelSpec, replayed, trace) -> Hardware:
     hw = dataclasses.replace(hw, cpu=dataclasses.replace(hw.cpu, sync_us=0.0))
     real, simulated = replayed(hw, trace)
     mean, se = mean_se((np.asarray(real) - np.asarray(simulated)) / model.num_layers)
-    per_layer = nonnegative_s(mean, se, "the executor's cost per CPU layer", float(np.mean(simulated)) / model.num_layers)
+    c = hw.compute  # the CPU layer's simulated time, without the row's once-only work
+    row = c.row_s + c.row_token_s if c is not None else 0.0
+    per_layer = nonnegative_s(mean, se, "the executor's cost per CPU layer",
+                              (float(np.mean(simulated)) - row) / model.num_layers)
     return dataclasses.replace(hw, cpu=dataclasses.replace(hw.cpu, sync_us=per_layer * 1e6))

@@ -34,8 +34,8 @@ timed its parts on a Ryzen 9 7950X + RTX 4080 (DeepSeek-V2-Lite, experts on the 
 synchronisation over 640 tokens x 26 CPU layers, 113 us a layer. That machine's points with experts on the CPU
 are therefore not counted in the published-points check (benchmarks/published_offload.py).
 
-``moesim calibrate`` measures a machine's own rates instead (``*_gflops`` in ``[cpu]``), which then replace
-both the unpacking and the arithmetic limit for that format class.
+``moesim calibrate`` measures a machine's own rates instead (``unpack_gbps`` and ``matmul_gflops`` in ``[cpu]``,
+per thread and format), which then replace the unpacking and the arithmetic limit for the formats they list.
 """
 
 from __future__ import annotations

@@ -125,7 +125,8 @@ RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "positive", "me
          "latency_us": "non-negative", "engines": "engines", "layer_s": "positive", "expert_s": "positive",
          "cores": "cores", "ghz": "positive", "dram_gbps": "positive", "ram_gb": "positive",
          "dram_eff": "fraction", "kernel_eff": "fraction", "isa": "isa", "sockets": "sockets", "threads": "threads"}
-RATE_TABLES = ("unpack_gbps", "matmul_gflops")  # [cpu] keys whose value is a table of format = rate per thread
+RATE_TABLES = ("unpack_gbps", "matmul_gflops")
+RETIRED = ("fp32_gflops", "bf16_gflops", "int8_gflops", "int4_gflops")  # per-class rates, now per format  # [cpu] keys whose value is a table of format = rate per thread
 MAX_ENGINES = 64
 MAX_CORES = 4096
 MAX_SOCKETS = 16
@@ -138,6 +139,8 @@ def _section(path: Path, key: str, cls, values: dict):
         placed = [u for u in unknown if u in SECTIONS]  # `link = "pcie4"` written below a [table] belongs to it
         hint = (f"; a preset line such as {placed[0]} = \"...\" goes at the top of the file, before the first "
                 "[table]") if placed else ""
+        if any(u in RETIRED for u in unknown):
+            hint += "; an older moesim calibrate wrote it: calibrate again (per-format unpack_gbps, matmul_gflops)"
         raise MoesimError(f"{path}: [{key}] has unknown key(s) {', '.join(unknown)} (known: {', '.join(known)}){hint}")
     values = {"name": key, **values}
     for table in RATE_TABLES:

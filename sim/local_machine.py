@@ -192,14 +192,16 @@ def isa(text: str | None = None) -> str:
 
 
 def physical_cores(text: str | None = None) -> int:
-    """Physical cores of every socket, from /proc/cpuinfo's text (read when None); the OS's logical CPUs where it
-    does not say."""
+    """Physical cores of every socket, from /proc/cpuinfo's text (read when None), at most the CPUs this process may
+    run on; those where it does not say."""
     text = read_text(CPUINFO) if text is None else text
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
         info = parse_cpuinfo(text or "")
     except MoesimError:
-        return os.cpu_count() or 1
-    return info.cores * info.sockets if info.cores else os.cpu_count() or 1
+        return usable
+    # at most the CPUs this process may run on (taskset, a container's cpuset)
+    return min(info.cores * info.sockets, usable) if info.cores else usable
 
 
 def thread_counts(cores: int | None = None) -> list[int]:
@@ -532,13 +534,11 @@ def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = to
 # ---------------------------------------------------------------- the machine
 
 
-def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.run,
-           read: Callable[[str], str | None] = read_text,
-           unknown_gpu: Callable[[str, float], GPU] = torch_gpu,
-           clock: Callable[[str], float | None] = measure_clock_ghz) -> Hardware:
-    """This machine: its CPU and RAM from /proc, its DRAM bandwidth measured (``measure(buffer bytes)`` in
-    GB/s) and its clock (``clock(isa)`` in GHz, None: not measurable here), its GPU and link from nvidia-smi
-    (``run``; a GPU not among the presets: ``unknown_gpu``)."""
+def detect_cpu(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.run,
+               read: Callable[[str], str | None] = read_text,
+               clock: Callable[[str], float | None] = measure_clock_ghz) -> tuple[CPU, str]:
+    """This machine's CPU and RAM from /proc, its DRAM bandwidth measured (``measure(buffer bytes)`` in GB/s) and
+    its clock (``clock(isa)`` in GHz, None: not measurable here); and a line that says so."""
     text = read(CPUINFO)
     if text is None:
         raise MoesimError(f"cannot read {CPUINFO}: --hardware local reads Linux's /proc; {TEMPLATE_HINT}")
@@ -563,9 +563,19 @@ def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.r
     ram_gb = _sig(total / 2 ** 30)
     cpu = CPU(f"{model} (measured {rate})", cores, ghz, info.isa, _sig(per_socket), ram_gb,
               sockets=info.sockets, dram_eff=1.0)
-    gpu, link, gpu_line = detect_gpu(run, unknown_gpu)
     sockets = f"{info.sockets} x " if info.sockets > 1 else ""
     cpu_line = (f"{sockets}{model} ({cores} cores{' per socket' if sockets else ''}, {info.isa}, {ghz:g} GHz"
                 f"{' measured under load' if measured_ghz else ''}, "
                 f"{ram_gb:g} GiB), DRAM read {measured:.1f} GB/s measured over {nbytes / 2 ** 20:.0f} MiB")
+    return cpu, cpu_line
+
+
+def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.run,
+           read: Callable[[str], str | None] = read_text,
+           unknown_gpu: Callable[[str, float], GPU] = torch_gpu,
+           clock: Callable[[str], float | None] = measure_clock_ghz) -> Hardware:
+    """This machine: its CPU (``detect_cpu``), its GPU and link from nvidia-smi (``run``; a GPU not among the
+    presets: ``unknown_gpu``)."""
+    cpu, cpu_line = detect_cpu(measure, run, read, clock)
+    gpu, link, gpu_line = detect_gpu(run, unknown_gpu)
     return Hardware("local", gpu, link, cpu=cpu, source=f"local: detected {cpu_line}; {gpu_line}")

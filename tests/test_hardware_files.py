@@ -38,6 +38,7 @@ CPU = '[cpu]\nname = "c"\ncores = 8\nghz = 4.0\nisa = "avx2"\ndram_gbps = 51.2\n
     (CPU + "ram_gb = nan\n", r"\[cpu\] ram_gb must be a finite number > 0"),
     (CPU.replace('"avx2"', '["avx2"]') + "ram_gb = 32\n", r"\[cpu\] isa must be one of"),
     ('gpu = "rtx3060"\nlink = "pcie4"\n', r"unknown gpu 'rtx3060'"),
+    (CPU + "ram_gb = 32\nfp32_gflops = 70.0\n", r"unknown key\(s\) fp32_gflops .*an older moesim calibrate wrote it"),
 ])
 def test_a_bad_file_is_one_line_naming_it(tmp_path, text, message):
     path = write(tmp_path, text)

@@ -38,10 +38,14 @@ def calibrated(olmoe, tmp_path_factory):
     from typer.testing import CliRunner
 
     folder = tmp_path_factory.mktemp("calibrated")
-    result = CliRunner().invoke(app, ["calibrate", *TINY, "--out", str(folder / "hw.toml"), "--repeats", "5",
-                                      "--workdir", str(folder)], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return folder / "hw.toml"
+    for _ in range(3):  # a refusal says to calibrate again on an idle machine: what a user does, at most twice
+        result = CliRunner().invoke(app, ["calibrate", *TINY, "--out", str(folder / "hw.toml"), "--repeats", "5",
+                                          "--workdir", str(folder)], catch_exceptions=False)
+        if result.exit_code == 0:
+            return folder / "hw.toml"
+        assert "negative, the parts timed alone were slower" in result.output, result.output
+        assert not (folder / "hw.toml").exists()  # nothing half-written
+    raise AssertionError(result.output)
 
 
 def test_validate_tiny_cpu(cli, olmoe, calibrated, tmp_path):
@@ -90,11 +94,10 @@ def test_calibrate_writes_a_hardware_file_the_simulator_takes(cli, olmoe, calibr
     cpu = hw.cpu
     assert cpu.cores * cpu.sockets == cpu.threads == physical_cores() and cpu.isa == isa() and cpu.dram_gbps > 0
     assert [f for f, _ in cpu.unpack_gbps] == [f for f, _ in cpu.matmul_gflops] == ["bf16", "fp32"]
-    assert (cpu.barrier_base_us, cpu.barrier_thread_us) == (0.0, 0.0) and 0.2 <= cpu.dram_eff <= 1.0
     # the host's RAM as /proc gives it (required: a hardware file never holds a 0 GiB memory)
     from moesim.sim.local_machine import MEMINFO, parse_meminfo, read_text
 
-    assert hw.cpu.ram_gb == pytest.approx(parse_meminfo(read_text(MEMINFO))["MemTotal"] / 2 ** 30, abs=0.01)
+    assert hw.cpu.ram_gb == pytest.approx(parse_meminfo(read_text(MEMINFO))["MemTotal"] / 2 ** 30, rel=1e-3)
     code, out, err = cli("sim", "run", olmoe, "--model", "olmoe-1b-7b", "--hardware", calibrated,
                          "--capacity", "16", "--json")
     # measured for the scaled model: never silently the roofline for the full one

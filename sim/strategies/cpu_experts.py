@@ -33,7 +33,7 @@ CACHE, CPU, PREFETCH = False, True, False
 NUMA = ONE_POOL
 CPU_OPS = (5, 1)  # llama.cpp's build_moe_ffn on the CPU: gate, up, activation, down, weights, an add per expert
 ACTIONS = (A_LOAD, A_CPU)
-REPLAY = ("cpu",)  # a CPU layer and a GPU layer never overlap, so the CPU backend's one thread runs it
+REPLAY = ("cpu",)  # a CPU layer and a GPU layer never overlap, so the CPU backend's one compute stream runs it
 OFFLOAD_MIN_TOKENS = 32  # llama.cpp: ggml_backend_cuda_device_offload_op's min_batch_size
 
 
