@@ -3,14 +3,14 @@
 Each cycle calibrates this machine on llama.cpp (``moesim calibrate --engine llama.cpp``:
 ``moesim.replay.llamacpp_calibrate``), then predicts and times the held-out configurations (``moesim validate
 --engine llama.cpp``: ``moesim.replay.llamacpp_validate``: OLMoE-, Qwen3- and Mixtral-like shapes x bf16, q8_0,
-q4_k_m, q4_0, mxfp4 x every thread count by default; decode as llama-bench's tg64, prefill as its pp32, pp512
-and pp2048), and prints the table and its summary. Over several cycles
+q4_k_m, q4_0, mxfp4 x every thread count by default; decode as llama-bench's tg64 and tg64@d2048 (after 2,048
+KV tokens), prefill as its pp32, pp512 and pp2048), and prints the table and its summary. Over several cycles
 it prints each cycle's median and worst error and their median and range: calibration sees this host's
 bandwidth swing too, so a cycle's figure alone says little.
 
     pip install ".[llamacpp]"    # llama-cpp-python; CMAKE_ARGS=-DGGML_NATIVE=ON builds it for this CPU
     python benchmarks/llamacpp_fidelity.py [--cycles 3] [--threads 1,2] [--formats bf16,q8_0,q4_k_m,q4_0,mxfp4]
-                                           [--contexts 0] [--prompts 32,512,2048] [--runs 5] [--json out.json]
+                                           [--contexts 0,2048] [--prompts 32,512,2048] [--runs 5] [--json out.json]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--threads")
     parser.add_argument("--formats", default=",".join(FORMATS))
-    parser.add_argument("--contexts", default="0")
+    parser.add_argument("--contexts", default="0,2048")
     parser.add_argument("--prompts", default="32,512,2048", help="prefill tests (0: none)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", type=Path, help="write every cycle's rows and summaries here")
@@ -74,6 +74,10 @@ def run(args) -> None:
                   f"{'with the probed DRAM rate' if which == 'probe' else 'from the file'}: median |error| "
                   f"{100 * statistics.median(medians):.1f}% (cycles: {', '.join(f'{100 * m:.1f}%' for m in medians)}); "
                   f"worst per cycle {worst}")
+    for test in cycles[0]["summary"]["by_test"] if cycles else ():
+        medians = [c["summary"]["by_test"][test] for c in cycles]
+        print(f"{test}: median |error| {100 * statistics.median(medians):.1f}% (cycles: "
+              f"{', '.join(f'{100 * m:.1f}%' for m in medians)})")
     if args.json:
         args.json.write_text(json.dumps({"system": system_info(), "cycles": cycles}, indent=1))
 

@@ -19,6 +19,37 @@ def check_engine(engine: str) -> None:
         raise MoesimError(f"--engine {engine!r}: the engine moesim runs is {', '.join(ENGINES)}")
 
 
+TAKES = ("hardware", "model", "dtype", "threads")  # the settings validate --engine llama.cpp reads
+
+
+def refuse_replay_options(asked, backend: bool, scale: bool) -> None:
+    """``validate --engine llama.cpp`` reads ``TAKES`` and its own options; a replay setting given to it (a policy,
+    a capacity, ``--backend``, ``--scale``, ...) would be silently ignored, so it is refused in one line."""
+    from moesim.sim.config import DECLARED
+
+    extra = [DECLARED[name].flag for name in sorted(asked.given) if name not in TAKES and name in DECLARED]
+    extra += [f"--{name.replace('_', '-')}" for name in sorted(asked.params)] + \
+        ["--backend"] * backend + ["--scale"] * scale
+    if extra:
+        raise MoesimError(f"--engine llama.cpp takes --hardware, --model, --layers, --dtype, --threads, --contexts, "
+                          f"--prompts, --runs and --workdir; not {', '.join(dict.fromkeys(extra))} (the replay's)")
+
+
+def llamacpp_formats(dtypes: list[str] | None) -> list[str]:
+    """The weight formats asked for (default: validation's own), each one llama.cpp's files can hold: ``gguf`` writes
+    it or llama-quantize makes it; refused in one line before anything is built."""
+    from moesim.replay.llamacpp_model import GGML_TYPES
+    from moesim.replay.llamacpp_run import FTYPES
+    from moesim.replay.llamacpp_validate import FORMATS
+
+    formats = dtypes or list(FORMATS)
+    known = list(dict.fromkeys([*GGML_TYPES, *FTYPES]))
+    unknown = [f for f in formats if f not in known]
+    if unknown:
+        raise MoesimError(f"--dtype {', '.join(unknown)}: llama.cpp validation writes {', '.join(known)}")
+    return formats
+
+
 def _bar() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                     TimeElapsedColumn(), console=console, transient=True)
@@ -55,7 +86,7 @@ def validate(hardware: str | None, model: str | None, layers: int | None, dtypes
     from moesim.replay.llamacpp_calibrate import PROMPT, calibrate_llamacpp
     from moesim.sim.local_machine import thread_counts
     from moesim.replay.llamacpp_run import bindings
-    from moesim.replay.llamacpp_validate import (FORMATS, HEADERS, SHAPES, cells, model_shape, summary, summary_line,
+    from moesim.replay.llamacpp_validate import (HEADERS, SHAPES, cells, model_shape, summary, summary_line,
                                                  validate_llamacpp)
     from moesim.sim.hardware import get_hardware
     from moesim.tracegen.models import get_model
@@ -70,7 +101,7 @@ def validate(hardware: str | None, model: str | None, layers: int | None, dtypes
     chosen = threads or thread_counts()
     ctxs = counts(contexts, "--contexts", [0], low=0)
     pps = [p for p in counts(prompts, "--prompts", [PROMPT], low=0) if p]
-    formats = dtypes or list(FORMATS)
+    formats = llamacpp_formats(dtypes)
     with _bar() as bar:
         task = bar.add_task("validating", total=len(shapes) * len(formats) * len(chosen) * (len(ctxs) + len(pps)))
         if hardware is None:

@@ -179,6 +179,7 @@ def validate(
         llamacpp_cmd.check_engine(engine)
         if trace_path is not None:
             raise MoesimError("--engine llama.cpp decodes models of its own; it takes no trace")
+        llamacpp_cmd.refuse_replay_options(asked, backend != "cpu", scale != 1.0)
         llamacpp_cmd.validate(_hardware(asked), asked.base.model.name if "model" in asked.given else None, layers,
                               asked.each.get("dtype"), asked.each.get("threads"), contexts, prompts, runs, workdir,
                               as_json)

@@ -141,12 +141,13 @@ def prefill_s(model: ModelSpec, hw: Hardware, prompt: int) -> float:
     """A ``prompt``-token prompt of ``model`` in one batch on ``hw``'s CPU alone: each layer's attention and router
     on the row (its KV reads those of every position, ``moesim.sim.requests``), the experts its tokens choose, each
     on its share of them (routing taken as uniform, as a random-weight model's is: ``E·(1 − (1 − k/E)^n)`` distinct
-    experts a layer, n·k/that tokens each), the fixed costs; then the row's once-only work."""
+    experts a layer, n·k/that tokens each), the fixed costs; then the row's once-only work (the head on the last
+    token)."""
     if hw.gpu is not None:
         raise MoesimError("prefill_s times a CPU-only machine")
     n, experts, k = float(prompt), model.num_experts, model.top_k
     w = weights_of_file(model)
-    c = costs(model, hw, np.array([n]), np.array([n * (n + 1) / 2]), w)
+    c = costs(model, hw, np.array([n]), np.array([n * (n + 1) / 2]), w, outputs=np.array([1.0]))
     used = experts * (1 - (1 - k / experts) ** n)
     expert = cpu_expert_s(hw.cpu, model.expert_params, w.expert_format, w.expert_bytes, n * k / used, mix=w.expert_mix)
     return float(model.num_layers * (c.pre_s[0] + used * expert + c.cpu_layer_fixed_s) + c.row_s[0])
@@ -228,6 +229,18 @@ def fit_matmul(cpu: CPU, fmt: str, runs: list[Run]) -> float:
         return replace(cpu, matmul_gflops=tuple(sorted(others + ((fmt, gflops),))))
 
     return best_value(lambda g: log_error(with_flops(g), runs), *GFLOPS_RANGE)
+
+
+def fit_attention(cpu: CPU, runs: list[Run]) -> CPU:
+    """The flash attention's rate per thread over the KV cache, everything else as the other fits left it: one query
+    row at a time (``attn_gflops``) on the decodes among ``runs`` (after a context of many KV tokens), in tiles
+    (``attn_tiled_gflops``) on the prompts (long ones)."""
+    for name, part in (("attn_gflops", [r for r in runs if not r.prompt]),
+                       ("attn_tiled_gflops", [r for r in runs if r.prompt])):
+        if part:
+            cpu = replace(cpu, **{name: best_value(lambda g: log_error(replace(cpu, **{name: g}), part),
+                                                   *GFLOPS_RANGE)})
+    return cpu
 
 
 def fit_task(cpu: CPU, runs: list[Run]) -> CPU:

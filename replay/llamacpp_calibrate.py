@@ -13,7 +13,10 @@ right before and after each configuration, and fits (``moesim.replay.cpu_fit``):
 - an expert's fixed cost (``task_us``) and the share of the probe's DRAM rate llama.cpp reaches (``dram_eff``) on
   the same runs;
 - each format's matrix-product rate (``matmul_gflops``) on the same models' prompt processing (``PROMPT`` tokens
-  in one batch), everything else as the decode fit left it.
+  in one batch), everything else as the decode fit left it;
+- the flash attention's two rates over the KV cache (``attn_gflops``: a query row at a time, ``attn_tiled_gflops``:
+  tiles of rows) on the same models in ``ATTN_FORMAT``, decoding after ``CONTEXT`` KV tokens and processing a
+  ``LONG_PROMPT``-token prompt.
 
 The hardware file it writes is CPU-only: this machine as ``--hardware local`` detects it (cores, clock under load,
 instruction set, RAM from the OS), its DRAM rate the median of the probes, and the fitted values; comments at
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from moesim.errors import MoesimError
-from moesim.replay.cpu_fit import Run, fit, fit_matmul
+from moesim.replay.cpu_fit import ROUNDS, Run, fit, fit_attention, fit_matmul
 from moesim.replay.llamacpp_model import GGML_TYPES, qwen3_moe, write_gguf
 from moesim.replay.scratch import scratch_folder, work_folder
 from moesim.sim.machine import Hardware
@@ -46,7 +49,9 @@ CALIBRATION_SHAPES = {"narrow": (6, 40, 8, 768, 256, 4096), "wide": (4, 8, 2, 76
 FORMATS = ("bf16", "f16", "q8_0", "q6_k", "q4_k", "q4_0", "mxfp4")
 TOKENS = 64          # decoded per run
 PROMPT = 256         # prompt tokens of a prefill run
-SUMMARY = slice(1, 5)  # the notes that sum the calibration up (after the first, which says when and with what)
+CONTEXT = LONG_PROMPT = 1024  # KV tokens before the decodes, and prompt tokens, that time the attention
+ATTN_FORMAT = "q4_0"  # the weights of the models those run (attention's cost does not depend on them)
+SUMMARY = slice(1, 6)  # the notes that sum the calibration up (after the first, which says when and with what)
 SWING = 1.3          # a probe pair further apart than this is flagged: the bandwidth moved during the runs
 
 Progress = Callable[[str], None]
@@ -131,7 +136,7 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
         for t in threads:
             progress(f"per-operation cost, {t} thread(s)")
             overhead.append(measure(model_file("overhead", OVERHEAD_SHAPE, "q8_0", folder), t, runs))
-        by_format, prefill = {}, {}
+        by_format, prefill, attention = {}, {}, []
         for fmt in formats:
             for name, shape in shapes.items():
                 path = model_file(name, shape, fmt, folder, pure=True)
@@ -139,6 +144,8 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
                     progress(f"{name} {fmt}, {t} thread(s)")
                     by_format.setdefault(fmt, []).append(measure(path, t, runs))
                     prefill.setdefault(fmt, []).append(measure(path, t, runs, prompt=PROMPT))
+                    if fmt == ATTN_FORMAT:
+                        attention += [measure(path, t, runs, CONTEXT), measure(path, t, runs, prompt=LONG_PROMPT)]
         specs = {m.path: load_model_file(m.path) for ms in [overhead, *by_format.values()] for m in ms}
         mixed = [(path, spec.expert_mix) for path, spec in specs.items() if spec.expert_mix]
         if mixed:  # the fit takes each file for its one format
@@ -147,14 +154,16 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     progress("fitting")
-    everything = [m for ms in [overhead, *by_format.values(), *prefill.values()] for m in ms]
+    everything = [m for ms in [overhead, *by_format.values(), *prefill.values(), attention] for m in ms]
     probes = [p for m in everything for p in m.probe]
     cpu = replace(machine.cpu, name=f"{machine.cpu.name}, llama.cpp", dram_gbps=statistics.median(probes)
                   / machine.cpu.sockets, dram_eff=1.0, threads=0, task_us=0.0)
     cpu, rates = fit(cpu, [m.run(specs[m.path]) for m in overhead],
                      {fmt: [m.run(specs[m.path]) for m in ms] for fmt, ms in by_format.items()})
-    matmul = {fmt: fit_matmul(cpu, fmt, [m.run(specs[m.path]) for m in ms]) for fmt, ms in prefill.items()}
-    cpu = replace(cpu, matmul_gflops=tuple(sorted(matmul.items())))
+    for _ in range(ROUNDS):  # the long prompts' time is products and attention both
+        matmul = {fmt: fit_matmul(cpu, fmt, [m.run(specs[m.path]) for m in ms]) for fmt, ms in prefill.items()}
+        cpu = fit_attention(replace(cpu, matmul_gflops=tuple(sorted(matmul.items()))),
+                            [m.run(specs[m.path]) for m in attention])
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     notes = [f"moesim calibrate --engine llama.cpp, {when}: {system_info().strip()}",
              f"DRAM read probe {min(probes):.1f}-{max(probes):.1f} GB/s (dram_gbps: the median), of which "
@@ -164,7 +173,9 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
              "unpack rates per thread: " + ", ".join(
                  f"{f} {dict(cpu.unpack_gbps)[f]:.2f} GB/s" + (" or more (DRAM bound every run)" if u is None else "")
                  for f, u in rates.items()),
-             f"prefill products per thread (pp{PROMPT}): " + ", ".join(f"{f} {g:.1f} GFLOP/s" for f, g in matmul.items())]
+             f"prefill products per thread (pp{PROMPT}): " + ", ".join(f"{f} {g:.1f} GFLOP/s" for f, g in matmul.items()),
+             f"attention over the KV cache per thread: {cpu.attn_gflops:.1f} GFLOP/s a query row at a time (tg{TOKENS}"
+             f"@d{CONTEXT}), {cpu.attn_tiled_gflops:.1f} GFLOP/s in tiles (pp{LONG_PROMPT})"]
     notes += [f"run {m.label}: {m.tok_s:.1f} tok/s (runs {min(m.rates):.1f}-{max(m.rates):.1f}), "
               f"probe {m.probe[0]:.1f}/{m.probe[1]:.1f} GB/s{' (swung)' if m.swung else ''}" for m in everything]
     return Hardware(f"{machine.cpu.name} (llama.cpp, calibrated)", None, None, source="calibrated", cpu=cpu), notes

@@ -20,13 +20,12 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.files import atomic_output
+from moesim.sim.costs import UBATCH
 
 # moesim's format names -> llama.cpp's file types (``llama-quantize``'s names)
 FTYPES = {"q4_k": "Q4_K_S", "q4_k_m": "Q4_K_M", "q5_k": "Q5_K_S", "q6_k": "Q6_K", "q3_k": "Q3_K_S",
           "q2_k": "Q2_K", "mxfp4": "MXFP4_MOE", "iq4_xs": "IQ4_XS", "q8_0": "Q8_0", "q4_0": "Q4_0"}
 
-
-UBATCH = 512  # tokens llama.cpp computes at once (llama-bench's default n_ubatch)
 _LOG: list = []  # llama.cpp's log callback (kept alive) and its last error line
 GGML_LOG_LEVEL_ERROR = 4
 

@@ -148,6 +148,9 @@ def summary(rows: list[Row]) -> dict:
                        ("prefill", [r for r in rows if r.measured.prompt])):
         if part:
             out[kind] = {"configurations": len(part), "probe": of(part, "probe"), "file": of(part, "file")}
+    tests = dict.fromkeys(r.measured.test for r in rows)
+    out["by_test"] = {test: statistics.median(abs(r.error()) for r in rows if r.measured.test == test)
+                      for test in tests}
     return out
 
 
@@ -175,5 +178,8 @@ def summary_line(s: dict) -> str:
                          f"{w['test']} {100 * w['error']:+.0f}%, {p['within_10pct']} within 10%) with the DRAM rate "
                          f"probed beside each run; {100 * f['median_abs_error']:.1f}% (worst "
                          f"{100 * f['worst']['error']:+.0f}%) from the hardware file as it is.")
+    if len(s["by_test"]) > 1:
+        parts.append("Median |error| by test: " + ", ".join(f"{test} {100 * e:.1f}%" for test, e in s["by_test"].items())
+                     + ".")
     return " ".join(parts) + (f" DRAM probe {s['probe_gbps'][0]:.1f}-{s['probe_gbps'][1]:.1f} GB/s"
                               + (f"; it moved by over 30% during {s['swung']} configuration(s)" if s["swung"] else ""))

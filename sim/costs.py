@@ -2,18 +2,21 @@
 
 Every operation on the device that holds the non-expert weights — the GPU, or the CPU of a machine without
 one — is timed on its roofline: on a GPU ``max(bytes / (HBM bw · mem_eff), FLOPs / (peak · flop_eff))``
-plus a launch per kernel; on a CPU ``max(weight bytes / min(DRAM rate, unpack rate) + KV bytes / min(DRAM
-rate, f16 unpack rate), FLOPs / FLOP rate)`` (the rates: ``moesim.sim.machine.CPU``; the KV cache is read by
-products of its own after the projections, as llama.cpp's graph does). At decode batch sizes that is the memory
+plus a launch per kernel; on a CPU ``max(weight bytes / min(DRAM rate, unpack rate), FLOPs / FLOP rate)`` and, for the
+products over the KV cache (their own operation in llama.cpp's graph), ``max(KV bytes / min(DRAM rate, f16
+unpack rate), their FLOPs / attention rate)`` (the rates: ``moesim.sim.machine.CPU``). At decode batch sizes that is the memory
 term. Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache:
 
 - attention: weights d·q + 2·d·kv + q·d (``ModelSpec.attention_params``), KV read ``kv_width``·ctx values
-  (K and V, or MLA's one latent); 2·weights·T + 4·q·ctx FLOPs;
+  (K and V, or MLA's one latent); 2·weights·T + 4·q·ctx FLOPs; on a CPU the 4·q·ctx FLOPs of the products over
+  the cache are a product of their own at the flash attention's rate (``CPU.attn_flops``: one query row at a time,
+  or tiles of them where the row's micro-batch of up to ``UBATCH`` tokens has at least 64);
 - router: d·E weights; shared experts: their FFNs (resident, so computed, never copied) — before the layer's
   routed experts, or (an engine that overlaps them, ``SHARED_OVERLAP``: kTransformers) on the GPU while the
   CPU computes the routed ones (``shared_s``);
 - once per row (``row_s``): the embedding rows, the dense FFN layers (DeepSeek's first layers: attention and
-  a dense FFN each, ``ModelSpec.dense_layers``), the final norm and the output head (vocab·d weights);
+  a dense FFN each, ``ModelSpec.dense_layers``), the final norm and the output head (vocab·d weights) on the
+  tokens whose logits the row outputs (a prompt's last token per sequence, ``moesim.sim.requests``);
 - one routed expert on the T_e tokens that chose it: ``max(expert_bytes / bw, 2·expert_params·T_e /
   FLOP/s)`` (``by_tokens[T_e]``); the layer's experts run as one of two kernel kinds:
   - ``fused`` (vLLM's fused MoE): one kernel, ``moe_launch + Σ_e by_tokens[T_e]``, once every
@@ -64,6 +67,7 @@ from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 
 KERNELS_ATTN, KERNELS_ROUTER, KERNELS_FFN, KERNELS_MOE, KERNELS_EXPERT, KERNELS_HEAD = 6, 2, 3, 2, 4, 2
 KV_BYTES, KV_FORMAT = 2.0, "f16"  # a KV value (llama.cpp's default cache type)
+UBATCH = 512  # query rows a CPU engine computes at once (llama.cpp's default n_ubatch)
 # the scalar durations the compiled engine reads, by index (``scalar_times``): the ``Costs`` fields named
 TIMES = ("moe_launch_s", "expert_launch_s", "copy_s", "ssd_s", "lowbit_copy_s", "cpu_layer_fixed_s")
 T_MOE_LAUNCH, T_EXPERT_LAUNCH, T_COPY, T_SSD, T_LOWBIT_COPY, T_CPU_LAYER_FIXED = range(len(TIMES))
@@ -116,11 +120,11 @@ def ssd_read_s(ssd, nbytes: float) -> float:
     return ssd.latency_us * 1e-6 + nbytes / (ssd.gbps * 1e9)
 
 
-def cpu_s(cpu, weight_bytes, flops, dtype: str, numa: str = ONE_POOL, kv_bytes=0.0, mix: tuple = ()):
+def cpu_s(cpu, weight_bytes, flops, dtype: str, numa: str = ONE_POOL, mix: tuple = ()):
     """Work on the host CPU that reads ``weight_bytes`` of ``dtype`` weights (or of several formats: ``mix``, (format,
-    share of the bytes) pairs, as a GGUF file's tensors are), then ``kv_bytes`` of KV cache (f16, a product of its
-    own in llama.cpp's graph), and does ``flops`` (shared out like the parameters): each read at the slower of DRAM and
-    unpacking its format, or the arithmetic where that is slower still (no fixed cost)."""
+    share of the bytes) pairs, as a GGUF file's tensors are) and does ``flops`` (shared out like the parameters): each
+    read at the slower of DRAM and unpacking its format, or the arithmetic where that is slower still (no fixed
+    cost)."""
     weight_bytes = np.asarray(weight_bytes, np.float64)
     dram = cpu.dram_bw(numa)
     parts = mix or ((dtype, 1.0),)
@@ -129,7 +133,15 @@ def cpu_s(cpu, weight_bytes, flops, dtype: str, numa: str = ONE_POOL, kv_bytes=0
     params = {fmt: share / BYTES_PER_PARAM.get(fmt, 1.0) for fmt, share in parts}
     total = sum(params.values())
     arithmetic = sum(p / total * np.asarray(flops, np.float64) / cpu.flops(fmt) for fmt, p in params.items())
-    return np.maximum(reads + np.asarray(kv_bytes) / min(dram, cpu.unpack_bw(KV_FORMAT)), arithmetic)
+    return np.maximum(reads, arithmetic)
+
+
+def cpu_attention_s(cpu, kv_bytes, kv_flops, queries, numa: str = ONE_POOL):
+    """Attention's products over the KV cache on the host CPU, a product of their own in llama.cpp's graph (its flash
+    attention): ``kv_bytes`` of f16 cache read at the slower of DRAM and unpacking f16, or ``kv_flops`` at the rate of
+    the path a micro-batch of ``queries`` query rows takes (``CPU.attn_flops``) where that is slower."""
+    reads = np.asarray(kv_bytes, np.float64) / min(cpu.dram_bw(numa), cpu.unpack_bw(KV_FORMAT))
+    return np.maximum(reads, np.asarray(kv_flops, np.float64) / cpu.attn_flops(queries))
 
 
 def cpu_expert_s(cpu, params: int, dtype: str, nbytes: float, tokens, numa: str = ONE_POOL,
@@ -140,13 +152,16 @@ def cpu_expert_s(cpu, params: int, dtype: str, nbytes: float, tokens, numa: str 
     return cpu.task_us * 1e-6 + cpu_s(cpu, np.full_like(tokens, nbytes), 2.0 * params * tokens, dtype, numa, mix=mix)
 
 
-def device_s(hw: Hardware, weight_bytes, flops, kernels: int, dtype: str, numa: str = ONE_POOL, kv_bytes=0.0,
-             mix: tuple = ()):
+def device_s(hw: Hardware, weight_bytes, flops, kernels: int, dtype: str, numa: str = ONE_POOL, mix: tuple = (),
+             kv_bytes=0.0, kv_flops=0.0, queries=1.0):
     """An operation on the device that holds the non-expert weights (the GPU, or the CPU of a machine without one),
-    with its kernels' launches (a CPU's thread barriers are counted per layer: ``row_costs``)."""
+    with its kernels' launches (a CPU's thread barriers are counted per layer: ``row_costs``), and the products over
+    ``kv_bytes`` of KV cache (``kv_flops``; ``queries`` query rows a micro-batch) that follow it: on a GPU in the same
+    roofline, on a CPU at the flash attention's own rates (``cpu_attention_s``)."""
     if hw.gpu is not None:
-        return roofline(hw.gpu, weight_bytes + kv_bytes, flops) + kernels * hw.gpu.launch_us * 1e-6
-    return cpu_s(hw.cpu, weight_bytes, flops, dtype, numa, kv_bytes, mix)
+        return roofline(hw.gpu, weight_bytes + kv_bytes, flops + kv_flops) + kernels * hw.gpu.launch_us * 1e-6
+    return cpu_s(hw.cpu, weight_bytes, flops, dtype, numa, mix) + cpu_attention_s(hw.cpu, kv_bytes, kv_flops, queries,
+                                                                                  numa)
 
 
 def cpu_layer_s(hw: Hardware, engine: Engine, top_k: int) -> float:
@@ -207,19 +222,23 @@ class RowCosts(NamedTuple):
     handoff: np.ndarray
 
 
-def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, engine: Engine = Engine()) -> RowCosts:
+def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, engine: Engine = Engine(),
+              outputs=None) -> RowCosts:
     """What depends on a row's ``tokens`` and the KV tokens ``ctx`` its sequences hold (arrays or scalars): one
     layer's attention + router (+ shared experts, or apart where the engine overlaps them), the row's
-    once-per-row work, MoLE's lookup-row copy and its bytes, and the activations' hand-off to the host, one way."""
+    once-per-row work (its output head on ``outputs`` tokens: all of them unless given, a prompt's last), MoLE's
+    lookup-row copy and its bytes, and the activations' hand-off to the host, one way."""
     d, bpp, fmt, numa = model.d_model, weights.other_bpp, weights.other_format, engine.numa
     tokens = np.asarray(tokens, np.float64)
+    outputs = tokens if outputs is None else np.asarray(outputs, np.float64)
     ctx = np.asarray(ctx, np.float64)
     q, attn_w = model.q_dim or d, model.attention_params
 
-    def op(params, flops, kernels, kv=0.0):
-        return device_s(hw, params * bpp, flops, kernels, fmt, numa, kv, weights.other_mix)
+    def op(params, flops, kernels, kv=0.0, kv_flops=0.0):
+        return device_s(hw, params * bpp, flops, kernels, fmt, numa, weights.other_mix, kv, kv_flops,
+                        np.minimum(tokens, UBATCH))
 
-    attention = op(attn_w, 2 * attn_w * tokens + 4 * q * ctx, KERNELS_ATTN, model.kv_width * ctx * KV_BYTES)
+    attention = op(attn_w, 2 * attn_w * tokens, KERNELS_ATTN, model.kv_width * ctx * KV_BYTES, 4 * q * ctx)
     pre = attention + op(d * model.num_experts, 2 * d * model.num_experts * tokens, KERNELS_ROUTER)
     shared = np.zeros_like(tokens)
     if model.shared_experts:
@@ -231,7 +250,7 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
     head = model.vocab * d
     once = model.dense_layers * (attention + op(dense_w, 2 * dense_w * tokens, KERNELS_FFN))
     if head:  # a model that states its vocabulary: the embedding rows read, the final norm and the output head
-        once = once + op(tokens * d, 0.0, 0) + op(head, 2 * head * tokens, KERNELS_HEAD)
+        once = once + op(tokens * d, 0.0, 0) + op(head, 2 * head * outputs, KERNELS_HEAD)
     if hw.gpu is None:  # the CPU's thread barriers: a layer's besides its experts', a dense layer's, the head's
         barrier = hw.cpu.barrier_s()
         pre = pre + (CPU_LAYER_BARRIERS - engine.expert_barriers(model.top_k)) * barrier
@@ -251,10 +270,12 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
 
 
 def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, weights: Weights,
-          max_expert_tokens: int = 1, lowbit_dtype: str | None = None, engine: Engine = Engine()) -> Costs:
-    """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all, experts
-    computing up to ``max_expert_tokens`` tokens each, the weights ``weights`` (``moesim.sim.weights``), on the
-    engine ``engine``. ``lowbit_dtype`` prices low-bit copies."""
+          max_expert_tokens: int = 1, lowbit_dtype: str | None = None, engine: Engine = Engine(),
+          outputs: np.ndarray | None = None) -> Costs:
+    """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all and which output
+    ``outputs`` tokens' logits (all unless given), experts computing up to ``max_expert_tokens`` tokens each, the
+    weights ``weights`` (``moesim.sim.weights``), on the engine ``engine``. ``lowbit_dtype`` prices low-bit
+    copies."""
     eb = weights.expert_bytes
     n_tokens = np.arange(max(int(max_expert_tokens), 1) + 1, dtype=np.float64)
     cpu = hw.cpu
@@ -275,7 +296,7 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, w
                               "hardware file without [compute]")
         by_tokens = measured.expert_s + measured.expert_token_s * np.maximum(n_tokens - 1, 0)
         moe_launch_s, expert_launch_s = measured.moe_launch_s, measured.expert_launch_s
-    rc = row_costs(model, hw, tokens, ctx, weights, engine)
+    rc = row_costs(model, hw, tokens, ctx, weights, engine, outputs)
     lowbit_bytes = model.expert_params * BYTES_PER_PARAM[lowbit_dtype] if lowbit_dtype else 0.0
     f64 = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
     return Costs(pre_s=f64(rc.pre), shared_s=f64(rc.shared), row_s=f64(rc.once), lut_s=f64(rc.lut),

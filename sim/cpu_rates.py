@@ -34,6 +34,16 @@ timed its parts on a Ryzen 9 7950X + RTX 4080 (DeepSeek-V2-Lite, experts on the 
 synchronisation over 640 tokens x 26 CPU layers, 113 us a layer. That machine's points with experts on the CPU
 are therefore not counted in the published-points check (benchmarks/published_offload.py).
 
+Attention's products over the KV cache (K·q, the softmax, its weights · V: 4 FLOP per query, KV cell and query
+dimension) run in ggml's CPU flash attention (llama.cpp's default, ``-fa auto``), which has two paths: a
+micro-batch of fewer than ``FA_TILE_Q`` (64, ``GGML_FA_TILE_Q``) query rows goes one row at a time
+(``one_chunk``: an f16 dot product per cell, the online softmax, V accumulated in f16 — every decode step), a
+larger one in 64 x 64 tiles of f32 products (``tiled``: prompts). ``ATTN_FLOP_PER_CYCLE`` is each path's rate
+per cycle and thread as ``moesim calibrate --engine llama.cpp`` measured it on this project's Zen 4 (2 cores,
+AVX-512 on 256-bit pipes, llama.cpp of llama-cpp-python 0.3.36, decode at 1,024 KV tokens and 1,024-token prompts
+of its two calibration models, 2026-11-24); no published per-path figure was found. Both are far below the
+weights' product rate: at 2,048 KV tokens a decode step of a 1-B-parameter MoE spends half its time there.
+
 ``moesim calibrate`` measures a machine's own rates instead (``unpack_gbps`` and ``matmul_gflops`` in ``[cpu]``,
 per thread and format), which then replace the unpacking and the arithmetic limit for the formats they list.
 """
@@ -60,6 +70,8 @@ DRAM_EFF = dram_eff_without()
 SYNC_US = 113.0
 BARRIER_BASE_US, BARRIER_THREAD_US = 1.15, 0.27  # one thread's cost, and each further thread's
 CPU_LAYER_BARRIERS = 42
+FA_TILE_Q = 64
+ATTN_FLOP_PER_CYCLE = {"one": 3.0, "tiled": 8.4}  # per thread; this machine's calibration (docstring)
 
 # Peak FLOP per cycle and core of an expert kernel whose weights are in each format class, by the
 # widest vector or matrix extension the CPU has (the vendors' instruction tables):

@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from moesim.sim.cpu_rates import (BARRIER_BASE_US, BARRIER_THREAD_US, DRAM_EFF, FORMAT_CLASS, ISA_FAMILY,
-                                  ISA_FLOP_PER_CYCLE, SYNC_US, WEIGHT_BYTES_PER_CYCLE)
+import numpy as np
+
+from moesim.sim.cpu_rates import (ATTN_FLOP_PER_CYCLE, BARRIER_BASE_US, BARRIER_THREAD_US, DRAM_EFF, FA_TILE_Q,
+                                  FORMAT_CLASS, ISA_FAMILY, ISA_FLOP_PER_CYCLE, SYNC_US, WEIGHT_BYTES_PER_CYCLE)
 
 # how an engine spreads its CPU work over sockets (a strategy's ``NUMA``): one thread pool whose weights sit in
 # one socket's DRAM (llama.cpp: pages land where the loader touched them), or a pool per socket, each keeping a
@@ -80,6 +82,10 @@ class CPU:
     # measured matrix-product rates: (format, GFLOP/s one thread reaches on many tokens) pairs (prefill; the same
     # calibration); a format listed here is held to threads x its rate instead of the FLOP tables
     matmul_gflops: tuple = ()
+    # measured rates of attention's products over the KV cache, GFLOP/s per thread, in ggml's flash attention's two
+    # paths (``moesim.sim.cpu_rates``): a query row at a time (decode), tiles of query rows (prompts); 0: the table's
+    attn_gflops: float = 0.0
+    attn_tiled_gflops: float = 0.0
 
     @property
     def workers(self) -> int:
@@ -113,6 +119,14 @@ class CPU:
         if own is not None:
             return self.workers * own * 1e9
         return self.workers * self.ghz * 1e9 * ISA_FLOP_PER_CYCLE[self.isa][FORMAT_CLASS.get(dtype, "int4")] * self.kernel_eff
+
+    def attn_flops(self, queries):
+        """FLOP/s of attention's products over the KV cache for micro-batches of ``queries`` query rows: one row at a
+        time below ``FA_TILE_Q`` rows, in tiles at or above (measured: ``attn_gflops``, ``attn_tiled_gflops``; else
+        ``ATTN_FLOP_PER_CYCLE`` at the clock), on every worker."""
+        one = self.attn_gflops or ATTN_FLOP_PER_CYCLE["one"] * self.ghz
+        tiled = self.attn_tiled_gflops or ATTN_FLOP_PER_CYCLE["tiled"] * self.ghz
+        return self.workers * 1e9 * np.where(np.asarray(queries) >= FA_TILE_Q, tiled, one)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ A trace that recorded no prompt for a group can be given one (``prompt`` tokens 
 time to first token): a prefill row whose union per layer is every expert the trace routes to there,
 each on its share of the row's P·B·k expert slots in proportion to how often the trace chose it
 (largest remainders, ties to the lower id; ``prompt_routing``); its tokens then sit in the KV cache of
-every decode row after it.
+every decode row after it. A prefill row's output head runs on one token per sequence, its last, as engines
+do (llama.cpp outputs the last token of a prompt batch, vLLM samples from each prompt's last): ``outputs``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Requests:
     counts: np.ndarray        # int32 [R, L, W]: tokens of the row that chose each member (where experts >= 0)
     kind: np.ndarray          # int8 [R]: PREFILL or DECODE
     tokens: np.ndarray        # float64 [R]: tokens in the row
+    outputs: np.ndarray       # float64 [R]: tokens whose logits the row computes (a prompt's last one per sequence)
     ctx: np.ndarray           # float64 [R]: KV-cache tokens their attention reads, summed
     group_offsets: np.ndarray  # int64 [G + 1]: rows of group g
     src_ptr: np.ndarray       # int64 [R + 1]: trace rows behind request row r are
@@ -69,12 +71,13 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0, prompt: int =
     n_prompt = np.bincount(seq[phase == PREFILL], minlength=trace.num_sequences)
     # a decode row's index among its sequence's decode rows (prompt rows come first)
     d_index = np.arange(trace.num_rows) - offsets[seq] - n_prompt[seq]
-    src, sizes, kind, group_offsets, given = [], [], [], [0], []
+    src, sizes, kind, group_offsets, given, prompts = [], [], [], [0], [], []
     for g in range(0, trace.num_sequences, batch):
         rows = np.arange(offsets[g], offsets[min(g + batch, trace.num_sequences)])
         added = 0
         recorded = rows[phase[rows] == PREFILL]
         if recorded.size:
+            prompts.append((sum(map(len, kind)), np.unique(seq[recorded]).size))
             src.append(recorded)
             sizes.append(np.array([recorded.size]))
             kind.append(np.array([PREFILL], np.int8))
@@ -126,8 +129,11 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0, prompt: int =
         experts[r], counts[r] = prompt_routing(chosen, k, prompt * n_seqs, width)
         tokens[r] = prompt * n_seqs
         ctx[r] = n_seqs * (prompt * (prompt + 1) / 2 + prompt * context)
-    return Requests(experts, weights, counts, kind, tokens, ctx, np.array(group_offsets, np.int64), src_ptr, src_rows,
-                    batch, identity)
+    outputs = tokens.copy()
+    for r, n_seqs in prompts + given:  # a prompt's logits: its last token's only
+        outputs[r] = n_seqs
+    return Requests(experts, weights, counts, kind, tokens, outputs, ctx, np.array(group_offsets, np.int64), src_ptr,
+                    src_rows, batch, identity)
 
 
 def expert_choices(trace: Trace) -> np.ndarray:

@@ -305,7 +305,10 @@ class StreamRows(RowSource):
         self.tokens[0] = rows.size + given
         if self.predicted is not None:
             self._predict(np.concatenate(decode_rows) if decoding else np.zeros(0, np.int64))
-        rc = row_costs(self.model, self.hardware, float(self.tokens[0]), ctx, self.weights_of_run, self.engine)
+        # logits for every decode position and a prompt's last token (``moesim.sim.requests``)
+        outputs = sum(p.n if not p.prefill else p.start + p.n == queue.prompt[p.request] for p in pieces)
+        rc = row_costs(self.model, self.hardware, float(self.tokens[0]), ctx, self.weights_of_run, self.engine,
+                       float(outputs))
         self.pre_s[0], self.shared_s[0], self.row_s[0] = rc.pre, rc.shared, rc.once
         self.lut_s[0], self.handoff_s[0] = rc.lut, rc.handoff
         self.lut_bytes += float(rc.lut_bytes) * self.experts.shape[1]

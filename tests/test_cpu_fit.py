@@ -95,22 +95,74 @@ def test_a_mixed_file_reads_each_format_at_its_rate_and_shares_the_flops_by_para
     assert many[0] == pytest.approx(share["q4_k"] * flops / 50e9 + share["q6_k"] * flops / 20e9, rel=1e-12)
 
 
-def test_decode_time_is_the_sum_of_its_parts():
-    """One layer without a head: attention and router weights, then the KV cache (f16), each at the slower of DRAM
-    and its unpack rate; k experts of ``task`` + their bytes; 42 barriers."""
+def test_q4_k_m_asked_of_a_preset_is_priced_as_its_two_formats():
+    """Q4_K_M is a recipe: a sixth of the parameters (the down projections of half the layers) in Q6_K, the rest in
+    Q4_K; a preset run with --dtype q4_k_m reads each part at its own unpack rate, as a file in it would be."""
+    from moesim.sim.costs import cpu_expert_s
+    from moesim.sim.weights import weights_of
+    from moesim.tracegen.models import get_model
+
+    spec = get_model("qwen3-30b-a3b")
+    w = weights_of(None, spec, "q4_k_m", "q4_k_m")
+    q4, q6 = 5 / 6 * 144 / 256, 1 / 6 * 210 / 256  # bytes per parameter of each part
+    assert w.expert_bytes == pytest.approx(spec.expert_params * (q4 + q6), rel=1e-12)
+    assert dict(w.expert_mix) == pytest.approx({"q4_k": q4 / (q4 + q6), "q6_k": q6 / (q4 + q6)}, rel=1e-12)
+    assert w.other_mix == w.expert_mix and weights_of(None, spec, "q4_k").expert_mix == ()
+    cpu = replace(TRUTH, unpack_gbps=(("q4_k", 2.0), ("q6_k", 1.0)), task_us=0.0, threads=1)
+    one = cpu_expert_s(cpu, spec.expert_params, w.expert_format, w.expert_bytes, [1.0], mix=w.expert_mix)[0]
+    assert one == pytest.approx(spec.expert_params * (q4 / 2e9 + q6 / 1e9), rel=1e-12)
+
+
+@pytest.mark.parametrize("attn_gflops", [2.0, 500.0])
+def test_decode_time_is_the_sum_of_its_parts(attn_gflops):
+    """One layer without a head: attention and router weights at the slower of DRAM and their unpack rate; the
+    products over the KV cache at the slower of reading it (f16) and their 4·q·ctx FLOPs at the one-row flash
+    attention rate (2 GFLOP/s a thread binds; 500 does not); k experts of ``task`` + their bytes; 42 barriers."""
     spec = stored(1, 8, 2, 256, 512, "q8_0", vocab=0)
     spec = replace(spec, stored_other_bytes=float(spec.non_expert_params * 1.0625))
-    cpu = replace(TRUTH, unpack_gbps=(("f16", 30.0), ("q8_0", 10.0)))
+    cpu = replace(TRUTH, unpack_gbps=(("f16", 30.0), ("q8_0", 10.0)), attn_gflops=attn_gflops, attn_tiled_gflops=1.0)
     ctx, threads, probe = 100.0, 2, 40.0
     dram = probe * cpu.dram_eff * 1e9
     rate = min(dram, threads * 10e9)
     attention_router = spec.attention_params + spec.d_model * spec.num_experts
-    other = attention_router * 1.0625 / rate + spec.kv_width * ctx * 2.0 / min(dram, threads * 30e9)
+    kv = max(spec.kv_width * ctx * 2.0 / min(dram, threads * 30e9), 4 * spec.q_dim * ctx / (threads * attn_gflops * 1e9))
+    assert (kv > 1e-5) == (attn_gflops == 2.0)
+    other = attention_router * 1.0625 / rate + kv
     experts = spec.top_k * (cpu.task_us * 1e-6 + spec.expert_params * 1.0625 / rate)
     barriers = barriers_per_token(spec) * (cpu.barrier_base_us + cpu.barrier_thread_us * (threads - 1)) * 1e-6
     assert barriers_per_token(spec) == 42
     got = decode_s(spec, at(cpu, Run(spec, threads, ctx, 1.0, probe)), ctx)
     assert got == pytest.approx(other + experts + barriers, rel=1e-12)
+
+
+def test_a_prompt_of_64_tokens_or_more_takes_the_tiled_attention_rate():
+    """The flash attention's path goes by the micro-batch's query rows (at most 512): a 63-token prompt one row at a
+    time, 64 and 2,048 in tiles; its causal products are 4·q per query and earlier position."""
+    from moesim.replay.cpu_fit import prefill_s
+
+    spec = stored(1, 8, 2, 256, 512, "q8_0", vocab=0)
+    fast = replace(TRUTH, attn_gflops=1e6, attn_tiled_gflops=1e6)  # the KV cache's bytes bind, not the products
+    slow_one, slow_tiled = replace(fast, attn_gflops=0.01), replace(fast, attn_tiled_gflops=0.01)
+    for n, tiled in ((63, False), (64, True), (2048, True)):
+        base = prefill_s(spec, at(fast, Run(spec, 2, 0, 1, 40.0, n)), n)
+        attention = 4 * spec.q_dim * n * (n + 1) / 2 / (2 * 0.01e9)  # seconds: 100 times the rest at least
+        for cpu, binds in ((slow_one, not tiled), (slow_tiled, tiled)):
+            got = prefill_s(spec, at(cpu, Run(spec, 2, 0, 1, 40.0, n)), n)
+            assert got == (pytest.approx(base + attention, rel=0.01) if binds else base)
+
+
+def test_the_attention_fit_gives_back_its_two_rates():
+    """Decodes after 1,024 KV tokens tell the one-row rate, 1,024-token prompts the tiled one, the rest as given."""
+    from moesim.replay.cpu_fit import fit_attention
+
+    truth = replace(TRUTH, matmul_gflops=(("q4_0", 80.0),), attn_gflops=12.0, attn_tiled_gflops=40.0)
+    spec = stored(6, 40, 8, 768, 256, "q4_0")
+    runs = [timed(truth, spec, t, 40.0, ctx=1024 + 32.5) for t in (1, 2)]
+    for t in (1, 2):
+        run = Run(spec, t, 0.0, 1.0, 40.0, 1024)
+        runs.append(replace(run, tok_s=1024 / run.model_s(truth)))
+    cpu = fit_attention(replace(truth, attn_gflops=0.0, attn_tiled_gflops=0.0), runs)
+    assert (cpu.attn_gflops, cpu.attn_tiled_gflops) == pytest.approx((12.0, 40.0), rel=1e-7)
 
 
 def test_a_fitted_cpu_round_trips_through_its_hardware_file(tmp_path):
@@ -138,6 +190,16 @@ def test_a_bad_unpack_table_is_refused_in_one_line(tmp_path, line, error):
     assert str(caught.value).startswith(f"{path}: [cpu] {error}") and "\n" not in str(caught.value)
 
 
+def test_validate_refuses_a_format_llama_cpp_files_cannot_hold_before_building_anything():
+    from moesim.cli.llamacpp_cmd import llamacpp_formats
+
+    assert llamacpp_formats(None) == ["bf16", "q8_0", "q4_k_m", "q4_0", "mxfp4"]
+    assert llamacpp_formats(["q6_k", "f16"]) == ["q6_k", "f16"]
+    with pytest.raises(MoesimError, match=r"^--dtype fp8, int4: llama.cpp validation writes bf16, f16, q8_0, q4_0, "
+                                          r"q4_k, q4_k_m"):
+        llamacpp_formats(["q8_0", "fp8", "int4"])
+
+
 def test_a_fit_needs_runs():
     with pytest.raises(MoesimError, match="needs at least one run"):
         fit_unpack(START, "q4_0", [])
@@ -151,6 +213,11 @@ def test_a_fit_needs_runs():
     (("validate", "{tmp}/t.parquet", "--engine", "llama.cpp"), "--engine llama.cpp decodes models of its own; it takes "
                                                                "no trace"),
     (("validate",), "validate needs a trace (or --engine llama.cpp)"),
+    (("validate", "--engine", "llama.cpp", "--policies", "lru", "--capacity", "8", "--scale", "0.5"),
+     "--engine llama.cpp takes --hardware, --model, --layers, --dtype, --threads, --contexts, --prompts, --runs and "
+     "--workdir; not --capacity, --policy, --scale (the replay's)"),
+    (("validate", "--engine", "llama.cpp", "--backend", "cuda"), "--engine llama.cpp takes --hardware, --model, "
+     "--layers, --dtype, --threads, --contexts, --prompts, --runs and --workdir; not --backend (the replay's)"),
 ])
 def test_the_engine_commands_refuse_what_they_cannot_do_in_one_line(cli, tmp_path, args, error):
     code, out, err = cli(*(a.format(tmp=tmp_path) for a in args))

@@ -101,23 +101,28 @@ def test_a_cpu_layer_costs_its_barriers_and_with_a_gpu_the_hand_off():
 
 DRAM = 2.0 ** 32  # B/s: every duration below a dyadic rational
 BARRIER = US * 1e-6  # 2^-20 s
+ATTN = 2.0 ** 30  # FLOP/s of attention over the KV cache at decode: slower than reading the cache, so it binds
 
 
 def cpu_only_machine() -> Hardware:
-    c = cpu(cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM / 1e9, barrier_base_us=US, matmul_gflops=(("bf16", 2.0 ** 40 / 1e9),))
+    c = cpu(cores=1, ghz=1.0, isa="avx2", dram_gbps=DRAM / 1e9, barrier_base_us=US, matmul_gflops=(("bf16", 2.0 ** 40 / 1e9),),
+            attn_gflops=ATTN / 1e9)
     return Hardware("cpu-only", None, None, cpu=c)
 
 
 def test_a_machine_without_a_gpu_runs_every_layer_on_its_cpu():
-    """Per layer: attention and router read from DRAM, the layer's barriers besides its experts', k experts each
-    streaming its weights, their 5 + k barriers; no hand-off, no GPU memory."""
+    """Per layer: attention and router read from DRAM, the products over the KV cache (4·q·ctx FLOPs at the
+    flash attention's decode rate, slower here than reading the cache), the layer's barriers besides its experts',
+    k experts each streaming its weights, their 5 + k barriers; no hand-off, no GPU memory."""
     hw = cpu_only_machine()
     trace = trace_of([[[0, 1], [2, 3]]] * 3)
     r = simulate(trace, model=MODEL, hardware=hw, strategy="cpu-experts")
     d, q, kv, e = 256, 256, 64, 4
     expert = 3 * 256 * 512 * 2 / DRAM
     for step in range(3):
-        attn = ((d * q + 2 * d * kv + q * d) * 2 + 2 * kv * (step + 1) * 2) / DRAM + d * e * 2 / DRAM
+        kv_read, kv_products = 2 * kv * (step + 1) * 2 / DRAM, 4 * q * (step + 1) / ATTN
+        assert kv_products > kv_read
+        attn = (d * q + 2 * d * kv + q * d) * 2 / DRAM + kv_products + d * e * 2 / DRAM
         layer = attn + (CPU_LAYER_BARRIERS - 7) * BARRIER + 2 * expert + 7 * BARRIER
         assert r.step_times[step] == pytest.approx(2 * layer, rel=1e-12)
     assert r.cpu_share == 1.0 and r.vram_gb == 0.0 and r.loads == 0

@@ -128,6 +128,8 @@ def test_calibrate_and_validate_run_llama_cpp_end_to_end(tmp_path, cli):
     cpu = load_hardware(path).cpu
     assert load_hardware(path).gpu is None and cpu.dram_eff <= 1.0 and cpu.task_us >= 0
     assert set(dict(cpu.unpack_gbps)) <= {"q8_0", "q4_0"} and all(u > 0 for _, u in cpu.unpack_gbps)
+    # q4_0's models also decoded after 1,024 KV tokens and took a 1,024-token prompt: the flash attention's rates
+    assert cpu.attn_gflops == hw.cpu.attn_gflops > 0 and cpu.attn_tiled_gflops == hw.cpu.attn_tiled_gflops > 0
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "qwen3_moe", "num_hidden_layers": 3, "num_experts": 8,
                                   "num_experts_per_tok": 2, "hidden_size": 256, "moe_intermediate_size": 256,

@@ -51,6 +51,17 @@ FORMATS = {f.name: f for f in (
     WeightFormat("int2", 2 + 16 / 128, "int4", "int4", "2-bit integers, an fp16 scale per group of 128 (HOBBIT)"),
 )}
 BYTES_PER_PARAM = {name: f.bits / 8 for name, f in FORMATS.items()}  # block scales included
+# a file recipe's formats by share of the parameters: Q4_K_M's down projections of half the layers (a sixth of an
+# FFN's weights) in Q6_K, the rest in Q4_K (the bits above); a run in a recipe prices each part at its own rates
+RECIPES = {"q4_k_m": (("q4_k", 5 / 6), ("q6_k", 1 / 6))}
+
+
+def recipe_mix(fmt: str) -> tuple:
+    """A recipe's (format, share of the bytes) pairs (``RECIPES``), as a model file's ``expert_mix``; () for a format
+    that is one type."""
+    parts = RECIPES.get(fmt, ())
+    total = sum(share * BYTES_PER_PARAM[f] for f, share in parts)
+    return tuple((f, share * BYTES_PER_PARAM[f] / total) for f, share in parts)
 
 
 @dataclass(frozen=True)
