@@ -74,9 +74,9 @@ def run(args) -> None:
                   f"{'with the probed DRAM rate' if which == 'probe' else 'from the file'}: median |error| "
                   f"{100 * statistics.median(medians):.1f}% (cycles: {', '.join(f'{100 * m:.1f}%' for m in medians)}); "
                   f"worst per cycle {worst}")
-    for test in cycles[0]["summary"]["by_test"] if cycles else ():
-        medians = [c["summary"]["by_test"][test] for c in cycles]
-        print(f"{test}: median |error| {100 * statistics.median(medians):.1f}% (cycles: "
+    for test in dict.fromkeys(t for c in cycles for t in c["summary"]["by_test"]):
+        medians = [c["summary"]["by_test"][test] for c in cycles if test in c["summary"]["by_test"]]
+        print(f"{test}: median |error| with the probed DRAM rate {100 * statistics.median(medians):.1f}% (cycles: "
               f"{', '.join(f'{100 * m:.1f}%' for m in medians)})")
     if args.json:
         args.json.write_text(json.dumps({"system": system_info(), "cycles": cycles}, indent=1))

@@ -20,19 +20,25 @@ def check_engine(engine: str) -> None:
 
 
 TAKES = ("hardware", "model", "dtype", "threads")  # the settings validate --engine llama.cpp reads
+OPTIONS = ("--hardware", "--model", "--layers", "--dtype", "--threads", "--contexts", "--prompts", "--runs",
+           "--workdir", "--json")
 
 
 def refuse_replay_options(asked, backend: bool, scale: bool) -> None:
-    """``validate --engine llama.cpp`` reads ``TAKES`` and its own options; a replay setting given to it (a policy,
-    a capacity, ``--backend``, ``--scale``, ...) would be silently ignored, so it is refused in one line."""
+    """``validate --engine llama.cpp`` reads ``TAKES`` and its own options, from the command line; a replay setting
+    given to it (a policy, a capacity, ``--backend``, ``--scale``, ...) or a configuration file would be silently
+    ignored, so each is refused in one line."""
     from moesim.sim.config import DECLARED
 
+    if asked.in_file:
+        raise MoesimError(f"--engine llama.cpp reads no configuration file (--config); give {', '.join(OPTIONS)} "
+                          "on the command line")
     extra = [DECLARED[name].flag for name in sorted(asked.given) if name not in TAKES and name in DECLARED]
     extra += [f"--{name.replace('_', '-')}" for name in sorted(asked.params)] + \
         ["--backend"] * backend + ["--scale"] * scale
     if extra:
-        raise MoesimError(f"--engine llama.cpp takes --hardware, --model, --layers, --dtype, --threads, --contexts, "
-                          f"--prompts, --runs and --workdir; not {', '.join(dict.fromkeys(extra))} (the replay's)")
+        raise MoesimError(f"--engine llama.cpp takes {', '.join(OPTIONS)}; not {', '.join(dict.fromkeys(extra))} "
+                          "(the replay's)")
 
 
 def llamacpp_formats(dtypes: list[str] | None) -> list[str]:

@@ -33,12 +33,13 @@ class Asked:
     """What a command line asked for: ``base`` is the configuration file's (or the defaults) with every setting
     given here over it; ``each`` the listed settings' values (name -> list); ``params`` the policy, prefetcher and
     strategy parameters given here, applied to each run whose policy (prefetcher, strategy) takes them;
-    ``given`` the names set here or in the file."""
+    ``given`` the names set here or in the file, ``in_file`` those the file set."""
 
     base: Config
     each: dict
     params: dict
     given: set
+    in_file: set = frozenset()
 
     def configs(self) -> list[Config]:
         """One configuration per combination of the listed values (the first varies slowest)."""
@@ -145,4 +146,4 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
         if isinstance(value, str) and (s.auto or s.kind is not str):
             value = s.parse(value)
         (params if s.owner else plain)[name] = value
-    return Asked(base.replace(**plain), each, params, given)
+    return Asked(base.replace(**plain), each, params, given, in_file)

@@ -40,17 +40,25 @@ def check_output(path: str | Path, what: str, *, force: bool = True, inputs: tup
 
 @contextmanager
 def atomic_output(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; it replaces `path` if the block succeeds, else vanishes."""
+    """Yield a temporary path next to `path`; it replaces `path` if the block succeeds, else vanishes. A folder,
+    temporary file or rename the system refuses (a read-only or virtual file system such as /proc, a full disk) is
+    a one-line error naming `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    except OSError as exc:
+        raise MoesimError(f"{path}: cannot be written ({exc.strerror or exc})") from None
     try:
         os.close(fd)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the result should look like any new file
         yield Path(tmp)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise MoesimError(f"{path}: cannot be written ({exc.strerror or exc})") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
 

@@ -4,13 +4,15 @@ M``: ``moesim.replay.calibrate_cpu``; no barrier there, so no per-operation fit)
 
 moesim times a CPU-only decode step (batch 1, every layer on the CPU: ``moesim.sim.costs``) as
 
-    t(model, format, threads, ctx) = Σ_ops weight bytes / min(D, threads · u_format) + KV bytes / min(D, threads · u_f16)
+    t(model, format, threads, ctx) = Σ_ops weight bytes / min(D, threads · u_format)
+                                     + max(KV bytes / min(D, threads · u_f16), 4 · q_dim · ctx / (threads · a))
                                      + experts · task + barriers · (barrier_base + barrier_thread · (threads − 1))
 
 with D = ``dram_eff`` x the DRAM read rate a bandwidth probe found beside the run, ``u_format`` the bytes of
 weights in that format one thread unpacks into dot products a second (``CPU.unpack_gbps``), ``task`` what an
-expert's products cost besides their bytes (``task_us``) and a barrier per operation of the graph
-(``CPU_LAYER_BARRIERS`` a layer). Four fits, each a least-squares fit of the log step times:
+expert's products cost besides their bytes (``task_us``), ``a`` the flash attention's rate over the KV cache per
+thread (``attn_gflops``) and a barrier per operation of the graph (``CPU_LAYER_BARRIERS`` a layer). Four fits of
+the decodes at no context, each a least-squares fit of the log step times:
 
 1. **The per-operation cost** from a model whose weights are a few hundred KiB (they stay in the cache, so its
    token is nearly all barriers): ``overhead(threads) = t_measured − t_model(no barriers)``, divided by the
@@ -31,7 +33,9 @@ largest value: a rate or share that binds no run binds none elsewhere either) an
 within it. The fits share the runs (the small model's weights take its format's rate; a run bound by DRAM at one
 thread count is bound by unpacking at another), so they are made in turn a few times, and then every parameter is
 refined at once by least squares from there (``fit``, ``refine``); on timings the model itself produced they give
-back the parameters that produced them.
+back the parameters that produced them. Then, everything else as those left it, each format's matrix-product rate
+per thread (``matmul_gflops``) on prompts, and the flash attention's two rates (``fit_attention``) on decodes after
+a long context and on long prompts.
 
 ``decode_s`` is the cost model's own step time (``moesim.sim.costs.costs``), the same durations the discrete-event
 engine strings together, so a fitted file predicts through ``moesim sim run`` what the fit saw.

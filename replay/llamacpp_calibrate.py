@@ -175,7 +175,8 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
                  for f, u in rates.items()),
              f"prefill products per thread (pp{PROMPT}): " + ", ".join(f"{f} {g:.1f} GFLOP/s" for f, g in matmul.items()),
              f"attention over the KV cache per thread: {cpu.attn_gflops:.1f} GFLOP/s a query row at a time (tg{TOKENS}"
-             f"@d{CONTEXT}), {cpu.attn_tiled_gflops:.1f} GFLOP/s in tiles (pp{LONG_PROMPT})"]
+             f"@d{CONTEXT}), {cpu.attn_tiled_gflops:.1f} GFLOP/s in tiles (pp{LONG_PROMPT})" if attention else
+             f"attention over the KV cache: not timed ({ATTN_FORMAT} not among the formats), the table's rates"]
     notes += [f"run {m.label}: {m.tok_s:.1f} tok/s (runs {min(m.rates):.1f}-{max(m.rates):.1f}), "
               f"probe {m.probe[0]:.1f}/{m.probe[1]:.1f} GB/s{' (swung)' if m.swung else ''}" for m in everything]
     return Hardware(f"{machine.cpu.name} (llama.cpp, calibrated)", None, None, source="calibrated", cpu=cpu), notes

@@ -10,13 +10,14 @@ term. Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV ca
 - attention: weights d·q + 2·d·kv + q·d (``ModelSpec.attention_params``), KV read ``kv_width``·ctx values
   (K and V, or MLA's one latent); 2·weights·T + 4·q·ctx FLOPs; on a CPU the 4·q·ctx FLOPs of the products over
   the cache are a product of their own at the flash attention's rate (``CPU.attn_flops``: one query row at a time,
-  or tiles of them where the row's micro-batch of up to ``UBATCH`` tokens has at least 64);
+  or tiles of them where a sequence's micro-batch of up to ``UBATCH`` tokens has at least 64: a prompt's);
 - router: d·E weights; shared experts: their FFNs (resident, so computed, never copied) — before the layer's
   routed experts, or (an engine that overlaps them, ``SHARED_OVERLAP``: kTransformers) on the GPU while the
   CPU computes the routed ones (``shared_s``);
 - once per row (``row_s``): the embedding rows, the dense FFN layers (DeepSeek's first layers: attention and
   a dense FFN each, ``ModelSpec.dense_layers``), the final norm and the output head (vocab·d weights) on the
-  tokens whose logits the row outputs (a prompt's last token per sequence, ``moesim.sim.requests``);
+  tokens whose logits the row outputs (a prompt's last token per sequence, ``moesim.sim.requests``; a measured
+  ``[compute]`` table keeps the replay's own, which computes the head on every token);
 - one routed expert on the T_e tokens that chose it: ``max(expert_bytes / bw, 2·expert_params·T_e /
   FLOP/s)`` (``by_tokens[T_e]``); the layer's experts run as one of two kernel kinds:
   - ``fused`` (vLLM's fused MoE): one kernel, ``moe_launch + Σ_e by_tokens[T_e]``, once every
@@ -234,9 +235,12 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
     ctx = np.asarray(ctx, np.float64)
     q, attn_w = model.q_dim or d, model.attention_params
 
+    # a sequence's query rows in a micro-batch: a prompt's tokens (up to UBATCH), one at decode (each sequence its
+    # own KV stream, llama.cpp's default since its per-sequence KV cache, however many share the row)
+    queries = np.minimum(tokens / np.maximum(outputs, 1.0), UBATCH)
+
     def op(params, flops, kernels, kv=0.0, kv_flops=0.0):
-        return device_s(hw, params * bpp, flops, kernels, fmt, numa, weights.other_mix, kv, kv_flops,
-                        np.minimum(tokens, UBATCH))
+        return device_s(hw, params * bpp, flops, kernels, fmt, numa, weights.other_mix, kv, kv_flops, queries)
 
     attention = op(attn_w, 2 * attn_w * tokens, KERNELS_ATTN, model.kv_width * ctx * KV_BYTES, 4 * q * ctx)
     pre = attention + op(d * model.num_experts, 2 * d * model.num_experts * tokens, KERNELS_ROUTER)

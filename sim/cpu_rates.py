@@ -36,12 +36,14 @@ are therefore not counted in the published-points check (benchmarks/published_of
 
 Attention's products over the KV cache (K·q, the softmax, its weights · V: 4 FLOP per query, KV cell and query
 dimension) run in ggml's CPU flash attention (llama.cpp's default, ``-fa auto``), which has two paths: a
-micro-batch of fewer than ``FA_TILE_Q`` (64, ``GGML_FA_TILE_Q``) query rows goes one row at a time
-(``one_chunk``: an f16 dot product per cell, the online softmax, V accumulated in f16 — every decode step), a
-larger one in 64 x 64 tiles of f32 products (``tiled``: prompts). ``ATTN_FLOP_PER_CYCLE`` is each path's rate
+micro-batch of fewer than ``FA_TILE_Q`` (64, ``GGML_FA_TILE_Q``) query rows of a sequence goes one row at a time
+(``one_chunk``: an f16 dot product per cell, the online softmax, V accumulated in f16 — every decode step, each
+sequence in its own KV stream however many are batched), a larger one in 64 x 64 tiles of f32 products
+(``tiled``: prompts; tiles the causal mask hides wholly are skipped, so a prompt's work is its triangle). ``ATTN_FLOP_PER_CYCLE`` is each path's rate
 per cycle and thread as ``moesim calibrate --engine llama.cpp`` measured it on this project's Zen 4 (2 cores,
 AVX-512 on 256-bit pipes, llama.cpp of llama-cpp-python 0.3.36, decode at 1,024 KV tokens and 1,024-token prompts
-of its two calibration models, 2026-11-24); no published per-path figure was found. Both are far below the
+of its two calibration models, 2026-11-24): 10.9 and 10.4 GFLOP/s a thread one row at a time, 25.5 and 31.8 in
+tiles, in two calibrations at 3.56 GHz; no published per-path figure was found. Both are far below the
 weights' product rate: at 2,048 KV tokens a decode step of a 1-B-parameter MoE spends half its time there.
 
 ``moesim calibrate`` measures a machine's own rates instead (``unpack_gbps`` and ``matmul_gflops`` in ``[cpu]``,
@@ -71,7 +73,7 @@ SYNC_US = 113.0
 BARRIER_BASE_US, BARRIER_THREAD_US = 1.15, 0.27  # one thread's cost, and each further thread's
 CPU_LAYER_BARRIERS = 42
 FA_TILE_Q = 64
-ATTN_FLOP_PER_CYCLE = {"one": 3.0, "tiled": 8.4}  # per thread; this machine's calibration (docstring)
+ATTN_FLOP_PER_CYCLE = {"one": 3.0, "tiled": 8.0}  # per thread; this machine's calibration (docstring)
 
 # Peak FLOP per cycle and core of an expert kernel whose weights are in each format class, by the
 # widest vector or matrix extension the CPU has (the vendors' instruction tables):
@@ -96,9 +98,9 @@ FORMAT_CLASS = {name: f.cpu_class for name, f in FORMATS.items()}
 # bytes of weights per cycle and core a decode kernel unpacks (see the module docstring); "*": a lower bound
 # (the two threads were DRAM-bound); formats absent are not unpack-bound
 WEIGHT_BYTES_PER_CYCLE = {
-    "x86": {"q8_0": 3.71, "q6_k": 4.41, "q5_k": 3.68, "q4_k": 3.93, "q4_k_m": 3.93, "q4_0": 4.60, "iq4_xs": 3.17,
+    "x86": {"q8_0": 3.71, "q6_k": 4.41, "q5_k": 3.68, "q4_k": 3.93, "q4_0": 4.60, "iq4_xs": 3.17,
             "iq4_nl": 2.44, "q3_k": 2.83, "q2_k": 2.97},
-    "arm": {"q8_0": 11.4, "q6_k": 5.47, "q5_k": 4.90, "q4_k": 5.87, "q4_k_m": 5.87, "q4_0": 7.97, "iq4_xs": 5.08,
+    "arm": {"q8_0": 11.4, "q6_k": 5.47, "q5_k": 4.90, "q4_k": 5.87, "q4_0": 7.97, "iq4_xs": 5.08,
             "iq4_nl": 7.82, "q3_k": 2.90, "q2_k": 2.97},  # q8_0, q4_0, iq4_nl: lower bounds
 }
 for _table in WEIGHT_BYTES_PER_CYCLE.values():

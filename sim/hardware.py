@@ -267,8 +267,8 @@ ram_gb = 32              # all sockets, GiB (required)
 # task_us = 0            # per expert kernel besides the barriers
 # unpack_gbps = {q4_0 = 9.5, bf16 = 12}  # GB/s of weights one thread unpacks at decode, by format (measured)
 # matmul_gflops = {q4_0 = 60}            # GFLOP/s one thread reaches in prefill's products, by format (measured)
-# attn_gflops = 12                       # GFLOP/s one thread reaches in attention over the KV cache at decode
-# attn_tiled_gflops = 38                 # ... and on a prompt (llama.cpp's flash attention in tiles; measured)
+# attn_gflops = 10.7                     # GFLOP/s one thread reaches in attention over the KV cache at decode
+# attn_tiled_gflops = 28.6               # ... and on a prompt (llama.cpp's flash attention in tiles; measured)
 
 # [ssd]                  # or, at the top: ssd = "pcie4-nvme"; experts beyond DRAM (--dram-capacity)
 # name = "PCIe 4 NVMe"

@@ -168,6 +168,7 @@ def test_the_attention_fit_gives_back_its_two_rates():
 def test_a_fitted_cpu_round_trips_through_its_hardware_file(tmp_path):
     overhead, by_format = synthetic(TRUTH, ("q4_0",))
     cpu, _ = fit(START, overhead, by_format)
+    cpu = replace(cpu, matmul_gflops=(("q4_0", 91.4),), attn_gflops=10.7, attn_tiled_gflops=30.3)
     path = tmp_path / "here.toml"
     write_hardware(Hardware("fitted", None, None, cpu=cpu), path, ("measured today", "second line"))
     text = path.read_text()
@@ -214,14 +215,27 @@ def test_a_fit_needs_runs():
                                                                "no trace"),
     (("validate",), "validate needs a trace (or --engine llama.cpp)"),
     (("validate", "--engine", "llama.cpp", "--policies", "lru", "--capacity", "8", "--scale", "0.5"),
-     "--engine llama.cpp takes --hardware, --model, --layers, --dtype, --threads, --contexts, --prompts, --runs and "
-     "--workdir; not --capacity, --policy, --scale (the replay's)"),
+     "--engine llama.cpp takes --hardware, --model, --layers, --dtype, --threads, --contexts, --prompts, --runs, "
+     "--workdir, --json; not --capacity, --policy, --scale (the replay's)"),
     (("validate", "--engine", "llama.cpp", "--backend", "cuda"), "--engine llama.cpp takes --hardware, --model, "
-     "--layers, --dtype, --threads, --contexts, --prompts, --runs and --workdir; not --backend (the replay's)"),
+     "--layers, --dtype, --threads, --contexts, --prompts, --runs, --workdir, --json; not --backend (the replay's)"),
+
 ])
 def test_the_engine_commands_refuse_what_they_cannot_do_in_one_line(cli, tmp_path, args, error):
     code, out, err = cli(*(a.format(tmp=tmp_path) for a in args))
     assert code == 1 and err.strip() == f"moesim: error: {error}" and not list(tmp_path.iterdir())
+
+
+def test_validate_engine_refuses_a_configuration_file(cli, tmp_path):
+    """A file's settings (one 'sim run --save-config' wrote names every setting, dtype and threads among them) would
+    be ignored by llama.cpp validation, which reads the command line: refused."""
+    from moesim.sim.config import Config
+
+    Config().to_toml(tmp_path / "run.toml")
+    code, out, err = cli("validate", "--engine", "llama.cpp", "--config", tmp_path / "run.toml")
+    assert code == 1 and err.strip() == (
+        "moesim: error: --engine llama.cpp reads no configuration file (--config); give --hardware, --model, "
+        "--layers, --dtype, --threads, --contexts, --prompts, --runs, --workdir, --json on the command line")
 
 
 # ---------------------------------------------------------------- the torch replay's kernels (moesim calibrate)

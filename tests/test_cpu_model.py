@@ -219,3 +219,19 @@ def test_the_dram_fraction_is_the_median_of_the_published_reads_and_holds_a_cpus
     assert dram_eff_without("EPYC 9355") == 0.615
     assert dram_eff_without("Xeon 6980P (1 of 2 sockets)") == 0.67
     assert dram_eff_without("Xeon Gold 6454S") == 0.73
+
+
+def test_the_flash_attention_path_goes_by_a_sequences_query_rows():
+    """On a CPU, attention over the KV cache takes 4·q·ctx FLOPs at the one-row rate for a decode row, however many
+    sequences it batches (64 here), and at the tiled rate for a prompt of 64 tokens or more (two of 70 here)."""
+    from moesim.sim.weights import weights_of
+
+    c = cpu(cores=1, attn_gflops=1e-3, attn_tiled_gflops=4e-3)  # slow enough that the products bind
+    hw = Hardware("cpu-only", None, None, cpu=c)
+    w = weights_of(None, MODEL, "bf16")
+    tokens, outputs, ctx = np.array([64.0, 140.0]), np.array([64.0, 2.0]), np.array([1e4, 1e4])
+    slow = row_costs(MODEL, hw, tokens, ctx, w, outputs=outputs).pre
+    fast = row_costs(MODEL, replace(hw, cpu=replace(c, attn_gflops=1e9, attn_tiled_gflops=1e9)), tokens, ctx, w,
+                     outputs=outputs).pre
+    products = 4 * MODEL.q_dim * ctx
+    assert (slow - fast) == pytest.approx(products / np.array([1e6, 4e6]), rel=1e-4)  # less the cache's read

@@ -158,6 +158,21 @@ def test_prefill_is_the_prompt_union_and_reported_as_ttft():
         simulate(random_trace(), model=MODEL, hardware=HW, policy="lru", capacity=2, prefetch="prompt")
 
 
+def test_a_prompt_row_outputs_one_token_per_sequence():
+    """A prefill row's head runs on each sequence's last prompt token (recorded prompts, or given ones); a decode
+    row's on every token."""
+    from moesim.sim.requests import build_requests
+    from moesim.tracegen.schema import PREFILL
+
+    recorded = synth_trace(layers=2, experts=4, top_k=2, sequences=5, tokens=3, seed=1, prompt_tokens=70, model="toy")
+    req = build_requests(recorded, batch=2)
+    prefill = req.kind == PREFILL
+    assert req.tokens[prefill].tolist() == [140, 140, 70] and req.outputs[prefill].tolist() == [2, 2, 1]
+    assert np.array_equal(req.outputs[~prefill], req.tokens[~prefill])
+    given = build_requests(trace_of([[[0, 1], [2, 3]]] * 4), batch=1, prompt=7)
+    assert given.tokens.tolist() == [7, 1, 1, 1, 1] and given.outputs.tolist() == [1, 1, 1, 1, 1]
+
+
 def test_ssd_tier_reads_what_dram_does_not_hold():
     trace = random_trace(rows=8)
     hw = replace(HW, ssd=SSD("test-ssd", gbps=1.073741824 / 4, latency_us=US))

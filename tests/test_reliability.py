@@ -55,6 +55,23 @@ def test_outputs_are_checked_before_any_work(cli, tmp_path):
     assert trace.read_bytes() != before
 
 
+def test_an_output_the_system_refuses_is_one_line_and_leaves_nothing(cli, tmp_path, monkeypatch):
+    """/proc passes the writability check as root and then refuses the temporary file; a rename can fail too (a
+    full disk, a file system gone read-only): each is one line naming the output, nothing left behind."""
+    err = one_line_error(cli, "trace", "synth", *SMALL, "--out", "/proc/moesim-test.parquet")
+    assert err.startswith("moesim: error: /proc/moesim-test.parquet: ")
+    from moesim.files import atomic_output
+
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(MoesimError, match=r"^.*out\.txt: cannot be written \(No space left on device\)$"):
+        with atomic_output(tmp_path / "out.txt") as tmp:
+            tmp.write_text("x")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
 def test_an_unwritable_folder_is_refused(cli, tmp_path):
     locked = tmp_path / "locked"
