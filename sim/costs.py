@@ -2,10 +2,10 @@
 
 Every operation on the device that holds the non-expert weights — the GPU, or the CPU of a machine without
 one — is timed on its roofline: on a GPU ``max(bytes / (HBM bw · mem_eff), FLOPs / (peak · flop_eff))``
-plus a launch per kernel; on a CPU ``max(weight bytes / min(DRAM rate, unpack rate), FLOPs / FLOP rate)`` and, for the
-products over the KV cache (their own operation in llama.cpp's graph), ``max(KV bytes / min(DRAM rate, f16
-unpack rate), their FLOPs / attention rate)`` (the rates: ``moesim.sim.machine.CPU``). At decode batch sizes that is the memory
-term. Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache:
+plus a launch per kernel; on a CPU ``max(weight bytes / min(DRAM rate, unpack rate), FLOPs / FLOP rate)`` and,
+for the products over the KV cache (their own operation in llama.cpp's graph), ``max(KV bytes / min(DRAM rate,
+f16 unpack rate), their FLOPs / attention rate)`` (the rates: ``moesim.sim.machine.CPU``). At decode batch sizes
+that is the memory term. Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache:
 
 - attention: weights d·q + 2·d·kv + q·d (``ModelSpec.attention_params``), KV read ``kv_width``·ctx values
   (K and V, or MLA's one latent); 2·weights·T + 4·q·ctx FLOPs; on a CPU the 4·q·ctx FLOPs of the products over

@@ -39,15 +39,17 @@ dimension) run in ggml's CPU flash attention (llama.cpp's default, ``-fa auto``)
 micro-batch of fewer than ``FA_TILE_Q`` (64, ``GGML_FA_TILE_Q``) query rows of a sequence goes one row at a time
 (``one_chunk``: an f16 dot product per cell, the online softmax, V accumulated in f16 — every decode step, each
 sequence in its own KV stream however many are batched), a larger one in 64 x 64 tiles of f32 products
-(``tiled``: prompts; tiles the causal mask hides wholly are skipped, so a prompt's work is its triangle). ``ATTN_FLOP_PER_CYCLE`` is each path's rate
-per cycle and thread as ``moesim calibrate --engine llama.cpp`` measured it on this project's Zen 4 (2 cores,
-AVX-512 on 256-bit pipes, llama.cpp of llama-cpp-python 0.3.36, decode at 1,024 KV tokens and 1,024-token prompts
-of its two calibration models, 2026-11-24): 10.9 and 10.4 GFLOP/s a thread one row at a time, 25.5 and 31.8 in
-tiles, in two calibrations at 3.56 GHz; no published per-path figure was found. Both are far below the
-weights' product rate: at 2,048 KV tokens a decode step of a 1-B-parameter MoE spends half its time there.
+(``tiled``: prompts; tiles the causal mask hides wholly are skipped, so a prompt's work is its triangle).
+``ATTN_FLOP_PER_CYCLE`` is each path's rate per cycle and thread as ``moesim calibrate --engine llama.cpp``
+measured it on this project's Zen 4 (2 cores, AVX-512 on 256-bit pipes, llama.cpp of llama-cpp-python 0.3.36,
+decode at 1,024 KV tokens and 1,024-token prompts of its two calibration models, 2026-11-24): 10.9 and 10.4
+GFLOP/s a thread one row at a time, 25.5 and 31.8 in tiles, in two calibrations at 3.56 GHz; no published
+per-path figure was found. Both are far below the weights' product rate: at 2,048 KV tokens a decode step of a
+1-B-parameter MoE spends half its time there.
 
 ``moesim calibrate`` measures a machine's own rates instead (``unpack_gbps`` and ``matmul_gflops`` in ``[cpu]``,
-per thread and format), which then replace the unpacking and the arithmetic limit for the formats they list.
+per thread and format, and the attention's ``attn_gflops`` and ``attn_tiled_gflops``), which then replace the
+unpacking, the arithmetic and the attention limit.
 """
 
 from __future__ import annotations

@@ -125,7 +125,8 @@ def test_decode_time_is_the_sum_of_its_parts(attn_gflops):
     dram = probe * cpu.dram_eff * 1e9
     rate = min(dram, threads * 10e9)
     attention_router = spec.attention_params + spec.d_model * spec.num_experts
-    kv = max(spec.kv_width * ctx * 2.0 / min(dram, threads * 30e9), 4 * spec.q_dim * ctx / (threads * attn_gflops * 1e9))
+    kv = max(spec.kv_width * ctx * 2.0 / min(dram, threads * 30e9),
+             4 * spec.q_dim * ctx / (threads * attn_gflops * 1e9))
     assert (kv > 1e-5) == (attn_gflops == 2.0)
     other = attention_router * 1.0625 / rate + kv
     experts = spec.top_k * (cpu.task_us * 1e-6 + spec.expert_params * 1.0625 / rate)
