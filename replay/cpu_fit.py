@@ -235,6 +235,11 @@ def fit_matmul(cpu: CPU, fmt: str, runs: list[Run]) -> float:
     return best_value(lambda g: log_error(with_flops(g), runs), *GFLOPS_RANGE)
 
 
+def fit_field(cpu: CPU, name: str, runs: list, bounds: tuple, log: bool = True) -> CPU:
+    """``cpu`` with its scalar ``name`` set where the model's log error on ``runs`` is least, within ``bounds``."""
+    return replace(cpu, **{name: best_value(lambda v: log_error(replace(cpu, **{name: v}), runs), *bounds, log=log)})
+
+
 def fit_attention(cpu: CPU, runs: list[Run]) -> CPU:
     """The flash attention's rate per thread over the KV cache, everything else as the other fits left it: one query
     row at a time (``attn_gflops``) on the decodes among ``runs`` (after a context of many KV tokens), in tiles
@@ -242,22 +247,20 @@ def fit_attention(cpu: CPU, runs: list[Run]) -> CPU:
     for name, part in (("attn_gflops", [r for r in runs if not r.prompt]),
                        ("attn_tiled_gflops", [r for r in runs if r.prompt])):
         if part:
-            cpu = replace(cpu, **{name: best_value(lambda g: log_error(replace(cpu, **{name: g}), part),
-                                                   *GFLOPS_RANGE)})
+            cpu = fit_field(cpu, name, part, GFLOPS_RANGE)
     return cpu
 
 
 def fit_task(cpu: CPU, runs: list[Run]) -> CPU:
     """``task_us``: what an expert's products cost besides their weights' bytes, fitted to every format's runs (the
     models with many narrow experts against those with few wide ones decide it)."""
-    return replace(cpu, task_us=best_value(lambda us: log_error(replace(cpu, task_us=us), runs), *TASK_RANGE_US,
-                                           log=False))
+    return fit_field(cpu, "task_us", runs, TASK_RANGE_US, log=False)
 
 
 def fit_dram(cpu: CPU, runs: list[Run]) -> CPU:
     """``dram_eff``: the share of the probe's read rate llama.cpp's decode reaches, fitted to every format's runs
     (those where DRAM binds decide it)."""
-    return replace(cpu, dram_eff=best_value(lambda eff: log_error(replace(cpu, dram_eff=eff), runs), *EFF_RANGE))
+    return fit_field(cpu, "dram_eff", runs, EFF_RANGE)
 
 
 def fit(cpu: CPU, overhead: list, by_format: dict) -> tuple[CPU, dict]:
