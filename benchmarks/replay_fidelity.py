@@ -13,6 +13,7 @@ speedups over LRU, and in how many runs the two agreed on the policy order.
     python benchmarks/replay_fidelity.py --runs 3 --scales 0.5:4 --kernel per-expert
     python benchmarks/replay_fidelity.py --backend cuda --scales 1:16                # OLMoE-sized, on a GPU
     python benchmarks/replay_fidelity.py --strategy cpu-experts --cpu-layers 0,2,4 --scales 0.5:4
+    python benchmarks/replay_fidelity.py --runs 3 --scales 0.5:4 --context 2048    # attention's share grown
 
 With ``--strategy cpu-experts`` the rows are numbers of layers whose experts the host CPU computes
 (llama.cpp's --n-cpu-moe): the CPU's time comes from the fitted ``[cpu]`` section (DRAM share, per-thread
@@ -41,6 +42,7 @@ def main() -> None:
     ap.add_argument("--scales", default="0.5:4,1:2", help="comma-separated SCALE:LAYERS")
     ap.add_argument("--capacity", default="16,32")
     ap.add_argument("--tokens", type=int, default=24)
+    ap.add_argument("--context", type=int, default=0, help="KV tokens before the trace's (attention's share)")
     ap.add_argument("--kernel", choices=["fused", "per-expert"], default="fused")
     ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--strategy", choices=["gpu-cache", "cpu-experts"], default="gpu-cache")
@@ -57,7 +59,8 @@ def main() -> None:
         for run in range(args.runs):
             with tempfile.TemporaryDirectory() as tmp:
                 cal = calibrate(small, args.backend, workdir=Path(tmp), seed=run)
-                runs.append(validate(trace, Config.build(kernel=args.kernel, strategy=args.strategy), cal.hardware,
+                config = Config.build(kernel=args.kernel, strategy=args.strategy, context=args.context)
+                runs.append(validate(trace, config, cal.hardware,
                                      ["lru", "belady"], capacities, args.backend, layers, scale, Path(tmp),
                                      model=olmoe, cpu_layers=[int(v) for v in args.cpu_layers.split(",")]))
             hw, c = cal.hardware, cal.hardware.compute
@@ -66,7 +69,7 @@ def main() -> None:
                   f"{hw.cpu.task_us:.0f} + {hw.cpu.sync_us:.0f} us; errors "
                   + " ".join(f"{_label(r)} {r['error_pct']:+.1f}%" for r in runs[-1]), flush=True)
         print(f"\n{small.name}: {layers} layers, d={small.d_model}, d_expert={small.d_expert}, {args.backend}, "
-              f"{args.kernel} kernel; medians over {args.runs} runs (each: calibrate, then validate)")
+              f"{args.kernel} kernel, context {args.context}; medians over {args.runs} runs (each: calibrate, then validate)")
         print(f"{'row':12} {'sim ms':>8} {'real ms':>8} {'error':>7} {'error range':>16} "
               f"{'sim x':>6} {'real x':>6} {'same order':>10}")
         for i, first in enumerate(runs[0]):

@@ -137,7 +137,7 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
 
 def _compute_table(model: ModelSpec, backend: str, repeats: int, seed: int, sync, pool: int) -> MeasuredCompute:
     """Least-squares fits of the replay's layer and expert calls to the [compute] table's formulas."""
-    work = ComputeStream(model, seed, backend, max_keys=max(KEYS_PER_TOKEN))
+    work = ComputeStream(model, seed, backend, row_keys=max(TOKENS) * max(KEYS_PER_TOKEN))
     torch = work.torch
     gen = torch.Generator().manual_seed(seed)
     weights = [torch.randn(work.expert_numel, generator=gen).to(work.device, work.dtype) for _ in range(pool)]
@@ -155,7 +155,7 @@ def _compute_table(model: ModelSpec, backend: str, repeats: int, seed: int, sync
     rows, layer_times = [], []
     for t in TOKENS:
         for keys in KEYS_PER_TOKEN:
-            x = work.row(0, t, t * keys)
+            x = work.row(0, t, t * keys, seqs=t)  # t decoding sequences
             # each layer ends with the router's choice on the host: one synchronisation per layer on a GPU
             layer_times.append(per_call(lambda k: (work.layer(x), sync()), DISTINCT))
             rows.append([1.0, t, t * keys])

@@ -7,10 +7,17 @@ The replay's executor (``moesim.replay.run``) drives it through ``row``, ``layer
 ``expert``, ``fused``, ``cpu``, ``combine`` and, after a row's last MoE layer, ``finish`` (the dense FFN
 layers and the output head, the work the simulator times once per row); ``moesim.replay.virtual`` implements the same calls on a
 virtual clock. Hidden states are synthetic: an expert on T tokens computes on the first T rows of
-the step's states (what it costs depends on T, not on which tokens). Attention is one head of the
-KV width: a row of T tokens whose sequences hold ctx KV tokens in all has each token attend to
-ctx/T cached keys and values, from one random cache block shared by the layers (the work the
-simulator's attention term counts; a real engine reads a separate cache per layer and sequence).
+the step's states (what it costs depends on T, not on which tokens).
+
+Attention is every head's, as llama.cpp's: a row of T tokens from S sequences (``Requests.outputs``) that read
+ctx KV tokens in all is S sequences of T/S query rows, each attending to ctx/T keys and values of its own, with
+the model's query heads grouped over its KV heads (head size ``HEAD``; one head of the KV width where that does not
+divide it) in one ``scaled_dot_product_attention``: the 4·q·ctx FLOPs the simulator's attention term counts (a
+prefill row's causal triangle as a rectangle of the same area). Each layer reads the next stretch of a key/value
+pool larger than any cache (``POOL_BYTES``), so every layer's keys come from memory as a real engine's per-layer
+caches do; a row whose sequences need more than the pool (``pool_keys``) has them overlap. The cache is in the
+weights' type: torch on a CPU computes attention in f16 at half its fp32 rate (2.8 against 4.9 GFLOP/s on two Zen 4
+cores at 2,048 keys), where llama.cpp reads an f16 cache; the calibration times this stream, not llama.cpp's.
 """
 
 from __future__ import annotations
@@ -39,20 +46,39 @@ def swiglu(torch, x, weights, d: int, de: int):
     return (torch.nn.functional.silu(x @ w1) * (x @ w3)) @ w2
 
 
-class ComputeStream:
-    """Dense weights of one layer (random, seeded) on ``device`` ("cpu" or "cuda"), in its ``DTYPE``."""
+HEAD = 128                 # the head size of every preset but DeepSeek's latent attention
+POOL_BYTES = 256 << 20     # keys and values a stream cycles through: past any CPU's last-level cache or GPU's L2
+MEMORY_SHARE = 8           # the pool takes at most this share of the memory available to it
 
-    def __init__(self, model: ModelSpec, seed: int = 0, device: str = "cpu", max_keys: int = 0):
+
+def heads(q: int, kv: int) -> tuple[int, int, int]:
+    """(query heads, KV heads, head size) of attention with q query and kv KV widths: ``HEAD``-wide heads grouped
+    evenly where that divides both, else one KV head of the KV width and the nearest whole number of query heads."""
+    if kv % HEAD == 0 and q % kv == 0:
+        return q // HEAD, kv // HEAD, HEAD
+    return max(1, round(q / kv)), 1, kv
+
+
+class ComputeStream:
+    """Dense weights of one layer (random, seeded) on ``device`` ("cpu" or "cuda"), in its ``DTYPE``, and a KV pool
+    for rows whose sequences read up to ``row_keys`` keys in all (module docstring)."""
+
+    def __init__(self, model: ModelSpec, seed: int = 0, device: str = "cpu", row_keys: int = 0):
         self.torch = torch = require_torch()
         self.device, self.dtype = device, {"fp32": torch.float32, "bf16": torch.bfloat16}[DTYPE[device]]
         d, q, kv = model.d_model, model.q_dim or model.d_model, model.kv_dim or model.d_model
+        self.q_heads, self.kv_heads, self.head = heads(q, kv)
         gen = torch.Generator().manual_seed(seed)
-        shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, model.num_experts), (max_keys, kv), (max_keys, kv),
-                  (d, model.vocab), (3 * d * model.d_dense if model.dense_layers else 0,)]
-        *self.dense, self.keys, self.values, self.head, self.dense_ffn = [
+        shapes = [(d, q), (d, kv), (d, kv), (q, d), (d, model.num_experts), (d, model.vocab),
+                  (3 * d * model.d_dense if model.dense_layers else 0,)]
+        *self.dense, self.head_w, self.dense_ffn = [
             (torch.randn(s, generator=gen) / max(s[0], 1) ** 0.5).to(device, self.dtype) for s in shapes]
+        caches = model.num_layers + model.dense_layers
+        keys = pool_keys(row_keys, caches, kv * torch.finfo(self.dtype).bits // 8, available_bytes(torch, device))
+        self.pool = [torch.empty(self.kv_heads, keys, self.head).normal_(generator=gen).to(device, self.dtype)
+                     for _ in range(2 if keys else 0)]
         self.dense_layers, self.d_dense = model.dense_layers, model.d_dense
-        self.d, self.de, self.q, self.kv, self.ctx, self.states = d, model.d_expert, q, min(q, kv), 0, {}
+        self.d, self.de, self.q, self.seqs, self.keys, self.at, self.states = d, model.d_expert, q, 1, 0, 0, {}
 
     @property
     def expert_numel(self) -> int:
@@ -67,27 +93,44 @@ class ComputeStream:
             self.states[n] = x.to(self.device, self.dtype)
         return self.states[n]
 
-    def row(self, row: int, tokens: int, ctx: float = 0):
-        """The hidden states a request row starts from; its layers attend to ``ctx`` KV tokens in all."""
-        self.ctx = int(ctx)
+    def row(self, row: int, tokens: int, ctx: float = 0, seqs: int = 1):
+        """The hidden states a request row of ``tokens`` tokens from ``seqs`` sequences starts from; its layers
+        attend to ``ctx`` KV tokens in all."""
+        tokens = max(int(tokens), 1)
+        self.seqs = min(max(int(seqs), 1), tokens)
+        self.keys = row_keys_per_query(ctx, tokens) if self.pool else 0
         return self.tokens(tokens)
 
     def layer(self, x):
         """Attention projections (q, k, v, o), attention over the row's KV tokens and the router on
         x [T, d]; returns the new x."""
-        torch = self.torch
         wq, wk, wv, wo, router = self.dense
         q = x @ wq
         (x @ wk), (x @ wv), (x @ router)
-        per_token = min(self.ctx // x.shape[0], self.keys.shape[0])
-        if per_token > 0:
-            t, kv = x.shape[0], self.kv
-            keys = self.keys[:per_token, :kv].expand(t, per_token, kv)
-            values = self.values[:per_token, :kv].expand(t, per_token, kv)
-            scores = torch.softmax(torch.bmm(q[:, None, :kv], keys.transpose(1, 2)) * kv ** -0.5, dim=-1)
-            attended = torch.bmm(scores, values)[:, 0]
-            q = torch.nn.functional.pad(attended, (0, self.q - kv)) + q
+        if self.keys > 0:
+            q = q + self.attend(q)
         return x + q @ wo * 0.01
+
+    def attend(self, q):
+        """Each sequence's T/S query rows over its own ``keys`` keys and values, the next stretch of the pool
+        (sequences overlap where the pool is shorter than the row needs), every query head over its KV head."""
+        torch, seqs, hd, size = self.torch, self.seqs, self.head, self.pool[0].shape[1]
+        keys = min(self.keys, size)
+        per_seq = q.shape[0] // seqs
+        used = seqs * per_seq
+        step = keys if seqs * keys <= size else (size - keys) // max(seqs - 1, 1)
+        span = step * (seqs - 1) + keys
+        if self.at + span > size:
+            self.at = 0
+        k, v = (p.as_strided((seqs, self.kv_heads, keys, hd), (step * hd, size * hd, hd, 1), self.at * hd)
+                for p in self.pool)
+        self.at += span
+        width = self.q_heads * hd
+        queries = torch.nn.functional.pad(q[:used], (0, max(width - q.shape[1], 0)))[:, :width]
+        queries = queries.view(seqs, per_seq, self.q_heads, hd).transpose(1, 2)
+        out = torch.nn.functional.scaled_dot_product_attention(queries, k, v, enable_gqa=True)
+        out = out.transpose(1, 2).reshape(used, width)
+        return torch.nn.functional.pad(out, (0, max(q.shape[1] - width, 0), 0, q.shape[0] - used))[:, :q.shape[1]]
 
     def ffn(self, x, weights):
         return swiglu(self.torch, x, weights, self.d, self.de)
@@ -119,5 +162,28 @@ class ComputeStream:
             d, dd, w = self.d, self.d_dense, self.dense_ffn
             gate, up, down = w[:d * dd].view(d, dd), w[d * dd:2 * d * dd].view(d, dd), w[2 * d * dd:].view(dd, d)
             x = x + (self.torch.nn.functional.silu(x @ gate) * (x @ up)) @ down * 0.01
-        x @ self.head
+        x @ self.head_w
         return x
+
+
+def row_keys_per_query(ctx: float, tokens: int) -> int:
+    """The keys each query row of a row of ``tokens`` tokens attends to when they read ``ctx`` in all."""
+    return int(round(ctx / max(int(tokens), 1)))
+
+
+def pool_keys(row_keys: int, caches: int, key_bytes: int, available: int) -> int:
+    """The KV pool's length in keys: one row's keys in every layer's cache (``caches``) where that is smaller, else
+    at least ``POOL_BYTES`` and one row's keys, at most ``1 / MEMORY_SHARE`` of the ``available`` bytes (K and V)."""
+    if row_keys <= 0:
+        return 0
+    want = min(caches * row_keys, max(row_keys, POOL_BYTES // (2 * key_bytes)))
+    return max(1, min(want, available // (MEMORY_SHARE * 2 * key_bytes)))
+
+
+def available_bytes(torch, device: str) -> int:
+    """Memory free on ``device``: the GPU's, or the host's available RAM."""
+    if device == "cuda":
+        return int(torch.cuda.mem_get_info()[0])
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")

@@ -177,12 +177,13 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
         times, counts = _execute(sim, machine, machine, layout, trace.meta.num_experts)
         return _result(sim, backend, model.num_layers, scale, times, counts, machine.copy_busy_s)
     req = sim.requests
-    max_keys = int(np.max(req.ctx // np.maximum(req.tokens, 1), initial=0))
+    seqs = np.clip(req.outputs, 1, np.maximum(req.tokens, 1))
+    row_keys = int(np.max(np.rint(req.ctx / np.maximum(req.tokens, 1)) * seqs, initial=0))  # ComputeStream.row's
     previous = signal.signal(signal.SIGTERM, _terminate)  # a kill unwinds, so the files are removed
     try:
         machine = open_backend(backend, model, layout.total, folder, seed, placed_layers)
         try:
-            compute = ComputeStream(model, seed, backend, max_keys)
+            compute = ComputeStream(model, seed, backend, row_keys)
             warm_up(machine, compute, int(req.tokens.max(initial=1)))
             busy = machine.copy_busy_s
             with no_gc():
@@ -288,7 +289,7 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
 
     for row in range(req.num_rows):
         decode = req.kind[row] == DECODE
-        x = compute.row(row, req.tokens[row], req.ctx[row])
+        x = compute.row(row, req.tokens[row], req.ctx[row], req.outputs[row])
         start = machine.clock()
         while i < len(log) and log[i, 0] == row and log[i, 2] == EV_PRELOAD:
             obj, slot = int(log[i, 3]), int(log[i, 4])

@@ -71,7 +71,7 @@ class VirtualBackend(Backend):
         pass
 
     # the compute interface: the hidden state is the request row
-    def row(self, row: int, tokens: int, ctx: float = 0) -> int:
+    def row(self, row: int, tokens: int, ctx: float = 0, seqs: int = 1) -> int:
         return row
 
     def layer(self, row: int) -> int:

@@ -1,0 +1,68 @@
+"""The replay's attention (``ComputeStream.attend``) against attention written from its definition: every query
+head over its KV head, each sequence over keys of its own, layers reading distinct stretches of the pool."""
+
+import dataclasses
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from moesim.replay.compute import HEAD, POOL_BYTES, ComputeStream, heads, pool_keys  # noqa: E402
+from moesim.tracegen.models import get_model  # noqa: E402
+
+
+def test_heads_of_the_presets():
+    assert heads(get_model("mixtral-8x7b").q_dim, get_model("mixtral-8x7b").kv_dim) == (32, 8, 128)
+    assert heads(2048, 2048) == (16, 16, 128)      # OLMoE: no grouping
+    assert heads(4096, 512) == (32, 4, 128)        # Qwen3-30B-A3B: 8 query heads a KV head
+    assert heads(3072, 576) == (5, 1, 576)         # DeepSeek-V2-Lite's latent: one KV head, 5 of its width
+    assert heads(64, 32) == (2, 1, 32)             # narrower than a head: one KV head of the KV width
+
+
+def test_pool_keys():
+    assert pool_keys(0, 4, 256, 1 << 40) == 0
+    assert pool_keys(100, 4, 256, 1 << 40) == 400                       # every layer's row fits: a cache each
+    assert pool_keys(1 << 20, 4, 256, 1 << 40) == 1 << 20               # one row is the floor
+    assert pool_keys(1000, 10 ** 6, 256, 1 << 40) == POOL_BYTES // 512  # else the pool's bytes, K and V
+    assert pool_keys(1 << 20, 4, 256, 1 << 20) == (1 << 20) // (8 * 2 * 256)  # at most an eighth of memory
+
+
+def reference(q, k_pool, v_pool, seqs, keys, at, step, q_heads, kv_heads, hd):
+    """softmax(q_h K^T / sqrt(hd)) V per sequence s and query head h, K and V the keys of s's KV head."""
+    rows, group = q.shape[0] // seqs, q_heads // kv_heads
+    out = torch.zeros(seqs * rows, q_heads * hd, dtype=torch.float64)
+    for s in range(seqs):
+        lo = at + s * step
+        for h in range(q_heads):
+            kv = h // group
+            k, v = k_pool[kv, lo:lo + keys].double(), v_pool[kv, lo:lo + keys].double()
+            qh = q[s * rows:(s + 1) * rows, h * hd:(h + 1) * hd].double()
+            out[s * rows:(s + 1) * rows, h * hd:(h + 1) * hd] = torch.softmax(qh @ k.T / math.sqrt(hd), -1) @ v
+    return out
+
+
+@pytest.mark.parametrize("seqs,tokens,keys", [(4, 4, 6), (1, 6, 5), (2, 6, 3)])
+def test_attention_from_its_definition(seqs, tokens, keys):
+    model = dataclasses.replace(get_model("mixtral-8x7b"), d_model=64, d_expert=32, q_dim=4 * HEAD, kv_dim=2 * HEAD,
+                                num_layers=2, dense_layers=0, vocab=16)
+    work = ComputeStream(model, seed=3, row_keys=seqs * keys)
+    assert (work.q_heads, work.kv_heads, work.head) == (4, 2, HEAD)
+    assert work.pool[0].shape == (2, 2 * seqs * keys, HEAD)  # both layers' rows: a cache each
+    work.row(0, tokens, tokens * keys, seqs)
+    q = torch.randn(tokens, model.q_dim, generator=torch.Generator().manual_seed(1))
+    got = [work.attend(q) for _ in range(3)]
+    for layer, at in enumerate((0, seqs * keys, 0)):  # the second layer reads the next stretch, the third wraps
+        want = reference(q, *work.pool, seqs, keys, at, keys, 4, 2, HEAD)
+        assert torch.allclose(got[layer].double(), want, atol=1e-5), layer
+
+
+def test_sequences_overlap_in_a_short_pool():
+    model = dataclasses.replace(get_model("olmoe-1b-7b"), d_model=64, d_expert=32, q_dim=HEAD, kv_dim=HEAD,
+                                num_layers=1, dense_layers=0, vocab=16)
+    work = ComputeStream(model, row_keys=8)
+    work.row(0, 4, 4 * 5, 4)   # 4 sequences of 5 keys, 20 > the pool's 8
+    q = torch.randn(4, HEAD, generator=torch.Generator().manual_seed(2))
+    step = (8 - 5) // 3
+    want = reference(q, *work.pool, 4, 5, 0, step, 1, 1, HEAD)
+    assert torch.allclose(work.attend(q).double(), want, atol=1e-5)
