@@ -1,16 +1,18 @@
 """Peak memory of loading a trace, against its dense int16 array.
 
-Writes a synthetic OLMoE-shaped trace of ~100M expert accesses (16 layers, top-8 of 64; 100
-sequences of 7813 tokens) unless given one, then loads it in a fresh process and prints the peak
-resident memory above the process's baseline after the imports (``ru_maxrss``, as ``/usr/bin/time
--v`` reports it) and its ratio to the dense array.
+Writes synthetic OLMoE-shaped traces of ~1M, 10M and 100M expert accesses (16 layers, top-8 of 64; 1, 10 and
+100 sequences of 7813 tokens) unless given one, then loads each in a fresh process and prints the peak resident
+memory above the process's baseline after the imports (``ru_maxrss``, as ``/usr/bin/time -v`` reports it) and
+its ratio to the dense array, per run and the median per size; and the same ratio less the reader's fixed cost,
+the peak of loading a one-token trace (polars' reader and thread pool, ~25 MB), which no trace's size changes.
 
-    python benchmarks/load_memory.py [--trace T.parquet] [--runs 3]
+    python benchmarks/load_memory.py [--sizes 1,10,100] [--trace T.parquet] [--runs 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,23 +31,43 @@ print(trace.experts.nbytes, base * 1024, peak * 1024)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path)
+    ap.add_argument("--sizes", default="1,10,100", help="millions of accesses, comma-separated (sequences x 1M)")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
+    summary = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.trace or Path(tmp) / "big.parquet"
-        if args.trace is None:
-            subprocess.run([sys.executable, "-m", "moesim", "trace", "synth", "--model", "olmoe-1b-7b", "--sequences",
-                            "100", "--tokens", "7813", "--seed", "1", "--out", str(path)], check=True,
-                           stdout=subprocess.DEVNULL)
-        ratios = []
-        for _ in range(args.runs):
-            dense, base, peak = map(int, subprocess.run([sys.executable, "-c", CHILD, str(path)], check=True,
-                                                        capture_output=True, text=True).stdout.split())
-            ratios.append((peak - base) / dense)
-            print(f"dense {dense / 1e6:.0f} MB; peak {peak / 1e6:.0f} MB, {(peak - base) / 1e6:.0f} MB above the "
-                  f"import baseline = {ratios[-1]:.2f}x the dense array")
-        ratios.sort()
-        print(f"median {ratios[len(ratios) // 2]:.2f}x (range {ratios[0]:.2f}-{ratios[-1]:.2f}x)")
+        one = _synth(Path(tmp) / "one-token.parquet", 1, 1)
+        fixed = statistics.median(_above_baseline(one)[1] for _ in range(args.runs))
+        print(f"the reader's fixed cost (a one-token trace): {fixed / 1e6:.1f} MB")
+        for size in [None] if args.trace else [int(v) for v in args.sizes.split(",")]:
+            path = args.trace or _synth(Path(tmp) / f"{size}M.parquet", size, 7813)
+            ratios, variable = [], []
+            for _ in range(args.runs):
+                dense, above = _above_baseline(path)
+                ratios.append(above / dense)
+                variable.append((above - fixed) / dense)
+                print(f"{path.name}: dense {dense / 1e6:.1f} MB; {above / 1e6:.1f} MB above the import baseline = "
+                      f"{ratios[-1]:.2f}x the dense array, {variable[-1]:.2f}x less the fixed cost", flush=True)
+            summary.append(f"{path.name}: median {statistics.median(ratios):.2f}x (range {min(ratios):.2f}-"
+                           f"{max(ratios):.2f}x, {args.runs} runs); less the fixed cost {statistics.median(variable):.2f}x "
+                           f"({min(variable):.2f}-{max(variable):.2f}x)")
+            if args.trace is None:
+                path.unlink()
+    print("\n".join(summary))
+
+
+def _synth(path: Path, sequences: int, tokens: int) -> Path:
+    subprocess.run([sys.executable, "-m", "moesim", "trace", "synth", "--model", "olmoe-1b-7b", "--sequences",
+                    str(sequences), "--tokens", str(tokens), "--seed", "1", "--out", str(path)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return path
+
+
+def _above_baseline(path: Path) -> tuple[int, int]:
+    """(the dense array's bytes, the peak above the import baseline) of loading ``path`` in a fresh process."""
+    dense, base, peak = map(int, subprocess.run([sys.executable, "-c", CHILD, str(path)], check=True,
+                                                capture_output=True, text=True).stdout.split())
+    return dense, peak - base
 
 
 if __name__ == "__main__":

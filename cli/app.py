@@ -12,7 +12,7 @@ import typer
 from moesim import __version__
 from moesim.errors import MoesimError
 from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, serve_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd, serve_cmd: register sim mrc, sim serve)
-from moesim.cli.console import console, emit_json, table
+from moesim.cli.console import console, emit_json, table, watch_compiles
 from moesim.tracegen.models import MODELS
 
 app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of-Experts inference.", rich_markup_mode="markdown",
@@ -40,6 +40,7 @@ def root(
                                                     help="Print the version and exit.")] = None,
 ) -> None:
     """Trace-driven cache and prefetch simulator for Mixture-of-Experts inference."""
+    watch_compiles()  # a first run's compilations show on the status line
 
 
 @app.command()

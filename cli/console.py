@@ -3,14 +3,92 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 console = Console()
+
+# what the command is doing, on one status line: the task a command names (``working``) or, while it lasts, what is
+# being compiled (numba's events in this process; the simulator's log records from worker processes)
+_activity: dict = {"task": None, "compiling": None, "live": None}
+_lock = threading.RLock()
+
+
+def _show() -> None:
+    with _lock:
+        text = _activity["compiling"] or _activity["task"]  # a compilation says more: it is why the task waits
+        live = _activity["live"]
+        if text and live is None:
+            _activity["live"] = live = console.status(text)
+            live.start()
+        elif text:
+            live.update(text)
+        elif live is not None:
+            live.stop()
+            _activity["live"] = None
+
+
+def _set(key: str, text: str | None) -> None:
+    with _lock:
+        _activity[key] = text
+        _show()
+
+
+@contextmanager
+def working(message: str):
+    """A status line saying ``message`` while the block runs (and what is compiled meanwhile)."""
+    _set("task", message)
+    try:
+        yield
+    finally:
+        _set("task", None)
+
+
+class _Compiles(logging.Handler):
+    """The simulator's notes on compilation in worker processes (``extra={"activity": text or None}``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if hasattr(record, "activity"):
+            _set("compiling", record.activity)
+
+
+def watch_compiles() -> None:
+    """Show every compilation on the status line, from its start to its end: a stretch of a first run that
+    would otherwise be silent. Registers once per process."""
+    from numba.core import event
+
+    from moesim.sim.engine import COMPILE_NOTE
+
+    if _activity.get("watching"):
+        return
+    _activity["watching"] = True
+    depth = threading.local()
+
+    class Notice(event.Listener):
+        def on_start(self, ev):
+            depth.n = getattr(depth, "n", 0) + 1
+            if depth.n == 1:
+                fn = ev.data["dispatcher"].py_func  # a bound loop's name ends in its sources' digest
+                name = f"{fn.__module__.rsplit('.', 1)[-1]}.{re.sub(r'_[0-9a-f]{12}$', '', fn.__name__)}"
+                _set("compiling", f"compiling {name} for this CPU ({COMPILE_NOTE})")
+
+        def on_end(self, ev):
+            depth.n -= 1
+            if depth.n == 0:
+                _set("compiling", None)
+
+    event.register("numba:compile", Notice())
+    logger = logging.getLogger("moesim")
+    logger.addHandler(_Compiles())
+    logger.setLevel(logging.INFO)
 
 
 def table(title: str, columns: list[str], rows: list[list]) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from moesim.cli.console import console, table
+from moesim.cli.console import console, table, working
 from moesim.tracegen.io import bundled_trace_path, load_trace
 from moesim.plots.trace import plot_activations
 from moesim.tracegen.stats import REUSE_BUCKETS, trace_stats
@@ -28,10 +28,11 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card, and write the hit-rate and TPOT curves, the
     activation heatmap and the plans' figures into ``out``."""
     import moesim
-    from moesim.experiments.plan import curves
+    from moesim.experiments.plan import curves, plan_loops
     from moesim.experiments.sweep import SweepSpec
     from moesim.plots.plan import plot_plan
     from moesim.plots.results import plot_results
+    from moesim.sim.des import compile_loops
 
     out = Path(out)
     trace = load_trace(bundled_trace_path())
@@ -53,10 +54,12 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
 
     results = out / "demo-results.parquet"
     results.unlink(missing_ok=True)
+    # every loop the sweep and the plans run, at once on every core (the plans' would otherwise compile after)
+    compile_loops([(policy, "none") for policy in DEMO_POLICIES] + plan_loops())
     spec = SweepSpec(Path("demo"), "des", [str(bundled_trace_path())],
                      {"policy": list(DEMO_POLICIES), "capacity": list(DEMO_CAPACITIES)},
                      {"hardware": DEMO_HARDWARE, "scope": "per-layer", "dtype": DEMO_DTYPE, "other_dtype": DEMO_DTYPE})
-    with console.status(f"simulating {len(DEMO_POLICIES)} policies x {len(DEMO_CAPACITIES)} capacities "
+    with working(f"simulating {len(DEMO_POLICIES)} policies x {len(DEMO_CAPACITIES)} capacities "
                         f"(the first run compiles each policy)"):
         moesim.sweep(spec, results, jobs=jobs)
     frame = pl.read_parquet(results, glob=False)
@@ -71,7 +74,7 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     paths = [plot_results(frame, "hitrate-vs-capacity", out / "hitrate_vs_capacity.png", source=str(results)),
              plot_results(frame, "tpot-vs-capacity", out / "tpot_vs_capacity.png", source=str(results)),
              plot_activations(trace, out / "expert_activations.png")]
-    with console.status("planning every strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card"):
+    with working("planning every strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card"):
         plans = [(moesim.plan(model, DEMO_HARDWARE, dtypes=[dtype]), dtype) for model, dtype in DEMO_PLANS]
     for result, dtype in plans:
         best = [r for i, r in enumerate(result.rows) if r["strategy"] not in [q["strategy"] for q in result.rows[:i]]]

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 import moesim
-from moesim.cli.console import console, emit_json, slots_text, table
+from moesim.cli.console import console, emit_json, slots_text, table, working
 from moesim.cli.settings import Asked, takes
 from moesim.experiments.plan import DTYPES, PLAN_PROMPT, PLAN_SETTINGS
 from moesim.files import check_output
@@ -43,7 +43,7 @@ def plan(
         check_output(plot, "figure", inputs=() if trace is None else (trace,))
     formats = asked.each.pop("dtype")
     config = asked.config("plan")
-    with console.status("simulating each strategy (the first run compiles each policy)"):
+    with working("simulating each strategy (the first run compiles each policy)"):
         result = moesim.plan(config=config, trace=trace, dtypes=formats)
     if plot is not None and result.rows:
         from moesim.plots.plan import plot_plan

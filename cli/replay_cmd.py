@@ -9,7 +9,7 @@ import typer
 
 import moesim
 from moesim.errors import MoesimError
-from moesim.cli.console import console, emit_json, table
+from moesim.cli.console import console, emit_json, table, working
 from moesim.cli.options import TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.replay.run import REPLAY_SETTINGS
@@ -78,7 +78,7 @@ def calibrate(
         from moesim.replay.scratch import work_folder
 
         check_fits(spec, spec.top_k * spec.num_layers, backend, work_folder(workdir))
-    with console.status(f"calibrating ({backend}): copies, compute, then the replay's executor"):
+    with working(f"calibrating ({backend}): copies, compute, then the replay's executor"):
         result = measure(spec, backend, repeats, workdir)
     hw, c = result.hardware, result.hardware.compute
     write_hardware(hw, out)
@@ -124,7 +124,7 @@ def replay(
     """
     config = asked.config("replay")
     trace = moesim.load_trace(trace_path)
-    with console.status("replaying" + (" (calibrating this machine first)" if _hardware(asked) is None
+    with working("replaying" + (" (calibrating this machine first)" if _hardware(asked) is None
                                        and backend != "virtual" else "")):
         r = moesim.run_replay(trace, config, backend=backend, hardware=_hardware(asked), layers=layers, scale=scale,
                           workdir=workdir)
@@ -191,7 +191,7 @@ def validate(
     cpu_layers = asked.each.pop("cpu_layers")
     config = asked.config("validate")
     trace = moesim.load_trace(trace_path)
-    with console.status("simulating and replaying"):
+    with working("simulating and replaying"):
         rows = moesim.validate(trace, config, policies=policies, capacities=capacities, cpu_layers=cpu_layers,
                                backend=backend, hardware=_hardware(asked), layers=layers, scale=scale, workdir=workdir)
     if as_json:

@@ -90,6 +90,11 @@ PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "
 PLAN_PROMPT = 512  # the prompt a plan times its TTFT on where none is asked for
 
 
+def plan_loops() -> list[tuple[str, str]]:
+    """The (policy, prefetcher) pairs whose discrete-event loops a plan runs (``compile_loops``)."""
+    return [(s.get("policy", "lru"), s.get("prefetch", "none")) for _, s in CANDIDATES]
+
+
 def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan:
     """Simulate every candidate in every dtype on ``config``'s model and machine, for its workload; the
     fitting ones ranked. ``split`` ``best`` shares each per-layer cache's slots out over the layers the best
@@ -107,7 +112,7 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
     split = base.cache.split
     hw = base.hardware.spec()
     out = Plan(spec.name, hw.name, hw.describe(), name, wl.prompt, wl.batch, simulated=tr, spec=spec, machine_spec=hw)
-    compile_loops((s.get("policy", "lru"), s.get("prefetch", "none")) for _, s in CANDIDATES)
+    compile_loops(plan_loops())
     # a machine without a GPU runs every expert on its CPU: the candidates that place experts there, not a cache
     candidates = [(s, c) for s, c in CANDIDATES if hw.gpu is not None or not get_strategy(s).CACHE]
     for dtype in dtypes:

@@ -12,6 +12,7 @@ GPU memory and host RAM used, the predictor's precision and recall, and CommitMo
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -29,7 +30,7 @@ from moesim.sim.costs import Costs, costs
 from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
                                   C_PF_USED, C_PREFILL_LOADS, C_SSD_READS, C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY,
                                   R_CPU, R_STALL, R_TIME)
-from moesim.sim.engine import on_disk
+from moesim.sim.engine import COMPILE_NOTE, on_disk
 from moesim.sim.machine import Hardware
 from moesim.sim.requests import build_requests
 from moesim.sim.run import RowArrays, RowSource, Run, assemble, bound_loop
@@ -37,6 +38,8 @@ from moesim.sim.strategies.base import A_LOWBIT
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE, PREFILL
 from moesim.tracegen.trace import Trace
+
+log = logging.getLogger(__name__)  # compile_loops' notes: ``extra["activity"]`` says what runs, None when done
 
 @dataclass
 class DesResult:
@@ -173,8 +176,8 @@ class BatchRows(RowSource):
 def compile_loops(settings) -> None:
     """Compile what simulating each ``(policy, prefetcher)`` of ``settings`` runs — the replacement
     policy's discrete-event loop and the prefetcher's code — where numba's disk cache lacks the loop,
-    one process per policy in parallel (as many as there are cores): a cold ``plan`` compiles its
-    loops at once rather than one after another. Each process simulates a tiny trace, which compiles
+    one process per policy in parallel (as many as there are cores): a cold ``plan`` or sweep compiles its
+    loops at once rather than one after another, and each once. Each process simulates a tiny trace, which compiles
     the loop for the argument types every simulation passes."""
     import multiprocessing
 
@@ -185,18 +188,30 @@ def compile_loops(settings) -> None:
     workers = min(len(cold), os.cpu_count() or 1)
     if workers < 2:
         return
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(_compile_loop, cold.items()))
+    what = f"compiling the simulator for {', '.join(cold)}, {{}} of {len(cold)} done ({COMPILE_NOTE})"
+    log.info(what.format(0), extra={"activity": what.format(0)})
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for done, _ in enumerate(pool.map(_compile_loop, cold.items()), 1):
+                log.info(what.format(done), extra={"activity": what.format(done)})
+    finally:
+        log.info("compiled", extra={"activity": None})
 
 
 def _compile_loop(setting: tuple[str, list]) -> None:
     from moesim.tracegen.models import get_model
-    from moesim.tracegen.synth import synth_trace
 
     m = get_model("olmoe-1b-7b")
-    trace = synth_trace(m.num_layers, m.num_experts, m.top_k, 1, 4, 0, model=m.name, meta=m.trace_meta())
+    rows = 4  # one sequence whose experts rotate, made here (a synthetic trace would compile its generator too)
+    picks = (np.arange(rows)[:, None, None] + np.arange(m.top_k)) % m.num_experts
+    experts = np.ascontiguousarray(np.broadcast_to(picks, (rows, m.num_layers, m.top_k)), np.int16)
+    trace = Trace(m.trace_meta(), experts, np.zeros(1, np.int32), np.array([0, rows], np.int64),
+                  np.arange(rows, dtype=np.int32), np.full(rows, DECODE, np.int8))
     for prefetcher in dict.fromkeys(setting[1]):
-        simulate_des(trace, Config.build(model=m.name, policy=setting[0], prefetch=prefetcher, capacity=m.top_k))
+        try:
+            simulate_des(trace, Config.build(model=m.name, policy=setting[0], prefetch=prefetcher, capacity=m.top_k))
+        except MoesimError:  # a prefetcher that needs what this trace lacks: the run itself compiles it
+            pass
 
 
 def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, scope: str) -> tuple:

@@ -32,6 +32,7 @@ from numba import njit
 from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
 
 _BOUND: dict = {}
+COMPILE_NOTE = "first run only, cached on disk"  # what a status line says of a compilation
 
 
 def source_files(functions) -> list[Path]:

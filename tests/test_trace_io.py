@@ -153,7 +153,7 @@ def test_the_in_order_loader_equals_the_general_one(tmp_path_factory, seed, prom
     path = tmp_path_factory.mktemp("io") / "t.parquet"
     write_trace(trace, path)
     general = trace_from_frame(pl.read_parquet(path), read_meta(path), str(path))
-    old, trace_io.CHUNK_ROWS = trace_io.CHUNK_ROWS, 7  # chunks that split tokens
+    old, trace_io.CHUNK_ROWS = trace_io.CHUNK_ROWS, 7  # chunks of 6 rows (two whole tokens of 3 layers)
     try:
         fast = trace_io._load_in_order(path, read_meta(path), list(pl.read_parquet_schema(path)))
     finally:
@@ -161,3 +161,31 @@ def test_the_in_order_loader_equals_the_general_one(tmp_path_factory, seed, prom
     assert fast is not None
     assert_same(fast, general)
     assert_same(fast, trace)
+
+
+LOAD_PEAK = """
+import resource, sys
+from moesim.tracegen.io import load_trace
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+trace = load_trace(sys.argv[1])
+print(trace.experts.nbytes, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
+"""
+
+
+def test_loading_costs_at_most_three_times_the_dense_array(tmp_path):
+    """40M accesses (80 MB dense) load within 3x their dense array above the reader's fixed cost (its peak on a
+    one-token trace): every column is read a chunk of whole tokens at a time (README: 1.96x measured)."""
+    import subprocess
+    import sys
+
+    def peak(path):
+        dense, above = map(int, subprocess.run([sys.executable, "-c", LOAD_PEAK, str(path)], check=True,
+                                               capture_output=True, text=True).stdout.split())
+        return dense, above
+
+    write_trace(synth_trace(16, 64, 8, 1, 1, seed=1), tmp_path / "one.parquet")
+    write_trace(synth_trace(16, 64, 8, 40, 7813, seed=1), tmp_path / "big.parquet")
+    _, fixed = peak(tmp_path / "one.parquet")
+    dense, above = peak(tmp_path / "big.parquet")
+    assert dense == 40 * 7813 * 16 * 8 * 2
+    assert above - fixed <= 3 * dense, (above, fixed, dense)

@@ -55,56 +55,57 @@ def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
     return trace_from_frame(frame, meta, str(path))
 
 
-CHUNK_ROWS = 1 << 20  # Parquet rows made dense at a time
+CHUNK_ROWS = 1 << 18  # Parquet rows read at a time (polars writes row groups of 512² rows)
 
 
 def _load_in_order(path, meta: TraceMeta, wanted: list[str]) -> Trace | None:
     """A trace file in the order moesim writes (each (seq, step) as L consecutive rows, layers 0..L-1,
-    (seq, step) rising), made dense without holding its list columns whole: the scalar columns first,
-    then each list column a chunk of rows at a time into its dense array. None when the file is in
-    another order or anything is off, so the general path reads it and names the problem."""
+    (seq, step) rising), made dense a chunk of whole tokens at a time: of the scalar columns only each token's
+    first row is kept, the list columns go into their dense arrays. None when the file is in another order or
+    anything is off, so the general path reads it and names the problem."""
     big_l = meta.num_layers
+    scan = pl.scan_parquet(path, glob=False)
+    n_rows = scan.select(pl.len()).collect().item()
+    if n_rows == 0 or n_rows % big_l:
+        return None
     scalars = [c for c in wanted if not isinstance(COLUMNS[c], pl.List)]
-    keys = pl.read_parquet(path, columns=scalars, glob=False)
-    n_rows = keys.height
-    if n_rows == 0 or n_rows % big_l or any(keys[c].null_count() for c in REQUIRED if c in keys.columns):
-        return None
-    try:
-        keys = keys.cast({c: COLUMNS[c] for c in scalars}, strict=True)
-    except pl.exceptions.PolarsError:
-        return None
-    n = n_rows // big_l
-    layer = keys["layer"].to_numpy().reshape(n, big_l)
-    if not np.array_equal(layer, np.broadcast_to(np.arange(big_l, dtype=layer.dtype), layer.shape)):
-        return None
-    blocks = {c: keys[c].to_numpy().reshape(n, big_l) for c in ("seq", "step", "phase")}
-    if any((b != b[:, :1]).any() for b in blocks.values()):  # one token's layers disagree
-        return None
-    seq, step = blocks["seq"][:, 0], blocks["step"][:, 0]
-    del blocks
-    if n > 1 and not np.all((np.diff(seq) > 0) | ((np.diff(seq) == 0) & (np.diff(step) > 0))):
-        return None
-    lists = {}
-    for col in [c for c in wanted if isinstance(COLUMNS[c], pl.List)]:
-        width, fill, dtype = _FILL[col](meta)
-        out = np.full((n_rows, width), fill, dtype)
-        scan = pl.scan_parquet(path, glob=False).select(col)
-        nulls = 0
-        for start in range(0, n_rows, CHUNK_ROWS):
-            chunk = scan.slice(start, CHUNK_ROWS).collect().to_series()
-            try:
-                chunk = chunk.cast(COLUMNS[col], strict=True)
-            except pl.exceptions.PolarsError:
+    list_cols = [c for c in wanted if isinstance(COLUMNS[c], pl.List)]
+    shapes = {c: _FILL[c](meta) for c in list_cols}
+    dense = {c: np.full((n_rows, width), fill, dtype) for c, (width, fill, dtype) in shapes.items()}
+    nulls = dict.fromkeys(list_cols, 0)
+    heads = []
+    rows = max(CHUNK_ROWS - CHUNK_ROWS % big_l, big_l)
+    layers = np.arange(big_l)
+    for start in range(0, n_rows, rows):
+        chunk = scan.slice(start, rows).select(wanted).collect()
+        if any(chunk[c].null_count() for c in REQUIRED if c in scalars):
+            return None
+        try:
+            chunk = chunk.cast({c: COLUMNS[c] for c in wanted}, strict=True)
+        except pl.exceptions.PolarsError:
+            return None
+        n = chunk.height // big_l
+        if not np.array_equal(chunk["layer"].to_numpy().reshape(n, big_l), np.broadcast_to(layers, (n, big_l))):
+            return None
+        if any((b != b[:, :1]).any() for b in (chunk[c].to_numpy().reshape(n, big_l) for c in ("seq", "step", "phase"))):
+            return None  # one token's layers disagree
+        heads.append(chunk.select(scalars).gather_every(big_l))
+        for col in list_cols:
+            width, fill, dtype = shapes[col]
+            series = chunk[col]
+            lengths = series.list.len()
+            if (col == "experts" and series.null_count()) or ((lengths != width) & lengths.is_not_null()).any() \
+                    or series.list.eval(pl.element().is_null()).list.any().any():
                 return None
-            lengths = chunk.list.len()
-            if (col == "experts" and chunk.null_count()) or ((lengths != width) & lengths.is_not_null()).any() \
-                    or chunk.list.eval(pl.element().is_null()).list.any().any():
-                return None
-            out[start:start + chunk.len()] = _dense(chunk, width, fill, dtype)
-            nulls += chunk.null_count()
-        if nulls < n_rows:  # an optional column with no values is absent, as in the general path
-            lists[col] = out
-    trace = _assemble(meta, keys.gather_every(big_l), lists)
+            dense[col][start:start + chunk.height] = _dense(series, width, fill, dtype)
+            nulls[col] += series.null_count()
+        del chunk
+    heads = pl.concat(heads)
+    seq, step = heads["seq"].to_numpy(), heads["step"].to_numpy()
+    if seq.shape[0] > 1 and not np.all((np.diff(seq) > 0) | ((np.diff(seq) == 0) & (np.diff(step) > 0))):
+        return None
+    # an optional column with no values is absent, as in the general path
+    trace = _assemble(meta, heads, {c: a for c, a in dense.items() if nulls[c] < n_rows})
     trace.validate(str(path))
     return trace
 
