@@ -75,6 +75,23 @@ def test_des_sweep_with_hardware_axis_and_two_jobs(tmp_path):
     assert by[("h100", "none")] < by[("rtx4090", "none")] and by[("rtx4090", "oracle")] < by[("rtx4090", "none")]
 
 
+def test_a_parallel_sweep_compiles_each_loop_once_before_its_workers(tmp_path, monkeypatch):
+    """The discrete-event loops a sweep on workers runs go to ``compile_loops`` first, each (policy, prefetcher)
+    once and a configuration that cannot be built left to its error row; a hit-rate sweep or one worker has none."""
+    import moesim.sim.des as des
+
+    asked = []
+    monkeypatch.setattr(des, "compile_loops", lambda loops: asked.append(list(loops)))
+    spec = tmp_path / "d.toml"
+    spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\npolicy = ["lru", "fifo", "nope"]\n'
+                    'prefetch = ["none", "oracle"]\ncapacity = [4, 6]\n[fixed]\ndtype = "int4"\n')
+    summary = run_sweep(load_spec(spec), tmp_path / "two.parquet", jobs=2)
+    assert asked == [[("lru", "none"), ("lru", "oracle"), ("fifo", "none"), ("fifo", "oracle")]]
+    assert summary.failed == 4  # the unknown policy's rows
+    run_sweep(load_spec(spec), tmp_path / "one.parquet", jobs=1)
+    assert len(asked) == 1
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path, how):
     """Acceptance: 6 policies x 5 capacities x 2 scopes on the shipped trace, killed half-way, resumed.
