@@ -60,7 +60,8 @@ if os.environ.get("COLD_START_LOG"):
 def run(command: str, cache: Path, log: Path | None, tmp: Path) -> float:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
     if log is not None:
-        env.update(COLD_START_LOG=str(log), PYTHONPATH=os.pathsep.join([str(tmp / "site"), env.get("PYTHONPATH", "")]))
+        paths = [str(tmp / "site"), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+        env.update(COLD_START_LOG=str(log), PYTHONPATH=os.pathsep.join(paths))
     argv = shlex.split(command.format(tmp=tmp))
     argv[0] = str(Path(sys.executable).with_name(argv[0]))
     start = time.perf_counter()
@@ -74,6 +75,8 @@ def main() -> None:
     ap.add_argument("--command", action="append", help="a command to time (repeatable); default: demo and plan")
     ap.add_argument("--top", type=int, default=15, help="functions listed per command")
     args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
     for command in args.command or COMMANDS:
         with tempfile.TemporaryDirectory() as name:
             tmp = Path(name)

@@ -23,17 +23,23 @@ _lock = threading.RLock()
 
 
 def _show() -> None:
+    """The status line as ``_activity`` says; never an error (the work goes on without a status line where the
+    terminal cannot show one, e.g. inside another live display of an older rich)."""
     with _lock:
         text = _activity["compiling"] or _activity["task"]  # a compilation says more: it is why the task waits
         live = _activity["live"]
-        if text and live is None:
-            _activity["live"] = live = console.status(text)
-            live.start()
-        elif text:
-            live.update(text)
-        elif live is not None:
-            live.stop()
-            _activity["live"] = None
+        try:
+            if text and live is None:
+                live = console.status(text)
+                live.start()
+                _activity["live"] = live
+            elif text:
+                live.update(text)
+            elif live is not None:
+                _activity["live"] = None
+                live.stop()
+        except Exception:  # noqa: BLE001 - a status line must not stop the work it describes
+            pass
 
 
 def _set(key: str, text: str | None) -> None:
@@ -67,9 +73,10 @@ def watch_compiles() -> None:
 
     from moesim.sim.engine import COMPILE_NOTE
 
-    if _activity.get("watching"):
-        return
-    _activity["watching"] = True
+    with _lock:
+        if _activity.get("watching"):
+            return
+        _activity["watching"] = True
     depth = threading.local()
 
     class Notice(event.Listener):
@@ -81,7 +88,7 @@ def watch_compiles() -> None:
                 _set("compiling", f"compiling {name} for this CPU ({COMPILE_NOTE})")
 
         def on_end(self, ev):
-            depth.n -= 1
+            depth.n = getattr(depth, "n", 1) - 1
             if depth.n == 0:
                 _set("compiling", None)
 

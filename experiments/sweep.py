@@ -354,7 +354,7 @@ def _compile_first(todo: list[tuple[str, dict]]) -> None:
         except MoesimError:
             continue  # its row will say why
         loops[settings.cache.policy, settings.prefetch.prefetcher] = None
-    compile_loops(loops)
+    compile_loops(loops, least=1)
 
 
 def _execute(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> Iterator[dict]:

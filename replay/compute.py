@@ -14,8 +14,10 @@ ctx KV tokens in all is S sequences of T/S query rows, each attending to ctx/T k
 the model's query heads grouped over its KV heads (head size ``HEAD``; one head of the KV width where that does not
 divide it) in one ``scaled_dot_product_attention``: the 4·q·ctx FLOPs the simulator's attention term counts (a
 prefill row's causal triangle as a rectangle of the same area). Each layer reads the next stretch of a key/value
-pool larger than any cache (``POOL_BYTES``), so every layer's keys come from memory as a real engine's per-layer
-caches do; a row whose sequences need more than the pool (``pool_keys``) has them overlap. The cache is in the
+pool as large as every layer's cache for the stream's largest row, or ``POOL_BYTES`` (past any cache) where that is
+larger (``pool_keys``): keys come from memory where a real engine's per-layer caches would, and stay cached where
+those would fit. A row whose sequences need more than the pool (it takes at most 1/``MEMORY_SHARE`` of the memory
+available) has them overlap, and a sequence that alone needs more attends to the pool's length. The cache is in the
 weights' type: torch on a CPU computes attention in f16 at half its fp32 rate (2.8 against 4.9 GFLOP/s on two Zen 4
 cores at 2,048 keys), where llama.cpp reads an f16 cache; the calibration times this stream, not llama.cpp's.
 """
@@ -112,12 +114,13 @@ class ComputeStream:
         return x + q @ wo * 0.01
 
     def attend(self, q):
-        """Each sequence's T/S query rows over its own ``keys`` keys and values, the next stretch of the pool
-        (sequences overlap where the pool is shorter than the row needs), every query head over its KV head."""
+        """Each sequence's query rows over its own ``keys`` keys and values, the next stretch of the pool
+        (sequences overlap where the pool is shorter than the row needs), every query head over its KV head. T
+        rows that S does not divide are ceil(T/S) a sequence, the last padded (at most S − 1 rows more)."""
         torch, seqs, hd, size = self.torch, self.seqs, self.head, self.pool[0].shape[1]
         keys = min(self.keys, size)
-        per_seq = q.shape[0] // seqs
-        used = seqs * per_seq
+        rows = q.shape[0]
+        per_seq = -(-rows // seqs)
         step = keys if seqs * keys <= size else (size - keys) // max(seqs - 1, 1)
         span = step * (seqs - 1) + keys
         if self.at + span > size:
@@ -126,11 +129,11 @@ class ComputeStream:
                 for p in self.pool)
         self.at += span
         width = self.q_heads * hd
-        queries = torch.nn.functional.pad(q[:used], (0, max(width - q.shape[1], 0)))[:, :width]
+        queries = torch.nn.functional.pad(q, (0, max(width - q.shape[1], 0), 0, seqs * per_seq - rows))[:, :width]
         queries = queries.view(seqs, per_seq, self.q_heads, hd).transpose(1, 2)
         out = torch.nn.functional.scaled_dot_product_attention(queries, k, v, enable_gqa=True)
-        out = out.transpose(1, 2).reshape(used, width)
-        return torch.nn.functional.pad(out, (0, max(q.shape[1] - width, 0), 0, q.shape[0] - used))[:, :q.shape[1]]
+        out = out.transpose(1, 2).reshape(seqs * per_seq, width)[:rows]
+        return torch.nn.functional.pad(out, (0, max(q.shape[1] - width, 0)))[:, :q.shape[1]]
 
     def ffn(self, x, weights):
         return swiglu(self.torch, x, weights, self.d, self.de)
@@ -181,9 +184,13 @@ def pool_keys(row_keys: int, caches: int, key_bytes: int, available: int) -> int
 
 
 def available_bytes(torch, device: str) -> int:
-    """Memory free on ``device``: the GPU's, or the host's available RAM."""
+    """Memory free on ``device``: the GPU's, or the host's ``MemAvailable`` (the page cache counts as free)."""
     if device == "cuda":
         return int(torch.cuda.mem_get_info()[0])
     import os
 
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    from moesim.sim.local_machine import MEMINFO, parse_meminfo, read_text
+
+    text = read_text(MEMINFO)
+    return (parse_meminfo(text).get("MemAvailable") if text else None) or \
+        os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")

@@ -41,6 +41,7 @@ from moesim.tracegen.trace import Trace
 
 log = logging.getLogger(__name__)  # compile_loops' notes: ``extra["activity"]`` says what runs, None when done
 
+
 @dataclass
 class DesResult:
     """One simulated configuration. Times in seconds; per-step figures are means over decode steps."""
@@ -173,12 +174,15 @@ class BatchRows(RowSource):
         return _measure_from(self.req, config.workload.warmup)
 
 
-def compile_loops(settings) -> None:
+def compile_loops(settings, least: int = 2) -> None:
     """Compile what simulating each ``(policy, prefetcher)`` of ``settings`` runs — the replacement
     policy's discrete-event loop and the prefetcher's code — where numba's disk cache lacks the loop,
     one process per policy in parallel (as many as there are cores): a cold ``plan`` or sweep compiles its
-    loops at once rather than one after another, and each once. Each process simulates a tiny trace, which compiles
-    the loop for the argument types every simulation passes."""
+    loops at once rather than one after another, and each once. Each process simulates a tiny trace, which
+    compiles the loop for the argument types every simulation passes. Logs what it compiles and each one done
+    (``extra["activity"]``, None at the end): the command's status line shows it. Fewer than ``least`` cold loops
+    are left to the caller (a plan compiles one as fast in its own process; a sweep's workers would each compile
+    it, so a sweep passes 1)."""
     import multiprocessing
 
     cold: dict[str, list] = {}
@@ -186,7 +190,7 @@ def compile_loops(settings) -> None:
         if not on_disk(bound_loop(policy)):
             cold.setdefault(policy, []).append(prefetcher)
     workers = min(len(cold), os.cpu_count() or 1)
-    if workers < 2:
+    if not cold or len(cold) < least:
         return
     what = f"compiling the simulator for {', '.join(cold)}, {{}} of {len(cold)} done ({COMPILE_NOTE})"
     log.info(what.format(0), extra={"activity": what.format(0)})

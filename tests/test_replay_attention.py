@@ -29,20 +29,22 @@ def test_pool_keys():
 
 
 def reference(q, k_pool, v_pool, seqs, keys, at, step, q_heads, kv_heads, hd):
-    """softmax(q_h K^T / sqrt(hd)) V per sequence s and query head h, K and V the keys of s's KV head."""
-    rows, group = q.shape[0] // seqs, q_heads // kv_heads
-    out = torch.zeros(seqs * rows, q_heads * hd, dtype=torch.float64)
+    """softmax(q_h K^T / sqrt(hd)) V per sequence s and query head h, K and V the keys of s's KV head; sequence s
+    holds query rows s·ceil(T/S) onwards; query widths past q_dim are zero, output widths past it dropped."""
+    rows, group, width = -(-q.shape[0] // seqs), q_heads // kv_heads, q.shape[1]
+    padded = torch.zeros(q.shape[0], max(width, q_heads * hd), dtype=torch.float64)
+    padded[:, :width] = q.double()
+    out = torch.zeros_like(padded)
     for s in range(seqs):
-        lo = at + s * step
+        lo, mine = at + s * step, slice(s * rows, (s + 1) * rows)
         for h in range(q_heads):
-            kv = h // group
-            k, v = k_pool[kv, lo:lo + keys].double(), v_pool[kv, lo:lo + keys].double()
-            qh = q[s * rows:(s + 1) * rows, h * hd:(h + 1) * hd].double()
-            out[s * rows:(s + 1) * rows, h * hd:(h + 1) * hd] = torch.softmax(qh @ k.T / math.sqrt(hd), -1) @ v
-    return out
+            k, v = k_pool[h // group, lo:lo + keys].double(), v_pool[h // group, lo:lo + keys].double()
+            qh = padded[mine, h * hd:(h + 1) * hd]
+            out[mine, h * hd:(h + 1) * hd] = torch.softmax(qh @ k.T / math.sqrt(hd), -1) @ v
+    return out[:, :width]
 
 
-@pytest.mark.parametrize("seqs,tokens,keys", [(4, 4, 6), (1, 6, 5), (2, 6, 3)])
+@pytest.mark.parametrize("seqs,tokens,keys", [(4, 4, 6), (1, 6, 5), (2, 6, 3), (2, 5, 3)])  # 5 rows: 3 + 2
 def test_attention_from_its_definition(seqs, tokens, keys):
     model = dataclasses.replace(get_model("mixtral-8x7b"), d_model=64, d_expert=32, q_dim=4 * HEAD, kv_dim=2 * HEAD,
                                 num_layers=2, dense_layers=0, vocab=16)
@@ -63,6 +65,19 @@ def test_sequences_overlap_in_a_short_pool():
     work = ComputeStream(model, row_keys=8)
     work.row(0, 4, 4 * 5, 4)   # 4 sequences of 5 keys, 20 > the pool's 8
     q = torch.randn(4, HEAD, generator=torch.Generator().manual_seed(2))
-    step = (8 - 5) // 3
-    want = reference(q, *work.pool, 4, 5, 0, step, 1, 1, HEAD)
+    want = reference(q, *work.pool, 4, 5, 0, 1, 1, 1, HEAD)  # sequence s starts at key s: the 8 keys hold all four
     assert torch.allclose(work.attend(q).double(), want, atol=1e-5)
+
+
+def test_latent_attention_is_one_head_of_its_width():
+    """DeepSeek-V2-Lite's widths (q 3072, latent 576): 5 query heads of 576 over one KV head, the last 192 query
+    columns left out of the scores and given back unchanged."""
+    model = dataclasses.replace(get_model("deepseek-v2-lite"), d_model=64, d_expert=32, num_layers=1, dense_layers=0,
+                                vocab=16)
+    work = ComputeStream(model, row_keys=8)
+    assert (work.q_heads, work.kv_heads, work.head) == (5, 1, 576)
+    work.row(0, 2, 2 * 4, 2)
+    q = torch.randn(2, 3072, generator=torch.Generator().manual_seed(3))
+    got = work.attend(q).double()
+    assert got.shape == (2, 3072) and not got[:, 2880:].any()
+    assert torch.allclose(got, reference(q, *work.pool, 2, 4, 0, 4, 5, 1, 576), atol=1e-5)

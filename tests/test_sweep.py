@@ -81,12 +81,13 @@ def test_a_parallel_sweep_compiles_each_loop_once_before_its_workers(tmp_path, m
     import moesim.sim.des as des
 
     asked = []
-    monkeypatch.setattr(des, "compile_loops", lambda loops: asked.append(list(loops)))
+    monkeypatch.setattr(des, "compile_loops", lambda loops, least=2: asked.append((list(loops), least)))
     spec = tmp_path / "d.toml"
     spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\npolicy = ["lru", "fifo", "nope"]\n'
                     'prefetch = ["none", "oracle"]\ncapacity = [4, 6]\n[fixed]\ndtype = "int4"\n')
     summary = run_sweep(load_spec(spec), tmp_path / "two.parquet", jobs=2)
-    assert asked == [[("lru", "none"), ("lru", "oracle"), ("fifo", "none"), ("fifo", "oracle")]]
+    # least=1: even one cold loop is compiled before the workers, which would each compile it
+    assert asked == [([("lru", "none"), ("lru", "oracle"), ("fifo", "none"), ("fifo", "oracle")], 1)]
     assert summary.failed == 4  # the unknown policy's rows
     run_sweep(load_spec(spec), tmp_path / "one.parquet", jobs=1)
     assert len(asked) == 1
