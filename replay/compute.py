@@ -24,6 +24,8 @@ cores at 2,048 keys), where llama.cpp reads an f16 cache; the calibration times 
 
 from __future__ import annotations
 
+import numpy as np
+
 from moesim.errors import MoesimError
 from moesim.tracegen.models import ModelSpec
 
@@ -98,9 +100,8 @@ class ComputeStream:
     def row(self, row: int, tokens: int, ctx: float = 0, seqs: int = 1):
         """The hidden states a request row of ``tokens`` tokens from ``seqs`` sequences starts from; its layers
         attend to ``ctx`` KV tokens in all."""
-        tokens = max(int(tokens), 1)
-        self.seqs = min(max(int(seqs), 1), tokens)
-        self.keys = row_keys_per_query(ctx, tokens) if self.pool else 0
+        seqs, keys = row_shape(tokens, ctx, seqs)
+        self.seqs, self.keys = int(seqs), int(keys) if self.pool else 0
         return self.tokens(tokens)
 
     def layer(self, x):
@@ -169,9 +170,11 @@ class ComputeStream:
         return x
 
 
-def row_keys_per_query(ctx: float, tokens: int) -> int:
-    """The keys each query row of a row of ``tokens`` tokens attends to when they read ``ctx`` in all."""
-    return int(round(ctx / max(int(tokens), 1)))
+def row_shape(tokens, ctx, seqs):
+    """(sequences, keys each query row attends to) of rows of ``tokens`` tokens from ``seqs`` sequences that read
+    ``ctx`` KV tokens in all: numbers or arrays of rows (the replay sizes its pool by the largest product)."""
+    tokens = np.maximum(np.asarray(tokens, np.int64), 1)
+    return np.clip(seqs, 1, tokens), np.rint(np.asarray(ctx, np.float64) / tokens).astype(np.int64)
 
 
 def pool_keys(row_keys: int, caches: int, key_bytes: int, available: int) -> int:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.replay.compute import DTYPE, ComputeStream
+from moesim.replay.compute import DTYPE, ComputeStream, row_shape
 from moesim.replay.scratch import work_folder
 from moesim.replay.virtual import VirtualBackend
 from moesim.sim.config import CACHE_PARAMS, PREFETCH_PARAMS, STRATEGY_PARAMS, Config
@@ -177,8 +177,8 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
         times, counts = _execute(sim, machine, machine, layout, trace.meta.num_experts)
         return _result(sim, backend, model.num_layers, scale, times, counts, machine.copy_busy_s)
     req = sim.requests
-    seqs = np.clip(req.outputs, 1, np.maximum(req.tokens, 1))
-    row_keys = int(np.max(np.rint(req.ctx / np.maximum(req.tokens, 1)) * seqs, initial=0))  # ComputeStream.row's
+    seqs, keys = row_shape(req.tokens, req.ctx, req.outputs)  # as ComputeStream.row will see each row
+    row_keys = int(np.max(seqs * keys, initial=0))
     previous = signal.signal(signal.SIGTERM, _terminate)  # a kill unwinds, so the files are removed
     try:
         machine = open_backend(backend, model, layout.total, folder, seed, placed_layers)
