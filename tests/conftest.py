@@ -8,6 +8,24 @@ from moesim.tracegen.io import bundled_trace_path, load_trace
 SHARED_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mixtral-8x7b" / "gsm8k_2_routing.jsonl"
 
 
+def pytest_configure(config):
+    """Run across worker processes (``-n``, pytest-xdist), the suite first compiles every policy's discrete-event
+    loop, the bulk of a cold run's compiling (about 20 s each on 2 cores), where numba's disk cache lacks it: once
+    each, one process per core, before the workers start (``compile_loops``; the slowest first, so that no core
+    waits on one at the end). Each worker would compile what its tests run, twice where two workers' tests need
+    one policy at once; they load the loops from disk instead."""
+    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        return
+    from moesim.policies import POLICIES
+    from moesim.sim.des import compile_loops
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("compiling every policy's discrete-event loop where numba's cache lacks it")
+    slowest = ("gamma", "gamma-admit", "lfu", "arc", "lecar")
+    compile_loops([(policy, "none") for policy in sorted(POLICIES, key=lambda p: p not in slowest)], least=1)
+
+
 @pytest.fixture(scope="session")
 def mixtral():
     """The bundled real Mixtral-8x7B trace."""
