@@ -10,7 +10,7 @@ import typer
 import moesim
 from moesim.cli.console import console, emit_json, slots_text, table, working
 from moesim.cli.settings import Asked, takes
-from moesim.experiments.plan import DTYPES, PLAN_PROMPT, PLAN_SETTINGS
+from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS
 from moesim.files import check_output
 from moesim.sim.config import DTYPES as FORMATS
 
@@ -28,6 +28,8 @@ def plan(
                                                       "(PNG or SVG).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON: {\"rows\": [...], \"skipped\": [...]}.")]
     = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column: policy, prefetch, slots, CPU layers, TPOT, the "
+                                                     "CPU's share, the engine and its settings.")] = False,
     *,
     asked: Asked,
 ) -> None:
@@ -52,21 +54,55 @@ def plan(
     if as_json:
         emit_json(result.as_dict())
         return
-    table(f"{result.model} on {result.hardware}: {result.machine}; {result.trace}; batch {result.batch}, prompt "
-          f"{result.prompt} tokens. Ranked by decode tokens/s; TTFT in s, memory in GiB",
-          ["#", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s", "TPOT ms", "TTFT",
-           "VRAM", "RAM", "on CPU", "run it with"],
-          [[r["rank"], r["strategy"], r["dtype"], r["policy"] or "-", r["prefetch"] or "-",
-            "-" if r["capacity"] is None else f"{slots_text(r['capacity'])}{' in all' if r['scope'] == 'global' else ''}",
-            "-" if r["cpu_layers"] is None else f"{r['cpu_layers']}/{r['layers']}",
-            r["tokens_per_s"], r["tpot_s"] * 1e3, r["ttft_s"], r["vram_gb"], r["ram_gb"], r["cpu_share"],
-            f"{r['engine']}" + (f": {r['engine_flags']}" if r["engine_flags"] else "")] for r in result.rows])
-    unrun: dict = {}  # candidates refused for the same reason: one line
+    title = (f"{result.model} on {result.hardware}: {result.machine}; {result.trace}; batch {result.batch}, prompt "
+             f"{result.prompt} tokens. Ranked by decode tokens/s (equal: by TTFT); TTFT in s, memory in GiB")
+    if wide:
+        table(title, ["#", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s", "TPOT ms", "TTFT",
+                      "VRAM", "RAM", "on CPU", "run it with"],
+              [[r["rank"], r["strategy"], r["dtype"], r["policy"] or "-", r["prefetch"] or "-",
+                "-" if r["capacity"] is None else f"{slots_text(r['capacity'])}{' in all' if r['scope'] == 'global' else ''}",
+                "-" if r["cpu_layers"] is None else f"{r['cpu_layers']}/{r['layers']}",
+                r["tokens_per_s"], r["tpot_s"] * 1e3, r["ttft_s"], r["vram_gb"], r["ram_gb"], r["cpu_share"],
+                run_with(r)] for r in result.rows])
+    else:
+        three = lambda x: f"{x:.3g}"  # noqa: E731  (the narrow table's seconds and GiB)
+        table(title, ["#", "strategy", "dtype", "experts on GPU", "tok/s", "TTFT", "VRAM", "RAM"],
+              [[r["rank"], r["strategy"] + (f"+{r['prefetch']}" if r["prefetch"] in NEXT_CELL else ""), r["dtype"],
+                placed(r), r["tokens_per_s"], three(r["ttft_s"]), three(r["vram_gb"]), three(r["ram_gb"])]
+               for r in result.rows])
+        for r in result.rows[:RUN_LINES]:
+            console.print(f"#{r['rank']}: {run_with(r)}", soft_wrap=True)
+        console.print("(every row's settings and engine: --wide or --json)")
+    unrun: dict = {}  # candidates of a format refused for the same reason: one line, each strategy once
     for s in result.skipped:
         named = " + ".join(v for v in (s["policy"], s["prefetch"]) if v and v != "none")
-        unrun.setdefault((s["strategy"], s["dtype"], s["reason"]), []).append(named)
-    for (strategy, dtype, reason), settings in unrun.items():
-        named = "; ".join(n for n in settings if n)
-        console.print(f"not run: {strategy} ({dtype}{': ' + named if named else ''}): {reason}", soft_wrap=True)
+        unrun.setdefault((s["dtype"], s["reason"]), {}).setdefault(s["strategy"], []).append(named)
+    for (dtype, reason), strategies in unrun.items():
+        which = ", ".join(f"{name} ({'; '.join(n for n in settings if n)})" if any(settings) else name
+                          for name, settings in strategies.items())
+        console.print(f"not run in {dtype}: {which}: {reason}", soft_wrap=True)
     if plot is not None and result.rows:
         console.print(f"wrote {plot}")
+
+
+NEXT_CELL = ("history", "oracle")  # prefetchers that fetch the next layer's experts (named beside the strategy)
+RUN_LINES = 3  # rows whose engine settings the compact table prints below it
+
+
+def placed(r: dict) -> str:
+    """Where a row keeps its experts, in a few characters: every one, C per layer (and the policy), a pinned
+    pool, the CPU's layers."""
+    if r["strategy"] == ALL_ON_GPU:
+        return "all"
+    if r["capacity"] is None:
+        return f"{r['layers'] - r['cpu_layers']}/{r['layers']} layers"
+    if r["scope"] == "global":
+        return f"{slots_text(r['capacity'])} {'pinned' if r['policy'] == 'static' else r['policy']}"
+    c = r["capacity"]
+    return f"{f'{min(c)}-{max(c)}' if isinstance(c, tuple) else c}/layer {r['policy']}"
+
+
+def run_with(r: dict) -> str:
+    """The engine and its settings (or why it has none)."""
+    flags = r["engine_flags"]
+    return f"{r['engine']} (no settings{flags[4:]})" if flags.startswith("none:") else f"{r['engine']}: {flags}"

@@ -28,7 +28,8 @@ from moesim.errors import MoesimError
 from moesim.sim.config import Config
 from moesim.sim.des import DesResult, compile_loops, simulate_des
 from moesim.sim.machine import Hardware
-from moesim.sim.strategies import get_strategy
+from moesim.sim.memory import DoesNotFit
+from moesim.sim.strategies import ON_CPU, ON_GPU, get_strategy
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, get_model
 from moesim.tracegen.trace import Trace
 
@@ -44,6 +45,7 @@ CANDIDATES = (
     ("lowbit-miss", {"policy": "lru", "capacity": "auto"}),
 )
 DTYPES = ("bf16", "q8_0", "q4_k")
+ALL_ON_GPU = "all-on-gpu"  # the row of a format whose every expert fits on the GPU, whichever strategy gave it
 SYNTH_TOKENS = 128  # decode tokens per sequence of a synthetic trace
 CURVE_POINTS = 6
 
@@ -113,6 +115,7 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
     hw = base.hardware.spec()
     out = Plan(spec.name, hw.name, hw.describe(), name, wl.prompt, wl.batch, simulated=tr, spec=spec, machine_spec=hw)
     compile_loops(plan_loops())
+    short = []  # the candidates memory refused
     # a machine without a GPU runs every expert on its CPU: the candidates that place experts there, not a cache
     candidates = [(s, c) for s, c in CANDIDATES if hw.gpu is not None or not get_strategy(s).CACHE]
     for dtype in dtypes:
@@ -125,13 +128,60 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
                                      else "uniform"})
             try:
                 result = simulate_des(tr, config, spec, hw)
+            except DoesNotFit as exc:  # what it needs, without the advice to a 'sim run' user
+                out.skipped.append({"strategy": strategy, "dtype": dtype, **_named(settings),
+                                    "reason": f"needs {exc.parts}"})
+                short.append((exc, dtype))
+                continue
             except MoesimError as exc:
                 out.skipped.append({"strategy": strategy, "dtype": dtype, **_named(settings), "reason": str(exc)})
                 continue
             out.results.append(result)
-    out.results.sort(key=lambda r: -r.tokens_per_s)
-    out.rows = [{"rank": i + 1, **row(r, spec, hw.gpu is not None)} for i, r in enumerate(out.results)]
+    if not out.results:
+        raise MoesimError(_nothing_fits(spec, hw, short) if short else f"no strategy runs {spec.name}: "
+                          + "; ".join(f"{s['strategy']} ({s['dtype']}): {s['reason']}" for s in out.skipped[:3]))
+    out.results.sort(key=rank_key)
+    rows = [row(r, spec, hw.gpu is not None) for r in out.results]
+    out.rows = [{"rank": i + 1, **r} for i, r in enumerate(_fold(rows))]
     return out
+
+
+def rank_key(r: DesResult) -> tuple[float, float]:
+    """Faster first; equal tokens/s (to the 4 significant digits a table shows) by the time to first token."""
+    return -float(f"{r.tokens_per_s:.4g}"), r.ttft_s
+
+
+def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
+    """One line: the candidate that misses this machine's memory by the least, what it needs part by part."""
+    least, dtype = min(short, key=lambda refused: refused[0].memory.short())
+    m = least.memory
+    parts = [m.gpu_parts()] if m.vram and m.gpu > m.vram else []
+    parts += [m.host_parts()] if m.ram and m.host > m.ram else []
+    return (f"nothing fits {spec.name} on {hw.name}: the least any strategy needs is {dtype} with "
+            f"{least.placement}: " + "; ".join(parts))
+
+
+def _fold(rows: list[dict]) -> list[dict]:
+    """Rows that keep every expert on the GPU are one placement whatever the strategy: per format, the first
+    (the fastest) stays, named for what it is, and lists the candidates folded into it."""
+    out, kept = [], {}
+    for r in rows:
+        if not r.pop("all_on_gpu"):
+            out.append(r)
+        elif r["dtype"] in kept:
+            kept[r["dtype"]]["same_as"].append(_candidate(r))
+        else:
+            kept[r["dtype"]] = {**r, "strategy": ALL_ON_GPU, "policy": None, "prefetch": None, "capacity": None,
+                                "scope": None, "cpu_layers": 0, "engine": "llama.cpp, or any engine",
+                                "engine_flags": "-ngl 99", "same_as": [_candidate(r)]}
+            out.append(kept[r["dtype"]])
+    return out
+
+
+def _candidate(r: dict) -> str:
+    """A row's strategy and the settings that tell it apart."""
+    settings = [v for v in (r["policy"], r["prefetch"]) if v and v != "none"]
+    return r["strategy"] + (f" ({' + '.join(settings)})" if settings else "")
 
 
 def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
@@ -139,7 +189,7 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
     config = r.config
     strategy = get_strategy(config.execution.strategy)
     params = {**strategy.PARAMS, **config.execution.params}
-    engine, flags = strategy.engine(params, config.cache.capacity, spec.num_layers)
+    engine, flags = strategy.engine(params, config.cache, spec)
     if not gpu:
         engine, flags = "llama.cpp (CPU build)", "-ngl 0"
     threads = config.hardware.threads  # as the engine is told them
@@ -147,6 +197,10 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
     if threads is not None and option is not None:
         flags = f"{flags} {option} {threads}".strip()
     cached = strategy.CACHE
+    place = strategy.placement(spec.num_layers, params)
+    slots = config.cache.slots(spec.num_layers) if cached else np.zeros(1, np.int64)
+    every = spec.num_experts if config.cache.scope == "per-layer" else spec.num_layers * spec.num_experts
+    all_on_gpu = gpu and ((place == ON_GPU).all() or (cached and (place != ON_CPU).all() and (slots >= every).all()))
     return {"strategy": strategy.NAME, "dtype": config.model.dtype,
             "policy": config.cache.policy if cached else None,
             "prefetch": config.prefetch.prefetcher if cached else None,
@@ -155,7 +209,7 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
             "cpu_layers": params.get("cpu_layers"), "layers": spec.num_layers,
             "tokens_per_s": r.tokens_per_s, "tpot_s": r.tpot_s, "ttft_s": r.ttft_s,
             "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hit_rate": r.hit_rate, "cpu_share": r.cpu_share,
-            "engine": engine, "engine_flags": flags}
+            "engine": engine, "engine_flags": flags, "all_on_gpu": bool(all_on_gpu)}
 
 
 def _named(settings: dict) -> dict:

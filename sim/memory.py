@@ -76,21 +76,42 @@ class Memory:
         return {"vram_gb": self.gpu / GIB, "ram_gb": self.host / GIB,
                 "vram_limit_gb": self.vram / GIB or None, "ram_limit_gb": self.ram / GIB or None}
 
-    def check(self, what: str, hint: str, ram_hint: str) -> None:
-        """Refuse, with the numbers, a configuration that does not fit (``hint``: what to change where the GPU's
-        memory is short, ``ram_hint`` where the host's RAM is)."""
+    def check(self, model: str, placement: str, hint: str, ram_hint: str) -> None:
+        """Refuse, with the numbers, ``model`` with ``placement`` (in words) where it does not fit (``hint``: what
+        to change where the GPU's memory is short, ``ram_hint`` where the host's RAM is)."""
         if self.vram and self.gpu > self.vram:
-            g = lambda x: f"{x / GIB:.1f}"  # noqa: E731
-            raise MoesimError(
-                f"{what} needs {g(self.gpu)} GiB of GPU memory ({g(self.experts)} experts + {g(self.weights)} other "
-                f"weights + {g(self.kv)} KV cache + {g(self.scratch)} scratch + {g(self.reserve)} reserve), the GPU "
-                f"has {g(self.vram)} GiB; {hint}")
+            raise DoesNotFit(f"{model} with {placement}", placement, self.gpu_parts(), hint, self)
         if self.ram and self.host > self.ram:
-            raise MoesimError(
-                f"{what} needs {self.host / GIB:.1f} GiB of host RAM ({self.host_experts / GIB:.1f} experts"
+            raise DoesNotFit(f"{model} with {placement}", placement, self.host_parts(), ram_hint, self)
+
+    def gpu_parts(self) -> str:
+        """GPU memory needed, part by part, and what the GPU has."""
+        g = lambda x: f"{x / GIB:.1f}"  # noqa: E731
+        return (f"{g(self.gpu)} GiB of GPU memory ({g(self.experts)} experts + {g(self.weights)} other weights + "
+                f"{g(self.kv)} KV cache + {g(self.scratch)} scratch + {g(self.reserve)} reserve), the GPU has "
+                f"{g(self.vram)} GiB")
+
+    def host_parts(self) -> str:
+        """Host RAM needed, part by part, and what the host has."""
+        return (f"{self.host / GIB:.1f} GiB of host RAM ({self.host_experts / GIB:.1f} experts"
                 + (f" ({self.host_copies} copies, one per socket)" if self.host_copies > 1 else "") + " + "
                 + (f"{self.host_other / GIB:.1f} other weights and KV cache + " if self.host_other else "")
-                + f"{self.host_reserve / GIB:.1f} reserve), the host has {self.ram / GIB:.1f} GiB; {ram_hint}")
+                + f"{self.host_reserve / GIB:.1f} reserve), the host has {self.ram / GIB:.1f} GiB")
+
+    def short(self) -> float:
+        """GiB missing, GPU and host together (0 where it fits)."""
+        return (max(self.gpu - self.vram, 0.0) if self.vram else 0.0) / GIB + \
+            (max(self.host - self.ram, 0.0) if self.ram else 0.0) / GIB
+
+
+class DoesNotFit(MoesimError):
+    """A model with a placement (``placement``, in words) that does not fit the machine: ``parts`` is the memory it
+    needs part by part and what the machine has, ``memory`` the numbers; the message adds ``hint``, what to
+    change."""
+
+    def __init__(self, what: str, placement: str, parts: str, hint: str, memory: Memory):
+        super().__init__(f"{what} needs {parts}; {hint}")
+        self.placement, self.parts, self.memory = placement, parts, memory
 
 
 @dataclass(frozen=True)
@@ -176,7 +197,7 @@ def resolve(fp: Footprint, config, top_k: int):
     # an SSD tier backs a GPU cache's misses only (sim.run refuses it elsewhere)
     ssd = strategy.CACHE and not strategy.CPU and not fp.cpu_only
     ram_hint = "use a smaller --dtype or --ram" + (", or an SSD tier (--ssd with --dram-capacity)" if ssd else "")
-    memory.check(f"{model.name} with {_describe(config, model)}", hint, ram_hint)
+    memory.check(model.name, _describe(config, model), hint, ram_hint)
     return config, memory
 
 

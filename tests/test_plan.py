@@ -74,14 +74,18 @@ def test_plan_with_the_best_split_spends_the_same_memory_better(mixtral_plan):
 
 
 def test_candidates_refused_for_one_reason_are_one_line(cli):
-    """On a machine whose RAM cannot hold bf16 experts, gpu-cache's two candidates (with and without history
-    prefetch) share a line; the hint names what applies (no SSD tier for a CPU strategy)."""
-    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx5070ti", "--ram", "32", "--dtype", "bf16")
+    """On a machine whose RAM cannot hold bf16 experts, the candidates refused for that (gpu-cache with and
+    without history prefetch, ...) share a line, which says what they need (Qwen3-30B-A3B's 48 x 128 experts of
+    3 x 2048 x 768 bf16 weights: 54.0 GiB) and not a 'sim run' user's options (plan has no --ssd)."""
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx5070ti", "--ram", "32", "--dtype",
+                         "bf16,q4_k")
     assert code == 0, err
     text = " ".join(out.split())
-    assert text.count("not run: gpu-cache (bf16: lru; lru + history):") == 1
-    assert "or an SSD tier" in text.split("not run: gpu-cache")[1].split("not run:")[0]
-    assert "or an SSD tier" not in text.split("not run: cpu-experts")[1].split("not run:")[0]
+    assert text.count("not run in bf16: gpu-cache (lru; lru + history), ") == 1
+    unrun = " ".join(" ".join(out.split("not run")[1:]).split())
+    assert unrun.count("gpu-cache") == 1  # one line for every candidate refused for that
+    assert "needs 58.0 GiB of host RAM (54.0 experts + 4.0 reserve), the host has 32.0 GiB" in text
+    assert "--ssd" not in text and "--capacity" not in text and "--cpu-layers" not in text
 
 
 def test_threads_reach_the_cpu_model_and_the_engines_flags(cli):
@@ -106,3 +110,69 @@ def test_threads_reach_the_cpu_model_and_the_engines_flags(cli):
     assert moesim.simulate(trace, hardware="ryzen-7950x", threads=2, strategy="cpu-experts",
                            dtype="q4_k").tpot_s == two.tpot_s
     assert two.tpot_s > moesim.simulate(trace, hardware=hw, strategy="cpu-experts", dtype="q4_k").tpot_s
+
+
+def test_placements_that_keep_every_expert_on_the_gpu_are_one_row():
+    """Qwen3-30B-A3B in q4_k fits an RTX 4090 whole: every strategy then runs the same placement (cpu-experts with
+    0 CPU layers, caches of all 128 experts), shown once as all-on-gpu, naming the candidates it stands for, with
+    llama.cpp's settings for it; the rows around it keep experts off the GPU."""
+    import moesim
+
+    plan = moesim.plan("qwen3-30b-a3b", "rtx4090", dtypes=("q4_k",))
+    whole = [r for r in plan.rows if r["strategy"] == "all-on-gpu"]
+    assert len(whole) == 1 and whole[0]["engine_flags"] == "-ngl 99" and whole[0]["cpu_layers"] == 0
+    assert "cpu-experts" in whole[0]["same_as"] and len(whole[0]["same_as"]) >= 2
+    for r in plan.rows:
+        assert r["cpu_layers"] != 0 or r["strategy"] == "all-on-gpu"
+        assert r["capacity"] is None or (r["capacity"] < 128 if r["scope"] == "per-layer" else r["capacity"] < 48 * 128)
+
+
+def test_equal_tokens_per_s_rank_by_time_to_first_token():
+    """Rows of the same tokens/s to the 4 significant digits a table shows rank by TTFT, shortest first (a
+    13.2 s-TTFT row no longer above a 1.0 s one); a faster row still ranks first whatever its TTFT."""
+    from types import SimpleNamespace as Row
+
+    from moesim.experiments.plan import rank_key
+
+    rows = [Row(tokens_per_s=20.004, ttft_s=13.2), Row(tokens_per_s=20.001, ttft_s=1.0),
+            Row(tokens_per_s=20.05, ttft_s=30.0), Row(tokens_per_s=19.0, ttft_s=0.1)]
+    assert [(r.tokens_per_s, r.ttft_s) for r in sorted(rows, key=rank_key)] == [
+        (20.05, 30.0), (20.001, 1.0), (20.004, 13.2), (19.0, 0.1)]
+
+
+def test_every_row_says_how_to_run_it(mixtral_plan):
+    """Each row names its engine with the settings it takes, or 'none: why'."""
+    rows = mixtral_plan[0]["rows"]
+    assert all(r["engine"] and r["engine_flags"] for r in rows)
+    flags = {r["engine"]: r["engine_flags"] for r in rows}
+    assert flags["Fiddler"] == "--cpu-offload 1"
+    assert flags["kTransformers"].startswith("--optimize_config_path")
+    assert flags["HybriMoE"].startswith("none: ") and flags["HOBBIT (llama.cpp fork)"].startswith("none: ")
+    cache = next(r for r in rows if r["engine"] == "Mixtral-offloading")
+    assert cache["engine_flags"] == f"OffloadConfig(offload_per_layer={8 - cache['capacity']})"
+
+
+def test_when_nothing_fits_plan_says_the_least_it_needs_and_exits_1(cli):
+    """2 GiB of GPU memory and 8 GiB of RAM hold Mixtral-8x7B in no format: one line, exit 1, with the candidate
+    that misses by the least, its memory part by part (the host's experts alone are 8 x 32 x 0.08 GiB in q4_k)."""
+    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--vram", "2", "--ram", "8")
+    assert code == 1 and out.strip() == "" and len(err.strip().splitlines()) == 1, (out, err)
+    assert err.startswith("moesim: error: nothing fits mixtral-8x7b on ")
+    assert "GiB of GPU memory (" in err or "GiB of host RAM (" in err
+    assert "the GPU has 2.0 GiB" in err or "the host has 8.0 GiB" in err
+
+
+def test_the_plan_table_fits_80_columns(cli, monkeypatch):
+    """At 80 columns the table is one table of the columns a reader needs, the top rows' engine settings under it;
+    --wide gives every column."""
+    from moesim.cli.console import console
+
+    monkeypatch.setattr(console, "width", 80)
+    code, out, err = cli("plan", "--model", "olmoe-1b-7b", "--hardware", "rtx5070ti", "--dtype", "q4_k")
+    assert code == 0, err
+    drawn = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert drawn and max(map(len, drawn)) <= 80
+    assert sum("tok/s" in line for line in drawn) == 1  # one header: not split into parts
+    assert "#1: " in out and "--wide" in out
+    code, wide, err = cli("plan", "--model", "olmoe-1b-7b", "--hardware", "rtx5070ti", "--dtype", "q4_k", "--wide")
+    assert code == 0 and "TPOT" in wide and "run it with" in " ".join(wide.split())

@@ -15,6 +15,10 @@ placement = all_cached
 miss_actions = all_loaded
 
 
-def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:
-    """The engines that run this strategy, and their settings."""
-    return "Mixtral-offloading, MoE-Infinity (expert cache)", ""
+def engine(params: dict, cache, model) -> tuple[str, str]:
+    """The engine that runs this strategy, and its settings: Mixtral-offloading's ``OffloadConfig`` (a Python
+    object; it has no command line) keeps E - offload_per_layer experts of every layer in an LRU cache on the
+    GPU. MoE-Infinity's cache is sized by a share of GPU memory (``device_memory_ratio``), not in experts."""
+    if isinstance(cache.capacity, tuple) or cache.scope != "per-layer":
+        return "Mixtral-offloading", "none: its OffloadConfig takes one size for every layer"
+    return "Mixtral-offloading", f"OffloadConfig(offload_per_layer={model.num_experts - cache.capacity})"

@@ -42,5 +42,6 @@ def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     return np.where(cheap, A_LOWBIT, A_LOAD).astype(np.int8)
 
 
-def engine(params: dict, capacity: int, num_layers: int) -> tuple[str, str]:
-    return "HOBBIT (llama.cpp fork)", ""
+def engine(params: dict, cache, model) -> tuple[str, str]:
+    """HOBBIT (a llama.cpp fork) has no public release, so no settings to give."""
+    return "HOBBIT (llama.cpp fork)", "none: no public release"
