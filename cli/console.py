@@ -131,6 +131,16 @@ def fmt(value) -> str:
     return str(value)
 
 
+def seconds_text(seconds: float) -> str:
+    """A duration in the unit a person reads it in, to 4 significant digits: 87.17 ms, 10.66 s, 450 µs."""
+    if math.isnan(seconds):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.4g} {unit}"
+    return f"{seconds * 1e6:.4g} µs"
+
+
 def slots_text(capacity) -> str:
     """A capacity as a table shows it: the number, or a per-layer list's total and range."""
     if isinstance(capacity, tuple):

@@ -13,6 +13,7 @@ from moesim.cli.settings import Asked, takes
 from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS
 from moesim.files import check_output
 from moesim.sim.config import DTYPES as FORMATS
+from moesim.tracegen.io import trace_file
 
 
 @takes([*PLAN_SETTINGS, "dtype"], listed=("dtype",),
@@ -22,7 +23,8 @@ from moesim.sim.config import DTYPES as FORMATS
               "dtype": f"Weight formats to consider (every weight in each): {', '.join(FORMATS)}."},
        aliases={"prompt": ("--context",)})
 def plan(
-    trace: Annotated[Optional[Path], typer.Option(help="Routing trace to simulate (default: the bundled one for "
+    trace: Annotated[Optional[Path], typer.Option(callback=lambda p: p and trace_file(p),
+                                                  help="Routing trace to simulate (default: the bundled one for "
                                                        "mixtral-8x7b, else a synthetic trace of the model).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Also draw tokens/s against GPU memory per strategy "
                                                       "(PNG or SVG).")] = None,

@@ -14,6 +14,7 @@ from moesim.cli.options import TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.replay.run import REPLAY_SETTINGS
 from moesim.sim.strategies import get_strategy
+from moesim.tracegen.io import trace_file
 
 Layers = Annotated[Optional[int], typer.Option(help="Keep only the first N MoE layers (recorded in the output).")]
 Scale = Annotated[float, typer.Option(help="Multiply the model's widths by S (0 < S <= 1; recorded).")]
@@ -149,8 +150,9 @@ def replay(
               "threads": "--engine llama.cpp: comma-separated thread counts (default 1, 2, 4, ... and every core)."},
        aliases={"policy": ("--policies",)})
 def validate(
-    trace_path: Annotated[Optional[Path], typer.Argument(metavar="[TRACE]", help="Trace file (Parquet); none with "
-                                                                                  "--engine llama.cpp.")] = None,
+    trace_path: Annotated[Optional[Path], typer.Argument(metavar="[TRACE]", callback=lambda p: p and trace_file(p),
+                                                         help="Trace file (Parquet; bundled: the shipped one); none "
+                                                              "with --engine llama.cpp.")] = None,
     backend: Backend = "cpu",
     layers: Layers = None,
     scale: Scale = 1.0,

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 import moesim
-from moesim.cli.console import console, emit_json, slots_text, table
+from moesim.cli.console import console, emit_json, seconds_text, slots_text, table
 from moesim.cli.settings import Asked, takes
 from moesim.cli.options import AsJson, TracePath
 from moesim.cli.sim_cmd import app
@@ -53,12 +53,12 @@ def serve(
     table(f"{trace_path}: {result.model} on {result.hardware}, {c.execution.strategy}, {c.cache.policy} "
           f"@ {slots_text(s['capacity'])}, {s['requests']} requests ({arrivals_text}), max batch {sv.max_batch}, "
           f"{sv.max_batch_tokens} tokens/step" + (f", {sv.draft_tokens} draft tokens at {sv.acceptance:g}"
-                                                  if sv.draft_tokens else "") + "; times in ms",
+                                                  if sv.draft_tokens else ""),
           ["", "mean", "p50", "p90", "p99"],
-          [["TTFT", *(s[f"ttft_{q}_s"] * 1e3 for q in ("mean", "p50", "p90", "p99"))],
-           ["TPOT", s["tpot_s"] * 1e3, *(s[f"tpot_{q}_s"] * 1e3 for q in ("p50", "p90", "p99"))],
-           ["end to end", *(s[f"e2e_{q}_s"] * 1e3 for q in ("mean", "p50", "p90", "p99"))],
-           ["queueing", *(s[f"queue_{q}_s"] * 1e3 for q in ("mean", "p50", "p90", "p99"))]])
+          [["TTFT", *(seconds_text(s[f"ttft_{q}_s"]) for q in ("mean", "p50", "p90", "p99"))],
+           ["TPOT", seconds_text(s["tpot_s"]), *(seconds_text(s[f"tpot_{q}_s"]) for q in ("p50", "p90", "p99"))],
+           ["end to end", *(seconds_text(s[f"e2e_{q}_s"]) for q in ("mean", "p50", "p90", "p99"))],
+           ["queueing", *(seconds_text(s[f"queue_{q}_s"]) for q in ("mean", "p50", "p90", "p99"))]])
     if sv.dynamic_kv:
         console.print(f"expert slots per layer {s['slots_min']} to {s['capacity']} ({s['slots_mean']:.3g} on average) "
                       f"as the KV cache grew and shrank; {s['reclaimed']} experts given back to it")

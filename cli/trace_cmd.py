@@ -8,13 +8,13 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.cli.console import console, emit_json, table, warn
-from moesim.cli.options import Force
+from moesim.cli.options import Force, TracePath
 from moesim.errors import MoesimError
 from moesim.files import check_output
 from moesim.tracegen.models import get_model
 from moesim.tracegen.fit import compare, fit_locality
 from moesim.tracegen.importers import FORMATS, import_trace
-from moesim.tracegen.io import load_trace, stored_columns, write_trace
+from moesim.tracegen.io import load_trace, stored_columns, trace_file, write_trace
 from moesim.tracegen.schema import TraceMeta
 from moesim.tracegen.stats import summary, trace_stats
 from moesim.tracegen.synth import Locality, synth_trace
@@ -102,7 +102,8 @@ def synth(
     seq_alpha: Annotated[float, typer.Option(help="Dirichlet alpha of per-sequence preference (lower: more skew).")] = Locality.seq_alpha,
     reuse: Annotated[float, typer.Option(help="Chance a slot repeats an expert of the previous token.")] = Locality.reuse,
     cross_layer: Annotated[float, typer.Option(help="Chance a slot follows the previous layer's expert map.")] = Locality.cross_layer,
-    like: Annotated[Optional[Path], typer.Option(help="Fit the locality knobs (and dims) to this real trace and report.")] = None,
+    like: Annotated[Optional[Path], typer.Option(callback=lambda p: p and trace_file(p), help="Fit the locality knobs "
+                                                 "(and dims) to this real trace (bundled: the shipped one) and report.")] = None,
     force: Force = False,
 ) -> None:
     """Generate a synthetic trace with controlled locality, or one fitted to a real trace (--like).
@@ -148,7 +149,7 @@ def synth(
 
 @app.command()
 def info(
-    trace_path: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file (Parquet).")],
+    trace_path: TracePath,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Describe a trace: model, dimensions, steps, accesses, expert popularity skew, reuse.

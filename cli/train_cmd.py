@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from moesim.errors import MoesimError
+from moesim.tracegen.io import trace_file
 from moesim.cli.console import console, emit_json, table
 from moesim.cli.options import Force
 from moesim.files import check_output
@@ -18,7 +19,8 @@ app = typer.Typer(help="Train learned eviction policies.", no_args_is_help=True,
 
 @app.command("ml-ffn")
 def ml_ffn(
-    train_trace: Annotated[Path, typer.Argument(metavar="TRAIN_TRACE", help="Trace to learn from (Parquet).")],
+    train_trace: Annotated[Path, typer.Argument(metavar="TRAIN_TRACE", callback=trace_file,
+                                                help="Trace to learn from (Parquet; bundled: the shipped one).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Model file to write (.npz, plain arrays).")],
     layers: Annotated[str, typer.Option("--layers", help="per-layer: one FFN per layer (FlashMoE); shared: "
                                                          "one for all layers.")] = "per-layer",

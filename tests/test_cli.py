@@ -93,3 +93,15 @@ def test_demo_writes_its_table_and_plots(cli, tmp_path):
     assert (results["vram_gb"] <= 24).all()  # only what fits the card
     lru4 = results.filter((pl.col("policy") == "lru") & (pl.col("capacity") == 4))
     assert lru4["hits"][0] == 9389  # the golden hit-rate table's number (step semantics)
+
+
+def test_bundled_names_the_shipped_trace_wherever_a_trace_is_asked_for(cli, mixtral):
+    """``bundled`` is the shipped trace on the command line as in sweep specs and the API."""
+    import moesim
+
+    code, out, err = cli("sim", "hitrate", "bundled", "--policy", "lru", "--capacity", "4", "--json")
+    assert code == 0, err
+    assert json.loads(out)["results"][0]["hits"] == moesim.hitrate(mixtral, policy="lru", capacity=4).hits
+    code, out, err = cli("trace", "info", "bundled", "--json")
+    assert code == 0 and json.loads(out)["accesses"] == mixtral.accesses, err
+    assert (moesim.load_trace("bundled").experts == mixtral.experts).all()

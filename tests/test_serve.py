@@ -252,6 +252,7 @@ def test_sim_serve_json_has_the_documented_keys(cli, tmp_path):
     assert pl.read_parquet(out).height == 6
     code, text, _ = cli("sim", "serve", bundled_trace_path(), "--rate", "0.5", "--requests", "4", "--dtype", "q4_k")
     assert code == 0 and "TTFT" in text and "hit rate by running batch" in text
+    assert "e+" not in text and " ms " in text  # latencies in the unit a person reads (not 1.318e+04 ms)
     code, _, err = cli("sim", "serve", bundled_trace_path(), "--dtype", "q4_k")
     assert code == 1 and "need a rate" in err
 
@@ -271,3 +272,10 @@ def test_a_rate_by_strategy_sweep_runs_and_plots(cli, tmp_path):
     for kind in ("latency-vs-throughput", "hitrate-vs-batch"):
         code, _, err = cli("plot", results, "--kind", kind, "--out", tmp_path / f"{kind}.png")
         assert code == 0 and (tmp_path / f"{kind}.png").stat().st_size > 0, err
+
+
+def test_durations_print_in_the_unit_a_person_reads():
+    from moesim.cli.console import seconds_text
+
+    assert [seconds_text(x) for x in (13.18, 0.08717, 0.00045, 1.0, 0.001, float("nan"))] == [
+        "13.18 s", "87.17 ms", "450 µs", "1 s", "1 ms", "-"]

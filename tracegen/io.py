@@ -39,7 +39,9 @@ def stored_columns(path: str | Path) -> list[str]:
 
 
 def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
-    """Load a trace file into dense arrays; `probs=True` also loads the full router distributions."""
+    """Load a trace file into dense arrays (``bundled``: the shipped one); `probs=True` also loads the full router
+    distributions."""
+    path = trace_file(path)
     meta = read_meta(path)
     schema = _schema(path)
     wanted = [c for c in COLUMNS if c in schema and (probs or c != "probs")]
@@ -323,6 +325,14 @@ def _lists(values: np.ndarray, null_rows: np.ndarray | None) -> pl.Series:
     if null_rows is not None and null_rows.any():
         series = series.set(pl.Series(null_rows), None)
     return series
+
+
+BUNDLED = "bundled"  # the name that stands for the shipped trace, wherever a trace file is asked for
+
+
+def trace_file(path: str | Path) -> Path:
+    """The file a trace argument names: ``bundled`` is the shipped trace (a file of that name: ``./bundled``)."""
+    return bundled_trace_path() if str(path) == BUNDLED else Path(path)
 
 
 def bundled_trace_path() -> Path:
