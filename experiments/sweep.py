@@ -364,18 +364,14 @@ def _execute(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> Iterat
         for unit in work:
             yield from run_unit(kind, unit)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
-    # spawned, not forked: a fork copies polars' and numba's thread pools with their locks held
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_init, initargs=(os.getpid(),))
-    try:
+    from moesim.workers import worker_pool
+
+    with worker_pool(jobs, initializer=_worker_init, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(run_unit, kind, unit) for unit in work]
         for future in as_completed(futures):
             yield from future.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _worker_init(parent: int) -> None:

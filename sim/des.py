@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 
@@ -183,7 +182,7 @@ def compile_loops(settings, least: int = 2) -> None:
     (``extra["activity"]``, None at the end): the command's status line shows it. Fewer than ``least`` cold loops
     are left to the caller (a plan compiles one as fast in its own process; a sweep's workers would each compile
     it, so a sweep passes 1)."""
-    import multiprocessing
+    from moesim.workers import worker_pool
 
     cold: dict[str, list] = {}
     for policy, prefetcher in settings:
@@ -195,7 +194,7 @@ def compile_loops(settings, least: int = 2) -> None:
     what = f"compiling the simulator for {', '.join(cold)}, {{}} of {len(cold)} done ({COMPILE_NOTE})"
     log.info(what.format(0), extra={"activity": what.format(0)})
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with worker_pool(workers) as pool:
             for done, _ in enumerate(pool.map(_compile_loop, cold.items()), 1):
                 log.info(what.format(done), extra={"activity": what.format(done)})
     finally:

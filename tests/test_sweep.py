@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+import moesim
 from moesim.errors import MoesimError
 from moesim.experiments.sweep import load_spec, row_id, run_sweep
 from moesim.tracegen.io import bundled_trace_path
@@ -246,3 +247,20 @@ def test_a_strategys_parameter_is_a_key_and_part_of_each_rows_id(tmp_path):
     assert rows["error"].is_null().all()
     low = rows.filter(pl.col("strategy") == "lowbit-miss").sort("lowbit_threshold")
     assert low["config_id"].n_unique() == 2 and low["lowbit_share"][0] < low["lowbit_share"][1]
+
+
+def test_a_script_without_a_main_guard_runs_a_parallel_sweep(tmp_path):
+    """``moesim.sweep(..., jobs=2)`` at a script's top level, no ``if __name__ == "__main__":``: the workers do not
+    run the script again (they would each start a sweep and break the pool), and the rows are the serial run's."""
+    (tmp_path / "s.toml").write_text('traces = ["bundled"]\nkind = "hitrate"\n[axes]\npolicy = ["lru", "fifo"]\n'
+                                     'capacity = [2, 4]\n')
+    (tmp_path / "study.py").write_text("import moesim\nprint('top level ran')\n"
+                                       "print(moesim.sweep('s.toml', 'out.parquet', jobs=2).ran)\n")
+    done = subprocess.run([sys.executable, "study.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["top", "level", "ran", "4"]  # the top level ran once, in this process
+    serial = moesim.sweep(tmp_path / "s.toml", tmp_path / "serial.parquet", jobs=1)
+    assert serial.ran == 4
+    cols = ["policy", "capacity", "hits"]
+    assert pl.read_parquet(tmp_path / "out.parquet").select(cols).sort(cols).equals(
+        pl.read_parquet(tmp_path / "serial.parquet").select(cols).sort(cols))
