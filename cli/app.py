@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from moesim import __version__
-from moesim.errors import MoesimError
+from moesim.errors import READER, MoesimError
 from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, serve_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd, serve_cmd: register sim mrc, sim serve)
 from moesim.cli.console import console, emit_json, table, watch_compiles
 from moesim.tracegen.models import MODELS
@@ -171,18 +171,27 @@ def demo(
 
 def main() -> None:
     """Entry point: bad input becomes one line on stderr and exit status 1, a usage error (an unknown
-    option, a missing argument, a value of the wrong type) one line and status 2, Ctrl-C status 130."""
+    option, a missing argument, a value of the wrong type) one line and status 2, Ctrl-C status 130. Its
+    messages name settings as options (``moesim.errors.option``)."""
+    reader = READER.set("cli")
+    try:
+        sys.exit(_run())
+    finally:
+        READER.reset(reader)
+
+
+def _run() -> int:
     try:
         status = app(standalone_mode=False)
     except MoesimError as exc:
         print(f"moesim: error: {exc}", file=sys.stderr)
-        sys.exit(1)
+        return 1
     except typer.Abort:
         print("moesim: interrupted", file=sys.stderr)
-        sys.exit(130)
+        return 130
     except typer.TyperException as exc:  # click's usage errors
         message = " ".join((exc.format_message() if hasattr(exc, "format_message") else str(exc)).split())
         if message:  # empty: the help was asked for by giving no arguments, and is printed
             print(f"moesim: error: {message}", file=sys.stderr)
-        sys.exit(getattr(exc, "exit_code", 2))
-    sys.exit(status if isinstance(status, int) else 0)
+        return getattr(exc, "exit_code", 2)
+    return status if isinstance(status, int) else 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 
 class MoesimError(Exception):
     """Bad input or usage. The command line prints it as one line and exits non-zero."""
@@ -11,3 +13,21 @@ def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type when empty), for one-line errors."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+# who reads the messages: "python" (the API, a notebook) or "cli" (``moesim.cli.app.main`` says so)
+READER: ContextVar[str] = ContextVar("moesim_reader", default="python")
+
+
+def option(name: str, value=None) -> str:
+    """A setting as its reader gives it: ``--name value`` on the command line, ``name='value'`` in Python;
+    with no value, the bare name (``--rate``, ``rate``)."""
+    if READER.get() == "cli":
+        return f"--{name.replace('_', '-')}" + ("" if value is None else f" {value}")
+    key = name.replace("-", "_")
+    return key if value is None else f"{key}={value!r}"
+
+
+def switch(name: str) -> str:
+    """A yes/no setting turned on: ``--force`` on the command line, ``force=True`` in Python."""
+    return f"--{name.replace('_', '-')}" if READER.get() == "cli" else f"{name.replace('-', '_')}=True"

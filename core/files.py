@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, switch
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,7 +34,7 @@ def check_output(path: str | Path, what: str, *, force: bool = True, inputs: tup
         if source is not None and Path(source).exists() and path.exists() and path.samefile(source):
             raise MoesimError(f"{path}: is also an input of this command; write the {what} elsewhere")
     if path.exists() and not force:
-        raise MoesimError(f"{path}: exists; pass --force to replace the {what}")
+        raise MoesimError(f"{path}: exists; pass {switch('force')} to replace the {what}")
     return path
 
 

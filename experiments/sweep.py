@@ -41,7 +41,7 @@ from pathlib import Path
 
 import polars as pl
 
-from moesim.errors import MoesimError, first_line
+from moesim.errors import MoesimError, first_line, option, switch
 from moesim.files import atomic_output, read_toml
 from moesim.tracegen.io import READ_FAILURES
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
@@ -302,11 +302,11 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
         raise MoesimError(f"unknown executor {executor!r}; choose from {', '.join(EXECUTORS)}")
     out = Path(out)
     if jobs < 1:
-        raise MoesimError(f"--jobs must be at least 1, got {jobs}")
+        raise MoesimError(f"{option('jobs')} must be at least 1, got {jobs}")
     done = pl.DataFrame()
     if out.exists():
         if not resume:
-            raise MoesimError(f"{out}: exists; pass --resume to continue that sweep, or remove it")
+            raise MoesimError(f"{out}: exists; pass {switch('resume')} to continue that sweep, or remove it")
         try:
             done = pl.read_parquet(out, glob=False)
         except READ_FAILURES as exc:
@@ -401,7 +401,8 @@ def _execute_ray(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> It
     try:
         import ray
     except ImportError:
-        raise MoesimError("--executor ray needs Ray: pip install 'moesim[ray]' (or pip install ray)") from None
+        raise MoesimError(f"{option('executor', 'ray')} needs Ray: pip install 'moesim[ray]' (or pip install ray)") \
+            from None
     if not ray.is_initialized():
         ray.init(num_cpus=None if os.environ.get("RAY_ADDRESS") else jobs, include_dashboard=False,
                  log_to_driver=False)

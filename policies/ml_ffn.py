@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moesim.errors import MoesimError, first_line
+from moesim.errors import MoesimError, first_line, option
 from moesim.policies.base import hooks, min_key_slot
 
 NAME = "ml-ffn"
@@ -89,7 +89,8 @@ class State(NamedTuple):
 def make_state(ctx) -> State:
     path = ctx.params["ml_model"]
     if path is None:
-        raise MoesimError("policy ml-ffn needs a model: pass --ml-model MODEL.npz (from 'moesim train ml-ffn')")
+        raise MoesimError(f"policy ml-ffn needs a model: pass {option('ml_model', 'MODEL.npz')} (from 'moesim train "
+                          f"ml-ffn' or moesim.train_ml_ffn)")
     model = load_model(path)
     num_models = model["w1"].shape[0]
     if int(model["num_experts"]) != ctx.num_experts or num_models not in (1, ctx.num_layers):

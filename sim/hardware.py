@@ -18,7 +18,7 @@ import math
 from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.files import atomic_output, read_toml
 from moesim.sim.cpu_rates import ISA_FLOP_PER_CYCLE
 from moesim.sim.local_machine import detect
@@ -63,7 +63,7 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
         hw = Hardware(name.lower(), GPUS[gpu] if gpu else None, LINKS[default_link] if default_link else None,
                       source="preset", cpu=CPUS[default_cpu])
     if hw.gpu is None and (link is not None or vram is not None):
-        raise MoesimError(f"hardware '{hw.name}' has no GPU: --link and --vram do not apply")
+        raise MoesimError(f"hardware '{hw.name}' has no GPU: {option('link')} and {option('vram')} do not apply")
     if link is not None:
         hw = replace(hw, link=_pick(LINKS, link, "link"), name=f"{hw.name}+{link}")
     if ssd is not None:
@@ -74,11 +74,11 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
         hw = replace(hw, gpu=replace(hw.gpu, hbm_gb=float(vram)))
     if ram is not None:
         if hw.cpu is None:
-            raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose RAM --ram could set")
+            raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose RAM {option('ram')} could set")
         hw = replace(hw, cpu=replace(hw.cpu, ram_gb=float(ram)))
     if threads is not None:
         if hw.cpu is None:
-            raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose threads --threads could set")
+            raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose threads {option('threads')} could set")
         hw = replace(hw, cpu=replace(hw.cpu, threads=int(threads)))
     return hw
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.across import across_runner
@@ -78,7 +78,8 @@ def check_capacity(meta, cache: CacheConfig) -> None:
     partition; never more than there are experts."""
     if cache.capacity == "auto":
         raise MoesimError("capacity auto is what a machine's memory holds, and hit rates have no machine: give a "
-                          "number of slots (or use 'moesim sim run --capacity auto')")
+                          f"number of slots (or time a run with {option('capacity', 'auto')}: 'moesim sim run', "
+                          "moesim.simulate)")
     slots, top_k = cache.slots(meta.num_layers), meta.top_k
     low = int(slots.argmin())
     named = capacity_named(cache.capacity, slots, low)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.policies import get_policy
 from moesim.sim.config import module_params
 from moesim.sim.costs import engine_of
@@ -192,11 +192,13 @@ def resolve(fp: Footprint, config, top_k: int):
         choices = [0] if fp.cpu_only else [c for c in range(most, top_k - 1, -1)] + [0]
         config = config.replace(capacity=next((c for c in choices if account(fp, config.replace(capacity=c)).fits), 0))
     memory = account(fp, config)
-    hint = ("use --capacity auto, a smaller --dtype or another --strategy (see 'moesim plan')" if strategy.CACHE
-            else "put more layers on the CPU (--cpu-layers), or use a smaller --dtype")
+    hint = (f"use {option('capacity', 'auto')}, a smaller {option('dtype')} or another {option('strategy')} (see "
+            f"'moesim plan')" if strategy.CACHE
+            else f"put more layers on the CPU ({option('cpu_layers')}), or use a smaller {option('dtype')}")
     # an SSD tier backs a GPU cache's misses only (sim.run refuses it elsewhere)
     ssd = strategy.CACHE and not strategy.CPU and not fp.cpu_only
-    ram_hint = "use a smaller --dtype or --ram" + (", or an SSD tier (--ssd with --dram-capacity)" if ssd else "")
+    ram_hint = (f"use a smaller {option('dtype')} or {option('ram')}"
+                + (f", or an SSD tier ({option('ssd')} with {option('dram_capacity')})" if ssd else ""))
     memory.check(model.name, _describe(config, model), hint, ram_hint)
     return config, memory
 

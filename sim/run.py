@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.budget import best_slots
@@ -268,23 +268,23 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     if hardware.gpu is None:
         if not strategy.CPU or (strategy.CACHE and capacity not in (0, "auto")):
             placed = _listed(n for n, m in STRATEGIES.items() if m.CPU and getattr(m, "PLACES", None))
-            all_cpu = _listed(f"{n} --capacity 0" for n, m in STRATEGIES.items()
+            all_cpu = _listed(f"{n} with {option('capacity', 0)}" for n, m in STRATEGIES.items()
                               if m.CACHE and set(m.ACTIONS) <= {A_CPU, A_CPU_FILL})
-            raise MoesimError(f"{_machine(hardware)} has no GPU: every expert runs on its CPU; use --strategy "
+            raise MoesimError(f"{_machine(hardware)} has no GPU: every expert runs on its CPU; use {option('strategy')} "
                               f"{placed}, or {all_cpu}")
         places = getattr(strategy, "PLACES", None)
         placed = module_params(strategy, config.execution.params).get(places) if places else None
         if placed not in (None, "auto") and (strategy.placement(model.num_layers, {places: placed}) != ON_CPU).any():
             raise MoesimError(f"{_machine(hardware)} has no GPU: every layer's experts are on its CPU; use "
-                              f"--{places.replace('_', '-')} auto (or {model.num_layers})")
+                              f"{option(places, 'auto')} (or {model.num_layers})")
     if model.kind == "mole" and not getattr(strategy, "LOOKUP_TABLES", False):
         tables = _listed(n for n, m in STRATEGIES.items() if getattr(m, "LOOKUP_TABLES", False))
         raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")
     if not strategy.PREFETCH and config.prefetch.prefetcher != "none":
-        raise MoesimError(f"strategy {name} keeps no cache for a prefetcher to fill; use --prefetch none")
+        raise MoesimError(f"strategy {name} keeps no cache for a prefetcher to fill; use {option('prefetch', 'none')}")
     if strategy.CPU and dram_capacity is not None:
         gpu_only = _listed(n for n, m in STRATEGIES.items() if not m.CPU)
-        raise MoesimError(f"strategy {name} computes experts from host DRAM; an SSD tier (--dram-capacity) is "
+        raise MoesimError(f"strategy {name} computes experts from host DRAM; an SSD tier ({option('dram_capacity')}) is "
                           f"modelled for {gpu_only} only")
     if getattr(strategy, "NEEDS_WEIGHTS", False) and trace.weights is None:
         raise MoesimError(f"strategy {name} judges a miss by its gate weight, and the trace has no weights")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
@@ -182,7 +182,8 @@ def _check_serve(trace: Trace, config: Config) -> None:
     """What a served stream cannot do (module docstring)."""
     sv, module = config.serve, get_policy(config.cache.policy)
     if sv.arrivals == "poisson" and sv.rate is None:
-        raise MoesimError("Poisson arrivals need a rate in requests/s (--rate), or use --arrivals burst")
+        raise MoesimError(f"Poisson arrivals need a rate in requests/s ({option('rate')}), or use "
+                          f"{option('arrivals', 'burst')}")
     if sv.arrivals != "poisson" and sv.rate is not None:
         raise MoesimError(f"arrivals {sv.arrivals} take no rate: it is for Poisson arrivals")
     if sv.arrivals not in ARRIVALS and sv.requests is not None:

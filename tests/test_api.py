@@ -48,3 +48,26 @@ def test_the_docstring_examples_run(tmp_path, monkeypatch, mixtral):
     assert {"load_trace", "hitrate", "mrc", "best_split", "simulate", "serve", "plan", "run_replay", "validate", "sweep",
             "plot", "models", "hardware", "build"} <= documented
     assert runner.summarize(verbose=False).failed == 0
+
+
+def test_errors_name_keyword_arguments_in_python_and_options_on_the_command_line(mixtral, cli, tmp_path):
+    """The same refusal speaks to its reader: capacity='auto' to a Python caller, --capacity auto to the shell."""
+    import pytest
+
+    import moesim
+    from moesim.errors import MoesimError
+    from moesim.tracegen.io import bundled_trace_path
+
+    with pytest.raises(MoesimError) as refused:
+        moesim.simulate(mixtral, hardware="rtx4090", capacity=4)
+    assert "use capacity='auto', a smaller dtype or another strategy" in str(refused.value)
+    assert "--" not in str(refused.value)
+    code, _, err = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--capacity", "4")
+    assert code == 1 and "use --capacity auto, a smaller --dtype or another --strategy" in err
+    spec = tmp_path / "s.toml"
+    spec.write_text('traces = ["bundled"]\nkind = "hitrate"\n[axes]\ncapacity = [2]\n')
+    moesim.sweep(spec, tmp_path / "out.parquet")
+    with pytest.raises(MoesimError, match=r"exists; pass resume=True to continue"):
+        moesim.sweep(spec, tmp_path / "out.parquet")
+    code, _, err = cli("sweep", spec, "--out", tmp_path / "out.parquet")
+    assert code == 1 and "exists; pass --resume to continue" in err

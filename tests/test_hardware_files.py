@@ -56,7 +56,7 @@ def test_a_file_without_a_gpu_is_a_cpu_only_machine(tmp_path):
     hw = load_hardware(write(tmp_path, CPU + "ram_gb = 32\nsockets = 2\nthreads = 12\n"))
     assert hw.gpu is None and hw.link is None and hw.cpu.sockets == 2 and hw.cpu.workers == 12
     assert hw.describe() == "no GPU, 2 x c (32 GiB, 12 threads)"
-    with pytest.raises(MoesimError, match="no GPU: --link and --vram do not apply"):
+    with pytest.raises(MoesimError, match="no GPU: link and vram do not apply"):  # the keywords (Python)
         get_hardware(str(tmp_path / "box.toml"), vram=24)
 
 
