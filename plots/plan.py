@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from moesim.plots.legible import coinciding
 from moesim.plots.trace import plt, save_figure
 
 STYLE = {"gpu-cache": ("C0", "o"), "cpu-experts": ("C1", "s"), "cpu-miss": ("C2", "^"), "hybrid": ("C3", "D"),
@@ -14,14 +15,16 @@ STYLE = {"gpu-cache": ("C0", "o"), "cpu-experts": ("C1", "s"), "cpu-miss": ("C2"
 def plot_plan(plan, curves: dict, out: str | Path) -> Path:
     """``curves`` (``moesim.experiments.plan.curves``): per strategy, (VRAM GiB, tokens/s) points."""
     fig, ax = plt.subplots(figsize=(7.2, 4.6), constrained_layout=True)
+    lines = []
     for strategy, points in curves.items():
-        if not points:
+        best = next((r for r in plan.rows if r["strategy"] == strategy), None)
+        if not points or best is None:
             continue
-        colour, marker = STYLE.get(strategy, ("grey", "."))
-        best = next(r for r in plan.rows if r["strategy"] == strategy)
         what = best["dtype"] + (f", {best['policy']}" if best["policy"] else "")
-        ax.plot([v for v, _ in points], [t for _, t in points], marker=marker, color=colour,
-                label=f"{strategy} ({what})")
+        lines.append((f"{strategy} ({what})", [v for v, _ in points], [t for _, t in points], strategy))
+    for (_, x, y, strategy), label in zip(lines, coinciding([line[:3] for line in lines])):
+        colour, marker = STYLE.get(strategy, ("grey", "."))
+        ax.plot(x, y, marker=marker, color=colour, label=label)
     limit = plan.rows and plan.results[0].vram_limit_gb
     if limit:
         ax.axvline(limit, color="black", linestyle=":", linewidth=1)

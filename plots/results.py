@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from moesim.errors import MoesimError, first_line
+from moesim.plots.legible import MARKERS, coinciding
 from moesim.plots.trace import BOUND, plt, save_figure
 from moesim.tracegen.io import READ_FAILURES
 
@@ -46,6 +47,13 @@ def plot_results(frame: pl.DataFrame, kind: str, out: str | Path, baseline: str 
         what = f"lacks column(s) {', '.join(missing)}" if missing else "has no successful rows"
         hint = " (a 'des' sweep writes tpot_s)" if "tpot_s" in missing else ""
         raise MoesimError(f"{source}: {what}{hint}")
+    if "kind" in frame.columns and set(frame["kind"].unique().to_list()) == {"serve"}:
+        raise MoesimError(f"{source}: a serve sweep's results; its figures are latency-vs-throughput and "
+                          "hitrate-vs-batch")
+    if not frame["capacity"].dtype.is_numeric():
+        sizes = ", ".join(sorted(map(str, frame["capacity"].unique().to_list())))
+        raise MoesimError(f"{source}: {kind} draws against the cache's size in slots, and the rows' capacity is "
+                          f"{sizes}; sweep capacity over numbers")
     if kind == "hitrate-vs-capacity":
         return _lines(frame, "hit_rate", "hit rate", "Hit rate against GPU cache size", out, source)
     if kind == "tpot-vs-capacity":
@@ -75,24 +83,40 @@ def _style(policy: str) -> dict:
     from moesim.policies import POLICIES
 
     if policy == BOUND:
-        return {"color": "black", "linestyle": "--", "label": f"{policy} (optimal bound)"}
+        return {"color": "black", "linestyle": "--", "marker": "x", "label": f"{policy} (optimal bound)"}
     if policy == "static":
-        return {"color": "darkgoldenrod", "linestyle": ":", "label": "static (popularity oracle)"}
+        return {"color": "darkgoldenrod", "linestyle": ":", "marker": "+", "label": "static (popularity oracle)"}
     others = [p for p in POLICIES if p != BOUND]
     index = others.index(policy) if policy in others else len(others)
     colours = [f"C{i}" for i in range(10)] + ["navy", "maroon", "grey"]
-    return {"color": colours[min(index, len(colours) - 1)], "linestyle": "-", "label": policy}
+    return {"color": colours[min(index, len(colours) - 1)], "linestyle": "-", "marker": MARKERS[index % len(MARKERS)],
+            "label": policy}
 
 
 def source_line(frame: pl.DataFrame, source: str) -> str:
     """The results file and what its rows share that a reader needs to trust the numbers: model,
     machine, expert format, strategy, kernel kind, batch (a served stream's most running)."""
-    parts = []
+    parts = [] if "model" in frame.columns else _traced_model(frame)
     for column, fmt in (("model", "{}"), ("hardware", "on {}"), ("dtype", "{} experts"), ("strategy", "{}"),
-                        ("kernel", "{} kernel"), ("batch", "batch {}"), ("max_batch", "max batch {}")):
+                        ("kernel", "{} kernel"), ("batch", "batch {}"), ("max_batch", "max batch {}"),
+                        ("scope", "{} cache"), ("semantics", "{} semantics")):
         if column in frame.columns and frame[column].n_unique() == 1 and frame[column][0] is not None:
             parts.append(fmt.format(frame[column][0]))
     return textwrap.fill(Path(source).name + (": " + ", ".join(parts) if parts else ""), 80)
+
+
+def _traced_model(frame: pl.DataFrame) -> list[str]:
+    """The model of the one trace the rows ran on, its shape, from the trace file's metadata (nothing where the
+    rows ran on several, or the file is gone)."""
+    from moesim.tracegen.io import read_meta
+
+    if "trace" not in frame.columns or frame["trace"].n_unique() != 1:
+        return []
+    try:
+        meta = read_meta(frame["trace"][0])
+    except (MoesimError, OSError):
+        return []
+    return [f"{meta.model or 'trace'} ({meta.num_layers} layers, {meta.num_experts} experts, top-{meta.top_k})"]
 
 
 def _policy_order(frame: pl.DataFrame) -> list[str]:
@@ -107,10 +131,14 @@ def _lines(frame, column, ylabel, title, out, source) -> Path:
     note = ""
     for ax, (label, part) in zip(axes[0], panels):
         note = note or _averaged_note(part, ["policy", "capacity"])
+        lines = []
         for policy in _policy_order(part):
             points = (part.filter(pl.col("policy") == policy).group_by("capacity").agg(pl.col(column).mean())
                       .sort("capacity"))
-            ax.plot(points["capacity"], points[column], marker="o", **_style(policy))
+            style = _style(policy)
+            lines.append((style["label"], points["capacity"].to_list(), points[column].to_list(), style))
+        for (_, x, y, style), name in zip(lines, coinciding([line[:3] for line in lines])):
+            ax.plot(x, y, **{**style, "label": name})
         ax.set_xlabel("GPU cache capacity (experts" + (" per layer)" if "global" not in label else " in the pool)"))
         ax.set_title(label)
         ax.grid(alpha=0.3)
@@ -172,7 +200,7 @@ def _per_layer(frame, capacity, out, source) -> Path:
         for policy in _policy_order(rows):
             lists = rows.filter(pl.col("policy") == policy)["per_layer_hit_rate"].to_list()
             curve = np.mean(np.array(lists, dtype=float), axis=0)
-            ax.plot(range(curve.size), curve, marker=".", **_style(policy))
+            ax.plot(range(curve.size), curve, markersize=4, **_style(policy))
         ax.set_xlabel("MoE layer")
         ax.set_title(label)
         ax.grid(alpha=0.3)

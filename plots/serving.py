@@ -11,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from matplotlib.ticker import LogFormatter
 
 from moesim.errors import MoesimError
+from moesim.plots.legible import MARKERS, drop_overlapping
 from moesim.plots.results import source_line
 from moesim.plots.trace import plt, save_figure
 
@@ -53,21 +55,29 @@ def _title_line(frame: pl.DataFrame, source: str) -> str:
 
 def _latency(frame: pl.DataFrame, out, source) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(12.0, 4.6), constrained_layout=True)
+    frame = frame.with_columns((pl.col("tpot_s") * 1e3).alias("tpot_ms"))
+    rates = []
     for i, name in enumerate(sorted(frame["series"].unique().to_list())):
         points = (frame.filter(pl.col("series") == name).group_by("rate")
-                  .agg(pl.col("tokens_per_s", "ttft_p99_s", "tpot_s").mean()).sort("rate"))
-        for ax, column in zip(axes, ("ttft_p99_s", "tpot_s")):
-            ax.plot(points["tokens_per_s"], points[column], marker="o", color=f"C{i % 10}", label=name)
-            for x, y, rate in zip(points["tokens_per_s"], points[column], points["rate"]):
-                ax.annotate(f"{rate:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize="x-small")
-    for ax, label in zip(axes, ("p99 time to first token (s)", "time per output token (s, mean over tokens)")):
+                  .agg(pl.col("tokens_per_s", "ttft_p99_s", "tpot_ms").mean()).sort("rate"))
+        for ax, column in zip(axes, ("ttft_p99_s", "tpot_ms")):
+            ax.plot(points["tokens_per_s"], points[column], marker=MARKERS[i % len(MARKERS)], color=f"C{i % 10}",
+                    label=name)
+            rates += [ax.annotate(f"{rate:g}/s", (x, y), textcoords="offset points", xytext=(4, 4),
+                                  fontsize="x-small", color=f"C{i % 10}")
+                      for x, y, rate in zip(points["tokens_per_s"], points[column], points["rate"])]
+    for ax, label in zip(axes, ("p99 time to first token (s)", "mean time per output token (ms)")):
         ax.set_xlabel("throughput (output tokens/s)")
         ax.set_ylabel(label)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(LogFormatter())  # 0.2, not 2×10⁻¹; some minor ticks named in a short range
+        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
         ax.grid(alpha=0.3, which="both")
     axes[1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle("Latency against throughput as the arrival rate rises (points: requests/s)\n"
-                 f"{_title_line(frame, source)}", fontsize="medium")
+    fig.suptitle("Latency against throughput as the arrival rate rises (labels: requests/s; one that would print "
+                 f"over another is left out)\n{_title_line(frame, source)}", fontsize="medium")
+    fig.canvas.draw()  # the layout first: the labels' boxes are where they print
+    drop_overlapping(fig, rates)
     return save_figure(fig, out)
 
 
@@ -80,7 +90,8 @@ def _by_batch(frame: pl.DataFrame, out, source) -> Path:
         accesses = np.concatenate([np.asarray(v, np.float64) for v in rows["batch_accesses"].to_list()])
         sizes = np.unique(running)
         rate = [hits[running == b].sum() / accesses[running == b].sum() for b in sizes]
-        ax.plot(sizes, rate, marker="o", color=f"C{i % 10}", label=name)
+        ax.plot(sizes, rate, marker=MARKERS[i % len(MARKERS)], color=f"C{i % 10}", label=name)
+    ax.set_ylim(0, 1.02)  # from 0: a cut axis makes a few points look like a cliff
     ax.set_xlabel("requests in the step (running batch)")
     ax.set_ylabel("hit rate (decode accesses served from GPU memory)")
     ax.grid(alpha=0.3)

@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 from matplotlib.image import AxesImage
 
+from figures import overlapping_texts
 from moesim.experiments.sweep import load_spec, run_sweep
 from moesim.tracegen.io import bundled_trace_path
 
@@ -56,6 +57,8 @@ def test_result_plots(cli, drawn, results, kind, source):
     assert f"{source}.parquet" in title, title
     if source == "des":  # what a reader needs to trust a time: the model and the machine
         assert "mixtral-8x7b" in title and "on h100" in title, title
+    else:  # a hit-rate sweep's rows name no model: the trace's metadata does
+        assert "mixtral-8x7b (32 layers, 8 experts, top-2)" in title, title
     axes = panels(fig)
     assert len(axes) == (2 if source == "hitrate" else 1)  # the hit-rate sweep has two scopes: a panel each
     assert all(ax.get_xlabel() for ax in axes)
@@ -67,10 +70,13 @@ def test_result_plots(cli, drawn, results, kind, source):
             assert [t.get_text() for t in ax.get_yticklabels()] == ["belady", "lfu", "lru"]
     else:
         assert axes[0].get_ylabel()
-        for ax in axes:
-            assert len(ax.get_lines()) == 3 and {line.get_label() for line in ax.get_lines()} == POLICIES
+        for ax in axes:  # a line drawn under another is named so ("lru (= lfu)": the pool's LRU and LFU agree)
+            assert len(ax.get_lines()) == 3 and {line.get_label().split(" (=")[0] for line in ax.get_lines()} == POLICIES
             assert all(np.isfinite(np.asarray(line.get_ydata(), float)).all() for line in ax.get_lines())
-        assert {t.get_text() for t in axes[-1].get_legend().get_texts()} == POLICIES
+        assert {t.get_text().split(" (=")[0] for t in axes[-1].get_legend().get_texts()} == POLICIES
+        for ax in axes:  # told apart by marker too, where colours are close
+            assert len({line.get_marker() for line in ax.get_lines()}) == 3
+    assert overlapping_texts(fig) == []
     share, colours = ink(fig)
     assert share > 0.02 and colours > 10, (share, colours)
 
@@ -86,6 +92,7 @@ def test_trace_plots(cli, drawn, tmp_path, kind):
     axes = panels(fig)
     assert axes and "token" in axes[-1].get_xlabel()
     assert any(isinstance(c, AxesImage) for ax in axes for c in ax.get_children())
+    assert overlapping_texts(fig) == []
     share, colours = ink(fig)
     assert share > 0.02 and colours > 10, (share, colours)
 
@@ -115,3 +122,24 @@ def test_plot_errors(cli, results, tmp_path):
     code, _, err = cli("plot", results / "hitrate.parquet", "--kind", "hitrate-vs-capacity", "--out", tmp_path / "x.gif")
     assert code == 1 and "unknown figure format" in err and not (tmp_path / "x.gif").exists()
     assert pl.read_parquet(results / "hitrate.parquet").height == 18
+
+
+def test_a_line_drawn_under_another_says_so_in_the_legend():
+    from moesim.plots.legible import coinciding
+
+    series = [("hybrid", [1, 2], [30.0, 40.0]), ("cpu-miss", [1, 2], [30.0, 40.0]), ("gpu-cache", [1, 2], [30.0, 41.0]),
+              ("lru", [1, 2, 3], [30.0, 40.0, 50.0])]
+    assert coinciding(series) == ["hybrid", "cpu-miss (= hybrid)", "gpu-cache", "lru"]
+
+
+def test_capacity_figures_refuse_results_without_a_capacity_axis(cli, tmp_path):
+    """A serve sweep with capacity auto has no cache-size axis: one line naming what to draw, not one averaged
+    point."""
+    frame = pl.DataFrame({"kind": ["serve"] * 2, "policy": ["lru"] * 2, "capacity": ["auto"] * 2,
+                          "hit_rate": [0.5, 0.6], "error": [None, None]})
+    frame.write_parquet(tmp_path / "serve.parquet")
+    code, _, err = cli("plot", tmp_path / "serve.parquet", "--kind", "hitrate-vs-capacity", "--out", tmp_path / "x.png")
+    assert code == 1 and "a serve sweep's results; its figures are latency-vs-throughput" in err
+    frame.with_columns(pl.lit("des").alias("kind")).write_parquet(tmp_path / "des.parquet")
+    code, _, err = cli("plot", tmp_path / "des.parquet", "--kind", "hitrate-vs-capacity", "--out", tmp_path / "x.png")
+    assert code == 1 and "the rows' capacity is auto" in err and not (tmp_path / "x.png").exists()

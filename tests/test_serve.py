@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from figures import overlapping_texts
 from moesim.errors import MoesimError
 from moesim.sim.config import Config
 from moesim.sim.des import simulate_des
@@ -257,7 +258,7 @@ def test_sim_serve_json_has_the_documented_keys(cli, tmp_path):
     assert code == 1 and "need a rate" in err
 
 
-def test_a_rate_by_strategy_sweep_runs_and_plots(cli, tmp_path):
+def test_a_rate_by_strategy_sweep_runs_and_plots(cli, drawn, tmp_path):
     spec = tmp_path / "serve.toml"
     spec.write_text('traces = ["bundled"]\nkind = "serve"\n[axes]\nrate = [0.05, 0.4, 3.2]\n'
                     'strategy = ["gpu-cache", "hybrid"]\n[fixed]\ndtype = "q4_k"\nrequests = 24\nprompt = 64\n')
@@ -272,6 +273,15 @@ def test_a_rate_by_strategy_sweep_runs_and_plots(cli, tmp_path):
     for kind in ("latency-vs-throughput", "hitrate-vs-batch"):
         code, _, err = cli("plot", results, "--kind", kind, "--out", tmp_path / f"{kind}.png")
         assert code == 0 and (tmp_path / f"{kind}.png").stat().st_size > 0, err
+        fig = drawn[-1]
+        assert overlapping_texts(fig) == []
+        axes = fig.axes
+        if kind == "latency-vs-throughput":  # TPOT in ms, plain numbers on the log axes
+            assert "(ms" in axes[1].get_ylabel() and "(s" in axes[0].get_ylabel()
+            assert not any("10^" in t.get_text() or "times" in t.get_text() for ax in axes
+                           for t in ax.get_yticklabels())
+        else:  # a hit rate from 0, not an axis cut to exaggerate
+            assert axes[0].get_ylim()[0] == 0
 
 
 def test_durations_print_in_the_unit_a_person_reads():
