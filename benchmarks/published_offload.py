@@ -133,6 +133,8 @@ def plot(rows: list[dict], s: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from moesim.plots.legible import label_points
+
     fig, ax = plt.subplots(figsize=(7.5, 6.5))
     lo = min(min(r["measured"], r["predicted"]) for r in rows) / 1.5
     hi = max(max(r["measured"], r["predicted"]) for r in rows) * 1.5
@@ -146,8 +148,6 @@ def plot(rows: list[dict], s: dict, path: Path) -> None:
                 ax.scatter([r["measured"] for r in mine], [r["predicted"] for r in mine], s=36, zorder=3,
                            facecolors=colour if counted else "none", edgecolors=colour,
                            label=engine + ("" if counted else " (not counted)"))
-    for r in rows:
-        ax.annotate(r["id"], (r["measured"], r["predicted"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured decode tokens/s (published)",
            ylabel="moesim predicted tokens/s")
     ax.set_title(f"Published MoE decode speeds vs moesim: {s['points']} points, {s['machines']} machines "
@@ -157,6 +157,9 @@ def plot(rows: list[dict], s: dict, path: Path) -> None:
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
+    left_out = label_points(ax, [(r["measured"], r["predicted"], r["id"], {}) for r in rows], fontsize=6)
+    if left_out:
+        print(f"{left_out} point labels had no free place and are not drawn (--json has every point)")
     fig.savefig(path, dpi=130)
 
 

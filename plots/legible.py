@@ -1,5 +1,5 @@
 """What keeps a figure readable where its data crowd: lines drawn over one another said so in the legend, and point
-labels that would print over one another left out."""
+labels placed where they print over no other (left out where there is no such place)."""
 
 from __future__ import annotations
 
@@ -19,16 +19,27 @@ def coinciding(series: list[tuple[str, list, list]]) -> list[str]:
     return labels
 
 
-def drop_overlapping(fig, texts: list) -> int:
-    """Hide each of ``texts`` (matplotlib Text, in priority order) whose box on the drawn figure overlaps one kept
-    before it; returns how many were hidden."""
+OFFSETS = ((4, 3), (4, -3), (-4, 3), (-4, -3), (4, 11), (-4, 11), (4, -11), (-4, -11))  # points from the point
+
+
+def label_points(ax, labels, **style) -> int:
+    """Put each of ``labels`` (x, y in data units, its text, its own style: a dict) at the first of ``OFFSETS``
+    from its point where it prints over no label placed before it; one with no such place is left out. Draws
+    the figure first (a box is where it prints; the labels take no part in the layout). Returns how many were
+    left out."""
+    fig = ax.figure
+    fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    kept, hidden = [], 0
-    for text in texts:
-        box = text.get_window_extent(renderer)
-        if any(box.overlaps(other) for other in kept):
-            text.set_visible(False)
-            hidden += 1
+    kept, left_out = [], 0
+    for x, y, text, own in labels:
+        for dx, dy in OFFSETS:
+            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), in_layout=False,
+                                ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top", **{**style, **own})
+            box = label.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in kept):
+                kept.append(box)
+                break
+            label.remove()
         else:
-            kept.append(box)
-    return hidden
+            left_out += 1
+    return left_out

@@ -14,7 +14,7 @@ import polars as pl
 from matplotlib.ticker import LogFormatter
 
 from moesim.errors import MoesimError
-from moesim.plots.legible import MARKERS, drop_overlapping
+from moesim.plots.legible import MARKERS, label_points
 from moesim.plots.results import source_line
 from moesim.plots.trace import plt, save_figure
 
@@ -56,16 +56,15 @@ def _title_line(frame: pl.DataFrame, source: str) -> str:
 def _latency(frame: pl.DataFrame, out, source) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(12.0, 4.6), constrained_layout=True)
     frame = frame.with_columns((pl.col("tpot_s") * 1e3).alias("tpot_ms"))
-    rates = []
+    rates = {ax: [] for ax in axes}  # (x, y, label, colour) per panel
     for i, name in enumerate(sorted(frame["series"].unique().to_list())):
         points = (frame.filter(pl.col("series") == name).group_by("rate")
                   .agg(pl.col("tokens_per_s", "ttft_p99_s", "tpot_ms").mean()).sort("rate"))
         for ax, column in zip(axes, ("ttft_p99_s", "tpot_ms")):
             ax.plot(points["tokens_per_s"], points[column], marker=MARKERS[i % len(MARKERS)], color=f"C{i % 10}",
                     label=name)
-            rates += [ax.annotate(f"{rate:g}/s", (x, y), textcoords="offset points", xytext=(4, 4),
-                                  fontsize="x-small", color=f"C{i % 10}")
-                      for x, y, rate in zip(points["tokens_per_s"], points[column], points["rate"])]
+            rates[ax] += [(x, y, f"{rate:g}/s", {"color": f"C{i % 10}"})
+                          for x, y, rate in zip(points["tokens_per_s"], points[column], points["rate"])]
     for ax, label in zip(axes, ("p99 time to first token (s)", "mean time per output token (ms)")):
         ax.set_xlabel("throughput (output tokens/s)")
         ax.set_ylabel(label)
@@ -74,10 +73,10 @@ def _latency(frame: pl.DataFrame, out, source) -> Path:
         ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
         ax.grid(alpha=0.3, which="both")
     axes[1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle("Latency against throughput as the arrival rate rises (labels: requests/s; one that would print "
-                 f"over another is left out)\n{_title_line(frame, source)}", fontsize="medium")
-    fig.canvas.draw()  # the layout first: the labels' boxes are where they print
-    drop_overlapping(fig, rates)
+    fig.suptitle("Latency against throughput as the arrival rate rises (labels: requests/s; one with no free place "
+                 f"is left out)\n{_title_line(frame, source)}", fontsize="medium")
+    for ax, labels in rates.items():
+        label_points(ax, labels, fontsize="x-small")
     return save_figure(fig, out)
 
 
