@@ -30,7 +30,7 @@ NAME = "arc"
 T1, T2, B1, B2 = 0, 1, 2, 3
 NO_GHOST = -1
 # up to WIDEST slots per layer with a layer in each SIMD lane; wider than eight slots, up to 3/4 of a
-# layer's experts (the crossover with the engine: README, "Benchmarks")
+# layer's experts (the crossover with the engine: docs/benchmarks.md)
 FAST_PATHS = (FastPath("across", make_across, {"across_reset": across_reset, "across_step": across_step},
                        fullest=0.75, crowded=8, widest=WIDEST),)
 

@@ -149,7 +149,7 @@ class FastPath:
     ``across_reset`` and ``across_step``). It serves caches of at most ``widest`` slots (None: any) and,
     where ``crowded`` slots or more, at most ``fullest`` of a layer's experts: there nearly every access
     hits, the engine's branch on a hit is predicted, and the engine is faster (the crossovers are
-    measured in README, "Benchmarks")."""
+    measured in docs/benchmarks.md)."""
 
     kind: str
     make: Callable

@@ -157,7 +157,7 @@ def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
 
 
 # up to WIDEST slots per layer with a layer in each SIMD lane; wider than eight slots, up to half a
-# layer's experts (the crossover with the engine: README, "Benchmarks")
+# layer's experts (the crossover with the engine: docs/benchmarks.md)
 FAST_PATHS = (FastPath("across", make_across, {"across_reset": lecar_across.across_reset,
                                                "across_step": lecar_across.across_step},
                        fullest=0.5, crowded=8, widest=lecar_across.WIDEST),)

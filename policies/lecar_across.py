@@ -39,7 +39,7 @@ TOP = np.int32(2 ** 31 - 1)
 # (-1: none), LRU's and LFU's victims (slot, expert), its history slot (-1: none), its age there, each
 # history's free-or-oldest slot; what the access changes: the slot it writes and whether it hit there,
 # the history slot it pushes to (-1: none) and the id pushed (HIT is KAT >= 0, kept as a field: deriving it
-# in the write pass was slower, README "Benchmarks")
+# in the write pass was slower, docs/benchmarks.md)
 (CAP, HITS, DRAWS, EXP, KAT, LRU_AT, LRU_IN, LFU_AT, LFU_IN, HAT, AGE, OLD_LRU, OLD_LFU, SLOT, HIT, TARGET,
  INTO) = range(17)
 FIELDS = 17

@@ -14,7 +14,7 @@ largest rank the type holds, which no update moves: its first use counts at no c
 
 Speed: layers are independent, so ``LANES`` of them run interleaved and their updates overlap (an
 update's byte store has to land before the next vector load of the same ranks, and more lanes fill
-that wait: eight beat four, README "Benchmarks"); the ranks are padded to whole blocks of ``BLOCK`` (padding is never used and never moves), so every
+that wait: eight beat four, docs/benchmarks.md); the ranks are padded to whole blocks of ``BLOCK`` (padding is never used and never moves), so every
 update is whole vectors. The hit-rate engine's linked list takes a branch per access whose outcome
 is a coin toss at these hit rates; this takes none.
 """

@@ -14,7 +14,7 @@ capacity rounded up to a multiple of eight) as constants, one compilation per wi
 Past the slots the policy's passes serve (the path's ``widest``; ``make`` says None too) the engine
 runs it, and past the path's ``fullest`` share of a layer's experts in lanes wider than eight slots
 (``crowded``): nearly every access hits there, the engine's branch on a hit is predicted, and the
-engine is faster. Eight-slot lanes are not overtaken even when full (README, "Benchmarks", gives
+engine is faster. Eight-slot lanes are not overtaken even when full (docs/benchmarks.md, gives
 the crossovers).
 
 The hits are the engine's, access for access (tests/test_lanes.py); no evictions are logged, so a
@@ -93,8 +93,8 @@ def _prefer_wide_vectors(typingctx):
     """Marks the function that calls it ``"prefer-vector-width"="512"``. LLVM's tuning for Intel's
     AVX-512 cores (Skylake-X onward) caps the loop vectoriser at 256-bit vectors, set for the clock
     penalty 512-bit instructions had on Skylake-era servers; a lane loop of sixteen int32 then takes
-    two instructions where one would do. With the cap lifted ARC's and LeCaR's lanes ran faster (README,
-    "Benchmarks"); a CPU without AVX-512 ignores it. llvmlite accepts only its known attribute names,
+    two instructions where one would do. With the cap lifted ARC's and LeCaR's lanes ran faster
+    (docs/benchmarks.md); a CPU without AVX-512 ignores it. llvmlite accepts only its known attribute names,
     so the string attribute is put into the function's attribute set directly; it is written verbatim
     into the ``define`` line. Not used by ``moesim.sim.lanes`` nor LRU's ranks: tried process-wide,
     LFU's lanes lost speed and LRU's gained nothing."""

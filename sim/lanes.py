@@ -9,7 +9,7 @@ it mispredicts about half the time): it computes what a miss would evict and kee
 arithmetic. The hits are the engine's, access for access (tests/test_lanes.py); no evictions are
 logged, so a run that asks for them takes the engine. So does a cache of more than the path's
 ``fullest`` share of a layer's experts: there nearly every access hits, the engine's branch is
-predicted, and the engine is the faster (README, "Benchmarks", gives the crossover).
+predicted, and the engine is the faster (docs/benchmarks.md, gives the crossover).
 
 The path's ``make(ctx, lanes) -> NamedTuple | None`` builds the state of ``lanes`` layers at once (arrays
 with a first axis of ``lanes``), or None where the trace is too long for its packed keys (the engine runs
@@ -57,7 +57,7 @@ def packed(st, scratch: np.ndarray) -> tuple:
     A load whose address matches an earlier store's in its low 12 bits waits for that store as if they were
     the same (4K aliasing). The loop stores to its state and counters on every access, so where
     separately allocated arrays happen to sit decided it: the same LFU run's speed changed severalfold
-    by the arrays' placement alone (README, "Benchmarks"). In one block the layout is fixed, and a block
+    by the arrays' placement alone (docs/benchmarks.md). In one block the layout is fixed, and a block
     that fits in a page has no two addresses 4096 bytes apart."""
     small = [a for a in (*st, scratch) if isinstance(a, np.ndarray) and a.nbytes <= PACKED]
     starts = np.cumsum([0] + [-(-a.nbytes // 64) * 64 for a in small])

@@ -174,7 +174,7 @@ print(trace.experts.nbytes, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss 
 
 def test_loading_costs_at_most_three_times_the_dense_array(tmp_path):
     """40M accesses (80 MB dense) load within 3x their dense array above the reader's fixed cost (its peak on a
-    one-token trace): every column is read a chunk of whole tokens at a time (README: 1.96x measured)."""
+    one-token trace): every column is read a chunk of whole tokens at a time (docs/benchmarks.md: 1.96x measured)."""
     import subprocess
     import sys
 

@@ -336,5 +336,5 @@ def trace_file(path: str | Path) -> Path:
 
 
 def bundled_trace_path() -> Path:
-    """The real Mixtral-8x7B GSM8K routing trace shipped with moesim (see the README for its source)."""
+    """The real Mixtral-8x7B GSM8K routing trace shipped with moesim (docs/commands.md, "The bundled real trace", gives its source)."""
     return Path(__file__).parent / "data" / "mixtral-8x7b-gsm8k.parquet"
