@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
 from moesim.tracegen.models import ModelSpec
@@ -23,8 +23,8 @@ BYTES = 2  # bf16
 def require_cuda():
     torch = require_torch()
     if not torch.cuda.is_available():
-        raise MoesimError(f"--backend cuda needs a CUDA GPU and a CUDA build of torch; torch {torch.__version__} "
-                          "sees none here: use --backend cpu")
+        raise MoesimError(f"{option('backend', 'cuda')} needs a CUDA GPU and a CUDA build of torch; torch "
+                          f"{torch.__version__} sees none here: use {option('backend', 'cpu')}")
     return torch
 
 

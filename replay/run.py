@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.replay.compute import DTYPE, ComputeStream, row_shape
 from moesim.replay.scratch import work_folder
 from moesim.replay.virtual import VirtualBackend
@@ -91,9 +91,9 @@ def shrink(trace: Trace, model: ModelSpec, layers: int | None, scale: float) -> 
                           "('moesim sim run')")
     n = trace.meta.num_layers if layers is None else layers
     if not 1 <= n <= trace.meta.num_layers:
-        raise MoesimError(f"--layers must be 1..{trace.meta.num_layers}, got {layers}")
+        raise MoesimError(f"{option('layers')} must be 1..{trace.meta.num_layers}, got {layers}")
     if not 0 < scale <= 1:
-        raise MoesimError(f"--scale must be in (0, 1], got {scale}")
+        raise MoesimError(f"{option('scale')} must be in (0, 1], got {scale}")
 
     def width(v: int) -> int:
         return max(8, int(round(v * scale))) if v else v
@@ -115,12 +115,12 @@ def check_backend(config: Config, backend: str) -> None:
         raise MoesimError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     strategy = config.execution.strategy
     if backend != "virtual" and config.cache.dram_capacity is not None:
-        raise MoesimError(f"--backend {backend} replays two tiers (slow tier -> fast buffers); the SSD tier "
-                          "(--dram-capacity) is replayed on --backend virtual only")
+        raise MoesimError(f"{option('backend', backend)} replays two tiers (slow tier -> fast buffers); the SSD tier "
+                          f"({option('dram_capacity')}) is replayed on {option('backend', 'virtual')} only")
     if backend != "virtual" and backend not in getattr(get_strategy(strategy), "REPLAY", ()):
         executes = [name for name, m in STRATEGIES.items() if backend in getattr(m, "REPLAY", ())]
-        raise MoesimError(f"--backend {backend} executes strategies {', '.join(executes)}; "
-                          f"{strategy} is replayed on --backend virtual only (its CPU and GPU work overlap)")
+        raise MoesimError(f"{option('backend', backend)} executes strategies {', '.join(executes)}; "
+                          f"{strategy} is replayed on {option('backend', 'virtual')} only (its CPU and GPU work overlap)")
     if config.workload.warmup:
         raise MoesimError("replay times every step; leave warmup at 0 (it is for simulated comparisons)")
 
@@ -139,8 +139,8 @@ def check_fits(model: ModelSpec, n_buffers: int, backend: str, folder: Path, pla
     else:
         raise MoesimError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     if problem is not None:
-        raise MoesimError(f"{model.name}: {problem}; cut it with --layers N and/or --scale S (widths x S), "
-                          "which the result records")
+        raise MoesimError(f"{model.name}: {problem}; cut it with {option('layers')} (fewer layers) and/or "
+                          f"{option('scale')} (widths times it), which the result records")
 
 
 def open_backend(backend: str, model: ModelSpec, n_buffers: int, folder: Path, seed: int, placed_layers: int = 0):

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 
 PATTERN = re.compile(r"^moesim-(replay|calibrate)-(\d+)-")
 
@@ -22,7 +22,7 @@ def work_folder(workdir: str | Path | None) -> Path:
         return Path(tempfile.gettempdir())
     folder = Path(workdir)
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise MoesimError(f"--workdir {folder}: not a writable folder")
+        raise MoesimError(f"{option('workdir', str(folder))}: not a writable folder")
     return folder
 
 

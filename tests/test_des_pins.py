@@ -16,6 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# its module-scoped fixtures are built once: its tests run on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_des_pins")
+
 PINS = Path(__file__).parent / "golden" / "des_pins.json"
 KEEP = ("tpot_s", "tpot_p50_s", "tpot_p99_s", "tokens_per_s", "ttft_s", "compute_s", "copy_s", "stall_s", "bytes_h2d",
         "bytes_ssd", "hit_rate", "hits", "accesses", "loads", "prefill_loads", "prefetch_loads", "prefetch_used",

@@ -9,6 +9,9 @@ from moesim.policies.belady import NEVER, next_uses
 from moesim import hitrate
 from moesim.tracegen.synth import Locality, synth_trace
 
+# its module-scoped fixtures are built once: its tests run on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_ml_ffn")
+
 
 def lru_network(path, num_experts: int, hidden: int = 128):
     """Output = −SiLU(SiLU(1/r)) per expert: strictly decreasing in the recency feature 1/r, so the

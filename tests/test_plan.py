@@ -6,6 +6,9 @@ import pytest
 
 from moesim.experiments.plan import CANDIDATES
 
+# its module-scoped fixtures are built once: its tests run on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_plan")
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -176,3 +179,24 @@ def test_the_plan_table_fits_80_columns(cli, monkeypatch):
     assert "#1: " in out and "--wide" in out
     code, wide, err = cli("plan", "--model", "olmoe-1b-7b", "--hardware", "rtx5070ti", "--dtype", "q4_k", "--wide")
     assert code == 0 and "TPOT" in wide and "run it with" in " ".join(wide.split())
+
+
+def test_the_plan_figure_says_what_it_shows(drawn, tmp_path):
+    """Title: model, machine, trace; axes in GiB and tokens/s; a legend entry per strategy drawn (one drawn
+    exactly under another says so); no text over another."""
+    from figures import overlapping_texts
+
+    import moesim
+    from moesim.experiments.plan import curves
+    from moesim.plots.plan import plot_plan
+
+    plan = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",))
+    plot_plan(plan, curves(plan), tmp_path / "plan.png")
+    (fig,) = drawn
+    title = fig._suptitle.get_text()
+    assert "mixtral-8x7b on rtx4090" in title and "RTX4090" in title and "trace" in title
+    (ax,) = fig.axes
+    assert "GiB" in ax.get_xlabel() and "tokens/s" in ax.get_ylabel()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {label.split(" (")[0] for label in labels} == {r["strategy"] for r in plan.rows}
+    assert overlapping_texts(fig) == []

@@ -11,6 +11,9 @@ from figures import overlapping_texts
 from moesim.experiments.sweep import load_spec, run_sweep
 from moesim.tracegen.io import bundled_trace_path
 
+# its module-scoped fixtures are built once: its tests run on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_plot")
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

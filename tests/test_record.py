@@ -14,6 +14,9 @@ from moesim.tracegen.io import load_trace  # noqa: E402
 from moesim.tracegen.record import RecordOptions, record_trace  # noqa: E402
 from moesim.tracegen.schema import DECODE, PREFILL  # noqa: E402
 
+# its module-scoped fixtures are built once: its tests run on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_record")
+
 PROMPTS = ["The quick brown fox", "Mixture of experts models route each token", "to a few experts"]
 NEW = 16
 EXACT = RecordOptions(max_new_tokens=NEW, dtype="float64", probs=True, speculate=True, ignore_eos=True)

@@ -13,6 +13,9 @@ import time
 import numpy as np
 import pytest
 
+# its module-scoped fixtures are built once: its tests run on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_replay")
+
 pytest.importorskip("torch")
 
 TINY = ["--model", "olmoe-1b-7b", "--layers", "2", "--scale", "0.125"]
