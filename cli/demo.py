@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from moesim.cli.console import console, table, working
+from moesim.experiments.plan import ALL_ON_GPU, run_with
 from moesim.tracegen.io import bundled_trace_path, load_trace
 from moesim.plots.trace import plot_activations
 from moesim.tracegen.stats import REUSE_BUCKETS, trace_stats
@@ -81,17 +82,19 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
         table(f"{result.model}, {dtype} experts, on an RTX 4090 (24 GiB) with a Ryzen 9 7950X (128 GiB DDR5): each "
               f"strategy at its best; {result.trace}; steady state",
               ["strategy", "settings", "tok/s", "TTFT s", "VRAM GiB", "RAM GiB", "run it with"],
-              [[r["strategy"], _settings(r), r["tokens_per_s"], r["ttft_s"], r["vram_gb"], r["ram_gb"],
-                f"{r['engine']}" + (f": {r['engine_flags']}" if r["engine_flags"] else "")] for r in best])
+              [[r["strategy"], _settings(r), r["tokens_per_s"], r["ttft_s"], r["vram_gb"], r["ram_gb"], run_with(r)]
+               for r in best])
         paths.append(plot_plan(result, curves(result), out / f"plan-{result.model}.png"))
     console.print("wrote " + ", ".join(str(p) for p in paths) + f" and {results}")
     console.print("next: 'moesim plan --model M --hardware H', 'moesim sim run TRACE --strategy S --capacity auto', "
-                  "'moesim sim serve TRACE --rate R', 'moesim sweep SPEC.toml', 'moesim plot' (see the README)")
+                  "'moesim sim serve TRACE --rate R', 'moesim sweep SPEC.toml', 'moesim plot' (docs/commands.md)")
     return paths
 
 
 def _settings(row: dict) -> str:
     """A plan row's placement in a few words."""
+    if row["strategy"] == ALL_ON_GPU:
+        return "every expert on the GPU"
     if row["cpu_layers"] is not None:
         return f"{row['cpu_layers']} layers' experts on the CPU"
     pool = f"{row['capacity']} in one pool" if row["scope"] == "global" else f"{row['capacity']} per layer"

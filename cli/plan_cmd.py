@@ -10,7 +10,7 @@ import typer
 import moesim
 from moesim.cli.console import console, emit_json, slots_text, table, working
 from moesim.cli.settings import Asked, takes
-from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS
+from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, run_with
 from moesim.files import check_output
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.tracegen.io import trace_file
@@ -49,7 +49,7 @@ def plan(
     config = asked.config("plan")
     with working("simulating each strategy (the first run compiles each policy)"):
         result = moesim.plan(config=config, trace=trace, dtypes=formats)
-    if plot is not None and result.rows:
+    if plot is not None:
         from moesim.plots.plan import plot_plan
 
         plot_plan(result, curves(result), plot)
@@ -67,7 +67,7 @@ def plan(
                 r["tokens_per_s"], r["tpot_s"] * 1e3, r["ttft_s"], r["vram_gb"], r["ram_gb"], r["cpu_share"],
                 run_with(r)] for r in result.rows])
     else:
-        three = lambda x: f"{x:.3g}"  # noqa: E731  (the narrow table's seconds and GiB)
+        three = lambda x: "-" if x is None or x != x else f"{x:.3g}"  # noqa: E731  (narrow: seconds and GiB)
         table(title, ["#", "strategy", "dtype", "experts on GPU", "tok/s", "TTFT", "VRAM", "RAM"],
               [[r["rank"], r["strategy"] + (f"+{r['prefetch']}" if r["prefetch"] in NEXT_CELL else ""), r["dtype"],
                 placed(r), r["tokens_per_s"], three(r["ttft_s"]), three(r["vram_gb"]), three(r["ram_gb"])]
@@ -83,7 +83,7 @@ def plan(
         which = ", ".join(f"{name} ({'; '.join(n for n in settings if n)})" if any(settings) else name
                           for name, settings in strategies.items())
         console.print(f"not run in {dtype}: {which}: {reason}", soft_wrap=True)
-    if plot is not None and result.rows:
+    if plot is not None:
         console.print(f"wrote {plot}")
 
 
@@ -103,8 +103,3 @@ def placed(r: dict) -> str:
     c = r["capacity"]
     return f"{f'{min(c)}-{max(c)}' if isinstance(c, tuple) else c}/layer {r['policy']}"
 
-
-def run_with(r: dict) -> str:
-    """The engine and its settings (or why it has none)."""
-    flags = r["engine_flags"]
-    return f"{r['engine']} (no settings{flags[4:]})" if flags.startswith("none:") else f"{r['engine']}: {flags}"

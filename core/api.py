@@ -246,7 +246,9 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     (``rows``, with TTFT, GPU memory, host RAM and engine settings), simulated on ``trace`` (default: the
     bundled one for Mixtral-8x7B, else a synthetic one). The settings are the machine's and the workload's
     (``moesim.experiments.plan.PLAN_SETTINGS``: ``vram``, ``ram``, ``cpu``, ``link``, ``batch``, ``prompt``
-    (default 512 tokens, for the TTFT), ``split``, ...).
+    (default 512 tokens, for the TTFT), ``split``, ...). Equal tokens/s rank by TTFT; the rows that keep every
+    expert on the GPU are one ``all-on-gpu`` row per format (``same_as``: the candidates it stands for). Where
+    nothing fits, a ``MoesimError`` names the candidate closest to fitting and its memory part by part.
 
     >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
     >>> round(p.rows[0]["tokens_per_s"], 1), next(r["engine_flags"] for r in p.rows if r["strategy"] == "cpu-experts")

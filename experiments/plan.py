@@ -6,11 +6,12 @@ settings that make it what engines deploy — with its size taken from memory (`
 the most GPU slots that fit; ``cpu_layers = "auto"``: the fewest CPU layers that fit), on a trace:
 the one given, the bundled real one for Mixtral-8x7B, else a synthetic trace of the model's
 dimensions. The first batch of sequences warms the caches up and the rest are measured (steady
-state, as a running server sees it). The rows that fit rank by decode tokens/s; each gives TPOT, the
-time to first token of a ``prompt``-token prompt, GPU memory and host RAM used, and the engine
-settings that reproduce it. A
-candidate that cannot fit, or cannot run on the trace (lowbit-miss needs gate weights), is listed
-with the reason. ``curves`` steps the GPU memory a strategy may use down, for a figure of tokens/s
+state, as a running server sees it). The rows that fit rank by decode tokens/s (equal ones by TTFT:
+``rank_key``); each gives TPOT, the time to first token of a ``prompt``-token prompt, GPU memory and
+host RAM used, and the engine settings that reproduce it (or why it has none). Candidates that keep
+every expert on the GPU are one placement: one ``all-on-gpu`` row per format (``_fold``). A candidate
+that cannot fit, or cannot run on the trace (lowbit-miss needs gate weights), is listed with the
+reason; where none fits, the plan is an error naming the one closest to fitting. ``curves`` steps the GPU memory a strategy may use down, for a figure of tokens/s
 against VRAM.
 
 Popularity (``static`` pins, the ``popular`` preload) and the ``history`` prefetcher are learned from
@@ -19,6 +20,7 @@ the simulated trace itself, so those rows are upper bounds for their strategy on
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +65,8 @@ class Plan:
     batch: int
     rows: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
-    results: list = field(default_factory=list, repr=False)  # the DesResult behind each row
+    results: list = field(default_factory=list, repr=False)  # the DesResult behind each row (an all-on-gpu row:
+    # the fastest of those it folds)
     simulated: Trace | None = field(default=None, repr=False)  # the trace the rows were simulated on
     spec: ModelSpec | None = field(default=None, repr=False)  # the model planned for
     machine_spec: Hardware | None = field(default=None, repr=False)  # and the machine (``local``: detected once)
@@ -141,41 +144,44 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
         raise MoesimError(_nothing_fits(spec, hw, short) if short else f"no strategy runs {spec.name}: "
                           + "; ".join(f"{s['strategy']} ({s['dtype']}): {s['reason']}" for s in out.skipped[:3]))
     out.results.sort(key=rank_key)
-    rows = [row(r, spec, hw.gpu is not None) for r in out.results]
-    out.rows = [{"rank": i + 1, **r} for i, r in enumerate(_fold(rows))]
+    rows, out.results = _fold([row(r, spec, hw.gpu is not None) for r in out.results], out.results)
+    out.rows = [{"rank": i + 1, **r} for i, r in enumerate(rows)]
     return out
 
 
 def rank_key(r: DesResult) -> tuple[float, float]:
-    """Faster first; equal tokens/s (to the 4 significant digits a table shows) by the time to first token."""
-    return -float(f"{r.tokens_per_s:.4g}"), r.ttft_s
+    """Faster first; equal tokens/s (to the 4 significant digits a table shows) by the time to first token (none
+    timed, with no prompt: last)."""
+    return -float(f"{r.tokens_per_s:.4g}"), math.inf if r.ttft_s is None else r.ttft_s
 
 
 def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
-    """One line: the candidate that misses this machine's memory by the least, what it needs part by part."""
+    """One line: the candidate that misses this machine's memory by the least (GPU and host shortfalls added),
+    what it needs part by part."""
     least, dtype = min(short, key=lambda refused: refused[0].memory.short())
     m = least.memory
     parts = [m.gpu_parts()] if m.vram and m.gpu > m.vram else []
     parts += [m.host_parts()] if m.ram and m.host > m.ram else []
-    return (f"nothing fits {spec.name} on {hw.name}: the least any strategy needs is {dtype} with "
-            f"{least.placement}: " + "; ".join(parts))
+    return (f"nothing fits {spec.name} on {hw.name}; closest, {m.short():.1f} GiB short: {dtype} with "
+            f"{least.placement}, which needs " + "; ".join(parts))
 
 
-def _fold(rows: list[dict]) -> list[dict]:
+def _fold(rows: list[dict], results: list) -> tuple[list[dict], list]:
     """Rows that keep every expert on the GPU are one placement whatever the strategy: per format, the first
-    (the fastest) stays, named for what it is, and lists the candidates folded into it."""
+    (the fastest) stays, named for what it is, and lists the candidates folded into it. Returns the rows and
+    their results, still side by side."""
     out, kept = [], {}
-    for r in rows:
+    for r, result in zip(rows, results):
         if not r.pop("all_on_gpu"):
-            out.append(r)
+            out.append((r, result))
         elif r["dtype"] in kept:
             kept[r["dtype"]]["same_as"].append(_candidate(r))
         else:
             kept[r["dtype"]] = {**r, "strategy": ALL_ON_GPU, "policy": None, "prefetch": None, "capacity": None,
                                 "scope": None, "cpu_layers": 0, "engine": "llama.cpp, or any engine",
                                 "engine_flags": "-ngl 99", "same_as": [_candidate(r)]}
-            out.append(kept[r["dtype"]])
-    return out
+            out.append((kept[r["dtype"]], result))
+    return [r for r, _ in out], [result for _, result in out]
 
 
 def _candidate(r: dict) -> str:
@@ -189,7 +195,7 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
     config = r.config
     strategy = get_strategy(config.execution.strategy)
     params = {**strategy.PARAMS, **config.execution.params}
-    engine, flags = strategy.engine(params, config.cache, spec)
+    engine, flags = strategy.engine(params, config, spec)
     if not gpu:
         engine, flags = "llama.cpp (CPU build)", "-ngl 0"
     threads = config.hardware.threads  # as the engine is told them
@@ -212,19 +218,28 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
             "engine": engine, "engine_flags": flags, "all_on_gpu": bool(all_on_gpu)}
 
 
+def run_with(row: dict) -> str:
+    """A row's engine and its settings as a person reads them (or why it takes none)."""
+    flags = row["engine_flags"]
+    return f"{row['engine']} (no settings{flags[4:]})" if flags.startswith("none:") else f"{row['engine']}: {flags}"
+
+
 def _named(settings: dict) -> dict:
     return {k: settings.get(k) for k in ("policy", "prefetch")}
 
 
 def curves(p: Plan, points: int = CURVE_POINTS) -> dict:
     """Per strategy, its best row's settings with the GPU memory it uses stepped down, on the plan's
-    trace: a list of (VRAM GiB, tokens/s) from the smallest placement to the one ``auto`` chose."""
+    trace: a list of (VRAM GiB, tokens/s) from the smallest placement to the one ``auto`` chose; the best
+    all-on-gpu row (if any) is one point."""
     spec = p.spec if p.spec is not None else get_model(p.model)
     tr = p.simulated
-    best = {}
-    for r in p.results:
-        best.setdefault(r.config.execution.strategy, r)
-    out = {}
+    best, out = {}, {}
+    for r, result in zip(p.rows, p.results):
+        if r["strategy"] == ALL_ON_GPU:
+            out.setdefault(ALL_ON_GPU, [(result.vram_gb, result.tokens_per_s)])
+        else:
+            best.setdefault(r["strategy"], result)
     for strategy, r in best.items():
         module = get_strategy(strategy)
         if module.CACHE:

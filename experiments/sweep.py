@@ -41,7 +41,7 @@ from pathlib import Path
 
 import polars as pl
 
-from moesim.errors import MoesimError, first_line, option, switch
+from moesim.errors import READER, MoesimError, first_line, option, switch
 from moesim.files import atomic_output, read_toml
 from moesim.tracegen.io import READ_FAILURES
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
@@ -173,14 +173,14 @@ def _resolve(spec: Path, key: str, value):
 
 
 def _traces(path: Path, patterns) -> list[str]:
-    from moesim.tracegen.io import bundled_trace_path
+    from moesim.tracegen.io import BUNDLED, trace_file
 
     if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
         raise MoesimError(f"{path}: 'traces' must be a non-empty list of paths or globs")
     found = []
     for pattern in patterns:
-        if pattern == "bundled":
-            found.append(str(bundled_trace_path()))
+        if pattern == BUNDLED:
+            found.append(str(trace_file(pattern)))
             continue
         full = pattern if Path(pattern).is_absolute() else str(path.parent / pattern)
         matches = sorted(glob.glob(full))
@@ -192,14 +192,18 @@ def _traces(path: Path, patterns) -> list[str]:
 
 def run_config(kind: str, config: dict, config_id: str | None = None) -> dict:
     """One row: the configuration's id (``row_id``, unless the caller computed it) and every setting, its
-    metrics or its error, and the seconds it took."""
+    metrics or its error, and the seconds it took. An error names settings as the spec's keys (``capacity='auto'``),
+    whichever front end runs the sweep and in whichever process."""
     start = time.perf_counter()
     row = {"config_id": config_id or row_id(kind, config), "kind": kind, **config}
+    reader = READER.set("python")
     try:
         row.update(_metrics(kind, config))
         row["error"] = None
     except Exception as exc:  # a failing configuration is a row, not the end of the sweep
         row["error"] = first_line(exc) if isinstance(exc, MoesimError) else f"{type(exc).__name__}: {first_line(exc)}"
+    finally:
+        READER.reset(reader)
     row["seconds"] = time.perf_counter() - start
     return row
 
@@ -337,7 +341,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
         _write(done, rows, out)
     if STOP.is_set():
         raise MoesimError(f"{out}: sweep stopped after {len(rows)} of {len(todo)} configuration(s); "
-                          f"run it again with --resume to finish")
+                          f"run it again with {switch('resume')} to finish")
     return SweepSummary(len(configs), len(configs) - len(todo), len(rows), failed, time.perf_counter() - start)
 
 

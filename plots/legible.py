@@ -12,9 +12,11 @@ def coinciding(series: list[tuple[str, list, list]]) -> list[str]:
     """The legend labels of ``series`` (label, x, y), each drawn exactly under an earlier one (the same points,
     to 1e-9 relative) marked ``(= that one)``: a line that hides under another still says where it is."""
     labels = []
-    for i, (label, x, y) in enumerate(series):
-        same = next((other for other, ox, oy in series[:i] if len(ox) == len(x) and np.allclose(ox, x, rtol=1e-9)
-                     and np.allclose(oy, y, rtol=1e-9)), None)
+    arrays = [(label, np.asarray(x, float), np.asarray(y, float)) for label, x, y in series]  # None: NaN
+    for i, (label, x, y) in enumerate(arrays):
+        same = next((other for other, ox, oy in arrays[:i] if ox.shape == x.shape
+                     and np.allclose(ox, x, rtol=1e-9, atol=0, equal_nan=True)
+                     and np.allclose(oy, y, rtol=1e-9, atol=0, equal_nan=True)), None)
         labels.append(label if same is None else f"{label} (= {same})")
     return labels
 

@@ -9,7 +9,7 @@ from moesim.plots.legible import coinciding
 from moesim.plots.trace import plt, save_figure
 
 STYLE = {"gpu-cache": ("C0", "o"), "cpu-experts": ("C1", "s"), "cpu-miss": ("C2", "^"), "hybrid": ("C3", "D"),
-         "lowbit-miss": ("C4", "v")}
+         "lowbit-miss": ("C4", "v"), "all-on-gpu": ("black", "*")}
 
 
 def plot_plan(plan, curves: dict, out: str | Path) -> Path:
@@ -24,8 +24,8 @@ def plot_plan(plan, curves: dict, out: str | Path) -> Path:
         lines.append((f"{strategy} ({what})", [v for v, _ in points], [t for _, t in points], strategy))
     for (_, x, y, strategy), label in zip(lines, coinciding([line[:3] for line in lines])):
         colour, marker = STYLE.get(strategy, ("grey", "."))
-        ax.plot(x, y, marker=marker, color=colour, label=label)
-    limit = plan.rows and plan.results[0].vram_limit_gb
+        ax.plot(x, y, marker=marker, color=colour, label=label, markersize=12 if len(x) == 1 else 6)
+    limit = plan.results[0].vram_limit_gb
     if limit:
         ax.axvline(limit, color="black", linestyle=":", linewidth=1)
         ax.text(limit, ax.get_ylim()[0], "GPU memory ", va="bottom", ha="right", fontsize="small")

@@ -169,7 +169,12 @@ def _compute_table(model: ModelSpec, backend: str, repeats: int, seed: int, sync
     work.row(0, 1, 0)  # the dense layers at no context (their attention is in the layer grid's terms)
     row_times = [per_call(lambda k: (work.finish(work.tokens(t)), sync()), DISTINCT) for t in TOKENS]
     row_s, row_token_s = through_first(np.array(TOKENS, np.float64), np.array(row_times))
-    return MeasuredCompute(model.name, layer_s=max(float(layer_s), 0.0), expert_s=max(float(expert_s), 0.0),
+    for value, what in ((layer_s, "a layer's fixed time"), (expert_s, "an expert's fixed time")):
+        if value <= 0:  # a hardware file takes none (and a layer or an expert takes some time)
+            raise MoesimError(f"{what} came out at {value * 1e6:.0f} us from the microbenchmarks' fit: zero or "
+                              "negative, the parts timed alone were slower than the fit allows (was the machine busy "
+                              "while they ran?); calibrate again on an idle machine")
+    return MeasuredCompute(model.name, layer_s=float(layer_s), expert_s=float(expert_s),
                    layer_token_s=max(float(layer_token_s), 0.0), layer_ctx_s=max(float(layer_ctx_s), 0.0),
                    expert_token_s=max(float(expert_token_s), 0.0), row_s=max(float(row_s), 0.0),
                    row_token_s=max(float(row_token_s), 0.0))

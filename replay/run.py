@@ -139,8 +139,8 @@ def check_fits(model: ModelSpec, n_buffers: int, backend: str, folder: Path, pla
     else:
         raise MoesimError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     if problem is not None:
-        raise MoesimError(f"{model.name}: {problem}; cut it with {option('layers')} (fewer layers) and/or "
-                          f"{option('scale')} (widths times it), which the result records")
+        raise MoesimError(f"{model.name}: {problem}; cut it with {option('layers')} N and/or {option('scale')} S "
+                          "(widths x S), which the result records")
 
 
 def open_backend(backend: str, model: ModelSpec, n_buffers: int, folder: Path, seed: int, placed_layers: int = 0):

@@ -87,8 +87,8 @@ def check_capacity(meta, cache: CacheConfig) -> None:
         raise MoesimError(f"{named} must be at least 1")
     if cache.semantics == "step" and slots[low] < top_k:
         raise MoesimError(f"{named} is below top_k {top_k}: under step semantics all "
-                          f"k experts of a step are resident at once; use a capacity >= {top_k} or --semantics "
-                          "sequential")
+                          f"k experts of a step are resident at once; use a capacity >= {top_k} or "
+                          f"{option('semantics', 'sequential')}")
     check_fits_experts(meta, cache)
 
 

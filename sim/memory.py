@@ -112,6 +112,10 @@ class DoesNotFit(MoesimError):
     def __init__(self, what: str, placement: str, parts: str, hint: str, memory: Memory):
         super().__init__(f"{what} needs {parts}; {hint}")
         self.placement, self.parts, self.memory = placement, parts, memory
+        self._args = (what, placement, parts, hint, memory)
+
+    def __reduce__(self):  # it crosses process boundaries (a sweep's workers) whole
+        return type(self), self._args
 
 
 @dataclass(frozen=True)

@@ -295,7 +295,7 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
         raise MoesimError(f"batch {config.workload.batch} is more than the trace's {trace.num_sequences} sequence(s)")
     if dram_capacity is not None and hardware.ssd is None:
         raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and {_machine(hardware)} "
-                          "has none; pass --ssd (e.g. pcie5-nvme)")
+                          f"has none; pass {option('ssd', 'pcie5-nvme')} (or another SSD preset)")
     if model.num_layers != trace.meta.num_layers:
         raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
     if capacity != "auto" and strategy.CACHE:

@@ -8,13 +8,17 @@ from moesim.tracegen.io import bundled_trace_path, load_trace
 SHARED_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mixtral-8x7b" / "gsm8k_2_routing.jsonl"
 
 
+@pytest.hookimpl(trylast=True)  # after the terminal's own: its status line is there
 def pytest_configure(config):
     """Run across worker processes (``-n``, pytest-xdist), the suite first compiles every policy's discrete-event
     loop, the bulk of a cold run's compiling (about 20 s each on 2 cores), where numba's disk cache lacks it: once
     each, one process per core, before the workers start (``compile_loops``; the slowest first, so that no core
     waits on one at the end). Each worker would compile what its tests run, twice where two workers' tests need
-    one policy at once; they load the loops from disk instead."""
+    one policy at once; they load the loops from disk instead. Only for the whole suite: a run of a few files
+    compiles what they run."""
     if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        return
+    if any(Path(arg.split("::")[0]).resolve() != Path(__file__).resolve().parent for arg in config.args):
         return
     from moesim.policies import POLICIES
     from moesim.sim.des import compile_loops

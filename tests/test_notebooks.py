@@ -15,14 +15,19 @@ def test_the_three_notebooks_are_there():
 # one worker runs them (--dist loadgroup): two Jupyter kernels starting at once may draw the same ports
 @pytest.mark.xdist_group("notebooks")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_twice_and_leaves_its_folder_clean(path, tmp_path):
+def test_notebook_runs_twice_and_leaves_its_folder_clean(path, tmp_path, monkeypatch):
     """Run from its folder, a notebook writes what it makes into a temporary folder of its own (a new one each
-    run), so it runs again as it did the first time and leaves the folder as it found it."""
+    run, here under this test's own: TMPDIR), so it runs again as it did the first time and leaves the folder as
+    it found it."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
+    folder, scratch = tmp_path / "notebooks", tmp_path / "tmp"
+    folder.mkdir()
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the kernel's tempfile folders
     for _ in range(2):
         nbclient.NotebookClient(nbformat.read(path, as_version=4), timeout=600, kernel_name="python3",
-                                resources={"metadata": {"path": str(tmp_path)}}).execute()
-    assert list(tmp_path.iterdir()) == []
+                                resources={"metadata": {"path": str(folder)}}).execute()
+    assert list(folder.iterdir()) == [] and len(list(scratch.glob("moesim-*"))) == 2  # one folder a run

@@ -152,7 +152,8 @@ def test_every_row_says_how_to_run_it(mixtral_plan):
     assert flags["kTransformers"].startswith("--optimize_config_path")
     assert flags["HybriMoE"].startswith("none: ") and flags["HOBBIT (llama.cpp fork)"].startswith("none: ")
     cache = next(r for r in rows if r["engine"] == "Mixtral-offloading")
-    assert cache["engine_flags"] == f"OffloadConfig(offload_per_layer={8 - cache['capacity']})"
+    assert cache["engine_flags"] == f"offload_per_layer={8 - cache['capacity']}" and cache["prefetch"] == "none"
+    assert flags["MoE-Infinity"].startswith("none: ")  # gpu-cache with the history prefetcher
 
 
 def test_when_nothing_fits_plan_says_the_least_it_needs_and_exits_1(cli):

@@ -25,7 +25,7 @@ GPT-OSS-20B's dimensions; the presets follow the public configs of both models.
 
 from __future__ import annotations
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.tracegen.model_files import is_model_file, load_model_file
 from moesim.tracegen.model_spec import BYTES_PER_PARAM, ModelSpec
 from moesim.tracegen.schema import TraceMeta
@@ -100,7 +100,7 @@ def model_for_trace(meta: TraceMeta, name: str | None = None) -> ModelSpec:
         get_model(name)  # raises: unknown preset
     if not meta.d_model or not meta.d_expert:
         raise MoesimError(f"trace model '{meta.model or '?'}' has no preset and its metadata lacks d_model / "
-                          f"d_expert; pass --model with a preset ({', '.join(MODELS)})")
+                          f"d_expert; pass {option('model')} with a preset ({', '.join(MODELS)})")
     return ModelSpec(meta.model or "trace", "", "", meta.num_layers, meta.num_experts, meta.top_k,
                      int(meta.d_model), int(meta.d_expert), shared_experts=int(meta.shared_experts or 0),
                      d_shared=int(meta.d_shared or 0), source="trace metadata")

@@ -15,7 +15,7 @@ One module per strategy, each with
   decided from the request rows before they run (``Cells``), and ``ACTIONS``, those it may take (checked:
   ``moesim.sim.run.miss_actions``; a strategy of one action is not asked again as a served stream's
   rows change);
-- ``engine(params, cache, model)``: the engines that run it and their settings, or "none: why" (``moesim plan``
+- ``engine(params, config, model)``: the engines that run it and their settings, or "none: why" (``moesim plan``
   prints them); a strategy without a cache, ``describe(params, num_layers)``: its placement in words, and
   ``label(params, num_layers)``: in a table cell;
 

@@ -64,7 +64,7 @@ def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     return np.broadcast_to(np.where(on_cpu, A_CPU, A_LOAD), cells.tokens.shape).astype(np.int8)
 
 
-def engine(params: dict, cache, model) -> tuple[str, str]:
+def engine(params: dict, config, model) -> tuple[str, str]:
     """llama.cpp's options for this placement (every layer on the GPU, the first N layers' experts on the CPU)."""
     n = params["cpu_layers"]
     return "llama.cpp", "-ngl 99 " + ("--cpu-moe" if n == model.num_layers else f"--n-cpu-moe {n}")

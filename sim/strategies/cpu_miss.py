@@ -29,7 +29,7 @@ def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     return np.where(cpu, A_CPU, A_LOAD).astype(np.int8)
 
 
-def engine(params: dict, cache, model) -> tuple[str, str]:
+def engine(params: dict, config, model) -> tuple[str, str]:
     """Fiddler's ``infer.py --cpu-offload 1``: it keeps as many experts on the GPU as its memory holds, chosen from
     a popularity profile, and sets no count."""
     return "Fiddler", "--cpu-offload 1"

@@ -15,10 +15,14 @@ placement = all_cached
 miss_actions = all_loaded
 
 
-def engine(params: dict, cache, model) -> tuple[str, str]:
+def engine(params: dict, config, model) -> tuple[str, str]:
     """The engine that runs this strategy, and its settings: Mixtral-offloading's ``OffloadConfig`` (a Python
     object; it has no command line) keeps E - offload_per_layer experts of every layer in an LRU cache on the
-    GPU. MoE-Infinity's cache is sized by a share of GPU memory (``device_memory_ratio``), not in experts."""
+    GPU, and fetches nothing ahead. With a prefetcher it is MoE-Infinity's, whose cache is sized by a share of
+    GPU memory (``device_memory_ratio``), not in experts."""
+    cache = config.cache
+    if config.prefetch.prefetcher != "none":
+        return "MoE-Infinity", "none: its cache is a share of GPU memory (device_memory_ratio), its prefetch its own"
     if isinstance(cache.capacity, tuple) or cache.scope != "per-layer":
         return "Mixtral-offloading", "none: its OffloadConfig takes one size for every layer"
-    return "Mixtral-offloading", f"OffloadConfig(offload_per_layer={model.num_experts - cache.capacity})"
+    return "Mixtral-offloading", f"offload_per_layer={model.num_experts - cache.capacity}"

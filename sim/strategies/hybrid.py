@@ -32,13 +32,14 @@ def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     return np.full(cells.tokens.shape, A_CPU_FILL, np.int8)
 
 
-def engine(params: dict, cache, model) -> tuple[str, str]:
+def engine(params: dict, config, model) -> tuple[str, str]:
     """With no GPU cache every routed expert runs on the CPU: llama.cpp's --cpu-moe, kTransformers' default rule.
     Pinned experts are kTransformers' optimize rule (a YAML of ``match``/``replace`` entries: the experts it
     places on the GPU take ``generate_device: cuda``, the rest ``generate_device: cpu`` with ``KExpertsCPU``;
     its rules place whole layers, so a pin set is approximated by the layers that hold it). A cache that
     changes (any other policy) is HybriMoE's, research code with no settings to give."""
-    if cache.capacity == 0:
+    cache = config.cache
+    if not np.any(cache.capacity):  # 0, or every layer's 0
         return "llama.cpp, kTransformers", "-ngl 99 --cpu-moe"
     if cache.policy == "static":
         return "kTransformers", "--optimize_config_path rules.yaml"

@@ -42,6 +42,6 @@ def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     return np.where(cheap, A_LOWBIT, A_LOAD).astype(np.int8)
 
 
-def engine(params: dict, cache, model) -> tuple[str, str]:
+def engine(params: dict, config, model) -> tuple[str, str]:
     """HOBBIT (a llama.cpp fork) has no public release, so no settings to give."""
     return "HOBBIT (llama.cpp fork)", "none: no public release"
