@@ -62,7 +62,8 @@ def plan(
         table(title, ["#", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s", "TPOT ms", "TTFT",
                       "VRAM", "RAM", "on CPU", "run it with"],
               [[r["rank"], r["strategy"], r["dtype"], r["policy"] or "-", r["prefetch"] or "-",
-                "-" if r["capacity"] is None else f"{slots_text(r['capacity'])}{' in all' if r['scope'] == 'global' else ''}",
+                "-" if r["capacity"] is None
+                else slots_text(r["capacity"]) + (" in all" if r["scope"] == "global" else ""),
                 "-" if r["cpu_layers"] is None else f"{r['cpu_layers']}/{r['layers']}",
                 r["tokens_per_s"], r["tpot_s"] * 1e3, r["ttft_s"], r["vram_gb"], r["ram_gb"], r["cpu_share"],
                 run_with(r)] for r in result.rows])

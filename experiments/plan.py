@@ -11,8 +11,8 @@ state, as a running server sees it). The rows that fit rank by decode tokens/s (
 host RAM used, and the engine settings that reproduce it (or why it has none). Candidates that keep
 every expert on the GPU are one placement: one ``all-on-gpu`` row per format (``_fold``). A candidate
 that cannot fit, or cannot run on the trace (lowbit-miss needs gate weights), is listed with the
-reason; where none fits, the plan is an error naming the one closest to fitting. ``curves`` steps the GPU memory a strategy may use down, for a figure of tokens/s
-against VRAM.
+reason; where none fits, the plan is an error naming the one closest to fitting. ``curves`` steps the
+GPU memory a strategy may use down, for a figure of tokens/s against VRAM.
 
 Popularity (``static`` pins, the ``popular`` preload) and the ``history`` prefetcher are learned from
 the simulated trace itself, so those rows are upper bounds for their strategy on unseen prompts.
