@@ -169,13 +169,9 @@ def _compute_table(model: ModelSpec, backend: str, repeats: int, seed: int, sync
     work.row(0, 1, 0)  # the dense layers at no context (their attention is in the layer grid's terms)
     row_times = [per_call(lambda k: (work.finish(work.tokens(t)), sync()), DISTINCT) for t in TOKENS]
     row_s, row_token_s = through_first(np.array(TOKENS, np.float64), np.array(row_times))
-    # no layer or expert is free (a hardware file takes no 0), and on a CPU more tokens or keys take longer (a
-    # GPU's kernel may be flat in them: its slopes are kept at 0 where the fit goes below)
-    positive = [(layer_s, "a layer's fixed time"), (expert_s, "an expert's fixed time")]
-    if backend == "cpu":
-        positive += [(layer_token_s, "a layer's time per token"), (layer_ctx_s, "a layer's time per KV token"),
-                     (expert_token_s, "an expert's time per token")]
-    for value, what in positive:
+    # no layer or expert is free (a hardware file takes no 0); a slope below 0 is kept at 0 (a GPU's kernel may be
+    # flat in tokens; on a busy CPU the fit may dip below)
+    for value, what in ((layer_s, "a layer's fixed time"), (expert_s, "an expert's fixed time")):
         if value <= 0:
             raise MoesimError(f"{what} came out at {value * 1e6:.3g} us from the microbenchmarks' fit: zero or "
                               "negative, the parts timed alone were slower than the fit allows (was the machine busy "
