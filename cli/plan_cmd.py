@@ -23,7 +23,7 @@ from moesim.tracegen.io import trace_file
               "dtype": f"Weight formats to consider (every weight in each): {', '.join(FORMATS)}."},
        aliases={"prompt": ("--context",)})
 def plan(
-    trace: Annotated[Optional[Path], typer.Option(callback=lambda p: p and trace_file(p),
+    trace: Annotated[Optional[Path], typer.Option(callback=trace_file,
                                                   help="Routing trace to simulate (default: the bundled one for "
                                                        "mixtral-8x7b, else a synthetic trace of the model).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Also draw tokens/s against GPU memory per strategy "

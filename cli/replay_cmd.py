@@ -150,7 +150,7 @@ def replay(
               "threads": "--engine llama.cpp: comma-separated thread counts (default 1, 2, 4, ... and every core)."},
        aliases={"policy": ("--policies",)})
 def validate(
-    trace_path: Annotated[Optional[Path], typer.Argument(metavar="[TRACE]", callback=lambda p: p and trace_file(p),
+    trace_path: Annotated[Optional[Path], typer.Argument(metavar="[TRACE]", callback=trace_file,
                                                          help="Trace file (Parquet; bundled: the shipped one); none "
                                                               "with --engine llama.cpp.")] = None,
     backend: Backend = "cpu",

@@ -102,7 +102,7 @@ def synth(
     seq_alpha: Annotated[float, typer.Option(help="Dirichlet alpha of per-sequence preference (lower: more skew).")] = Locality.seq_alpha,
     reuse: Annotated[float, typer.Option(help="Chance a slot repeats an expert of the previous token.")] = Locality.reuse,
     cross_layer: Annotated[float, typer.Option(help="Chance a slot follows the previous layer's expert map.")] = Locality.cross_layer,
-    like: Annotated[Optional[Path], typer.Option(callback=lambda p: p and trace_file(p), help="Fit the locality knobs "
+    like: Annotated[Optional[Path], typer.Option(callback=trace_file, help="Fit the locality knobs "
                                                  "(and dims) to this real trace (bundled: the shipped one) and report.")] = None,
     force: Force = False,
 ) -> None:

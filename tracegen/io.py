@@ -330,11 +330,15 @@ def _lists(values: np.ndarray, null_rows: np.ndarray | None) -> pl.Series:
 BUNDLED = "bundled"  # the name that stands for the shipped trace, wherever a trace file is asked for
 
 
-def trace_file(path: str | Path) -> Path:
-    """The file a trace argument names: ``bundled`` is the shipped trace (a file of that name: ``./bundled``)."""
+def trace_file(path: str | Path | None) -> Path | None:
+    """The file a trace argument names: ``bundled`` is the shipped trace (a file of that name: ``./bundled``);
+    none given, None."""
+    if path is None:
+        return None
     return bundled_trace_path() if str(path) == BUNDLED else Path(path)
 
 
 def bundled_trace_path() -> Path:
-    """The real Mixtral-8x7B GSM8K routing trace shipped with moesim (docs/commands.md, "The bundled real trace", gives its source)."""
+    """The real Mixtral-8x7B GSM8K routing trace shipped with moesim (its source: docs/commands.md, "The bundled
+    real trace")."""
     return Path(__file__).parent / "data" / "mixtral-8x7b-gsm8k.parquet"
