@@ -95,9 +95,9 @@ PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "
 PLAN_PROMPT = 512  # the prompt a plan times its TTFT on where none is asked for
 
 
-def plan_loops() -> list[tuple[str, str]]:
-    """The (policy, prefetcher) pairs whose discrete-event loops a plan runs (``compile_loops``)."""
-    return [(s.get("policy", "lru"), s.get("prefetch", "none")) for _, s in CANDIDATES]
+def plan_loops() -> list[tuple[str, str, str]]:
+    """The (policy, prefetcher, strategy) whose discrete-event loops a plan runs (``compile_loops``)."""
+    return [(s.get("policy", "lru"), s.get("prefetch", "none"), strategy) for strategy, s in CANDIDATES]
 
 
 def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan:

@@ -357,7 +357,7 @@ def _compile_first(todo: list[tuple[str, dict]]) -> None:
             settings = Config.build(**{k: v for k, v in config.items() if k != "trace"})
         except MoesimError:
             continue  # its row will say why
-        loops[settings.cache.policy, settings.prefetch.prefetcher] = None
+        loops[settings.cache.policy, settings.prefetch.prefetcher, settings.execution.strategy] = None
     compile_loops(loops, least=1)
 
 

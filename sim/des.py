@@ -32,9 +32,9 @@ from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C
 from moesim.sim.engine import COMPILE_NOTE, on_disk
 from moesim.sim.machine import Hardware
 from moesim.sim.requests import build_requests
-from moesim.sim.run import RowArrays, RowSource, Run, assemble, bound_loop
+from moesim.sim.run import RowArrays, RowSource, Run, assemble, loop_for, needs_extras
 from moesim.sim.strategies.base import A_LOWBIT
-from moesim.tracegen.models import ModelSpec
+from moesim.tracegen.models import ModelSpec, get_model
 from moesim.tracegen.schema import DECODE, PREFILL
 from moesim.tracegen.trace import Trace
 
@@ -173,21 +173,29 @@ class BatchRows(RowSource):
         return _measure_from(self.req, config.workload.warmup)
 
 
-def compile_loops(settings, least: int = 2) -> None:
-    """Compile what simulating each ``(policy, prefetcher)`` of ``settings`` runs — the replacement
-    policy's discrete-event loop and the prefetcher's code — where numba's disk cache lacks the loop,
-    one process per policy in parallel (as many as there are cores): a cold ``plan`` or sweep compiles its
-    loops at once rather than one after another, and each once. Each process simulates a tiny trace, which
-    compiles the loop for the argument types every simulation passes. Logs what it compiles and each one done
-    (``extra["activity"]``, None at the end): the command's status line shows it. Fewer than ``least`` cold loops
-    are left to the caller (a plan compiles one as fast in its own process; a sweep's workers would each compile
-    it, so a sweep passes 1)."""
+def compile_loops(settings, least: int = 2, whole: bool = False) -> None:
+    """Compile what simulating each ``(policy, prefetcher, strategy)`` of ``settings`` runs (the strategy
+    ``gpu-cache`` where a pair leaves it out) — the replacement policy's discrete-event loop, whole where one
+    setting needs it (``needs_extras``: every run of the policy then takes it) else lean, and the prefetcher's
+    code — where numba's disk cache lacks the loop, one process per loop in parallel (as many as there are
+    cores): a cold ``plan`` or sweep compiles its loops at once rather than one after another, and each once.
+    Each process simulates a tiny trace, which compiles the loop for the argument types every simulation
+    passes. Logs what it compiles and each one done (``extra["activity"]``, None at the end): the command's
+    status line shows it. Fewer than ``least`` cold loops are left to the caller (a plan compiles one as fast in
+    its own process; a sweep's workers would each compile it, so a sweep passes 1). ``whole`` compiles every
+    policy's whole loop, which any run takes (a test suite's varied runs)."""
     from moesim.workers import worker_pool
 
-    cold: dict[str, list] = {}
-    for policy, prefetcher in settings:
-        if not on_disk(bound_loop(policy)):
-            cold.setdefault(policy, []).append(prefetcher)
+    model = get_model(TINY_MODEL)
+    wanted: dict[str, list] = {}
+    for policy, prefetcher, *strategy in settings:
+        wanted.setdefault(policy, []).append((prefetcher, strategy[0] if strategy else "gpu-cache"))
+    cold = {}
+    for policy, runs in wanted.items():
+        extras = whole or any(needs_extras(Config.build(prefetch=p, strategy=s), model) for p, s in runs)
+        loop = loop_for(policy, extras)
+        if not loop.signatures and not on_disk(loop):
+            cold[policy] = runs
     workers = min(len(cold), os.cpu_count() or 1)
     if not cold or len(cold) < least:
         return
@@ -195,25 +203,30 @@ def compile_loops(settings, least: int = 2) -> None:
     log.info(what.format(0), extra={"activity": what.format(0)})
     try:
         with worker_pool(workers) as pool:
-            for done, _ in enumerate(pool.map(_compile_loop, cold.items()), 1):
+            for done, _ in enumerate(pool.map(_compile_loop, [(p, runs, whole) for p, runs in cold.items()]), 1):
                 log.info(what.format(done), extra={"activity": what.format(done)})
     finally:
         log.info("compiled", extra={"activity": None})
 
 
-def _compile_loop(setting: tuple[str, list]) -> None:
-    from moesim.tracegen.models import get_model
+TINY_MODEL = "olmoe-1b-7b"  # what ``compile_loops`` simulates
 
-    m = get_model("olmoe-1b-7b")
+
+def _compile_loop(setting: tuple[str, list, bool]) -> None:
+    policy, runs, whole = setting
+    m = get_model(TINY_MODEL)
     rows = 4  # one sequence whose experts rotate, made here (a synthetic trace would compile its generator too)
     picks = (np.arange(rows)[:, None, None] + np.arange(m.top_k)) % m.num_experts
     experts = np.ascontiguousarray(np.broadcast_to(picks, (rows, m.num_layers, m.top_k)), np.int16)
     trace = Trace(m.trace_meta(), experts, np.zeros(1, np.int32), np.array([0, rows], np.int64),
                   np.arange(rows, dtype=np.int32), np.full(rows, DECODE, np.int8))
-    for prefetcher in dict.fromkeys(setting[1]):
+    runs = [("oracle", "gpu-cache")] * whole + sorted(dict.fromkeys(runs), key=lambda run: not needs_extras(
+        Config.build(prefetch=run[0], strategy=run[1]), m))  # the whole loop first: the other runs then take it
+    for prefetcher, strategy in runs:
         try:
-            simulate_des(trace, Config.build(model=m.name, policy=setting[0], prefetch=prefetcher, capacity=m.top_k))
-        except MoesimError:  # a prefetcher that needs what this trace lacks: the run itself compiles it
+            simulate_des(trace, Config.build(model=m.name, policy=policy, prefetch=prefetcher, strategy=strategy,
+                                             capacity=m.top_k))
+        except MoesimError:  # a prefetcher or strategy that needs what this trace lacks: the run itself compiles it
             pass
 
 

@@ -68,6 +68,8 @@ from moesim.sim.engine import empty, place
 from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, ON_GPU
 from moesim.tracegen.schema import DECODE
 
+EXTRAS = 1  # a compile-time constant (``moesim.sim.run.bound_loop``): 0 leaves out what a plain cache never runs
+
 
 def des_loop(s, st):
     inp, cache, tally, progress = s.inputs, s.cache, s.tally, s.progress
@@ -90,10 +92,10 @@ def des_loop(s, st):
             policy.reset(st)
         begin = now
         copy_before = s.tiers.clocks[COPY_BUSY]
-        if inp.preload_at[row] >= 0:
+        if EXTRAS and inp.preload_at[row] >= 0:
             stamp += 1  # the whole preload is protected from itself
             preload_batch(s, st, row, now, stamp)
-        if inp.mole:
+        if EXTRAS and inp.mole:
             for layer in range(n_layers):
                 s.tiers.lut_ready[layer] = queue_copy(s.tiers, now, inp.lut_s[row])
         for layer in range(n_layers):  # one cell: route, serve, prefetch for the next cell, compute
@@ -101,7 +103,7 @@ def des_loop(s, st):
             route_at = now
             now += inp.shared_s[row]
             tally.rows[row, R_COMPUTE] += inp.pre_s[row] + inp.shared_s[row]
-            if inp.mole:
+            if EXTRAS and inp.mole:
                 start = max(now, s.tiers.lut_ready[layer])
                 tally.rows[row, R_STALL] += start - now
                 now = start
@@ -116,7 +118,8 @@ def des_loop(s, st):
                 tally.layer_accesses[layer] += n
             pinned, n_run, weights_at, fused = load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run,
                                                            weights_at, fused)
-            prefetch_next(s, st, row, layer, part, route_at, stamp, pinned)
+            if EXTRAS:
+                prefetch_next(s, st, row, layer, part, route_at, stamp, pinned)
             now = run_kernels(s, row, now, n_run, weights_at, fused)
         now += inp.row_s[row]
         tally.rows[row, R_COMPUTE] += inp.row_s[row]
@@ -254,7 +257,7 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights
             continue
         if inp.bounds[-1] > 0 and s.cache.slot_of[obj] >= 0:
             continue
-        if action[j] == A_LOAD:
+        if not EXTRAS or action[j] == A_LOAD:
             pinned, n_run, weights_at, fused = demand_load(s, st, row, layer, part, obj, base + j, route_at, stamp,
                                                            pinned, n_run, weights_at, fused, tokens[j])
         elif action[j] == A_CPU or action[j] == A_CPU_FILL:

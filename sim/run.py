@@ -26,12 +26,12 @@ from moesim.sim.config import Config, module_params
 from moesim.sim.costs import Costs, Engine, engine_of
 from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import C_ACCESSES, C_HITS, Inputs, State, build_state
-from moesim.sim.engine import bind, part_bounds
+from moesim.sim.engine import bind, on_disk, part_bounds
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.strategies import STRATEGIES, get_strategy, lowbit_dtype
-from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, ON_CPU, Cells
+from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, ON_CPU, Cells
 from moesim.sim.weights import Weights, weights_of
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE
@@ -211,7 +211,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     policy_state = module.make_state(source.policy_context(config, slots, module_params(module, config.cache.params)))
     return Run(config, model, hardware, memory, cost, strategy, sparams, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
-               bound_loop(config.cache.policy))
+               loop_for(config.cache.policy, needs_extras(config, model)))
 
 
 def miss_actions(strategy, params: dict, rows: RowArrays, cost: Costs, inputs: Inputs, first: int = 0,
@@ -233,10 +233,25 @@ def miss_actions(strategy, params: dict, rows: RowArrays, cost: Costs, inputs: I
     return actions
 
 
-def bound_loop(policy: str):
-    """The discrete-event loop compiled with ``policy``'s hooks."""
+def bound_loop(policy: str, extras: bool = True):
+    """The discrete-event loop compiled with ``policy``'s hooks: whole, or (``extras`` False) without the paths
+    a plain GPU cache never takes — prefetches, preloads, MoLE rows, experts run on the CPU or fetched in low
+    bits — which compiles in about a third of the time (``moesim.sim.des_loop.EXTRAS``)."""
     module = get_policy(policy)
-    return bind(des_loop, module.NAME, module.HOOKS, HELPERS)
+    return bind(des_loop, module.NAME, module.HOOKS, HELPERS, {"EXTRAS": int(extras)})
+
+
+def needs_extras(config: Config, model: ModelSpec) -> bool:
+    """Whether a run of ``config`` may take a path of the whole loop that the lean one leaves out."""
+    return (config.prefetch.prefetcher != "none" or model.kind == "mole"
+            or tuple(get_strategy(config.execution.strategy).ACTIONS) != (A_LOAD,))
+
+
+def loop_for(policy: str, extras: bool):
+    """The loop a run takes: the whole one where it needs the extras or where it is compiled already (in this
+    process or in numba's disk cache: one loop serves every run), else the lean one."""
+    whole = bound_loop(policy)
+    return whole if extras or whole.signatures or on_disk(whole) else bound_loop(policy, False)
 
 
 def log_size(rows: RowArrays) -> int:

@@ -27,7 +27,8 @@ def pytest_configure(config):
     if reporter is not None:
         reporter.write_line("compiling every policy's discrete-event loop where numba's cache lacks it")
     slowest = ("gamma", "gamma-admit", "lfu", "arc", "lecar")
-    compile_loops([(policy, "none") for policy in sorted(POLICIES, key=lambda p: p not in slowest)], least=1)
+    compile_loops([(policy, "none") for policy in sorted(POLICIES, key=lambda p: p not in slowest)], least=1,
+                  whole=True)
 
 
 @pytest.fixture(scope="session")

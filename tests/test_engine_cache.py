@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from moesim.sim import des_loop
 from moesim.policies import get_policy
 from moesim.sim.engine import source_files
@@ -83,3 +85,32 @@ def test_one_compilation_serves_every_workload():
     loop = bound_loop("lru")
     assert len(loop.signatures) == 1
     assert on_disk(loop)
+
+
+@pytest.mark.parametrize("policy", ["lru", "gamma"])
+def test_the_lean_loop_gives_the_whole_loops_results(policy, mixtral, monkeypatch):
+    """A run that needs no prefetch, preload, MoLE row, CPU or low-bit path gives the same result, step times and
+    decision log from the lean loop (``EXTRAS`` 0, a third of the compile time) as from the whole one; a run
+    takes the whole loop where it is compiled, and needs it with a prefetcher or another strategy."""
+    import moesim.sim.run as run
+    from moesim.sim.config import Config
+    from moesim.sim.des import simulate_des
+    from moesim.tracegen.models import get_model
+
+    def result(extras, **settings):
+        monkeypatch.setattr(run, "loop_for", lambda p, needs: run.bound_loop(p, extras or needs))
+        r = simulate_des(mixtral, Config.build(model="mixtral-8x7b", policy=policy, dtype="q4_k", **settings),
+                         decisions=True)
+        metrics = {k: getattr(v, "tolist", lambda: v)() for k, v in r.as_dict().items() if k != "seconds"}
+        return metrics, r.step_times.tolist(), r.decisions.tolist()
+
+    for settings in ({"capacity": 3}, {"capacity": 96, "scope": "global", "batch": 2, "prompt": 16}):
+        lean, whole = result(False, **settings), result(True, **settings)
+        assert lean == whole and lean[0]["hits"] > 0
+    assert run.bound_loop(policy, False).signatures  # the lean loop ran
+    monkeypatch.undo()
+    model = get_model("mixtral-8x7b")
+    assert not run.needs_extras(Config.build(policy=policy), model)
+    assert all(run.needs_extras(Config.build(**s), model) for s in ({"prefetch": "oracle"}, {"strategy": "hybrid"},
+                                                                      {"strategy": "cpu-experts"}))
+    assert run.loop_for(policy, False) is run.bound_loop(policy)  # compiled above: one loop serves every run

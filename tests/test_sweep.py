@@ -88,7 +88,8 @@ def test_a_parallel_sweep_compiles_each_loop_once_before_its_workers(tmp_path, m
                     'prefetch = ["none", "oracle"]\ncapacity = [4, 6]\n[fixed]\ndtype = "int4"\n')
     summary = run_sweep(load_spec(spec), tmp_path / "two.parquet", jobs=2)
     # least=1: even one cold loop is compiled before the workers, which would each compile it
-    assert asked == [([("lru", "none"), ("lru", "oracle"), ("fifo", "none"), ("fifo", "oracle")], 1)]
+    assert asked == [([("lru", "none", "gpu-cache"), ("lru", "oracle", "gpu-cache"), ("fifo", "none", "gpu-cache"),
+                       ("fifo", "oracle", "gpu-cache")], 1)]
     assert summary.failed == 4  # the unknown policy's rows
     run_sweep(load_spec(spec), tmp_path / "one.parquet", jobs=1)
     assert len(asked) == 1
