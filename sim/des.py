@@ -173,7 +173,7 @@ class BatchRows(RowSource):
         return _measure_from(self.req, config.workload.warmup)
 
 
-def compile_loops(settings, least: int = 2, whole: bool = False) -> None:
+def compile_loops(settings, least: int = 2) -> None:
     """Compile what simulating each ``(policy, prefetcher, strategy)`` of ``settings`` runs (the strategy
     ``gpu-cache`` where a pair leaves it out) — the replacement policy's discrete-event loop, whole where one
     setting needs it (``needs_extras``: every run of the policy then takes it) else lean, and the prefetcher's
@@ -182,8 +182,7 @@ def compile_loops(settings, least: int = 2, whole: bool = False) -> None:
     Each process simulates a tiny trace, which compiles the loop for the argument types every simulation
     passes. Logs what it compiles and each one done (``extra["activity"]``, None at the end): the command's
     status line shows it. Fewer than ``least`` cold loops are left to the caller (a plan compiles one as fast in
-    its own process; a sweep's workers would each compile it, so a sweep passes 1). ``whole`` compiles every
-    policy's whole loop, which any run takes (a test suite's varied runs)."""
+    its own process; a sweep's workers would each compile it, so a sweep passes 1)."""
     from moesim.workers import worker_pool
 
     model = get_model(TINY_MODEL)
@@ -192,10 +191,10 @@ def compile_loops(settings, least: int = 2, whole: bool = False) -> None:
         wanted.setdefault(policy, []).append((prefetcher, strategy[0] if strategy else "gpu-cache"))
     cold = {}
     for policy, runs in wanted.items():
-        extras = whole or any(needs_extras(Config.build(prefetch=p, strategy=s), model) for p, s in runs)
-        loop = loop_for(policy, extras)
+        needs = {run: needs_extras(Config.build(prefetch=run[0], strategy=run[1]), model) for run in runs}
+        loop = loop_for(policy, any(needs.values()))
         if not loop.signatures and not on_disk(loop):
-            cold[policy] = runs
+            cold[policy] = sorted(needs, key=lambda run: not needs[run])  # the whole loop first: the rest take it
     workers = min(len(cold), os.cpu_count() or 1)
     if not cold or len(cold) < least:
         return
@@ -203,7 +202,7 @@ def compile_loops(settings, least: int = 2, whole: bool = False) -> None:
     log.info(what.format(0), extra={"activity": what.format(0)})
     try:
         with worker_pool(workers) as pool:
-            for done, _ in enumerate(pool.map(_compile_loop, [(p, runs, whole) for p, runs in cold.items()]), 1):
+            for done, _ in enumerate(pool.map(_compile_loop, cold.items()), 1):
                 log.info(what.format(done), extra={"activity": what.format(done)})
     finally:
         log.info("compiled", extra={"activity": None})
@@ -212,16 +211,14 @@ def compile_loops(settings, least: int = 2, whole: bool = False) -> None:
 TINY_MODEL = "olmoe-1b-7b"  # what ``compile_loops`` simulates
 
 
-def _compile_loop(setting: tuple[str, list, bool]) -> None:
-    policy, runs, whole = setting
+def _compile_loop(setting: tuple[str, list]) -> None:
+    policy, runs = setting
     m = get_model(TINY_MODEL)
     rows = 4  # one sequence whose experts rotate, made here (a synthetic trace would compile its generator too)
     picks = (np.arange(rows)[:, None, None] + np.arange(m.top_k)) % m.num_experts
     experts = np.ascontiguousarray(np.broadcast_to(picks, (rows, m.num_layers, m.top_k)), np.int16)
     trace = Trace(m.trace_meta(), experts, np.zeros(1, np.int32), np.array([0, rows], np.int64),
                   np.arange(rows, dtype=np.int32), np.full(rows, DECODE, np.int8))
-    runs = [("oracle", "gpu-cache")] * whole + sorted(dict.fromkeys(runs), key=lambda run: not needs_extras(
-        Config.build(prefetch=run[0], strategy=run[1]), m))  # the whole loop first: the other runs then take it
     for prefetcher, strategy in runs:
         try:
             simulate_des(trace, Config.build(model=m.name, policy=policy, prefetch=prefetcher, strategy=strategy,
