@@ -30,7 +30,9 @@ import numpy as np
 from numba import njit
 
 from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
+from moesim.sim import inline_copy
 
+inline_copy.install()  # before anything here is compiled
 _BOUND: dict = {}
 COMPILE_NOTE = "first run only, cached on disk"  # what a status line says of a compilation
 

@@ -26,6 +26,8 @@ numbers. Sizes are GiB (2^30 bytes).
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,9 +194,7 @@ def resolve(fp: Footprint, config, top_k: int):
     if not strategy.CACHE and config.cache.capacity != 0:
         config = config.replace(capacity=0)  # no cache: the layers are placed whole
     if config.cache.capacity == "auto":
-        most = model.num_experts if config.cache.scope == "per-layer" else model.num_layers * model.num_experts
-        choices = [0] if fp.cpu_only else [c for c in range(most, top_k - 1, -1)] + [0]
-        config = config.replace(capacity=next((c for c in choices if account(fp, config.replace(capacity=c)).fits), 0))
+        config = config.replace(capacity=0 if fp.cpu_only else _most_slots(fp, config, top_k))
     memory = account(fp, config)
     hint = (f"use {option('capacity', 'auto')}, a smaller {option('dtype')} or another {option('strategy')} (see "
             f"'moesim plan')" if strategy.CACHE
@@ -205,6 +205,22 @@ def resolve(fp: Footprint, config, top_k: int):
                 + (f", or an SSD tier ({option('ssd')} with {option('dram_capacity')})" if ssd else ""))
     memory.check(model.name, _describe(config, model), hint, ram_hint)
     return config, memory
+
+
+def _most_slots(fp: Footprint, config, top_k: int) -> int:
+    """The largest capacity from ``top_k`` up to every expert (per layer, or of the pool) that fits, else 0.
+
+    The GPU memory grows with the capacity except where it reaches the widest request row (below it, misses
+    bypass the cache through a row-wide scratch buffer), so each side of that step is searched by bisection."""
+    most = fp.model.num_experts if config.cache.scope == "per-layer" else fp.model.num_layers * fp.model.num_experts
+    fits = functools.cache(lambda c: account(fp, config.replace(capacity=c)).fits)
+    for lo, hi in ((max(top_k, fp.width), most), (top_k, min(fp.width - 1, most))):
+        if lo <= hi and fits(lo):
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+            return lo
+    return 0
 
 
 def _describe(config, model: ModelSpec) -> str:

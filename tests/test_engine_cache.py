@@ -114,3 +114,70 @@ def test_the_lean_loop_gives_the_whole_loops_results(policy, mixtral, monkeypatc
     assert all(run.needs_extras(Config.build(**s), model) for s in ({"prefetch": "oracle"}, {"strategy": "hybrid"},
                                                                       {"strategy": "cpu-experts"}))
     assert run.loop_for(policy, False) is run.bound_loop(policy)  # compiled above: one loop serves every run
+
+
+def _inlining(n):
+    """A function that inlines a many-block helper three times."""
+    from numba import njit
+
+    @njit(inline="always")
+    def helper(a, i):
+        total = 0
+        for j in range(i):
+            if a[j] > 0:
+                total += a[j]
+            elif a[j] < -1:
+                total -= 1
+        return total
+
+    def caller(a):
+        return helper(a, n) + helper(a, n - 1) + helper(a, n - 2)
+
+    return caller
+
+
+def test_the_inliners_shared_copy_compiles_the_same_code():
+    """numba's own block-by-block copy and ``inline_copy``'s shared-memo copy give the same assembly."""
+    import copy
+    import re
+
+    import numpy as np
+    from numba import njit
+    from numba.core import inline_closurecall
+
+    from moesim.sim import inline_copy
+
+    a = np.arange(-3, 5, dtype=np.int64)
+    installed = inline_closurecall.copy
+    assert isinstance(installed, inline_copy._BlockCopier)
+    asm = []
+    for copier in (copy, installed):
+        inline_closurecall.copy = copier
+        try:
+            fn = njit(_inlining(6))
+            assert fn(a) == sum(sum(v if v > 0 else -1 if v < -1 else 0 for v in a[:i]) for i in (6, 5, 4))
+            asm.append(re.sub(r"caller\S*", "caller", fn.inspect_asm(fn.signatures[0])))
+        finally:
+            inline_closurecall.copy = installed
+    assert asm[0] == asm[1]
+
+
+def test_the_block_copier_shares_a_scope_within_one_copy_only():
+    from numba.core import ir
+
+    from moesim.sim.inline_copy import _BlockCopier
+
+    loc = ir.Loc("f.py", 1)
+    scope = ir.Scope(None, loc)
+    x = scope.define("x", loc)
+    blocks = [ir.Block(scope, loc) for _ in range(3)]
+    for b in blocks:
+        b.append(ir.Assign(ir.Const(1, loc), x, loc))
+    copier = _BlockCopier()
+    first = [copier.deepcopy(b) for b in blocks]
+    again = [copier.deepcopy(b) for b in blocks]  # the same function copied a second time
+    for copies in (first, again):
+        assert all(c.scope is copies[0].scope for c in copies) and copies[0].scope is not scope
+        assert all(c.body[0].target is copies[0].scope.get("x") for c in copies)
+    assert first[0].scope is not again[0].scope and first[0].body[0].target is not again[0].body[0].target
+    assert scope.localvars._con.keys() == {"x"}  # the original is untouched

@@ -13,7 +13,8 @@ from moesim import simulate
 from moesim.errors import MoesimError
 from moesim.sim.hardware import get_hardware
 from moesim.sim.machine import CPU
-from moesim.sim.memory import GIB, GPU_RESERVE_GIB
+from moesim.sim.config import Config
+from moesim.sim.memory import GIB, GPU_RESERVE_GIB, DoesNotFit, Footprint, account, resolve
 from moesim.tracegen.models import get_model
 from dyadic import COPY, EXPERT_BYTES, HW, LAT, LINK_BW, MEM_BW, MODEL, US, experts_s, pre_s, trace_of
 
@@ -184,6 +185,32 @@ def test_capacity_auto_is_the_most_slots_that_fit(mixtral):
         assert r.vram_gb == pytest.approx((fixed + c * 32 * eb) / GIB) and r.vram_limit_gb == 24
         assert r.ram_gb == pytest.approx((256 * eb) / GIB + 4)
     assert simulate(mixtral, policy="lru", capacity="auto", hardware="rtx4090", dtype="bf16").capacity == 0
+
+
+@pytest.mark.parametrize("scope", ["per-layer", "global"])
+@pytest.mark.parametrize("width, policy, prefetcher", [(8, "lru", "none"), (20, "lru", "none"), (20, "gamma", "none"),
+                                                       (20, "lru", "speculative")])
+def test_capacity_auto_is_the_largest_capacity_that_fits_by_a_full_scan(scope, width, policy, prefetcher):
+    """resolve's capacity equals a scan of every capacity from the widest down to top-k, then 0, keeping the first
+    that fits, on machines whose GPU memory lands on every step of the account (the scratch buffer of a cache
+    narrower than a request row included)."""
+    model, top_k = get_model("qwen3-30b-a3b"), 8
+    config = Config.build(policy=policy, prefetch=prefetcher, scope=scope, capacity="auto")
+    most = model.num_experts if scope == "per-layer" else model.num_layers * model.num_experts
+    choices = list(range(most, top_k - 1, -1)) + [0]
+
+    def fp(vram):
+        return Footprint(model, 2.0, model.expert_params * 2.0, 1024, width, False, vram, 0.0)
+
+    gpu = {c: account(fp(1.0), config.replace(capacity=c)).gpu for c in choices}
+    edges = sorted({g + d for g in gpu.values() for d in (-1.0, 0.0)})[::7] + [gpu.get(width - 1, 1.0), gpu[width] - 1]
+    for vram in edges:
+        want = next((c for c in choices if gpu[c] <= vram), None)
+        if want is None:
+            with pytest.raises(DoesNotFit):
+                resolve(fp(vram), config, top_k)
+        else:
+            assert resolve(fp(vram), config, top_k)[0].cache.capacity == want
 
 
 def test_cpu_layers_auto_is_the_fewest_that_fit(mixtral):
