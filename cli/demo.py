@@ -29,34 +29,37 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card, and write the hit-rate and TPOT curves, the
     activation heatmap and the plans' figures into ``out``."""
     import moesim
-    from moesim.experiments.plan import curves, plan_loops
+    from moesim.experiments.plan import curves, plan_loops, plan_trace
     from moesim.experiments.sweep import SweepSpec
     from moesim.plots.plan import plot_plan
     from moesim.plots.results import plot_results
-    from moesim.sim.des import compile_loops
+    from moesim.sim.des import compiling
+    from moesim.tracegen.models import get_model
 
     out = Path(out)
-    trace = load_trace(bundled_trace_path())
-    m = trace.meta
-    table("The bundled trace: Mixtral-8x7B routing on 2 GSM8K problems (vLLM, decode only)",
-          ["field", "value"],
-          [["model", m.model], ["layers x experts, top-k", f"{m.num_layers} x {m.num_experts}, top-{m.top_k}"],
-           ["sequences", trace.num_sequences], ["decode steps", trace.decode_steps],
-           ["incomplete tokens dropped on import", m.dropped_tokens], ["expert accesses", trace.accesses],
-           ["bytes per expert (bf16)", f"{m.expert_bytes / 1e6:.1f} MB"]])
-    stats = trace_stats(trace, ())
-    table("Reuse: tokens until an expert is selected again at the same layer",
-          ["reuse distance", "share of accesses"], [[b, v] for b, v in zip(REUSE_BUCKETS, stats.reuse_histogram)])
-    table("Routing skew and predictability", ["measure", "value"], [
-        ["top expert's share of a sequence's activations", stats.concentration],
-        ["expert popularity skew per layer (Gini, mean)", float(stats.layer_skew.mean())],
-        ["next-layer expert = this layer's most frequent companion", stats.cross_layer_predictability],
-    ])
+    # every loop the sweep and the plans run compiles at once in worker processes while this one reads the trace,
+    # computes its statistics and makes the Qwen3 plan's synthetic trace (compiling their code too)
+    with compiling([(policy, "none") for policy in DEMO_POLICIES] + plan_loops()):
+        trace = load_trace(bundled_trace_path())
+        m = trace.meta
+        table("The bundled trace: Mixtral-8x7B routing on 2 GSM8K problems (vLLM, decode only)",
+              ["field", "value"],
+              [["model", m.model], ["layers x experts, top-k", f"{m.num_layers} x {m.num_experts}, top-{m.top_k}"],
+               ["sequences", trace.num_sequences], ["decode steps", trace.decode_steps],
+               ["incomplete tokens dropped on import", m.dropped_tokens], ["expert accesses", trace.accesses],
+               ["bytes per expert (bf16)", f"{m.expert_bytes / 1e6:.1f} MB"]])
+        stats = trace_stats(trace, ())
+        table("Reuse: tokens until an expert is selected again at the same layer",
+              ["reuse distance", "share of accesses"], [[b, v] for b, v in zip(REUSE_BUCKETS, stats.reuse_histogram)])
+        table("Routing skew and predictability", ["measure", "value"], [
+            ["top expert's share of a sequence's activations", stats.concentration],
+            ["expert popularity skew per layer (Gini, mean)", float(stats.layer_skew.mean())],
+            ["next-layer expert = this layer's most frequent companion", stats.cross_layer_predictability],
+        ])
+        plan_trace(get_model(DEMO_PLANS[1][0]), None, 2)
 
     results = out / "demo-results.parquet"
     results.unlink(missing_ok=True)
-    # every loop the sweep and the plans run, at once on every core (the plans' would otherwise compile after)
-    compile_loops([(policy, "none") for policy in DEMO_POLICIES] + plan_loops())
     spec = SweepSpec(Path("demo"), "des", [str(bundled_trace_path())],
                      {"policy": list(DEMO_POLICIES), "capacity": list(DEMO_CAPACITIES)},
                      {"hardware": DEMO_HARDWARE, "scope": "per-layer", "dtype": DEMO_DTYPE, "other_dtype": DEMO_DTYPE})

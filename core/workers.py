@@ -45,3 +45,13 @@ def worker_pool(workers: int, **kwargs) -> Iterator[ProcessPoolExecutor]:
                 if main is not None and not _hidden["depth"]:
                     main.__dict__.pop("__spec__", None)
                     main.__dict__.update(_hidden.pop("saved", {}))
+
+
+def terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop ``pool``'s processes now, losing their running work (what a failure elsewhere leaves unwanted).
+    Python 3.14's executor does it itself; before it, its processes are reached through ``_processes``."""
+    if hasattr(pool, "terminate_workers"):
+        pool.terminate_workers()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()

@@ -28,7 +28,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.sim.config import Config
-from moesim.sim.des import DesResult, compile_loops, simulate_des
+from moesim.sim.des import DesResult, compiling, simulate_des
 from moesim.sim.machine import Hardware
 from moesim.sim.memory import DoesNotFit
 from moesim.sim.strategies import ON_CPU, ON_GPU, get_strategy
@@ -112,12 +112,12 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
     for dtype in dtypes:
         Config.build(dtype=dtype)  # a bad name is refused before any work
     wl = config.workload
-    tr, name = plan_trace(spec, trace, 2 * wl.batch)
+    with compiling(plan_loops()):  # in worker processes, while the trace is read or made here
+        tr, name = plan_trace(spec, trace, 2 * wl.batch)
     base = config.replace(model=spec.name, warmup=1 if tr.num_sequences > wl.batch else 0)
     split = base.cache.split
     hw = base.hardware.spec()
     out = Plan(spec.name, hw.name, hw.describe(), name, wl.prompt, wl.batch, simulated=tr, spec=spec, machine_spec=hw)
-    compile_loops(plan_loops())
     short = []  # the candidates memory refused
     # a machine without a GPU runs every expert on its CPU: the candidates that place experts there, not a cache
     candidates = [(s, c) for s, c in CANDIDATES if hw.gpu is not None or not get_strategy(s).CACHE]

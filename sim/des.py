@@ -15,6 +15,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
+from concurrent.futures import as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 
@@ -183,7 +186,16 @@ def compile_loops(settings, least: int = 2) -> None:
     passes. Logs what it compiles and each one done (``extra["activity"]``, None at the end): the command's
     status line shows it. Fewer than ``least`` cold loops are left to the caller (a plan compiles one as fast in
     its own process; a sweep's workers would each compile it, so a sweep passes 1)."""
-    from moesim.workers import worker_pool
+    with compiling(settings, least):
+        pass
+
+
+@contextmanager
+def compiling(settings, least: int = 2) -> Iterator[None]:
+    """``compile_loops`` in worker processes while the block runs in this one (a plan makes its synthetic
+    trace meanwhile, whose generator compiles too); the way out waits for the loops. A block that fails stops
+    the workers instead of waiting for them."""
+    from moesim.workers import terminate, worker_pool
 
     model = get_model(TINY_MODEL)
     wanted: dict[str, list] = {}
@@ -197,12 +209,20 @@ def compile_loops(settings, least: int = 2) -> None:
             cold[policy] = sorted(needs, key=lambda run: not needs[run])  # the whole loop first: the rest take it
     workers = min(len(cold), os.cpu_count() or 1)
     if not cold or len(cold) < least:
+        yield
         return
     what = f"compiling the simulator for {', '.join(cold)}, {{}} of {len(cold)} done ({COMPILE_NOTE})"
     log.info(what.format(0), extra={"activity": what.format(0)})
     try:
         with worker_pool(workers) as pool:
-            for done, _ in enumerate(pool.map(_compile_loop, cold.items()), 1):
+            futures = [pool.submit(_compile_loop, item) for item in cold.items()]
+            try:
+                yield
+            except BaseException:
+                terminate(pool)
+                raise
+            for done, future in enumerate(as_completed(futures), 1):
+                future.result()
                 log.info(what.format(done), extra={"activity": what.format(done)})
     finally:
         log.info("compiled", extra={"activity": None})

@@ -3,6 +3,8 @@ process (numba's events) and in the simulator's worker processes (its log record
 
 import logging
 
+import pytest
+
 from numba import njit
 from numba.core import event
 
@@ -46,3 +48,40 @@ def test_worker_compilations_show_from_the_log():
     assert console._activity["compiling"] == "compiling the simulator for lru, 1 of 2 done"
     log.info("done", extra={"activity": None})
     assert console._activity["compiling"] is None and console._activity["live"] is None
+
+
+
+def test_a_failing_block_stops_the_compiling_workers(monkeypatch):
+    """``compiling`` runs the caller's block while a worker compiles; a block that fails stops the worker (it is
+    not waited for), the error comes through and the status line is cleared."""
+    from types import SimpleNamespace
+
+    from moesim import workers
+    from moesim.sim import des
+
+    stopped, real = [], workers.terminate
+    monkeypatch.setattr(des, "loop_for", lambda policy, extras: SimpleNamespace(signatures=[]))  # cold, as it seems
+    monkeypatch.setattr(des, "on_disk", lambda loop: False)
+    monkeypatch.setattr(workers, "terminate", lambda pool: (stopped.append(pool), real(pool)))
+    console.watch_compiles()
+    during = []
+    with pytest.raises(ValueError, match="a bad trace file"):
+        with des.compiling([("lru", "none")], least=1):
+            during.append(console._activity["compiling"])
+            raise ValueError("a bad trace file")
+    assert during == ["compiling the simulator for lru, 0 of 1 done (first run only, cached on disk)"]
+    assert len(stopped) == 1 and console._activity["compiling"] is None
+
+
+def test_terminate_stops_work_under_way():
+    import time
+    from concurrent.futures.process import BrokenProcessPool
+
+    from moesim.workers import terminate, worker_pool
+
+    with worker_pool(1) as pool:
+        future = pool.submit(time.sleep, 600)
+        while not future.running():
+            time.sleep(0.01)
+        terminate(pool)
+    assert isinstance(future.exception(), BrokenProcessPool)
