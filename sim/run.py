@@ -224,13 +224,25 @@ def miss_actions(strategy, params: dict, rows: RowArrays, cost: Costs, inputs: I
                   committed=rows.committed[span], row_tokens=rows.tokens[span], placement=inputs.placement,
                   cpu_s=cost.cpu_by_tokens, gpu_s=cost.gpu_expert_s(inputs.per_expert), copy_s=cost.copy_s, gpu=gpu)
     actions = strategy.miss_actions(cells, params)
-    if getattr(actions, "shape", None) != cells.tokens.shape or not np.isin(actions, strategy.ACTIONS).all():
+    if getattr(actions, "shape", None) != cells.tokens.shape or not _all_in(actions, strategy.ACTIONS):
         raise MoesimError(f"strategy {strategy.NAME}: its miss_actions gave an array of shape "
                           f"{getattr(actions, 'shape', None)} for cells of shape {cells.tokens.shape}, or an action "
                           f"not among its ACTIONS {strategy.ACTIONS}")
-    if not gpu and not np.isin(actions[cells.tokens > 0], (A_CPU, A_CPU_FILL)).all():
+    if not gpu and not _all_in(actions[cells.tokens > 0], (A_CPU, A_CPU_FILL)):
         raise MoesimError(f"the machine has no GPU, and strategy {strategy.NAME} copies experts to one")
     return actions
+
+
+def _all_in(values: np.ndarray, allowed) -> bool:
+    """Whether every one of ``values`` is one of ``allowed``: at once where the values' range is all allowed (two
+    reductions), else element by element."""
+    if values.size == 0:
+        return True
+    if values.dtype.kind in "iu":
+        lo, hi = int(values.min()), int(values.max())
+        if hi - lo < len(allowed) and set(range(lo, hi + 1)) <= set(allowed):
+            return True
+    return bool(np.isin(values, allowed).all())
 
 
 def bound_loop(policy: str, extras: bool = True):

@@ -272,3 +272,17 @@ def test_a_strategys_actions_are_checked_against_what_it_declares():
         patch.setitem(STRATEGIES, module.NAME, module)
         with pytest.raises(MoesimError, match="strategy says-one: its miss_actions"):
             simulate(steps(2), model=MODEL, hardware=HWC, strategy=module.NAME, capacity=2)
+
+
+@pytest.mark.parametrize("allowed", [(0,), (0, 1), (2,), (0, 3), (1, 2), (0, 1, 2, 3)])
+def test_the_actions_check_agrees_with_a_membership_test(allowed):
+    """``run._all_in`` (a range check where it suffices) says what element-by-element membership says."""
+    from moesim.sim.run import _all_in
+
+    rng = np.random.default_rng(7)
+    cases = [np.array([], np.int8), np.array([0.5]), np.array([1.0, 2.0]), np.array([-2 ** 62, 2 ** 62]),
+             np.array([0, 300], np.int64)]
+    cases += [rng.choice(np.array(values, np.int8), size=(5, 3, 2)) for values in ((0,), (0, 1), (0, 3), (1, 2, 3),
+                                                                                  (2,), (0, 1, 2, 3), (-1, 0))]
+    for values in cases:
+        assert _all_in(values, allowed) == bool(np.isin(values, allowed).all()), (values, allowed)
