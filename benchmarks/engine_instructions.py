@@ -10,7 +10,12 @@ hit and of a miss (solving ``h·hit + (1 − h)·miss`` for both). The runs log 
 LRU in the engine with its hooks rather than on its recency-rank path (``moesim.policies.lru_ranks``), and
 costs every policy what an unlogged run costs: the log's bound check.
 
+``--engine des`` counts the discrete-event simulator instead (full cost model, RTX 4090, PCIe 4, the OLMoE
+preset's shape at 32 layers, as ``benchmarks/des_throughput.py`` runs it; step semantics, no log), with
+``--prefetch oracle`` its prefetching path too.
+
     python benchmarks/engine_instructions.py [--accesses 4000000] [--policies lru,fifo] [--capacities 16,60]
+    python benchmarks/engine_instructions.py --engine des --policies lru [--prefetch oracle]
 """
 
 from __future__ import annotations
@@ -38,13 +43,30 @@ for _ in range({times}):
 print(r.accesses, r.hit_rate)
 """
 
+ONE_DES_RUN = """
+import sys
+from dataclasses import replace
+sys.path.insert(0, {tests!r})
+from oracle import BENCH_LAYERS, benchmark_trace
+from moesim.sim.config import Config
+from moesim.sim.des import simulate_des
+from moesim.sim.hardware import get_hardware
+from moesim.tracegen.models import get_model
+trace = benchmark_trace({accesses})
+model, hw = replace(get_model("olmoe-1b-7b"), num_layers=BENCH_LAYERS), get_hardware("rtx4090")
+for _ in range({times}):
+    r = simulate_des(trace, Config.build(policy={policy!r}, capacity={capacity}, prefetch={prefetch!r}), model, hw)
+print(trace.accesses, r.hit_rate)
+"""
 
-def instructions(policy: str, capacity: int, accesses: int, times: int,
-                 folder: Path) -> tuple[np.ndarray, int, float]:
+
+def instructions(policy: str, capacity: int, accesses: int, times: int, folder: Path, engine: str = "hitrate",
+                 prefetch: str = "none") -> tuple[np.ndarray, int, float]:
     """Instructions and mispredicted branches cachegrind counts for the whole process, the accesses of
     one run and its hit rate."""
-    code = ONE_RUN.format(tests=str(Path(__file__).resolve().parents[1] / "tests"), accesses=accesses, times=times,
-                          policy=policy, capacity=capacity)
+    code = (ONE_RUN if engine == "hitrate" else ONE_DES_RUN).format(
+        tests=str(Path(__file__).resolve().parents[1] / "tests"), accesses=accesses, times=times, policy=policy,
+        capacity=capacity, prefetch=prefetch)
     out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--branch-sim=yes",
                           f"--cachegrind-out-file={folder / 'cg.out'}", sys.executable, "-c", code],
                          capture_output=True, text=True, check=True,
@@ -60,18 +82,21 @@ def main() -> None:
     ap.add_argument("--accesses", type=int, default=4_000_000)
     ap.add_argument("--policies", default="lru,fifo")
     ap.add_argument("--capacities", default="16,60")
+    ap.add_argument("--engine", choices=("hitrate", "des"), default="hitrate")
+    ap.add_argument("--prefetch", default="none", help="the discrete-event simulator's prefetcher (--engine des)")
     args = ap.parse_args()
+    what = dict(engine=args.engine, prefetch=args.prefetch)
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     capacities = [int(c) for c in args.capacities.split(",")]
     print(f"{'policy':8} {'C':>4} {'hit rate':>9} {'instr/access':>13} {'mispredicts/access':>19}")
     with tempfile.TemporaryDirectory() as tmp:
         for policy in args.policies.split(","):
-            instructions(policy, capacities[0], 1000, 1, Path(tmp))  # numba compiles for valgrind's CPU once
+            instructions(policy, capacities[0], 1000, 1, Path(tmp), **what)  # numba compiles for valgrind's CPU once
             points = []
             for capacity in capacities:
-                once, n, rate = instructions(policy, capacity, args.accesses, 1, Path(tmp))
-                twice, _, _ = instructions(policy, capacity, args.accesses, 2, Path(tmp))
+                once, n, rate = instructions(policy, capacity, args.accesses, 1, Path(tmp), **what)
+                twice, _, _ = instructions(policy, capacity, args.accesses, 2, Path(tmp), **what)
                 points.append((rate, (twice - once) / n))
                 print(f"{policy:8} {capacity:4} {rate:9.3f} {points[-1][1][0]:13.1f} {points[-1][1][1]:19.2f}")
             if len(points) >= 2:

@@ -1,9 +1,17 @@
+import os
 import sys
 from pathlib import Path
 
-import pytest
+# pytest-xdist runs a worker per core: each computes on one thread (torch's OpenMP, numpy's BLAS), or the workers'
+# thread pools, spinning while they wait, outnumber the cores (the policy-study notebook beside the replay tests
+# took 82 s instead of 33). Set before anything here imports numpy or torch, which read them once.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 
-from moesim.tracegen.io import bundled_trace_path, load_trace
+import pytest  # noqa: E402
+
+from moesim.tracegen.io import bundled_trace_path, load_trace  # noqa: E402
 
 SHARED_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mixtral-8x7b" / "gsm8k_2_routing.jsonl"
 
