@@ -190,10 +190,6 @@ def available_bytes(torch, device: str) -> int:
     """Memory free on ``device``: the GPU's, or the host's ``MemAvailable`` (the page cache counts as free)."""
     if device == "cuda":
         return int(torch.cuda.mem_get_info()[0])
-    import os
+    from moesim.host import available_ram
 
-    from moesim.sim.local_machine import MEMINFO, parse_meminfo, read_text
-
-    text = read_text(MEMINFO)
-    return (parse_meminfo(text).get("MemAvailable") if text else None) or \
-        os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return available_ram() or 0

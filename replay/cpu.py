@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.host import available_ram
 from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
 from moesim.replay.scratch import scratch_folder
@@ -129,10 +130,10 @@ def check_fits(model: ModelSpec, n_buffers: int, folder: Path, host_layers: int 
     on_disk = expert * model.num_experts * model.num_layers
     in_ram = expert * (n_buffers + model.num_experts * (1 + host_layers))
     free_disk = shutil.disk_usage(folder).free
-    free_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    free_ram = available_ram()
     if on_disk > 0.8 * free_disk:
         return f"its experts take {on_disk / 1e9:.1f} GB on disk, {folder} has {free_disk / 1e9:.1f} GB free"
-    if in_ram > 0.5 * free_ram:
+    if free_ram is not None and in_ram > 0.5 * free_ram:
         return f"{n_buffers} buffers need {in_ram / 1e9:.1f} GB of RAM, {free_ram / 1e9:.1f} GB is available"
     return None
 

@@ -10,9 +10,9 @@ random and seeded. The backend interface: ``moesim.replay.backend``.
 
 from __future__ import annotations
 
-import os
 
 from moesim.errors import MoesimError, option
+from moesim.host import available_ram
 from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
 from moesim.tracegen.models import ModelSpec
@@ -33,11 +33,11 @@ def check_fits(model: ModelSpec, n_buffers: int) -> str | None:
     torch = require_cuda()
     expert = BYTES * 3 * model.d_model * model.d_expert
     host = expert * model.num_experts * model.num_layers
-    free_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    free_ram = available_ram()
     # the buffers, and one layer's experts while the random weights are made
     on_gpu = expert * (n_buffers + model.num_experts)
     free_gpu = torch.cuda.mem_get_info()[0]
-    if host > 0.5 * free_ram:
+    if free_ram is not None and host > 0.5 * free_ram:
         return f"its experts take {host / 1e9:.1f} GB of pinned host memory, {free_ram / 1e9:.1f} GB is available"
     if on_gpu > 0.8 * free_gpu:
         return (f"{n_buffers} GPU buffers need {on_gpu / 1e9:.1f} GB, {torch.cuda.get_device_name()} has "

@@ -49,12 +49,12 @@ import numpy as np
 from numba import get_num_threads, njit, prange, uint64
 
 from moesim.errors import MoesimError, option
+from moesim.host import MEMINFO, parse_meminfo
 from moesim.sim.cpu_rates import ISA_FAMILY
 from moesim.sim.machine import CPU, GPU, Hardware, Link
 from moesim.sim.presets import GPUS, LINKS, SYSTEMS
 
 CPUINFO = "/proc/cpuinfo"
-MEMINFO = "/proc/meminfo"
 MAX_FREQ = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"  # kHz
 CACHE = "/sys/devices/system/cpu/cpu0/cache/index{}/{}"
 NVIDIA_SMI = "nvidia-smi"
@@ -232,20 +232,6 @@ def clock_ghz(info: CpuInfo | None, max_freq_khz: str | None) -> float:
         if ghz is not None and 0.1 <= ghz <= 10:
             return round(ghz, 3)
     return DEFAULT_GHZ
-
-
-def parse_meminfo(text: str) -> dict:
-    """/proc/meminfo's kB fields in bytes (``{"MemTotal": ..., "MemAvailable": ...}``); a MoesimError where it
-    has no MemTotal."""
-    fields = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit() and parts[0].isascii():
-            fields.setdefault(key.strip(), int(parts[0]) * 1024)
-    if not fields.get("MemTotal"):
-        raise MoesimError("/proc/meminfo has no MemTotal line")
-    return fields
 
 
 def parse_lscpu(text: str) -> dict:

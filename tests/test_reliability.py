@@ -247,3 +247,25 @@ def test_a_synthetic_trace_too_large_for_memory_is_refused_before_allocating(cli
     err = one_line_error(cli, "trace", "synth", "--sequences", "100000", "--tokens", "100000",
                          "--out", tmp_path / "huge.parquet")
     assert "GB of memory is free" in err and not list(tmp_path.iterdir())
+
+
+def test_free_memory_counts_the_page_cache_the_kernel_gives_back(tmp_path, monkeypatch):
+    """Memory checks read MemAvailable, not MemFree: once files have been written the page cache holds most of the
+    RAM and MemFree falls to little, and a replay refused itself for want of 100 MB on a 24 GB machine."""
+    from moesim import host
+    from moesim.replay.cpu import check_fits
+    from moesim.tracegen.models import get_model
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       25165824 kB\nMemFree:           51200 kB\nMemAvailable:   24117248 kB\n")
+    monkeypatch.setattr(host, "MEMINFO", str(meminfo))
+    assert host.available_ram() == 24117248 * 1024
+    from dataclasses import replace
+
+    # a cut model as a replay makes it: 8 buffers and one layer of 64 experts in RAM, 113 MB, more than MemFree's half
+    model = replace(get_model("olmoe-1b-7b"), num_layers=2, d_model=512, d_expert=256)
+    assert check_fits(model, 8, tmp_path) is None
+    meminfo.write_text("MemTotal:       25165824 kB\nMemFree:           51200 kB\n")  # no MemAvailable (before Linux 3.14)
+    assert host.available_ram() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    meminfo.unlink()
+    assert host.available_ram() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")

@@ -145,7 +145,7 @@ def test_killing_a_replay_leaves_no_files(olmoe, tmp_path):
     while not any(p.name.startswith("moesim-replay-") for p in work.iterdir()) and proc.poll() is None \
             and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert proc.poll() is None, "the replay ended before it could be killed"
+    assert proc.poll() is None, f"the replay ended before it could be killed: {proc.stderr.read().decode()}"
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     assert proc.returncode != 0

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from moesim.errors import MoesimError, first_line
+from moesim.host import available_ram
 from moesim.tracegen.families import FAMILIES, TINY_COMMON, TINY_MODELS, TINY_SEED, Family, family_of
 
 RANDOM_PREFIX = "random-"
@@ -104,8 +105,8 @@ def _check_fits(name: str, need: int, device: str, torch) -> None:
     if device.startswith("cuda"):
         have = torch.cuda.mem_get_info(torch.device(device))[0]
     else:
-        have = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    if need > 0.9 * have:
+        have = available_ram()
+    if have is not None and need > 0.9 * have:
         raise MoesimError(f"{name}: needs {need / 1e9:.1f} GB of weights, {device} has {have / 1e9:.1f} GB free; "
                           "try --dtype bfloat16 or a smaller preset")
 

@@ -14,13 +14,13 @@ order. Everything follows from `seed`; the same arguments give the same trace.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 
 import numba as nb
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.host import available_ram
 from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
 from moesim.tracegen.trace import Trace
 
@@ -54,11 +54,8 @@ BYTES_PER_ACCESS = 8
 
 def _check_memory(accesses: int) -> None:
     """Refuse, before allocating, a trace this machine's free memory cannot hold."""
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):  # no such counter here: let the allocation decide
-        return
-    if accesses * BYTES_PER_ACCESS > free:
+    free = available_ram()
+    if free is not None and accesses * BYTES_PER_ACCESS > free:  # None: nothing to tell; the allocation decides
         raise MoesimError(f"{accesses:,} expert accesses need about {accesses * BYTES_PER_ACCESS / 1e9:.1f} GB; "
                           f"{free / 1e9:.1f} GB of memory is free; generate fewer sequences or tokens")
 
