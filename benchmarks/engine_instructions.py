@@ -12,10 +12,11 @@ costs every policy what an unlogged run costs: the log's bound check.
 
 ``--engine des`` counts the discrete-event simulator instead (full cost model, RTX 4090, PCIe 4, the OLMoE
 preset's shape at 32 layers, as ``benchmarks/des_throughput.py`` runs it; step semantics, no log), with
-``--prefetch oracle`` its prefetching path too.
+``--prefetch oracle`` its prefetching path too; its capacities must fit the card's 24 GiB in bf16 (32 slots a
+layer do, 60 do not).
 
     python benchmarks/engine_instructions.py [--accesses 4000000] [--policies lru,fifo] [--capacities 16,60]
-    python benchmarks/engine_instructions.py --engine des --policies lru [--prefetch oracle]
+    python benchmarks/engine_instructions.py --engine des --policies lru --capacities 16,32 [--prefetch oracle]
 """
 
 from __future__ import annotations
