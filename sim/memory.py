@@ -27,7 +27,6 @@ numbers. Sizes are GiB (2^30 bytes).
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass
 
 import numpy as np
