@@ -18,7 +18,7 @@ console = Console()
 
 # what the command is doing, on one status line: the task a command names (``working``) or, while it lasts, what is
 # being compiled (numba's events in this process; the simulator's log records from worker processes)
-_activity: dict = {"task": None, "compiling": None, "live": None}
+_activity: dict = {"task": None, "compiling": None, "workers": None, "live": None}
 _lock = threading.RLock()
 
 
@@ -26,7 +26,9 @@ def _show() -> None:
     """The status line as ``_activity`` says; never an error (the work goes on without a status line where the
     terminal cannot show one, e.g. inside another live display of an older rich)."""
     with _lock:
-        text = _activity["compiling"] or _activity["task"]  # a compilation says more: it is why the task waits
+        # a compilation here says more than the workers' (it is what runs now); either, more than the task (why it
+        # waits)
+        text = _activity["compiling"] or _activity["workers"] or _activity["task"]
         live = _activity["live"]
         try:
             if text and live is None:
@@ -63,7 +65,7 @@ class _Compiles(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if hasattr(record, "activity"):
-            _set("compiling", record.activity)
+            _set("workers", record.activity)
 
 
 def watch_compiles() -> None:

@@ -52,9 +52,8 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError, option
-from moesim.host import available_ram
 from moesim.replay.calibrate_cpu import fit_cpu_layer, host_cpu, mean_se, nonnegative_s
-from moesim.replay.compute import DTYPE, ComputeStream
+from moesim.replay.compute import DTYPE, ComputeStream, available_bytes
 from moesim.replay.run import no_gc, replay
 from moesim.replay.scratch import scratch_folder, work_folder
 from moesim.sim.config import Config
@@ -104,7 +103,7 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
         # the compute stream's buffers (the "GPU" of this backend) live in host RAM
         memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
         device, name, cache = "cpu", f"cpu-{os.uname().nodename}", last_level_cache()
-        free = available_ram() or 0
+        free = available_bytes(None, "cpu")
 
         def sync() -> None:
             pass
@@ -128,7 +127,7 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
     hw, per_layer, per_expert = _executor_overhead(hw, model, backend, repeats, workdir, seed, pool)
     measured = hw.link
     hw = _copy_fit(hw, model, backend, repeats, workdir, seed)
-    host_free = available_ram() or 0
+    host_free = available_bytes(None, "cpu")
     with no_gc():
         hw = dataclasses.replace(hw, cpu=host_cpu(model, repeats, seed, last_level_cache(), host_free))
     if backend == "cpu":

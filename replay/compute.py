@@ -192,4 +192,7 @@ def available_bytes(torch, device: str) -> int:
         return int(torch.cuda.mem_get_info()[0])
     from moesim.host import available_ram
 
-    return available_ram() or 0
+    free = available_ram()
+    if free is None:  # sizing pools from 0 would measure the wrong thing without a word
+        raise MoesimError("this host tells neither /proc/meminfo's MemAvailable nor its free pages")
+    return free

@@ -10,7 +10,6 @@ random and seeded. The backend interface: ``moesim.replay.backend``.
 
 from __future__ import annotations
 
-
 from moesim.errors import MoesimError, option
 from moesim.host import available_ram
 from moesim.replay.backend import Backend

@@ -43,11 +43,19 @@ def test_worker_compilations_show_from_the_log():
     console.watch_compiles()
     log = logging.getLogger("moesim.sim.des")
     log.info("x", extra={"activity": "compiling the simulator for lru, 1 of 2 done"})
-    assert console._activity["compiling"] == "compiling the simulator for lru, 1 of 2 done"
+    assert console._activity["workers"] == "compiling the simulator for lru, 1 of 2 done"
     log.info("plain records leave it")
-    assert console._activity["compiling"] == "compiling the simulator for lru, 1 of 2 done"
+    assert console._activity["workers"] == "compiling the simulator for lru, 1 of 2 done"
+
+    @njit  # this process compiling meanwhile (a plan's trace generator) shows, then the workers' note again
+    def tiny_kernel_fedcba987654(x):
+        return x + 2
+
+    assert tiny_kernel_fedcba987654(1) == 3
+    assert console._activity["compiling"] is None
+    assert console._activity["workers"] == "compiling the simulator for lru, 1 of 2 done"
     log.info("done", extra={"activity": None})
-    assert console._activity["compiling"] is None and console._activity["live"] is None
+    assert console._activity["workers"] is None and console._activity["live"] is None
 
 
 
@@ -67,10 +75,10 @@ def test_a_failing_block_stops_the_compiling_workers(monkeypatch):
     during = []
     with pytest.raises(ValueError, match="a bad trace file"):
         with des.compiling([("lru", "none")], least=1):
-            during.append(console._activity["compiling"])
+            during.append(console._activity["workers"])
             raise ValueError("a bad trace file")
     assert during == ["compiling the simulator for lru, 0 of 1 done (first run only, cached on disk)"]
-    assert len(stopped) == 1 and console._activity["compiling"] is None
+    assert len(stopped) == 1 and console._activity["workers"] is None
 
 
 def test_terminate_stops_work_under_way():
