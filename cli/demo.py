@@ -29,16 +29,15 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card, and write the hit-rate and TPOT curves, the
     activation heatmap and the plans' figures into ``out``."""
     import moesim
-    from moesim.experiments.plan import curves, plan_loops, plan_trace
+    from moesim.experiments.plan import curves, plan_loops
     from moesim.experiments.sweep import SweepSpec
     from moesim.plots.plan import plot_plan
     from moesim.plots.results import plot_results
     from moesim.sim.des import compiling
-    from moesim.tracegen.models import get_model
 
     out = Path(out)
-    # every loop the sweep and the plans run compiles at once in worker processes while this one reads the trace,
-    # computes its statistics and makes the Qwen3 plan's synthetic trace (compiling their code too)
+    # every loop the sweep and the plans run compiles at once in worker processes while this one reads the trace and
+    # prints its statistics
     with compiling([(policy, "none") for policy in DEMO_POLICIES] + plan_loops()):
         trace = load_trace(bundled_trace_path())
         m = trace.meta
@@ -56,7 +55,6 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
             ["expert popularity skew per layer (Gini, mean)", float(stats.layer_skew.mean())],
             ["next-layer expert = this layer's most frequent companion", stats.cross_layer_predictability],
         ])
-        plan_trace(get_model(DEMO_PLANS[1][0]), None, 2)
 
     results = out / "demo-results.parquet"
     results.unlink(missing_ok=True)
