@@ -13,7 +13,7 @@ Prefetch rule (the paper has no prefetch; a fill is no request): p does not adap
 the expert is dropped (it is resident again), REPLACE makes room as for case IV, and the expert
 enters T1's MRU end. Its first request is then its first sighting: it moves to T1's MRU end, not to T2.
 
-Per layer under sequential semantics, up to 32 slots, the same rules run with a layer in each SIMD
+Per layer under sequential semantics, up to 64 slots, the same rules run with a layer in each SIMD
 lane (``moesim.policies.arc_across``, ``FAST_PATHS``; ``moesim.sim.across``).
 """
 

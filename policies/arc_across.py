@@ -33,7 +33,7 @@ TOP = np.int32(2 ** 31 - 1)
 FIELDS = 16
 EIN, KEY, GIN, GKEY = range(4)  # slot fields, WIDTH entries of LANES each
 CHUNK = 8  # slots per innermost loop (``_move_eight``), which LLVM unrolls
-WIDEST = 4 * CHUNK  # the slots ``_move_and_find`` serves
+WIDEST = 8 * CHUNK  # the slots ``_move_and_find`` serves
 # the lanes' shape, compile-time constants: ``moesim.sim.across`` compiles these functions once per slot width,
 # with ``bind``'s ``constants`` in place of these defaults
 LANES = 16  # layers stepping together
@@ -148,15 +148,23 @@ def _move_and_find(blk, keys, ins, lanes, w, l, at, new_key, new_in, ne):
     slot keyed ``at`` takes (``new_key``, ``new_in``); returns the expert it held (-1: none) and, after
     the move, the key of expert ``ne`` (``NOM``: none) and the smallest and largest key. Each eight
     slots are an innermost loop of their own, which LLVM unrolls; a loop over more it leaves rolled
-    with this body, and the lane loop around it scalar. ``w`` is a constant where this is inlined, so
-    the blocks past it compile to nothing."""
+    with this body, and the lane loop around it scalar. ``WIDTH`` is a constant of the bound loop
+    (``moesim.sim.engine.bind``), so numba drops the blocks past it before it inlines them."""
     got = _move_eight(blk, keys, ins, lanes, uint64(0), l, at, new_key, new_in, ne, (np.int32(-1), NOM, TOP, NOM))
-    if w > 8:
+    if WIDTH > 8:
         got = _move_eight(blk, keys, ins, lanes, uint64(8), l, at, new_key, new_in, ne, got)
-    if w > 16:
+    if WIDTH > 16:
         got = _move_eight(blk, keys, ins, lanes, uint64(16), l, at, new_key, new_in, ne, got)
-    if w > 24:
+    if WIDTH > 24:
         got = _move_eight(blk, keys, ins, lanes, uint64(24), l, at, new_key, new_in, ne, got)
+    if WIDTH > 32:
+        got = _move_eight(blk, keys, ins, lanes, uint64(32), l, at, new_key, new_in, ne, got)
+    if WIDTH > 40:
+        got = _move_eight(blk, keys, ins, lanes, uint64(40), l, at, new_key, new_in, ne, got)
+    if WIDTH > 48:
+        got = _move_eight(blk, keys, ins, lanes, uint64(48), l, at, new_key, new_in, ne, got)
+    if WIDTH > 56:
+        got = _move_eight(blk, keys, ins, lanes, uint64(56), l, at, new_key, new_in, ne, got)
     return got
 
 

@@ -153,15 +153,15 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
 @njit(cache=True, inline="always")
 def _residents(blk, at, lanes, w, l, e):
     """Lane ``l``'s slot holding ``e`` (-1: none), and LRU's and LFU's victims (slot, expert). Each
-    eight slots are an innermost loop of their own, which LLVM unrolls (``w`` is a constant where this
-    is inlined, so the blocks past it compile to nothing)."""
+    eight slots are an innermost loop of their own, which LLVM unrolls (``WIDTH`` is a constant of the
+    bound loop, ``moesim.sim.engine.bind``, so numba drops the blocks past it before it inlines them)."""
     got = (np.int32(-1), np.int32(0), TOP, np.int32(-1), np.int32(0), TOP, TOP, np.int32(-1))
     got = _residents_eight(blk, at, lanes, w, l, e, uint64(0), got)
-    if w > 8:
+    if WIDTH > 8:
         got = _residents_eight(blk, at, lanes, w, l, e, uint64(8), got)
-    if w > 16:
+    if WIDTH > 16:
         got = _residents_eight(blk, at, lanes, w, l, e, uint64(16), got)
-    if w > 24:
+    if WIDTH > 24:
         got = _residents_eight(blk, at, lanes, w, l, e, uint64(24), got)
     kat, lru_at, _, lru_in, lfu_at, _, _, lfu_in = got
     return kat, lru_at, lru_in, lfu_at, lfu_in
@@ -195,11 +195,11 @@ def _history(blk, at, lanes, w, l, e, h, got):
     (numbered within it)."""
     base = uint64(h) * w
     got = _history_eight(blk, at, lanes, w, l, e, base, uint64(0), got + (np.int32(0), TOP))
-    if w > 8:
+    if WIDTH > 8:
         got = _history_eight(blk, at, lanes, w, l, e, base, uint64(8), got)
-    if w > 16:
+    if WIDTH > 16:
         got = _history_eight(blk, at, lanes, w, l, e, base, uint64(16), got)
-    if w > 24:
+    if WIDTH > 24:
         got = _history_eight(blk, at, lanes, w, l, e, base, uint64(24), got)
     return got[0], got[1], got[2]
 
@@ -224,11 +224,11 @@ def _write_residents(blk, at, lanes, w, l, slot, e, hit, now):
     """Slot ``slot`` of lane ``l`` now holds ``e``, accessed at ``now``: its count one more on a hit, 1
     after a load."""
     _write_residents_eight(blk, at, lanes, w, l, slot, e, hit, now, uint64(0))
-    if w > 8:
+    if WIDTH > 8:
         _write_residents_eight(blk, at, lanes, w, l, slot, e, hit, now, uint64(8))
-    if w > 16:
+    if WIDTH > 16:
         _write_residents_eight(blk, at, lanes, w, l, slot, e, hit, now, uint64(16))
-    if w > 24:
+    if WIDTH > 24:
         _write_residents_eight(blk, at, lanes, w, l, slot, e, hit, now, uint64(24))
 
 
@@ -252,11 +252,11 @@ def _write_history(blk, at, lanes, w, l, h, target, into, hat, now):
     target."""
     base = uint64(h) * w
     _write_history_eight(blk, at, lanes, w, l, base, target, into, hat, now, uint64(0))
-    if w > 8:
+    if WIDTH > 8:
         _write_history_eight(blk, at, lanes, w, l, base, target, into, hat, now, uint64(8))
-    if w > 16:
+    if WIDTH > 16:
         _write_history_eight(blk, at, lanes, w, l, base, target, into, hat, now, uint64(16))
-    if w > 24:
+    if WIDTH > 24:
         _write_history_eight(blk, at, lanes, w, l, base, target, into, hat, now, uint64(24))
 
 

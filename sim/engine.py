@@ -64,8 +64,10 @@ def source_files(functions) -> list[Path]:
 def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | None = None) -> object:
     """``loop`` (a plain function) compiled with a policy's hooks inlined: ``table`` (hook name -> njit
     function; a policy's ``HOOKS``, or a ``FastPath``'s ``hooks``) is what ``policy`` means in its code,
-    ``name`` the policy's. ``constants`` (name: int) are globals of the hooks and the loop, fixed at
-    compile time (``moesim.sim.across``'s lane count and slot width): one compilation per set.
+    ``name`` the policy's. ``constants`` (name: int) are globals of the hooks, of the inlined helpers
+    defined beside them, and of the loop, fixed at compile time (``moesim.sim.across``'s lane count and
+    slot width): one compilation per set. Numba prunes a branch on such a constant before it inlines what
+    the branch calls, so a helper's code for wider slots is not compiled where the width leaves it out.
 
     ``helpers`` are plain functions that the loop calls and that call hooks; they are bound the same way
     and inlined.
@@ -87,10 +89,13 @@ def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | No
             digest.update(path.read_bytes())
         ident = name.replace("-", "_")
         bound = types.ModuleType(f"moesim.bound.{ident}")
+        rebuilt: dict = {}  # a hook module's globals with the constants, its own inlined helpers rebuilt in them
         for hook_name, hook in table.items():
             hook = getattr(hook, "py_func", hook)
             if constants:
-                hook = types.FunctionType(hook.__code__, dict(hook.__globals__, **constants), hook.__name__)
+                if hook.__module__ not in rebuilt:
+                    rebuilt[hook.__module__] = _with_constants(hook.__globals__, hook.__module__, constants)
+                hook = types.FunctionType(hook.__code__, rebuilt[hook.__module__], hook.__name__)
             setattr(bound, hook_name, njit(inline="always")(hook))
         namespace = dict(loop.__globals__, policy=bound, **constants, __name__=loop.__module__)
         for helper in helpers:
@@ -102,6 +107,18 @@ def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | No
         fn.__qualname__ = fn_name
         _BOUND[key] = njit(cache=True, _nrt=False, nogil=True)(fn)
     return _BOUND[key]
+
+
+def _with_constants(module_globals: dict, module: str, constants: dict) -> dict:
+    """A copy of a module's globals with ``constants`` in place, in which each of the module's own
+    ``inline="always"`` njit functions is rebuilt, so that they read the constants too."""
+    namespace = dict(module_globals, **constants)
+    for name, value in module_globals.items():
+        fn = getattr(value, "py_func", None)
+        if isinstance(fn, types.FunctionType) and fn.__module__ == module and \
+                value.targetoptions.get("inline") == "always":
+            namespace[name] = njit(inline="always")(types.FunctionType(fn.__code__, namespace, fn.__name__))
+    return namespace
 
 
 def warm_then_time(run, experts: np.ndarray, seq_offsets: np.ndarray):

@@ -22,6 +22,10 @@ reset; else ``NEVER``).
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
 from moesim.policies.base import Context, FastPath
@@ -30,6 +34,8 @@ from moesim.sim.engine import bind
 
 LANES = 8  # layers served side by side
 PACKED = 1 << 16  # bytes up to which a state array joins the loop's one block (``packed``)
+PAGE = 4096
+ABOVE_STACK = 768  # bytes from the probed stack address to the block's first (``packed``)
 
 
 def lane_runner(path: FastPath, name: str, num_experts: int, slots: np.ndarray, reset: bool, params: dict):
@@ -44,31 +50,60 @@ def lane_runner(path: FastPath, name: str, num_experts: int, slots: np.ndarray, 
         if st is None:
             return None
         hits = np.zeros(-(-ctx.num_layers // LANES) * LANES, np.int64)
-        run(ctx.experts, ctx.seq_offsets, slots, reset, *packed(st, np.zeros((3, LANES), np.int64)), hits)
+        scratch = np.zeros((3, LANES), np.int64)
+        stack = stack_address(ctx.experts, ctx.seq_offsets, slots, reset, st, scratch, hits)
+        run(ctx.experts, ctx.seq_offsets, slots, reset, *packed(st, scratch, stack), hits)
         return hits[:ctx.num_layers]
 
     return hits_of
 
 
-def packed(st, scratch: np.ndarray) -> tuple:
+def packed(st, scratch: np.ndarray, stack: int) -> tuple:
     """``st``'s small arrays (up to ``PACKED`` bytes each) and ``scratch`` copied side by side into one
-    page-aligned block, each at a 64-byte boundary; larger arrays (Belady's next uses) stay put.
+    block, each at a 64-byte boundary, the block's first byte ``ABOVE_STACK`` bytes past ``stack``'s place
+    in its page (``stack_address``); larger arrays (Belady's next uses) stay put.
 
-    A load whose address matches an earlier store's in its low 12 bits waits for that store as if they were
-    the same (4K aliasing). The loop stores to its state and counters on every access, so where
-    separately allocated arrays happen to sit decided it: the same LFU run's speed changed severalfold
-    by the arrays' placement alone (docs/benchmarks.md). In one block the layout is fixed, and a block
-    that fits in a page has no two addresses 4096 bytes apart."""
+    The loop stores to its state and counters on every access and, on the stack, reloads the arguments
+    numba's call passed there (above the address its caller leaves) and spills values to its frame
+    (below it). Addresses that agree in their low 12 bits can slow each other (a load waits for a store
+    it only seems to depend on: 4K aliasing; which mechanism acts here was not measured), and the arrays'
+    placement decided the speed: allocated apart, the same LFU run went at 96M or 165M
+    accesses/s; packed into a page-aligned block, LFU, Belady and FIFO fell to half speed at some stack
+    depths of their caller and not at others. ``ABOVE_STACK`` clears the arguments (some 700 bytes for
+    these loops, counted from their signatures; the loop's call wrapper takes 96 bytes more stack than
+    the probe's, from their assembly) and leaves the frame (about 450 bytes) clear of a block up to about
+    2.7 KB (LFU's at 64 experts and 16 slots: 2.5 KB). Over 48 depths in 6 processes of LFU, Belady and
+    FIFO each, 24 of the 864 ran below 3/4 of their policy's median with the page-aligned block, 50 with
+    the block 256 bytes past the probed address (on the arguments), 6 with this (docs/benchmarks.md,
+    ``benchmarks/lanes_stack_depth.py``)."""
     small = [a for a in (*st, scratch) if isinstance(a, np.ndarray) and a.nbytes <= PACKED]
     starts = np.cumsum([0] + [-(-a.nbytes // 64) * 64 for a in small])
-    block = np.zeros(int(starts[-1]) + 4096, np.uint8)
-    base = -block.ctypes.data % 4096
+    block = np.zeros(int(starts[-1]) + 2 * PAGE, np.uint8)
+    base = -block.ctypes.data % PAGE + ((stack + ABOVE_STACK) % PAGE + 63) // 64 * 64
     views = {}
     for a, at in zip(small, starts):
         view = block[base + at:base + at + a.nbytes].view(a.dtype).reshape(a.shape)
         view[...] = a
         views[id(a)] = view
     return type(st)(*(views.get(id(a), a) for a in st)), views[id(scratch)]
+
+
+@intrinsic
+def _frame_slot(typingctx):
+    """The address of an 8-byte slot in the calling function's stack frame."""
+    def codegen(context, builder, signature, args):
+        slot = cgutils.alloca_once(builder, ir.IntType(64))
+        builder.store(ir.Constant(ir.IntType(64), 0), slot)
+        return builder.ptrtoint(slot, ir.IntType(64))
+    return types.int64(), codegen
+
+
+@njit(cache=True)
+def stack_address(experts, seq_offsets, slots, reset, st, scratch, hits):
+    """Where the stack is when the lanes' loop is called with these arguments from the same place: a
+    slot in this function's frame, which numba's call wrapper (the same for the same argument types)
+    puts where it will put the loop's."""
+    return _frame_slot()
 
 
 def _lanes_loop(experts, seq_offsets, slots, reset, st, scratch, hits):

@@ -167,8 +167,10 @@ def prompt_routing(chosen: np.ndarray, top_k: int, tokens: int, width: int) -> t
 def gather(src, src_w, ptr, rows, out, out_w, out_n):
     """out[r, l] = the distinct experts of src[rows[ptr[r]:ptr[r+1]], l] in first-seen order; out_w
     sums their weights, out_n counts the rows that chose each. Entries beyond out's width are
-    dropped (never happens for requests)."""
+    dropped (never happens for requests). Each expert's place in the cell is looked up in a table by
+    id (emptied after the cell), not searched for: a prompt row gathers thousands of tokens."""
     n_layers, k = src.shape[1], src.shape[2]
+    place = np.full(max(src.max() + 1, 1), -1, np.int64)
     for r in range(out.shape[0]):
         for layer in range(n_layers):
             n = 0
@@ -177,18 +179,17 @@ def gather(src, src_w, ptr, rows, out, out_w, out_n):
                     e = src[rows[i], layer, j]
                     if e < 0:
                         continue
-                    found = -1
-                    for m in range(n):
-                        if out[r, layer, m] == e:
-                            found = m
-                            break
+                    found = place[e]
                     if found < 0 and n < out.shape[2]:
                         found = n
+                        place[e] = n
                         out[r, layer, n] = e
                         n += 1
                     if found >= 0:
                         out_w[r, layer, found] += src_w[rows[i], layer, j]
                         out_n[r, layer, found] += 1
+            for m in range(n):
+                place[out[r, layer, m]] = -1
 
 
 @njit(cache=True)

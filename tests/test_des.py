@@ -173,6 +173,33 @@ def test_a_prompt_row_outputs_one_token_per_sequence():
     assert given.tokens.tolist() == [7, 1, 1, 1, 1] and given.outputs.tolist() == [1, 1, 1, 1, 1]
 
 
+@pytest.mark.parametrize("width", [3, 8])
+def test_gather_is_each_cells_distinct_experts_in_first_seen_order(width):
+    """``requests.gather`` against its definition, written out: each request row's layer holds the distinct
+    experts of its trace rows in first-seen order (padding skipped, those past ``width`` dropped), their
+    summed weights and how many rows chose each."""
+    from moesim.sim.requests import gather
+
+    rng = np.random.default_rng(3)
+    src = rng.integers(-1, 7, (12, 2, 3)).astype(np.int16)
+    src_w = rng.random(src.shape).astype(np.float32)
+    ptr, rows = np.array([0, 5, 5, 9, 12]), rng.permutation(12).astype(np.int64)
+    out = np.full((4, 2, width), -1, np.int16)
+    out_w, out_n = np.zeros(out.shape, np.float32), np.zeros(out.shape, np.int32)
+    gather(src, src_w, ptr, rows, out, out_w, out_n)
+    for r in range(4):
+        for layer in range(2):
+            seen, weight, count = [], {}, {}
+            for i in rows[ptr[r]:ptr[r + 1]]:
+                for e, w in zip(src[i, layer], src_w[i, layer]):
+                    if e >= 0 and (e in seen or len(seen) < width):
+                        seen += [] if e in seen else [int(e)]
+                        weight[e], count[e] = weight.get(e, np.float32(0)) + w, count.get(e, 0) + 1
+            assert out[r, layer].tolist() == seen + [-1] * (width - len(seen))
+            assert out_w[r, layer, :len(seen)].tolist() == [weight[e] for e in seen]
+            assert out_n[r, layer].tolist() == [count[e] for e in seen] + [0] * (width - len(seen))
+
+
 def test_ssd_tier_reads_what_dram_does_not_hold():
     trace = random_trace(rows=8)
     hw = replace(HW, ssd=SSD("test-ssd", gbps=1.073741824 / 4, latency_us=US))

@@ -3,7 +3,7 @@ time; ``moesim.sim.across``: ARC and LeCaR with a layer in each SIMD lane) again
 reference per layer and against the engine, and their way back to the engine where they do not
 apply. The lanes are made to take every capacity up to every expert (each path's ``fullest`` 1), so
 the full caches they leave to the engine by default are checked too; ARC's and LeCaR's lanes take every
-capacity up to ``WIDEST`` (32). LeCaR's reference runs whole traces: each layer draws from its own
+capacity up to their ``WIDEST`` (ARC 64, LeCaR 32). LeCaR's reference runs whole traces: each layer draws from its own
 stream, so a layer cut out of the trace would draw from layer 0's."""
 
 from dataclasses import replace
@@ -15,11 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
-from moesim.policies import get_policy, lecar_across
+from moesim.policies import arc_across, get_policy, lecar_across
 from moesim.policies.base import Context
-from moesim.policies.arc_across import WIDEST
 from moesim.policies.keyed_slots import make_keyed
-from moesim.sim import across
+from moesim.sim import across, lanes
 from moesim.sim.config import CacheConfig
 from moesim.sim.hitrate import simulate
 from moesim.tracegen.synth import synth_trace
@@ -28,6 +27,7 @@ LANE_POLICIES = ("fifo", "lfu", "belady", "arc")
 ACROSS_POLICIES = ("arc", "lecar")  # a layer in each SIMD lane
 FAST = ("fifo", "lfu", "belady", "arc", "lecar")  # the policies with lanes of either kind
 FULLEST = {name: get_policy(name).FAST_PATHS[0].fullest for name in FAST}  # the defaults, before the fixture
+WIDEST = {"arc": arc_across.WIDEST, "lecar": lecar_across.WIDEST}  # the slots each one's passes serve
 
 
 def paths_changed(policy: str, **changes):
@@ -110,8 +110,8 @@ def test_across_policies_take_their_lanes_up_to_the_widest_and_the_fullest(polic
     """ARC and LeCaR per layer under sequential semantics run in the lanes up to ``WIDEST`` slots and,
     in lanes wider than eight slots, up to their default ``fullest`` share of a layer's experts;
     eight-slot lanes at any fullness; elsewhere the engine."""
-    most = int(FULLEST[policy] * 40)
-    cases = ((80, (WIDEST + 1, 1), False), (80, (WIDEST, 1), True), (40, (most, 1), True),
+    most, wide = int(FULLEST[policy] * 40), 2 * WIDEST[policy] + 16
+    cases = ((wide, (WIDEST[policy] + 1, 1), False), (wide, (WIDEST[policy], 1), True), (40, (most, 1), True),
              (40, (most + 1, 1), False), (8, (8, 8), True), (9, (8, 9), False))
     patch, made = making(policy)
     with patch, paths_changed(policy, fullest=FULLEST[policy]):
@@ -127,30 +127,35 @@ def test_across_policies_take_their_lanes_up_to_the_widest_and_the_fullest(polic
        experts=st.sampled_from([2, 5, 9, 16, 40]), reset=st.booleans(), data=st.data())
 def test_across_lanes_equal_the_reference_per_layer(policy, seed, layers, experts, reset, data):
     """ARC's and LeCaR's lanes (``moesim.sim.across``) on group sizes around sixteen, at every slot
-    width (8 to 32), long enough for ARC's ghost lists and target p, LeCaR's histories and weights, to
+    width up to 40, long enough for ARC's ghost lists and target p, LeCaR's histories and weights, to
     cycle."""
     k = min(3, experts)
     trace = synth_trace(layers, experts, k, 3, 60, seed=seed)
-    slots = tuple(data.draw(st.lists(st.integers(1, min(experts, WIDEST)), min_size=layers, max_size=layers)))
+    slots = tuple(data.draw(st.lists(st.integers(1, min(experts, WIDEST[policy])), min_size=layers, max_size=layers)))
     got = simulate(trace, CacheConfig(policy=policy, capacity=slots, semantics="sequential", reset=reset))
     want = reference.hitrate(trace.experts, trace.seq_offsets, experts, policy, list(slots), True, True, reset)[0]
     assert got.per_layer_hits == want
 
 
-@pytest.mark.parametrize("policy", ACROSS_POLICIES)
-@pytest.mark.parametrize("capacity", [7, 8, 9, 16, 17, 24, 25, 31, 32])
+@pytest.mark.parametrize("policy,capacity", [(policy, capacity) for policy in ACROSS_POLICIES
+                                             for capacity in (7, 8, 9, 16, 17, 24, 25, 31, 32)] +
+                         [("arc", capacity) for capacity in (33, 40, 57, 64)])
 def test_across_lanes_fill_every_slot_of_each_width(policy, capacity):
-    """Each width's first and last slot in use (a capacity at and past each multiple of eight), on
-    a trace that fills the cache and cycles ARC's ghosts and LeCaR's histories, against the
-    reference."""
-    trace = synth_trace(2, 40, 3, 2, 200, seed=capacity)
-    got = simulate(trace, CacheConfig(policy=policy, capacity=capacity, semantics="sequential"))
-    assert got.per_layer_hits == reference.hitrate(trace.experts, trace.seq_offsets, 40, policy, capacity, True,
+    """Each width's first and last slot in use (a capacity at and past each multiple of eight; ARC's
+    widths 40 and 64 past 32), on a trace that fills the cache and cycles ARC's ghosts and LeCaR's
+    histories, against the reference."""
+    experts = 40 if capacity <= 32 else 90
+    trace = synth_trace(2, experts, 3, 2, 200, seed=capacity)
+    patch, made = making(policy)
+    with patch:
+        got = simulate(trace, CacheConfig(policy=policy, capacity=capacity, semantics="sequential"))
+    assert made and all(state is not None for state in made)  # the lanes ran it
+    assert got.per_layer_hits == reference.hitrate(trace.experts, trace.seq_offsets, experts, policy, capacity, True,
                                                    True, False)[0]
 
 
 def test_arc_lane_keys_that_would_overflow_are_refused():
-    """A key is up to T + WIDTH in magnitude and must stay below 2^31 - 1; the passes serve up to 32
+    """A key is up to T + WIDTH in magnitude and must stay below 2^31 - 1; the passes serve up to 64
     slots."""
     module = get_policy("arc")
     slots = np.array([8, 8], np.int64)
@@ -159,8 +164,8 @@ def test_arc_lane_keys_that_would_overflow_are_refused():
         ctx = Context(experts, np.array([0, rows], np.int64), 8, slots, True, True, False)
         assert (module.make_across(ctx, np.zeros(16, np.int64), 8) is not None) == fits
     ctx = Context(np.zeros((4, 2, 2), np.int16), np.array([0, 4], np.int64), 64, slots, True, True, False)
-    assert module.make_across(ctx, np.zeros(16, np.int64), 32) is not None
-    assert module.make_across(ctx, np.zeros(16, np.int64), 40) is None  # past the slots its passes serve
+    assert module.make_across(ctx, np.zeros(16, np.int64), 64) is not None
+    assert module.make_across(ctx, np.zeros(16, np.int64), 72) is None  # past the slots its passes serve
 
 
 def test_lecar_lane_clocks_that_would_overflow_are_refused():
@@ -192,7 +197,7 @@ def test_lecar_lanes_end_in_the_reference_state(seed, layers, experts, data):
     (ids oldest first) and w_LRU end as the reference's. A history's content moves the hits only
     when an id in it is asked for again, and its oldest id weighs a penalty near 1."""
     trace = synth_trace(layers, experts, min(3, experts), 1, 80, seed=seed)
-    slots = data.draw(st.lists(st.integers(1, min(experts - 1, WIDEST)), min_size=layers, max_size=layers))
+    slots = data.draw(st.lists(st.integers(1, min(experts - 1, WIDEST["lecar"])), min_size=layers, max_size=layers))
     patch, made = making("lecar")
     with patch:
         simulate(trace, CacheConfig(policy="lecar", capacity=tuple(slots), semantics="sequential"))
@@ -214,3 +219,25 @@ def test_lecar_lanes_end_in_the_reference_state(seed, layers, experts, data):
             ids = hexp[h * width:(h + 1) * width][np.argsort(hkey[h * width:(h + 1) * width])]
             assert [o % experts for o in pol.histories[h]] == list(ids[ids >= 0]), h
         assert floats[layer % across.LANES] == pytest.approx(pol.w, rel=1e-12)
+
+
+def test_the_probe_reads_the_stack_and_the_block_sits_above_it():
+    """``stack_address`` is an address in this thread's stack (the main thread's: ``[stack]`` in the memory
+    map); ``packed`` starts the block ``ABOVE_STACK`` bytes past it in the page (rounded up to 64), keeps every
+    array's values, and gives no byte the low 12 bits of one from 512 bytes below that stack address (the
+    loop's frame) to ``ABOVE_STACK`` above it (the arguments the call passes on the stack)."""
+    ctx = Context(np.zeros((4, 2, 2), np.int16), np.array([0, 4], np.int64), 64, np.array([16, 16]), True, True, False)
+    state = get_policy("lfu").FAST_PATHS[0].make(ctx, lanes.LANES)
+    state = state._replace(key=np.arange(state.key.size, dtype=np.int64).reshape(state.key.shape))
+    scratch, hits = np.arange(3 * lanes.LANES, dtype=np.int64).reshape(3, lanes.LANES), np.zeros(8, np.int64)
+    stack = lanes.stack_address(ctx.experts, ctx.seq_offsets, ctx.slots, False, state, scratch, hits)
+    with open("/proc/self/maps") as maps:
+        low, high = next([int(a, 16) for a in line.split()[0].split("-")] for line in maps if "[stack]" in line)
+    assert low <= stack < high
+    for probed in (stack, stack + 1000, stack + 4095):
+        placed, moved = lanes.packed(state, scratch, probed)
+        arrays = (*placed[:3], moved)
+        assert min(a.ctypes.data for a in arrays) % 4096 == (probed + lanes.ABOVE_STACK + 63) // 64 * 64 % 4096
+        frame = {(probed + b) % 4096 for b in range(-512, lanes.ABOVE_STACK)}
+        assert not any((a.ctypes.data + b) % 4096 in frame for a in arrays for b in range(a.nbytes))
+        assert all(np.array_equal(a, b) for a, b in zip(arrays, (*state[:3], scratch)))

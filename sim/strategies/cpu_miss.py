@@ -24,9 +24,10 @@ placement = all_cached
 
 
 def miss_actions(cells: Cells, params: dict) -> np.ndarray:
-    """Fiddler's rule, per executed expert: the CPU where it beats the copy and the GPU's kernel."""
-    cpu = cells.cpu_s[cells.tokens] < cells.copy_s + cells.gpu_s[cells.tokens]
-    return np.where(cpu, A_CPU, A_LOAD).astype(np.int8)
+    """Fiddler's rule, per executed expert: the CPU where it beats the copy and the GPU's kernel (decided once per
+    token count, then looked up)."""
+    by_tokens = np.where(cells.cpu_s < cells.copy_s + cells.gpu_s, A_CPU, A_LOAD).astype(np.int8)
+    return by_tokens[cells.tokens]
 
 
 def engine(params: dict, config, model) -> tuple[str, str]:
