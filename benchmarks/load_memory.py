@@ -5,7 +5,7 @@ Writes synthetic OLMoE-shaped traces of ~1M, 10M and 100M expert accesses (16 la
 memory above the process's baseline after the imports (``ru_maxrss``, as ``/usr/bin/time -v`` reports it) and
 its ratio to the dense array, per run and the median per size; the part of it that is pages of files mapped in
 (``RssFile``'s growth: the code of polars' reader, file-backed and shared, not allocated), and the same ratio less
-the reader's fixed cost, the peak of loading a one-token trace (those code pages and polars' thread pool, ~30 MB),
+the reader's fixed cost, the peak of loading a one-token trace (those code pages and polars' thread pool, ~31 MB),
 which no trace's size changes.
 
     python benchmarks/load_memory.py [--sizes 1,10,100] [--trace T.parquet] [--runs 3]

@@ -130,8 +130,8 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
         ghost_at = gk if ghost else ((ghi if drop1 else glo) if dropped else (np.int32(b1 + b2) if appended else NOM))
         resident_key = np.int32(age - width) if (hit | ghost) else np.int32(width - age)  # T2 or T1
         ghost_key = np.int32(width - age) if take1 else np.int32(age - width)  # B1 or B2
-        victim, kat, lo, hi = _move_and_find(blk, key, ein, lanes, w, l, resident_at, resident_key, e, ne)
-        _, gk, glo, ghi = _move_and_find(blk, gkey, gin, lanes, w, l, ghost_at, ghost_key, victim, ne)
+        victim, kat, lo, hi = _move_and_find(blk, key, ein, lanes, l, resident_at, resident_key, e, ne)
+        _, gk, glo, ghi = _move_and_find(blk, gkey, gin, lanes, l, ghost_at, ghost_key, victim, ne)
         blk[lane_at(KAT, lanes, l)], blk[lane_at(LO, lanes, l)], blk[lane_at(HI, lanes, l)] = kat, lo, hi
         blk[lane_at(GK, lanes, l)], blk[lane_at(GLO, lanes, l)], blk[lane_at(GHI, lanes, l)] = gk, glo, ghi
         leave1, leave2 = evict & take1, evict & (1 - take1)
@@ -143,8 +143,8 @@ def across_step(window, row, j, g, n_layers, total, blk, p):
 
 
 @njit(cache=True, inline="always")
-def _move_and_find(blk, keys, ins, lanes, w, l, at, new_key, new_in, ne):
-    """One slot set of lane ``l`` of ``lanes`` (``w`` slots, keys at ``keys``, experts at ``ins``): the
+def _move_and_find(blk, keys, ins, lanes, l, at, new_key, new_in, ne):
+    """One slot set of lane ``l`` of ``lanes`` (``WIDTH`` slots, keys at ``keys``, experts at ``ins``): the
     slot keyed ``at`` takes (``new_key``, ``new_in``); returns the expert it held (-1: none) and, after
     the move, the key of expert ``ne`` (``NOM``: none) and the smallest and largest key. Each eight
     slots are an innermost loop of their own, which LLVM unrolls; a loop over more it leaves rolled

@@ -46,7 +46,7 @@ FIELDS = 17
 EIN, CNT, LAST = range(3)  # resident slot fields, WIDTH entries of LANES each
 HEXP, HKEY = range(2)  # history slot fields, 2 * WIDTH entries of LANES each
 CHUNK = 8  # slots per innermost loop, which LLVM unrolls
-WIDEST = 4 * CHUNK
+WIDEST = 4 * CHUNK  # the slots the helpers' blocks of eight serve (``if WIDTH > ...``; the offsets use ``w``, the same)
 # the lanes' shape, compile-time constants: ``moesim.sim.across`` compiles these functions once per slot width,
 # with ``bind``'s ``constants`` in place of these defaults
 LANES = 16  # layers stepping together

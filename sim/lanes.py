@@ -52,16 +52,18 @@ def lane_runner(path: FastPath, name: str, num_experts: int, slots: np.ndarray, 
         hits = np.zeros(-(-ctx.num_layers // LANES) * LANES, np.int64)
         scratch = np.zeros((3, LANES), np.int64)
         stack = stack_address(ctx.experts, ctx.seq_offsets, slots, reset, st, scratch, hits)
-        run(ctx.experts, ctx.seq_offsets, slots, reset, *packed(st, scratch, stack), hits)
+        st, scratch = packed(st, scratch, stack)
+        run(ctx.experts, ctx.seq_offsets, slots, reset, st, scratch, hits)  # called as the probe was
         return hits[:ctx.num_layers]
 
     return hits_of
 
 
 def packed(st, scratch: np.ndarray, stack: int) -> tuple:
-    """``st``'s small arrays (up to ``PACKED`` bytes each) and ``scratch`` copied side by side into one
-    block, each at a 64-byte boundary, the block's first byte ``ABOVE_STACK`` bytes past ``stack``'s place
-    in its page (``stack_address``); larger arrays (Belady's next uses) stay put.
+    """``scratch`` and ``st``'s small arrays (up to ``PACKED`` bytes each) copied side by side into one
+    block, in that order (the counters first), each at a 64-byte boundary, the block's first byte
+    ``ABOVE_STACK`` bytes past ``stack``'s place in its page (``stack_address``), rounded up to 64; larger
+    arrays (Belady's next uses) stay put.
 
     The loop stores to its state and counters on every access and, on the stack, reloads the arguments
     numba's call passed there (above the address its caller leaves) and spills values to its frame
@@ -72,11 +74,12 @@ def packed(st, scratch: np.ndarray, stack: int) -> tuple:
     depths of their caller and not at others. ``ABOVE_STACK`` clears the arguments (some 700 bytes for
     these loops, counted from their signatures; the loop's call wrapper takes 96 bytes more stack than
     the probe's, from their assembly) and leaves the frame (about 450 bytes) clear of a block up to about
-    2.7 KB (LFU's at 64 experts and 16 slots: 2.5 KB). Over 48 depths in 6 processes of LFU, Belady and
+    2.7 KB (LFU's at 64 experts and 16 slots: 2.5 KB; at 160 experts and 40 slots it is 6 KB and cannot
+    miss them all: the counters and the keys come first). Over 48 depths in 6 processes of LFU, Belady and
     FIFO each, 24 of the 864 ran below 3/4 of their policy's median with the page-aligned block, 50 with
     the block 256 bytes past the probed address (on the arguments), 6 with this (docs/benchmarks.md,
     ``benchmarks/lanes_stack_depth.py``)."""
-    small = [a for a in (*st, scratch) if isinstance(a, np.ndarray) and a.nbytes <= PACKED]
+    small = [a for a in (scratch, *st) if isinstance(a, np.ndarray) and a.nbytes <= PACKED]
     starts = np.cumsum([0] + [-(-a.nbytes // 64) * 64 for a in small])
     block = np.zeros(int(starts[-1]) + 2 * PAGE, np.uint8)
     base = -block.ctypes.data % PAGE + ((stack + ABOVE_STACK) % PAGE + 63) // 64 * 64

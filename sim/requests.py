@@ -168,9 +168,16 @@ def gather(src, src_w, ptr, rows, out, out_w, out_n):
     """out[r, l] = the distinct experts of src[rows[ptr[r]:ptr[r+1]], l] in first-seen order; out_w
     sums their weights, out_n counts the rows that chose each. Entries beyond out's width are
     dropped (never happens for requests). Each expert's place in the cell is looked up in a table by
-    id (emptied after the cell), not searched for: a prompt row gathers thousands of tokens."""
+    id (emptied after the cell), not searched for: a prompt row gathers thousands of tokens. The table
+    is as long as the largest id among the rows gathered (a served step gathers a few rows of a long
+    trace)."""
     n_layers, k = src.shape[1], src.shape[2]
-    place = np.full(max(src.max() + 1, 1), -1, np.int64)
+    largest = -1
+    for i in range(ptr[0], ptr[-1]):
+        for layer in range(n_layers):
+            for j in range(k):
+                largest = max(largest, np.int64(src[rows[i], layer, j]))
+    place = np.full(largest + 1, -1, np.int64)
     for r in range(out.shape[0]):
         for layer in range(n_layers):
             n = 0

@@ -39,6 +39,21 @@ def pytest_configure(config):
     compile_loops([(policy, "oracle") for policy in sorted(POLICIES, key=lambda p: p not in slowest)], least=1)
 
 
+def pytest_collection_finish(session):
+    """In an xdist worker under ``--dist loadgroup``, every test marked ``xdist_group`` must carry its group in its
+    node id, which is how the scheduler keeps a group on one worker (its module-scoped fixtures, the replay's
+    calibration among them, built once). pytest 9.2 stopped honouring the id pytest-xdist 3.8 writes, and the
+    groups split silently: two workers calibrated at once, each disturbing the other, and the suite took 9 to 17
+    minutes instead of 5 (hence ``pytest<9.2`` in the test extra). If that happens again the run stops at once
+    (pytest-xdist reports it as an internal error) instead of running slowly."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist's xdist_group did not reach the node ids (pytest {pytest.__version__}): "
+                                f"{lost[0]} and {len(lost) - 1} more would not stay on one worker")
+
+
 @pytest.fixture(scope="session")
 def mixtral():
     """The bundled real Mixtral-8x7B trace."""

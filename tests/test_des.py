@@ -187,6 +187,12 @@ def test_gather_is_each_cells_distinct_experts_in_first_seen_order(width):
     out = np.full((4, 2, width), -1, np.int16)
     out_w, out_n = np.zeros(out.shape, np.float32), np.zeros(out.shape, np.int32)
     gather(src, src_w, ptr, rows, out, out_w, out_n)
+    nothing = np.full((1, 2, width), -1, np.int16)  # no rows to gather, or none at all: the cells stay empty
+    gather(src, src_w, np.zeros(2, np.int64), rows, nothing, np.zeros(nothing.shape, np.float32),
+           np.zeros(nothing.shape, np.int32))
+    gather(src[:0], src_w[:0], np.zeros(2, np.int64), rows[:0], nothing, np.zeros(nothing.shape, np.float32),
+           np.zeros(nothing.shape, np.int32))
+    assert (nothing == -1).all()
     for r in range(4):
         for layer in range(2):
             seen, weight, count = [], {}, {}

@@ -58,7 +58,7 @@ def every_capacity_in_lanes():
 def test_lanes_equal_the_reference_per_layer(policy, seed, layers, experts, reset, data):
     """Layer counts that fill no, one or several groups of eight (ARC: sixteen) with some lanes left
     over; slot counts drawn per layer from 1 to every expert (several vector blocks of keys at 300;
-    ARC's lanes up to 32 slots, 8 to 32 wide)."""
+    ARC's lanes up to 64 slots, 8 to 64 wide)."""
     k = min(3, experts)
     trace = synth_trace(layers, experts, k, 3, 25, seed=seed)
     slots = tuple(data.draw(st.lists(st.integers(1, experts), min_size=layers, max_size=layers)))
@@ -139,10 +139,10 @@ def test_across_lanes_equal_the_reference_per_layer(policy, seed, layers, expert
 
 @pytest.mark.parametrize("policy,capacity", [(policy, capacity) for policy in ACROSS_POLICIES
                                              for capacity in (7, 8, 9, 16, 17, 24, 25, 31, 32)] +
-                         [("arc", capacity) for capacity in (33, 40, 57, 64)])
+                         [("arc", capacity) for capacity in (33, 40, 41, 56, 57, arc_across.WIDEST)])
 def test_across_lanes_fill_every_slot_of_each_width(policy, capacity):
-    """Each width's first and last slot in use (a capacity at and past each multiple of eight; ARC's
-    widths 40 and 64 past 32), on a trace that fills the cache and cycles ARC's ghosts and LeCaR's
+    """Each width's first and last slot in use (a capacity at and past each multiple of eight; past 32,
+    ARC's widths 40, 48, 56 and 64, the last its ``WIDEST``), on a trace that fills the cache and cycles ARC's ghosts and LeCaR's
     histories, against the reference."""
     experts = 40 if capacity <= 32 else 90
     trace = synth_trace(2, experts, 3, 2, 200, seed=capacity)
@@ -223,9 +223,10 @@ def test_lecar_lanes_end_in_the_reference_state(seed, layers, experts, data):
 
 def test_the_probe_reads_the_stack_and_the_block_sits_above_it():
     """``stack_address`` is an address in this thread's stack (the main thread's: ``[stack]`` in the memory
-    map); ``packed`` starts the block ``ABOVE_STACK`` bytes past it in the page (rounded up to 64), keeps every
-    array's values, and gives no byte the low 12 bits of one from 512 bytes below that stack address (the
-    loop's frame) to ``ABOVE_STACK`` above it (the arguments the call passes on the stack)."""
+    map); ``packed`` starts the block, the counters first, within 64 bytes past ``ABOVE_STACK`` beyond it in
+    the page, keeps every array's values, and gives no byte the low 12 bits of one from 512 bytes below that
+    stack address (the loop's frame) to ``ABOVE_STACK`` above it (the arguments the call passes on the
+    stack)."""
     ctx = Context(np.zeros((4, 2, 2), np.int16), np.array([0, 4], np.int64), 64, np.array([16, 16]), True, True, False)
     state = get_policy("lfu").FAST_PATHS[0].make(ctx, lanes.LANES)
     state = state._replace(key=np.arange(state.key.size, dtype=np.int64).reshape(state.key.shape))
@@ -237,7 +238,8 @@ def test_the_probe_reads_the_stack_and_the_block_sits_above_it():
     for probed in (stack, stack + 1000, stack + 4095):
         placed, moved = lanes.packed(state, scratch, probed)
         arrays = (*placed[:3], moved)
-        assert min(a.ctypes.data for a in arrays) % 4096 == (probed + lanes.ABOVE_STACK + 63) // 64 * 64 % 4096
+        assert moved.ctypes.data == min(a.ctypes.data for a in arrays) and moved.ctypes.data % 64 == 0
+        assert 0 <= (moved.ctypes.data - probed - lanes.ABOVE_STACK) % 4096 < 64
         frame = {(probed + b) % 4096 for b in range(-512, lanes.ABOVE_STACK)}
         assert not any((a.ctypes.data + b) % 4096 in frame for a in arrays for b in range(a.nbytes))
         assert all(np.array_equal(a, b) for a, b in zip(arrays, (*state[:3], scratch)))
