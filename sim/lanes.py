@@ -77,8 +77,8 @@ def packed(st, scratch: np.ndarray, stack: int) -> tuple:
     2.7 KB (LFU's at 64 experts and 16 slots: 2.5 KB; at 160 experts and 40 slots it is 6 KB and cannot
     miss them all: the counters and the keys come first). Over 48 depths in 6 processes of LFU, Belady and
     FIFO each, 24 of the 864 ran below 3/4 of their policy's median with the page-aligned block, 50 with
-    the block 256 bytes past the probed address (on the arguments), 6 with this (docs/benchmarks.md,
-    ``benchmarks/lanes_stack_depth.py``)."""
+    the block 256 bytes past the probed address (on the arguments), 5 with this (one process of Belady;
+    docs/benchmarks.md, ``benchmarks/lanes_stack_depth.py``)."""
     small = [a for a in (scratch, *st) if isinstance(a, np.ndarray) and a.nbytes <= PACKED]
     starts = np.cumsum([0] + [-(-a.nbytes // 64) * 64 for a in small])
     block = np.zeros(int(starts[-1]) + 2 * PAGE, np.uint8)
