@@ -112,7 +112,7 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
     for dtype in dtypes:
         Config.build(dtype=dtype)  # a bad name is refused before any work
     wl = config.workload
-    with compiling(plan_loops()):  # in worker processes, while the trace is read or made here
+    with compiling(plan_loops(), least=1):  # in a worker process, while the trace is read or made here
         tr, name = plan_trace(spec, trace, 2 * wl.batch)
     base = config.replace(model=spec.name, warmup=1 if tr.num_sequences > wl.batch else 0)
     split = base.cache.split

@@ -118,7 +118,11 @@ def no_prefetch(st, part, obj, t):
     pass
 
 
-HOOK_NAMES = ("reset", "on_step", "on_hit", "on_miss", "on_prefetch", "choose_victim", "on_evict", "on_insert")
+# each hook's arguments after the state ``st``, as the contract above names them
+HOOK_ARGS = dict(reset="", on_step="part, layer, row, ranked, t", on_hit="part, slot, obj, t", on_miss="part, obj, t",
+                 on_prefetch="part, obj, t", choose_victim="part, lo, hi, obj_of, slot_of, mark, stamp, obj, t",
+                 on_evict="part, slot, obj, t", on_insert="part, slot, obj, t")
+HOOK_NAMES = tuple(HOOK_ARGS)
 DEFAULT_HOOKS = dict(reset=no_reset, on_step=no_step, on_hit=no_access, on_miss=admit, on_prefetch=no_prefetch,
                      on_evict=no_access, on_insert=no_access)
 

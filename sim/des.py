@@ -34,6 +34,7 @@ from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C
                                   R_CPU, R_STALL, R_TIME)
 from moesim.sim.engine import COMPILE_NOTE, on_disk
 from moesim.sim.machine import Hardware
+from moesim.sim.policy_groups import group_of
 from moesim.sim.requests import build_requests
 from moesim.sim.run import RowArrays, RowSource, Run, assemble, loop_for, needs_extras
 from moesim.sim.strategies.base import A_LOWBIT
@@ -178,14 +179,16 @@ class BatchRows(RowSource):
 
 def compile_loops(settings, least: int = 2) -> None:
     """Compile what simulating each ``(policy, prefetcher, strategy)`` of ``settings`` runs (the strategy
-    ``gpu-cache`` where a pair leaves it out) — the replacement policy's discrete-event loop, whole where one
-    setting needs it (``needs_extras``: every run of the policy then takes it) else lean, and the prefetcher's
-    code — where numba's disk cache lacks the loop, one process per loop in parallel (as many as there are
-    cores): a cold ``plan`` or sweep compiles its loops at once rather than one after another, and each once.
-    Each process simulates a tiny trace, which compiles the loop for the argument types every simulation
-    passes. Logs what it compiles and each one done (``extra["activity"]``, None at the end): the command's
-    status line shows it. Fewer than ``least`` cold loops are left to the caller (a plan compiles one as fast in
-    its own process; a sweep's workers would each compile it, so a sweep passes 1)."""
+    ``gpu-cache`` where a pair leaves it out) — the discrete-event loop of the policy's group
+    (``moesim.sim.policy_groups``), whole where one setting of the group needs it (``needs_extras``: every run of
+    its policies then takes it) else lean, and the prefetcher's code — where numba's disk cache lacks the loop,
+    one process per loop in parallel (as many as there are cores): a cold ``plan`` or sweep compiles its loops at
+    once rather than one after another, and each once. Each worker simulates one run on a tiny trace, which
+    compiles the loop for the argument types every simulation passes; this process meanwhile assembles every run
+    on it but does not simulate it, which compiles the prefetchers' code. Logs what it compiles and each one done (``extra["activity"]``, None at the end): the command's
+    status line shows it. Fewer than ``least`` cold loops are left to the caller (who, with nothing else to do
+    meanwhile, compiles one as fast in its own process; a sweep's workers would each compile it and a plan makes
+    its trace meanwhile, so they pass 1)."""
     with compiling(settings, least):
         pass
 
@@ -198,15 +201,17 @@ def compiling(settings, least: int = 2) -> Iterator[None]:
     from moesim.workers import terminate, worker_pool
 
     model = get_model(TINY_MODEL)
-    wanted: dict[str, list] = {}
+    wanted: dict[tuple, list] = {}  # a group of policies (one loop): the runs of its members
     for policy, prefetcher, *strategy in settings:
-        wanted.setdefault(policy, []).append((prefetcher, strategy[0] if strategy else "gpu-cache"))
-    cold = {}
-    for policy, runs in wanted.items():
-        needs = {run: needs_extras(Config.build(prefetch=run[0], strategy=run[1]), model) for run in runs}
-        loop = loop_for(policy, any(needs.values()))
+        wanted.setdefault(group_of(policy), []).append((policy, prefetcher, strategy[0] if strategy else "gpu-cache"))
+    cold = {}  # what the status line calls a cold loop: the run that compiles it
+    for group, runs in wanted.items():
+        needs = {run: needs_extras(Config.build(prefetch=run[1], strategy=run[2]), model) for run in runs}
+        loop = loop_for(runs[0][0], any(needs.values()))
         if not loop.signatures and not on_disk(loop):
-            cold[policy] = sorted(needs, key=lambda run: not needs[run])  # the whole loop first: the rest take it
+            # the whole loop where a run needs it (the rest take it), by a run with no prefetcher where one has none
+            label = "+".join(dict.fromkeys(run[0] for run in runs))
+            cold[label] = min(runs, key=lambda run: (not needs[run], run[1] != "none"))
     workers = min(len(cold), os.cpu_count() or 1)
     if not cold or len(cold) < least:
         yield
@@ -215,9 +220,12 @@ def compiling(settings, least: int = 2) -> Iterator[None]:
     log.info(what.format(0), extra={"activity": what.format(0)})
     try:
         with worker_pool(workers) as pool:
-            futures = [pool.submit(_compile_loop, item) for item in cold.items()]
+            futures = [pool.submit(_tiny_run, run) for run in cold.values()]
             try:
                 yield
+                for runs in wanted.values():  # the prefetchers' and the strategies' code, here while the loops compile
+                    for run in runs:
+                        _tiny_run(run, assemble_only=True)
             except BaseException:
                 terminate(pool)
                 raise
@@ -231,20 +239,24 @@ def compiling(settings, least: int = 2) -> Iterator[None]:
 TINY_MODEL = "olmoe-1b-7b"  # what ``compile_loops`` simulates
 
 
-def _compile_loop(setting: tuple[str, list]) -> None:
-    policy, runs = setting
+def _tiny_run(run: tuple[str, str, str], assemble_only: bool = False) -> None:
+    """Simulate ``(policy, prefetcher, strategy)`` on a tiny trace (or only ``assemble`` the run: everything but
+    the loop), which compiles what any simulation of it runs."""
+    policy, prefetcher, strategy = run
     m = get_model(TINY_MODEL)
     rows = 4  # one sequence whose experts rotate, made here (a synthetic trace would compile its generator too)
     picks = (np.arange(rows)[:, None, None] + np.arange(m.top_k)) % m.num_experts
     experts = np.ascontiguousarray(np.broadcast_to(picks, (rows, m.num_layers, m.top_k)), np.int16)
     trace = Trace(m.trace_meta(), experts, np.zeros(1, np.int32), np.array([0, rows], np.int64),
                   np.arange(rows, dtype=np.int32), np.full(rows, DECODE, np.int8))
-    for prefetcher, strategy in runs:
-        try:
-            simulate_des(trace, Config.build(model=m.name, policy=policy, prefetch=prefetcher, strategy=strategy,
-                                             capacity=m.top_k))
-        except MoesimError:  # a prefetcher or strategy that needs what this trace lacks: the run itself compiles it
-            pass
+    config = Config.build(model=m.name, policy=policy, prefetch=prefetcher, strategy=strategy, capacity=m.top_k)
+    try:
+        if assemble_only:
+            assemble(trace, config, BatchRows(trace, config), None, None, False)
+        else:
+            simulate_des(trace, config)
+    except MoesimError:  # a prefetcher or strategy that needs what this trace lacks: the run itself compiles it
+        pass
 
 
 def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, scope: str) -> tuple:

@@ -64,7 +64,7 @@ from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_CPU, C_FILLS, C_HITS, 
                                   EV_CPU, EV_FILL, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD, R_COMPUTE,
                                   R_COPY, R_CPU, R_STALL, R_TIME)
 from moesim.sim.des_tiers import cpu_run, queue_copy, transfer
-from moesim.sim.engine import empty, place
+from moesim.sim.engine import empty
 from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, ON_GPU
 from moesim.tracegen.schema import DECODE
 
@@ -130,10 +130,12 @@ def des_loop(s, st):
 
 
 def claim(s, st, part, obj, t, stamp):
-    """``place`` ``obj`` in the slots ``part`` has now (``Cache.live``): (slot, evicted object)."""
+    """``moesim.sim.engine.place`` ``obj`` in the slots ``part`` has now (``Cache.live``): (slot, evicted object).
+    A function the loop calls, one per policy of the group (``moesim.sim.policy_groups``), not inlined: the loop
+    places at four sites."""
     inp, cache = s.inputs, s.cache
-    return place(st, part, obj, t, inp.bounds[part], inp.bounds[part] + cache.live[part], cache.slot_of, cache.obj_of,
-                 cache.used, cache.mark, stamp)
+    return policy.place(st, part, obj, t, inp.bounds[part], inp.bounds[part] + cache.live[part], cache.slot_of,
+                        cache.obj_of, cache.used, cache.mark, stamp)
 
 
 def fit_live(s, st, row, stamp):
@@ -462,5 +464,5 @@ def log(tally, row, layer, event, obj, slot):
         tally.n_log[0] = i + 1
 
 
-HELPERS = (place, claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, to_cpu,
+HELPERS = (claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, to_cpu,
            background_fill, lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)

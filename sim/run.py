@@ -26,6 +26,7 @@ from moesim.sim.config import Config, module_params
 from moesim.sim.costs import Costs, Engine, engine_of
 from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import C_ACCESSES, C_HITS, Inputs, State, build_state
+from moesim.sim import policy_groups
 from moesim.sim.engine import bind, on_disk, part_bounds
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
@@ -208,7 +209,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     inputs.miss_action[:] = miss_actions(strategy, sparams, rows, cost, inputs)
     log_rows = log_size(rows) if decisions else 0
     module = get_policy(config.cache.policy)
-    policy_state = module.make_state(source.policy_context(config, slots, module_params(module, config.cache.params)))
+    policy_state = policy_groups.state(config.cache.policy, module.make_state(
+        source.policy_context(config, slots, module_params(module, config.cache.params))))
     return Run(config, model, hardware, memory, cost, strategy, sparams, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
                loop_for(config.cache.policy, needs_extras(config, model)))
@@ -246,11 +248,12 @@ def _all_in(values: np.ndarray, allowed) -> bool:
 
 
 def bound_loop(policy: str, extras: bool = True):
-    """The discrete-event loop compiled with ``policy``'s hooks: whole, or (``extras`` False) without the paths
-    a plain GPU cache never takes — prefetches, preloads, MoLE rows, experts run on the CPU or fetched in low
-    bits — which compiles in about a third of the time (``moesim.sim.des_loop.EXTRAS``)."""
-    module = get_policy(policy)
-    return bind(des_loop, module.NAME, module.HOOKS, HELPERS, {"EXTRAS": int(extras)})
+    """The discrete-event loop of ``policy``'s group (``moesim.sim.policy_groups``: one loop serves every member),
+    whole, or (``extras`` False) without the paths a plain GPU cache never takes — prefetches, preloads, MoLE rows,
+    experts run on the CPU or fetched in low bits — which compiles in about a third of the time
+    (``moesim.sim.des_loop.EXTRAS``)."""
+    group = policy_groups.group_of(policy)
+    return bind(des_loop, policy_groups.group_name(group), policy_groups.hooks(group), HELPERS, {"EXTRAS": int(extras)})
 
 
 def needs_extras(config: Config, model: ModelSpec) -> bool:

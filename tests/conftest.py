@@ -18,25 +18,24 @@ SHARED_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mixt
 
 @pytest.hookimpl(trylast=True)  # after the terminal's own: its status line is there
 def pytest_configure(config):
-    """Run across worker processes (``-n``, pytest-xdist), the suite first compiles every policy's discrete-event
-    loop, the bulk of a cold run's compiling (about 20 s each on 2 cores), where numba's disk cache lacks it: once
-    each, one process per core, before the workers start (``compile_loops``; the slowest first, so that no core
-    waits on one at the end). Each worker would compile what its tests run, twice where two workers' tests need
-    one policy at once; they load the loops from disk instead. Only for the whole suite: a run of a few files
-    compiles what they run."""
+    """Run across worker processes (``-n``, pytest-xdist), the suite first compiles the discrete-event loops of
+    every group of policies (``moesim.sim.policy_groups``), the bulk of a cold run's compiling (15-25 s each on 2
+    cores), where numba's disk cache lacks them: once each, one process per core, before the workers start
+    (``compile_loops``; the largest groups first, so that no core waits on one at the end). Each worker would
+    compile what its tests run, twice where two workers' tests need one group at once; they load the loops from
+    disk instead. Only for the whole suite: a run of a few files compiles what they run."""
     if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
         return
     if any(Path(arg.split("::")[0]).resolve() != Path(__file__).resolve().parent for arg in config.args):
         return
-    from moesim.policies import POLICIES
     from moesim.sim.des import compile_loops
+    from moesim.sim.policy_groups import GROUPS
 
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line("compiling every policy's discrete-event loop where numba's cache lacks it")
-    slowest = ("gamma", "gamma-admit", "lfu", "arc", "lecar")
-    # with a prefetcher: each policy's whole loop, which every run then takes (the lean one is not compiled)
-    compile_loops([(policy, "oracle") for policy in sorted(POLICIES, key=lambda p: p not in slowest)], least=1)
+        reporter.write_line("compiling the discrete-event loop of every group of policies where numba's cache lacks it")
+    # with a prefetcher: each group's whole loop, which every run then takes (the lean one is not compiled)
+    compile_loops([(policy, "oracle") for group in sorted(GROUPS, key=len, reverse=True) for policy in group], least=1)
 
 
 def pytest_collection_finish(session):

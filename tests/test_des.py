@@ -96,7 +96,7 @@ def test_commit_runs_the_prediction_and_counts_substitutions():
 def test_des_hits_equal_the_hit_rate_engine(mixtral):
     hw = Hardware("test", GPU_, LINK)
     spec = model_for_trace(mixtral.meta)
-    for policy in ("lru", "belady", "lfu", "fifo", "arc", "lecar", "gamma", "random", "static"):
+    for policy in ("lru", "belady", "lfu", "fifo", "lifo", "arc", "lecar", "gamma", "gamma-admit", "random", "static"):
         for scope in ("per-layer", "global"):
             capacity = 4 if scope == "per-layer" else 96
             des = simulate(mixtral, model=spec, hardware=hw, policy=policy, capacity=capacity, scope=scope)

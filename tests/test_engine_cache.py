@@ -71,7 +71,7 @@ def test_the_digest_covers_the_helpers_and_the_policys_neighbours():
 
 def test_one_compilation_serves_every_workload():
     """Single-token rows, batched rows and a synthesized prompt pass the loop the same array types, so
-    ``plan`` and ``sim run`` share one compiled loop per policy (a second would cost ~15 s cold), and
+    ``plan`` and ``sim run`` share one compiled loop per group of policies (a second would cost ~15 s cold), and
     it is on disk for ``compile_loops`` to find."""
     from moesim.sim.config import Config
     from moesim.sim.des import simulate_des

@@ -1,0 +1,84 @@
+"""Policies that share one compiled discrete-event loop.
+
+Most of the discrete-event loop's compile time is its policy-free body (16-18 s on a 2-core host for the whole
+loop; a policy's hooks add 0.2-4 s), so its policies are compiled in groups (``GROUPS``): one loop per group,
+whose hooks (``hooks``) pass each call on to the member the run names. The state a group's loop takes
+(``state``) is the member's index, then one state per member: the run's own for its policy, and for the others
+stand-ins of the same types built on a one-expert trace, which no hook reads. A branch on the index, the same at
+every access, is what a policy pays for its company.
+
+Policies whose hooks compile fast and that one command runs together share a group: a plan runs LRU and the
+static pin, the demo those and Belady, LFU, FIFO and the γ-cache. A policy that cannot build its state without
+an input of its own (ML-FFN's model file) has no stand-in, and is alone in its group.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from moesim.policies import get_policy
+from moesim.policies.base import HOOK_ARGS, Context
+from moesim.sim.engine import bind, place
+
+GROUPS = (("lru", "static"), ("belady", "lfu", "fifo", "gamma"), ("gamma-admit", "lifo", "random", "arc", "lecar"),
+          ("ml-ffn",))
+_HOOKS: dict = {}
+_STAND_INS: dict = {}
+
+
+def group_of(policy: str) -> tuple[str, ...]:
+    """The members of ``policy``'s group."""
+    get_policy(policy)  # an unknown name is refused with the registry's message
+    return next(group for group in GROUPS if policy in group)
+
+
+def group_name(group: tuple[str, ...]) -> str:
+    """A group as compiled loops are named: its members, joined."""
+    return "_".join(name.replace("-", "_") for name in group)
+
+
+PLACE_ARGS = "part, obj, t, lo, hi, slot_of, obj_of, used, mark, stamp"  # ``moesim.sim.engine.place``'s, after ``st``
+
+
+def hooks(group: tuple[str, ...]) -> dict:
+    """The hook table of a group's loop: each hook calls the hook of the member whose index heads the state
+    (``st[0]``) with that member's state (``st[1 + index]``), and ``place`` the member's ``engine.place``,
+    compiled once with its hooks (``bind``) and called: the loop places at four sites, and inlining every
+    member's victim hooks at each took a third longer to compile. Written as source once per group and process,
+    so that each call is static (``moesim.sim.engine.bind`` inlines the table)."""
+    if group not in _HOOKS:
+        namespace = {"__name__": __name__}
+        lines = []
+        for hook, args in {**HOOK_ARGS, "place": PLACE_ARGS}.items():
+            rest = f", {args}" if args else ""
+            lines.append(f"def {hook}(st{rest}):")
+            for i in range(len(group) - 1):
+                lines += [f"    if st[0] == {i}:", f"        return m{i}_{hook}(st[{i + 1}]{rest})"]
+            lines.append(f"    return m{len(group) - 1}_{hook}(st[{len(group)}]{rest})")
+            for i, member in enumerate(group):
+                module = get_policy(member)
+                namespace[f"m{i}_{hook}"] = (module.HOOKS[hook] if hook != "place" else
+                                             bind(place, module.NAME, module.HOOKS))
+        exec(compile("\n".join(lines), __file__, "exec"), namespace)  # named after this file: its digest covers it
+        _HOOKS[group] = {hook: njit(inline="always")(namespace[hook]) for hook in (*HOOK_ARGS, "place")}
+    return _HOOKS[group]
+
+
+def state(policy: str, policy_state: tuple) -> tuple:
+    """What a group's loop takes for a run of ``policy`` whose state is ``policy_state``."""
+    group = group_of(policy)
+    return (np.int64(group.index(policy)),
+            *(policy_state if member == policy else stand_in(member) for member in group))
+
+
+def stand_in(policy: str) -> tuple:
+    """A state of ``policy``'s types for a trace of one token, one layer and one expert, with its default
+    parameters (built once per process)."""
+    if policy not in _STAND_INS:
+        module = get_policy(policy)
+        ctx = Context(np.zeros((1, 1, 1), np.int16), np.array([0, 1], np.int64), 1, np.ones(1, np.int64), True, False,
+                      False, dict(getattr(module, "PARAMS", {})))
+        _STAND_INS[policy] = module.make_state(ctx)
+    return _STAND_INS[policy]
+
