@@ -51,9 +51,11 @@ if os.environ.get("COLD_START_LOG"):
     event.register("numba:compile", Outermost())
 
     @atexit.register
-    def _write():
-        with open(os.path.join(os.environ["COLD_START_LOG"], f"{os.getpid()}.json"), "w") as f:
+    def _write():  # whole or not at all: a worker stopped while it writes leaves only its ".part"
+        path = os.path.join(os.environ["COLD_START_LOG"], f"{os.getpid()}.json")
+        with open(path + ".part", "w") as f:
             json.dump(spans, f)
+        os.replace(path + ".part", path)
 """
 
 

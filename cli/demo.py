@@ -38,7 +38,7 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     out = Path(out)
     # every loop the sweep and the plans run compiles at once in worker processes while this one reads the trace and
     # prints its statistics
-    with compiling([(policy, "none") for policy in DEMO_POLICIES] + plan_loops()):
+    with compiling([(policy, "none") for policy in DEMO_POLICIES] + plan_loops(), synthetic=True):
         trace = load_trace(bundled_trace_path())
         m = trace.meta
         table("The bundled trace: Mixtral-8x7B routing on 2 GSM8K problems (vLLM, decode only)",

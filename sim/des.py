@@ -40,6 +40,7 @@ from moesim.sim.run import RowArrays, RowSource, Run, assemble, loop_for, needs_
 from moesim.sim.strategies.base import A_LOWBIT
 from moesim.tracegen.models import ModelSpec, get_model
 from moesim.tracegen.schema import DECODE, PREFILL
+from moesim.tracegen.synth import synth_trace
 from moesim.tracegen.trace import Trace
 
 log = logging.getLogger(__name__)  # compile_loops' notes: ``extra["activity"]`` says what runs, None when done
@@ -194,10 +195,11 @@ def compile_loops(settings, least: int = 2) -> None:
 
 
 @contextmanager
-def compiling(settings, least: int = 2) -> Iterator[None]:
+def compiling(settings, least: int = 2, synthetic: bool = False) -> Iterator[None]:
     """``compile_loops`` in worker processes while the block runs in this one (a plan makes its synthetic
     trace meanwhile, whose generator compiles too); the way out waits for the loops. A block that fails stops
-    the workers instead of waiting for them."""
+    the workers instead of waiting for them. ``synthetic``: the command makes a synthetic trace after the block
+    (the demo's plans), whose generator this process compiles too while it waits."""
     from moesim.workers import terminate, worker_pool
 
     model = get_model(TINY_MODEL)
@@ -226,6 +228,8 @@ def compiling(settings, least: int = 2) -> Iterator[None]:
                 for runs in wanted.values():  # the prefetchers' and the strategies' code, here while the loops compile
                     for run in runs:
                         _tiny_run(run, assemble_only=True)
+                if synthetic:
+                    synth_trace(1, 2, 1, 1, 1, 0)
             except BaseException:
                 terminate(pool)
                 raise

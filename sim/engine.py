@@ -30,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
-from moesim.sim import inline_copy
+from moesim.sim import copy_propagation, inline_copy
 
 inline_copy.install()  # before anything here is compiled
 _BOUND: dict = {}
@@ -78,14 +78,15 @@ def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | No
     hooks took a state tuple by value and counted references on every access, several times the cost of
     the policy itself. It releases the GIL, so runs of several capacities share a process's cores.
     Numba's cache checks only the loop's own file, so the cache entry is named after the loop, the
-    policy and a digest of every file whose code is inlined (``source_files``): editing a helper
-    anywhere recompiles. One compilation per (policy, loop, constants) and process.
+    policy and a digest of every file whose code is inlined (``source_files``) and of the pass that removes
+    the inlined copies of its state (``moesim.sim.copy_propagation``): editing a helper anywhere recompiles.
+    One compilation per (policy, loop, constants) and process.
     """
     constants = constants or {}
     key = (name, loop.__module__, loop.__name__, tuple(sorted(constants.items())))
     if key not in _BOUND:
         digest = hashlib.sha1()
-        for path in source_files([loop, *helpers, *table.values()]):
+        for path in [*source_files([loop, *helpers, *table.values()]), Path(copy_propagation.__file__)]:
             digest.update(path.read_bytes())
         ident = name.replace("-", "_")
         bound = types.ModuleType(f"moesim.bound.{ident}")
@@ -105,7 +106,7 @@ def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | No
         fn_name = f"{loop.__name__.strip('_')}_{ident}{fixed}_{digest.hexdigest()[:12]}"
         fn = types.FunctionType(loop.__code__, namespace, fn_name)
         fn.__qualname__ = fn_name
-        _BOUND[key] = njit(cache=True, _nrt=False, nogil=True)(fn)
+        _BOUND[key] = njit(cache=True, _nrt=False, nogil=True, pipeline_class=copy_propagation.Pipeline)(fn)
     return _BOUND[key]
 
 
