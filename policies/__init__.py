@@ -1,7 +1,9 @@
 """Replacement policies, one module each, behind one registry.
 
 Every module has ``NAME``, ``make_state(ctx)`` and its ``HOOKS``; see
-``moesim.policies.base`` for the hook contract. Registering a policy is adding its name here.
+``moesim.policies.base`` for the hook contract. Registering a policy is adding its name here (and to a group
+of ``moesim.sim.policy_groups.GROUPS``, the policies whose discrete-event loop it shares; a policy in none has
+its own).
 Prefetchers are the subpackage ``moesim.policies.prefetch``, one module each behind ``get_prefetcher``.
 """
 

@@ -42,8 +42,9 @@ with a policy's table); those a policy leaves out are no-ops (``on_miss`` then a
 position of the cell that issues it (before the accesses it anticipates); a preload at the start of
 a row carries the position just before the row.
 
-State lives in the named tuple of arrays the policy built, so the engine compiles once per policy
-and never changes when a policy is added. The hooks are inlined into the loop, which runs without
+State lives in the named tuple of arrays the policy built, so an engine compiles once per policy (the
+discrete-event loop once per group of policies, ``moesim.sim.policy_groups``) and never changes when a policy
+is added. The hooks are inlined into the loop, which runs without
 reference counting: they must not allocate arrays (do that in ``make_state``).
 """
 

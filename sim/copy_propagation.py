@@ -41,8 +41,9 @@ class CopyPropagate(FunctionPass):
             for stmt in block.body:
                 if isinstance(stmt, ir.Assign):
                     defined[stmt.target.name] += 1
-                    if isinstance(stmt.value, ir.Var) and isinstance(state.typemap[stmt.target.name],
-                                                                     types.BaseTuple):
+                    kind = state.typemap[stmt.target.name]
+                    if isinstance(stmt.value, ir.Var) and isinstance(kind, types.BaseTuple) and \
+                            state.typemap[stmt.value.name] == kind:
                         copies[stmt.target.name] = stmt.value
         copies = {x: y for x, y in copies.items() if defined[x] == 1 and defined[y.name] == 1}
         if not copies:
@@ -52,8 +53,10 @@ class CopyPropagate(FunctionPass):
                 y = copies[y.name]
             copies[x] = y
         for block in blocks.values():
-            block.body = [stmt for stmt in block.body if not (isinstance(stmt, ir.Assign) and stmt.target.name in copies)]
+            block.body = [stmt for stmt in block.body
+                          if not (isinstance(stmt, ir.Assign) and stmt.target.name in copies)]
         ir_utils.replace_vars(blocks, copies)
+        state.func_ir._definitions = ir_utils.build_definitions(blocks)
         return True
 
 

@@ -184,10 +184,11 @@ def compile_loops(settings, least: int = 2) -> None:
     (``moesim.sim.policy_groups``), whole where one setting of the group needs it (``needs_extras``: every run of
     its policies then takes it) else lean, and the prefetcher's code — where numba's disk cache lacks the loop,
     one process per loop in parallel (as many as there are cores): a cold ``plan`` or sweep compiles its loops at
-    once rather than one after another, and each once. Each worker simulates one run on a tiny trace, which
-    compiles the loop for the argument types every simulation passes; this process meanwhile assembles every run
-    on it but does not simulate it, which compiles the prefetchers' code. Logs what it compiles and each one done (``extra["activity"]``, None at the end): the command's
-    status line shows it. Fewer than ``least`` cold loops are left to the caller (who, with nothing else to do
+    once rather than one after another, and each once. Each worker simulates a run on a tiny trace (the first of
+    its group's runs the trace can take), which compiles the loop for the argument types every simulation
+    passes; this process meanwhile assembles every run on it but does not simulate it, which compiles the
+    prefetchers' code. Logs what it compiles and each one done (``extra["activity"]``, None at the end): the
+    command's status line shows it. Fewer than ``least`` cold loops are left to the caller (who, with nothing else to do
     meanwhile, compiles one as fast in its own process; a sweep's workers would each compile it and a plan makes
     its trace meanwhile, so they pass 1)."""
     with compiling(settings, least):
@@ -206,14 +207,14 @@ def compiling(settings, least: int = 2, synthetic: bool = False) -> Iterator[Non
     wanted: dict[tuple, list] = {}  # a group of policies (one loop): the runs of its members
     for policy, prefetcher, *strategy in settings:
         wanted.setdefault(group_of(policy), []).append((policy, prefetcher, strategy[0] if strategy else "gpu-cache"))
-    cold = {}  # what the status line calls a cold loop: the run that compiles it
+    cold = {}  # what the status line calls a cold loop: the runs that may compile it, the first that can does
     for group, runs in wanted.items():
         needs = {run: needs_extras(Config.build(prefetch=run[1], strategy=run[2]), model) for run in runs}
         loop = loop_for(runs[0][0], any(needs.values()))
         if not loop.signatures and not on_disk(loop):
             # the whole loop where a run needs it (the rest take it), by a run with no prefetcher where one has none
             label = "+".join(dict.fromkeys(run[0] for run in runs))
-            cold[label] = min(runs, key=lambda run: (not needs[run], run[1] != "none"))
+            cold[label] = sorted(runs, key=lambda run: (not needs[run], run[1] != "none"))
     workers = min(len(cold), os.cpu_count() or 1)
     if not cold or len(cold) < least:
         yield
@@ -222,7 +223,7 @@ def compiling(settings, least: int = 2, synthetic: bool = False) -> Iterator[Non
     log.info(what.format(0), extra={"activity": what.format(0)})
     try:
         with worker_pool(workers) as pool:
-            futures = [pool.submit(_tiny_run, run) for run in cold.values()]
+            futures = [pool.submit(_compile_loop, runs) for runs in cold.values()]
             try:
                 yield
                 for runs in wanted.values():  # the prefetchers' and the strategies' code, here while the loops compile
@@ -243,9 +244,16 @@ def compiling(settings, least: int = 2, synthetic: bool = False) -> Iterator[Non
 TINY_MODEL = "olmoe-1b-7b"  # what ``compile_loops`` simulates
 
 
-def _tiny_run(run: tuple[str, str, str], assemble_only: bool = False) -> None:
+def _compile_loop(runs: list[tuple[str, str, str]]) -> None:
+    """Compile a group's loop by simulating the first of ``runs`` that the tiny trace can take."""
+    for run in runs:
+        if _tiny_run(run):
+            return
+
+
+def _tiny_run(run: tuple[str, str, str], assemble_only: bool = False) -> bool:
     """Simulate ``(policy, prefetcher, strategy)`` on a tiny trace (or only ``assemble`` the run: everything but
-    the loop), which compiles what any simulation of it runs."""
+    the loop), which compiles what any simulation of it runs; False where the run needs what the trace lacks."""
     policy, prefetcher, strategy = run
     m = get_model(TINY_MODEL)
     rows = 4  # one sequence whose experts rotate, made here (a synthetic trace would compile its generator too)
@@ -260,7 +268,8 @@ def _tiny_run(run: tuple[str, str, str], assemble_only: bool = False) -> None:
         else:
             simulate_des(trace, config)
     except MoesimError:  # a prefetcher or strategy that needs what this trace lacks: the run itself compiles it
-        pass
+        return False
+    return True
 
 
 def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, scope: str) -> tuple:

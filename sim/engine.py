@@ -80,7 +80,7 @@ def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | No
     Numba's cache checks only the loop's own file, so the cache entry is named after the loop, the
     policy and a digest of every file whose code is inlined (``source_files``) and of the pass that removes
     the inlined copies of its state (``moesim.sim.copy_propagation``): editing a helper anywhere recompiles.
-    One compilation per (policy, loop, constants) and process.
+    One compilation per (``name``: a policy's or a group's, loop, constants) and process.
     """
     constants = constants or {}
     key = (name, loop.__module__, loop.__name__, tuple(sorted(constants.items())))

@@ -1,7 +1,7 @@
 """Policies that share one compiled discrete-event loop.
 
-Most of the discrete-event loop's compile time is its policy-free body (16-18 s on a 2-core host for the whole
-loop; a policy's hooks add 0.2-4 s), so its policies are compiled in groups (``GROUPS``): one loop per group,
+Most of the discrete-event loop's compile time is its policy-free body (about 13 s on a 2-core host for the
+whole loop; a policy's hooks add 0.2-4 s), so its policies are compiled in groups (``GROUPS``): one loop per group,
 whose hooks (``hooks``) pass each call on to the member the run names. The state a group's loop takes
 (``state``) is the member's index, then one state per member: the run's own for its policy, and for the others
 stand-ins of the same types built on a one-expert trace, which no hook reads. A branch on the index, the same at
@@ -28,9 +28,9 @@ _STAND_INS: dict = {}
 
 
 def group_of(policy: str) -> tuple[str, ...]:
-    """The members of ``policy``'s group."""
+    """The members of ``policy``'s group (a policy in none is alone)."""
     get_policy(policy)  # an unknown name is refused with the registry's message
-    return next(group for group in GROUPS if policy in group)
+    return next((group for group in GROUPS if policy in group), (policy,))
 
 
 def group_name(group: tuple[str, ...]) -> str:
@@ -81,4 +81,3 @@ def stand_in(policy: str) -> tuple:
                       False, dict(getattr(module, "PARAMS", {})))
         _STAND_INS[policy] = module.make_state(ctx)
     return _STAND_INS[policy]
-

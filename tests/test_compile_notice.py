@@ -93,3 +93,15 @@ def test_terminate_stops_work_under_way():
             time.sleep(0.01)
         terminate(pool)
     assert isinstance(future.exception(), BrokenProcessPool)
+
+
+def test_a_groups_loop_is_compiled_by_the_first_run_the_tiny_trace_takes(monkeypatch):
+    """A run the tiny trace cannot take (a prefetcher that needs a file) leaves the loop to the next run of the group,
+    not uncompiled."""
+    from moesim.sim import des
+
+    tried = []
+    monkeypatch.setattr(des, "_tiny_run", lambda run: tried.append(run) or run[1] != "needs-a-file")
+    runs = [("lru", "needs-a-file", "hybrid"), ("static", "none", "cpu-miss"), ("lru", "none", "gpu-cache")]
+    des._compile_loop(runs)
+    assert tried == runs[:2]

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +68,12 @@ def test_editing_an_inlined_helper_in_another_file_recompiles(tmp_path):
 def test_the_digest_covers_the_helpers_and_the_policys_neighbours():
     files = {f.name for f in source_files([des_loop.des_loop, *des_loop.HELPERS, *get_policy("lecar").HOOKS.values()])}
     assert {"des_loop.py", "engine.py", "base.py", "lecar.py", "lfu.py"} <= files
+    from moesim.sim import policy_groups
+
+    group = policy_groups.group_of("lfu")  # a group's hooks, written as source, and each member's placing
+    files = {f.name for f in source_files(policy_groups.hooks(group).values())}
+    hooks = {Path(hook.py_func.__code__.co_filename).name for p in group for hook in get_policy(p).HOOKS.values()}
+    assert {"policy_groups.py", "engine.py", "lfu.py", "gamma.py", "belady.py"} | hooks <= files
 
 
 def test_one_compilation_serves_every_workload():
@@ -80,9 +87,11 @@ def test_one_compilation_serves_every_workload():
     from moesim.tracegen.io import bundled_trace_path, load_trace
 
     trace = load_trace(bundled_trace_path())
-    for settings in ({}, {"batch": 2}, {"prompt": 64, "prefetch": "oracle", "mode": "commit"}):
-        simulate_des(trace, Config.build(model="mixtral-8x7b", capacity=4, dtype="q4_k", **settings))
+    for settings in ({}, {"batch": 2}, {"prompt": 64, "prefetch": "oracle", "mode": "commit"}, {"policy": "static"},
+                     {"policy": "static", "strategy": "cpu-miss", "scope": "global", "capacity": 96}):
+        simulate_des(trace, Config.build(model="mixtral-8x7b", **{"capacity": 4, "dtype": "q4_k", **settings}))
     loop = bound_loop("lru")
+    assert loop is bound_loop("static")  # one group: LRU's runs and the static pin's share the loop
     assert len(loop.signatures) == 1
     assert on_disk(loop)
 
