@@ -43,24 +43,30 @@ def cpu_run(tiers, at, duration):
 @njit(cache=True, inline="always")
 def transfer(tiers, obj, at, times, dram_capacity, counters):
     """Bring expert ``obj`` to the GPU, from DRAM or through it from the SSD; when it arrives."""
-    source_ready = at
-    if dram_capacity >= 0:
-        clocks, lists = tiers.clocks, tiers.dram_lists
-        if tiers.in_dram[obj]:
-            counters[C_DRAM_HITS] += 1
-            list_remove(lists, 0, obj)
-            list_push_head(lists, 0, 0, obj)
-        else:
-            clocks[SSD_FREE] = max(at, clocks[SSD_FREE]) + times[T_SSD]
-            source_ready = clocks[SSD_FREE]
-            counters[C_SSD_READS] += 1
-            if dram_capacity > 0:
-                if clocks[DRAM_USED] >= dram_capacity:
-                    gone = list_tail(lists, 0, 0)
-                    list_remove(lists, 0, gone)
-                    tiers.in_dram[gone] = False
-                else:
-                    clocks[DRAM_USED] += 1
-                list_push_head(lists, 0, 0, obj)
-                tiers.in_dram[obj] = True
+    source_ready = at if dram_capacity < 0 else through_dram(tiers, obj, at, times, dram_capacity, counters)
     return queue_copy(tiers, source_ready, times[T_COPY])
+
+
+@njit(cache=True, _nrt=False)
+def through_dram(tiers, obj, at, times, dram_capacity, counters):
+    """When expert ``obj`` is ready in DRAM: at once where it is there (a use: its slot moves to the front), else
+    once the SSD has read it (the LRU slot is given to it). Called, not inlined: the discrete-event loop copies
+    at four sites, and the SSD tier is the rare case."""
+    clocks, lists = tiers.clocks, tiers.dram_lists
+    if tiers.in_dram[obj]:
+        counters[C_DRAM_HITS] += 1
+        list_remove(lists, 0, obj)
+        list_push_head(lists, 0, 0, obj)
+        return at
+    clocks[SSD_FREE] = max(at, clocks[SSD_FREE]) + times[T_SSD]
+    counters[C_SSD_READS] += 1
+    if dram_capacity > 0:
+        if clocks[DRAM_USED] >= dram_capacity:
+            gone = list_tail(lists, 0, 0)
+            list_remove(lists, 0, gone)
+            tiers.in_dram[gone] = False
+        else:
+            clocks[DRAM_USED] += 1
+        list_push_head(lists, 0, 0, obj)
+        tiers.in_dram[obj] = True
+    return clocks[SSD_FREE]
