@@ -1,6 +1,6 @@
 """Policies that share one compiled discrete-event loop.
 
-Most of the discrete-event loop's compile time is its policy-free body (about 13 s on a 2-core host for the
+Most of the discrete-event loop's compile time is its policy-free body (about 11 s on a 2-core host for the
 whole loop; a policy's hooks add 0.2-4 s), so its policies are compiled in groups (``GROUPS``): one loop per group,
 whose hooks (``hooks``) pass each call on to the member the run names. The state a group's loop takes
 (``state``) is the member's index, then one state per member: the run's own for its policy, and for the others
