@@ -37,7 +37,7 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
 
     out = Path(out)
     # every loop the sweep and the plans run compiles at once in worker processes while this one reads the trace and
-    # prints its statistics
+    # prints its statistics, then compiles the rest of what the sweep and the plans run (their synthetic traces too)
     with compiling([(policy, "none") for policy in DEMO_POLICIES] + plan_loops(), synthetic=True):
         trace = load_trace(bundled_trace_path())
         m = trace.meta

@@ -188,9 +188,9 @@ def compile_loops(settings, least: int = 2) -> None:
     its group's runs the trace can take), which compiles the loop for the argument types every simulation
     passes; this process meanwhile assembles every run on it but does not simulate it, which compiles the
     prefetchers' code. Logs what it compiles and each one done (``extra["activity"]``, None at the end): the
-    command's status line shows it. Fewer than ``least`` cold loops are left to the caller (who, with nothing else to do
-    meanwhile, compiles one as fast in its own process; a sweep's workers would each compile it and a plan makes
-    its trace meanwhile, so they pass 1)."""
+    command's status line shows it. Fewer than ``least`` cold loops are left to the caller (who, with nothing
+    else to do meanwhile, compiles one as fast in its own process; a sweep's workers would each compile it and a
+    plan makes its trace meanwhile, so they pass 1)."""
     with compiling(settings, least):
         pass
 
