@@ -28,7 +28,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.sim.config import Config
-from moesim.sim.des import DesResult, compiling, simulate_des
+from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_des
 from moesim.sim.machine import Hardware
 from moesim.sim.memory import DoesNotFit
 from moesim.sim.strategies import ON_CPU, ON_GPU, get_strategy
@@ -70,6 +70,8 @@ class Plan:
     simulated: Trace | None = field(default=None, repr=False)  # the trace the rows were simulated on
     spec: ModelSpec | None = field(default=None, repr=False)  # the model planned for
     machine_spec: Hardware | None = field(default=None, repr=False)  # and the machine (``local``: detected once)
+    shared: Shared | None = field(default=None, repr=False)  # what its runs on the trace share (``moesim.sim.des``)
+    short: list = field(default_factory=list, repr=False)  # (DoesNotFit, dtype) of the candidates memory refused
 
     def as_dict(self) -> dict:
         return {"model": self.model, "hardware": self.hardware, "machine": self.machine, "trace": self.trace,
@@ -112,13 +114,29 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
     for dtype in dtypes:
         Config.build(dtype=dtype)  # a bad name is refused before any work
     wl = config.workload
-    with compiling(plan_loops(), least=1):  # in a worker process, while the trace is read or made here
+    hw = config.hardware.spec()  # before any compiling: a 'local' machine is probed on idle cores
+    with compiling(plan_loops(), least=1):  # in a worker process, while this one makes the trace and the runs
         tr, name = plan_trace(spec, trace, 2 * wl.batch)
-    base = config.replace(model=spec.name, warmup=1 if tr.num_sequences > wl.batch else 0)
+        out = Plan(spec.name, hw.name, hw.describe(), name, wl.prompt, wl.batch, simulated=tr, spec=spec,
+                   machine_spec=hw, shared=Shared(tr))
+        prepared = _prepare(out, config.replace(model=spec.name, warmup=1 if tr.num_sequences > wl.batch else 0),
+                            dtypes)
+    out.results = [p.simulate() for p in prepared]
+    if not out.results:
+        raise MoesimError(_nothing_fits(spec, hw, out.short) if out.short else f"no strategy runs {spec.name}: "
+                          + "; ".join(f"{s['strategy']} ({s['dtype']}): {s['reason']}" for s in out.skipped[:3]))
+    out.results.sort(key=rank_key)
+    rows, out.results = _fold([row(r, spec, hw.gpu is not None) for r in out.results], out.results)
+    out.rows = [{"rank": i + 1, **r} for i, r in enumerate(rows)]
+    return out
+
+
+def _prepare(out: Plan, base: Config, dtypes) -> list[Prepared]:
+    """Every candidate in every dtype assembled on the plan's trace, not yet simulated; those that cannot run are
+    listed in ``out.skipped`` (and the ones memory refused in ``out.short``)."""
+    spec, hw, tr = out.spec, out.machine_spec, out.simulated
     split = base.cache.split
-    hw = base.hardware.spec()
-    out = Plan(spec.name, hw.name, hw.describe(), name, wl.prompt, wl.batch, simulated=tr, spec=spec, machine_spec=hw)
-    short = []  # the candidates memory refused
+    prepared = []
     # a machine without a GPU runs every expert on its CPU: the candidates that place experts there, not a cache
     candidates = [(s, c) for s, c in CANDIDATES if hw.gpu is not None or not get_strategy(s).CACHE]
     for dtype in dtypes:
@@ -130,23 +148,14 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
                                   **{**settings, "split": split if "capacity" in settings and scope == "per-layer"
                                      else "uniform"})
             try:
-                result = simulate_des(tr, config, spec, hw)
+                prepared.append(prepare_des(tr, config, spec, hw, shared=out.shared))
             except DoesNotFit as exc:  # what it needs, without the advice to a 'sim run' user
                 out.skipped.append({"strategy": strategy, "dtype": dtype, **_named(settings),
                                     "reason": f"needs {exc.parts}"})
-                short.append((exc, dtype))
-                continue
+                out.short.append((exc, dtype))
             except MoesimError as exc:
                 out.skipped.append({"strategy": strategy, "dtype": dtype, **_named(settings), "reason": str(exc)})
-                continue
-            out.results.append(result)
-    if not out.results:
-        raise MoesimError(_nothing_fits(spec, hw, short) if short else f"no strategy runs {spec.name}: "
-                          + "; ".join(f"{s['strategy']} ({s['dtype']}): {s['reason']}" for s in out.skipped[:3]))
-    out.results.sort(key=rank_key)
-    rows, out.results = _fold([row(r, spec, hw.gpu is not None) for r in out.results], out.results)
-    out.rows = [{"rank": i + 1, **r} for i, r in enumerate(rows)]
-    return out
+    return prepared
 
 
 def rank_key(r: DesResult) -> tuple[float, float]:
@@ -253,7 +262,7 @@ def curves(p: Plan, points: int = CURVE_POINTS) -> dict:
         line = []
         for size in sizes:
             try:
-                s = simulate_des(tr, r.config.replace(**size), spec, p.machine_spec)
+                s = simulate_des(tr, r.config.replace(**size), spec, p.machine_spec, shared=p.shared)
             except MoesimError:
                 continue
             line.append((s.vram_gb, s.tokens_per_s))

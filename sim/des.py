@@ -36,7 +36,7 @@ from moesim.sim.engine import COMPILE_NOTE, on_disk
 from moesim.sim.machine import Hardware
 from moesim.sim.policy_groups import group_of
 from moesim.sim.requests import build_requests
-from moesim.sim.run import RowArrays, RowSource, Run, assemble, loop_for, needs_extras
+from moesim.sim.run import LEAN, RowArrays, RowSource, Run, assemble, build_for, loop_for
 from moesim.sim.strategies.base import A_LOWBIT
 from moesim.tracegen.models import ModelSpec, get_model
 from moesim.tracegen.schema import DECODE, PREFILL
@@ -116,35 +116,92 @@ class DesResult:
 
 
 def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
-                 decisions: bool = False) -> DesResult:
+                 decisions: bool = False, shared: Shared | None = None) -> DesResult:
     """Simulate decoding ``trace`` under ``config`` (its sections say what each setting does).
 
     ``model`` and ``hardware`` replace the configuration's (a model without a preset, a machine built
     in code). ``decisions`` keeps the engine's log of hits, loads and prefetches
-    (``DesResult.decisions``, what ``moesim replay`` executes).
+    (``DesResult.decisions``, what ``moesim replay`` executes). ``shared``: what runs on this trace have in
+    common, computed once for all of them (``Shared``).
     """
-    source = BatchRows(trace, config)
-    run = assemble(trace, config, source, model, hardware, decisions)
-    start = time.perf_counter()
-    run.step()
-    result = _summary(trace, run, source, time.perf_counter() - start)
-    result.executed, result.placement = (run.rows.exe, run.rows.exe_tokens), run.state.inputs.placement
-    return result
+    return prepare_des(trace, config, model, hardware, decisions, shared).simulate()
+
+
+class Shared:
+    """What runs of one trace compute alike, kept for the next: the request rows of each workload, the
+    prefetcher's predictions for them. A plan's candidates and a curve's points share one; the trace must
+    not change while it lives (its arrays are read, not copied)."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self._kept: dict = {}
+        self._held: list = []
+
+    def key(self, params: dict) -> tuple:
+        """Settings as part of a key: plain values by value, objects (a training trace) by identity, held while
+        this lives so that no other object takes it."""
+        self._held.append(params)
+        return tuple((k, v if isinstance(v, (bool, int, float, str, type(None))) else ("object", id(v)))
+                     for k, v in sorted(params.items()))
+
+    def get(self, trace: Trace, key: tuple, make):
+        """``make()``, or what it gave for ``key`` before."""
+        if trace is not self.trace:
+            raise ValueError("a Shared serves the runs of the trace it was made for")
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]
+
+
+@dataclass
+class Prepared:
+    """A run assembled and not yet simulated (``prepare_des``): everything but the discrete-event loop, which
+    ``simulate`` runs."""
+
+    trace: Trace
+    run: Run
+    source: BatchRows
+
+    def simulate(self) -> DesResult:
+        run = self.run
+        start = time.perf_counter()
+        run.step()
+        result = _summary(self.trace, run, self.source, time.perf_counter() - start)
+        result.executed, result.placement = (run.rows.exe, run.rows.exe_tokens), run.state.inputs.placement
+        return result
+
+
+def prepare_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
+                decisions: bool = False, shared: Shared | None = None) -> Prepared:
+    """``simulate_des`` up to its loop: the run checked, sized, timed and built, its predictions judged. A plan
+    prepares its runs while the loop compiles elsewhere."""
+    source = BatchRows(trace, config, shared)
+    prepared = Prepared(trace, assemble(trace, config, source, model, hardware, decisions), source)
+    source.quality  # noqa: B018 (computed now: it reads the predictions only)
+    return prepared
 
 
 class BatchRows(RowSource):
     """Every request row of a batch run at once (``moesim.sim.requests``: batching and prefill rows), with
-    the prefetcher's predictions and preloads and what each cell executes."""
+    the prefetcher's predictions and preloads and what each cell executes; ``shared`` keeps the rows and
+    predictions for other runs of the trace."""
 
-    def __init__(self, trace: Trace, config: Config):
+    def __init__(self, trace: Trace, config: Config, shared: Shared | None = None):
         self.trace, self.config = trace, config
+        self.shared = shared if shared is not None else Shared(trace)
         self.exe = self.pred = self.preload = self.preload_at = None
 
     @cached_property
     def req(self):
         """The request rows (built once the run is checked: ``moesim.sim.run.check``)."""
         wl = self.config.workload
-        return build_requests(self.trace, wl.batch, wl.context, wl.prompt)
+        return self.shared.get(self.trace, ("requests", wl.batch, wl.context, wl.prompt),
+                               lambda: build_requests(self.trace, wl.batch, wl.context, wl.prompt))
+
+    @cached_property
+    def quality(self) -> tuple[float | None, float | None]:
+        """The predictions' precision and recall (``_prediction_quality``)."""
+        return _prediction_quality(self.req, self.pred, self.preload, self.preload_at)
 
     def footprint(self, trace: Trace, config: Config) -> tuple[float, int, bool]:
         wl, req = config.workload, self.req
@@ -155,7 +212,7 @@ class BatchRows(RowSource):
     def arrays(self, config, slots, model, hardware, weights, lowbit, engine) -> tuple[RowArrays, Costs]:
         req, trace = self.req, self.trace
         pred, pred_tokens, self.preload, self.preload_at = predictions(trace, req, config.prefetch, slots,
-                                                                       config.cache.scope)
+                                                                       config.cache.scope, self.shared)
         self.pred = pred
         exe, exe_tokens, committed = executed(req, pred, pred_tokens, config.prefetch.mode == "commit")
         self.exe = exe
@@ -178,29 +235,29 @@ class BatchRows(RowSource):
         return _measure_from(self.req, config.workload.warmup)
 
 
-def compile_loops(settings, least: int = 2) -> None:
+def compile_loops(settings, least: int = 2, build: int = LEAN) -> None:
     """Compile what simulating each ``(policy, prefetcher, strategy)`` of ``settings`` runs (the strategy
     ``gpu-cache`` where a pair leaves it out) — the discrete-event loop of the policy's group
-    (``moesim.sim.policy_groups``), whole where one setting of the group needs it (``needs_extras``: every run of
-    its policies then takes it) else lean, and the prefetcher's code — where numba's disk cache lacks the loop,
-    one process per loop in parallel (as many as there are cores): a cold ``plan`` or sweep compiles its loops at
-    once rather than one after another, and each once. Each worker simulates a run on a tiny trace (the first of
-    its group's runs the trace can take), which compiles the loop for the argument types every simulation
-    passes; this process meanwhile assembles every run on it but does not simulate it, which compiles the
-    prefetchers' code. Logs what it compiles and each one done (``extra["activity"]``, None at the end): the
-    command's status line shows it. Fewer than ``least`` cold loops are left to the caller (who, with nothing
-    else to do meanwhile, compiles one as fast in its own process; a sweep's workers would each compile it and a
-    plan makes its trace meanwhile, so they pass 1)."""
-    with compiling(settings, least):
+    (``moesim.sim.policy_groups``) in the build the group's most demanding setting needs (``build_for``: every run
+    of its policies then takes it), ``build`` at least, and the prefetcher's code — where numba's disk cache lacks
+    the loop, one process per loop in parallel (as many as there are cores): a cold ``plan`` or sweep compiles its
+    loops at once rather than one after another, and each once. Each worker simulates a run on a tiny trace (the
+    first of its group's runs the trace can take) with that build, which compiles the loop for the argument types
+    every simulation passes; this process meanwhile assembles every run on it but does not simulate it, which
+    compiles the prefetchers' code. Logs what it compiles and each one done (``extra["activity"]``, None at the
+    end): the command's status line shows it. Fewer than ``least`` cold loops are left to the caller (who, with
+    nothing else to do meanwhile, compiles one as fast in its own process; a sweep's workers would each compile it
+    and a plan makes its trace meanwhile, so they pass 1)."""
+    with compiling(settings, least, build=build):
         pass
 
 
 @contextmanager
-def compiling(settings, least: int = 2, synthetic: bool = False) -> Iterator[None]:
+def compiling(settings, least: int = 2, synthetic: bool = False, build: int = LEAN) -> Iterator[None]:
     """``compile_loops`` in worker processes while the block runs in this one (a plan makes its synthetic
-    trace meanwhile, whose generator compiles too); the way out waits for the loops. A block that fails stops
-    the workers instead of waiting for them. ``synthetic``: the command makes a synthetic trace after the block
-    (the demo's plans), whose generator this process compiles too while it waits."""
+    trace and assembles its runs meanwhile, whose code compiles too); the way out waits for the loops. A block
+    that fails stops the workers instead of waiting for them. ``synthetic``: the command makes a synthetic trace
+    after the block (the demo's plans), whose generator this process compiles too while it waits."""
     from moesim.workers import terminate, worker_pool
 
     model = get_model(TINY_MODEL)
@@ -209,12 +266,13 @@ def compiling(settings, least: int = 2, synthetic: bool = False) -> Iterator[Non
         wanted.setdefault(group_of(policy), []).append((policy, prefetcher, strategy[0] if strategy else "gpu-cache"))
     cold = {}  # what the status line calls a cold loop: the runs that may compile it, the first that can does
     for group, runs in wanted.items():
-        needs = {run: needs_extras(Config.build(prefetch=run[1], strategy=run[2]), model) for run in runs}
-        loop = loop_for(runs[0][0], any(needs.values()))
+        needs = {run: build_for(Config.build(prefetch=run[1], strategy=run[2]), model) for run in runs}
+        most = max(build, *needs.values())
+        loop = loop_for(runs[0][0], most)
         if not loop.signatures and not on_disk(loop):
-            # the whole loop where a run needs it (the rest take it), by a run with no prefetcher where one has none
+            # by a run with no prefetcher where one has none (it needs least of the trace)
             label = "+".join(dict.fromkeys(run[0] for run in runs))
-            cold[label] = sorted(runs, key=lambda run: (not needs[run], run[1] != "none"))
+            cold[label] = (sorted(runs, key=lambda run: (-needs[run], run[1] != "none")), most)
     workers = min(len(cold), os.cpu_count() or 1)
     if not cold or len(cold) < least:
         yield
@@ -223,7 +281,7 @@ def compiling(settings, least: int = 2, synthetic: bool = False) -> Iterator[Non
     log.info(what.format(0), extra={"activity": what.format(0)})
     try:
         with worker_pool(workers) as pool:
-            futures = [pool.submit(_compile_loop, runs) for runs in cold.values()]
+            futures = [pool.submit(_compile_loop, runs, most) for runs, most in cold.values()]
             try:
                 yield
                 for runs in wanted.values():  # the prefetchers' and the strategies' code, here while the loops compile
@@ -244,16 +302,17 @@ def compiling(settings, least: int = 2, synthetic: bool = False) -> Iterator[Non
 TINY_MODEL = "olmoe-1b-7b"  # what ``compile_loops`` simulates
 
 
-def _compile_loop(runs: list[tuple[str, str, str]]) -> None:
-    """Compile a group's loop by simulating the first of ``runs`` that the tiny trace can take."""
+def _compile_loop(runs: list[tuple[str, str, str]], build: int) -> None:
+    """Compile a group's loop in ``build`` by simulating the first of ``runs`` that the tiny trace can take."""
     for run in runs:
-        if _tiny_run(run):
+        if _tiny_run(run, build=build):
             return
 
 
-def _tiny_run(run: tuple[str, str, str], assemble_only: bool = False) -> bool:
-    """Simulate ``(policy, prefetcher, strategy)`` on a tiny trace (or only ``assemble`` the run: everything but
-    the loop), which compiles what any simulation of it runs; False where the run needs what the trace lacks."""
+def _tiny_run(run: tuple[str, str, str], assemble_only: bool = False, build: int = LEAN) -> bool:
+    """Simulate ``(policy, prefetcher, strategy)`` on a tiny trace with the loop's ``build`` at least (or only
+    assemble the run: everything but the loop), which compiles what any simulation of it runs; False where the
+    run needs what the trace lacks."""
     policy, prefetcher, strategy = run
     m = get_model(TINY_MODEL)
     rows = 4  # one sequence whose experts rotate, made here (a synthetic trace would compile its generator too)
@@ -266,16 +325,20 @@ def _tiny_run(run: tuple[str, str, str], assemble_only: bool = False) -> bool:
         if assemble_only:
             assemble(trace, config, BatchRows(trace, config), None, None, False)
         else:
-            simulate_des(trace, config)
+            prepared = prepare_des(trace, config)
+            prepared.run.build = max(prepared.run.build, build)
+            prepared.simulate()
     except MoesimError:  # a prefetcher or strategy that needs what this trace lacks: the run itself compiles it
         return False
     return True
 
 
-def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, scope: str) -> tuple:
+def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, scope: str,
+                shared: Shared | None = None) -> tuple:
     """What the prefetcher tells the engine: next-cell predictions per request row (int16 [R, L, P],
     P = 0 without) and the tokens behind each predicted expert, and preload sets per batch
-    (int16 [G, L, C]) with the row each is issued at (-1: none); ``slots`` are each partition's."""
+    (int16 [G, L, C]) with the row each is issued at (-1: none); ``slots`` are each partition's. ``shared``
+    keeps the predictions (and a preload's scores) for other runs of the trace with the same prefetcher."""
     predictor = get_prefetcher(prefetch.prefetcher)
     params = module_params(predictor, prefetch.params) if predictor is not None else {}
     n_rows, n_layers = req.experts.shape[:2]
@@ -283,11 +346,17 @@ def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, 
     pred_tokens = np.zeros(pred.shape, np.int32)
     preload = np.full((1, n_layers, 0), -1, np.int16)
     preload_at = np.full(n_rows, -1, np.int64)
+    shared = shared if shared is not None else Shared(trace)
+    key = (prefetch.prefetcher, shared.key(params))
     if predictor is not None and predictor.KIND == "next":
-        pred, pred_tokens = req.union(predictor.predict(trace, params), req.batch * trace.meta.top_k)
-        pred[req.kind == PREFILL] = -1
+        def union():
+            out, tokens = req.union(predictor.predict(trace, params), req.batch * trace.meta.top_k)
+            out[req.kind == PREFILL] = -1
+            return out, tokens
+        pred, pred_tokens = shared.get(trace, ("predict", shared.key({"rows": req}), *key), union)
     elif predictor is not None:
-        preload, preload_at = _preloads(req, predictor.scores(trace, params), slots, scope, trace.meta.num_experts)
+        scores = shared.get(trace, ("scores", *key), lambda: predictor.scores(trace, params))
+        preload, preload_at = _preloads(req, scores, slots, scope, trace.meta.num_experts)
     return pred, pred_tokens, preload, preload_at
 
 
@@ -406,7 +475,7 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
     n_steps = int(decode.sum())
     tokens = float(req.tokens[decode].sum())
     prefill = rows[(req.kind == PREFILL) & measured, R_TIME]
-    precision, recall = _prediction_quality(req, source.pred, source.preload, source.preload_at)
+    precision, recall = source.quality
     loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS] + counters[C_FILLS]
     accesses = int(counters[C_ACCESSES])
     lowbit = A_LOWBIT in run.strategy.ACTIONS

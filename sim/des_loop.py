@@ -68,7 +68,12 @@ from moesim.sim.engine import empty
 from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, ON_GPU
 from moesim.tracegen.schema import DECODE
 
-EXTRAS = 1  # a compile-time constant (``moesim.sim.run.bound_loop``): 0 leaves out what a plain cache never runs
+# compile-time constants of the loop's builds (``moesim.sim.run.bound_loop``): EXTRAS 0 leaves out what a plain
+# cache never runs (prefetches, preloads, experts run on the CPU or fetched in low bits), FULL 0 what only a
+# replay, a served stream or a MoLE model needs (the decision log, slots given back while the run goes on,
+# lookup-row copies)
+EXTRAS = 1
+FULL = 1
 
 
 def des_loop(s, st):
@@ -79,7 +84,8 @@ def des_loop(s, st):
     if progress.span[0] == 0 and progress.offset[0] == 0:  # a run's first call
         policy.reset(st)
     stamp += 1  # nothing is protected while slots are given back
-    fit_live(s, st, progress.span[0], stamp)
+    if FULL:
+        fit_live(s, st, progress.span[0], stamp)
     for row in range(progress.span[0], progress.span[1]):
         if row == inp.measure_from:  # what the warm-up rows counted is left out of the result
             for i in range(tally.counters.shape[0]):
@@ -95,7 +101,7 @@ def des_loop(s, st):
         if EXTRAS and inp.preload_at[row] >= 0:
             stamp += 1  # the whole preload is protected from itself
             preload_batch(s, st, row, now, stamp)
-        if EXTRAS and inp.mole:
+        if FULL and inp.mole:
             for layer in range(n_layers):
                 s.tiers.lut_ready[layer] = queue_copy(s.tiers, now, inp.lut_s[row])
         for layer in range(n_layers):  # one cell: route, serve, prefetch for the next cell, compute
@@ -103,7 +109,7 @@ def des_loop(s, st):
             route_at = now
             now += inp.shared_s[row]
             tally.rows[row, R_COMPUTE] += inp.pre_s[row] + inp.shared_s[row]
-            if EXTRAS and inp.mole:
+            if FULL and inp.mole:
                 start = max(now, s.tiers.lut_ready[layer])
                 tally.rows[row, R_STALL] += start - now
                 now = start
@@ -453,9 +459,9 @@ def add_kernel(s, n_run, weights_at, fused, at, tokens):
 
 
 def log(tally, row, layer, event, obj, slot):
-    """Append to the decision log when one was asked for (it has rows)."""
+    """Append to the decision log when one was asked for (it has rows; the full build only)."""
     i = tally.n_log[0]
-    if i < tally.log.shape[0]:
+    if FULL and i < tally.log.shape[0]:
         tally.log[i, 0] = row
         tally.log[i, 1] = layer
         tally.log[i, 2] = event

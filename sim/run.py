@@ -14,6 +14,7 @@ policy may read ahead — is their ``RowSource``'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -118,8 +119,14 @@ class Run:
     rewritten: bool             # the source rewrites the rows before each step (``RowSource.rewritten``)
     state: State = field(repr=False)
     policy_state: tuple = field(repr=False)
-    loop: object = field(repr=False)
+    build: int                  # the least build of the loop it needs (``build_for``)
     rows_run: int = 0           # rows stepped so far: the run's row number of the next step's first row
+
+    @cached_property
+    def loop(self):
+        """The compiled loop it runs (``loop_for``), chosen when it first steps: a run assembled while its loop
+        compiles elsewhere (``moesim.sim.des.compiling``) takes the one compiled."""
+        return loop_for(self.config.cache.policy, self.build)
 
     def step(self, first: int = 0, last: int | None = None, live_slots: int | None = None) -> Stepped:
         """Run array rows ``first .. last - 1`` (default: to the end) as the run's next rows, with the cache's
@@ -133,6 +140,8 @@ class Run:
             state.inputs.miss_action[first:last] = miss_actions(self.strategy, self.strategy_params, self.rows,
                                                                 self.costs, state.inputs, first, last)
         if live_slots is not None:
+            if self.build < FULL:  # only the full build gives slots back
+                raise ValueError("a run that resizes its cache is assembled with served=True")
             state.cache.live[:] = live_slots
         tally.rows[first:last] = 0.0
         hits, accesses, began = counters[C_HITS], counters[C_ACCESSES], progress.now[0]
@@ -213,7 +222,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
         source.policy_context(config, slots, module_params(module, config.cache.params))))
     return Run(config, model, hardware, memory, cost, strategy, sparams, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
-               loop_for(config.cache.policy, needs_extras(config, model)))
+               build_for(config, model, decisions, source.rewritten))
 
 
 def miss_actions(strategy, params: dict, rows: RowArrays, cost: Costs, inputs: Inputs, first: int = 0,
@@ -247,26 +256,40 @@ def _all_in(values: np.ndarray, allowed) -> bool:
     return bool(np.isin(values, allowed).all())
 
 
-def bound_loop(policy: str, extras: bool = True):
-    """The discrete-event loop of ``policy``'s group (``moesim.sim.policy_groups``: one loop serves every member),
-    whole, or (``extras`` False) without the paths a plain GPU cache never takes — prefetches, preloads, MoLE rows,
-    experts run on the CPU or fetched in low bits — which compiles in about a third of the time
-    (``moesim.sim.des_loop.EXTRAS``)."""
+BUILDS = ("lean", "whole", "full")  # the discrete-event loop's builds, each doing all the one before it does
+LEAN, WHOLE, FULL = range(len(BUILDS))
+
+
+def bound_loop(policy: str, build: int = FULL):
+    """The discrete-event loop of ``policy``'s group (``moesim.sim.policy_groups``: one loop serves every member)
+    in one of its builds (``moesim.sim.des_loop.EXTRAS`` and ``FULL``): ``LEAN`` runs a plain GPU cache, which
+    compiles in about half the time of ``WHOLE``, which adds prefetches, preloads and experts run on the CPU or
+    fetched in low bits; ``FULL`` adds what only a replay, a served stream or a MoLE model needs — the decision log,
+    slots given back while a run goes on, lookup-row copies — another fifth of the compile time."""
     group = policy_groups.group_of(policy)
-    return bind(des_loop, policy_groups.group_name(group), policy_groups.hooks(group), HELPERS, {"EXTRAS": int(extras)})
+    return bind(des_loop, policy_groups.group_name(group), policy_groups.hooks(group), HELPERS,
+                {"EXTRAS": int(build >= WHOLE), "FULL": int(build == FULL)})
 
 
-def needs_extras(config: Config, model: ModelSpec) -> bool:
-    """Whether a run of ``config`` may take a path of the whole loop that the lean one leaves out."""
-    return (config.prefetch.prefetcher != "none" or model.kind == "mole"
-            or tuple(get_strategy(config.execution.strategy).ACTIONS) != (A_LOAD,))
+def build_for(config: Config, model: ModelSpec, decisions: bool = False, served: bool = False) -> int:
+    """The least build a run of ``config`` needs: ``FULL`` to keep its decisions, for a served stream (its cache
+    may shrink as it goes) or a MoLE model; ``WHOLE`` for a prefetcher or a strategy whose misses do more than
+    copy; else ``LEAN``."""
+    if decisions or served or model.kind == "mole":
+        return FULL
+    if config.prefetch.prefetcher != "none" or tuple(get_strategy(config.execution.strategy).ACTIONS) != (A_LOAD,):
+        return WHOLE
+    return LEAN
 
 
-def loop_for(policy: str, extras: bool):
-    """The loop a run takes: the whole one where it needs the extras or where it is compiled already (in this
-    process or in numba's disk cache: one loop serves every run), else the lean one."""
-    whole = bound_loop(policy)
-    return whole if extras or whole.signatures or on_disk(whole) else bound_loop(policy, False)
+def loop_for(policy: str, build: int):
+    """The loop a run that needs ``build`` takes: the least build at or above it that is compiled already (in this
+    process or in numba's disk cache: one loop serves every run it can), else ``build`` itself."""
+    for b in range(build, len(BUILDS)):
+        loop = bound_loop(policy, b)
+        if loop.signatures or on_disk(loop):
+            return loop
+    return bound_loop(policy, build)
 
 
 def log_size(rows: RowArrays) -> int:

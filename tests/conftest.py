@@ -30,12 +30,15 @@ def pytest_configure(config):
         return
     from moesim.sim.des import compile_loops
     from moesim.sim.policy_groups import GROUPS
+    from moesim.sim.run import FULL
 
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line("compiling the discrete-event loop of every group of policies where numba's cache lacks it")
-    # with a prefetcher: each group's whole loop, which every run then takes (the lean one is not compiled)
-    compile_loops([(policy, "oracle") for group in sorted(GROUPS, key=len, reverse=True) for policy in group], least=1)
+    # each group's full loop, which every run then takes (the lean and whole builds are compiled only where a test
+    # asks for them)
+    compile_loops([(policy, "oracle") for group in sorted(GROUPS, key=len, reverse=True) for policy in group], least=1,
+                  build=FULL)
 
 
 def pytest_collection_finish(session):

@@ -68,7 +68,7 @@ def test_a_failing_block_stops_the_compiling_workers(monkeypatch):
     from moesim.sim import des
 
     stopped, real = [], workers.terminate
-    monkeypatch.setattr(des, "loop_for", lambda policy, extras: SimpleNamespace(signatures=[]))  # cold, as it seems
+    monkeypatch.setattr(des, "loop_for", lambda policy, build: SimpleNamespace(signatures=[]))  # cold, as it seems
     monkeypatch.setattr(des, "on_disk", lambda loop: False)
     monkeypatch.setattr(workers, "terminate", lambda pool: (stopped.append(pool), real(pool)))
     console.watch_compiles()
@@ -99,9 +99,10 @@ def test_a_groups_loop_is_compiled_by_the_first_run_the_tiny_trace_takes(monkeyp
     """A run the tiny trace cannot take (a prefetcher that needs a file) leaves the loop to the next run of the group,
     not uncompiled."""
     from moesim.sim import des
+    from moesim.sim.run import WHOLE
 
     tried = []
-    monkeypatch.setattr(des, "_tiny_run", lambda run: tried.append(run) or run[1] != "needs-a-file")
+    monkeypatch.setattr(des, "_tiny_run", lambda run, build: tried.append((run, build)) or run[1] != "needs-a-file")
     runs = [("lru", "needs-a-file", "hybrid"), ("static", "none", "cpu-miss"), ("lru", "none", "gpu-cache")]
-    des._compile_loop(runs)
-    assert tried == runs[:2]
+    des._compile_loop(runs, WHOLE)
+    assert tried == [(run, WHOLE) for run in runs[:2]]  # each in the build the group needs

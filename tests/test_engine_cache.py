@@ -79,7 +79,7 @@ def test_the_digest_covers_the_helpers_and_the_policys_neighbours():
 def test_one_compilation_serves_every_workload():
     """Single-token rows, batched rows and a synthesized prompt pass the loop the same array types, so
     ``plan`` and ``sim run`` share one compiled loop per group of policies (a second would cost ~15 s cold), and
-    it is on disk for ``compile_loops`` to find."""
+    it is on disk for ``compile_loops`` to find. (Each run keeps its decisions, so all take the full build.)"""
     from moesim.sim.config import Config
     from moesim.sim.des import simulate_des
     from moesim.sim.engine import on_disk
@@ -89,40 +89,50 @@ def test_one_compilation_serves_every_workload():
     trace = load_trace(bundled_trace_path())
     for settings in ({}, {"batch": 2}, {"prompt": 64, "prefetch": "oracle", "mode": "commit"}, {"policy": "static"},
                      {"policy": "static", "strategy": "cpu-miss", "scope": "global", "capacity": 96}):
-        simulate_des(trace, Config.build(model="mixtral-8x7b", **{"capacity": 4, "dtype": "q4_k", **settings}))
+        simulate_des(trace, Config.build(model="mixtral-8x7b", **{"capacity": 4, "dtype": "q4_k", **settings}),
+                     decisions=True)
     loop = bound_loop("lru")
     assert loop is bound_loop("static")  # one group: LRU's runs and the static pin's share the loop
     assert len(loop.signatures) == 1
     assert on_disk(loop)
 
 
-@pytest.mark.parametrize("policy", ["lru", "gamma"])
-def test_the_lean_loop_gives_the_whole_loops_results(policy, mixtral, monkeypatch):
-    """A run that needs no prefetch, preload, MoLE row, CPU or low-bit path gives the same result, step times and
-    decision log from the lean loop (``EXTRAS`` 0, a third of the compile time) as from the whole one; a run
-    takes the whole loop where it is compiled, and needs it with a prefetcher or another strategy."""
+@pytest.mark.parametrize("policy, builds", [("lru", ("lean", "whole", "full")), ("gamma", ("lean", "full"))])
+def test_every_build_of_the_loop_gives_the_same_results(policy, builds, mixtral, monkeypatch):
+    """A run gives the same result and step times from every build of the loop that can run it: a plain cache from
+    the lean one (``EXTRAS`` 0, about half the compile time), the whole one and the full one (``FULL`` 1: the
+    decision log, given-back slots, MoLE rows), a prefetching run from the whole and the full one. A run takes the
+    least build it needs that is compiled, and needs the full one to keep its decisions."""
     import moesim.sim.run as run
     from moesim.sim.config import Config
     from moesim.sim.des import simulate_des
     from moesim.tracegen.models import get_model
 
-    def result(extras, **settings):
-        monkeypatch.setattr(run, "loop_for", lambda p, needs: run.bound_loop(p, extras or needs))
-        r = simulate_des(mixtral, Config.build(model="mixtral-8x7b", policy=policy, dtype="q4_k", **settings),
-                         decisions=True)
-        metrics = {k: getattr(v, "tolist", lambda: v)() for k, v in r.as_dict().items() if k != "seconds"}
-        return metrics, r.step_times.tolist(), r.decisions.tolist()
+    def result(build, **settings):
+        monkeypatch.setattr(run, "loop_for", lambda p, need: run.bound_loop(p, max(need, build)))
+        r = simulate_des(mixtral, Config.build(model="mixtral-8x7b", policy=policy, dtype="q4_k", **settings))
+        return {k: getattr(v, "tolist", lambda: v)() for k, v in r.as_dict().items() if k != "seconds"}, \
+            r.step_times.tolist()
 
-    for settings in ({"capacity": 3}, {"capacity": 96, "scope": "global", "batch": 2, "prompt": 16}):
-        lean, whole = result(False, **settings), result(True, **settings)
-        assert lean == whole and lean[0]["hits"] > 0
-    assert run.bound_loop(policy, False).signatures  # the lean loop ran
+    for settings in ({"capacity": 3}, {"capacity": 96, "scope": "global", "batch": 2, "prompt": 16},
+                     {"capacity": 3, "prefetch": "oracle"}):
+        got = [result(run.BUILDS.index(b), **settings) for b in builds]
+        assert all(g == got[0] for g in got) and got[0][0]["hits"] > 0
+    for b in builds:
+        assert run.bound_loop(policy, run.BUILDS.index(b)).signatures  # each build ran
     monkeypatch.undo()
     model = get_model("mixtral-8x7b")
-    assert not run.needs_extras(Config.build(policy=policy), model)
-    assert all(run.needs_extras(Config.build(**s), model) for s in ({"prefetch": "oracle"}, {"strategy": "hybrid"},
-                                                                      {"strategy": "cpu-experts"}))
-    assert run.loop_for(policy, False) is run.bound_loop(policy)  # compiled above: one loop serves every run
+    assert run.build_for(Config.build(policy=policy), model) == run.LEAN
+    assert all(run.build_for(Config.build(**s), model) == run.WHOLE
+               for s in ({"prefetch": "oracle"}, {"strategy": "hybrid"}, {"strategy": "cpu-experts"}))
+    assert run.build_for(Config.build(policy=policy), model, decisions=True) == run.FULL
+    assert run.build_for(Config.build(policy=policy), model, served=True) == run.FULL
+    assert run.loop_for(policy, run.LEAN) is run.bound_loop(policy, run.LEAN)  # the least compiled build it can take
+    above = [run.bound_loop(policy, b) for b in (run.WHOLE, run.FULL)]  # the whole build where it ran, else either
+    assert run.loop_for(policy, run.WHOLE) in (above[:1] if "whole" in builds else above)
+    logged = simulate_des(mixtral, Config.build(model="mixtral-8x7b", policy=policy, capacity=3, dtype="q4_k"),
+                          decisions=True)
+    assert len(logged.decisions) == int((logged.executed[0] >= 0).sum())  # a hit or a load for every expert run
 
 
 def _inlining(n):
