@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -175,9 +176,11 @@ def main() -> None:
     messages name settings as options (``moesim.errors.option``)."""
     reader = READER.set("cli")
     try:
-        sys.exit(_run())
+        status = _run()
     finally:
         READER.reset(reader)
+    gc.freeze()  # the work is done: leaving need not search every object for cycles (0.2 s of a warm plan's 1.7 s)
+    sys.exit(status)
 
 
 def _run() -> int:

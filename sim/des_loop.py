@@ -460,14 +460,15 @@ def add_kernel(s, n_run, weights_at, fused, at, tokens):
 
 def log(tally, row, layer, event, obj, slot):
     """Append to the decision log when one was asked for (it has rows; the full build only)."""
-    i = tally.n_log[0]
-    if FULL and i < tally.log.shape[0]:
-        tally.log[i, 0] = row
-        tally.log[i, 1] = layer
-        tally.log[i, 2] = event
-        tally.log[i, 3] = obj
-        tally.log[i, 4] = slot
-        tally.n_log[0] = i + 1
+    if FULL:
+        i = tally.n_log[0]
+        if i < tally.log.shape[0]:
+            tally.log[i, 0] = row
+            tally.log[i, 1] = layer
+            tally.log[i, 2] = event
+            tally.log[i, 3] = obj
+            tally.log[i, 4] = slot
+            tally.n_log[0] = i + 1
 
 
 HELPERS = (claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, to_cpu,
