@@ -1,7 +1,7 @@
 """Where a first run's time goes: commands run with an empty numba cache, every compilation timed.
 
 Each command runs ``--runs`` times in a fresh process with ``NUMBA_CACHE_DIR`` an empty folder (nothing the
-installed package cached is used or touched), then once more with that cache filled (warm). Every process it
+installed package cached is used or touched), then as many times with that cache filled (warm). Every process it
 starts, workers included, logs numba's ``numba:compile`` events (a ``sitecustomize`` on ``PYTHONPATH``), so the
 table attributes each compiled function's seconds, outermost compilations only (a callee compiled inside its
 caller counts in the caller), and how many specialisations it got.
@@ -61,6 +61,7 @@ if os.environ.get("COLD_START_LOG"):
 
 def run(command: str, cache: Path, log: Path | None, tmp: Path) -> float:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # Python's bytecode cached, as an installed package has it
     if log is not None:
         paths = [str(tmp / "site"), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
         env.update(COLD_START_LOG=str(log), PYTHONPATH=os.pathsep.join(paths))
@@ -93,11 +94,12 @@ def main() -> None:
                     for fn, s in json.loads(path.read_text()):
                         seconds[fn] += s / args.runs
                         counts[fn] += 1 / args.runs
-            warm = run(command, tmp / f"cache{args.runs - 1}", None, tmp)
+            warm = [run(command, tmp / f"cache{args.runs - 1}", None, tmp) for _ in range(args.runs)]
         total = sum(seconds.values())
         print(f"\n{command}: cold {statistics.median(cold):.1f} s (median of {args.runs}: "
-              f"{min(cold):.1f}-{max(cold):.1f}), warm {warm:.1f} s; compiling {total:.1f} s of CPU time in all "
-              f"processes, {sum(counts.values()):.0f} outermost compilations")
+              f"{min(cold):.1f}-{max(cold):.1f}), warm {statistics.median(warm):.2f} s ({min(warm):.2f}-"
+              f"{max(warm):.2f}); compiling {total:.1f} s of CPU time in all processes, "
+              f"{sum(counts.values()):.0f} outermost compilations")
         print(f"{'compile s':>9} {'share':>6} {'count':>5}  function")
         for fn, s in seconds.most_common(args.top):
             print(f"{s:9.1f} {s / total:6.1%} {counts[fn]:5.0f}  {fn}")

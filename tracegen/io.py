@@ -14,6 +14,9 @@ from moesim.tracegen.schema import COLUMNS, METADATA_KEY, NULLABLE, REQUIRED, Tr
 from moesim.tracegen.trace import Trace
 
 ORIGIN = "_origin"  # optional frame column: the input row or line each record came from
+_TYPES = {"int8": pl.Int8(), "int16": pl.Int16(), "int32": pl.Int32(), "float32": pl.Float32()}
+# each column's polars type (``COLUMNS``)
+POLARS_TYPES = {c: pl.List(_TYPES[k[5:-1]]) if k.startswith("list[") else _TYPES[k] for c, k in COLUMNS.items()}
 # what polars raises on a damaged file: its errors, and a panic of its Rust core (not an Exception)
 READ_FAILURES = (Exception, pl.exceptions.PanicException)
 
@@ -70,8 +73,8 @@ def _load_in_order(path, meta: TraceMeta, wanted: list[str]) -> Trace | None:
     n_rows = scan.select(pl.len()).collect().item()
     if n_rows == 0 or n_rows % big_l:
         return None
-    scalars = [c for c in wanted if not isinstance(COLUMNS[c], pl.List)]
-    list_cols = [c for c in wanted if isinstance(COLUMNS[c], pl.List)]
+    scalars = [c for c in wanted if not isinstance(POLARS_TYPES[c], pl.List)]
+    list_cols = [c for c in wanted if isinstance(POLARS_TYPES[c], pl.List)]
     shapes = {c: _FILL[c](meta) for c in list_cols}
     dense = {c: np.full((n_rows, width), fill, dtype) for c, (width, fill, dtype) in shapes.items()}
     nulls = dict.fromkeys(list_cols, 0)
@@ -83,7 +86,7 @@ def _load_in_order(path, meta: TraceMeta, wanted: list[str]) -> Trace | None:
         if any(chunk[c].null_count() for c in REQUIRED if c in scalars):
             return None
         try:
-            chunk = chunk.cast({c: COLUMNS[c] for c in wanted}, strict=True)
+            chunk = chunk.cast({c: POLARS_TYPES[c] for c in wanted}, strict=True)
         except pl.exceptions.PolarsError:
             return None
         n = chunk.height // big_l
@@ -273,7 +276,7 @@ def frame_from_trace(trace: Trace) -> pl.DataFrame:
     if trace.tokens is not None:
         tok = np.repeat(trace.tokens, big_l)
         cols["token"] = pl.Series(tok).set(pl.Series(tok < 0), None)
-    return pl.DataFrame(cols).cast({c: COLUMNS[c] for c in cols})
+    return pl.DataFrame(cols).cast({c: POLARS_TYPES[c] for c in cols})
 
 
 def write_frame(frame: pl.DataFrame, meta: TraceMeta, path: str | Path, where: str, label: str = "row") -> Trace:
@@ -290,7 +293,7 @@ def _atomic_write(frame: pl.DataFrame, meta: TraceMeta, path: Path) -> None:
 
 def _cast(frame: pl.DataFrame, where: str, label: str) -> pl.DataFrame:
     """Cast known columns to the schema's types; a value that does not fit is named by row."""
-    present = {c: t for c, t in COLUMNS.items() if c in frame.columns}
+    present = {c: t for c, t in POLARS_TYPES.items() if c in frame.columns}
     try:
         return frame.cast(present, strict=True)
     except pl.exceptions.PolarsError:

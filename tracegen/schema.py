@@ -6,25 +6,24 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-import polars as pl
-
 from moesim import __version__
 from moesim.errors import MoesimError, first_line
 
 SCHEMA_VERSION = 1
 METADATA_KEY = "moesim"
 
-# One row per sequence x step x layer.
-COLUMNS: dict[str, pl.DataType] = {
-    "seq": pl.Int32(),
-    "step": pl.Int32(),
-    "phase": pl.Int8(),
-    "layer": pl.Int16(),
-    "experts": pl.List(pl.Int16()),
-    "weights": pl.List(pl.Float32()),
-    "probs": pl.List(pl.Float32()),
-    "spec": pl.List(pl.Int16()),
-    "token": pl.Int32(),
+# One row per sequence x step x layer: each column's type, "list[...]" a list of values of that type
+# (``moesim.tracegen.io`` reads and writes them; this module needs no Parquet library).
+COLUMNS: dict[str, str] = {
+    "seq": "int32",
+    "step": "int32",
+    "phase": "int8",
+    "layer": "int16",
+    "experts": "list[int16]",
+    "weights": "list[float32]",
+    "probs": "list[float32]",
+    "spec": "list[int16]",
+    "token": "int32",
 }
 REQUIRED = ("seq", "step", "phase", "layer", "experts")
 NULLABLE = ("weights", "probs", "spec", "token")
