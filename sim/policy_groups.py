@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from moesim.policies import get_policy
-from moesim.policies.base import HOOK_ARGS, Context
+from moesim.policies.base import DEFAULT_HOOKS, HOOK_ARGS, Context
 from moesim.sim.engine import bind, place
 
 GROUPS = (("lru", "static"), ("belady", "lfu", "fifo", "gamma"), ("gamma-admit", "lifo", "random", "arc", "lecar"),
@@ -45,21 +45,25 @@ def hooks(group: tuple[str, ...]) -> dict:
     """The hook table of a group's loop: each hook calls the hook of the member whose index heads the state
     (``st[0]``) with that member's state (``st[1 + index]``), and ``place`` the member's ``engine.place``,
     compiled once with its hooks (``bind``) and called: the loop places at four sites, and inlining every
-    member's victim hooks at each took a third longer to compile. Written as source once per group and process,
-    so that each call is static (``moesim.sim.engine.bind`` inlines the table)."""
+    member's victim hooks at each took a third longer to compile. A hook that every member leaves to the same
+    no-op default (``moesim.policies.base.DEFAULT_HOOKS``, which read no state) is that default, with no branch:
+    a plan's LRU and static pin share three, and each site of one compiled as two. Written as source once per
+    group and process, so that each call is static (``moesim.sim.engine.bind`` inlines the table)."""
     if group not in _HOOKS:
         namespace = {"__name__": __name__}
         lines = []
         for hook, args in {**HOOK_ARGS, "place": PLACE_ARGS}.items():
             rest = f", {args}" if args else ""
             lines.append(f"def {hook}(st{rest}):")
-            for i in range(len(group) - 1):
+            tables = [get_policy(member).HOOKS for member in group]
+            shared = hook in DEFAULT_HOOKS and all(table[hook] is DEFAULT_HOOKS[hook] for table in tables)
+            for i in range(0 if shared else len(group) - 1):
                 lines += [f"    if st[0] == {i}:", f"        return m{i}_{hook}(st[{i + 1}]{rest})"]
-            lines.append(f"    return m{len(group) - 1}_{hook}(st[{len(group)}]{rest})")
+            last = 0 if shared else len(group) - 1
+            lines.append(f"    return m{last}_{hook}(st[{last + 1}]{rest})")
             for i, member in enumerate(group):
-                module = get_policy(member)
-                namespace[f"m{i}_{hook}"] = (module.HOOKS[hook] if hook != "place" else
-                                             bind(place, module.NAME, module.HOOKS))
+                namespace[f"m{i}_{hook}"] = (tables[i][hook] if hook != "place" else
+                                             bind(place, get_policy(member).NAME, tables[i]))
         exec(compile("\n".join(lines), __file__, "exec"), namespace)  # named after this file: its digest covers it
         _HOOKS[group] = {hook: njit(inline="always")(namespace[hook]) for hook in (*HOOK_ARGS, "place")}
     return _HOOKS[group]

@@ -50,3 +50,23 @@ def test_group_hooks_name_each_members_hook_by_its_index():
         assert namespace[f"m{i}_on_hit"] is get_policy(member).HOOKS["on_hit"]
         assert namespace[f"m{i}_place"].py_func.__globals__["policy"].choose_victim.py_func is \
             get_policy(member).HOOKS["choose_victim"].py_func
+
+
+
+def test_a_hook_every_member_leaves_to_the_same_default_is_that_default():
+    """LRU and the static pin both take the default on_step, on_miss and on_prefetch (no-ops that read no state):
+    the group's hook calls it with no branch on the member; a hook one member has of its own keeps the branch,
+    each state to its member's hook (the runs' results: ``tests/test_reference.py`` and the golden table)."""
+    import dis
+
+    from moesim.policies.base import DEFAULT_HOOKS
+
+    def branches(fn):
+        return any(op.opname == "COMPARE_OP" for op in dis.get_instructions(fn.py_func))
+
+    table = policy_groups.hooks(("lru", "static"))
+    for hook in ("on_step", "on_miss", "on_prefetch"):
+        assert all(get_policy(p).HOOKS[hook] is DEFAULT_HOOKS[hook] for p in ("lru", "static"))
+        assert not branches(table[hook]) and table[hook].py_func.__globals__["m0_" + hook] is DEFAULT_HOOKS[hook]
+    for hook in ("reset", "on_hit", "on_evict", "on_insert", "choose_victim", "place"):
+        assert branches(table[hook])
