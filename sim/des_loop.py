@@ -216,7 +216,8 @@ def serve_hits(s, st, row, layer, part, route_at):
             counters[C_HITS] += 1
             tally.layer_hits[layer] += 1
         policy.on_hit(st, part, slot_of[obj], obj, base + j)
-        log(tally, row, layer, EV_HIT, obj, slot_of[obj])
+        if FULL:
+            log(tally, row, layer, EV_HIT, obj, slot_of[obj])
         if by_prefetch[obj]:
             counters[C_PF_USED] += 1
             by_prefetch[obj] = 0
@@ -237,7 +238,8 @@ def serve_placed(s, row, layer, route_at):
         if decode:
             tally.counters[C_HITS] += 1
             tally.layer_hits[layer] += 1
-        log(tally, row, layer, EV_HIT, layer * inp.num_experts + x[j], -1)
+        if FULL:
+            log(tally, row, layer, EV_HIT, layer * inp.num_experts + x[j], -1)
         n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, 0.0, tokens[j])
     return n, 0, n_run, weights_at, fused
 
@@ -261,7 +263,8 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights
                 tally.counters[C_HITS] += 1
                 tally.layer_hits[layer] += 1
             n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[obj], tokens[j])
-            log(tally, row, layer, EV_HIT, obj, -1)
+            if FULL:
+                log(tally, row, layer, EV_HIT, obj, -1)
             continue
         if inp.bounds[-1] > 0 and s.cache.slot_of[obj] >= 0:
             continue
@@ -294,7 +297,8 @@ def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run,
     done = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, counters)
     cache.ready[obj] = done
     counters[C_LOADS if inp.kind[row] == DECODE else C_PREFILL_LOADS] += 1
-    log(s.tally, row, layer, EV_LOAD, obj, -1 if capacity == 0 else cache.slot_of[obj])
+    if FULL:
+        log(s.tally, row, layer, EV_LOAD, obj, -1 if capacity == 0 else cache.slot_of[obj])
     n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, done, tokens)
     return pinned, n_run, weights_at, fused
 
@@ -309,7 +313,8 @@ def to_cpu(s, row, layer, obj, tokens, route_at):
     s.kernels.cpu_ready[0] = done + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED]
     if inp.kind[row] == DECODE:
         tally.counters[C_CPU] += 1
-    log(tally, row, layer, EV_CPU, obj, -1)
+    if FULL:
+        log(tally, row, layer, EV_CPU, obj, -1)
 
 
 def background_fill(s, st, row, layer, part, obj, t, route_at, stamp, pinned):
@@ -324,7 +329,8 @@ def background_fill(s, st, row, layer, part, obj, t, route_at, stamp, pinned):
     cache.ready[obj] = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, s.tally.counters)
     cache.by_prefetch[obj] = 0
     s.tally.counters[C_FILLS] += 1
-    log(s.tally, row, layer, EV_FILL, obj, cache.slot_of[obj])
+    if FULL:
+        log(s.tally, row, layer, EV_FILL, obj, cache.slot_of[obj])
     return pinned + 1
 
 
@@ -334,7 +340,8 @@ def lowbit_fetch(s, row, layer, j, obj, tokens, route_at, n_run, weights_at, fus
     done = queue_copy(s.tiers, route_at, inp.times[T_LOWBIT_COPY])
     counters[C_LOWBIT] += 1
     counters[C_LOWBIT_MASS] += inp.weights[row, layer, j]
-    log(s.tally, row, layer, EV_LOWBIT, obj, -1)
+    if FULL:
+        log(s.tally, row, layer, EV_LOWBIT, obj, -1)
     return add_kernel(s, n_run, weights_at, fused, done, tokens)
 
 
@@ -380,7 +387,8 @@ def prefetch_next(s, st, row, layer, part, route_at, stamp, pinned):
             cache.by_prefetch[obj] = 1
         cache.ready[obj] = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, tally.counters)
         tally.counters[C_PF_LOADS] += 1
-        log(tally, row, layer, EV_PREFETCH, obj, -1 if inp.bounds[-1] == 0 else cache.slot_of[obj])
+        if FULL:
+            log(tally, row, layer, EV_PREFETCH, obj, -1 if inp.bounds[-1] == 0 else cache.slot_of[obj])
 
 
 def preload_batch(s, st, row, now, stamp):
@@ -420,7 +428,8 @@ def preload_batch(s, st, row, now, stamp):
                 cache.ready[obj] = transfer(s.tiers, obj, now, inp.times, inp.dram_capacity, s.tally.counters)
                 cache.by_prefetch[obj] = 1
                 s.tally.counters[C_PF_LOADS] += 1
-                log(s.tally, row, layer, EV_PRELOAD, obj, cache.slot_of[obj])
+                if FULL:
+                    log(s.tally, row, layer, EV_PRELOAD, obj, cache.slot_of[obj])
 
 
 def run_kernels(s, row, now, n_run, weights_at, fused):
@@ -459,16 +468,17 @@ def add_kernel(s, n_run, weights_at, fused, at, tokens):
 
 
 def log(tally, row, layer, event, obj, slot):
-    """Append to the decision log when one was asked for (it has rows; the full build only)."""
-    if FULL:
-        i = tally.n_log[0]
-        if i < tally.log.shape[0]:
-            tally.log[i, 0] = row
-            tally.log[i, 1] = layer
-            tally.log[i, 2] = event
-            tally.log[i, 3] = obj
-            tally.log[i, 4] = slot
-            tally.n_log[0] = i + 1
+    """Append to the decision log when one was asked for (it has rows). The full build's only: each call stands
+    under ``if FULL``, so that the other builds leave out its arguments too (numba prunes the branch before it
+    inlines the call)."""
+    i = tally.n_log[0]
+    if i < tally.log.shape[0]:
+        tally.log[i, 0] = row
+        tally.log[i, 1] = layer
+        tally.log[i, 2] = event
+        tally.log[i, 3] = obj
+        tally.log[i, 4] = slot
+        tally.n_log[0] = i + 1
 
 
 HELPERS = (claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, to_cpu,
