@@ -1,3 +1,3 @@
-from moesim.cli.app import main
+from moesim.cli.app import entry
 
-main()
+entry()

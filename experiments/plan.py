@@ -71,7 +71,6 @@ class Plan:
     spec: ModelSpec | None = field(default=None, repr=False)  # the model planned for
     machine_spec: Hardware | None = field(default=None, repr=False)  # and the machine (``local``: detected once)
     shared: Shared | None = field(default=None, repr=False)  # what its runs on the trace share (``moesim.sim.des``)
-    short: list = field(default_factory=list, repr=False)  # (DoesNotFit, dtype) of the candidates memory refused
 
     def as_dict(self) -> dict:
         return {"model": self.model, "hardware": self.hardware, "machine": self.machine, "trace": self.trace,
@@ -119,11 +118,11 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
         tr, name = plan_trace(spec, trace, 2 * wl.batch)
         out = Plan(spec.name, hw.name, hw.describe(), name, wl.prompt, wl.batch, simulated=tr, spec=spec,
                    machine_spec=hw, shared=Shared(tr))
-        prepared = _prepare(out, config.replace(model=spec.name, warmup=1 if tr.num_sequences > wl.batch else 0),
-                            dtypes)
+        prepared, short = _prepare(out, config.replace(model=spec.name,
+                                                       warmup=1 if tr.num_sequences > wl.batch else 0), dtypes)
     out.results = [p.simulate() for p in prepared]
     if not out.results:
-        raise MoesimError(_nothing_fits(spec, hw, out.short) if out.short else f"no strategy runs {spec.name}: "
+        raise MoesimError(_nothing_fits(spec, hw, short) if short else f"no strategy runs {spec.name}: "
                           + "; ".join(f"{s['strategy']} ({s['dtype']}): {s['reason']}" for s in out.skipped[:3]))
     out.results.sort(key=rank_key)
     rows, out.results = _fold([row(r, spec, hw.gpu is not None) for r in out.results], out.results)
@@ -131,12 +130,12 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
     return out
 
 
-def _prepare(out: Plan, base: Config, dtypes) -> list[Prepared]:
-    """Every candidate in every dtype assembled on the plan's trace, not yet simulated; those that cannot run are
-    listed in ``out.skipped`` (and the ones memory refused in ``out.short``)."""
+def _prepare(out: Plan, base: Config, dtypes) -> tuple[list[Prepared], list]:
+    """Every candidate in every dtype assembled on the plan's trace, not yet simulated, and (refusal, dtype) for
+    those memory refused; those that cannot run are listed in ``out.skipped``."""
     spec, hw, tr = out.spec, out.machine_spec, out.simulated
     split = base.cache.split
-    prepared = []
+    prepared, short = [], []
     # a machine without a GPU runs every expert on its CPU: the candidates that place experts there, not a cache
     candidates = [(s, c) for s, c in CANDIDATES if hw.gpu is not None or not get_strategy(s).CACHE]
     for dtype in dtypes:
@@ -152,10 +151,10 @@ def _prepare(out: Plan, base: Config, dtypes) -> list[Prepared]:
             except DoesNotFit as exc:  # what it needs, without the advice to a 'sim run' user
                 out.skipped.append({"strategy": strategy, "dtype": dtype, **_named(settings),
                                     "reason": f"needs {exc.parts}"})
-                out.short.append((exc, dtype))
+                short.append((exc, dtype))
             except MoesimError as exc:
                 out.skipped.append({"strategy": strategy, "dtype": dtype, **_named(settings), "reason": str(exc)})
-    return prepared
+    return prepared, short
 
 
 def rank_key(r: DesResult) -> tuple[float, float]:

@@ -324,7 +324,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     rows, failed, last = [], 0, time.monotonic()
     work = _units(spec.kind, todo)
     if spec.kind != "hitrate" and executor == "local" and jobs > 1:
-        _compile_first(todo)
+        _compile_first(todo, spec.kind)
     rows_iter = _execute_ray(spec.kind, work, jobs) if executor == "ray" else _execute(spec.kind, work, jobs)
     for row in rows_iter:
         rows.append(row)
@@ -345,20 +345,24 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     return SweepSummary(len(configs), len(configs) - len(todo), len(rows), failed, time.perf_counter() - start)
 
 
-def _compile_first(todo: list[tuple[str, dict]]) -> None:
+def _compile_first(todo: list[tuple[str, dict]], kind: str) -> None:
     """The discrete-event loops ``todo`` runs, compiled once each before the workers start (one process per cold
     loop): workers that took two capacities of one cold policy would both compile it (45 s each for the γ-cache
-    on a 2-core machine)."""
+    on a 2-core machine). A served stream or a MoLE model takes the full build of the loop."""
     from moesim.sim.des import compile_loops
+    from moesim.sim.run import FULL, LEAN
+    from moesim.tracegen.models import MODELS
 
-    loops = {}
+    loops, build = {}, FULL if kind == "serve" else LEAN
     for _, config in todo:
         try:
             settings = Config.build(**{k: v for k, v in config.items() if k != "trace"})
         except MoesimError:
             continue  # its row will say why
         loops[settings.cache.policy, settings.prefetch.prefetcher, settings.execution.strategy] = None
-    compile_loops(loops, least=1)
+        if getattr(MODELS.get(settings.model.name), "kind", None) == "mole":
+            build = FULL
+    compile_loops(loops, least=1, build=build)
 
 
 def _execute(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> Iterator[dict]:

@@ -136,14 +136,13 @@ class Shared:
     def __init__(self, trace: Trace):
         self.trace = trace
         self._kept: dict = {}
-        self._held: list = []
+        self._held: dict = {}  # the objects keys name by identity, held while this lives: none other takes it
 
     def key(self, params: dict) -> tuple:
-        """Settings as part of a key: plain values by value, objects (a training trace) by identity, held while
-        this lives so that no other object takes it."""
-        self._held.append(params)
-        return tuple((k, v if isinstance(v, (bool, int, float, str, type(None))) else ("object", id(v)))
-                     for k, v in sorted(params.items()))
+        """Settings as part of a key: plain values by value, objects (a training trace) by identity."""
+        plain = (bool, int, float, str, type(None))
+        self._held.update({id(v): v for v in params.values() if not isinstance(v, plain)})
+        return tuple((k, v if isinstance(v, plain) else ("object", id(v))) for k, v in sorted(params.items()))
 
     def get(self, trace: Trace, key: tuple, make):
         """``make()``, or what it gave for ``key`` before."""
@@ -157,7 +156,7 @@ class Shared:
 @dataclass
 class Prepared:
     """A run assembled and not yet simulated (``prepare_des``): everything but the discrete-event loop, which
-    ``simulate`` runs."""
+    ``simulate`` runs, once."""
 
     trace: Trace
     run: Run
@@ -165,6 +164,8 @@ class Prepared:
 
     def simulate(self) -> DesResult:
         run = self.run
+        if run.rows_run:
+            raise ValueError("a prepared run is simulated once (prepare it again)")
         start = time.perf_counter()
         run.step()
         result = _summary(self.trace, run, self.source, time.perf_counter() - start)
@@ -173,11 +174,12 @@ class Prepared:
 
 
 def prepare_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
-                decisions: bool = False, shared: Shared | None = None) -> Prepared:
-    """``simulate_des`` up to its loop: the run checked, sized, timed and built, its predictions judged. A plan
-    prepares its runs while the loop compiles elsewhere."""
+                decisions: bool = False, shared: Shared | None = None, build: int = LEAN) -> Prepared:
+    """``simulate_des`` up to its loop: the run checked, sized, timed and built, its predictions judged (``build``:
+    the least build of the loop it takes, ``moesim.sim.run.assemble``). A plan prepares its runs while the loop
+    compiles elsewhere."""
     source = BatchRows(trace, config, shared)
-    prepared = Prepared(trace, assemble(trace, config, source, model, hardware, decisions), source)
+    prepared = Prepared(trace, assemble(trace, config, source, model, hardware, decisions, build), source)
     source.quality  # noqa: B018 (computed now: it reads the predictions only)
     return prepared
 
@@ -267,13 +269,12 @@ def compiling(settings, least: int = 2, synthetic: bool = False, build: int = LE
         wanted.setdefault(group_of(policy), []).append((policy, prefetcher, strategy[0] if strategy else "gpu-cache"))
     cold = {}  # what the status line calls a cold loop: the runs that may compile it, the first that can does
     for group, runs in wanted.items():
-        needs = {run: build_for(Config.build(prefetch=run[1], strategy=run[2]), model) for run in runs}
-        most = max(build, *needs.values())
+        most = max(build, *(build_for(Config.build(prefetch=run[1], strategy=run[2]), model) for run in runs))
         loop = loop_for(runs[0][0], most)
         if not loop.signatures and not on_disk(loop):
-            # by a run with no prefetcher where one has none (it needs least of the trace)
+            # compiled in the build ``most`` by the first run the tiny trace takes: one with no prefetcher first
             label = "+".join(dict.fromkeys(run[0] for run in runs))
-            cold[label] = (sorted(runs, key=lambda run: (-needs[run], run[1] != "none")), most)
+            cold[label] = (sorted(runs, key=lambda run: run[1] != "none"), most)
     workers = min(len(cold), os.cpu_count() or 1)
     if not cold or len(cold) < least:
         yield
@@ -304,8 +305,9 @@ TINY_MODEL = "olmoe-1b-7b"  # what ``compile_loops`` simulates
 
 
 def _compile_in_worker(runs: list[tuple[str, str, str]], build: int) -> None:
-    """``_compile_loop`` as a worker's one task: its objects are then frozen, so that the worker leaves without
-    sweeping them for cycles (0.3 s of the command's wait, after a loop's compilation)."""
+    """``_compile_loop`` in a compile worker, whose objects are then frozen, so that it leaves without sweeping
+    them for cycles (0.3 s of the command's wait after a loop's compilation; a worker given a second loop only
+    keeps the first one's objects a little longer)."""
     _compile_loop(runs, build)
     gc.freeze()
 
@@ -333,9 +335,7 @@ def _tiny_run(run: tuple[str, str, str], assemble_only: bool = False, build: int
         if assemble_only:
             assemble(trace, config, BatchRows(trace, config), None, None, False)
         else:
-            prepared = prepare_des(trace, config)
-            prepared.run.build = max(prepared.run.build, build)
-            prepared.simulate()
+            prepare_des(trace, config, build=build).simulate()
     except MoesimError:  # a prefetcher or strategy that needs what this trace lacks: the run itself compiles it
         return False
     return True

@@ -69,11 +69,11 @@ from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, ON_GPU
 from moesim.tracegen.schema import DECODE
 
 # compile-time constants of the loop's builds (``moesim.sim.run.bound_loop``): EXTRAS 0 leaves out what a plain
-# cache never runs (prefetches, preloads, experts run on the CPU or fetched in low bits), FULL 0 what only a
+# cache never runs (prefetches, preloads, experts run on the CPU or fetched in low bits), RARE 0 what only a
 # replay, a served stream or a MoLE model needs (the decision log, slots given back while the run goes on,
 # lookup-row copies)
 EXTRAS = 1
-FULL = 1
+RARE = 1
 
 
 def des_loop(s, st):
@@ -84,7 +84,7 @@ def des_loop(s, st):
     if progress.span[0] == 0 and progress.offset[0] == 0:  # a run's first call
         policy.reset(st)
     stamp += 1  # nothing is protected while slots are given back
-    if FULL:
+    if RARE:
         fit_live(s, st, progress.span[0], stamp)
     for row in range(progress.span[0], progress.span[1]):
         if row == inp.measure_from:  # what the warm-up rows counted is left out of the result
@@ -101,7 +101,7 @@ def des_loop(s, st):
         if EXTRAS and inp.preload_at[row] >= 0:
             stamp += 1  # the whole preload is protected from itself
             preload_batch(s, st, row, now, stamp)
-        if FULL and inp.mole:
+        if RARE and inp.mole:
             for layer in range(n_layers):
                 s.tiers.lut_ready[layer] = queue_copy(s.tiers, now, inp.lut_s[row])
         for layer in range(n_layers):  # one cell: route, serve, prefetch for the next cell, compute
@@ -109,7 +109,7 @@ def des_loop(s, st):
             route_at = now
             now += inp.shared_s[row]
             tally.rows[row, R_COMPUTE] += inp.pre_s[row] + inp.shared_s[row]
-            if FULL and inp.mole:
+            if RARE and inp.mole:
                 start = max(now, s.tiers.lut_ready[layer])
                 tally.rows[row, R_STALL] += start - now
                 now = start
@@ -216,7 +216,7 @@ def serve_hits(s, st, row, layer, part, route_at):
             counters[C_HITS] += 1
             tally.layer_hits[layer] += 1
         policy.on_hit(st, part, slot_of[obj], obj, base + j)
-        if FULL:
+        if RARE:
             log(tally, row, layer, EV_HIT, obj, slot_of[obj])
         if by_prefetch[obj]:
             counters[C_PF_USED] += 1
@@ -238,7 +238,7 @@ def serve_placed(s, row, layer, route_at):
         if decode:
             tally.counters[C_HITS] += 1
             tally.layer_hits[layer] += 1
-        if FULL:
+        if RARE:
             log(tally, row, layer, EV_HIT, layer * inp.num_experts + x[j], -1)
         n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, 0.0, tokens[j])
     return n, 0, n_run, weights_at, fused
@@ -263,7 +263,7 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights
                 tally.counters[C_HITS] += 1
                 tally.layer_hits[layer] += 1
             n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[obj], tokens[j])
-            if FULL:
+            if RARE:
                 log(tally, row, layer, EV_HIT, obj, -1)
             continue
         if inp.bounds[-1] > 0 and s.cache.slot_of[obj] >= 0:
@@ -297,7 +297,7 @@ def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run,
     done = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, counters)
     cache.ready[obj] = done
     counters[C_LOADS if inp.kind[row] == DECODE else C_PREFILL_LOADS] += 1
-    if FULL:
+    if RARE:
         log(s.tally, row, layer, EV_LOAD, obj, -1 if capacity == 0 else cache.slot_of[obj])
     n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, done, tokens)
     return pinned, n_run, weights_at, fused
@@ -313,7 +313,7 @@ def to_cpu(s, row, layer, obj, tokens, route_at):
     s.kernels.cpu_ready[0] = done + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED]
     if inp.kind[row] == DECODE:
         tally.counters[C_CPU] += 1
-    if FULL:
+    if RARE:
         log(tally, row, layer, EV_CPU, obj, -1)
 
 
@@ -329,7 +329,7 @@ def background_fill(s, st, row, layer, part, obj, t, route_at, stamp, pinned):
     cache.ready[obj] = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, s.tally.counters)
     cache.by_prefetch[obj] = 0
     s.tally.counters[C_FILLS] += 1
-    if FULL:
+    if RARE:
         log(s.tally, row, layer, EV_FILL, obj, cache.slot_of[obj])
     return pinned + 1
 
@@ -340,7 +340,7 @@ def lowbit_fetch(s, row, layer, j, obj, tokens, route_at, n_run, weights_at, fus
     done = queue_copy(s.tiers, route_at, inp.times[T_LOWBIT_COPY])
     counters[C_LOWBIT] += 1
     counters[C_LOWBIT_MASS] += inp.weights[row, layer, j]
-    if FULL:
+    if RARE:
         log(s.tally, row, layer, EV_LOWBIT, obj, -1)
     return add_kernel(s, n_run, weights_at, fused, done, tokens)
 
@@ -387,7 +387,7 @@ def prefetch_next(s, st, row, layer, part, route_at, stamp, pinned):
             cache.by_prefetch[obj] = 1
         cache.ready[obj] = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, tally.counters)
         tally.counters[C_PF_LOADS] += 1
-        if FULL:
+        if RARE:
             log(tally, row, layer, EV_PREFETCH, obj, -1 if inp.bounds[-1] == 0 else cache.slot_of[obj])
 
 
@@ -428,7 +428,7 @@ def preload_batch(s, st, row, now, stamp):
                 cache.ready[obj] = transfer(s.tiers, obj, now, inp.times, inp.dram_capacity, s.tally.counters)
                 cache.by_prefetch[obj] = 1
                 s.tally.counters[C_PF_LOADS] += 1
-                if FULL:
+                if RARE:
                     log(s.tally, row, layer, EV_PRELOAD, obj, cache.slot_of[obj])
 
 
@@ -469,7 +469,7 @@ def add_kernel(s, n_run, weights_at, fused, at, tokens):
 
 def log(tally, row, layer, event, obj, slot):
     """Append to the decision log when one was asked for (it has rows). The full build's only: each call stands
-    under ``if FULL``, so that the other builds leave out its arguments too (numba prunes the branch before it
+    under ``if RARE``, so that the other builds leave out its arguments too (numba prunes the branch before it
     inlines the call)."""
     i = tally.n_log[0]
     if i < tally.log.shape[0]:

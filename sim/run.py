@@ -40,6 +40,10 @@ from moesim.tracegen.schema import DECODE
 from moesim.tracegen.trace import Trace
 
 
+BUILDS = ("lean", "whole", "full")  # the discrete-event loop's builds, each doing all the one before it does
+LEAN, WHOLE, FULL = range(len(BUILDS))
+
+
 @dataclass(frozen=True)
 class RowArrays:
     """The request rows a run reads (R of them: a batch run's every row, a served stream's one step, rewritten
@@ -141,7 +145,7 @@ class Run:
                                                                 self.costs, state.inputs, first, last)
         if live_slots is not None:
             if self.build < FULL:  # only the full build gives slots back
-                raise ValueError("a run that resizes its cache is assembled with served=True")
+                raise ValueError("only a served stream's run (its source rewrites its rows) may give slots back")
             state.cache.live[:] = live_slots
         tally.rows[first:last] = 0.0
         hits, accesses, began = counters[C_HITS], counters[C_ACCESSES], progress.now[0]
@@ -176,10 +180,11 @@ class Run:
 
 
 def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec | None = None,
-             hardware: Hardware | None = None, decisions: bool = False) -> Run:
+             hardware: Hardware | None = None, decisions: bool = False, build: int = LEAN) -> Run:
     """The run of ``config`` on ``trace``'s rows as ``source`` gives them (module docstring). ``model`` and
     ``hardware`` replace the configuration's (a model without a preset, a machine built in code);
-    ``decisions`` keeps the engine's decision log (what ``moesim replay`` executes)."""
+    ``decisions`` keeps the engine's decision log (what ``moesim replay`` executes); ``build``: the least build of
+    the loop it takes (``compile_loops`` compiles one that way)."""
     model = model if model is not None else config.model.spec(trace.meta)
     hardware = hardware if hardware is not None else config.hardware.spec()
     check(trace, model, hardware, config)
@@ -222,7 +227,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
         source.policy_context(config, slots, module_params(module, config.cache.params))))
     return Run(config, model, hardware, memory, cost, strategy, sparams, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
-               build_for(config, model, decisions, source.rewritten))
+               max(build, build_for(config, model, decisions, source.rewritten)))
 
 
 def miss_actions(strategy, params: dict, rows: RowArrays, cost: Costs, inputs: Inputs, first: int = 0,
@@ -256,19 +261,15 @@ def _all_in(values: np.ndarray, allowed) -> bool:
     return bool(np.isin(values, allowed).all())
 
 
-BUILDS = ("lean", "whole", "full")  # the discrete-event loop's builds, each doing all the one before it does
-LEAN, WHOLE, FULL = range(len(BUILDS))
-
-
 def bound_loop(policy: str, build: int = FULL):
     """The discrete-event loop of ``policy``'s group (``moesim.sim.policy_groups``: one loop serves every member)
-    in one of its builds (``moesim.sim.des_loop.EXTRAS`` and ``FULL``): ``LEAN`` runs a plain GPU cache, which
+    in one of its builds (``moesim.sim.des_loop.EXTRAS`` and ``RARE``): ``LEAN`` runs a plain GPU cache, which
     compiles in about half the time of ``WHOLE``, which adds prefetches, preloads and experts run on the CPU or
-    fetched in low bits; ``FULL`` adds what only a replay, a served stream or a MoLE model needs — the decision log,
-    slots given back while a run goes on, lookup-row copies — another fifth of the compile time."""
+    fetched in low bits; ``FULL`` adds what only a replay, a served stream or a MoLE model needs (``RARE``) — the
+    decision log, slots given back while a run goes on, lookup-row copies — another fifth of the compile time."""
     group = policy_groups.group_of(policy)
     return bind(des_loop, policy_groups.group_name(group), policy_groups.hooks(group), HELPERS,
-                {"EXTRAS": int(build >= WHOLE), "FULL": int(build == FULL)})
+                {"EXTRAS": int(build >= WHOLE), "RARE": int(build == FULL)})
 
 
 def build_for(config: Config, model: ModelSpec, decisions: bool = False, served: bool = False) -> int:

@@ -52,7 +52,6 @@ def test_group_hooks_name_each_members_hook_by_its_index():
             get_policy(member).HOOKS["choose_victim"].py_func
 
 
-
 def test_a_hook_every_member_leaves_to_the_same_default_is_that_default():
     """LRU and the static pin both take the default on_step, on_miss and on_prefetch (no-ops that read no state):
     the group's hook calls it with no branch on the member; a hook one member has of its own keeps the branch,

@@ -78,21 +78,27 @@ def test_des_sweep_with_hardware_axis_and_two_jobs(tmp_path):
 
 def test_a_parallel_sweep_compiles_each_loop_once_before_its_workers(tmp_path, monkeypatch):
     """The discrete-event loops a sweep on workers runs go to ``compile_loops`` first, each (policy, prefetcher)
-    once and a configuration that cannot be built left to its error row; a hit-rate sweep or one worker has none."""
+    once and a configuration that cannot be built left to its error row; a hit-rate sweep or one worker has none.
+    A served stream's loops are compiled in the full build, which its runs take."""
     import moesim.sim.des as des
+    from moesim.experiments.sweep import _compile_first
+    from moesim.sim.run import FULL, LEAN
 
     asked = []
-    monkeypatch.setattr(des, "compile_loops", lambda loops, least=2: asked.append((list(loops), least)))
+    monkeypatch.setattr(des, "compile_loops", lambda loops, least=2, build=LEAN: asked.append((list(loops), least,
+                                                                                              build)))
     spec = tmp_path / "d.toml"
     spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\npolicy = ["lru", "fifo", "nope"]\n'
                     'prefetch = ["none", "oracle"]\ncapacity = [4, 6]\n[fixed]\ndtype = "int4"\n')
     summary = run_sweep(load_spec(spec), tmp_path / "two.parquet", jobs=2)
     # least=1: even one cold loop is compiled before the workers, which would each compile it
     assert asked == [([("lru", "none", "gpu-cache"), ("lru", "oracle", "gpu-cache"), ("fifo", "none", "gpu-cache"),
-                       ("fifo", "oracle", "gpu-cache")], 1)]
+                       ("fifo", "oracle", "gpu-cache")], 1, LEAN)]
     assert summary.failed == 4  # the unknown policy's rows
     run_sweep(load_spec(spec), tmp_path / "one.parquet", jobs=1)
     assert len(asked) == 1
+    _compile_first([("id", {"policy": "lru", "capacity": 4})], "serve")
+    assert asked[-1] == ([("lru", "none", "gpu-cache")], 1, FULL)
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
