@@ -52,10 +52,10 @@ def hooks(group: tuple[str, ...]) -> dict:
     if group not in _HOOKS:
         namespace = {"__name__": __name__}
         lines = []
+        tables = [get_policy(member).HOOKS for member in group]
         for hook, args in {**HOOK_ARGS, "place": PLACE_ARGS}.items():
             rest = f", {args}" if args else ""
             lines.append(f"def {hook}(st{rest}):")
-            tables = [get_policy(member).HOOKS for member in group]
             shared = hook in DEFAULT_HOOKS and all(table[hook] is DEFAULT_HOOKS[hook] for table in tables)
             for i in range(0 if shared else len(group) - 1):
                 lines += [f"    if st[0] == {i}:", f"        return m{i}_{hook}(st[{i + 1}]{rest})"]
