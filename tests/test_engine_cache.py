@@ -178,7 +178,9 @@ def test_the_inliners_shared_copy_compiles_the_same_code():
         try:
             fn = njit(_inlining(6))
             assert fn(a) == sum(sum(v if v > 0 else -1 if v < -1 else 0 for v in a[:i]) for i in (6, 5, 4))
-            asm.append(re.sub(r"caller\S*", "caller", fn.inspect_asm(fn.signatures[0])))
+            # numba's serial number in the function's name, and the size of a string holding the name, move with
+            # how many functions the process compiled before
+            asm.append(re.sub(r"caller\S*( \d+)?", "caller", fn.inspect_asm(fn.signatures[0])))
         finally:
             inline_closurecall.copy = installed
     assert asm[0] == asm[1]
