@@ -1,6 +1,5 @@
 """The `moesim` command line."""
 
-from __future__ import annotations
 
 import gc
 import os

@@ -1,12 +1,10 @@
 """`moesim sim mrc`: exact hit rates at every capacity in one command, the reference lines, and the
 best per-layer split of a slot budget."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Optional
 
-import polars as pl
 import typer
 
 import moesim
@@ -58,6 +56,8 @@ def mrc(
     rows = [{**r.as_dict(), "per_layer_hits": r.per_layer_hits} for rs in curves.values() for r in rs
             if sizes is None or r.capacity in sizes]
     if plot is not None:
+        import polars as pl
+
         moesim.plot(pl.DataFrame(rows).drop("per_layer_hit_rate"), "hitrate-vs-capacity", plot,
                     source=f"{trace.meta.model or 'trace'} routing ({trace_path.name}), {scope}, {semantics} semantics")
     if as_json:

@@ -1,14 +1,13 @@
 """Command-line options several commands share that are not settings (the settings' options are generated
 from their declaration: ``moesim.cli.settings``)."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from moesim.tracegen.io import trace_file
+from moesim.tracegen.trace import trace_file
 
 Force = Annotated[bool, typer.Option("--force", help="Replace OUT if it exists (else an existing file is refused).")]
 TracePath = Annotated[Path, typer.Argument(metavar="TRACE", callback=trace_file,

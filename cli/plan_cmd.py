@@ -1,6 +1,5 @@
 """`moesim plan`: each execution strategy for a model on a machine, ranked by tokens/s within its memory."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,7 +12,7 @@ from moesim.cli.settings import Asked, takes
 from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, run_with
 from moesim.files import check_output
 from moesim.sim.config import DTYPES as FORMATS
-from moesim.tracegen.io import trace_file
+from moesim.tracegen.trace import trace_file
 
 
 @takes([*PLAN_SETTINGS, "dtype"], listed=("dtype",),

@@ -1,6 +1,5 @@
 """`moesim calibrate`, `moesim replay`, `moesim validate`: the simulator against this machine."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Optional
@@ -14,7 +13,7 @@ from moesim.cli.options import TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.replay.run import REPLAY_SETTINGS
 from moesim.sim.strategies import get_strategy
-from moesim.tracegen.io import trace_file
+from moesim.tracegen.trace import trace_file
 
 Layers = Annotated[Optional[int], typer.Option(help="Keep only the first N MoE layers (recorded in the output).")]
 Scale = Annotated[float, typer.Option(help="Multiply the model's widths by S (0 < S <= 1; recorded).")]

@@ -2,12 +2,10 @@
 table CI guards. Options are the settings' declarations (``moesim.cli.settings``); runs go through the
 public API."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Optional
 
-import polars as pl
 import typer
 
 import moesim
@@ -118,6 +116,8 @@ def golden(
 
     Example: moesim sim golden --update
     """
+    import polars as pl
+
     from moesim.experiments.golden import diff, golden_table, write_golden
 
     if not path.exists() and not update:

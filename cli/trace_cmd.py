@@ -1,6 +1,5 @@
 """`moesim trace ...`: import, synthesise and describe routing traces."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,11 +12,10 @@ from moesim.errors import MoesimError
 from moesim.files import check_output
 from moesim.tracegen.models import get_model
 from moesim.tracegen.fit import compare, fit_locality
-from moesim.tracegen.importers import FORMATS, import_trace
-from moesim.tracegen.io import load_trace, stored_columns, trace_file, write_trace
-from moesim.tracegen.schema import TraceMeta
+from moesim.tracegen.schema import FORMATS, TraceMeta
 from moesim.tracegen.stats import summary, trace_stats
 from moesim.tracegen.synth import Locality, synth_trace
+from moesim.tracegen.trace import trace_file
 
 app = typer.Typer(help="Import, synthesise and describe routing traces.", no_args_is_help=True,
                   rich_markup_mode="markdown")
@@ -35,6 +33,8 @@ def import_(
 
     Example: moesim trace import gsm8k_2_routing.jsonl --format vllm-jsonl --model mixtral-8x7b --out t.parquet
     """
+    from moesim.tracegen.importers import import_trace
+
     check_output(out, "trace", force=force, inputs=(src,))
     trace, dropped = import_trace(src, fmt, out, model)
     if dropped:
@@ -110,6 +110,8 @@ def synth(
 
     Example: moesim trace synth --model olmoe-1b-7b --sequences 100 --tokens 512 --seed 1 --out olmoe-synth.parquet
     """
+    from moesim.tracegen.io import load_trace, write_trace
+
     check_output(out, "trace", force=force, inputs=(like,))
     real = load_trace(like) if like else None
     if real:
@@ -156,6 +158,8 @@ def info(
 
     Example: moesim trace info t.parquet --json
     """
+    from moesim.tracegen.io import load_trace, stored_columns
+
     info_ = summary(load_trace(trace_path), stored_columns(trace_path))
     if as_json:
         emit_json(info_)

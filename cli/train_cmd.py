@@ -1,6 +1,5 @@
 """`moesim train ...`: fit learned policies from a routing trace."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
@@ -8,7 +7,7 @@ from typing import Annotated
 import typer
 
 from moesim.errors import MoesimError
-from moesim.tracegen.io import trace_file
+from moesim.tracegen.trace import trace_file
 from moesim.cli.console import console, emit_json, table
 from moesim.cli.options import Force
 from moesim.files import check_output

@@ -11,8 +11,7 @@ change some of its settings with keywords. Each function takes the settings its 
 from __future__ import annotations
 
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
 from moesim.sim.config import RUN_SETTINGS, Config
@@ -22,6 +21,9 @@ from moesim.sim.hits import HitRate
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.synth import Locality
 from moesim.tracegen.trace import Trace
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -294,8 +296,9 @@ def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baselin
     from moesim.plots.results import plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
 
-    frame = results if isinstance(results, pl.DataFrame) else read_results(results)
-    source = source or ("results" if isinstance(results, pl.DataFrame) else str(results))
+    given = not isinstance(results, (str, Path))  # a frame
+    frame = results if given else read_results(results)
+    source = source or ("results" if given else str(results))
     if kind in SERVE_KINDS:
         return plot_serving(frame, kind, out, source)
     return plot_results(frame, kind, out, baseline, capacity, source)

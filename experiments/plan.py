@@ -28,7 +28,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.sim.config import Config
-from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_des
+from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
 from moesim.sim.machine import Hardware
 from moesim.sim.memory import DoesNotFit
 from moesim.sim.strategies import ON_CPU, ON_GPU, get_strategy
@@ -79,12 +79,13 @@ class Plan:
 
 def plan_trace(model: ModelSpec, path: str | Path | None, sequences: int, seed: int = 0) -> tuple[Trace, str]:
     """The trace a plan simulates, and its name: ``path``, the bundled Mixtral trace, or synthetic."""
-    from moesim.tracegen.io import bundled_trace_path, load_trace
     from moesim.tracegen.synth import Locality, synth_trace
 
-    if path is not None:
-        return load_trace(path), str(path)
-    if model.name == "mixtral-8x7b":
+    if path is not None or model.name == "mixtral-8x7b":
+        from moesim.tracegen.io import bundled_trace_path, load_trace  # polars, imported only to read a file
+
+        if path is not None:
+            return load_trace(path), str(path)
         return load_trace(bundled_trace_path()), "bundled Mixtral-8x7B GSM8K trace"
     trace = synth_trace(model.num_layers, model.num_experts, model.top_k, sequences, SYNTH_TOKENS, seed, Locality(),
                         0, model.name, model.trace_meta())
@@ -120,7 +121,7 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
                    machine_spec=hw, shared=Shared(tr))
         prepared, short = _prepare(out, config.replace(model=spec.name,
                                                        warmup=1 if tr.num_sequences > wl.batch else 0), dtypes)
-    out.results = [p.simulate() for p in prepared]
+    out.results = simulate_all(prepared)
     if not out.results:
         raise MoesimError(_nothing_fits(spec, hw, short) if short else f"no strategy runs {spec.name}: "
                           + "; ".join(f"{s['strategy']} ({s['dtype']}): {s['reason']}" for s in out.skipped[:3]))

@@ -34,17 +34,16 @@ def make_state(ctx) -> State:
     if source is not None and (source.meta.num_experts != ctx.num_experts or experts.shape[1] != ctx.num_layers):
         raise MoesimError(f"pin trace has {experts.shape[1]} layers x {source.meta.num_experts} experts, "
                           f"the simulated trace {ctx.num_layers} x {ctx.num_experts}")
-    layers = np.broadcast_to(np.arange(ctx.num_layers)[None, :, None], experts.shape)
-    routed = experts >= 0
-    counts = np.bincount((layers * ctx.num_experts + experts)[routed], minlength=ctx.num_objects)
+    counts = np.empty((ctx.num_layers, ctx.num_experts), np.int64)  # a layer at a time: no index array the trace's
+    for layer in range(ctx.num_layers):                                # size (-1, no expert, is counted apart)
+        counts[layer] = np.bincount(experts[:, layer].ravel() + 1, minlength=ctx.num_experts + 1)[1:]
     pinned = np.zeros(ctx.num_objects, np.float64)
     if ctx.per_layer:
-        by_layer = counts.reshape(ctx.num_layers, ctx.num_experts)
-        order = np.argsort(-by_layer, axis=1, kind="stable")
+        order = np.argsort(-counts, axis=1, kind="stable")
         top = np.arange(ctx.num_experts)[None, :] < ctx.slots[:, None]  # each layer's first C_l
         pinned[(np.arange(ctx.num_layers)[:, None] * ctx.num_experts + order)[top]] = 1.0
     else:
-        pinned[np.argsort(-counts, kind="stable")[:ctx.slots[0]]] = 1.0
+        pinned[np.argsort(-counts.ravel(), kind="stable")[:ctx.slots[0]]] = 1.0
     return State(pinned)
 
 

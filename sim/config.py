@@ -495,14 +495,14 @@ class Config:
         """This configuration with the flat settings given changed (a parameter must suit its policy,
         prefetcher or strategy)."""
         parts = {name: {} for name in SECTIONS}
-        params = {section: dict(getattr(self, section).params) for section in OWNERS}
+        params = {}  # the sections whose parameters change: their new ones
         for key, value in settings.items():
             owner = next((section for section, (_, names) in OWNERS.items() if key in names), None)
             if key in SETTINGS:
                 section, name = SETTINGS[key]
                 parts[section][name] = value
             elif owner is not None:
-                params[owner][key] = value
+                params.setdefault(owner, dict(getattr(self, owner).params))[key] = value
             else:
                 raise MoesimError(f"unknown setting {key!r} (known: {', '.join(SETTINGS)}, "
                                   f"{', '.join(CACHE_PARAMS + PREFETCH_PARAMS + STRATEGY_PARAMS)})")
@@ -510,9 +510,12 @@ class Config:
         for section, (setting, _) in OWNERS.items():
             current = getattr(getattr(self, section), SETTINGS[setting][1])
             if settings.get(setting, current) != current:
-                params[section] = {k: v for k, v in params[section].items() if k in settings}
-            parts[section]["params"] = params[section]
-        return Config(**{name: replace(getattr(self, name), **parts[name]) for name in SECTIONS})
+                params[section] = {k: v for k, v in params.get(section, {}).items() if k in settings}
+            if section in params:
+                parts[section]["params"] = params[section]
+        # a section nothing changes is kept as it is (they are frozen)
+        return Config(**{name: replace(getattr(self, name), **parts[name]) if parts[name] else getattr(self, name)
+                         for name in SECTIONS})
 
     def flat(self) -> dict:
         """Every setting under its flat name, the policy's and prefetcher's parameters included."""

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from concurrent.futures import as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -173,6 +173,15 @@ class Prepared:
         return result
 
 
+def simulate_all(prepared: list[Prepared]) -> list[DesResult]:
+    """Each prepared run simulated, in its order, on a thread per core: the loop releases the GIL (a plan's runs
+    take half the time on two cores). Each run's loop is chosen here first: threads would bind it twice."""
+    for p in prepared:
+        p.run.loop  # noqa: B018 (chosen now, in this thread)
+    with ThreadPoolExecutor(max(1, min(len(prepared), os.cpu_count() or 1))) as pool:
+        return list(pool.map(Prepared.simulate, prepared))
+
+
 def prepare_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
                 decisions: bool = False, shared: Shared | None = None, build: int = LEAN) -> Prepared:
     """``simulate_des`` up to its loop: the run checked, sized, timed and built, its predictions judged (``build``:
@@ -204,7 +213,7 @@ class BatchRows(RowSource):
     @cached_property
     def quality(self) -> tuple[float | None, float | None]:
         """The predictions' precision and recall (``_prediction_quality``)."""
-        return _prediction_quality(self.req, self.pred, self.preload, self.preload_at)
+        return _prediction_quality(self.req, self.pred, self.preload, self.preload_at, self.trace.meta.num_experts)
 
     def footprint(self, trace: Trace, config: Config) -> tuple[float, int, bool]:
         wl, req = config.workload, self.req
@@ -400,7 +409,7 @@ def _preloads(req, scores, slots, scope, num_experts):
     n_groups = req.group_offsets.size - 1
     n_layers = scores.shape[1]
     capacity = int(slots.max())
-    width = max(capacity, 1)
+    width = max(min(capacity, num_experts), 1)  # a layer's set holds at most its experts, whatever the pool's size
     sets = np.full((n_groups, n_layers, width), -1, np.int16)
     at = np.full(req.num_rows, -1, np.int64)
     for g in range(n_groups):
@@ -424,30 +433,45 @@ def _preloads(req, scores, slots, scope, num_experts):
     return sets, at
 
 
-def _prediction_quality(req, pred, preload, preload_at) -> tuple[float | None, float | None]:
+def _prediction_quality(req, pred, preload, preload_at, num_experts: int) -> tuple[float | None, float | None]:
     """Precision |P∩R|/|P| and recall |P∩R|/|R| of the predictions, over the decode cells that have one
     (a preload is judged against the union its batch then decodes, per layer)."""
     if pred.shape[2] > 0:
-        truth, guess = req.experts, pred
-        cells = (guess[..., 0] >= 0) & (req.kind == DECODE)[:, None]
+        cells = (pred[..., 0] >= 0) & (req.kind == DECODE)[:, None]
+        both, predicted, actual = _overlap(pred, req.experts, cells)
     elif preload.shape[2] > 0:
-        groups = np.flatnonzero(preload_at >= 0)
-        num_experts = int(max(req.experts.max(), preload.max())) + 1
-        truth = np.full((groups.size, req.experts.shape[1], num_experts), -1, np.int16)
-        for i, row in enumerate(groups):
-            g = preload_at[row]
-            rows = np.arange(row, req.group_offsets[g + 1])
-            used = np.zeros((req.experts.shape[1], num_experts + 1), bool)
-            layer = np.broadcast_to(np.arange(req.experts.shape[1])[None, :, None], req.experts[rows].shape)
-            used[layer.ravel(), req.experts[rows].ravel()] = True
-            used = used[:, :num_experts]
-            truth[i] = np.where(used, np.arange(num_experts), -1)
-        guess = preload[preload_at[groups]]
-        cells = guess[..., 0] >= 0
+        both, predicted, actual = _preload_overlap(req.experts, req.group_offsets, preload_at, preload, num_experts)
     else:
         return None, None
-    both, predicted, actual = _overlap(guess, truth, cells)
     return (both / predicted if predicted else None), (both / actual if actual else None)
+
+
+@njit(cache=True)
+def _preload_overlap(experts, group_offsets, preload_at, preload, num_experts):
+    """Over each preloaded batch's layers with a preload set P: Σ|P ∩ U|, Σ|P|, Σ|U|, U the experts the batch runs
+    in that layer from the preload's row to its end."""
+    both = predicted = actual = 0
+    used = np.zeros(num_experts, np.bool_)
+    for row in range(experts.shape[0]):
+        g = preload_at[row]
+        if g < 0:
+            continue
+        for layer in range(experts.shape[1]):
+            if preload[g, layer, 0] < 0:
+                continue
+            for e in range(num_experts):
+                used[e] = False
+            for r in range(row, group_offsets[g + 1]):
+                for j in range(experts.shape[2]):
+                    e = experts[r, layer, j]
+                    if e >= 0 and not used[e]:
+                        used[e] = True
+                        actual += 1
+            for i in range(preload.shape[2]):
+                if preload[g, layer, i] >= 0:
+                    predicted += 1
+                    both += used[preload[g, layer, i]]
+    return both, predicted, actual
 
 
 @njit(cache=True)

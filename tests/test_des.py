@@ -306,3 +306,18 @@ def test_a_reset_per_sequence_empties_the_cache_as_in_the_hit_rate_engine(mixtra
     for policy in ("lru", "belady"):
         des = simulate(mixtral, model=spec, hardware=HW, policy=policy, capacity=4, reset=True)
         assert des.hits == hitrate(mixtral, policy, 4, reset=True).hits
+
+
+def test_runs_simulated_on_threads_give_each_run_its_own_result_in_order(mixtral):
+    from moesim.sim.config import Config
+    from moesim.sim.des import Shared, prepare_des, simulate_all, simulate_des
+
+    hw, spec, shared = Hardware("test", GPU_, LINK), model_for_trace(mixtral.meta), Shared(mixtral)
+    configs = [Config.build(policy=p, capacity=c, prefetch=f) for p, c, f in
+               (("lru", 2, "none"), ("lfu", 4, "oracle"), ("lru", 6, "history"), ("fifo", 3, "popular"), ("lru", 0, "none"))]
+    alone = [simulate_des(mixtral, c, spec, hw) for c in configs]
+    together = simulate_all([prepare_des(mixtral, c, spec, hw, shared=shared) for c in configs])
+    for a, b in zip(alone, together, strict=True):
+        assert (a.hits, a.loads, a.prefetch_loads, a.tpot_s, a.prefetch_precision) == \
+               (b.hits, b.loads, b.prefetch_loads, b.tpot_s, b.prefetch_precision)
+    assert len({r.hits for r in together}) == len(configs)  # five different runs, each with its own numbers

@@ -218,3 +218,73 @@ def test_policy_state_is_named(policy, mixtral):
             lanes = path.make(ctx, 8)
             assert type(lanes)._fields and all(isinstance(getattr(lanes, f), (np.ndarray, np.integer))
                                                for f in type(lanes)._fields), policy
+
+
+def test_static_pins_each_layers_top_c_of_the_request_rows_by_count_ties_to_the_lower_id():
+    from types import SimpleNamespace
+    from moesim.policies import static
+
+    rng = np.random.default_rng(3)
+    rows = rng.integers(-1, 6, (40, 3, 4)).astype(np.int16)  # request rows: -1 is no expert
+    rows[:, 2, :] = [0, 5, 5, -1]  # layer 2: 5 twice as often as 0, the rest never
+    slots = np.array([2, 3, 3])
+    ctx = SimpleNamespace(params={"pin_trace": None}, experts=rows, num_layers=3, num_experts=6, num_objects=18,
+                          per_layer=True, slots=slots)
+    pinned = static.make_state(ctx).pinned.reshape(3, 6)
+    for layer in range(3):
+        count = {e: int((rows[:, layer] == e).sum()) for e in range(6)}
+        best = sorted(range(6), key=lambda e: (-count[e], e))[:slots[layer]]
+        assert sorted(np.flatnonzero(pinned[layer])) == sorted(best), layer
+    assert pinned[2].tolist() == [1, 1, 0, 0, 0, 1]  # 5, 0, then the lowest id of those never run
+    ctx.per_layer, ctx.slots = False, np.array([4])
+    pool = static.make_state(ctx).pinned
+    count = {(l, e): int((rows[:, l] == e).sum()) for l in range(3) for e in range(6)}
+    best = sorted(count, key=lambda le: (-count[le], le[0] * 6 + le[1]))[:4]
+    assert sorted(np.flatnonzero(pool)) == sorted(l * 6 + e for l, e in best)
+
+
+def _history_reference(experts, seq_offsets, num_experts):
+    """The history prefetcher's predictions from its docstring: conditional probabilities of j at layer l given i at
+    layer l-1 of the token (cross) and given i at layer l of the previous token (prev), the score of j the sum
+    over the token's experts at l-1 and the previous token's at l, the k best above 0, ties to the lower id."""
+    n_rows, n_layers, k = experts.shape
+    cross = np.zeros((n_layers, num_experts, num_experts))
+    prev = np.zeros((n_layers, num_experts, num_experts))
+    for s in range(len(seq_offsets) - 1):
+        for row in range(seq_offsets[s], seq_offsets[s + 1]):
+            for layer in range(n_layers):
+                for i in experts[row, layer]:
+                    if layer + 1 < n_layers:
+                        for j in experts[row, layer + 1]:
+                            cross[layer + 1, i, j] += 1
+                    if row + 1 < seq_offsets[s + 1]:
+                        for j in experts[row + 1, layer]:
+                            prev[layer, i, j] += 1
+    for table in (cross, prev):
+        totals = table.sum(axis=2, keepdims=True)
+        np.divide(table, totals, out=table, where=totals > 0)
+    out = np.full(experts.shape, -1, np.int16)
+    for s in range(len(seq_offsets) - 1):
+        for row in range(seq_offsets[s], seq_offsets[s + 1]):
+            for layer in range(n_layers):
+                score = [0.0] * num_experts
+                for e in range(num_experts):
+                    if layer > 0:
+                        for i in experts[row, layer - 1]:
+                            score[e] += cross[layer, i, e]
+                    if row > seq_offsets[s]:
+                        for i in experts[row - 1, layer]:
+                            score[e] += prev[layer, i, e]
+                best = [e for e in sorted(range(num_experts), key=lambda e: (-score[e], e)) if score[e] > 0][:k]
+                out[row, layer, :len(best)] = best
+    return out
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), experts=st.integers(2, 12), top_k=st.integers(1, 3))
+def test_history_predicts_as_its_definition_says(seed, experts, top_k):
+    from moesim.policies.prefetch import history
+
+    trace = small(seed, layers=3, experts=experts, top_k=min(top_k, experts), sequences=3, tokens=12)
+    want = _history_reference(trace.experts, trace.seq_offsets, experts)
+    assert np.array_equal(history.predict(trace, {"train_trace": None}), want)

@@ -23,9 +23,8 @@ from moesim.errors import MoesimError
 from moesim.tracegen.models import get_model
 from moesim.tracegen.import_sglang import import_sglang
 from moesim.tracegen.io import ORIGIN, TraceWriter, trace_from_frame
-from moesim.tracegen.schema import DECODE, TraceMeta
+from moesim.tracegen.schema import DECODE, FORMATS, TraceMeta
 
-FORMATS = ("vllm-jsonl", "sglang", "csv")
 BATCH_LINES = 1 << 20
 
 _VLLM_SCHEMA = {

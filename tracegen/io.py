@@ -11,7 +11,7 @@ import polars as pl
 from moesim.errors import MoesimError, first_line
 from moesim.files import atomic_output
 from moesim.tracegen.schema import COLUMNS, METADATA_KEY, NULLABLE, REQUIRED, TraceMeta
-from moesim.tracegen.trace import Trace
+from moesim.tracegen.trace import BUNDLED, Trace, bundled_trace_path, trace_file  # noqa: F401 (read here by callers)
 
 ORIGIN = "_origin"  # optional frame column: the input row or line each record came from
 _TYPES = {"int8": pl.Int8(), "int16": pl.Int16(), "int32": pl.Int32(), "float32": pl.Float32()}
@@ -328,20 +328,3 @@ def _lists(values: np.ndarray, null_rows: np.ndarray | None) -> pl.Series:
     if null_rows is not None and null_rows.any():
         series = series.set(pl.Series(null_rows), None)
     return series
-
-
-BUNDLED = "bundled"  # the name that stands for the shipped trace, wherever a trace file is asked for
-
-
-def trace_file(path: str | Path | None) -> Path | None:
-    """The file a trace argument names: ``bundled`` is the shipped trace (a file of that name: ``./bundled``);
-    none given, None."""
-    if path is None:
-        return None
-    return bundled_trace_path() if str(path) == BUNDLED else Path(path)
-
-
-def bundled_trace_path() -> Path:
-    """The real Mixtral-8x7B GSM8K routing trace shipped with moesim (its source: docs/commands.md, "The bundled
-    real trace")."""
-    return Path(__file__).parent / "data" / "mixtral-8x7b-gsm8k.parquet"

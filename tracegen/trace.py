@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -161,3 +162,20 @@ def _first_bad(mask: np.ndarray, describe) -> None:
     """Raise with describe(*index) for the first True cell of mask, in row-major order."""
     if mask.any():
         raise MoesimError(describe(*(int(i) for i in np.unravel_index(np.argmax(mask), mask.shape))))
+
+
+BUNDLED = "bundled"  # the name that stands for the shipped trace, wherever a trace file is asked for
+
+
+def trace_file(path: str | Path | None) -> Path | None:
+    """The file a trace argument names: ``bundled`` is the shipped trace (a file of that name: ``./bundled``);
+    none given, None."""
+    if path is None:
+        return None
+    return bundled_trace_path() if str(path) == BUNDLED else Path(path)
+
+
+def bundled_trace_path() -> Path:
+    """The real Mixtral-8x7B GSM8K routing trace shipped with moesim (its source: docs/commands.md, "The bundled
+    real trace")."""
+    return Path(__file__).parent / "data" / "mixtral-8x7b-gsm8k.parquet"

@@ -59,26 +59,43 @@ def apply(experts, seq_offsets, cross, prev):
     num_experts = cross.shape[1]
     out = np.full((n_rows, n_layers, k), -1, np.int16)
     score = np.empty(num_experts)
-    for s in range(seq_offsets.shape[0] - 1):
-        for row in range(seq_offsets[s], seq_offsets[s + 1]):
-            for layer in range(n_layers):
+    top_score = np.empty(k)
+    for layer in range(n_layers):  # layer by layer: its two tables stay in cache while every row reads them
+        for s in range(seq_offsets.shape[0] - 1):
+            for row in range(seq_offsets[s], seq_offsets[s + 1]):
                 for e in range(num_experts):
                     score[e] = 0.0
                 if layer > 0:
                     for a in range(k):
-                        for e in range(num_experts):
-                            score[e] += cross[layer, experts[row, layer - 1, a], e]
+                        add_row(score, cross[layer, experts[row, layer - 1, a]])
                 if row > seq_offsets[s]:
                     for a in range(k):
-                        for e in range(num_experts):
-                            score[e] += prev[layer, experts[row - 1, layer, a], e]
-                for j in range(k):
-                    best = 0
-                    for e in range(1, num_experts):
-                        if score[e] > score[best]:
-                            best = e
-                    if score[best] <= 0.0:
-                        break
-                    out[row, layer, j] = best
-                    score[best] = -1.0
+                        add_row(score, prev[layer, experts[row - 1, layer, a]])
+                top_k(score, k, top_score, out[row, layer])
     return out
+
+
+@njit(cache=True)
+def add_row(score, row):
+    """score += row, over a 1-d view: a loop LLVM vectorises (indexing the 3-d table inside it, it did not)."""
+    for e in range(score.shape[0]):
+        score[e] += row[e]
+
+
+@njit(cache=True)
+def top_k(score, k, top_score, top):
+    """The k best-scored ids with a score above 0 into ``top`` (best first, ties to the lower id; -1 past the
+    last), in one pass: an id enters the sorted list only above its k-th, behind those that score the same."""
+    n = 0
+    for e in range(score.shape[0]):
+        s = score[e]
+        if s <= 0.0 or (n == k and s <= top_score[k - 1]):
+            continue
+        i = min(n, k - 1)
+        while i > 0 and top_score[i - 1] < s:  # move the lower scores down a place
+            top_score[i] = top_score[i - 1]
+            top[i] = top[i - 1]
+            i -= 1
+        top_score[i] = s
+        top[i] = e
+        n = min(n + 1, k)
