@@ -10,7 +10,8 @@ import polars as pl
 
 from moesim.cli.console import console, table, working
 from moesim.experiments.plan import ALL_ON_GPU, run_with
-from moesim.tracegen.io import bundled_trace_path, load_trace
+from moesim.tracegen.io import load_trace
+from moesim.tracegen.trace import bundled_trace_path
 from moesim.plots.trace import plot_activations
 from moesim.tracegen.stats import REUSE_BUCKETS, trace_stats
 

@@ -85,7 +85,7 @@ def bundled_trace() -> Path:
     >>> moesim.bundled_trace().name
     'mixtral-8x7b-gsm8k.parquet'
     """
-    from moesim.tracegen.io import bundled_trace_path
+    from moesim.tracegen.trace import bundled_trace_path
 
     return bundled_trace_path()
 

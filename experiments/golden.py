@@ -17,7 +17,8 @@ from moesim.files import atomic_output
 from moesim.policies import POLICIES
 from moesim.sim.config import SCOPES, SEMANTICS, CacheConfig
 from moesim.sim.hitrate import simulate
-from moesim.tracegen.io import bundled_trace_path, load_trace
+from moesim.tracegen.io import load_trace
+from moesim.tracegen.trace import bundled_trace_path
 from moesim.tracegen.synth import synth_trace
 
 GOLDEN_POLICIES = tuple(p for p in POLICIES if p != "ml-ffn")

@@ -80,9 +80,10 @@ class Plan:
 def plan_trace(model: ModelSpec, path: str | Path | None, sequences: int, seed: int = 0) -> tuple[Trace, str]:
     """The trace a plan simulates, and its name: ``path``, the bundled Mixtral trace, or synthetic."""
     from moesim.tracegen.synth import Locality, synth_trace
+    from moesim.tracegen.trace import bundled_trace_path
 
     if path is not None or model.name == "mixtral-8x7b":
-        from moesim.tracegen.io import bundled_trace_path, load_trace  # polars, imported only to read a file
+        from moesim.tracegen.io import load_trace  # polars, imported only to read a file
 
         if path is not None:
             return load_trace(path), str(path)

@@ -173,7 +173,7 @@ def _resolve(spec: Path, key: str, value):
 
 
 def _traces(path: Path, patterns) -> list[str]:
-    from moesim.tracegen.io import BUNDLED, trace_file
+    from moesim.tracegen.trace import BUNDLED, trace_file
 
     if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
         raise MoesimError(f"{path}: 'traces' must be a non-empty list of paths or globs")

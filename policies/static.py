@@ -17,6 +17,7 @@ from numba import njit
 
 from moesim.errors import MoesimError
 from moesim.policies.base import hooks, min_key_slot
+from moesim.tracegen.stats import layer_counts
 
 NAME = "static"
 PARAMS = {"pin_trace": None}  # the trace whose popularity is pinned (None: the simulated one)
@@ -34,9 +35,7 @@ def make_state(ctx) -> State:
     if source is not None and (source.meta.num_experts != ctx.num_experts or experts.shape[1] != ctx.num_layers):
         raise MoesimError(f"pin trace has {experts.shape[1]} layers x {source.meta.num_experts} experts, "
                           f"the simulated trace {ctx.num_layers} x {ctx.num_experts}")
-    counts = np.empty((ctx.num_layers, ctx.num_experts), np.int64)  # a layer at a time: no index array the trace's
-    for layer in range(ctx.num_layers):                                # size (-1, no expert, is counted apart)
-        counts[layer] = np.bincount(experts[:, layer].ravel() + 1, minlength=ctx.num_experts + 1)[1:]
+    counts = layer_counts(experts, ctx.num_experts)
     pinned = np.zeros(ctx.num_objects, np.float64)
     if ctx.per_layer:
         order = np.argsort(-counts, axis=1, kind="stable")

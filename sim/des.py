@@ -438,7 +438,7 @@ def _prediction_quality(req, pred, preload, preload_at, num_experts: int) -> tup
     (a preload is judged against the union its batch then decodes, per layer)."""
     if pred.shape[2] > 0:
         cells = (pred[..., 0] >= 0) & (req.kind == DECODE)[:, None]
-        both, predicted, actual = _overlap(pred, req.experts, cells)
+        both, predicted, actual = _overlap(pred, req.experts, cells, num_experts)
     elif preload.shape[2] > 0:
         both, predicted, actual = _preload_overlap(req.experts, req.group_offsets, preload_at, preload, num_experts)
     else:
@@ -475,24 +475,26 @@ def _preload_overlap(experts, group_offsets, preload_at, preload, num_experts):
 
 
 @njit(cache=True)
-def _overlap(guess, truth, cells):
-    """Over the cells set in ``cells``: Σ|guess ∩ truth|, Σ|guess|, Σ|truth| (-1 entries are none)."""
+def _overlap(guess, truth, cells, num_experts):
+    """Over the cells set in ``cells``: Σ|guess ∩ truth|, Σ|guess|, Σ|truth| (-1 entries are none), the cell's truth
+    marked in a bitmap and unmarked after."""
     both = predicted = actual = 0
+    seen = np.zeros(num_experts, np.bool_)
     for r in range(guess.shape[0]):
         for layer in range(guess.shape[1]):
             if not cells[r, layer]:
                 continue
             for j in range(truth.shape[2]):
-                actual += truth[r, layer, j] >= 0
+                if truth[r, layer, j] >= 0:
+                    actual += 1
+                    seen[truth[r, layer, j]] = True
             for i in range(guess.shape[2]):
-                g = guess[r, layer, i]
-                if g < 0:
-                    continue
-                predicted += 1
-                for j in range(truth.shape[2]):
-                    if truth[r, layer, j] == g:
-                        both += 1
-                        break
+                if guess[r, layer, i] >= 0:
+                    predicted += 1
+                    both += seen[guess[r, layer, i]]
+            for j in range(truth.shape[2]):
+                if truth[r, layer, j] >= 0:
+                    seen[truth[r, layer, j]] = False
     return both, predicted, actual
 
 

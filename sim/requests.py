@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit
 
 from moesim.tracegen.schema import DECODE, PREFILL
+from moesim.tracegen.stats import layer_counts
 from moesim.tracegen.trace import Trace
 
 
@@ -138,11 +139,7 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0, prompt: int =
 
 def expert_choices(trace: Trace) -> np.ndarray:
     """float64 [L, E]: how often the trace chose each expert in each layer."""
-    n_layers, num_experts = trace.meta.num_layers, trace.meta.num_experts
-    layer = np.broadcast_to(np.arange(n_layers)[None, :, None], trace.experts.shape)
-    routed = trace.experts >= 0
-    return np.bincount((layer * num_experts + trace.experts)[routed],
-                       minlength=n_layers * num_experts).reshape(n_layers, num_experts).astype(np.float64)
+    return layer_counts(trace.experts, trace.meta.num_experts).astype(np.float64)
 
 
 def prompt_routing(chosen: np.ndarray, top_k: int, tokens: int, width: int) -> tuple[np.ndarray, np.ndarray]:

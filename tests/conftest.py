@@ -11,7 +11,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest  # noqa: E402
 
-from moesim.tracegen.io import bundled_trace_path, load_trace  # noqa: E402
+from moesim.tracegen.io import load_trace  # noqa: E402
+from moesim.tracegen.trace import bundled_trace_path  # noqa: E402
 
 SHARED_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mixtral-8x7b" / "gsm8k_2_routing.jsonl"
 

@@ -56,7 +56,7 @@ def test_errors_name_keyword_arguments_in_python_and_options_on_the_command_line
 
     import moesim
     from moesim.errors import MoesimError
-    from moesim.tracegen.io import bundled_trace_path
+    from moesim.tracegen.trace import bundled_trace_path
 
     with pytest.raises(MoesimError) as refused:
         moesim.simulate(mixtral, hardware="rtx4090", capacity=4)

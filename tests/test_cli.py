@@ -69,7 +69,7 @@ def test_synth_then_info(cli, tmp_path):
 
 
 def test_synth_like_reports_the_comparison(cli, tmp_path):
-    from moesim.tracegen.io import bundled_trace_path
+    from moesim.tracegen.trace import bundled_trace_path
 
     code, out, _ = cli("trace", "synth", "--like", bundled_trace_path(), "--seed", "1", "--out", tmp_path / "s.parquet")
     assert code == 0 and "fitted: layer_alpha=" in out and "LRU hit rate, C=2" in out

@@ -96,7 +96,7 @@ def test_equal_configurations_hash_alike_and_ids_tell_them_apart():
 
 
 def test_policy_parameters_on_the_command_line_go_to_the_policies_that_take_them(cli, tmp_path):
-    from moesim.tracegen.io import bundled_trace_path
+    from moesim.tracegen.trace import bundled_trace_path
 
     code, _, err = cli("sim", "hitrate", bundled_trace_path(), "--policy", "lru,fifo", "--gamma", "0.5")
     assert code == 1 and "gamma: no policy or prefetcher of this run takes it" in err
@@ -111,7 +111,7 @@ def test_policy_parameters_on_the_command_line_go_to_the_policies_that_take_them
 def test_sim_run_saves_and_starts_from_a_configuration_file(cli, tmp_path):
     import json
 
-    from moesim.tracegen.io import bundled_trace_path
+    from moesim.tracegen.trace import bundled_trace_path
 
     saved = tmp_path / "run.toml"
     args = ("sim", "run", bundled_trace_path(), "--json")

@@ -47,7 +47,8 @@ CASES = [
 
 
 def traces() -> dict:
-    from moesim.tracegen.io import bundled_trace_path, load_trace
+    from moesim.tracegen.io import load_trace
+    from moesim.tracegen.trace import bundled_trace_path
     from moesim.tracegen.synth import synth_trace
 
     olmoe = synth_trace(layers=16, experts=64, top_k=8, sequences=4, tokens=24, seed=11, prompt_tokens=6,

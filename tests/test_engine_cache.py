@@ -84,7 +84,8 @@ def test_one_compilation_serves_every_workload():
     from moesim.sim.des import simulate_des
     from moesim.sim.engine import on_disk
     from moesim.sim.run import bound_loop
-    from moesim.tracegen.io import bundled_trace_path, load_trace
+    from moesim.tracegen.io import load_trace
+    from moesim.tracegen.trace import bundled_trace_path
 
     trace = load_trace(bundled_trace_path())
     for settings in ({}, {"batch": 2}, {"prompt": 64, "prefetch": "oracle", "mode": "commit"}, {"policy": "static"},

@@ -8,7 +8,8 @@ import pytest
 
 from moesim.errors import MoesimError
 from moesim.tracegen.importers import import_trace
-from moesim.tracegen.io import bundled_trace_path, load_trace
+from moesim.tracegen.io import load_trace
+from moesim.tracegen.trace import bundled_trace_path
 
 
 def test_real_mixtral_log(tmp_path, shared_jsonl):

@@ -146,7 +146,7 @@ def test_capacities_and_refusals(mixtral):
 
 @pytest.mark.parametrize("scope,semantics", [("per-layer", "step"), ("global", "sequential")])
 def test_mrc_json_equals_sim_hitrate_json_at_every_capacity(cli, scope, semantics):
-    from moesim.tracegen.io import bundled_trace_path
+    from moesim.tracegen.trace import bundled_trace_path
 
     args = ["--scope", scope, "--semantics", semantics, "--json"]
     code, out, _ = cli("sim", "mrc", bundled_trace_path(), "--policy", "lru,belady,gamma,lfu", "--no-reference", *args)
@@ -171,7 +171,7 @@ def test_mrc_json_equals_sim_hitrate_json_at_every_capacity(cli, scope, semantic
 
 
 def test_mrc_budget_and_errors(cli, tmp_path):
-    from moesim.tracegen.io import bundled_trace_path
+    from moesim.tracegen.trace import bundled_trace_path
 
     code, out, _ = cli("sim", "mrc", bundled_trace_path(), "--policy", "lru", "--budget", "96", "--json")
     assert code == 0

@@ -9,7 +9,7 @@ from matplotlib.image import AxesImage
 
 from figures import overlapping_texts
 from moesim.experiments.sweep import load_spec, run_sweep
-from moesim.tracegen.io import bundled_trace_path
+from moesim.tracegen.trace import bundled_trace_path
 
 # its module-scoped fixtures are built once: its tests run on one worker (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("test_plot")

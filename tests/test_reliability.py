@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from moesim.errors import MoesimError
-from moesim.tracegen.io import bundled_trace_path
+from moesim.tracegen.trace import bundled_trace_path
 
 SMALL = ("--layers", "2", "--experts", "4", "--top-k", "2", "--sequences", "2", "--tokens", "4")
 

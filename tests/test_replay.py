@@ -292,7 +292,7 @@ def test_the_virtual_backend_reproduces_low_bit_copies_and_offloaded_prompts(mix
 
 
 def test_replay_virtual_equals_sim_run_from_the_command_line(cli, mixtral, tmp_path):
-    from moesim.tracegen.io import bundled_trace_path
+    from moesim.tracegen.trace import bundled_trace_path
 
     path = bundled_trace_path()
     for kernel in ("fused", "per-expert"):

@@ -14,7 +14,7 @@ from moesim.sim.config import Config
 from moesim.sim.des import simulate_des
 from moesim.sim.memory import GIB, Footprint, account
 from moesim.sim.serve import simulate_serve
-from moesim.tracegen.io import bundled_trace_path
+from moesim.tracegen.trace import bundled_trace_path
 from moesim.tracegen.schema import TraceMeta
 from moesim.tracegen.synth import synth_trace
 

@@ -11,7 +11,7 @@ from moesim.errors import MoesimError
 from moesim.experiments.plan import PLAN_SETTINGS
 from moesim.replay.run import REPLAY_SETTINGS
 from moesim.sim.config import DECLARED, RUN_SETTINGS, SETTINGS, Config
-from moesim.tracegen.io import bundled_trace_path
+from moesim.tracegen.trace import bundled_trace_path
 
 TRACE = bundled_trace_path()
 # each command that runs a simulation, and the settings it takes

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from moesim.tracegen.io import bundled_trace_path
+from moesim.tracegen.trace import bundled_trace_path
 
 POLICIES = "belady,lru,lfu,fifo,arc,lecar,gamma"
 

@@ -14,7 +14,7 @@ import pytest
 import moesim
 from moesim.errors import MoesimError
 from moesim.experiments.sweep import load_spec, row_id, run_sweep
-from moesim.tracegen.io import bundled_trace_path
+from moesim.tracegen.trace import bundled_trace_path
 
 VOLATILE = ["seconds", "accesses_per_s"]
 
@@ -192,7 +192,7 @@ def test_a_policy_parameter_goes_to_the_rows_whose_policy_takes_it(tmp_path):
 def test_a_configuration_id_follows_the_traces_content_not_its_path(tmp_path):
     import shutil
 
-    from moesim.tracegen.io import bundled_trace_path
+    from moesim.tracegen.trace import bundled_trace_path
 
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()

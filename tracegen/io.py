@@ -11,7 +11,7 @@ import polars as pl
 from moesim.errors import MoesimError, first_line
 from moesim.files import atomic_output
 from moesim.tracegen.schema import COLUMNS, METADATA_KEY, NULLABLE, REQUIRED, TraceMeta
-from moesim.tracegen.trace import BUNDLED, Trace, bundled_trace_path, trace_file  # noqa: F401 (read here by callers)
+from moesim.tracegen.trace import Trace, trace_file
 
 ORIGIN = "_origin"  # optional frame column: the input row or line each record came from
 _TYPES = {"int8": pl.Int8(), "int16": pl.Int16(), "int32": pl.Int32(), "float32": pl.Float32()}

@@ -54,7 +54,7 @@ def trace_stats(trace: Trace, capacities: tuple[int, ...] | None = None) -> Trac
     buckets = np.searchsorted(_BUCKET_EDGES, finite, side="left")
     hist = np.r_[np.bincount(buckets, minlength=len(_BUCKET_EDGES) + 1), np.count_nonzero(distances == 0)]
     stack = _stack_distances(trace.experts, m.num_experts) if capacities else np.zeros(0, np.int64)
-    counts = _layer_counts(trace.experts, m.num_experts)
+    counts = layer_counts(trace.experts, m.num_experts)
     return TraceStats(
         reuse_histogram=hist / max(distances.size, 1),
         mean_reuse_distance=float(finite.mean()) if finite.size else math.nan,
@@ -119,13 +119,15 @@ def _stack_distances(experts, num_experts):
 
 
 @nb.njit(cache=True)
-def _layer_counts(experts, num_experts):
+def layer_counts(experts, num_experts):
+    """How often each expert is routed, per layer (int64 [L, E]), over rows of experts [R, L, k] (-1: none)."""
     rows, layers, k = experts.shape
     counts = np.zeros((layers, num_experts), dtype=np.int64)
     for r in range(rows):
         for layer in range(layers):
             for j in range(k):
-                counts[layer, experts[r, layer, j]] += 1
+                if experts[r, layer, j] >= 0:
+                    counts[layer, experts[r, layer, j]] += 1
     return counts
 
 

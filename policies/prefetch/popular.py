@@ -9,6 +9,7 @@ to pin it instead).
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.tracegen.stats import layer_counts
 
 NAME = "popular"
 KIND = "preload"
@@ -22,6 +23,5 @@ def scores(trace, params) -> np.ndarray:
     if (train.meta.num_layers, train.meta.num_experts) != (n_layers, num_experts):
         raise MoesimError(f"training trace has {train.meta.num_layers} layers x {train.meta.num_experts} experts, "
                           f"the simulated trace {n_layers} x {num_experts}")
-    flat = np.arange(n_layers)[None, :, None] * num_experts + train.experts.astype(np.int64)
-    counts = np.bincount(flat.ravel(), minlength=n_layers * num_experts).reshape(n_layers, num_experts)
+    counts = layer_counts(train.experts, num_experts)
     return np.broadcast_to(counts.astype(np.float64), (trace.num_sequences, n_layers, num_experts))
