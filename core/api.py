@@ -293,12 +293,13 @@ def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baselin
     >>> moesim.plot("fig6.parquet", "hitrate-vs-capacity", "fig6.png")
     PosixPath('fig6.png')
     """
+    import polars as pl
+
     from moesim.plots.results import plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
 
-    given = not isinstance(results, (str, Path))  # a frame
-    frame = results if given else read_results(results)
-    source = source or ("results" if given else str(results))
+    frame = results if isinstance(results, pl.DataFrame) else read_results(results)
+    source = source or ("results" if isinstance(results, pl.DataFrame) else str(results))
     if kind in SERVE_KINDS:
         return plot_serving(frame, kind, out, source)
     return plot_results(frame, kind, out, baseline, capacity, source)

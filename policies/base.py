@@ -56,6 +56,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 from numba import njit, uint64
+from numba.core import types as nbtypes
+from numba.extending import intrinsic
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,22 @@ def lane_at(field, lanes, lane):
     field (``moesim.sim.across``'s lanes): a compile-time offset plus the lane, unsigned, the only address
     form LLVM vectorises a loop over the lanes with."""
     return uint64(field) * lanes + lane
+
+
+@intrinsic
+def prefer_wide_vectors(typingctx):
+    """Marks the function that calls it ``"prefer-vector-width"="512"``. LLVM's tuning for Intel's AVX-512 cores
+    (Skylake-X onward) caps the loop vectoriser at 256-bit vectors, set for the clock penalty 512-bit instructions
+    had on Skylake-era servers; a loop over sixteen int32 lanes or 64 one-byte ranks then takes two instructions
+    where one would do. With the cap lifted ARC's and LeCaR's lanes (``moesim.sim.across``) and LRU's ranks at 128
+    and 160 experts (``moesim.policies.lru_ranks``) ran faster (docs/benchmarks.md); a CPU without AVX-512 ignores
+    it. Not used by ``moesim.sim.lanes``: tried process-wide, LFU's lanes lost speed. llvmlite accepts only its
+    known attribute names, so the string attribute is put into the function's attribute set directly; it is
+    written verbatim into the ``define`` line."""
+    def codegen(context, builder, signature, args):
+        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+    return nbtypes.none(), codegen
 
 
 # the orders a stack algorithm keeps (``Stack.order``); ``moesim.sim.mrc`` moves an object up each

@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from moesim.policies.base import prefer_wide_vectors
+
 LANES, BLOCK = 8, 64  # layers interleaved (``_ranks`` writes its lanes out), ranks per vector block
 
 
@@ -62,6 +64,7 @@ def _ranks(experts, seq_offsets, ranks, hist, num_experts, reset):
     and counts of their own, discarded), every access in trace order: count its rank d in ``hist[layer,
     d]`` (first uses at column E), move the ranks below it down one, put it at 0. The eight lanes are
     written out so that their independent updates sit side by side in one loop body."""
+    prefer_wide_vectors()  # a block of 64 ranks in one vector, not two (128 and 160 experts: 1.4x)
     n_layers, k, blocks = experts.shape[1], experts.shape[2], ranks.shape[1] // BLOCK
     never = ranks[0, 0]
     for g in range(0, ranks.shape[0], LANES):

@@ -5,7 +5,7 @@
 leaves a policy whose access is long and serial (ARC's four lists, LeCaR's two experts and their
 histories) near the engine's speed. Here ``LANES`` layers take the same access (row, rank j)
 together and the policy's loops run over the lanes, so LLVM compiles each to vector instructions:
-one instruction serves all sixteen layers where the CPU has AVX-512 (``_prefer_wide_vectors``),
+one instruction serves all sixteen layers where the CPU has AVX-512 (``prefer_wide_vectors``),
 eight otherwise. A row of the trace is copied (rank, layer)-major as the row before it starts, so
 that the lanes' experts are one contiguous load. The slot loops inside are
 unrolled at compile time: the policy's code sees ``LANES`` and ``WIDTH`` (slots per lane, the largest
@@ -32,11 +32,10 @@ access (row, 0), and ``across_step(window, row, j, g, n_layers, total, block, p)
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
-from moesim.policies.base import Context, FastPath
+from moesim.policies.base import Context, FastPath, prefer_wide_vectors
 from moesim.sim.engine import bind
 
 LANES = 16  # layers served together: one int32 vector with AVX-512, two without (eight: LLVM leaves them scalar)
@@ -71,7 +70,7 @@ def _across_loop(experts, seq_offsets, reset, g, window, block, p):
     """Every access in trace order, in the lanes of group ``g``. Row r's experts of the group's layers
     are copied to ``window[r % 2]`` (rank-major) as row r - 1 begins, so that a step reads the next
     access's expert, one row ahead, as a contiguous vector."""
-    _prefer_wide_vectors()
+    prefer_wide_vectors()
     n_rows, n_layers, k = experts.shape
     total = experts.size
     fresh = True
@@ -86,22 +85,6 @@ def _across_loop(experts, seq_offsets, reset, g, window, block, p):
                 fresh = False
             for j in range(k):
                 policy.across_step(window, row, j, g, n_layers, total, block, p)
-
-
-@intrinsic
-def _prefer_wide_vectors(typingctx):
-    """Marks the function that calls it ``"prefer-vector-width"="512"``. LLVM's tuning for Intel's
-    AVX-512 cores (Skylake-X onward) caps the loop vectoriser at 256-bit vectors, set for the clock
-    penalty 512-bit instructions had on Skylake-era servers; a lane loop of sixteen int32 then takes
-    two instructions where one would do. With the cap lifted ARC's and LeCaR's lanes ran faster
-    (docs/benchmarks.md); a CPU without AVX-512 ignores it. llvmlite accepts only its known attribute names,
-    so the string attribute is put into the function's attribute set directly; it is written verbatim
-    into the ``define`` line. Not used by ``moesim.sim.lanes`` nor LRU's ranks: tried process-wide,
-    LFU's lanes lost speed and LRU's gained nothing."""
-    def codegen(context, builder, signature, args):
-        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
-        return context.get_dummy_value()
-    return types.none(), codegen
 
 
 @njit(cache=True, inline="always")

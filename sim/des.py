@@ -174,11 +174,13 @@ class Prepared:
 
 
 def simulate_all(prepared: list[Prepared]) -> list[DesResult]:
-    """Each prepared run simulated, in its order, on a thread per core: the loop releases the GIL (a plan's runs
-    take half the time on two cores). Each run's loop is chosen here first: threads would bind it twice."""
+    """Each prepared run simulated, in its order, on up to a thread per core this process may use: the loop
+    releases the GIL (a plan's runs take half the time on two cores). Each run's loop is chosen here first: threads
+    would bind it twice."""
     for p in prepared:
         p.run.loop  # noqa: B018 (chosen now, in this thread)
-    with ThreadPoolExecutor(max(1, min(len(prepared), os.cpu_count() or 1))) as pool:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    with ThreadPoolExecutor(max(1, min(len(prepared), cores))) as pool:
         return list(pool.map(Prepared.simulate, prepared))
 
 
@@ -354,7 +356,7 @@ def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, 
                 shared: Shared | None = None) -> tuple:
     """What the prefetcher tells the engine: next-cell predictions per request row (int16 [R, L, P],
     P = 0 without) and the tokens behind each predicted expert, and preload sets per batch
-    (int16 [G, L, C]) with the row each is issued at (-1: none); ``slots`` are each partition's. ``shared``
+    (int16 [G, L, W], W = min(C, E), at least 1; -1 past a set's end) with the row each is issued at (-1: none); ``slots`` are each partition's. ``shared``
     keeps the predictions (and a preload's scores) for other runs of the trace with the same prefetcher."""
     predictor = get_prefetcher(prefetch.prefetcher)
     params = module_params(predictor, prefetch.params) if predictor is not None else {}

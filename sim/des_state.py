@@ -61,7 +61,7 @@ class Inputs(NamedTuple):
     kind: np.ndarray           # int8 [R]: PREFILL or DECODE
     group_start: np.ndarray    # bool [R]: the row starts a batch
     preload_at: np.ndarray     # int64 [R]: the preload set issued at this row (-1: none)
-    preload: np.ndarray        # int16 [G, L, C]: preload sets
+    preload: np.ndarray        # int16 [G, L, W]: preload sets (W = min(C, E), at least 1; -1: none)
     pre_s: np.ndarray          # float64 [R]: a layer's attention + router (+ shared experts), before routing
     shared_s: np.ndarray       # float64 [R]: a layer's shared experts after routing, beside the CPU's (``moesim.sim.costs``)
     row_s: np.ndarray          # float64 [R]: once per row, after its last layer: dense layers, head

@@ -64,7 +64,7 @@ class RowArrays:
     handoff_s: np.ndarray    # float64 [R]: the activations between GPU and host, one way
     group_start: np.ndarray  # bool [R]: the row starts a batch
     preload_at: np.ndarray   # int64 [R]: the preload set issued at this row (-1: none)
-    preload: np.ndarray      # int16 [G, L, C]: preload sets
+    preload: np.ndarray      # int16 [G, L, W]: preload sets (W = min(C, E), at least 1; -1: none)
 
 
 class RowSource:
@@ -128,8 +128,9 @@ class Run:
 
     @cached_property
     def loop(self):
-        """The compiled loop it runs (``loop_for``), chosen when it first steps: a run assembled while its loop
-        compiles elsewhere (``moesim.sim.des.compiling``) takes the one compiled."""
+        """The compiled loop it runs (``loop_for``), chosen when it first steps (``moesim.sim.des.simulate_all``
+        chooses it before its threads start): a run assembled while its loop compiles elsewhere
+        (``moesim.sim.des.compiling``) takes the one compiled."""
         return loop_for(self.config.cache.policy, self.build)
 
     def step(self, first: int = 0, last: int | None = None, live_slots: int | None = None) -> Stepped:

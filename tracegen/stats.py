@@ -141,15 +141,11 @@ def _gini(counts: np.ndarray) -> float:
 
 @nb.njit(cache=True)
 def _concentration(experts, seq_offsets, num_experts):
-    rows, layers, k = experts.shape
+    layers = experts.shape[1]
     top = (num_experts + 7) // 8
     total = 0.0
     for s in range(seq_offsets.shape[0] - 1):
-        counts = np.zeros((layers, num_experts), dtype=np.int64)
-        for r in range(seq_offsets[s], seq_offsets[s + 1]):
-            for layer in range(layers):
-                for j in range(k):
-                    counts[layer, experts[r, layer, j]] += 1
+        counts = layer_counts(experts[seq_offsets[s]:seq_offsets[s + 1]], num_experts)
         for layer in range(layers):  # the share of the top (E + 7) // 8: picked one at a time (no sort to compile)
             row = counts[layer]
             whole = 0

@@ -84,8 +84,9 @@ def add_row(score, row):
 
 @njit(cache=True)
 def top_k(score, k, top_score, top):
-    """The k best-scored ids with a score above 0 into ``top`` (best first, ties to the lower id; -1 past the
-    last), in one pass: an id enters the sorted list only above its k-th, behind those that score the same."""
+    """The k best-scored ids (k >= 1: a trace routes at least one expert) with a score above 0 into ``top`` (best
+    first, ties to the lower id; -1 past the last, as ``top`` came), in one pass: an id enters the sorted list
+    only above its k-th, behind those that score the same."""
     n = 0
     for e in range(score.shape[0]):
         s = score[e]
