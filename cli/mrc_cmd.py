@@ -59,7 +59,7 @@ def mrc(
         import polars as pl
 
         moesim.plot(pl.DataFrame(rows).drop("per_layer_hit_rate"), "hitrate-vs-capacity", plot,
-                    source=f"{trace.meta.model or 'trace'} routing ({trace_path.name}), {scope}, {semantics} semantics")
+                    source=f"{trace.meta.model or 'trace'} routing ({trace_path.name})")  # the plot adds scope, semantics
     if as_json:
         emit_json({"trace": str(trace_path), "results": rows,
                    **({"budget": {"slots": budget, "allocations": {

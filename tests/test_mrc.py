@@ -184,3 +184,14 @@ def test_mrc_budget_and_errors(cli, tmp_path):
     assert code == 1 and err.count("\n") == 1 and "below top_k" in err
     code, _, err = cli("sim", "mrc", tmp_path / "missing.parquet")
     assert code == 1 and "missing.parquet" in err
+
+
+def test_mrc_figure_says_the_trace_scope_and_semantics_once(cli, drawn, tmp_path):
+    from moesim.tracegen.trace import bundled_trace_path
+
+    code, _, err = cli("sim", "mrc", bundled_trace_path(), "--policy", "lru", "--plot", tmp_path / "mrc.png")
+    assert code == 0, err
+    (fig,) = drawn
+    title = " ".join(fig._suptitle.get_text().split())
+    assert "mixtral-8x7b routing (mixtral-8x7b-gsm8k.parquet)" in title, title
+    assert title.count("per-layer") == 1 and title.count("step semantics") == 1, title
