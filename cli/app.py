@@ -1,6 +1,5 @@
 """The `moesim` command line."""
 
-
 import gc
 import os
 import sys

@@ -1,7 +1,6 @@
 """`moesim calibrate --engine llama.cpp` and `moesim validate --engine llama.cpp`: the CPU model against the real
 llama.cpp on this machine (``moesim.replay.llamacpp_calibrate``, ``moesim.replay.llamacpp_validate``)."""
 
-
 from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -1,7 +1,6 @@
 """`moesim sim mrc`: exact hit rates at every capacity in one command, the reference lines, and the
 best per-layer split of a slot budget."""
 
-
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -59,7 +58,7 @@ def mrc(
         import polars as pl
 
         moesim.plot(pl.DataFrame(rows).drop("per_layer_hit_rate"), "hitrate-vs-capacity", plot,
-                    source=f"{trace.meta.model or 'trace'} routing ({trace_path.name})")  # the plot adds scope, semantics
+                    source=f"{trace.meta.model or 'trace'} routing ({trace_path.name})")  # + scope, semantics
     if as_json:
         emit_json({"trace": str(trace_path), "results": rows,
                    **({"budget": {"slots": budget, "allocations": {

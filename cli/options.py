@@ -1,7 +1,6 @@
 """Command-line options several commands share that are not settings (the settings' options are generated
 from their declaration: ``moesim.cli.settings``)."""
 
-
 from pathlib import Path
 from typing import Annotated
 

@@ -1,6 +1,5 @@
 """`moesim plan`: each execution strategy for a model on a machine, ranked by tokens/s within its memory."""
 
-
 from pathlib import Path
 from typing import Annotated, Optional
 

@@ -1,6 +1,5 @@
 """`moesim plot`: figures from sweep results, or from a trace."""
 
-
 from pathlib import Path
 from typing import Annotated, Optional
 

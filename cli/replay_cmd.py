@@ -1,6 +1,5 @@
 """`moesim calibrate`, `moesim replay`, `moesim validate`: the simulator against this machine."""
 
-
 from pathlib import Path
 from typing import Annotated, Optional
 

@@ -1,6 +1,5 @@
 """`moesim sim serve`: a stream of requests through a continuous-batching scheduler, latencies and throughput."""
 
-
 from pathlib import Path
 from typing import Annotated, Optional
 

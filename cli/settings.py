@@ -9,7 +9,6 @@ own (``defaults``, as text: used where neither the command line nor the file set
 where the setting means something narrower there (``helps``), and other option names (``aliases``).
 """
 
-
 import functools
 import inspect
 import itertools

@@ -2,7 +2,6 @@
 table CI guards. Options are the settings' declarations (``moesim.cli.settings``); runs go through the
 public API."""
 
-
 from pathlib import Path
 from typing import Annotated, Optional
 

@@ -1,6 +1,5 @@
 """`moesim sweep SPEC.toml`: every configuration of a spec, in parallel, resumable, one Parquet row each."""
 
-
 import signal
 from pathlib import Path
 from typing import Annotated

@@ -1,6 +1,5 @@
 """`moesim trace ...`: import, synthesise and describe routing traces."""
 
-
 from pathlib import Path
 from typing import Annotated, Optional
 

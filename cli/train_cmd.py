@@ -1,6 +1,5 @@
 """`moesim train ...`: fit learned policies from a routing trace."""
 
-
 from pathlib import Path
 from typing import Annotated
 

@@ -1,4 +1,5 @@
-"""What this host has: its /proc/meminfo, and the RAM free now, which commands check before they allocate."""
+"""What this host has: its /proc/meminfo, the RAM free now, which commands check before they allocate, and the CPUs
+this process may run on."""
 
 from __future__ import annotations
 
@@ -38,3 +39,8 @@ def available_ram() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     except (ValueError, OSError):
         return None
+
+
+def usable_cpus() -> int:
+    """The logical CPUs this process may run on (its affinity, which a container or ``taskset`` narrows), else all."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -26,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from moesim.errors import MoesimError
+from moesim.host import usable_cpus
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
 from moesim.sim.config import SERVE_SETTINGS, Config, PrefetchConfig, module_params
@@ -179,8 +179,7 @@ def simulate_all(prepared: list[Prepared]) -> list[DesResult]:
     would bind it twice."""
     for p in prepared:
         p.run.loop  # noqa: B018 (chosen now, in this thread)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    with ThreadPoolExecutor(max(1, min(len(prepared), cores))) as pool:
+    with ThreadPoolExecutor(max(1, min(len(prepared), usable_cpus()))) as pool:
         return list(pool.map(Prepared.simulate, prepared))
 
 
@@ -286,7 +285,7 @@ def compiling(settings, least: int = 2, synthetic: bool = False, build: int = LE
             # compiled in the build ``most`` by the first run the tiny trace takes: one with no prefetcher first
             label = "+".join(dict.fromkeys(run[0] for run in runs))
             cold[label] = (sorted(runs, key=lambda run: run[1] != "none"), most)
-    workers = min(len(cold), os.cpu_count() or 1)
+    workers = min(len(cold), usable_cpus())
     if not cold or len(cold) < least:
         yield
         return
@@ -356,8 +355,9 @@ def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, 
                 shared: Shared | None = None) -> tuple:
     """What the prefetcher tells the engine: next-cell predictions per request row (int16 [R, L, P],
     P = 0 without) and the tokens behind each predicted expert, and preload sets per batch
-    (int16 [G, L, W], W = min(C, E), at least 1; -1 past a set's end) with the row each is issued at (-1: none); ``slots`` are each partition's. ``shared``
-    keeps the predictions (and a preload's scores) for other runs of the trace with the same prefetcher."""
+    (int16 [G, L, W], W = min(C, E), at least 1; -1 past a set's end) with the row each is issued at (-1: none);
+    ``slots`` are each partition's. ``shared`` keeps the predictions (and a preload's scores) for other runs of
+    the trace with the same prefetcher."""
     predictor = get_prefetcher(prefetch.prefetcher)
     params = module_params(predictor, prefetch.params) if predictor is not None else {}
     n_rows, n_layers = req.experts.shape[:2]
@@ -442,7 +442,8 @@ def _prediction_quality(req, pred, preload, preload_at, num_experts: int) -> tup
         cells = (pred[..., 0] >= 0) & (req.kind == DECODE)[:, None]
         both, predicted, actual = _overlap(pred, req.experts, cells, num_experts)
     elif preload.shape[2] > 0:
-        both, predicted, actual = _preload_overlap(req.experts, req.group_offsets, preload_at, preload, num_experts)
+        both, predicted, actual = _preload_overlap(req.experts, req.group_offsets, preload_at, preload,
+                                                   num_experts)
     else:
         return None, None
     return (both / predicted if predicted else None), (both / actual if actual else None)

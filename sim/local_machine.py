@@ -49,7 +49,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange, uint64
 
 from moesim.errors import MoesimError, option
-from moesim.host import MEMINFO, parse_meminfo
+from moesim.host import MEMINFO, parse_meminfo, usable_cpus
 from moesim.sim.cpu_rates import ISA_FAMILY
 from moesim.sim.machine import CPU, GPU, Hardware, Link
 from moesim.sim.presets import GPUS, LINKS, SYSTEMS
@@ -195,7 +195,7 @@ def physical_cores(text: str | None = None) -> int:
     """Physical cores of every socket, from /proc/cpuinfo's text (read when None), at most the CPUs this process may
     run on; those where it does not say."""
     text = read_text(CPUINFO) if text is None else text
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    usable = usable_cpus()
     try:
         info = parse_cpuinfo(text or "")
     except MoesimError:

@@ -27,7 +27,7 @@ COLUMNS: dict[str, str] = {
 }
 REQUIRED = ("seq", "step", "phase", "layer", "experts")
 NULLABLE = ("weights", "probs", "spec", "token")
-FORMATS = ("vllm-jsonl", "sglang", "csv")  # the routing logs `moesim trace import` reads (``moesim.tracegen.importers``)
+FORMATS = ("vllm-jsonl", "sglang", "csv")  # the logs `moesim trace import` reads (``moesim.tracegen.importers``)
 
 PREFILL, DECODE = 0, 1
 
