@@ -7,7 +7,7 @@ replay's own code, timed with garbage collection off after a warm-up:
 1. **The copy path**, ``[link]`` = latency + size / bandwidth:
    - cpu: reads of whole experts (mean of 3 x ``repeats``) and of one 4 KiB page (median) at random
      places in expert files laid out as the replay writes them, each followed by dropping the pages;
-   - cuda: host-to-device copies from pinned memory on a copy stream at five sizes up to one expert,
+   - cuda: host-to-device copies from pinned memory on a copy stream at six sizes up to one expert or 32 MiB,
      timed with events, fitted by least squares (the pageable bandwidth is measured and reported).
 2. **Compute**, by least squares over a grid of the replay's ``ComputeStream`` calls: a layer (projections,
    attention over the KV cache, router) at T tokens and ctx KV tokens, ``layer_s + layer_token_s · T
@@ -27,7 +27,8 @@ replay's own code, timed with garbage collection off after a warm-up:
    copied when routed) three times; the copy time per expert becomes the one at which the simulated
    time per token equals the median replayed one (by bisection: the simulation is monotone in it). A slower replay
    adds latency per copy (hand-off to the copy stream and back); a faster one scales the
-   microbenchmark's latency and transfer time down alike.
+   microbenchmark's latency and transfer time down alike, to no less than 1/``FASTEST_COPY`` of it: a copy
+   faster than that says the executor's overhead was fitted too large, and the calibration is refused.
 
 5. **The host CPU**, ``[cpu]`` (``moesim.replay.calibrate_cpu``): the CPU model's rates fitted to the
    replay's expert kernel in fp32 and bf16 at every thread count, as ``--engine llama.cpp`` fits
@@ -65,6 +66,8 @@ from moesim.tracegen.models import ModelSpec
 
 PAGE = 4096
 DISTINCT = 8  # the smallest pool of distinct experts computed in turn
+FASTEST_COPY = 4  # a copy the all-miss replays fit may be this many times faster than the link's microbenchmark
+LINK_SPAN = 32 << 20  # host-to-device copies are timed up to one expert or this many bytes, whichever is larger
 TOKENS = (1, 2, 4, 8)  # expert and layer grids
 KEYS_PER_TOKEN = (0, 256, 1024)
 EXECUTOR_LAYERS = 2  # the executor's runs cut the model to this many layers (overheads are per layer)
@@ -302,6 +305,13 @@ def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdi
     for _ in range(50):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if simulated(mid) < real else (lo, mid)
+    if hi < micro / FASTEST_COPY:
+        # no copy outruns the link's own microbenchmark by that much: the executor's overhead, fitted just before
+        # from all-hit replays, is too large (on an H200 a process's first seconds of replays ran 10x slower)
+        raise MoesimError(f"the replay's all-miss steps ({real * 1e3:.2f} ms) leave {hi * 1e6:.1f} us a copy, under "
+                          f"1/{FASTEST_COPY} of the {micro * 1e6:.0f} us the link's microbenchmark took: the replays "
+                          f"that fitted the executor's overhead ran slower than later ones; calibrate again (on a GPU "
+                          f"a new process's first replays can: docs/replay.md, 'Measured on a GPU')")
     return with_copy(hi)
 
 
@@ -347,14 +357,29 @@ def _disk_link(model: ModelSpec, repeats: int, workdir, seed: int) -> Link:
     return Link("disk reads", gbps=bandwidth / 1e9, efficiency=1.0, latency_us=latency * 1e6, engines=1)
 
 
+def copy_line(nbytes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    """(GB/s, latency in us) of the line ``seconds = latency + nbytes / bandwidth``, fitted by least squares on
+    relative errors (the small copies set the latency, the large ones the bandwidth); refused where the times do
+    not grow with size."""
+    slope, intercept = np.polyfit(nbytes, seconds, 1, w=1.0 / seconds)
+    if not slope > 0:
+        raise MoesimError(f"host-to-device copies did not take longer with size ({seconds.tolist()} s for "
+                          f"{nbytes.tolist()} bytes): no bandwidth can be fitted; is the GPU busy?")
+    return float(1.0 / slope / 1e9), float(max(intercept, 0.0) * 1e6)
+
+
 def _copy_link(model: ModelSpec, repeats: int, seed: int, torch) -> tuple[Link, float]:
     """Host-to-device copies on a copy stream: the pinned line fitted over sizes, and pageable GB/s."""
     numel = 3 * model.d_model * model.d_expert
+    # a small expert's copy is all latency (about 10 us through torch, whatever its size up to 200 KB on an H200):
+    # the sizes reach LINK_SPAN so that the bandwidth shows, and the line is fitted on relative errors so that the
+    # small copies still set the latency
+    span = max(numel, LINK_SPAN // 2)
     gen = torch.Generator().manual_seed(seed)
-    pinned = torch.randn((DISTINCT, numel), generator=gen).to(torch.bfloat16).pin_memory()
+    pinned = torch.randn((DISTINCT, span), generator=gen).to(torch.bfloat16).pin_memory()
     pageable = torch.empty((DISTINCT, numel), dtype=torch.bfloat16)
-    pageable.copy_(pinned)
-    dst = torch.empty(numel, dtype=torch.bfloat16, device="cuda")
+    pageable.copy_(pinned[:, :numel])
+    dst = torch.empty(span, dtype=torch.bfloat16, device="cuda")
     stream = torch.cuda.Stream()
 
     def per_copy(src, n: int) -> float:
@@ -371,13 +396,9 @@ def _copy_link(model: ModelSpec, repeats: int, seed: int, torch) -> tuple[Link, 
             samples.append(start.elapsed_time(end) / 1e3 / DISTINCT)
         return float(np.mean(samples[1:]))
 
-    sizes = np.array([PAGE // 2, numel // 8, numel // 4, numel // 2, numel])
-    seconds = np.array([per_copy(pinned, int(n)) for n in sizes])
-    slope, intercept = np.polyfit(2.0 * sizes, seconds, 1)
-    if not slope > 0:
-        raise MoesimError(f"host-to-device copies did not take longer with size ({seconds.tolist()} s for "
-                          f"{(2 * sizes).tolist()} bytes): no bandwidth can be fitted; is the GPU busy?")
+    sizes = np.unique(np.geomspace(PAGE // 2, span, 6).astype(np.int64))
+    gbps, latency_us = copy_line(2.0 * sizes, np.array([per_copy(pinned, int(n)) for n in sizes]))
     pageable_gbps = 2.0 * numel / per_copy(pageable, numel) / 1e9
-    link = Link(f"pinned host-to-device copies ({torch.cuda.get_device_name()})", gbps=1.0 / slope / 1e9,
-                efficiency=1.0, latency_us=max(intercept, 0.0) * 1e6, engines=1)
+    link = Link(f"pinned host-to-device copies ({torch.cuda.get_device_name()})", gbps=gbps, efficiency=1.0,
+                latency_us=latency_us, engines=1)
     return link, pageable_gbps

@@ -174,6 +174,11 @@ def _rates(path: Path, key: str, name: str, table) -> tuple:
     return tuple((fmt, float(rate)) for fmt, rate in pairs)
 
 
+def _plain(value):
+    """A numpy scalar as the Python number it holds; anything else as it is."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, (str, tuple)) else value
+
+
 def _toml(value) -> str:
     """A value as TOML writes it: a string quoted, a rate table's pairs an inline table, a number as Python's."""
     if isinstance(value, str):
@@ -217,6 +222,8 @@ def write_hardware(hw: Hardware, path: Path, notes: tuple = ()) -> None:
             continue
         lines.append(f"\n[{key}]")
         for name, value in asdict(part).items():
+            # a fit's numbers are often numpy scalars, whose repr (np.float64(...)) is no TOML
+            value = tuple((f, _plain(rate)) for f, rate in value) if name in RATE_TABLES else _plain(value)
             if name in RATE_TABLES:
                 if not value:
                     continue

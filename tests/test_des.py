@@ -263,6 +263,19 @@ def test_a_measured_compute_table_replaces_the_roofline(tmp_path):
         simulate(trace, model=replace(MODEL, name="other"), hardware=hw, policy="lru", capacity=0)
 
 
+def test_numpy_numbers_are_written_as_toml_numbers(tmp_path):
+    """A fit's numbers are often numpy scalars (np.polyfit's): their repr, np.float64(...), is no TOML (the first
+    CUDA calibration, on an H200, wrote a file that nothing could read)."""
+    import numpy as np
+
+    from moesim.sim.hardware import load_hardware, write_hardware
+
+    link = replace(HW.link, gbps=np.float64(62.5), latency_us=np.float64(9.25), engines=np.int64(2))
+    write_hardware(replace(HW, link=link), tmp_path / "hw.toml")
+    back = load_hardware(tmp_path / "hw.toml").link
+    assert (back.gbps, back.latency_us, back.engines) == (62.5, 9.25, 2) and type(back.engines) is int
+
+
 def test_each_expert_computes_the_tokens_that_chose_it():
     """Batch 2, a measured table (expert_s + expert_token_s · (T − 1)): an expert both sequences chose
     computes 2 tokens, one only its sequence chose 1; the fused kernel sums them."""

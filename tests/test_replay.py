@@ -46,7 +46,8 @@ def calibrated(olmoe, tmp_path_factory):
                                           "--workdir", str(folder)])
         if result.exit_code == 0:
             return folder / "hw.toml"
-        assert "negative, the parts timed alone were slower" in str(result.exception), result.exception
+        assert any(m in str(result.exception) for m in ("negative, the parts timed alone were slower",
+                                                        "ran slower than later ones")), result.exception
         assert not (folder / "hw.toml").exists()  # nothing half-written
     raise AssertionError(result.output)
 
@@ -111,6 +112,39 @@ def test_calibrate_writes_a_hardware_file_the_simulator_takes(cli, olmoe, calibr
     assert code == 0, err
     r = json.loads(out)
     assert r["hit_rate"] == r["sim_hit_rate"] and r["decode_steps"] == 16 and r["tpot_s"] > 0
+
+
+def test_copies_are_a_line_fitted_on_relative_errors():
+    from moesim.errors import MoesimError
+    from moesim.replay.calibrate import copy_line
+
+    nbytes = np.array([4096.0, 1e5, 1e6, 1e7, 3.3e7])
+    assert copy_line(nbytes, 10e-6 + nbytes / 50e9) == pytest.approx((50.0, 10.0), rel=1e-9)
+    # an H200's copies of a tiny expert, 4 KB to 196 KB: all latency, no bandwidth to fit
+    seconds = np.array([1.0573e-05, 1.4813e-05, 9.681e-06, 9.8005e-06, 8.8715e-06])
+    with pytest.raises(MoesimError, match="did not take longer with size"):
+        copy_line(np.array([4096.0, 24576, 49152, 98304, 196608]), seconds)
+
+
+def test_a_copy_fit_faster_than_the_link_is_refused(olmoe, calibrated, tmp_path):
+    """All-miss replays whose steps the simulation cannot reach with any plausible copy time (the executor's
+    overhead fitted too large, as a GPU's first seconds of replays did) are refused, not fitted to 0 us a copy."""
+    from dataclasses import replace
+
+    from moesim.errors import MoesimError
+    from moesim.replay.calibrate import _copy_fit
+    from moesim.replay.run import shrink
+    from moesim.sim.hardware import load_hardware
+    from moesim.tracegen.models import get_model
+    from moesim.tracegen.synth import synth_trace
+
+    m = get_model("olmoe-1b-7b")
+    _, spec = shrink(synth_trace(m.num_layers, m.num_experts, m.top_k, 1, 1, seed=0), m, 2, 0.125)
+    hw = load_hardware(calibrated)
+    slow = replace(hw, compute=replace(hw.compute, layer_s=1.0))  # a second a layer: no all-miss step is that slow
+    with pytest.raises(MoesimError, match="ran slower than later ones; calibrate again"):
+        _copy_fit(slow, spec, "cpu", 3, tmp_path, 0)
+    assert [p.name for p in tmp_path.iterdir()] == []  # the replays' expert files removed
 
 
 def test_a_model_too_large_is_refused_with_advice(cli, tmp_path):
