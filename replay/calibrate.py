@@ -24,7 +24,7 @@ replay's own code, timed with garbage collection off after a warm-up:
    between them). A term the replays put below zero by more than noise is refused
    (``moesim.replay.calibrate_cpu.nonnegative_s``).
 4. **Copies as the executor sees them**: the replay runs an all-miss log (no cache, every expert
-   copied when routed) three times; the copy time per expert becomes the one at which the simulated
+   copied when routed) three times, before step 3's replays; the copy time per expert becomes the one at which the simulated
    time per token equals the median replayed one (by bisection: the simulation is monotone in it). A slower replay
    adds latency per copy (hand-off to the copy stream and back); a faster one scales the
    microbenchmark's latency and transfer time down alike, to no less than 1/``FASTEST_COPY`` of it: a copy
@@ -127,9 +127,14 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
     compute = _compute_table(model, backend, repeats, seed, sync, pool)
     gpu = GPU(f"{device} (roofline unused: see [compute])", 1.0, 1.0, hbm_gb=memory_gb)
     hw = Hardware(name, gpu, link, source=f"moesim calibrate --backend {backend}", compute=compute)
+    # the all-miss replays run before the all-hit ones they are fitted with: their median passes over one slow
+    # replay, and on a GPU a new process's first seconds of replays ran ten times slow (docs/replay.md)
+    small, all_miss = _all_miss_log(model, repeats, seed)
+    real = float(np.median([_replayed(hw, small, all_miss, 0, backend, workdir, seed, skip=0)[0].mean()
+                            for _ in range(3)]))
     hw, per_layer, per_expert = _executor_overhead(hw, model, backend, repeats, workdir, seed, pool)
     measured = hw.link
-    hw = _copy_fit(hw, model, backend, repeats, workdir, seed)
+    hw = _copy_fit(hw, small, all_miss, backend, real)
     host_free = available_bytes(None, "cpu")
     with no_gc():
         hw = dataclasses.replace(hw, cpu=host_cpu(model, repeats, seed, last_level_cache(), host_free))
@@ -273,19 +278,22 @@ def _cpu_layer_fit(hw: Hardware, model: ModelSpec, repeats: int, workdir, seed: 
     return fit_cpu_layer(hw, small, replayed, trace)
 
 
-def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdir, seed: int) -> Hardware:
-    """Replay an all-miss log; the copy time per expert at which the simulation matches it: extra
-    latency per copy when the replay is slower than the microbenchmark says, latency and transfer
-    time scaled down alike when it is faster (the simulator only ever copies experts of one size)."""
+def _all_miss_log(model: ModelSpec, repeats: int, seed: int):
+    """The executor's model and a synthetic trace it replays with no cache: every routed expert copied."""
     from moesim.tracegen.synth import synth_trace
 
     small = _executor_model(model)
-    trace = synth_trace(small.num_layers, small.num_experts, small.top_k, 1, max(16, 2 * repeats), seed=seed,
-                        model=small.name)
-    # the median of three replays: one slow spell of the disk must not set every copy's time
-    real = float(np.median([_replayed(hw, small, trace, 0, backend, workdir, seed, skip=0)[0].mean() for _ in range(3)]))
+    return small, synth_trace(small.num_layers, small.num_experts, small.top_k, 1, max(16, 2 * repeats), seed=seed,
+                              model=small.name)
+
+
+def _copy_fit(hw: Hardware, small: ModelSpec, trace, backend: str, real: float) -> Hardware:
+    """The copy time per expert at which the simulation of the all-miss ``trace`` on ``small`` matches its replayed
+    step, ``real`` s (the median of three replays: one slow spell of the disk must not set every copy's time):
+    extra latency per copy when the replay is slower than the microbenchmark says, latency and transfer time
+    scaled down alike when it is faster (the simulator only ever copies experts of one size)."""
     link = hw.link
-    micro = link_copy_s(link, model.expert_bytes(DTYPE[backend]))
+    micro = link_copy_s(link, small.expert_bytes(DTYPE[backend]))
 
     def with_copy(seconds: float) -> Hardware:
         if seconds >= micro:
@@ -310,8 +318,8 @@ def _copy_fit(hw: Hardware, model: ModelSpec, backend: str, repeats: int, workdi
         # from all-hit replays, is too large (on an H200 a process's first seconds of replays ran 10x slower)
         raise MoesimError(f"the replay's all-miss steps ({real * 1e3:.2f} ms) leave {hi * 1e6:.1f} us a copy, under "
                           f"1/{FASTEST_COPY} of the {micro * 1e6:.0f} us the link's microbenchmark took: the replays "
-                          f"that fitted the executor's overhead ran slower than later ones; calibrate again (on a GPU "
-                          f"a new process's first replays can: docs/replay.md, 'Measured on a GPU')")
+                          f"that fitted the executor's overhead ran slower than the all-miss ones; calibrate again "
+                          f"(on a GPU a new process's first replays can: docs/replay.md, 'Measured on a GPU')")
     return with_copy(hi)
 
 

@@ -47,7 +47,7 @@ def calibrated(olmoe, tmp_path_factory):
         if result.exit_code == 0:
             return folder / "hw.toml"
         assert any(m in str(result.exception) for m in ("negative, the parts timed alone were slower",
-                                                        "ran slower than later ones")), result.exception
+                                                        "ran slower than the all-miss ones")), result.exception
         assert not (folder / "hw.toml").exists()  # nothing half-written
     raise AssertionError(result.output)
 
@@ -132,7 +132,7 @@ def test_a_copy_fit_faster_than_the_link_is_refused(olmoe, calibrated, tmp_path)
     from dataclasses import replace
 
     from moesim.errors import MoesimError
-    from moesim.replay.calibrate import _copy_fit
+    from moesim.replay.calibrate import _all_miss_log, _copy_fit, _replayed
     from moesim.replay.run import shrink
     from moesim.sim.hardware import load_hardware
     from moesim.tracegen.models import get_model
@@ -141,10 +141,12 @@ def test_a_copy_fit_faster_than_the_link_is_refused(olmoe, calibrated, tmp_path)
     m = get_model("olmoe-1b-7b")
     _, spec = shrink(synth_trace(m.num_layers, m.num_experts, m.top_k, 1, 1, seed=0), m, 2, 0.125)
     hw = load_hardware(calibrated)
+    small, trace = _all_miss_log(spec, 3, 0)
+    real = float(_replayed(hw, small, trace, 0, "cpu", tmp_path, 0, skip=0)[0].mean())
     slow = replace(hw, compute=replace(hw.compute, layer_s=1.0))  # a second a layer: no all-miss step is that slow
-    with pytest.raises(MoesimError, match="ran slower than later ones; calibrate again"):
-        _copy_fit(slow, spec, "cpu", 3, tmp_path, 0)
-    assert [p.name for p in tmp_path.iterdir()] == []  # the replays' expert files removed
+    with pytest.raises(MoesimError, match="ran slower than the all-miss ones; calibrate again"):
+        _copy_fit(slow, small, trace, "cpu", real)
+    assert [p.name for p in tmp_path.iterdir()] == []  # the replay's expert files removed
 
 
 def test_a_model_too_large_is_refused_with_advice(cli, tmp_path):
