@@ -1,12 +1,12 @@
 """How a real backend's replay steps settle in a new process: the calibration's all-hit replay, again and again.
 
 On the H200 lent on 2026-11-26 the first seconds of CUDA replays in a new process ran about ten times slower than
-later ones (2-layer all-hit steps of 40 ms against 4.7 ms all-miss ones later, whatever the step did), which
-made the first calibration in a process fit a layer's overhead of 17-21 ms (docs/replay.md, "Measured on a GPU").
-This script measures that alone, with nothing fitted: it replays the log calibration uses for the executor's
-overhead (OLMoE's dims cut to 2 layers at ``--scale``, k experts a layer taken in turn from the resident ones, every
-access a hit once they are loaded) ``--replays`` times back to back, and prints for each the seconds since the
-process started, and the median, fastest and slowest step. ``--pin-gb G`` first takes G GB of pinned host memory
+later ones (2-layer all-hit steps of 38-57 ms against 4.7 ms all-miss ones later, whatever the step did), which
+made the first calibration in a process fit a layer's overhead of 16-21 ms (docs/replay.md, "Measured on a GPU").
+This script measures that alone, with nothing fitted: it replays a log like the one calibration fits the
+executor's overhead with (OLMoE's dims cut to 2 layers at ``--scale``, k experts a layer taken in turn from all the
+layer's experts, every one resident, every access a hit once they are loaded) ``--replays`` times back to back,
+and prints for each the seconds since the process started, and the median, fastest and slowest step. ``--pin-gb G`` first takes G GB of pinned host memory
 (touched, as the replay's experts are) and ``--idle S`` waits S seconds before the first replay, to tell a cost
 of pinning memory from one of time passing.
 

@@ -24,11 +24,12 @@ replay's own code, timed with garbage collection off after a warm-up:
    between them). A term the replays put below zero by more than noise is refused
    (``moesim.replay.calibrate_cpu.nonnegative_s``).
 4. **Copies as the executor sees them**: the replay runs an all-miss log (no cache, every expert
-   copied when routed) three times, before step 3's replays; the copy time per expert becomes the one at which the simulated
-   time per token equals the median replayed one (by bisection: the simulation is monotone in it). A slower replay
-   adds latency per copy (hand-off to the copy stream and back); a faster one scales the
-   microbenchmark's latency and transfer time down alike, to no less than 1/``FASTEST_COPY`` of it: a copy
-   faster than that says the executor's overhead was fitted too large, and the calibration is refused.
+   copied when routed) three times, before step 3's replays (refused where one run's mean step is more than
+   ``MOST_SPREAD`` times another's); the copy time per expert becomes the one at which the simulated time per token
+   equals the median replayed one (by bisection: the simulation is monotone in it). A slower replay adds latency
+   per copy (hand-off to the copy stream and back); a faster one scales the microbenchmark's latency and transfer
+   time down alike. A copy faster than 1/``FASTEST_COPY`` of the microbenchmark's says the executor's overhead was
+   fitted too large, and the calibration is refused.
 
 5. **The host CPU**, ``[cpu]`` (``moesim.replay.calibrate_cpu``): the CPU model's rates fitted to the
    replay's expert kernel in fp32 and bf16 at every thread count, as ``--engine llama.cpp`` fits
@@ -67,6 +68,7 @@ from moesim.tracegen.models import ModelSpec
 PAGE = 4096
 DISTINCT = 8  # the smallest pool of distinct experts computed in turn
 FASTEST_COPY = 4  # a copy the all-miss replays fit may be this many times faster than the link's microbenchmark
+MOST_SPREAD = 3  # the three all-miss replays' mean steps may differ by this factor
 LINK_SPAN = 32 << 20  # host-to-device copies are timed up to one expert or this many bytes, whichever is larger
 TOKENS = (1, 2, 4, 8)  # expert and layer grids
 KEYS_PER_TOKEN = (0, 256, 1024)
@@ -127,11 +129,10 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
     compute = _compute_table(model, backend, repeats, seed, sync, pool)
     gpu = GPU(f"{device} (roofline unused: see [compute])", 1.0, 1.0, hbm_gb=memory_gb)
     hw = Hardware(name, gpu, link, source=f"moesim calibrate --backend {backend}", compute=compute)
-    # the all-miss replays run before the all-hit ones they are fitted with: their median passes over one slow
-    # replay, and on a GPU a new process's first seconds of replays ran ten times slow (docs/replay.md)
-    small, all_miss = _all_miss_log(model, repeats, seed)
-    real = float(np.median([_replayed(hw, small, all_miss, 0, backend, workdir, seed, skip=0)[0].mean()
-                            for _ in range(3)]))
+    # three all-miss replays (no cache: every routed expert copied), before the all-hit ones they are fitted with:
+    # on a GPU a new process's first seconds of replays ran ten times slow (docs/replay.md)
+    small, all_miss = _executor_log(model, repeats, seed)
+    real = _steady([_replayed(hw, small, all_miss, 0, backend, workdir, seed, skip=0)[0].mean() for _ in range(3)])
     hw, per_layer, per_expert = _executor_overhead(hw, model, backend, repeats, workdir, seed, pool)
     measured = hw.link
     hw = _copy_fit(hw, small, all_miss, backend, real)
@@ -211,6 +212,15 @@ def _executor_model(model: ModelSpec) -> ModelSpec:
     return dataclasses.replace(model, num_layers=min(EXECUTOR_LAYERS, model.num_layers))
 
 
+def _executor_log(model: ModelSpec, repeats: int, seed: int):
+    """The executor's model and a synthetic trace of it (the all-miss and all-CPU replays')."""
+    from moesim.tracegen.synth import synth_trace
+
+    small = _executor_model(model)
+    return small, synth_trace(small.num_layers, small.num_experts, small.top_k, 1, max(16, 2 * repeats), seed=seed,
+                              model=small.name)
+
+
 def _replayed(hw: Hardware, model: ModelSpec, trace, capacity: int, backend: str, workdir, seed: int,
               skip: int) -> tuple[np.ndarray, np.ndarray]:
     """The step times of the replay and of its simulation on ``hw``, leaving out the first ``skip`` steps."""
@@ -263,11 +273,7 @@ def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: in
 def _cpu_layer_fit(hw: Hardware, model: ModelSpec, repeats: int, workdir, seed: int) -> Hardware:
     """The executor's cost per CPU layer, from a replay with every layer's experts on the CPU (the strategy that
     places whole layers there: its ``PLACES`` parameter counts them; ``fit_cpu_layer``)."""
-    from moesim.tracegen.synth import synth_trace
-
-    small = _executor_model(model)
-    trace = synth_trace(small.num_layers, small.num_experts, small.top_k, 1, max(16, 2 * repeats), seed=seed,
-                        model=small.name)
+    small, trace = _executor_log(model, repeats, seed)
 
     def replayed(machine: Hardware, t) -> tuple:
         placing = next(m for m in STRATEGIES.values() if m.CPU and getattr(m, "PLACES", None))
@@ -278,20 +284,20 @@ def _cpu_layer_fit(hw: Hardware, model: ModelSpec, repeats: int, workdir, seed: 
     return fit_cpu_layer(hw, small, replayed, trace)
 
 
-def _all_miss_log(model: ModelSpec, repeats: int, seed: int):
-    """The executor's model and a synthetic trace it replays with no cache: every routed expert copied."""
-    from moesim.tracegen.synth import synth_trace
-
-    small = _executor_model(model)
-    return small, synth_trace(small.num_layers, small.num_experts, small.top_k, 1, max(16, 2 * repeats), seed=seed,
-                              model=small.name)
+def _steady(step_s: list) -> float:
+    """The median of replays' mean steps (one slow spell of the disk must not set every copy's time), refused where
+    the slowest is more than ``MOST_SPREAD`` times the fastest: the machine changed speed under the replays."""
+    if max(step_s) > MOST_SPREAD * min(step_s):
+        raise MoesimError(f"the same all-miss replay took {min(step_s) * 1e3:.2f} to {max(step_s) * 1e3:.2f} ms a step "
+                          f"in three runs: this machine's speed moved under them; calibrate again (on a GPU a new "
+                          f"process's first replays can: docs/replay.md, 'Measured on a GPU')")
+    return float(np.median(step_s))
 
 
 def _copy_fit(hw: Hardware, small: ModelSpec, trace, backend: str, real: float) -> Hardware:
     """The copy time per expert at which the simulation of the all-miss ``trace`` on ``small`` matches its replayed
-    step, ``real`` s (the median of three replays: one slow spell of the disk must not set every copy's time):
-    extra latency per copy when the replay is slower than the microbenchmark says, latency and transfer time
-    scaled down alike when it is faster (the simulator only ever copies experts of one size)."""
+    step, ``real`` s: extra latency per copy when the replay is slower than the microbenchmark says, latency and
+    transfer time scaled down alike when it is faster (the simulator only ever copies experts of one size)."""
     link = hw.link
     micro = link_copy_s(link, small.expert_bytes(DTYPE[backend]))
 
@@ -382,7 +388,7 @@ def _copy_link(model: ModelSpec, repeats: int, seed: int, torch) -> tuple[Link, 
     # a small expert's copy is all latency (about 10 us through torch, whatever its size up to 200 KB on an H200):
     # the sizes reach LINK_SPAN so that the bandwidth shows, and the line is fitted on relative errors so that the
     # small copies still set the latency
-    span = max(numel, LINK_SPAN // 2)
+    span = max(numel, LINK_SPAN // 2)  # in bf16 elements
     gen = torch.Generator().manual_seed(seed)
     pinned = torch.randn((DISTINCT, span), generator=gen).to(torch.bfloat16).pin_memory()
     pageable = torch.empty((DISTINCT, numel), dtype=torch.bfloat16)
