@@ -26,7 +26,7 @@ import numpy as np
 
 START = time.perf_counter()
 
-from moesim.replay.calibrate import _executor_model, _trace  # noqa: E402
+from moesim.replay.calibrate import _executor_model, all_hit_log  # noqa: E402
 from moesim.replay.run import replay, shrink  # noqa: E402
 from moesim.sim.config import Config  # noqa: E402
 from moesim.sim.machine import GPU, Hardware, Link, MeasuredCompute  # noqa: E402
@@ -50,10 +50,7 @@ def main() -> None:
                       args.scale)
     small = _executor_model(model)
     k = small.top_k
-    fill = -(-small.num_experts // k)  # steps until every expert is resident; each access after is a hit
-    steps = np.arange(fill + args.steps)
-    turn = (steps[:, None] * k + np.arange(k)[None, :]) % small.num_experts
-    trace = _trace(small, np.broadcast_to(turn[:, None, :], (steps.size, small.num_layers, k)))
+    trace, fill = all_hit_log(small, k, small.num_experts, args.steps)  # every expert resident
     # the simulated side is not looked at: any table for the model lets the replay run
     hw = Hardware("any", GPU("any", 1.0, 1.0, hbm_gb=80.0), Link("any", gbps=1.0),
                   compute=MeasuredCompute(small.name, layer_s=1e-4, expert_s=1e-4))

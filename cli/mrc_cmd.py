@@ -57,8 +57,9 @@ def mrc(
     if plot is not None:
         import polars as pl
 
+        # the figure adds the rows' scope and semantics to this source
         moesim.plot(pl.DataFrame(rows).drop("per_layer_hit_rate"), "hitrate-vs-capacity", plot,
-                    source=f"{trace.meta.model or 'trace'} routing ({trace_path.name})")  # + scope, semantics
+                    source=f"{trace.meta.model or 'trace'} routing ({trace_path.name})")
     if as_json:
         emit_json({"trace": str(trace_path), "results": rows,
                    **({"budget": {"slots": budget, "allocations": {

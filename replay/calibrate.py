@@ -229,6 +229,16 @@ def _replayed(hw: Hardware, model: ModelSpec, trace, capacity: int, backend: str
     return np.asarray(r.step_times[skip:], np.float64), np.asarray(r.sim_step_times[skip:], np.float64)
 
 
+def all_hit_log(small: ModelSpec, n: int, resident: int, timed: int):
+    """A trace of ``small`` routing ``n`` experts a layer a step, taken in turn from ``resident`` ones, and the steps
+    until those are loaded (``fill``): replayed with ``resident`` slots a layer, every access after is a hit; then
+    ``timed`` steps."""
+    fill = math.ceil(resident / n)
+    steps = np.arange(fill + timed)
+    turn = (steps[:, None] * n + np.arange(n)[None, :]) % resident
+    return _trace(small, np.broadcast_to(turn[:, None, :], (steps.size, small.num_layers, n))), fill
+
+
 def _trace(model: ModelSpec, experts: np.ndarray):
     from moesim.tracegen.schema import DECODE, TraceMeta
     from moesim.tracegen.trace import Trace
@@ -247,11 +257,8 @@ def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: in
     resident = int(min(model.num_experts, max(model.top_k, math.ceil(pool / small.num_layers))))
     residual = {}  # per layer: (mean, standard error)
     for n in sorted({1, model.top_k}):
-        fill = math.ceil(resident / n)  # steps until the set is loaded; every access after is a hit
-        steps = np.arange(fill + max(8, repeats))
-        turn = (steps[:, None] * n + np.arange(n)[None, :]) % resident
-        experts = np.broadcast_to(turn[:, None, :], (steps.size, small.num_layers, n))
-        real, simulated = _replayed(hw, small, _trace(small, experts), resident, backend, workdir, seed, skip=fill)
+        trace, fill = all_hit_log(small, n, resident, max(8, repeats))
+        real, simulated = _replayed(hw, small, trace, resident, backend, workdir, seed, skip=fill)
         residual[n] = mean_se((real - simulated) / small.num_layers)
         if n == 1:
             modelled = float(np.mean(simulated)) / small.num_layers  # a layer's simulated time, the row's share in
