@@ -233,102 +233,141 @@ def min_key_slot(key, tie, lo, hi, obj_of, mark, stamp):
 
 
 # Doubly linked lists over object ids, several per partition (LRU order, FIFO order, ARC's T1/T2/B1/B2,
-# LeCaR's histories). node[obj] = (prev, next, list it is on) and ends[part, list] = (head, tail, size),
-# columns named below. The head is the most recent end. Two 2-D tables rather than six vectors: it is
-# several times faster in numba.
+# LeCaR's histories). node holds (prev, next, list it is on) of each object and ends (head, tail, size) of each
+# partition's lists, columns named below; the head is the most recent end. Both are flat tables with rows of a
+# width fixed at compile time, read at unsigned offsets (``_node``, ``_end``): numba's two-dimensional indexing
+# multiplies by a stride it loads and fixes up negative indices on every read, which lengthened each step of a
+# list walk by about as much as the read itself.
 PREV, NEXT, WHICH = 0, 1, 2
 HEAD, TAIL, SIZE = 0, 1, 2
+MAX_LISTS = 4  # lists per partition (ARC's four)
 
 
 class Lists(NamedTuple):
-    node: np.ndarray  # int64 [objects, 3]: PREV, NEXT, WHICH
-    ends: np.ndarray  # int64 [partitions, lists, 3]: HEAD, TAIL, SIZE
+    node: np.ndarray  # int64 [objects * 3]: PREV, NEXT, WHICH of each object
+    ends: np.ndarray  # int64 [partitions * MAX_LISTS * 3]: HEAD, TAIL, SIZE of each partition's lists
 
 
 def make_lists(num_objects: int, num_parts: int, num_lists: int) -> Lists:
-    node = np.full((num_objects, 3), -1, np.int64)
-    ends = np.full((num_parts, num_lists, 3), -1, np.int64)
-    ends[:, :, SIZE] = 0
-    return Lists(node, ends)
+    if num_lists > MAX_LISTS:
+        raise ValueError(f"at most {MAX_LISTS} lists a partition, not {num_lists}")
+    lists = Lists(np.empty(num_objects * 3, np.int64), np.empty(num_parts * MAX_LISTS * 3, np.int64))
+    lists_clear.py_func(lists)
+    return lists
+
+
+@njit(cache=True, inline="always")
+def _node(obj, column):
+    """node's offset of an object's column."""
+    return np.uint64(obj * 3 + column)
+
+
+@njit(cache=True, inline="always")
+def _end(part, li, column):
+    """ends' offset of a partition's list's column."""
+    return np.uint64((part * MAX_LISTS + li) * 3 + column)
 
 
 @njit(cache=True, inline="always")
 def lists_clear(lists):
     lists.node[:] = -1
-    lists.ends[:] = -1
-    lists.ends[:, :, SIZE] = 0
+    ends = lists.ends
+    for i in range(0, ends.shape[0], 3):
+        ends[i + HEAD] = -1
+        ends[i + TAIL] = -1
+        ends[i + SIZE] = 0
 
 
 @njit(cache=True, inline="always")
 def list_size(lists, part, li):
-    return lists.ends[part, li, SIZE]
+    return lists.ends[_end(part, li, SIZE)]
 
 
 @njit(cache=True, inline="always")
 def list_head(lists, part, li):
-    return lists.ends[part, li, HEAD]
+    return lists.ends[_end(part, li, HEAD)]
 
 
 @njit(cache=True, inline="always")
 def list_tail(lists, part, li):
-    return lists.ends[part, li, TAIL]
+    return lists.ends[_end(part, li, TAIL)]
 
 
 @njit(cache=True, inline="always")
 def list_next(lists, obj):
     """The object after ``obj`` towards the tail (-1: none)."""
-    return lists.node[obj, NEXT]
+    return lists.node[_node(obj, NEXT)]
 
 
 @njit(cache=True, inline="always")
 def list_of(lists, obj):
-    return lists.node[obj, WHICH]
+    return lists.node[_node(obj, WHICH)]
 
 
 @njit(cache=True, inline="always")
 def list_push_head(lists, part, li, obj):
     node, ends = lists.node, lists.ends
-    head = ends[part, li, HEAD]
-    node[obj, PREV] = -1
-    node[obj, NEXT] = head
+    head = ends[_end(part, li, HEAD)]
+    node[_node(obj, PREV)] = -1
+    node[_node(obj, NEXT)] = head
     if head >= 0:
-        node[head, PREV] = obj
+        node[_node(head, PREV)] = obj
     else:
-        ends[part, li, TAIL] = obj
-    ends[part, li, HEAD] = obj
-    node[obj, WHICH] = li
-    ends[part, li, SIZE] += 1
+        ends[_end(part, li, TAIL)] = obj
+    ends[_end(part, li, HEAD)] = obj
+    node[_node(obj, WHICH)] = li
+    ends[_end(part, li, SIZE)] += 1
 
 
 @njit(cache=True, inline="always")
 def list_remove(lists, part, obj):
     node, ends = lists.node, lists.ends
-    li = node[obj, WHICH]
-    prev = node[obj, PREV]
-    nxt = node[obj, NEXT]
+    li = node[_node(obj, WHICH)]
+    prev = node[_node(obj, PREV)]
+    nxt = node[_node(obj, NEXT)]
     if prev >= 0:
-        node[prev, NEXT] = nxt
+        node[_node(prev, NEXT)] = nxt
     else:
-        ends[part, li, HEAD] = nxt
+        ends[_end(part, li, HEAD)] = nxt
     if nxt >= 0:
-        node[nxt, PREV] = prev
+        node[_node(nxt, PREV)] = prev
     else:
-        ends[part, li, TAIL] = prev
-    node[obj, PREV] = -1
-    node[obj, NEXT] = -1
-    node[obj, WHICH] = -1
-    ends[part, li, SIZE] -= 1
+        ends[_end(part, li, TAIL)] = prev
+    node[_node(obj, PREV)] = -1
+    node[_node(obj, NEXT)] = -1
+    node[_node(obj, WHICH)] = -1
+    ends[_end(part, li, SIZE)] -= 1
+
+
+@njit(cache=True, inline="always")
+def list_to_head(lists, part, li, obj):
+    """Move ``obj``, on list ``li``, to its head (``list_remove`` then ``list_push_head``, in fewer steps)."""
+    node, ends = lists.node, lists.ends
+    head = ends[_end(part, li, HEAD)]
+    if head == obj:
+        return
+    prev = node[_node(obj, PREV)]  # not the head: it has one
+    nxt = node[_node(obj, NEXT)]
+    node[_node(prev, NEXT)] = nxt
+    if nxt >= 0:
+        node[_node(nxt, PREV)] = prev
+    else:
+        ends[_end(part, li, TAIL)] = prev
+    node[_node(obj, PREV)] = -1
+    node[_node(obj, NEXT)] = head
+    node[_node(head, PREV)] = obj
+    ends[_end(part, li, HEAD)] = obj
 
 
 @njit(cache=True, inline="always")
 def list_first_unmarked(lists, part, li, end, mark, stamp):
     """Walking list ``li`` from ``end`` (TAIL: oldest first, HEAD: newest first), the first
     object not in R, or -1."""
-    node, ends = lists.node, lists.ends
+    node = lists.node
     step = PREV if end == TAIL else NEXT
-    obj = ends[part, li, end]
+    obj = lists.ends[_end(part, li, end)]
     while obj >= 0 and mark[obj] == stamp:
-        obj = node[obj, step]
+        obj = node[_node(obj, step)]
     return obj
 
 

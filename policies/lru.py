@@ -16,7 +16,7 @@ from typing import NamedTuple
 from numba import njit
 
 from moesim.policies.base import (RECENCY, TAIL, FastPath, Lists, Stack, hooks, list_first_unmarked, list_push_head,
-                                  list_remove, lists_clear, make_lists)
+                                  list_remove, list_to_head, lists_clear, make_lists)
 from moesim.policies.lru_ranks import rank_counts
 
 NAME = "lru"
@@ -40,8 +40,7 @@ def reset(st):
 
 @njit(cache=True)
 def on_hit(st, part, slot, obj, t):
-    list_remove(st.order, part, obj)
-    list_push_head(st.order, part, 0, obj)
+    list_to_head(st.order, part, 0, obj)
 
 
 @njit(cache=True)

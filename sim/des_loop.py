@@ -18,7 +18,10 @@ Per request row (``moesim.sim.requests``) and layer (a cell), on the compute str
    substitutions);
 2. **residency** (``serve_hits``, ``load_misses``): resident members of X are hits; the others are
    loaded now — the policy picks victims exactly as in the hit-rate engine (step semantics: never a
-   member of X) and each load is a transfer queued at the routing time (``moesim.sim.des_tiers``);
+   member of X) and each load is a transfer queued at the routing time (``moesim.sim.des_tiers``).
+   X is first split into the ranks of its hits and of its misses without a branch on residency (at hit
+   rates near one half no predictor learns it, and a mispredicted branch costs as much as a hit), then
+   each list is served in rank order; the prefetch lists its non-resident predictions the same way;
 3. **prefetch** (``prefetch_next``): the experts predicted for the next cell (this row's next layer,
    or the next row's layer 0) that are not resident are loaded like misses, behind this cell's loads,
    never evicting a member of X or of the prediction;
@@ -96,7 +99,7 @@ def des_loop(s, st):
         if inp.group_start[row] and inp.reset_each_group and row > 0:
             empty(cache.slot_of, cache.obj_of, cache.used)
             policy.reset(st)
-        begin = now
+        begin, compute, stall = now, 0.0, 0.0  # the row's seconds computing and stalled
         copy_before = s.tiers.clocks[COPY_BUSY]
         if EXTRAS and inp.preload_at[row] >= 0:
             stamp += 1  # the whole preload is protected from itself
@@ -108,27 +111,29 @@ def des_loop(s, st):
             now += inp.pre_s[row]
             route_at = now
             now += inp.shared_s[row]
-            tally.rows[row, R_COMPUTE] += inp.pre_s[row] + inp.shared_s[row]
+            compute += inp.pre_s[row] + inp.shared_s[row]
             if RARE and inp.mole:
                 start = max(now, s.tiers.lut_ready[layer])
-                tally.rows[row, R_STALL] += start - now
+                stall += start - now
                 now = start
                 continue
             stamp += 1
             part = layer if inp.per_layer else 0
             route(s, st, row, layer, part, stamp)
-            s.kernels.cpu_ready[0] = -1.0
-            n, pinned, n_run, weights_at, fused = serve_hits(s, st, row, layer, part, route_at)
+            if EXTRAS:
+                s.kernels.cpu_ready[0] = -1.0
+            n, pinned, n_missed, n_run, weights_at, fused = serve_hits(s, st, row, layer, part, route_at)
             if inp.kind[row] == DECODE:
                 tally.counters[C_ACCESSES] += n
                 tally.layer_accesses[layer] += n
-            pinned, n_run, weights_at, fused = load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run,
-                                                           weights_at, fused)
+            pinned, n_run, weights_at, fused = load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed,
+                                                           n_run, weights_at, fused)
             if EXTRAS:
                 prefetch_next(s, st, row, layer, part, route_at, stamp, pinned)
-            now = run_kernels(s, row, now, n_run, weights_at, fused)
+            now, compute, stall = run_kernels(s, now, compute, stall, n_run, weights_at, fused)
         now += inp.row_s[row]
-        tally.rows[row, R_COMPUTE] += inp.row_s[row]
+        tally.rows[row, R_COMPUTE] = compute + inp.row_s[row]
+        tally.rows[row, R_STALL] = stall
         tally.rows[row, R_TIME] = now - begin
         tally.rows[row, R_COPY] = s.tiers.clocks[COPY_BUSY] - copy_before
     progress.now[0] = now
@@ -181,7 +186,7 @@ def route(s, st, row, layer, part, stamp):
     for j in range(x.shape[0]):
         if x[j] >= 0:
             mark[layer * inp.num_experts + x[j]] = stamp
-    if inp.committed[row, layer] and inp.kind[row] == DECODE:
+    if EXTRAS and inp.committed[row, layer] and inp.kind[row] == DECODE:  # only a prefetcher commits
         for j in range(inp.experts.shape[2]):
             e = inp.experts[row, layer, j]
             if e >= 0 and mark[layer * inp.num_experts + e] != stamp:
@@ -193,36 +198,43 @@ def route(s, st, row, layer, part, stamp):
 
 def serve_hits(s, st, row, layer, part, route_at):
     """X's resident members, in rank order: hits, added to the layer's run (every member, in a layer placed
-    on the GPU). Returns (|X|, residents of X, and the run so far: its length, when its weights are all
-    in, a fused kernel's duration so far)."""
+    on the GPU); the others' ranks are listed in ``Kernels.listed`` for ``load_misses``. Returns (|X|, residents
+    of X, how many are listed, and the run so far: its length, when its weights are all in, a fused kernel's
+    duration so far)."""
     inp, tally = s.inputs, s.tally
-    slot_of, by_prefetch, counters = s.cache.slot_of, s.cache.by_prefetch, tally.counters
+    slot_of, by_prefetch, hit_ranks, missed = s.cache.slot_of, s.cache.by_prefetch, s.kernels.hit, s.kernels.listed
     x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
     base = (clock_row(s, row) * inp.experts.shape[1] + layer) * inp.experts.shape[2]
-    decode = inp.kind[row] == DECODE
     no_cache = inp.bounds[-1] == 0
     if inp.placement[layer] == ON_GPU:
         return serve_placed(s, row, layer, route_at)
-    n, pinned, n_run, weights_at, fused = 0, 0, 0, route_at, inp.times[T_MOE_LAUNCH]
-    for j in range(x.shape[0]):
+    n, pinned, n_missed, n_run, weights_at, fused = 0, 0, 0, 0, route_at, inp.times[T_MOE_LAUNCH]
+    for j in range(x.shape[0]):  # without a branch on residency, which the predictor cannot learn
         if x[j] < 0:
             continue
         n += 1
+        resident = not no_cache and slot_of[layer * inp.num_experts + x[j]] >= 0
+        hit_ranks[pinned] = j
+        missed[n_missed] = j
+        pinned += resident
+        n_missed += not resident
+    used = 0  # hits on prefetched experts
+    for i in range(pinned):
+        j = hit_ranks[i]
         obj = layer * inp.num_experts + x[j]
-        if no_cache or slot_of[obj] < 0:
-            continue
-        pinned += 1
-        if decode:
-            counters[C_HITS] += 1
-            tally.layer_hits[layer] += 1
         policy.on_hit(st, part, slot_of[obj], obj, base + j)
         if RARE:
             log(tally, row, layer, EV_HIT, obj, slot_of[obj])
-        if by_prefetch[obj]:
-            counters[C_PF_USED] += 1
+        if EXTRAS:  # only a prefetch or a preload sets it
+            used += by_prefetch[obj]
             by_prefetch[obj] = 0
         n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[obj], tokens[j])
-    return n, pinned, n_run, weights_at, fused
+    if EXTRAS:
+        tally.counters[C_PF_USED] += used
+    if inp.kind[row] == DECODE:
+        tally.counters[C_HITS] += pinned
+        tally.layer_hits[layer] += pinned
+    return n, pinned, n_missed, n_run, weights_at, fused
 
 
 def serve_placed(s, row, layer, route_at):
@@ -241,23 +253,20 @@ def serve_placed(s, row, layer, route_at):
         if RARE:
             log(tally, row, layer, EV_HIT, layer * inp.num_experts + x[j], -1)
         n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, 0.0, tokens[j])
-    return n, 0, n_run, weights_at, fused
+    return n, 0, 0, n_run, weights_at, fused
 
 
-def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights_at, fused):
-    """X's other members, in rank order, each as its ``miss_action`` says (module docstring); with no
-    cache, a copy staged by the prefetch is a hit."""
+def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_run, weights_at, fused):
+    """X's members ``serve_hits`` listed, in rank order, each as its ``miss_action`` says (module docstring); with
+    no cache, a copy staged by the prefetch is a hit."""
     inp, tally = s.inputs, s.tally
-    if inp.placement[layer] == ON_GPU:
-        return pinned, n_run, weights_at, fused
     x, tokens, action = inp.exe[row, layer], inp.exe_tokens[row, layer], inp.miss_action[row, layer]
     cell_id = clock_row(s, row) * inp.experts.shape[1] + layer
     base = cell_id * inp.experts.shape[2]
-    for j in range(x.shape[0]):
-        if x[j] < 0:
-            continue
+    for i in range(n_missed):
+        j = s.kernels.listed[i]
         obj = layer * inp.num_experts + x[j]
-        if inp.bounds[-1] == 0 and s.cache.staged[obj] == cell_id:
+        if EXTRAS and inp.bounds[-1] == 0 and s.cache.staged[obj] == cell_id:  # only a prefetch stages
             tally.counters[C_PF_USED] += 1
             if inp.kind[row] == DECODE:
                 tally.counters[C_HITS] += 1
@@ -266,7 +275,7 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_run, weights
             if RARE:
                 log(tally, row, layer, EV_HIT, obj, -1)
             continue
-        if inp.bounds[-1] > 0 and s.cache.slot_of[obj] >= 0:
+        if inp.bounds[-1] > 0 and s.cache.slot_of[obj] >= 0:  # listed twice in X, and loaded for the first
             continue
         if not EXTRAS or action[j] == A_LOAD:
             pinned, n_run, weights_at, fused = demand_load(s, st, row, layer, part, obj, base + j, route_at, stamp,
@@ -291,7 +300,8 @@ def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run,
             counters[C_BYPASS] += 1
         elif claim(s, st, part, obj, t, stamp)[0] >= 0:
             pinned += 1
-            cache.by_prefetch[obj] = 0  # a demand load
+            if EXTRAS:
+                cache.by_prefetch[obj] = 0  # a demand load (only a prefetch or a preload sets it)
         else:
             counters[C_BYPASS] += 1
     done = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, counters)
@@ -358,23 +368,26 @@ def prefetch_next(s, st, row, layer, part, route_at, stamp, pinned):
     nbase = clock_row(s, nrow) * n_layers + nlayer
     issued = (clock_row(s, row) * n_layers + layer) * width + width - 1  # the clock after this cell's accesses
     pinned_next = pinned if npart == part else 0
-    for j in range(inp.pred.shape[2]):
-        e = inp.pred[nrow, nlayer, j]
-        if e >= 0 and cache.mark[nlayer * inp.num_experts + e] != stamp:
-            obj = nlayer * inp.num_experts + e
-            cache.mark[obj] = stamp
-            if inp.bounds[-1] > 0 and cache.slot_of[obj] >= 0:
-                pinned_next += 1
-    for j in range(inp.pred.shape[2]):
+    no_cache = inp.bounds[-1] == 0
+    listed, n_listed = s.kernels.listed, 0
+    for j in range(inp.pred.shape[2]):  # the prediction's members not resident, listed without a branch on it
         e = inp.pred[nrow, nlayer, j]
         if e < 0:
             continue
         obj = nlayer * inp.num_experts + e
-        if inp.bounds[-1] == 0:
+        resident = not no_cache and cache.slot_of[obj] >= 0
+        if cache.mark[obj] != stamp:
+            cache.mark[obj] = stamp
+            pinned_next += resident
+        listed[n_listed] = j
+        n_listed += not resident
+    for i in range(n_listed):
+        obj = nlayer * inp.num_experts + inp.pred[nrow, nlayer, listed[i]]
+        if no_cache:
             if cache.staged[obj] == nbase:
                 continue
             cache.staged[obj] = nbase
-        elif cache.slot_of[obj] >= 0:
+        elif cache.slot_of[obj] >= 0:  # listed twice, and loaded for the first
             continue
         else:
             capacity = cache.live[npart]
@@ -432,27 +445,28 @@ def preload_batch(s, st, row, now, stamp):
                     log(s.tally, row, layer, EV_PRELOAD, obj, cache.slot_of[obj])
 
 
-def run_kernels(s, row, now, n_run, weights_at, fused):
+def run_kernels(s, now, compute, stall, n_run, weights_at, fused):
     """The layer's experts on the compute stream: each kernel as its weights land (per-expert), or one
-    fused kernel once all have; then the CPU's results, if it ran any. Returns the time the layer ends."""
-    tally = s.tally
+    fused kernel once all have; then the CPU's results, if it ran any. Returns the time the layer ends and the
+    row's seconds computing and stalled so far."""
     if s.inputs.per_expert:
         for i in range(n_run):
             start = max(now, s.kernels.ready[i])
             run = expert_kernel_s(s.inputs.by_tokens, s.inputs.times[T_EXPERT_LAUNCH], s.kernels.tokens[i])
-            tally.rows[row, R_STALL] += start - now
-            tally.rows[row, R_COMPUTE] += run
+            stall += start - now
+            compute += run
             now = start + run
     elif n_run > 0:
         start = max(now, weights_at)
-        tally.rows[row, R_STALL] += start - now
-        tally.rows[row, R_COMPUTE] += fused
+        stall += start - now
+        compute += fused
         now = start + fused
-    back = s.kernels.cpu_ready[0]
-    if back > now:  # the CPU's experts of the layer are not back yet
-        tally.rows[row, R_STALL] += back - now
-        now = back
-    return now
+    if EXTRAS:  # only they run experts on the CPU
+        back = s.kernels.cpu_ready[0]
+        if back > now:  # the CPU's experts of the layer are not back yet
+            stall += back - now
+            now = back
+    return now, compute, stall
 
 
 def add_kernel(s, n_run, weights_at, fused, at, tokens):

@@ -116,6 +116,9 @@ class Tally(NamedTuple):
 class Kernels(NamedTuple):
     ready: np.ndarray          # float64 [W']: when each expert of the layer's run has its weights
     tokens: np.ndarray         # int32 [W']: the tokens it computes
+    hit: np.ndarray            # int64 [W']: the ranks in X of the members resident when the cell began
+    listed: np.ndarray         # int64 [max(W', P)]: the ranks of the others; then of the next cell's predicted
+                               # experts not resident
     cpu_ready: np.ndarray      # float64 [1]: when the CPU's experts of the layer are back on the GPU (-1: none)
 
 
@@ -157,4 +160,5 @@ def build_state(inputs: Inputs, engines: int, log_rows: int) -> State:
                   np.zeros(n_layers, np.int64))
     progress = Progress(np.array([0, n_rows], np.int64), np.zeros(1, np.int64), np.zeros(1), np.zeros(1, np.int64))
     return State(inputs, cache, make_tiers(n_objects, n_layers, engines), tally,
-                 Kernels(np.zeros(exe_width), np.zeros(exe_width, np.int32), np.full(1, -1.0)), progress)
+                 Kernels(np.zeros(exe_width), np.zeros(exe_width, np.int32), np.zeros(exe_width, np.int64),
+                         np.zeros(max(exe_width, inputs.pred.shape[2]), np.int64), np.full(1, -1.0)), progress)
