@@ -234,10 +234,11 @@ def min_key_slot(key, tie, lo, hi, obj_of, mark, stamp):
 
 # Doubly linked lists over object ids, several per partition (LRU order, FIFO order, ARC's T1/T2/B1/B2,
 # LeCaR's histories). node holds (prev, next, list it is on) of each object and ends (head, tail, size) of each
-# partition's lists, columns named below; the head is the most recent end. Both are flat tables with rows of a
-# width fixed at compile time, read at unsigned offsets (``_node``, ``_end``): numba's two-dimensional indexing
-# multiplies by a stride it loads and fixes up negative indices on every read, which lengthened each step of a
-# list walk by about as much as the read itself.
+# partition's lists, columns named below; the head is the most recent end. Both are flat tables whose rows have a
+# width fixed at compile time: numba's two-dimensional indexing multiplies by a stride it loads from the array on
+# every read, which lengthened each step of a list walk by about as much as the read itself. (Unsigned offsets
+# would also drop numba's fix-up of negative indices: about 4% of the discrete-event loop's time, for 0.1-0.2 s
+# more compiling of a plan's loop, whose first run is held to 10 s.)
 PREV, NEXT, WHICH = 0, 1, 2
 HEAD, TAIL, SIZE = 0, 1, 2
 MAX_LISTS = 4  # lists per partition (ARC's four)
@@ -257,18 +258,6 @@ def make_lists(num_objects: int, num_parts: int, num_lists: int) -> Lists:
 
 
 @njit(cache=True, inline="always")
-def _node(obj, column):
-    """node's offset of an object's column."""
-    return np.uint64(obj * 3 + column)
-
-
-@njit(cache=True, inline="always")
-def _end(part, li, column):
-    """ends' offset of a partition's list's column."""
-    return np.uint64((part * MAX_LISTS + li) * 3 + column)
-
-
-@njit(cache=True, inline="always")
 def lists_clear(lists):
     lists.node[:] = -1
     ends = lists.ends
@@ -280,83 +269,83 @@ def lists_clear(lists):
 
 @njit(cache=True, inline="always")
 def list_size(lists, part, li):
-    return lists.ends[_end(part, li, SIZE)]
+    return lists.ends[(part * MAX_LISTS + li) * 3 + SIZE]
 
 
 @njit(cache=True, inline="always")
 def list_head(lists, part, li):
-    return lists.ends[_end(part, li, HEAD)]
+    return lists.ends[(part * MAX_LISTS + li) * 3 + HEAD]
 
 
 @njit(cache=True, inline="always")
 def list_tail(lists, part, li):
-    return lists.ends[_end(part, li, TAIL)]
+    return lists.ends[(part * MAX_LISTS + li) * 3 + TAIL]
 
 
 @njit(cache=True, inline="always")
 def list_next(lists, obj):
     """The object after ``obj`` towards the tail (-1: none)."""
-    return lists.node[_node(obj, NEXT)]
+    return lists.node[obj * 3 + NEXT]
 
 
 @njit(cache=True, inline="always")
 def list_of(lists, obj):
-    return lists.node[_node(obj, WHICH)]
+    return lists.node[obj * 3 + WHICH]
 
 
 @njit(cache=True, inline="always")
 def list_push_head(lists, part, li, obj):
     node, ends = lists.node, lists.ends
-    head = ends[_end(part, li, HEAD)]
-    node[_node(obj, PREV)] = -1
-    node[_node(obj, NEXT)] = head
+    head = ends[(part * MAX_LISTS + li) * 3 + HEAD]
+    node[obj * 3 + PREV] = -1
+    node[obj * 3 + NEXT] = head
     if head >= 0:
-        node[_node(head, PREV)] = obj
+        node[head * 3 + PREV] = obj
     else:
-        ends[_end(part, li, TAIL)] = obj
-    ends[_end(part, li, HEAD)] = obj
-    node[_node(obj, WHICH)] = li
-    ends[_end(part, li, SIZE)] += 1
+        ends[(part * MAX_LISTS + li) * 3 + TAIL] = obj
+    ends[(part * MAX_LISTS + li) * 3 + HEAD] = obj
+    node[obj * 3 + WHICH] = li
+    ends[(part * MAX_LISTS + li) * 3 + SIZE] += 1
 
 
 @njit(cache=True, inline="always")
 def list_remove(lists, part, obj):
     node, ends = lists.node, lists.ends
-    li = node[_node(obj, WHICH)]
-    prev = node[_node(obj, PREV)]
-    nxt = node[_node(obj, NEXT)]
+    li = node[obj * 3 + WHICH]
+    prev = node[obj * 3 + PREV]
+    nxt = node[obj * 3 + NEXT]
     if prev >= 0:
-        node[_node(prev, NEXT)] = nxt
+        node[prev * 3 + NEXT] = nxt
     else:
-        ends[_end(part, li, HEAD)] = nxt
+        ends[(part * MAX_LISTS + li) * 3 + HEAD] = nxt
     if nxt >= 0:
-        node[_node(nxt, PREV)] = prev
+        node[nxt * 3 + PREV] = prev
     else:
-        ends[_end(part, li, TAIL)] = prev
-    node[_node(obj, PREV)] = -1
-    node[_node(obj, NEXT)] = -1
-    node[_node(obj, WHICH)] = -1
-    ends[_end(part, li, SIZE)] -= 1
+        ends[(part * MAX_LISTS + li) * 3 + TAIL] = prev
+    node[obj * 3 + PREV] = -1
+    node[obj * 3 + NEXT] = -1
+    node[obj * 3 + WHICH] = -1
+    ends[(part * MAX_LISTS + li) * 3 + SIZE] -= 1
 
 
 @njit(cache=True, inline="always")
 def list_to_head(lists, part, li, obj):
     """Move ``obj``, on list ``li``, to its head (``list_remove`` then ``list_push_head``, in fewer steps)."""
     node, ends = lists.node, lists.ends
-    head = ends[_end(part, li, HEAD)]
+    head = ends[(part * MAX_LISTS + li) * 3 + HEAD]
     if head == obj:
         return
-    prev = node[_node(obj, PREV)]  # not the head: it has one
-    nxt = node[_node(obj, NEXT)]
-    node[_node(prev, NEXT)] = nxt
+    prev = node[obj * 3 + PREV]  # not the head: it has one
+    nxt = node[obj * 3 + NEXT]
+    node[prev * 3 + NEXT] = nxt
     if nxt >= 0:
-        node[_node(nxt, PREV)] = prev
+        node[nxt * 3 + PREV] = prev
     else:
-        ends[_end(part, li, TAIL)] = prev
-    node[_node(obj, PREV)] = -1
-    node[_node(obj, NEXT)] = head
-    node[_node(head, PREV)] = obj
-    ends[_end(part, li, HEAD)] = obj
+        ends[(part * MAX_LISTS + li) * 3 + TAIL] = prev
+    node[obj * 3 + PREV] = -1
+    node[obj * 3 + NEXT] = head
+    node[head * 3 + PREV] = obj
+    ends[(part * MAX_LISTS + li) * 3 + HEAD] = obj
 
 
 @njit(cache=True, inline="always")
@@ -365,9 +354,9 @@ def list_first_unmarked(lists, part, li, end, mark, stamp):
     object not in R, or -1."""
     node = lists.node
     step = PREV if end == TAIL else NEXT
-    obj = lists.ends[_end(part, li, end)]
+    obj = lists.ends[(part * MAX_LISTS + li) * 3 + end]
     while obj >= 0 and mark[obj] == stamp:
-        obj = node[_node(obj, step)]
+        obj = node[obj * 3 + step]
     return obj
 
 

@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
 from moesim.policies import POLICIES
+from moesim.policies.base import (HEAD, PREV, TAIL, list_first_unmarked, list_head, list_next, list_of, list_push_head,
+                                  list_remove, list_size, list_tail, list_to_head, make_lists)
 from moesim import hitrate
 from moesim.tracegen.synth import Locality, synth_trace
 
@@ -288,3 +290,43 @@ def test_history_predicts_as_its_definition_says(seed, experts, top_k):
     trace = small(seed, layers=3, experts=experts, top_k=min(top_k, experts), sequences=3, tokens=12)
     want = _history_reference(trace.experts, trace.seq_offsets, experts)
     assert np.array_equal(history.predict(trace, {"train_trace": None}), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 3), st.integers(0, 11)),
+                max_size=60))
+def test_linked_lists_keep_the_order_a_python_list_keeps(ops):
+    """Pushes, removals and moves to the head on several lists of two partitions, against Python lists."""
+    lists, ref, where = make_lists(12, 2, 4), {(p, li): [] for p in range(2) for li in range(4)}, {}
+    for op, part, li, obj in ops:
+        if op == 0 and obj not in where:
+            list_push_head(lists, part, li, obj)
+            ref[part, li].insert(0, obj)
+            where[obj] = (part, li)
+        elif op == 1 and obj in where:
+            list_remove(lists, where[obj][0], obj)
+            ref[where.pop(obj)].remove(obj)
+        elif op == 2 and obj in where:
+            list_to_head(lists, *where[obj], obj)
+            ref[where[obj]].remove(obj)
+            ref[where[obj]].insert(0, obj)
+    for (part, li), objs in ref.items():
+        walked, obj = [], list_head(lists, part, li)
+        while obj >= 0:
+            assert list_of(lists, obj) == li
+            walked.append(obj)
+            obj = list_next(lists, obj)
+        assert walked == objs and list_size(lists, part, li) == len(objs)
+        assert list_tail(lists, part, li) == (objs[-1] if objs else -1)
+        back, obj = [], list_tail(lists, part, li)
+        while obj >= 0 and len(back) <= len(objs):  # the prev links, read from the table (node: PREV, NEXT, WHICH)
+            back.append(obj)
+            obj = lists.node[obj * 3 + PREV]
+        assert back == objs[::-1]
+        if len(objs) > 2:  # the middle one alone not in the request set: walks from either end find it
+            mark = np.ones(12, np.int64)
+            mark[objs[1]] = 0
+            assert list_first_unmarked(lists, part, li, TAIL, mark, 1) == objs[1]
+            assert list_first_unmarked(lists, part, li, HEAD, mark, 1) == objs[1]
+    with pytest.raises(ValueError, match="at most 4 lists"):
+        make_lists(4, 1, 5)
