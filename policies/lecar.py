@@ -34,8 +34,8 @@ from numba import njit
 
 from moesim.policies import lecar_across
 from moesim.policies.base import (TAIL, FastPath, Lists, hooks, list_first_unmarked, list_of, list_push_head,
-                                  list_remove, list_size, list_tail, lists_clear, make_lists, make_rng, rng_reset,
-                                  rng_uniform)
+                                  list_remove, list_size, list_tail, list_to_head, lists_clear, make_lists, make_rng,
+                                  rng_reset, rng_uniform)
 from moesim.policies.lfu import State as LfuState
 from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_fill_next, lfu_hit, lfu_insert, lfu_victim, make_lfu
 
@@ -92,8 +92,7 @@ def reset(st):
 def on_hit(st, part, slot, obj, t):
     lists, clock = st.lists, st.clock
     clock[part] += 1
-    list_remove(lists, part, obj)
-    list_push_head(lists, part, RECENCY, obj)
+    list_to_head(lists, part, RECENCY, obj)  # a resident is on RECENCY
     lfu_hit(st.lfu, part, obj, clock[part])
 
 

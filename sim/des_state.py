@@ -15,8 +15,9 @@ declared once, by the tuple of names their indices come from (``COUNTERS``, ``RO
   and the host CPU's stream;
 - ``Tally``: what the run records — counters (``C_*``), per-row times (``R_*``), per-layer hits,
   the decision log (``EV_*``);
-- ``Kernels``: the current layer's expert kernels (when each one's weights land, its tokens) and when
-  the CPU's share of the layer is back on the GPU;
+- ``Kernels``: the current layer's expert kernels (when each one's weights land, its tokens), the ranks of
+  its hits and of the experts still to load or prefetch, and when the CPU's share of the layer is back on the
+  GPU;
 - ``Progress``: which rows a call runs and where the last call stopped (the clock, the stamp), so a
   run may go on in later calls: ``moesim.sim.serve`` runs one step per call, each formed after the
   one before it ends (``moesim.sim.run.Run.step`` sets it).

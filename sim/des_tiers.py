@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from moesim.policies.base import list_push_head, list_remove, list_tail
+from moesim.policies.base import list_push_head, list_remove, list_tail, list_to_head
 from moesim.sim.costs import T_COPY, T_SSD
 from moesim.sim.des_state import C_DRAM_HITS, C_SSD_READS, COPY_BUSY, CPU_FREE, DRAM_USED, SSD_FREE
 
@@ -55,8 +55,7 @@ def through_dram(tiers, obj, at, times, dram_capacity, counters):
     clocks, lists = tiers.clocks, tiers.dram_lists
     if tiers.in_dram[obj]:
         counters[C_DRAM_HITS] += 1
-        list_remove(lists, 0, obj)
-        list_push_head(lists, 0, 0, obj)
+        list_to_head(lists, 0, 0, obj)
         return at
     clocks[SSD_FREE] = max(at, clocks[SSD_FREE]) + times[T_SSD]
     counters[C_SSD_READS] += 1
