@@ -10,7 +10,7 @@ leaves both alone; a byte per expert says whether it is resident.
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, uint64
 
 from moesim.policies.base import FastPath, hooks
 from moesim.policies.lru import State, choose_victim, make_state, on_evict, on_insert, reset
@@ -44,15 +44,17 @@ def lane_reset(st, lane, cap):
 @njit(cache=True)
 def lane_access(st, lane, cap, e, pos, end):
     resident, ring, nxt = st.resident, st.ring, st.next
-    hit = resident[lane, e]
-    miss = 1 - np.int64(hit)
-    at = nxt[lane]
-    oldest = ring[lane, at]
-    resident[lane, oldest] &= hit  # a miss evicts the oldest load (or fills an empty slot: the sentinel's byte)
-    resident[lane, e] = 1
-    ring[lane, at] = oldest + miss * (e - oldest)
+    ln = uint64(lane)
+    ue = uint64(e)
+    hit = resident[ln, ue]
+    miss = uint64(1) - uint64(hit)
+    at = uint64(nxt[ln])
+    oldest = uint64(ring[ln, at])
+    resident[ln, oldest] &= hit  # a miss evicts the oldest load (or fills an empty slot: the sentinel's byte)
+    resident[ln, ue] = 1
+    ring[ln, at] = oldest + miss * (ue - oldest)
     at += miss
-    nxt[lane] = at if at != cap else 0
+    nxt[ln] = at if at != uint64(cap) else uint64(0)
     return np.int64(hit)
 
 

@@ -62,11 +62,12 @@ def keyed_place(st, lane, cap, e):
     """Serve expert ``e``: its slot if resident (a hit), else the lowest key's, which it now holds.
     Returns (slot, 1 on a hit else 0); the caller writes the slot's new key."""
     slot_of, expert_in, key = st.slot_of, st.expert_in, st.key[lane]
-    held = np.int64(slot_of[lane, e])
-    hit = np.int64(held < cap)
-    victim = lowest(key) & ((np.int64(1) << st.bits) - 1)
+    ln, ue, ucap = uint64(lane), uint64(e), uint64(cap)
+    held = uint64(slot_of[ln, ue])
+    hit = uint64(held < ucap)
+    victim = uint64(lowest(key)) & ((uint64(1) << uint64(st.bits)) - uint64(1))
     slot = victim + hit * (held - victim)
-    slot_of[lane, expert_in[lane, slot]] = cap + hit * (slot - cap)  # the evicted expert (or the sentinel)
-    slot_of[lane, e] = slot
-    expert_in[lane, slot] = e
-    return slot, hit
+    slot_of[ln, uint64(expert_in[ln, slot])] = ucap + hit * (slot - ucap)  # the evicted expert (or the sentinel)
+    slot_of[ln, ue] = slot
+    expert_in[ln, slot] = ue
+    return np.int64(slot), np.int64(hit)

@@ -19,7 +19,7 @@ recent, is the smallest key.
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, uint64
 
 from moesim.policies.base import (TAIL, FastPath, Lists, hooks, list_first_unmarked, list_of, list_push_head,
                                   list_remove, lists_clear, make_lists, min_key_slot)
@@ -143,8 +143,9 @@ def make_lanes(ctx, lanes: int) -> Keyed | None:
 def lane_access(st, lane, cap, e, pos, end):
     slot, hit = keyed_place(st, lane, cap, e)
     shift, key = st.extra + st.bits, st.key
-    count = ((key[lane, slot] >> shift) + 1) * hit + 1 - hit  # a load starts at 1
-    key[lane, slot] = (count << shift) | (pos << st.bits) | slot
+    at = (uint64(lane), uint64(slot))  # unsigned indices (``moesim.policies.base``)
+    count = ((key[at] >> shift) + 1) * hit + 1 - hit  # a load starts at 1
+    key[at] = (count << shift) | (pos << st.bits) | slot
     return hit
 
 

@@ -22,7 +22,7 @@ is a coin toss at these hit rates; this takes none.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, uint64
 
 from moesim.policies.base import prefer_wide_vectors
 
@@ -67,6 +67,7 @@ def _ranks(experts, seq_offsets, ranks, hist, num_experts, reset):
     prefer_wide_vectors()  # a block of 64 ranks in one vector, not two (128 and 160 experts: 1.4x)
     n_layers, k, blocks = experts.shape[1], experts.shape[2], ranks.shape[1] // BLOCK
     never = ranks[0, 0]
+    top = uint64(num_experts)  # unsigned indices (``moesim.policies.base``)
     for g in range(0, ranks.shape[0], LANES):
         l0, l1, l2, l3 = g, min(g + 1, n_layers - 1), min(g + 2, n_layers - 1), min(g + 3, n_layers - 1)
         l4, l5, l6, l7 = (min(g + 4, n_layers - 1), min(g + 5, n_layers - 1), min(g + 6, n_layers - 1),
@@ -80,17 +81,19 @@ def _ranks(experts, seq_offsets, ranks, hist, num_experts, reset):
                 ranks[g:g + LANES] = never
             for row in range(seq_offsets[s], seq_offsets[s + 1]):
                 for j in range(k):
-                    e0, e1, e2, e3 = experts[row, l0, j], experts[row, l1, j], experts[row, l2, j], experts[row, l3, j]
-                    e4, e5, e6, e7 = experts[row, l4, j], experts[row, l5, j], experts[row, l6, j], experts[row, l7, j]
+                    e0, e1, e2, e3 = (uint64(experts[row, l0, j]), uint64(experts[row, l1, j]),
+                                      uint64(experts[row, l2, j]), uint64(experts[row, l3, j]))
+                    e4, e5, e6, e7 = (uint64(experts[row, l4, j]), uint64(experts[row, l5, j]),
+                                      uint64(experts[row, l6, j]), uint64(experts[row, l7, j]))
                     d0, d1, d2, d3, d4, d5, d6, d7 = r0[e0], r1[e1], r2[e2], r3[e3], r4[e4], r5[e5], r6[e6], r7[e7]
-                    g0[min(d0, num_experts)] += 1
-                    g1[min(d1, num_experts)] += 1
-                    g2[min(d2, num_experts)] += 1
-                    g3[min(d3, num_experts)] += 1
-                    g4[min(d4, num_experts)] += 1
-                    g5[min(d5, num_experts)] += 1
-                    g6[min(d6, num_experts)] += 1
-                    g7[min(d7, num_experts)] += 1
+                    g0[min(uint64(d0), top)] += 1
+                    g1[min(uint64(d1), top)] += 1
+                    g2[min(uint64(d2), top)] += 1
+                    g3[min(uint64(d3), top)] += 1
+                    g4[min(uint64(d4), top)] += 1
+                    g5[min(uint64(d5), top)] += 1
+                    g6[min(uint64(d6), top)] += 1
+                    g7[min(uint64(d7), top)] += 1
                     move_down(r0, d0, e0, blocks)
                     move_down(r1, d1, e1, blocks)
                     move_down(r2, d2, e2, blocks)

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, uint64
 
 from moesim.errors import MoesimError
 
@@ -177,7 +177,7 @@ def cpu_layer_s(hw: Hardware, engine: Engine, top_k: int) -> float:
 @njit(cache=True, inline="always")
 def fused_add(total, by_tokens, tokens):
     """A fused kernel's duration so far (it starts at its launch) with one more expert on ``tokens`` tokens."""
-    return total + by_tokens[tokens]
+    return total + by_tokens[uint64(tokens)]
 
 
 @njit(cache=True)
@@ -192,7 +192,7 @@ def fused_kernel_s(by_tokens, launch, tokens, n):
 @njit(cache=True)
 def expert_kernel_s(by_tokens, launch, tokens):
     """One expert's own kernel on ``tokens`` tokens."""
-    return launch + by_tokens[tokens]
+    return launch + by_tokens[uint64(tokens)]
 
 
 class Engine(NamedTuple):

@@ -60,6 +60,8 @@ for which every resident is protected.
 
 from __future__ import annotations
 
+from numba import uint64
+
 from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
 from moesim.sim.costs import T_CPU_LAYER_FIXED, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_add
 from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS,
@@ -185,7 +187,7 @@ def route(s, st, row, layer, part, stamp):
     x = inp.exe[row, layer]
     for j in range(x.shape[0]):
         if x[j] >= 0:
-            mark[layer * inp.num_experts + x[j]] = stamp
+            mark[uint64(layer * inp.num_experts + x[j])] = stamp
     if EXTRAS and inp.committed[row, layer] and inp.kind[row] == DECODE:  # only a prefetcher commits
         for j in range(inp.experts.shape[2]):
             e = inp.experts[row, layer, j]
@@ -213,22 +215,23 @@ def serve_hits(s, st, row, layer, part, route_at):
         if x[j] < 0:
             continue
         n += 1
-        resident = not no_cache and slot_of[layer * inp.num_experts + x[j]] >= 0
-        hit_ranks[pinned] = j
-        missed[n_missed] = j
+        resident = not no_cache and slot_of[uint64(layer * inp.num_experts + x[j])] >= 0
+        hit_ranks[uint64(pinned)] = j
+        missed[uint64(n_missed)] = j
         pinned += resident
         n_missed += not resident
     used = 0  # hits on prefetched experts
     for i in range(pinned):
         j = hit_ranks[i]
-        obj = layer * inp.num_experts + x[j]
-        policy.on_hit(st, part, slot_of[obj], obj, base + j)
+        obj = layer * inp.num_experts + x[uint64(j)]
+        o = uint64(obj)  # as an index: unsigned (``moesim.policies.base``, "Unsigned indices")
+        policy.on_hit(st, part, slot_of[o], obj, base + j)
         if RARE:
-            log(tally, row, layer, EV_HIT, obj, slot_of[obj])
+            log(tally, row, layer, EV_HIT, obj, slot_of[o])
         if EXTRAS:  # only a prefetch or a preload sets it
-            used += by_prefetch[obj]
-            by_prefetch[obj] = 0
-        n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[obj], tokens[j])
+            used += by_prefetch[o]
+            by_prefetch[o] = 0
+        n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[o], tokens[uint64(j)])
     if EXTRAS:
         tally.counters[C_PF_USED] += used
     if inp.kind[row] == DECODE:
@@ -265,17 +268,18 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_ru
     base = cell_id * inp.experts.shape[2]
     for i in range(n_missed):
         j = s.kernels.listed[i]
-        obj = layer * inp.num_experts + x[j]
-        if EXTRAS and inp.bounds[-1] == 0 and s.cache.staged[obj] == cell_id:  # only a prefetch stages
+        obj = layer * inp.num_experts + x[uint64(j)]
+        o = uint64(obj)  # as in ``serve_hits``
+        if EXTRAS and inp.bounds[-1] == 0 and s.cache.staged[o] == cell_id:  # only a prefetch stages
             tally.counters[C_PF_USED] += 1
             if inp.kind[row] == DECODE:
                 tally.counters[C_HITS] += 1
                 tally.layer_hits[layer] += 1
-            n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[obj], tokens[j])
+            n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[o], tokens[j])
             if RARE:
                 log(tally, row, layer, EV_HIT, obj, -1)
             continue
-        if inp.bounds[-1] > 0 and s.cache.slot_of[obj] >= 0:  # listed twice in X, and loaded for the first
+        if inp.bounds[-1] > 0 and s.cache.slot_of[o] >= 0:  # listed twice in X, and loaded for the first
             continue
         if not EXTRAS or action[j] == A_LOAD:
             pinned, n_run, weights_at, fused = demand_load(s, st, row, layer, part, obj, base + j, route_at, stamp,
@@ -301,11 +305,11 @@ def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run,
         elif claim(s, st, part, obj, t, stamp)[0] >= 0:
             pinned += 1
             if EXTRAS:
-                cache.by_prefetch[obj] = 0  # a demand load (only a prefetch or a preload sets it)
+                cache.by_prefetch[uint64(obj)] = 0  # a demand load (only a prefetch or a preload sets it)
         else:
             counters[C_BYPASS] += 1
     done = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, counters)
-    cache.ready[obj] = done
+    cache.ready[uint64(obj)] = done
     counters[C_LOADS if inp.kind[row] == DECODE else C_PREFILL_LOADS] += 1
     if RARE:
         log(s.tally, row, layer, EV_LOAD, obj, -1 if capacity == 0 else cache.slot_of[obj])
@@ -374,20 +378,21 @@ def prefetch_next(s, st, row, layer, part, route_at, stamp, pinned):
         e = inp.pred[nrow, nlayer, j]
         if e < 0:
             continue
-        obj = nlayer * inp.num_experts + e
-        resident = not no_cache and cache.slot_of[obj] >= 0
-        if cache.mark[obj] != stamp:
-            cache.mark[obj] = stamp
+        o = uint64(nlayer * inp.num_experts + e)  # as in ``serve_hits``
+        resident = not no_cache and cache.slot_of[o] >= 0
+        if cache.mark[o] != stamp:
+            cache.mark[o] = stamp
             pinned_next += resident
-        listed[n_listed] = j
+        listed[uint64(n_listed)] = j
         n_listed += not resident
     for i in range(n_listed):
-        obj = nlayer * inp.num_experts + inp.pred[nrow, nlayer, listed[i]]
+        obj = nlayer * inp.num_experts + inp.pred[nrow, nlayer, uint64(listed[i])]
+        o = uint64(obj)
         if no_cache:
-            if cache.staged[obj] == nbase:
+            if cache.staged[o] == nbase:
                 continue
-            cache.staged[obj] = nbase
-        elif cache.slot_of[obj] >= 0:  # listed twice, and loaded for the first
+            cache.staged[o] = nbase
+        elif cache.slot_of[o] >= 0:  # listed twice, and loaded for the first
             continue
         else:
             capacity = cache.live[npart]
@@ -397,8 +402,8 @@ def prefetch_next(s, st, row, layer, part, route_at, stamp, pinned):
             if claim(s, st, npart, obj, issued, stamp)[0] < 0:
                 continue
             pinned_next += 1
-            cache.by_prefetch[obj] = 1
-        cache.ready[obj] = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, tally.counters)
+            cache.by_prefetch[o] = 1
+        cache.ready[o] = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, tally.counters)
         tally.counters[C_PF_LOADS] += 1
         if RARE:
             log(tally, row, layer, EV_PREFETCH, obj, -1 if inp.bounds[-1] == 0 else cache.slot_of[obj])

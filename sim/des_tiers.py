@@ -11,7 +11,7 @@ replayed copy lands when the simulated one did.
 
 from __future__ import annotations
 
-from numba import njit
+from numba import njit, uint64
 
 from moesim.policies.base import list_push_head, list_remove, list_tail, list_to_head
 from moesim.sim.costs import T_COPY, T_SSD
@@ -22,10 +22,10 @@ from moesim.sim.des_state import C_DRAM_HITS, C_SSD_READS, COPY_BUSY, CPU_FREE, 
 def queue_copy(tiers, at, duration):
     """Queue a copy of ``duration`` at time ``at`` on the engine that frees first; when it is done."""
     eng_free = tiers.eng_free
-    best = 0
+    best = uint64(0)  # an unsigned index (``moesim.policies.base``, "Unsigned indices")
     for e in range(1, eng_free.shape[0]):
         if eng_free[e] < eng_free[best]:
-            best = e
+            best = uint64(e)
     start = max(at, eng_free[best])
     eng_free[best] = start + duration
     tiers.clocks[COPY_BUSY] += duration

@@ -27,7 +27,7 @@ import types
 from pathlib import Path
 
 import numpy as np
-from numba import njit
+from numba import njit, uint64
 
 from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
 from moesim.sim import copy_propagation, inline_copy
@@ -167,11 +167,11 @@ def place(st, part, obj, t, lo, hi, slot_of, obj_of, used, mark, stamp):
         slot = policy.choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t)
         if slot < 0:
             return -1, -1
-        victim = obj_of[slot]
-        slot_of[victim] = -1
+        victim = obj_of[uint64(slot)]
+        slot_of[uint64(victim)] = -1
         policy.on_evict(st, part, slot, victim, t)
-    obj_of[slot] = obj
-    slot_of[obj] = slot
+    obj_of[uint64(slot)] = obj
+    slot_of[uint64(obj)] = slot
     policy.on_insert(st, part, slot, obj, t)
     return slot, victim
 
@@ -198,21 +198,23 @@ def hitrate_loop(args, st):
                 if not sequential:
                     stamp += 1
                     for j in range(k):
-                        mark[layer * num_experts + ranked[j]] = stamp
+                        mark[uint64(layer * num_experts + ranked[j])] = stamp
                     for j in range(k):
                         obj = layer * num_experts + ranked[j]
-                        if slot_of[obj] >= 0:
+                        o = uint64(obj)  # as an index: unsigned (``moesim.policies.base``, "Unsigned indices")
+                        if slot_of[o] >= 0:
                             hits[layer] += 1
-                            policy.on_hit(st, part, slot_of[obj], obj, base + j)
+                            policy.on_hit(st, part, slot_of[o], obj, base + j)
                 for j in range(k):
                     obj = layer * num_experts + ranked[j]
+                    o = uint64(obj)
                     t = base + j
                     if sequential:
-                        if slot_of[obj] >= 0:
+                        if slot_of[o] >= 0:
                             hits[layer] += 1
-                            policy.on_hit(st, part, slot_of[obj], obj, t)
+                            policy.on_hit(st, part, slot_of[o], obj, t)
                             continue
-                    elif slot_of[obj] >= 0:
+                    elif slot_of[o] >= 0:
                         continue
                     if not policy.on_miss(st, part, obj, t):
                         continue

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, types, uint64
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -128,7 +128,7 @@ def _lanes_loop(experts, seq_offsets, slots, reset, st, scratch, hits):
                 for j in range(k):
                     for lane in range(LANES):
                         count[lane] += policy.lane_access(st, lane, cap[lane],
-                                                   np.int64(experts[row, layer[lane], j]),
+                                                   np.int64(experts[uint64(row), uint64(layer[lane]), uint64(j)]),
                                                    (row * n_layers + layer[lane]) * k + j, end)
         for lane in range(LANES):
             hits[g + lane] = count[lane]

@@ -330,3 +330,28 @@ def test_linked_lists_keep_the_order_a_python_list_keeps(ops):
             assert list_first_unmarked(lists, part, li, HEAD, mark, 1) == objs[1]
     with pytest.raises(ValueError, match="at most 4 lists"):
         make_lists(4, 1, 5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 12), layers=st.integers(1, 4), width=st.integers(1, 4),
+       experts=st.integers(1, 6), padded=st.booleans(), strided=st.booleans())
+def test_next_uses_link_each_access_to_the_same_objects_next(seed, rows, layers, width, experts, padded, strided):
+    """Belady's next uses against their definition: for each position (row * L + layer) * W + j, the
+    next position of the same (layer, expert), NEVER if none or at a -1 entry; the first access of
+    each object. A strided (non-contiguous) trace gives the same."""
+    from moesim.policies.belady import NEVER, link_next, next_uses
+
+    rng = np.random.default_rng(seed)
+    full = rng.integers(-1 if padded else 0, experts, (rows, layers, 2 * width)).astype(np.int16)
+    trace = full[:, :, ::2] if strided else np.ascontiguousarray(full[:, :, :width])
+    flat = [(layer, int(trace[r, layer, j])) for r in range(rows) for layer in range(layers) for j in range(width)]
+    want = [next((q for q in range(p + 1, len(flat)) if flat[q] == flat[p]), NEVER) if flat[p][1] >= 0 else NEVER
+            for p in range(len(flat))]
+    first = [next((p for p in range(len(flat)) if flat[p] == (layer, e)), NEVER)
+             for layer in range(layers) for e in range(experts)]
+    got, got_first = next_uses(trace, experts)
+    assert got.tolist() == want and got_first.tolist() == first
+    small, small_first = np.empty(trace.size, np.int32), np.full(layers * experts, trace.size, np.int32)
+    link_next(trace, experts, small, small_first)  # the lanes' int32 form, "never" the trace's length
+    assert small.tolist() == [min(w, trace.size) for w in want]
+    assert small_first.tolist() == [min(f, trace.size) for f in first]
