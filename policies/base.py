@@ -37,6 +37,9 @@ with a policy's table); those a policy leaves out are no-ops (``on_miss`` then a
   ``lo..hi-1`` are full; never pick a slot whose object has ``mark[o] == stamp`` (it is in R, or
   protected while a prefetch is placed); -1 leaves ``obj`` uncached.
 - ``on_evict(st, part, slot, obj, t)`` and ``on_insert(st, part, slot, obj, t)``.
+- ``on_move(st, part, src, dst, obj)``: ``obj`` moved from slot ``src`` to slot ``dst`` of its partition, not an
+  access (the discrete-event engine giving slots back: ``moesim.sim.des_loop.fit_live``); a policy whose state is
+  kept per slot follows it.
 
 ``t`` is a clock: the flat position ``(row * L + layer) * W + j`` of an access. A prefetch carries the
 position of the cell that issues it (before the accesses it anticipates); a preload at the start of
@@ -129,13 +132,18 @@ def no_prefetch(st, part, obj, t):
     pass
 
 
+@njit(cache=True)
+def no_move(st, part, src, dst, obj):
+    pass
+
+
 # each hook's arguments after the state ``st``, as the contract above names them
 HOOK_ARGS = dict(reset="", on_step="part, layer, row, ranked, t", on_hit="part, slot, obj, t", on_miss="part, obj, t",
                  on_prefetch="part, obj, t", choose_victim="part, lo, hi, obj_of, slot_of, mark, stamp, obj, t",
-                 on_evict="part, slot, obj, t", on_insert="part, slot, obj, t")
+                 on_evict="part, slot, obj, t", on_insert="part, slot, obj, t", on_move="part, src, dst, obj")
 HOOK_NAMES = tuple(HOOK_ARGS)
 DEFAULT_HOOKS = dict(reset=no_reset, on_step=no_step, on_hit=no_access, on_miss=admit, on_prefetch=no_prefetch,
-                     on_evict=no_access, on_insert=no_access)
+                     on_evict=no_access, on_insert=no_access, on_move=no_move)
 
 
 def hooks(**given) -> dict:
@@ -240,27 +248,27 @@ def min_key_slot(key, tie, lo, hi, obj_of, mark, stamp):
     return best
 
 
-# Doubly linked lists over object ids, several per partition (LRU order, FIFO order, ARC's T1/T2/B1/B2,
-# LeCaR's histories). node holds (prev, next, list it is on) of each object and ends (head, tail, size) of each
-# partition's lists, columns named below; the head is the most recent end. Both are flat tables whose rows have a
-# width fixed at compile time: numba's two-dimensional indexing multiplies by a stride it loads from the array on
-# every read, which lengthened each step of a list walk by about as much as the read itself. (Unsigned offsets
-# would also drop numba's fix-up of negative indices: about 4% of the discrete-event loop's time, for 0.1-0.2 s
-# more compiling of a plan's loop, whose first run is held to 10 s.)
+# Doubly linked lists, several per partition (LRU order, FIFO order, ARC's T1/T2/B1/B2, LeCaR's histories), over
+# object ids or, for a policy whose state follows the slots (LRU's, FIFO's and LIFO's order), over slot numbers.
+# node holds (prev, next, list it is on) of each node and ends (head, tail, size) of each partition's lists,
+# columns named below; the head is the most recent end. Both are flat tables whose rows have a width fixed at
+# compile time: numba's two-dimensional indexing multiplies by a stride it loads from the array on every read,
+# which lengthened each step of a list walk by about as much as the read itself. Their offsets are unsigned
+# (``node_at``, ``end_at``; module docstring); measured one loop at a time that cost no compile time.
 PREV, NEXT, WHICH = 0, 1, 2
 HEAD, TAIL, SIZE = 0, 1, 2
 MAX_LISTS = 4  # lists per partition (ARC's four)
 
 
 class Lists(NamedTuple):
-    node: np.ndarray  # int64 [objects * 3]: PREV, NEXT, WHICH of each object
+    node: np.ndarray  # int64 [nodes * 3]: PREV, NEXT, WHICH of each node (an object, or a slot)
     ends: np.ndarray  # int64 [partitions * MAX_LISTS * 3]: HEAD, TAIL, SIZE of each partition's lists
 
 
-def make_lists(num_objects: int, num_parts: int, num_lists: int) -> Lists:
+def make_lists(num_nodes: int, num_parts: int, num_lists: int) -> Lists:
     if num_lists > MAX_LISTS:
         raise ValueError(f"at most {MAX_LISTS} lists a partition, not {num_lists}")
-    lists = Lists(np.empty(num_objects * 3, np.int64), np.empty(num_parts * MAX_LISTS * 3, np.int64))
+    lists = Lists(np.empty(num_nodes * 3, np.int64), np.empty(num_parts * MAX_LISTS * 3, np.int64))
     lists_clear.py_func(lists)
     return lists
 
@@ -276,9 +284,9 @@ def lists_clear(lists):
 
 
 @njit(cache=True, inline="always")
-def node_at(obj, field):
-    """Where ``obj``'s ``field`` (PREV, NEXT, WHICH) is in ``Lists.node``, unsigned (module docstring)."""
-    return uint64(obj * 3 + field)
+def node_at(n, field):
+    """Where node ``n``'s ``field`` (PREV, NEXT, WHICH) is in ``Lists.node``, unsigned (module docstring)."""
+    return uint64(n * 3 + field)
 
 
 @njit(cache=True, inline="always")
@@ -369,15 +377,41 @@ def list_to_head(lists, part, li, obj):
 
 
 @njit(cache=True, inline="always")
-def list_first_unmarked(lists, part, li, end, mark, stamp):
+def list_first_unmarked(lists, part, li, end, mark, stamp, obj_of=None):
     """Walking list ``li`` from ``end`` (TAIL: oldest first, HEAD: newest first), the first
-    object not in R, or -1."""
+    node whose object is not in R, or -1: a list of objects, or with ``obj_of`` one of slots."""
     node = lists.node
     step = PREV if end == TAIL else NEXT
-    obj = lists.ends[end_at(part, li, end)]
-    while obj >= 0 and mark[uint64(obj)] == stamp:
-        obj = node[node_at(obj, step)]
-    return obj
+    n = lists.ends[end_at(part, li, end)]
+    while n >= 0 and mark[object_at(n, obj_of)] == stamp:
+        n = node[node_at(n, step)]
+    return n
+
+
+@njit(cache=True, inline="always")
+def object_at(n, obj_of):
+    """The object of node ``n``: the node itself, or in a list of slots (``obj_of`` given) the slot's, unsigned."""
+    if obj_of is None:
+        return uint64(n)
+    return uint64(obj_of[uint64(n)])
+
+
+@njit(cache=True, inline="always")
+def list_rename(lists, part, old, new):
+    """Node ``new`` (not on a list) takes ``old``'s place on its list, and ``old`` leaves it (``on_move`` of a
+    policy whose lists hold slots)."""
+    node, ends = lists.node, lists.ends
+    li, prev, nxt = node[node_at(old, WHICH)], node[node_at(old, PREV)], node[node_at(old, NEXT)]
+    node[node_at(new, WHICH)], node[node_at(new, PREV)], node[node_at(new, NEXT)] = li, prev, nxt
+    if prev >= 0:
+        node[node_at(prev, NEXT)] = new
+    else:
+        ends[end_at(part, li, HEAD)] = new
+    if nxt >= 0:
+        node[node_at(nxt, PREV)] = new
+    else:
+        ends[end_at(part, li, TAIL)] = new
+    node[node_at(old, PREV)], node[node_at(old, NEXT)], node[node_at(old, WHICH)] = -1, -1, -1
 
 
 # A seeded generator that lives in the policy's state: SplitMix64 (Steele, Lea & Flood, OOPSLA 2014),

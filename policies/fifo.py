@@ -13,14 +13,14 @@ import numpy as np
 from numba import njit, uint64
 
 from moesim.policies.base import FastPath, hooks
-from moesim.policies.lru import State, choose_victim, make_state, on_evict, on_insert, reset
+from moesim.policies.lru import State, choose_victim, make_state, on_evict, on_insert, on_move, reset
 
 NAME = "fifo"
 RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
 __all__ = ["NAME", "RESIZABLE", "State", "make_state", "HOOKS", "FAST_PATHS", "LaneState", "make_lanes"]
 
 
-HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)
+HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert, on_move=on_move)
 
 
 class LaneState(NamedTuple):

@@ -7,7 +7,7 @@ A prefetched or preloaded expert is a load like any other (prefetch rule).
 from numba import njit
 
 from moesim.policies.base import HEAD, hooks, list_first_unmarked
-from moesim.policies.lru import State, make_state, on_evict, on_insert, reset
+from moesim.policies.lru import State, make_state, on_evict, on_insert, on_move, reset
 
 NAME = "lifo"
 RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
@@ -16,7 +16,7 @@ __all__ = ["NAME", "RESIZABLE", "State", "make_state", "HOOKS"]
 
 @njit(cache=True)
 def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    return slot_of[list_first_unmarked(st.order, part, 0, HEAD, mark, stamp)]
+    return list_first_unmarked(st.order, part, 0, HEAD, mark, stamp, obj_of)
 
 
-HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert)
+HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert, on_move=on_move)

@@ -154,8 +154,8 @@ def claim(s, st, part, obj, t, stamp):
 def fit_live(s, st, row, stamp):
     """Give back the slots a partition lost (``Cache.live`` lowered between calls: a served stream's KV cache
     grew): the policy's victims leave, nothing protected, and a resident of a slot given back moves into the
-    victim's (a copy on the GPU, not timed). Only a policy whose victim does not depend on the object being
-    placed, nor its state on the capacity, is run this way (``RESIZABLE``)."""
+    victim's (a copy on the GPU, not timed; the policy is told: ``on_move``). Only a policy whose victim does not
+    depend on the object being placed, nor its state on the capacity, is run this way (``RESIZABLE``)."""
     inp, cache = s.inputs, s.cache
     before = clock_row(s, row) * inp.experts.shape[1] * inp.experts.shape[2] - 1  # just before the row
     for part in range(cache.used.shape[0]):
@@ -168,8 +168,10 @@ def fit_live(s, st, row, stamp):
             cache.slot_of[victim] = -1
             policy.on_evict(st, part, slot, victim, before)
             if slot != top:
-                cache.obj_of[slot] = cache.obj_of[top]
-                cache.slot_of[cache.obj_of[top]] = slot
+                moved = cache.obj_of[top]
+                cache.obj_of[slot] = moved
+                cache.slot_of[moved] = slot
+                policy.on_move(st, part, top, slot, moved)
             cache.obj_of[top] = -1
             cache.used[part] -= 1
             s.tally.counters[C_RECLAIMED] += 1

@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
 from moesim.policies import POLICIES
 from moesim.policies.base import (HEAD, PREV, TAIL, list_first_unmarked, list_head, list_next, list_of, list_push_head,
-                                  list_remove, list_size, list_tail, list_to_head, make_lists)
+                                  list_remove, list_rename, list_size, list_tail, list_to_head, make_lists)
 from moesim import hitrate
 from moesim.tracegen.synth import Locality, synth_trace
 
@@ -293,10 +293,12 @@ def test_history_predicts_as_its_definition_says(seed, experts, top_k):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 3), st.integers(0, 11)),
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1), st.integers(0, 3), st.integers(0, 11)),
                 max_size=60))
+@example([(0, 1, 2, 1), (0, 1, 2, 2), (0, 1, 2, 3), (3, 1, 2, 2), (3, 1, 2, 3), (3, 1, 2, 0)])  # middle, head, tail
 def test_linked_lists_keep_the_order_a_python_list_keeps(ops):
-    """Pushes, removals and moves to the head on several lists of two partitions, against Python lists."""
+    """Pushes, removals, moves to the head and renames (a node not on a list taking one's place) on several
+    lists of two partitions, against Python lists; walks that skip the request set, over objects or slots."""
     lists, ref, where = make_lists(12, 2, 4), {(p, li): [] for p in range(2) for li in range(4)}, {}
     for op, part, li, obj in ops:
         if op == 0 and obj not in where:
@@ -310,6 +312,13 @@ def test_linked_lists_keep_the_order_a_python_list_keeps(ops):
             list_to_head(lists, *where[obj], obj)
             ref[where[obj]].remove(obj)
             ref[where[obj]].insert(0, obj)
+        elif op == 3 and obj in where and len(where) < 12:
+            new = min(n for n in range(12) if n not in where)
+            list_rename(lists, where[obj][0], obj, new)
+            objs = ref[where[obj]]
+            objs[objs.index(obj)] = new
+            where[new] = where.pop(obj)
+            assert list_of(lists, obj) == -1
     for (part, li), objs in ref.items():
         walked, obj = [], list_head(lists, part, li)
         while obj >= 0:
@@ -328,6 +337,10 @@ def test_linked_lists_keep_the_order_a_python_list_keeps(ops):
             mark[objs[1]] = 0
             assert list_first_unmarked(lists, part, li, TAIL, mark, 1) == objs[1]
             assert list_first_unmarked(lists, part, li, HEAD, mark, 1) == objs[1]
+            obj_of = (np.arange(12) + 5) % 12  # the nodes as slots, holding other objects
+            mark[:], mark[obj_of[objs[1]]] = 1, 0
+            assert list_first_unmarked(lists, part, li, TAIL, mark, 1, obj_of) == objs[1]
+            assert list_first_unmarked(lists, part, li, HEAD, mark, 1, obj_of) == objs[1]
     with pytest.raises(ValueError, match="at most 4 lists"):
         make_lists(4, 1, 5)
 
