@@ -54,7 +54,7 @@ reference counting: they must not allocate arrays (do that in ``make_state``).
 is negative, and unless LLVM can prove ``i >= 0`` (a ``range`` counter) it computes that at every access: a shift,
 an AND with the length (loaded, often from the stack) and an add, on the index's path to the load. An index
 computed from loaded values (an object ``layer * E + expert``, a list link, a slot) is cast to ``uint64`` where
-it is used (``node_at``, ``end_at``; ``o = uint64(obj)`` in the loops), which leaves none; arithmetic stays signed,
+it is used (``node_at``, ``end_at``; ``o = uint64(obj)`` in the loops), which leaves it none; arithmetic stays signed,
 since numba makes a mixed signed and unsigned sum a float. With the casts FIFO's lanes ran 1.2-1.9x faster, LFU's
 and Belady's 1.1-1.5x, the discrete-event loop 1.15x (docs/benchmarks.md, 2026-11-26).
 """
