@@ -337,19 +337,27 @@ def list_push_head(lists, part, li, obj):
 
 
 @njit(cache=True, inline="always")
+def _bridge(lists, part, li, prev, nxt, after_prev, before_next):
+    """Where a node between ``prev`` and ``nxt`` on list ``li`` leaves: ``prev`` (or the head, if -1) now leads
+    to ``after_prev`` and ``nxt`` (or the tail, if -1) back to ``before_next``."""
+    node, ends = lists.node, lists.ends
+    if prev >= 0:
+        node[node_at(prev, NEXT)] = after_prev
+    else:
+        ends[end_at(part, li, HEAD)] = after_prev
+    if nxt >= 0:
+        node[node_at(nxt, PREV)] = before_next
+    else:
+        ends[end_at(part, li, TAIL)] = before_next
+
+
+@njit(cache=True, inline="always")
 def list_remove(lists, part, obj):
     node, ends = lists.node, lists.ends
     li = node[node_at(obj, WHICH)]
     prev = node[node_at(obj, PREV)]
     nxt = node[node_at(obj, NEXT)]
-    if prev >= 0:
-        node[node_at(prev, NEXT)] = nxt
-    else:
-        ends[end_at(part, li, HEAD)] = nxt
-    if nxt >= 0:
-        node[node_at(nxt, PREV)] = prev
-    else:
-        ends[end_at(part, li, TAIL)] = prev
+    _bridge(lists, part, li, prev, nxt, nxt, prev)
     node[node_at(obj, PREV)] = -1
     node[node_at(obj, NEXT)] = -1
     node[node_at(obj, WHICH)] = -1
@@ -400,17 +408,10 @@ def object_at(n, obj_of):
 def list_rename(lists, part, old, new):
     """Node ``new`` (not on a list) takes ``old``'s place on its list, and ``old`` leaves it (``on_move`` of a
     policy whose lists hold slots)."""
-    node, ends = lists.node, lists.ends
+    node = lists.node
     li, prev, nxt = node[node_at(old, WHICH)], node[node_at(old, PREV)], node[node_at(old, NEXT)]
     node[node_at(new, WHICH)], node[node_at(new, PREV)], node[node_at(new, NEXT)] = li, prev, nxt
-    if prev >= 0:
-        node[node_at(prev, NEXT)] = new
-    else:
-        ends[end_at(part, li, HEAD)] = new
-    if nxt >= 0:
-        node[node_at(nxt, PREV)] = new
-    else:
-        ends[end_at(part, li, TAIL)] = new
+    _bridge(lists, part, li, prev, nxt, new, new)
     node[node_at(old, PREV)], node[node_at(old, NEXT)], node[node_at(old, WHICH)] = -1, -1, -1
 
 
