@@ -14,8 +14,9 @@ declare:
   next uses, ML-FFN's predictions), so it cannot serve steps formed while the run goes on
   (``moesim.sim.serve``);
 - ``RESIZABLE = True``: its ``choose_victim`` ignores the object being placed and its state does not
-  depend on the capacity, so the engine may take slots away between steps (a served stream's KV cache
-  growing: ``moesim.sim.des_loop.fit_live``);
+  depend on the capacity (it may be sized for the slots the run starts with, and follow them: ``on_move``), so
+  the engine may take slots away between steps (a served stream's KV cache growing:
+  ``moesim.sim.des_loop.fit_live``);
 - ``FAST_PATHS``: ``FastPath``s, the faster backends that give the engine's hits per layer under
   sequential semantics (tried in order; the first that takes the run runs it);
 - ``STACK``: a ``Stack`` when the policy is a stack algorithm (``moesim.sim.mrc``: its whole miss-ratio
@@ -55,8 +56,9 @@ is negative, and unless LLVM can prove ``i >= 0`` (a ``range`` counter) it compu
 an AND with the length (loaded, often from the stack) and an add, on the index's path to the load. An index
 computed from loaded values (an object ``layer * E + expert``, a list link, a slot) is cast to ``uint64`` where
 it is used (``node_at``, ``end_at``; ``o = uint64(obj)`` in the loops), which leaves it none; arithmetic stays signed,
-since numba makes a mixed signed and unsigned sum a float. With the casts FIFO's lanes ran 1.2-1.9x faster, LFU's
-and Belady's 1.1-1.5x, the discrete-event loop 1.15x (docs/benchmarks.md, 2026-11-26).
+or all unsigned where wrapping around is harmless (FIFO's ring, ``keyed_place``): numba makes a mixed signed and
+unsigned sum a float. docs/benchmarks.md gives what the casts gained ("Other router shapes"; "Unsigned indices and
+LRU's list of slots").
 """
 
 from __future__ import annotations
@@ -312,7 +314,7 @@ def list_tail(lists, part, li):
 
 @njit(cache=True, inline="always")
 def list_next(lists, obj):
-    """The object after ``obj`` towards the tail (-1: none)."""
+    """The node after ``obj`` (an object, or a slot) towards the tail (-1: none)."""
     return lists.node[node_at(obj, NEXT)]
 
 

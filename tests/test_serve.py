@@ -155,27 +155,33 @@ def test_dynamic_kv_gives_the_experts_what_the_kv_cache_leaves():
     assert shared.summary["vram_gb"] <= 1.06
 
 
-def test_dynamic_kv_gives_back_the_least_recently_used():
-    """The served hits equal an LRU written from the definition whose capacity drops to each step's slots."""
+@pytest.mark.parametrize("policy", ["lru", "fifo", "lifo"])
+def test_dynamic_kv_gives_back_the_policys_victims(policy):
+    """The served hits equal the policy written from its definition (LRU: a hit moves to the most recent end;
+    FIFO and LIFO: in load order, the victim the oldest or the newest load) whose capacity drops to each step's
+    slots. The three keep their order per slot, and a slot given back moves its resident (``on_move``)."""
     trace = kv_trace()
-    shared = simulate_serve(trace, Config.build(**KV, dynamic_kv=True))
+    shared = simulate_serve(trace, Config.build(**{**KV, "policy": policy}, dynamic_kv=True))
     offsets = trace.seq_offsets
     hits = 0
-    caches = [[] for _ in range(2)]  # per layer, least recent first
+    caches = [[] for _ in range(2)]  # per layer, least recent (LRU) or first loaded (FIFO, LIFO) first
     for i, cap in enumerate(shared.steps["slots"].to_list()):
         for layer, cache in enumerate(caches):
-            del cache[:max(len(cache) - cap, 0)]
+            for _ in range(max(len(cache) - cap, 0)):  # the victims of the slots given back
+                cache.remove(cache[-1] if policy == "lifo" else cache[0])
             want = list(dict.fromkeys(int(e) for s in range(2) for e in trace.experts[offsets[s] + i, layer]))
             for e in want:
                 if e in cache:
                     hits += 1
-                    cache.remove(e)
-                    cache.append(e)
+                    if policy == "lru":
+                        cache.remove(e)
+                        cache.append(e)
             for e in want:
                 if e in cache:
                     continue
                 if len(cache) >= cap:
-                    cache.remove(next(x for x in cache if x not in want))
+                    order = reversed(cache) if policy == "lifo" else cache
+                    cache.remove(next(x for x in order if x not in want))
                 cache.append(e)
     assert shared.summary["hits"] == hits and shared.summary["reclaimed"] > 0
 
