@@ -370,7 +370,10 @@ def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, 
     if predictor is not None and predictor.KIND == "next":
         def union():
             out, tokens = req.union(predictor.predict(trace, params), req.batch * trace.meta.top_k)
-            out[req.kind == PREFILL] = -1
+            prefill = req.kind == PREFILL
+            if prefill.any():  # the rows' own predictions may be the predictor's array, which is not written
+                out = out.copy() if req.identity else out
+                out[prefill] = -1
             return out, tokens
         pred, pred_tokens = shared.get(trace, ("predict", shared.key({"rows": req}), *key), union)
     elif predictor is not None:

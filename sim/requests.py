@@ -52,9 +52,9 @@ class Requests:
     def union(self, per_trace_row: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-trace-row expert sets (int16 [N, L, j], -1 padded) gathered like the requests, and each
         member's token count."""
-        if self.identity and per_trace_row.shape[2] == width:
-            out = np.ascontiguousarray(per_trace_row, np.int16)
-            return out, np.ones(out.shape, np.int32)
+        if self.identity and per_trace_row.shape == self.counts.shape:
+            # every member computes one token: the rows' own counts, shared (neither array is written)
+            return np.ascontiguousarray(per_trace_row, np.int16), self.counts
         out = np.full((self.num_rows, per_trace_row.shape[1], width), -1, np.int16)
         counts = np.zeros(out.shape, np.int32)
         gather(per_trace_row, np.zeros(per_trace_row.shape, np.float32), self.src_ptr, self.src_rows,

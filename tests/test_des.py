@@ -136,6 +136,17 @@ def test_prefetch_and_commit_move_tpot_the_expected_way_on_the_real_trace(mixtra
     assert simulate(mixtral, model=spec, hardware=hw, policy="belady", capacity=4, prefetch="oracle").tpot_s < oracle.tpot_s
 
 
+@pytest.mark.parametrize("options", [{}, {"mode": "commit"}, {"prompt": 16}, {"batch": 2}])
+def test_the_oracle_prefetches_from_the_trace_and_never_writes_it(options):
+    # the oracle's predictions are the trace's own array, not a copy: every run reads it, none writes it
+    trace = synth_trace(layers=2, experts=8, top_k=2, sequences=2, tokens=6, seed=5, model="toy")
+    before = trace.experts.copy()
+    trace.experts.setflags(write=False)
+    result = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=3, prefetch="oracle", **options)
+    assert np.array_equal(trace.experts, before)
+    assert result.prefetch_precision == 1.0 and result.prefetch_recall == 1.0
+
+
 def test_batching_loads_the_union_once_and_decodes_in_lockstep():
     trace = synth_trace(layers=2, experts=4, top_k=2, sequences=2, tokens=3, seed=3, model="toy")
     one = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=0)

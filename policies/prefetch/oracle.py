@@ -12,4 +12,4 @@ KIND = "next"
 
 
 def predict(trace, params) -> np.ndarray:
-    return trace.experts.copy()
+    return trace.experts  # read, never written (``moesim.sim.des.predictions``): no copy
