@@ -24,6 +24,30 @@ def test_rows_hold_k_distinct_experts_in_range():
     assert t.experts.min() >= 0 and t.experts.max() < 16
 
 
+def test_the_generators_permutation_and_search_are_numpys():
+    # the generator writes out numpy's permutation and search (numba compiles numpy's slowly): they must draw and find
+    # what numpy's do under numba, or every seeded trace changes
+    from numba import njit
+
+    from moesim.tracegen.synth import _first_above, _permutation
+
+    @njit
+    def both(seed, n):
+        np.random.seed(seed)
+        numpys = np.random.permutation(n)
+        np.random.seed(seed)
+        ours = np.empty(n, np.int64)
+        _permutation(ours)
+        return numpys, ours
+
+    for seed, n in ((0, 1), (1, 2), (7, 64), (123, 160)):
+        numpys, ours = both(seed, n)
+        assert np.array_equal(numpys, ours)
+    cdf = np.cumsum(np.random.default_rng(0).integers(0, 3, 50)).astype(np.float64)  # ties and flat runs
+    for u in np.r_[cdf, cdf - 0.5, cdf + 0.5, -1.0, 1e9]:
+        assert _first_above(cdf, u) == np.searchsorted(cdf, u, side="right")
+
+
 def test_olmoe_shaped_defaults_match_melinoe_concentration():
     # MELINOE: the top 8 of OLMoE's 64 experts take about 31% of a sequence's activations.
     stats = trace_stats(synth_trace(16, 64, 8, 20, 256, seed=3), capacities=())

@@ -91,11 +91,14 @@ def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: i
 
 
 @nb.njit(cache=True)
-def _dirichlet(alpha: np.ndarray) -> np.ndarray:
-    draw = np.empty(alpha.shape[0])
+def _dirichlet(alpha: np.ndarray, scale: float, out: np.ndarray) -> None:
+    """A Dirichlet(``scale`` * ``alpha``) draw into ``out``."""
+    total = 0.0
     for i in range(alpha.shape[0]):
-        draw[i] = np.random.gamma(alpha[i], 1.0) + 1e-12  # tiny alphas underflow to 0
-    return draw / draw.sum()
+        out[i] = np.random.gamma(scale * alpha[i], 1.0) + 1e-12  # tiny alphas underflow to 0
+        total += out[i]
+    for i in range(alpha.shape[0]):
+        out[i] /= total
 
 
 @nb.njit(cache=True)
@@ -103,10 +106,26 @@ def _pick_new(cdf: np.ndarray, chosen: np.ndarray, j: int) -> int:
     """A draw from cdf that is not among chosen[:j] (uniform over the rest if draws keep colliding)."""
     num_experts = cdf.shape[0]
     for _ in range(32):
-        e = min(np.searchsorted(cdf, np.random.random(), side="right"), num_experts - 1)
+        e = min(_first_above(cdf, np.random.random()), num_experts - 1)
         if not _member(chosen, j, e):
             return e
-    return _pick_unused(np.arange(num_experts), chosen, j)
+    every = np.empty(num_experts, np.int16)
+    for e in range(num_experts):
+        every[e] = e
+    return _pick_unused(every, chosen, j)
+
+
+@nb.njit(cache=True)
+def _first_above(cdf: np.ndarray, u: float) -> int:
+    """The first index whose value is above ``u`` (``np.searchsorted(cdf, u, side="right")``), by bisection."""
+    lo, hi = 0, cdf.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if cdf[mid] <= u:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @nb.njit(cache=True)
@@ -133,18 +152,31 @@ def _member(chosen: np.ndarray, j: int, e: int) -> bool:
 
 
 @nb.njit(cache=True)
+def _permutation(out: np.ndarray) -> None:
+    """``np.random.permutation(len(out))`` into ``out``: the same draws (a Fisher-Yates shuffle from the end)."""
+    for i in range(out.shape[0]):
+        out[i] = i
+    for i in range(out.shape[0] - 1, 0, -1):
+        j = np.random.randint(i + 1)
+        out[i], out[j] = out[j], out[i]
+
+
+@nb.njit(cache=True)
 def _generate(out, sequences, steps, num_experts, layer_alpha, seq_alpha, reuse, cross, seed):
     np.random.seed(seed)
     layers, k = out.shape[1], out.shape[2]
     popularity = np.empty((layers, num_experts))
     maps = np.empty((layers, num_experts), dtype=np.int64)
+    flat = np.ones(num_experts)
     for layer in range(layers):
-        popularity[layer] = _dirichlet(np.full(num_experts, layer_alpha))
-        maps[layer] = np.random.permutation(num_experts)
+        _dirichlet(flat, layer_alpha, popularity[layer])
+        _permutation(maps[layer])
     cdf = np.empty((layers, num_experts))
     for s in range(sequences):
         for layer in range(layers):
-            cdf[layer] = np.cumsum(_dirichlet(seq_alpha * num_experts * popularity[layer]))
+            _dirichlet(popularity[layer], seq_alpha * num_experts, cdf[layer])
+            for e in range(1, num_experts):
+                cdf[layer, e] += cdf[layer, e - 1]
         for t in range(steps):
             row = s * steps + t
             for layer in range(layers):
