@@ -136,13 +136,18 @@ def test_prefetch_and_commit_move_tpot_the_expected_way_on_the_real_trace(mixtra
     assert simulate(mixtral, model=spec, hardware=hw, policy="belady", capacity=4, prefetch="oracle").tpot_s < oracle.tpot_s
 
 
-@pytest.mark.parametrize("options", [{}, {"mode": "commit"}, {"prompt": 16}, {"batch": 2}])
-def test_the_oracle_prefetches_from_the_trace_and_never_writes_it(options):
-    # the oracle's predictions are the trace's own array, not a copy: every run reads it, none writes it
-    trace = synth_trace(layers=2, experts=8, top_k=2, sequences=2, tokens=6, seed=5, model="toy")
+@pytest.mark.parametrize("experts, prompt, options", [(8, 0, {}), (8, 0, {"mode": "commit"}), (8, 0, {"prompt": 16}),
+                                                      (8, 0, {"batch": 2}), (2, 1, {})])
+def test_the_oracle_prefetches_from_the_trace_and_never_writes_it(experts, prompt, options):
+    # the oracle's predictions are the trace's own array, not a copy: every run reads it, none writes it. With two
+    # experts, both routed, and one recorded prompt token, the request rows are the trace's rows, prompt rows too,
+    # and their predictions are copied before the prompt rows' are dropped. (Not made read-only to show it: a
+    # read-only array is another type to numba, and the loop would compile again.)
+    trace = synth_trace(layers=2, experts=experts, top_k=2, sequences=2, tokens=6, seed=5, prompt_tokens=prompt,
+                        model="toy")
     before = trace.experts.copy()
-    trace.experts.setflags(write=False)
-    result = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=3, prefetch="oracle", **options)
+    result = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=min(experts, 3), prefetch="oracle",
+                      **options)
     assert np.array_equal(trace.experts, before)
     assert result.prefetch_precision == 1.0 and result.prefetch_recall == 1.0
 
