@@ -3,8 +3,9 @@ apart from eviction): a prefetcher decides what to load before it is asked for; 
 decides what it evicts for it (its ``on_prefetch`` hook).
 
 A ``KIND = "next"`` module's ``predict(trace, params)`` gives the experts to fetch for every
-(token, layer), an array the engine reads and never writes (it may be the trace's own); a ``KIND = "preload"`` module's ``scores(trace, params)`` ranks experts per sequence
-and layer, and the engine preloads each layer's Top-C before a batch decodes.
+(token, layer), an array the engine reads and never writes (it may be the trace's own); a
+``KIND = "preload"`` module's ``scores(trace, params)`` ranks experts per sequence and layer, and
+the engine preloads each layer's Top-C before a batch decodes.
 """
 
 from __future__ import annotations
