@@ -25,7 +25,7 @@ import collections
 from numba.core import ir, ir_utils, types
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.core.compiler_machinery import FunctionPass, register_pass
-from numba.core.typed_passes import NopythonRewrites
+from numba.core.typed_passes import NativeLowering, NopythonRewrites
 
 
 @register_pass(mutates_CFG=False, analysis_only=False)
@@ -65,11 +65,15 @@ class CopyPropagate(FunctionPass):
 
 
 class Pipeline(CompilerBase):
-    """Numba's nopython pipeline, tuple copies propagated where its typed rewrites were (module docstring)."""
+    """Numba's nopython pipeline, tuple copies propagated where its typed rewrites were (module docstring), and
+    lowered by ``lowering`` (a subclass may name another)."""
+
+    lowering = NativeLowering
 
     def define_pipelines(self):
         pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
         pm.add_pass_after(CopyPropagate, NopythonRewrites)
-        pm.passes = [entry for entry in pm.passes if entry[0] is not NopythonRewrites]
+        pm.passes = [(self.lowering, entry[1]) if entry[0] is NativeLowering else entry
+                     for entry in pm.passes if entry[0] is not NopythonRewrites]
         pm.finalize()
         return [pm]

@@ -47,7 +47,7 @@ def transfer(tiers, obj, at, times, dram_capacity, counters):
     return queue_copy(tiers, source_ready, times[T_COPY])
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, no_cfunc_wrapper=True)
 def through_dram(tiers, obj, at, times, dram_capacity, counters):
     """When expert ``obj`` is ready in DRAM: at once where it is there (a use: its slot moves to the front), else
     once the SSD has read it (the LRU slot is given to it). Called, not inlined: the discrete-event loop copies

@@ -22,6 +22,7 @@ returning False from ``on_miss`` (the γ-cache's Top-C) or -1 from ``choose_vict
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
 import types
 from pathlib import Path
@@ -61,7 +62,8 @@ def source_files(functions) -> list[Path]:
     return sorted(files)
 
 
-def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | None = None) -> object:
+def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | None = None,
+         pipeline: type = copy_propagation.Pipeline) -> object:
     """``loop`` (a plain function) compiled with a policy's hooks inlined: ``table`` (hook name -> njit
     function; a policy's ``HOOKS``, or a ``FastPath``'s ``hooks``) is what ``policy`` means in its code,
     ``name`` the policy's. ``constants`` (name: int) are globals of the hooks, of the inlined helpers
@@ -76,17 +78,23 @@ def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | No
     so the loop's code is rebuilt with the hook table as its global ``policy`` instead. The hooks are
     inlined and the loop runs without reference counting (``_nrt=False``; it allocates nothing): called
     hooks took a state tuple by value and counted references on every access, several times the cost of
-    the policy itself. It releases the GIL, so runs of several capacities share a process's cores.
+    the policy itself. It releases the GIL, so runs of several capacities share a process's cores. It is called
+    from Python or from another loop, never through a function pointer, so numba builds no C-callable wrapper for
+    it (``no_cfunc_wrapper``: 0.15-0.3 s of a discrete-event loop's compile).
     Numba's cache checks only the loop's own file, so the cache entry is named after the loop, the
-    policy and a digest of every file whose code is inlined (``source_files``) and of the pass that removes
-    the inlined copies of its state (``moesim.sim.copy_propagation``): editing a helper anywhere recompiles.
+    policy and a digest of every file whose code is inlined (``source_files``) and of the passes that compile it
+    (``pipeline``): editing a helper anywhere recompiles.
     One compilation per (``name``: a policy's or a group's, loop, constants) and process.
+
+    ``pipeline`` is numba's compiler pipeline for the loop: ``moesim.sim.copy_propagation``'s, or one derived from
+    it (the discrete-event loop's, ``moesim.sim.field_loads``); the digest covers the files it is defined in.
     """
     constants = constants or {}
-    key = (name, loop.__module__, loop.__name__, tuple(sorted(constants.items())))
+    key = (name, loop.__module__, loop.__name__, tuple(sorted(constants.items())), pipeline)
     if key not in _BOUND:
         digest = hashlib.sha1()
-        for path in [*source_files([loop, *helpers, *table.values()]), Path(copy_propagation.__file__)]:
+        passes = [Path(sys.modules[c.__module__].__file__) for c in pipeline.__mro__ if c.__module__.startswith("moesim.")]
+        for path in [*source_files([loop, *helpers, *table.values()]), *passes]:
             digest.update(path.read_bytes())
         ident = name.replace("-", "_")
         bound = types.ModuleType(f"moesim.bound.{ident}")
@@ -106,7 +114,8 @@ def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | No
         fn_name = f"{loop.__name__.strip('_')}_{ident}{fixed}_{digest.hexdigest()[:12]}"
         fn = types.FunctionType(loop.__code__, namespace, fn_name)
         fn.__qualname__ = fn_name
-        _BOUND[key] = njit(cache=True, _nrt=False, nogil=True, pipeline_class=copy_propagation.Pipeline)(fn)
+        _BOUND[key] = njit(cache=True, _nrt=False, nogil=True, no_cfunc_wrapper=True,
+                           pipeline_class=pipeline)(fn)
     return _BOUND[key]
 
 

@@ -27,7 +27,7 @@ from moesim.sim.config import Config, module_params
 from moesim.sim.costs import Costs, Engine, engine_of
 from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import C_ACCESSES, C_HITS, Inputs, State, build_state
-from moesim.sim import policy_groups
+from moesim.sim import field_loads, policy_groups
 from moesim.sim.engine import bind, on_disk, part_bounds
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
@@ -270,7 +270,7 @@ def bound_loop(policy: str, build: int = FULL):
     decision log, slots given back while a run goes on, lookup-row copies — another fifth of the compile time."""
     group = policy_groups.group_of(policy)
     return bind(des_loop, policy_groups.group_name(group), policy_groups.hooks(group), HELPERS,
-                {"EXTRAS": int(build >= WHOLE), "RARE": int(build == FULL)})
+                {"EXTRAS": int(build >= WHOLE), "RARE": int(build == FULL)}, field_loads.Pipeline)
 
 
 def build_for(config: Config, model: ModelSpec, decisions: bool = False, served: bool = False) -> int:

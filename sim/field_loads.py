@@ -1,0 +1,158 @@
+"""The discrete-event loop's state lowered a field at a time: a read of ``s.inputs.times`` loads one array.
+
+Numba keeps a variable used in more than one block in a stack slot, and lowers ``s.inputs`` by loading the
+whole tuple from ``s``'s slot, then taking the field out of the loaded value. The discrete-event loop's state
+(``moesim.sim.des_state.State``: named tuples of about a hundred arrays, some 400 machine words) is read that way
+at every one of its thousands of field reads, and each inlined helper unpacks it again (``inp, cache = s.inputs,
+s.cache``) into slots of its own, a store of the whole sub-tuple each. LLVM then splits every such load and store
+into its fields (SROA) and deletes what is not read: its function passes took 2.9 s of the LRU+static loop's
+9.4 s compile. ``FieldLower`` lowers, in a function compiled without reference counting (the bound loops,
+``_nrt=False``):
+
+- a field read (``getattr`` of a named tuple, ``static_getitem`` of a tuple at a constant index) of a variable
+  that has a slot as a load of that field alone, through a pointer to it in the slot;
+- a variable assigned once as a field of an argument assigned once (``inp = s.inputs``), or of such a variable,
+  or as an item of a tuple built of such variables and unpacked (``inp, cache = s.inputs, s.cache``), as no
+  variable of its own: its reads go through a pointer into the argument's slot, which is written once, at the
+  function's entry, and so holds the same value wherever the variable is read;
+- the end of a variable's life (numba's ``del``) as nothing: it stores zeros over the slot, which only reference
+  counting needs.
+
+The machine code is the same instruction for instruction (the assembly of three groups' discrete-event loops,
+LRU+static whole, Belady..γ lean and γ-admit..LeCaR whole, compared with numba's lowering: only a constant's serial
+number differs), and the LRU+static loop
+compiles in about 1.2 s less (docs/architecture.md, "A first run: what it compiles"). ``Pipeline`` is
+``moesim.sim.copy_propagation``'s with this lowering; ``moesim.sim.run`` binds the discrete-event loop with it. The
+hit-rate loops keep numba's lowering: their states are a few arrays, and lowered this way six of 27 (the lanes' and placements' with them) came out
+in another instruction order. A copy of a field that is not a tuple (``count = <s.count unpacked>``) keeps its own
+slot for the same reason: read through the argument's, the γ-admit..LeCaR loop's code came out in another order.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from numba.core import cgutils, ir, lowering, types
+from numba.core.compiler_machinery import register_pass
+from numba.core.datamodel.models import TupleModel, UniTupleModel
+from numba.core.typed_passes import NativeLowering
+
+from moesim.sim import copy_propagation
+
+_FIELD_READS = ("getattr", "static_getitem")
+
+
+class FieldLower(lowering.Lower):
+    """Numba's lowering with tuple fields read from their variables' slots (module docstring); a function with
+    reference counting, or a generator, is lowered as numba does."""
+
+    def pre_lower(self):
+        super().pre_lower()
+        self._on = not self.context.enable_nrt and not self.func_ir.is_generator
+        self._aliases = self._find_aliases() if self._on else {}
+
+    def _find_aliases(self) -> dict:
+        """variable -> (the variable whose slot holds it, its field index there, or None for the whole slot)."""
+        assigns = [stmt for block in self.blocks.values() for stmt in block.find_insts(ir.Assign)]
+        defined = collections.Counter(stmt.target.name for stmt in assigns)
+        fixed = {stmt.target.name for stmt in assigns if isinstance(stmt.value, ir.Arg)
+                 and defined[stmt.target.name] == 1 and stmt.target.name not in self._singly_assigned_vars}
+        built: dict = {}  # a tuple built of variables (or that tuple unpacked): its items' names
+        aliases: dict = {}
+        changed = True
+        while changed:  # the IR's blocks are in no particular order: until nothing more is found
+            changed = False
+            for stmt in assigns:
+                name, value = stmt.target.name, stmt.value
+                if defined[name] != 1 or name in aliases or name in built or not isinstance(value, ir.Expr):
+                    continue
+                if value.op == "build_tuple":
+                    built[name] = [item.name for item in value.items]
+                    changed = True
+                    continue
+                if value.op not in (*_FIELD_READS, "exhaust_iter"):
+                    continue
+                source = value.value.name
+                if value.op == "exhaust_iter":  # unpacking a tuple: the same tuple
+                    found = (source, None) if source in fixed else None
+                    if source in built:
+                        built[name] = built[source]
+                        changed = True
+                else:
+                    index = self._field_index(source, value)
+                    found = None
+                    if index is not None and source in built:
+                        item = built[source][index]
+                        found = (item, None) if item in fixed else None
+                    elif index is not None and source in fixed:
+                        found = (source, index)
+                if found is not None and self.typeof(name) == (self.typeof(found[0]) if found[1] is None else
+                                                               self.typeof(found[0])[found[1]]):
+                    aliases[name] = found
+                    fixed.add(name)
+                    changed = True
+        return aliases
+
+    def _field_index(self, name: str, expr: ir.Expr) -> int | None:
+        """The field ``expr`` reads of the tuple variable ``name``, or None if it is no constant field read."""
+        kind = self.typeof(name)
+        if not isinstance(kind, types.BaseTuple) or \
+                not isinstance(self.context.data_model_manager[kind], (TupleModel, UniTupleModel)):
+            return None
+        if expr.op == "getattr" and isinstance(kind, (types.NamedTuple, types.NamedUniTuple)) and \
+                expr.attr in kind.fields:
+            return kind.fields.index(expr.attr)
+        if expr.op == "static_getitem" and isinstance(expr.index, int) and -len(kind) <= expr.index < len(kind):
+            return expr.index % len(kind)
+        return None
+
+    def _alloca_var(self, name, fetype):
+        if name not in self._aliases:
+            super()._alloca_var(name, fetype)
+
+    def getvar(self, name):
+        if name in self._aliases:
+            source, index = self._aliases[name]
+            slot = self.getvar(source)
+            return slot if index is None else cgutils.gep_inbounds(self.builder, slot, 0, index)
+        return super().getvar(name)
+
+    def loadvar(self, name):
+        if name in self._aliases:
+            return self.builder.load(self.getvar(name))
+        return super().loadvar(name)
+
+    def lower_inst(self, inst):
+        if isinstance(inst, ir.Assign) and inst.target.name in self._aliases:
+            return None  # read where it is used
+        if isinstance(inst, ir.Del) and self._on:
+            if inst.value not in self._blk_local_varmap:  # numba's own bookkeeping of a del out of order
+                self._singly_assigned_vars.discard(inst.value)
+            return None
+        return super().lower_inst(inst)
+
+    def lower_expr(self, resty, expr):
+        if self._on and expr.op in _FIELD_READS and expr.value.name not in self._blk_local_varmap:
+            index = self._field_index(expr.value.name, expr)
+            if index is not None:
+                kind = self.typeof(expr.value.name)[index]
+                field = self.builder.load(cgutils.gep_inbounds(self.builder, self.getvar(expr.value.name), 0, index))
+                return self.context.cast(self.builder, field, kind, resty)
+        return super().lower_expr(resty, expr)
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class FieldLowering(NativeLowering):
+    """Numba's native lowering pass with ``FieldLower``."""
+
+    _name = "moesim_field_lowering"
+
+    @property
+    def lowering_class(self):
+        return FieldLower
+
+
+class Pipeline(copy_propagation.Pipeline):
+    """The bound loops' pipeline (``moesim.sim.copy_propagation``) lowering a field at a time."""
+
+    lowering = FieldLowering
