@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from moesim.policies import POLICIES, get_policy
-from moesim.policies.base import HOOK_NAMES, Context
+from moesim.policies.base import DEFAULT_HOOKS, HOOK_NAMES, Context
 from moesim.sim import policy_groups
 from moesim.sim.config import module_params
 
@@ -47,7 +47,9 @@ def test_group_hooks_name_each_members_hook_by_its_index():
     assert set(table) == {*HOOK_NAMES, "place"}
     namespace = table["on_hit"].py_func.__globals__
     for i, member in enumerate(group):
-        assert namespace[f"m{i}_on_hit"] is get_policy(member).HOOKS["on_hit"]
+        hook, own = namespace[f"m{i}_on_hit"], get_policy(member).HOOKS["on_hit"]
+        assert hook.py_func is own.py_func  # a no-op default inlined, any other called
+        assert (hook.targetoptions.get("inline") == "always") == any(own is d for d in DEFAULT_HOOKS.values())
         assert namespace[f"m{i}_place"].py_func.__globals__["policy"].choose_victim.py_func is \
             get_policy(member).HOOKS["choose_victim"].py_func
 
@@ -58,14 +60,14 @@ def test_a_hook_every_member_leaves_to_the_same_default_is_that_default():
     each state to its member's hook (the runs' results: ``tests/test_reference.py`` and the golden table)."""
     import dis
 
-    from moesim.policies.base import DEFAULT_HOOKS
-
     def branches(fn):
         return any(op.opname == "COMPARE_OP" for op in dis.get_instructions(fn.py_func))
 
     table = policy_groups.hooks(("lru", "static"))
     for hook in ("on_step", "on_miss", "on_prefetch"):
         assert all(get_policy(p).HOOKS[hook] is DEFAULT_HOOKS[hook] for p in ("lru", "static"))
-        assert not branches(table[hook]) and table[hook].py_func.__globals__["m0_" + hook] is DEFAULT_HOOKS[hook]
+        called = table[hook].py_func.__globals__["m0_" + hook]
+        assert not branches(table[hook]) and called.py_func is DEFAULT_HOOKS[hook].py_func
+        assert called.targetoptions["inline"] == "always"  # inlined, not compiled as a function of its own
     for hook in ("reset", "on_hit", "on_evict", "on_insert", "choose_victim", "place"):
         assert branches(table[hook])
