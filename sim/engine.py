@@ -80,10 +80,11 @@ def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | No
     hooks took a state tuple by value and counted references on every access, several times the cost of
     the policy itself. It releases the GIL, so runs of several capacities share a process's cores. It is called
     from Python or from another loop, never through a function pointer, so numba builds no C-callable wrapper for
-    it (``no_cfunc_wrapper``: 0.15-0.3 s of a discrete-event loop's compile).
+    it (``no_cfunc_wrapper``: about 0.15 s of a discrete-event loop's compile).
     Numba's cache checks only the loop's own file, so the cache entry is named after the loop, the
-    policy and a digest of every file whose code is inlined (``source_files``) and of the passes that compile it
-    (``pipeline``): editing a helper anywhere recompiles.
+    policy and a digest of every file whose code is inlined (``source_files``), of the pipeline's name and of the
+    files that define it and its bases (``pipeline``): editing a helper or a pass anywhere recompiles. (The
+    inliner's copy, ``moesim.sim.inline_copy``, is left out: it changes how numba copies the IR, not the code.)
     One compilation per (``name``: a policy's or a group's, loop, constants) and process.
 
     ``pipeline`` is numba's compiler pipeline for the loop: ``moesim.sim.copy_propagation``'s, or one derived from
@@ -93,8 +94,10 @@ def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | No
     key = (name, loop.__module__, loop.__name__, tuple(sorted(constants.items())), pipeline)
     if key not in _BOUND:
         digest = hashlib.sha1()
-        passes = [Path(sys.modules[c.__module__].__file__) for c in pipeline.__mro__ if c.__module__.startswith("moesim.")]
-        for path in [*source_files([loop, *helpers, *table.values()]), *passes]:
+        digest.update(f"{pipeline.__module__}.{pipeline.__qualname__}".encode())
+        pipeline_files = {Path(sys.modules[c.__module__].__file__) for c in pipeline.__mro__
+                          if c.__module__.startswith("moesim.")}
+        for path in [*source_files([loop, *helpers, *table.values()]), *sorted(pipeline_files)]:
             digest.update(path.read_bytes())
         ident = name.replace("-", "_")
         bound = types.ModuleType(f"moesim.bound.{ident}")

@@ -2,7 +2,7 @@
 
 Numba keeps a variable used in more than one block in a stack slot, and lowers ``s.inputs`` by loading the
 whole tuple from ``s``'s slot, then taking the field out of the loaded value. The discrete-event loop's state
-(``moesim.sim.des_state.State``: named tuples of about a hundred arrays, some 400 machine words) is read that way
+(``moesim.sim.des_state.State``: six named tuples, about sixty arrays, some 400 machine words) is read that way
 at every one of its thousands of field reads, and each inlined helper unpacks it again (``inp, cache = s.inputs,
 s.cache``) into slots of its own, a store of the whole sub-tuple each. LLVM then splits every such load and store
 into its fields (SROA) and deletes what is not read: its function passes took 2.9 s of the LRU+static loop's
@@ -12,20 +12,25 @@ into its fields (SROA) and deletes what is not read: its function passes took 2.
 - a field read (``getattr`` of a named tuple, ``static_getitem`` of a tuple at a constant index) of a variable
   that has a slot as a load of that field alone, through a pointer to it in the slot;
 - a variable assigned once as a field of an argument assigned once (``inp = s.inputs``), or of such a variable,
-  or as an item of a tuple built of such variables and unpacked (``inp, cache = s.inputs, s.cache``), as no
-  variable of its own: its reads go through a pointer into the argument's slot, which is written once, at the
-  function's entry, and so holds the same value wherever the variable is read;
+  or as an item of a tuple built of such variables and unpacked (``inp, cache, tally, progress = s.inputs,
+  s.cache, s.tally, s.progress``: Python builds a tuple to unpack four names), as no variable of its own: its
+  reads go through a pointer into the argument's slot, which is written once, at the function's entry, and so
+  holds the same value wherever the variable is read;
 - the end of a variable's life (numba's ``del``) as nothing: it stores zeros over the slot, which only reference
   counting needs.
 
-The machine code is the same instruction for instruction (the assembly of three groups' discrete-event loops,
-LRU+static whole, Belady..γ lean and γ-admit..LeCaR whole, compared with numba's lowering: only a constant's serial
-number differs), and the LRU+static loop
-compiles in about 1.2 s less (docs/architecture.md, "A first run: what it compiles"). ``Pipeline`` is
-``moesim.sim.copy_propagation``'s with this lowering; ``moesim.sim.run`` binds the discrete-event loop with it. The
-hit-rate loops keep numba's lowering: their states are a few arrays, and lowered this way six of 27 (the lanes' and placements' with them) came out
-in another instruction order. A copy of a field that is not a tuple (``count = <s.count unpacked>``) keeps its own
-slot for the same reason: read through the argument's, the γ-admit..LeCaR loop's code came out in another order.
+The machine code of the three discrete-event loops compared (LRU+static whole, Belady..γ lean, γ-admit..LeCaR
+whole) is the same instruction for instruction as with numba's lowering (only a constant's serial number
+differs), and the LRU+static loop compiles in about 1.4 s less (docs/architecture.md, "A field at a time").
+``Pipeline`` is ``moesim.sim.copy_propagation``'s with this lowering; ``moesim.sim.run`` binds the discrete-event
+loop with it. The hit-rate loops keep numba's lowering: their states are a few arrays, and lowered this way six
+of 27 of them and their placements came out in another instruction order. For the same reason a copy of a field
+that is not a tuple (``count = <s.count unpacked>``; numba's copy of a tuple ``moesim.sim.copy_propagation``
+removes) keeps a slot of its own: read through the argument's, the γ-admit..LeCaR loop came out in another order.
+Numba's debug builds (``debug=True``) keep every variable in a slot of its own, as a debugger expects.
+
+It overrides numba's ``Lower`` internals (``_alloca_var``, ``_singly_assigned_vars``, ``_blk_local_varmap``):
+``tests/test_field_loads.py`` checks the results against Python's and the machine code against numba's lowering.
 """
 
 from __future__ import annotations
@@ -44,17 +49,20 @@ _FIELD_READS = ("getattr", "static_getitem")
 
 class FieldLower(lowering.Lower):
     """Numba's lowering with tuple fields read from their variables' slots (module docstring); a function with
-    reference counting, or a generator, is lowered as numba does."""
+    reference counting, a generator or a debug build is lowered as numba does."""
+
+    _on, _aliases = False, {}  # until ``pre_lower``
 
     def pre_lower(self):
         super().pre_lower()
-        self._on = not self.context.enable_nrt and not self.func_ir.is_generator
+        self._on = not (self.context.enable_nrt or self.func_ir.is_generator or self._disable_sroa_like_opt)
         self._aliases = self._find_aliases() if self._on else {}
 
     def _find_aliases(self) -> dict:
         """variable -> (the variable whose slot holds it, its field index there, or None for the whole slot)."""
         assigns = [stmt for block in self.blocks.values() for stmt in block.find_insts(ir.Assign)]
-        defined = collections.Counter(stmt.target.name for stmt in assigns)
+        defined = collections.Counter(stmt.target.name for stmt in assigns)  # 1 for each after numba's SSA pass;
+        # checked all the same, as what an alias rests on
         fixed = {stmt.target.name for stmt in assigns if isinstance(stmt.value, ir.Arg)
                  and defined[stmt.target.name] == 1 and stmt.target.name not in self._singly_assigned_vars}
         built: dict = {}  # a tuple built of variables (or that tuple unpacked): its items' names
@@ -126,7 +134,7 @@ class FieldLower(lowering.Lower):
         if isinstance(inst, ir.Assign) and inst.target.name in self._aliases:
             return None  # read where it is used
         if isinstance(inst, ir.Del) and self._on:
-            if inst.value not in self._blk_local_varmap:  # numba's own bookkeeping of a del out of order
+            if inst.value not in self._blk_local_varmap:  # numba's bookkeeping of a del before the store, kept
                 self._singly_assigned_vars.discard(inst.value)
             return None
         return super().lower_inst(inst)

@@ -49,8 +49,9 @@ def hooks(group: tuple[str, ...]) -> dict:
     member's victim hooks at each took a third longer to compile. A hook that every member leaves to the same
     no-op default (``moesim.policies.base.DEFAULT_HOOKS``, which read no state) is that default, with no branch:
     a plan's LRU and static pin share three, and each site of one compiled as two. A member's hook that is such a
-    default is inlined (``_INLINED``): called, each was compiled as a function of its own, 0.05-0.1 s apiece. Written as source once per
-    group and process, so that each call is static (``moesim.sim.engine.bind`` inlines the table)."""
+    default is inlined (``_INLINED``): called, each was compiled as a function of its own, 0.05-0.1 s apiece.
+    Written as source once per group and process, so that each call is static (``moesim.sim.engine.bind`` inlines
+    the table)."""
     if group not in _HOOKS:
         namespace = {"__name__": __name__}
         lines = []
