@@ -61,8 +61,9 @@ class FieldLower(lowering.Lower):
     def _find_aliases(self) -> dict:
         """variable -> (the variable whose slot holds it, its field index there, or None for the whole slot)."""
         assigns = [stmt for block in self.blocks.values() for stmt in block.find_insts(ir.Assign)]
-        defined = collections.Counter(stmt.target.name for stmt in assigns)  # 1 for each after numba's SSA pass;
-        # checked all the same, as what an alias rests on
+        # after numba's SSA pass only its merges at a join (``$phi...``) are assigned more than once, and those
+        # copy a variable, which no rule below takes; the count is checked all the same, as what an alias rests on
+        defined = collections.Counter(stmt.target.name for stmt in assigns)
         fixed = {stmt.target.name for stmt in assigns if isinstance(stmt.value, ir.Arg)
                  and defined[stmt.target.name] == 1 and stmt.target.name not in self._singly_assigned_vars}
         built: dict = {}  # a tuple built of variables (or that tuple unpacked): its items' names
