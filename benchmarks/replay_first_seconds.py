@@ -1,12 +1,14 @@
 """How a real backend's replay steps settle in a new process: the calibration's all-hit replay, again and again.
 
-On the H200 lent on 2026-11-26 the first seconds of CUDA replays in a new process ran about ten times slower than
-later ones (2-layer all-hit steps of 38-57 ms against 4.7 ms all-miss ones later, whatever the step did), which
-made the first calibration in a process fit a layer's overhead of 16-21 ms (docs/replay.md, "Measured on a GPU").
-This script measures that alone, with nothing fitted: it replays a log like the one calibration fits the
-executor's overhead with (OLMoE's dims cut to 2 layers at ``--scale``, k experts a layer taken in turn from all the
-layer's experts, every one resident, every access a hit once they are loaded) ``--replays`` times back to back,
-and prints for each the seconds since the process started, and the median, fastest and slowest step. ``--pin-gb G`` first takes G GB of pinned host memory
+On the H200 lent on 2026-11-26 the first CUDA replay in a new process ran about ten times slower than later ones,
+which made the first calibration in a process fit nonsense. This script measured it alone, with nothing fitted, on
+the next one (2026-11-27): only each process's first replay was slow, after 13 GB of pinned memory or 20 s of
+waiting alike, and the cause was cuDNN's attention building a plan for every new key count, which the replay no
+longer lets torch choose (docs/replay.md, "Measured on a GPU, second session"). It stays as the check for another
+machine or torch: it replays a log like the one calibration fits the executor's overhead with (OLMoE's dims cut to
+2 layers at ``--scale``, k experts a layer taken in turn from all the layer's experts, every one resident, every
+access a hit once they are loaded) ``--replays`` times back to back, and prints for each the seconds since the
+process started, and the median, fastest and slowest step. ``--pin-gb G`` first takes G GB of pinned host memory
 (touched, as the replay's experts are) and ``--idle S`` waits S seconds before the first replay, to tell a cost
 of pinning memory from one of time passing.
 

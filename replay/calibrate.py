@@ -129,8 +129,8 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
     compute = _compute_table(model, backend, repeats, seed, sync, pool)
     gpu = GPU(f"{device} (roofline unused: see [compute])", 1.0, 1.0, hbm_gb=memory_gb)
     hw = Hardware(name, gpu, link, source=f"moesim calibrate --backend {backend}", compute=compute)
-    # three all-miss replays (no cache: every routed expert copied), before the all-hit ones they are fitted with:
-    # on a GPU a new process's first seconds of replays ran ten times slow (docs/replay.md)
+    # three all-miss replays (no cache: every routed expert copied), first: a machine that changes speed under them
+    # (an H200's first replay in a process, while cuDNN built attention plans: docs/replay.md) is refused
     small, all_miss = _executor_log(model, repeats, seed)
     real = _steady([_replayed(hw, small, all_miss, 0, backend, workdir, seed, skip=0)[0].mean() for _ in range(3)])
     hw, per_layer, per_expert = _executor_overhead(hw, model, backend, repeats, workdir, seed, pool)
@@ -296,8 +296,7 @@ def _steady(step_s: list) -> float:
     the slowest is more than ``MOST_SPREAD`` times the fastest: the machine changed speed under the replays."""
     if max(step_s) > MOST_SPREAD * min(step_s):
         raise MoesimError(f"the same all-miss replay took {min(step_s) * 1e3:.2f} to {max(step_s) * 1e3:.2f} ms a step "
-                          f"in three runs: this machine's speed moved under them; calibrate again (on a GPU a new "
-                          f"process's first replays can: docs/replay.md, 'Measured on a GPU')")
+                          f"in three runs: this machine's speed moved under them; calibrate again on an idle machine")
     return float(np.median(step_s))
 
 
@@ -328,11 +327,11 @@ def _copy_fit(hw: Hardware, small: ModelSpec, trace, backend: str, real: float) 
         lo, hi = (mid, hi) if simulated(mid) < real else (lo, mid)
     if hi < micro / FASTEST_COPY:
         # no copy outruns the link's own microbenchmark by that much: the executor's overhead, fitted just before
-        # from all-hit replays, is too large (on an H200 a process's first seconds of replays ran 10x slower)
+        # from all-hit replays, is too large (those replays ran slower than the all-miss ones)
         raise MoesimError(f"the replay's all-miss steps ({real * 1e3:.2f} ms) leave {hi * 1e6:.1f} us a copy, under "
                           f"1/{FASTEST_COPY} of the {micro * 1e6:.0f} us the link's microbenchmark took: the replays "
                           f"that fitted the executor's overhead ran slower than the all-miss ones; calibrate again "
-                          f"(on a GPU a new process's first replays can: docs/replay.md, 'Measured on a GPU')")
+                          f"on an idle machine")
     return with_copy(hi)
 
 

@@ -24,6 +24,9 @@ cores at 2,048 keys), where llama.cpp reads an f16 cache; the calibration times 
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 import numpy as np
 
 from moesim.errors import MoesimError
@@ -83,6 +86,7 @@ class ComputeStream:
                      for _ in range(2 if keys else 0)]
         self.dense_layers, self.d_dense = model.dense_layers, model.d_dense
         self.d, self.de, self.q, self.seqs, self.keys, self.at, self.states = d, model.d_expert, q, 1, 0, 0, {}
+        self.kernels = attention_kernels(torch, device)
 
     @property
     def expert_numel(self) -> int:
@@ -132,7 +136,8 @@ class ComputeStream:
         width = self.q_heads * hd
         queries = torch.nn.functional.pad(q, (0, max(width - q.shape[1], 0), 0, seqs * per_seq - rows))[:, :width]
         queries = queries.view(seqs, per_seq, self.q_heads, hd).transpose(1, 2)
-        out = torch.nn.functional.scaled_dot_product_attention(queries, k, v, enable_gqa=True)
+        with self.kernels():
+            out = torch.nn.functional.scaled_dot_product_attention(queries, k, v, enable_gqa=True)
         out = out.transpose(1, 2).reshape(seqs * per_seq, width)[:rows]
         return torch.nn.functional.pad(out, (0, max(q.shape[1] - width, 0)))[:, :q.shape[1]]
 
@@ -168,6 +173,18 @@ class ComputeStream:
             x = x + (self.torch.nn.functional.silu(x @ gate) * (x @ up)) @ down * 0.01
         x @ self.head_w
         return x
+
+
+def attention_kernels(torch, device: str):
+    """The attention kernels a stream may use, as a context to call them in: on a GPU every one but cuDNN's. cuDNN's
+    builds a plan for each new number of keys, on the CPU: on an H200 (torch 2.11) every decode step of a new process's
+    first replay took 35-60 ms against 2.3-5 ms once its lengths had been seen (docs/replay.md, "Measured on a GPU"),
+    where an engine's attention kernel takes any length at the same cost."""
+    if device != "cuda":
+        return contextlib.nullcontext
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return functools.partial(sdpa_kernel, [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def row_shape(tokens, ctx, seqs):

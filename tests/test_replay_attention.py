@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from moesim.replay.compute import HEAD, POOL_BYTES, ComputeStream, heads, pool_keys  # noqa: E402
+from moesim.replay.compute import HEAD, POOL_BYTES, ComputeStream, attention_kernels, heads, pool_keys  # noqa: E402
 from moesim.tracegen.models import get_model  # noqa: E402
 
 
@@ -81,3 +81,28 @@ def test_latent_attention_is_one_head_of_its_width():
     got = work.attend(q).double()
     assert got.shape == (2, 3072) and not got[:, 2880:].any()
     assert torch.allclose(got, reference(q, *work.pool, 2, 4, 0, 4, 5, 1, 576), atol=1e-5)
+
+
+def flags():
+    cuda = torch.backends.cuda
+    return cuda.cudnn_sdp_enabled(), cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(), cuda.math_sdp_enabled()
+
+
+def test_a_gpu_stream_attends_without_cudnns_kernel(monkeypatch):
+    """cuDNN's attention builds a plan per new key count on the host (35-70 ms each on an H200): a GPU stream calls
+    attention with every other kernel allowed, and leaves the settings as it found them; a CPU stream changes none."""
+    seen = []
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: (seen.append(flags()), real(*a, **k))[1])
+    before = flags()
+    assert before == (True, True, True, True)
+    with attention_kernels(torch, "cuda")():
+        assert flags() == (False, True, True, True)
+    assert flags() == before
+    model = dataclasses.replace(get_model("olmoe-1b-7b"), d_model=64, d_expert=32, q_dim=HEAD, kv_dim=HEAD,
+                                num_layers=1, dense_layers=0, vocab=16)
+    work = ComputeStream(model, row_keys=8)
+    work.row(0, 1, 4, 1)
+    work.attend(torch.randn(1, HEAD))
+    assert seen == [before]
