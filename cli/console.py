@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+console = Console(markup=False)  # nothing moesim prints is markup: names and paths keep their [brackets]
 
 # what the command is doing, on one status line: the task a command names (``working``) or, while it lasts, what is
 # being compiled (numba's events in this process; the simulator's log records from worker processes)

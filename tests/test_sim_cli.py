@@ -132,6 +132,14 @@ def test_hardware_presets_and_toml(cli, tmp_path):
         assert code == 1 and message in err and str(box) in err, (text, err)
 
 
+def test_names_in_brackets_print_as_they_are(cli, tmp_path):
+    """Nothing moesim prints is rich markup: a calibrated file's name, "... (see [compute])", kept its brackets."""
+    box = tmp_path / "box.toml"
+    box.write_text('name = "box [compute]"\ngpu = "rtx4090"\n[link]\ngbps = 16\n')
+    code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", box, "--dtype", "int4", "--capacity", "4")
+    assert code == 0 and "box [compute]" in " ".join(out.split()), out
+
+
 def test_hardware_file_round_trips(tmp_path):
     from moesim.sim.hardware import get_hardware, load_hardware, write_hardware
 
