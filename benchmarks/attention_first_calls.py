@@ -51,15 +51,23 @@ def main() -> None:
     sync()
 
     print(f"{args.model}: {q_heads} query heads over {kv_heads} KV heads of {hd}, {dtype}, {args.device}; "
-          f"ms a call at {args.calls} key counts")
+          f"ms a call at {args.calls} key counts, after one call of each kernel at another count")
+    choice = getattr(torch, "_fused_sdp_choice", None)  # torch's own (private) answer to which kernel it takes
+    if choice is not None:
+        k, v = (p.as_strided((1, kv_heads, args.keys, hd), (args.keys * hd, size * hd, hd, 1)) for p in pool)
+        for name, context in kernels[:2]:
+            with context():
+                print(f"{name} takes {SDPBackend(choice(query, k, v, enable_gqa=True)).name.lower()}")
     print(f"{'kernels':22s} {'new':>9s} {'seen':>9s}")
     start = args.keys
-    for name, context in kernels:
+    for i, (name, context) in enumerate(kernels):
         counts = range(start, start + args.calls)
         start += args.calls
         row = []
         try:
             with context():
+                call(8 + i)  # the kernel's own first use (its set-up), at a count no row times
+                sync()
                 for _ in ("new", "seen"):
                     began = time.perf_counter()
                     for keys in counts:

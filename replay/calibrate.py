@@ -331,7 +331,8 @@ def _copy_fit(hw: Hardware, small: ModelSpec, trace, backend: str, real: float) 
         raise MoesimError(f"the replay's all-miss steps ({real * 1e3:.2f} ms) leave {hi * 1e6:.1f} us a copy, under "
                           f"1/{FASTEST_COPY} of the {micro * 1e6:.0f} us the link's microbenchmark took: the replays "
                           f"that fitted the executor's overhead ran slower than the all-miss ones; calibrate again "
-                          f"on an idle machine")
+                          f"on an idle machine (where it happens again, the two-layer fit of that overhead may be "
+                          f"too large on this machine: docs/replay.md, 'Measured on a GPU, second session')")
     return with_copy(hi)
 
 

@@ -177,9 +177,10 @@ class ComputeStream:
 
 def attention_kernels(torch, device: str):
     """The attention kernels a stream may use, as a context to call them in: on a GPU every one but cuDNN's. cuDNN's
-    builds a plan for each new number of keys, on the CPU: on an H200 (torch 2.11) every decode step of a new process's
-    first replay took 35-60 ms against 2.3-5 ms once its lengths had been seen (docs/replay.md, "Measured on a GPU"),
-    where an engine's attention kernel takes any length at the same cost."""
+    builds a plan for each new number of keys, on the host: on an H200 (torch 2.11) every decode step of a new
+    process's first replay took 35-60 ms against 2.3-5 ms once its lengths had been seen (docs/replay.md, "Measured on
+    a GPU, second session"), where an engine's attention kernel takes any length at the same cost. Entering the
+    context costs about 15 us on this project's 2-core host, inside the layer time calibration measures."""
     if device != "cuda":
         return contextlib.nullcontext
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -132,7 +132,7 @@ def test_copies_are_a_line_fitted_on_relative_errors():
 
 def test_an_unsteady_or_impossible_copy_fit_is_refused(calibrated):
     """All-miss replays whose steps the simulation cannot reach with any plausible copy time (the executor's
-    overhead fitted too large, as a GPU's first seconds of replays did) are refused, not fitted to 0 us a copy; so
+    overhead fitted too large, as an H200's first replay in a process made it while cuDNN built attention plans) are refused, not fitted to 0 us a copy; so
     are three runs of them that differ by more than MOST_SPREAD times."""
     from dataclasses import replace
 

@@ -84,25 +84,44 @@ def test_latent_attention_is_one_head_of_its_width():
 
 
 def flags():
+    """Whether each of the four attention kernels moesim chooses among may run (cuDNN, flash, efficient, math)."""
     cuda = torch.backends.cuda
     return cuda.cudnn_sdp_enabled(), cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(), cuda.math_sdp_enabled()
 
 
-def test_a_gpu_stream_attends_without_cudnns_kernel(monkeypatch):
-    """cuDNN's attention builds a plan per new key count on the host (35-70 ms each on an H200): a GPU stream calls
-    attention with every other kernel allowed, and leaves the settings as it found them; a CPU stream changes none."""
-    seen = []
-    real = torch.nn.functional.scaled_dot_product_attention
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
-                        lambda *a, **k: (seen.append(flags()), real(*a, **k))[1])
-    before = flags()
-    assert before == (True, True, True, True)
-    with attention_kernels(torch, "cuda")():
-        assert flags() == (False, True, True, True)
-    assert flags() == before
+def one_layer_stream(device="cpu"):
     model = dataclasses.replace(get_model("olmoe-1b-7b"), d_model=64, d_expert=32, q_dim=HEAD, kv_dim=HEAD,
                                 num_layers=1, dense_layers=0, vocab=16)
-    work = ComputeStream(model, row_keys=8)
+    work = ComputeStream(model, device=device, row_keys=8)
     work.row(0, 1, 4, 1)
-    work.attend(torch.randn(1, HEAD))
-    assert seen == [before]
+    return work
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    """The kernels allowed at each call of attention."""
+    calls, real = [], torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: (calls.append(flags()), real(*a, **k))[1])
+    return calls
+
+
+def test_a_gpu_stream_attends_without_cudnns_kernel(seen):
+    """cuDNN's attention builds a plan per new key count on the host (35-70 ms each on an H200): a stream holding a
+    GPU's kernels calls attention with every other one allowed, and leaves the settings as it found them; a CPU
+    stream changes none."""
+    before = flags()
+    assert before == (True, True, True, True)
+    work = one_layer_stream()
+    q = torch.randn(1, HEAD, generator=torch.Generator().manual_seed(4))
+    want = work.attend(q)
+    work.kernels, work.at = attention_kernels(torch, "cuda"), 0  # what a stream on "cuda" holds; the same keys
+    got = work.attend(q)
+    assert seen == [before, (False, True, True, True)]
+    assert flags() == before and torch.equal(got, want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_stream_on_a_gpu_holds_the_gpus_kernels(seen):
+    one_layer_stream("cuda").attend(torch.randn(1, HEAD, device="cuda", dtype=torch.bfloat16))
+    assert seen == [(False, True, True, True)]
