@@ -34,7 +34,7 @@ def main() -> None:
     model = get_model(args.model)
     q_heads, kv_heads, hd = heads(model.q_dim or model.d_model, model.kv_dim or model.d_model)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[DTYPE[args.device]]
-    kernels = [("torch's choice", contextlib.nullcontext), ("the replay's", attention_kernels(torch, args.device))]
+    kernels = [("torch's choice", contextlib.nullcontext), ("the replay's", lambda: attention_kernels(torch, args.device))]
     kernels += [(b.name.lower(), lambda b=b: sdpa_kernel([b])) for b in
                 (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
                  SDPBackend.MATH)]

@@ -25,7 +25,6 @@ cores at 2,048 keys), where llama.cpp reads an f16 cache; the calibration times 
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import numpy as np
 
@@ -136,7 +135,7 @@ class ComputeStream:
         width = self.q_heads * hd
         queries = torch.nn.functional.pad(q, (0, max(width - q.shape[1], 0), 0, seqs * per_seq - rows))[:, :width]
         queries = queries.view(seqs, per_seq, self.q_heads, hd).transpose(1, 2)
-        with self.kernels():
+        with self.kernels:
             out = torch.nn.functional.scaled_dot_product_attention(queries, k, v, enable_gqa=True)
         out = out.transpose(1, 2).reshape(seqs * per_seq, width)[:rows]
         return torch.nn.functional.pad(out, (0, max(q.shape[1] - width, 0)))[:, :q.shape[1]]
@@ -176,16 +175,26 @@ class ComputeStream:
 
 
 def attention_kernels(torch, device: str):
-    """The attention kernels a stream may use, as a context to call them in: on a GPU every one but cuDNN's. cuDNN's
-    builds a plan for each new number of keys, on the host: on an H200 (torch 2.11) every decode step of a new
-    process's first replay took 35-60 ms against 2.3-5 ms once its lengths had been seen (docs/replay.md, "Measured on
-    a GPU, second session"), where an engine's attention kernel takes any length at the same cost. Entering the
-    context costs about 15 us on this project's 2-core host, inside the layer time calibration measures."""
-    if device != "cuda":
-        return contextlib.nullcontext
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    """A context to call a stream's attention in: on a GPU, with cuDNN's kernel turned off and its setting restored
+    after (the other kernels as they were: torch then takes flash's). cuDNN's builds a plan for each new number of
+    keys, on the host: on an H200 (torch 2.11) every decode step of a new process's first replay took 35-60 ms
+    against 2.3-5 ms once its lengths had been seen (docs/replay.md, "Measured on a GPU, second session"), where an
+    engine's attention kernel takes any length at the same cost. Entering and leaving it costs about 1 us."""
+    return _WithoutCudnn(torch.backends.cuda) if device == "cuda" else contextlib.nullcontext()
 
-    return functools.partial(sdpa_kernel, [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+class _WithoutCudnn:
+    """cuDNN's attention kernel off inside, as it was outside (two flag calls: torch's ``sdpa_kernel`` took 15 us)."""
+
+    def __init__(self, flags):
+        self.flags, self.was = flags, True
+
+    def __enter__(self):
+        self.was = self.flags.cudnn_sdp_enabled()
+        self.flags.enable_cudnn_sdp(False)
+
+    def __exit__(self, *exc):
+        self.flags.enable_cudnn_sdp(self.was)
 
 
 def row_shape(tokens, ctx, seqs):
