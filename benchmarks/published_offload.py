@@ -68,7 +68,7 @@ def predict(point: dict) -> dict:
     time the CPU's thread barriers take."""
     spec = model_for(point)
     hw = machine_for(point)
-    trace, _ = plan_trace(spec, None, 2)
+    trace, _ = plan_trace(spec, None, 1)
     stored = "file_gib" in point or "expert_bits" in point
     settings = {k: point[k] for k in SETTINGS if k in point}
     settings.update(model=spec, strategy=point["strategy"], warmup=1, dtype=None if stored else point["format"],

@@ -10,6 +10,7 @@ import polars as pl
 
 from moesim.cli.console import console, table, working
 from moesim.experiments.plan import ALL_ON_GPU, run_with
+from moesim.files import output_folder
 from moesim.tracegen.io import load_trace
 from moesim.tracegen.trace import bundled_trace_path
 from moesim.plots.trace import plot_activations
@@ -36,7 +37,7 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     from moesim.plots.results import plot_results
     from moesim.sim.des import compiling
 
-    out = Path(out)
+    out = output_folder(out, "demo's plots and results")
     # every loop the sweep and the plans run compiles at once in worker processes while this one reads the trace and
     # prints its statistics, then compiles the rest of what the sweep and the plans run (their synthetic traces too)
     with compiling([(policy, "none") for policy in DEMO_POLICIES] + plan_loops(), synthetic=True):

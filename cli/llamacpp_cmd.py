@@ -67,7 +67,7 @@ def calibrate(out: Path, threads: str | None, runs: int, workdir: Path | None) -
     from moesim.replay.llamacpp_run import bindings
     from moesim.sim.hardware import write_hardware
 
-    check_output(out, "hardware file")
+    check_output(out, "hardware file", suffixes=(".toml",))
     bindings()
     chosen = counts(threads, "--threads", thread_counts())
     with _bar() as bar:

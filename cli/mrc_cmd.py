@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 import moesim
-from moesim.cli.console import console, emit_json, table
+from moesim.cli.console import console, emit_json, table, working
 from moesim.cli.settings import Asked, takes
 from moesim.cli.options import TracePath
 from moesim.cli.sim_cmd import app
@@ -47,11 +47,21 @@ def mrc(
     scope, semantics = configs[0].cache.scope, configs[0].cache.semantics
     if budget is not None and scope != "per-layer":
         raise MoesimError("--budget splits slots over layers: it needs --scope per-layer")
-    trace = moesim.load_trace(trace_path)
-    curves = {c.cache.policy: moesim.mrc(trace, config=c, capacities="all" if budget is not None else sizes)
-              for c in configs}
-    splits = {c.cache.policy: moesim.best_split(trace, budget, config=c, curve=curves[c.cache.policy])
-              for c in configs} if budget is not None else {}
+    if plot is not None:
+        from moesim.files import check_output
+        from moesim.plots.trace import SUFFIXES
+
+        check_output(plot, "figure", inputs=(trace_path,), suffixes=SUFFIXES)
+    with working(f"reading {trace_path}, then {len(configs)} miss-ratio curve(s)"):
+        trace = moesim.load_trace(trace_path)
+        most = trace.meta.num_layers * trace.meta.num_experts
+        if budget is not None and budget > most:  # every expert fits: there is nothing to split
+            raise MoesimError(f"--budget {budget} is more than the {most} experts of {trace_path}'s "
+                              f"{trace.meta.num_layers} layers")
+        curves = {c.cache.policy: moesim.mrc(trace, config=c, capacities="all" if budget is not None else sizes)
+                  for c in configs}
+        splits = {c.cache.policy: moesim.best_split(trace, budget, config=c, curve=curves[c.cache.policy])
+                  for c in configs} if budget is not None else {}
     rows = [{**r.as_dict(), "per_layer_hits": r.per_layer_hits} for rs in curves.values() for r in rs
             if sizes is None or r.capacity in sizes]
     if plot is not None:

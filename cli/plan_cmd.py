@@ -42,7 +42,9 @@ def plan(
     from moesim.experiments.plan import curves
 
     if plot is not None:
-        check_output(plot, "figure", inputs=() if trace is None else (trace,))
+        from moesim.plots.trace import SUFFIXES
+
+        check_output(plot, "figure", inputs=() if trace is None else (trace,), suffixes=SUFFIXES)
     formats = asked.each.pop("dtype")
     config = asked.config("plan")
     with working("simulating each strategy (the first run compiles each policy)"):

@@ -30,13 +30,13 @@ def plot(
     from moesim.files import check_output
     from moesim.plots.results import RESULT_KINDS, plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
-    from moesim.plots.trace import TRACE_KINDS, plot_activations, plot_eviction_timeline
+    from moesim.plots.trace import SUFFIXES, TRACE_KINDS, plot_activations, plot_eviction_timeline
     from moesim.tracegen.io import load_trace
 
     kinds = RESULT_KINDS + SERVE_KINDS + TRACE_KINDS
     if kind not in kinds:
         raise MoesimError(f"unknown plot kind {kind!r}; choose from {', '.join(kinds)}")
-    check_output(out, "figure", inputs=(source,))
+    check_output(out, "figure", inputs=(source,), suffixes=SUFFIXES)
     if kind in TRACE_KINDS:
         trace = load_trace(source)
         if not 0 <= sequence < trace.num_sequences:
@@ -44,7 +44,7 @@ def plot(
         if kind == "activation-heatmap":
             path = plot_activations(trace, out, seq_index=sequence)
         else:
-            path = plot_eviction_timeline(trace, out, capacity or 4, layer, sequence)
+            path = plot_eviction_timeline(trace, out, 4 if capacity is None else capacity, layer, sequence)
     elif kind in SERVE_KINDS:
         path = plot_serving(read_results(source), kind, out, str(source))
     else:

@@ -70,7 +70,7 @@ def calibrate(
     from moesim.tracegen.models import get_model
     from moesim.tracegen.synth import synth_trace
 
-    check_output(out, "hardware file")
+    check_output(out, "hardware file", suffixes=(".toml",))
     spec = get_model(model)
     _, spec = shrink(synth_trace(spec.num_layers, spec.num_experts, spec.top_k, 1, 1, seed=0), spec, layers, scale)
     if backend != "virtual":

@@ -31,13 +31,15 @@ class Asked:
     """What a command line asked for: ``base`` is the configuration file's (or the defaults) with every setting
     given here over it; ``each`` the listed settings' values (name -> list); ``params`` the policy, prefetcher and
     strategy parameters given here, applied to each run whose policy (prefetcher, strategy) takes them;
-    ``given`` the names set here or in the file, ``in_file`` those the file set."""
+    ``given`` the names set here or in the file, ``in_file`` those the file set; ``inputs`` the files read (the
+    configuration file, a hardware file), which no output of the command may replace."""
 
     base: Config
     each: dict
     params: dict
     given: set
     in_file: set = frozenset()
+    inputs: tuple = ()
 
     def configs(self) -> list[Config]:
         """One configuration per combination of the listed values (the first varies slowest)."""
@@ -144,4 +146,6 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
         if isinstance(value, str) and (s.auto or s.kind is not str):
             value = s.parse(value)
         (params if s.owner else plain)[name] = value
-    return Asked(base.replace(**plain), each, params, given, in_file)
+    base = base.replace(**plain)
+    inputs = tuple(Path(f) for f in (config_file, base.hardware.machine) if f is not None and Path(f).is_file())
+    return Asked(base, each, params, given, in_file, inputs)

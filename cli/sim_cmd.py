@@ -8,10 +8,11 @@ from typing import Annotated, Optional
 import typer
 
 import moesim
-from moesim.cli.console import console, emit_json, slots_text, table
+from moesim.cli.console import console, emit_json, slots_text, table, working
 from moesim.cli.options import AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError
+from moesim.files import check_output
 from moesim.sim.config import RUN_SETTINGS
 from moesim.sim.strategies import get_strategy
 from moesim.sim.weights import weights_of
@@ -27,8 +28,10 @@ def hitrate(trace_path: TracePath, as_json: AsJson = False, *, asked: Asked) -> 
 
     Example: moesim sim hitrate t.parquet --policy belady,lru,lfu,arc --capacity 2,4,6 --semantics sequential
     """
-    trace = moesim.load_trace(trace_path)
-    results = [moesim.hitrate(trace, config=config) for config in asked.configs()]
+    configs = asked.configs()
+    with working(f"reading {trace_path}, then {len(configs)} hit-rate run(s)"):
+        trace = moesim.load_trace(trace_path)
+        results = [moesim.hitrate(trace, config=config) for config in configs]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
         return
@@ -55,16 +58,19 @@ def run(
 
     Example: moesim sim run t.parquet --hardware rtx4090 --dtype int4 --policy lru,belady --capacity auto --prefetch oracle
     """
+    if save_config is not None:
+        check_output(save_config, "configuration file", inputs=(trace_path, *asked.inputs), suffixes=(".toml",))
     configs = asked.configs()
     hw = configs[0].hardware.spec()
     if hw.gpu is None and "strategy" not in asked.given:  # a CPU-only machine: llama.cpp's CPU build, unless asked
         configs = [c.replace(strategy="cpu-experts") for c in configs]
-    if save_config is not None:
-        configs[0].to_toml(save_config)
-    trace = moesim.load_trace(trace_path)
-    base = configs[0]
-    spec = base.model.spec(trace.meta)
-    results = [moesim.simulate(trace, config, model=spec, hardware=hw) for config in configs]
+    with working(f"reading {trace_path}, then {len(configs)} simulated run(s)"):
+        trace = moesim.load_trace(trace_path)
+        if save_config is not None:
+            configs[0].to_toml(save_config)
+        base = configs[0]
+        spec = base.model.spec(trace.meta)
+        results = [moesim.simulate(trace, config, model=spec, hardware=hw) for config in configs]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
         return

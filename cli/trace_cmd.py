@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from moesim.cli.console import console, emit_json, table, warn
+from moesim.cli.console import console, emit_json, table, warn, working
 from moesim.cli.options import Force, TracePath
 from moesim.errors import MoesimError
 from moesim.files import check_output
@@ -112,7 +112,8 @@ def synth(
     from moesim.tracegen.io import load_trace, write_trace
 
     check_output(out, "trace", force=force, inputs=(like,))
-    real = load_trace(like) if like else None
+    with working(f"reading {like}"):
+        real = load_trace(like) if like else None
     if real:
         meta = real.meta.replace(model=f"synthetic-like-{real.meta.model}")
     elif model:
@@ -128,7 +129,8 @@ def synth(
         meta = TraceMeta(num_layers=16, num_experts=64, top_k=8, model="synthetic")
     if real:
         console.print(f"fitting locality to {like} ...")
-        locality = fit_locality(real, seed)
+        with working(f"fitting locality to {like}: synthetic traces at candidate settings, compared with it"):
+            locality = fit_locality(real, seed)
         console.print("fitted: " + ", ".join(f"{k}={v:.3g}" for k, v in locality.as_dict().items()))
         sequences = real.num_sequences if sequences is None else sequences
         tokens = max(1, real.decode_steps // real.num_sequences) if tokens is None else tokens
@@ -137,14 +139,17 @@ def synth(
     def given(value, default):
         return default if value is None else value
 
-    trace = synth_trace(given(layers, meta.num_layers), given(experts, meta.num_experts), given(top_k, meta.top_k),
-                        given(sequences, 8), given(tokens, 256), seed, locality, prompt_tokens=prompt_tokens, meta=meta)
-    write_trace(trace, out)
+    with working(f"generating and writing {out}"):
+        trace = synth_trace(given(layers, meta.num_layers), given(experts, meta.num_experts), given(top_k, meta.top_k),
+                            given(sequences, 8), given(tokens, 256), seed, locality, prompt_tokens=prompt_tokens,
+                            meta=meta)
+        write_trace(trace, out)
     console.print(f"wrote {out}: {trace.num_sequences} sequences, {trace.num_rows} steps, "
                   f"{trace.accesses} expert accesses")
     if real:
-        real_stats = trace_stats(real)
-        rows = compare(real_stats, trace_stats(trace, tuple(real_stats.lru_hit_rate)))
+        with working("comparing the two traces' statistics"):
+            real_stats = trace_stats(real)
+            rows = compare(real_stats, trace_stats(trace, tuple(real_stats.lru_hit_rate)))
         table(f"{like.name} vs the synthetic trace", ["statistic", "real", "synthetic"], [list(r) for r in rows])
 
 
@@ -159,7 +164,8 @@ def info(
     """
     from moesim.tracegen.io import load_trace, stored_columns
 
-    info_ = summary(load_trace(trace_path), stored_columns(trace_path))
+    with working(f"reading {trace_path} and counting its statistics"):
+        info_ = summary(load_trace(trace_path), stored_columns(trace_path))
     if as_json:
         emit_json(info_)
         return

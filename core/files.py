@@ -17,9 +17,11 @@ else:  # Python 3.10
     import tomli as tomllib
 
 
-def check_output(path: str | Path, what: str, *, force: bool = True, inputs: tuple = ()) -> Path:
+def check_output(path: str | Path, what: str, *, force: bool = True, inputs: tuple = (), suffixes: tuple = ()) -> Path:
     """Refuse, before any work, an output that cannot be written: its folder missing, not a folder or not
-    writable, the output one of the command's own ``inputs``, or an existing file when not ``force``."""
+    writable, the output one of the command's own ``inputs``, an existing file when not ``force``, or with
+    ``suffixes`` a name ending in none of them (a format the writer lacks; a TOML written over a trace by a slip
+    of the argument)."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
@@ -33,8 +35,25 @@ def check_output(path: str | Path, what: str, *, force: bool = True, inputs: tup
     for source in inputs:
         if source is not None and Path(source).exists() and path.exists() and path.samefile(source):
             raise MoesimError(f"{path}: is also an input of this command; write the {what} elsewhere")
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise MoesimError(f"{path}: unknown {what} format '{path.suffix}' (use {', '.join(suffixes)})")
     if path.exists() and not force:
         raise MoesimError(f"{path}: exists; pass {switch('force')} to replace the {what}")
+    return path
+
+
+def output_folder(path: str | Path, what: str) -> Path:
+    """Make the folder a command writes its files into, before any work; a file there, or a folder the system does
+    not let it make or write in, is a one-line error naming it."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise MoesimError(f"{path}: is a file, not a folder; give the {what} a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MoesimError(f"{path}: cannot be made ({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise MoesimError(f"{path}: cannot write in it (permission denied)")
     return path
 
 

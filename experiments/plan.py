@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.sim.config import Config
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
 from moesim.sim.machine import Hardware
@@ -77,8 +77,9 @@ class Plan:
                 "prompt": self.prompt, "batch": self.batch, "rows": self.rows, "skipped": self.skipped}
 
 
-def plan_trace(model: ModelSpec, path: str | Path | None, sequences: int, seed: int = 0) -> tuple[Trace, str]:
-    """The trace a plan simulates, and its name: ``path``, the bundled Mixtral trace, or synthetic."""
+def plan_trace(model: ModelSpec, path: str | Path | None, batch: int, seed: int = 0) -> tuple[Trace, str]:
+    """The trace a plan at ``batch`` simulates, and its name: ``path``, the bundled Mixtral trace, or synthetic (two
+    batches of sequences)."""
     from moesim.tracegen.synth import Locality, synth_trace
     from moesim.tracegen.trace import bundled_trace_path
 
@@ -88,8 +89,13 @@ def plan_trace(model: ModelSpec, path: str | Path | None, sequences: int, seed: 
         if path is not None:
             return load_trace(path), str(path)
         return load_trace(bundled_trace_path()), "bundled Mixtral-8x7B GSM8K trace"
-    trace = synth_trace(model.num_layers, model.num_experts, model.top_k, sequences, SYNTH_TOKENS, seed, Locality(),
-                        0, model.name, model.trace_meta())
+    sequences = 2 * batch
+    try:
+        trace = synth_trace(model.num_layers, model.num_experts, model.top_k, sequences, SYNTH_TOKENS, seed,
+                            Locality(), 0, model.name, model.trace_meta())
+    except MoesimError as exc:  # its advice is for 'trace synth'; here the batch sets the sequences
+        raise MoesimError(f"{option('batch', batch)} plans on a synthetic trace of {sequences} sequences, "
+                          f"{SYNTH_TOKENS} tokens each: {exc}") from None
     return trace, f"synthetic {model.name} trace ({sequences} x {SYNTH_TOKENS} tokens, seed {seed})"
 
 
@@ -117,7 +123,7 @@ def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan
     wl = config.workload
     hw = config.hardware.spec()  # before any compiling: a 'local' machine is probed on idle cores
     with compiling(plan_loops(), least=1):  # in a worker process, while this one makes the trace and the runs
-        tr, name = plan_trace(spec, trace, 2 * wl.batch)
+        tr, name = plan_trace(spec, trace, wl.batch)
         out = Plan(spec.name, hw.name, hw.describe(), name, wl.prompt, wl.batch, simulated=tr, spec=spec,
                    machine_spec=hw, shared=Shared(tr))
         prepared, short = _prepare(out, config.replace(model=spec.name,

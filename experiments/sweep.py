@@ -31,6 +31,7 @@ import functools
 import glob
 import hashlib
 import itertools
+import math
 import os
 import signal
 import threading
@@ -43,7 +44,7 @@ import polars as pl
 
 from moesim.errors import READER, MoesimError, first_line, option, switch
 from moesim.files import atomic_output, read_toml
-from moesim.tracegen.io import READ_FAILURES
+from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
                                STRATEGY_PARAMS, Config, check_params_used, config_id, load_cached_trace, params_for)
 
@@ -187,7 +188,10 @@ def _traces(path: Path, patterns) -> list[str]:
         if not matches:
             raise MoesimError(f"{path}: trace pattern '{pattern}' matches no file")
         found.extend(matches)
-    return list(dict.fromkeys(found))
+    found = list(dict.fromkeys(found))
+    for trace in found:  # a file that is no trace stops the sweep here, in one line, not in every row as it runs
+        read_meta(trace)
+    return found
 
 
 def run_config(kind: str, config: dict, config_id: str | None = None) -> dict:
@@ -307,6 +311,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     out = Path(out)
     if jobs < 1:
         raise MoesimError(f"{option('jobs')} must be at least 1, got {jobs}")
+    if not 0 <= flush_seconds < math.inf:  # NaN too: a wait never passed, or passed at every row
+        raise MoesimError(f"{option('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds}")
     done = pl.DataFrame()
     if out.exists():
         if not resume:

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from moesim.errors import MoesimError  # noqa: E402
-from moesim.files import atomic_output  # noqa: E402
+from moesim.files import atomic_output, check_output  # noqa: E402
 from moesim.tracegen.trace import Trace  # noqa: E402
 
 TRACE_KINDS = ("activation-heatmap", "eviction-timeline")
@@ -55,6 +55,7 @@ def plot_activations(trace: Trace, path: str | Path, seq_index: int = 0, max_lay
 
 
 FORMATS = ("png", "svg", "pdf")
+SUFFIXES = tuple(f".{f}" for f in FORMATS)  # a figure's names (``moesim.files.check_output``)
 
 
 def save_figure(fig, path: str | Path) -> Path:
@@ -62,10 +63,7 @@ def save_figure(fig, path: str | Path) -> Path:
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower()
     try:
-        if fmt not in FORMATS:
-            from moesim.errors import MoesimError
-
-            raise MoesimError(f"{path}: unknown figure format '{path.suffix}' (use {', '.join('.' + f for f in FORMATS)})")
+        check_output(path, "figure", suffixes=SUFFIXES)
         with atomic_output(path) as tmp:
             fig.savefig(tmp, dpi=110, format=fmt)
     finally:

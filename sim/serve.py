@@ -89,6 +89,7 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     else:
         arrivals, seq = read_arrivals(sv.arrivals, trace.num_sequences)
         queue = make_queue(trace, arrivals.size, wl.prompt, arrivals, rng, seq)
+    _check_clock(queue.arrival, sv)
     if not sv.chunked_prefill and queue.prompt.max() > sv.max_batch_tokens:
         raise MoesimError(f"a prompt of {int(queue.prompt.max())} tokens is more than max_batch_tokens "
                           f"{sv.max_batch_tokens}, and without chunked prefill a prompt runs in one step")
@@ -176,6 +177,20 @@ class _KvShare:
 
     def gpu_bytes(self, kv_tokens: int, live: int) -> float:
         return self.fixed + self.footprint.model.kv_bytes(kv_tokens) + live * self.parts * self.footprint.expert_bytes
+
+
+CLOCK_RESOLUTION_S = 1e-9  # the simulated clock must tell apart times this far apart at the last arrival
+
+
+def _check_clock(arrival: np.ndarray, sv) -> None:
+    """The stream's clock is seconds in float64: past 2^23 s (97 days) it cannot tell apart times a
+    nanosecond apart, and the steps' milliseconds would be lost (a tiny rate gave TPOT 0)."""
+    last = float(arrival.max())
+    if np.spacing(last) > CLOCK_RESOLUTION_S:
+        cause = f"{option('rate')} {sv.rate} requests/s is too low" if sv.arrivals == "poisson" else \
+            f"{sv.arrivals}'s times are too large"
+        raise MoesimError(f"requests arrive until {last:.3g} s, where the simulated clock cannot tell apart times "
+                          f"{CLOCK_RESOLUTION_S:g} s apart: {cause}")
 
 
 def _check_serve(trace: Trace, config: Config) -> None:

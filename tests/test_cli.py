@@ -112,7 +112,7 @@ def test_bundled_names_the_shipped_trace_wherever_a_trace_is_asked_for(cli, mixt
 def test_the_command_line_and_a_plans_synthetic_trace_start_without_polars():
     """polars (0.1 s to import) is imported by what reads or writes a table, not by every command."""
     code = ("import sys; import moesim.cli.app; from moesim.experiments.plan import plan_trace; "
-            "from moesim.tracegen.models import get_model; plan_trace(get_model('olmoe-1b-7b'), None, 2); "
+            "from moesim.tracegen.models import get_model; plan_trace(get_model('olmoe-1b-7b'), None, 1); "
             "print('polars' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -55,6 +55,101 @@ def test_outputs_are_checked_before_any_work(cli, tmp_path):
     assert trace.read_bytes() != before
 
 
+def test_a_toml_or_a_figure_never_replaces_an_input_or_a_trace(cli, tmp_path):
+    """What a new user tried: ``--save-config`` and ``--save`` once wrote TOML over the command's own trace or
+    hardware file, made missing folders, and ``--plot`` found a bad format or folder only after the work."""
+    trace = tmp_path / "t.parquet"
+    trace.write_bytes(bundled_trace_path().read_bytes())
+    before = trace.read_bytes()
+    config, box = tmp_path / "c.toml", tmp_path / "box.toml"
+    assert cli("sim", "run", trace, "--dtype", "q4_k", "--capacity", "4", "--save-config", config)[0] == 0
+    assert config.exists()
+    code, template, _ = cli("hardware", "--template")
+    box.write_text(template)
+    other = tmp_path / "other.parquet"
+    other.write_bytes(before)
+    cases = [(("sim", "run", trace, "--save-config", trace), "is also an input"),
+             (("sim", "run", trace, "--save-config", other), "unknown configuration file format '.parquet'"),
+             (("sim", "run", trace, "--config", config, "--save-config", config), "is also an input"),
+             (("sim", "run", trace, "--hardware", box, "--save-config", box), "is also an input"),
+             (("sim", "run", trace, "--save-config", tmp_path / "no" / "c.toml"), "no such folder"),
+             (("hardware", "--show", "rtx4090", "--save", trace), "unknown hardware file format '.parquet'"),
+             (("hardware", "--show", box, "--save", box), "is also an input"),
+             (("demo", "--out", trace), "is a file, not a folder"),
+             (("sim", "mrc", trace, "--policy", "lru", "--capacity", "2", "--plot", tmp_path / "m.txt"),
+              "unknown figure format '.txt' (use .png, .svg, .pdf)"),
+             (("sim", "mrc", trace, "--policy", "lru", "--capacity", "2", "--plot", tmp_path / "no" / "m.png"),
+              "no such folder"),
+             (("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--plot", tmp_path / "p.gif"),
+              "unknown figure format '.gif'")]
+    for args, message in cases:
+        assert message in one_line_error(cli, *args), args
+    assert trace.read_bytes() == before == other.read_bytes() and box.read_text() == template
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["box.toml", "c.toml", "other.parquet", "t.parquet"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("trace", "synth", *SMALL, "--seq-alpha", "inf", "--out", "t.parquet"), "seq_alpha must be > 0 and at most 1e+06, got inf"),
+    (("trace", "synth", *SMALL, "--layer-alpha", "1e300", "--out", "t.parquet"), "layer_alpha must be > 0 and at most 1e+06"),
+    (("sim", "serve", "bundled", "--rate", "1e-15", "--dtype", "q4_k"), "--rate 1e-15 requests/s is too low"),
+    (("sim", "mrc", "bundled", "--policy", "lru", "--budget", "100000"), "--budget 100000 is more than the 256"),
+    (("plot", "bundled", "--kind", "eviction-timeline", "--capacity", "0", "--out", "e.png"), "at least 1"),
+])
+def test_values_a_new_user_tried_are_refused(cli, tmp_path, monkeypatch, args, message):
+    """An infinite alpha drew forever; a rate of 1e-15 put arrivals where float64 seconds lose a step's
+    milliseconds (TPOT 0); a budget above every expert and an eviction timeline of 0 slots ran something else."""
+    monkeypatch.chdir(tmp_path)
+    assert message in one_line_error(cli, *args)
+    assert not list(tmp_path.iterdir())
+
+
+def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeypatch):
+    """Each was one line before, but named no file, no line, or the wrong setting."""
+    import polars as pl
+
+    monkeypatch.chdir(tmp_path)
+    bundled = bundled_trace_path()
+    pl.read_parquet(bundled).drop("experts").write_parquet("nocol.parquet", metadata=pl.read_parquet_metadata(bundled))
+    record = {"dataset": "d", "problem_id": 1, "experts": [0, 1], "gating_probs": [0.6, 0.4]}
+    lines = [json.dumps({**record, "layer": layer, "token_idx": t}) for t in range(3) for layer in range(2)]
+    lines[4] = lines[4].replace("0.6", "NaN")
+    Path("nan.jsonl").write_text("\n".join(lines) + "\n")
+    Path("cfg").mkdir()
+    Path("cfg/cut.json").write_text('{"model_type": "mixtral",\n "num_local_experts": 8,\n')
+    config = {"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2, "hidden_size": 10 ** 30,
+              "num_hidden_layers": 32, "intermediate_size": 14336, "num_attention_heads": 32, "vocab_size": 32000}
+    Path("cfg/huge.json").write_text(json.dumps(config))
+    Path("empty.parquet").write_bytes(b"")
+    Path("s.toml").write_text('traces = ["empty.parquet"]\nkind = "hitrate"\n[axes]\npolicy = ["lru"]\n'
+                              'capacity = [2]\n')
+    Path("folder.parquet").mkdir()
+    for args, message in [
+        (("trace", "info", "nocol.parquet"), "nocol.parquet: no 'experts' column; a trace has seq, step, phase"),
+        (("trace", "import", "nan.jsonl", "--format", "vllm-jsonl", "--out", "n.parquet"),
+         "nan.jsonl:5: NaN is not JSON"),
+        (("plan", "--model", "cfg/cut.json", "--hardware", "rtx4090"), "cfg/cut.json: line 3, column 1: not valid JSON"),
+        (("plan", "--model", "cfg/huge.json", "--hardware", "rtx4090"),
+         "cfg/huge.json: hidden_size must be a whole number in 1..2147483647"),
+        (("trace", "synth", *SMALL, "--prompt-tokens", "-3", "--out", "t.parquet"), "prompt tokens must be 0 or more"),
+        (("sweep", "s.toml", "--out", "r.parquet"), "empty.parquet: not a Parquet file"),
+        (("trace", "info", "folder.parquet"), "folder.parquet: a folder, not a trace file"),
+        (("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--batch", "10000000"),
+         "--batch 10000000 plans on a synthetic trace of 20000000 sequences"),
+    ]:
+        assert message in one_line_error(cli, *args), args
+    assert not {"n.parquet", "t.parquet", "r.parquet"} & {p.name for p in tmp_path.iterdir()}
+
+
+def test_a_sweep_refuses_a_flush_interval_that_is_not_a_number_of_seconds(tmp_path):
+    from moesim.experiments.sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec(tmp_path / "s.toml", "hitrate", ["bundled"], {"policy": ["lru"], "capacity": [2]}, {})
+    for seconds in (float("nan"), -1.0, float("inf")):
+        with pytest.raises(MoesimError, match="must be a number of seconds >= 0"):
+            run_sweep(spec, tmp_path / "r.parquet", flush_seconds=seconds)
+    assert not list(tmp_path.iterdir())
+
+
 def test_an_output_the_system_refuses_is_one_line_and_leaves_nothing(cli, tmp_path, monkeypatch):
     """/proc passes the writability check as root and then refuses the temporary file; a rename can fail too (a
     full disk, a file system gone read-only): each is one line naming the output, nothing left behind."""
@@ -174,6 +269,12 @@ def test_trace_metadata_and_weights_are_checked(tmp_path):
     with pytest.raises(MoesimError, match=r"row 2 \(seq 0, step 1, layer 0\): weights value -0.25 is not a gate"):
         write_trace(trace.__class__(**{**trace.__dict__, "weights": weights}), tmp_path / "w.parquet")
     assert not (tmp_path / "w.parquet").exists()
+    weights[1, 0] = [np.nan, 0.5]  # a row's weights are all given or all missing (NaN): never in part
+    with pytest.raises(MoesimError, match=r"row 2 \(seq 0, step 1, layer 0\): weights \[nan, 0.5\] are NaN in part"):
+        write_trace(trace.__class__(**{**trace.__dict__, "weights": weights}), tmp_path / "w.parquet")
+    weights[1, 0] = np.nan
+    write_trace(trace.__class__(**{**trace.__dict__, "weights": weights}), tmp_path / "w.parquet")
+    assert np.isnan(load_trace(tmp_path / "w.parquet").weights[1, 0]).all()
 
 
 def _sweep(tmp_path, jobs: int) -> subprocess.Popen:

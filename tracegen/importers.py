@@ -159,11 +159,18 @@ def _parse_vllm(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
     )
 
 
+def _no_constant(name: str):
+    """Python's JSON reader takes NaN and Infinity; JSON, and polars' reader, do not."""
+    raise ValueError(f"{name} is not JSON (a number is finite)")
+
+
 def _check_vllm_line(line: str) -> str | None:
     try:
-        rec = json.loads(line)
+        rec = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         return f"not JSON ({exc.msg})"
+    except ValueError as exc:
+        return str(exc)
     if not isinstance(rec, dict):
         return "not a JSON object"
     for name in ("layer", "token_idx", "token_pos", "phase"):

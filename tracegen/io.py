@@ -24,6 +24,8 @@ READ_FAILURES = (Exception, pl.exceptions.PanicException)
 def read_meta(path: str | Path) -> TraceMeta:
     """The metadata of a trace file, without reading its rows."""
     path = Path(path)
+    if path.is_dir():
+        raise MoesimError(f"{path}: a folder, not a trace file")
     if not path.is_file():
         raise MoesimError(f"{path}: no such file")
     try:
@@ -47,6 +49,10 @@ def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
     path = trace_file(path)
     meta = read_meta(path)
     schema = _schema(path)
+    missing = [c for c in REQUIRED if c not in schema]
+    if missing:
+        raise MoesimError(f"{path}: no {', '.join(repr(c) for c in missing)} column; a trace has "
+                          f"{', '.join(REQUIRED)}")
     wanted = [c for c in COLUMNS if c in schema and (probs or c != "probs")]
     try:
         trace = _load_in_order(path, meta, wanted)

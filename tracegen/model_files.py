@@ -56,18 +56,21 @@ def load_model_file(path: str | Path) -> ModelSpec:
         stat = path.stat()
     except OSError:
         raise MoesimError(f"{path}: no such model file") from None
-    return _load(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    return _load(str(path), str(path.resolve()), stat.st_mtime_ns, stat.st_size)
 
 
 @lru_cache(maxsize=16)
-def _load(path: str, mtime: int, size: int) -> ModelSpec:
+def _load(shown: str, path: str, mtime: int, size: int) -> ModelSpec:
+    """The file at ``path`` (resolved: the cache's key with its version), named in errors as ``shown``, as given."""
     if path.lower().endswith(".gguf"):
         return spec_from_gguf(path)
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MoesimError(f"{path}: not a readable config.json ({exc.__class__.__name__})") from None
-    return spec_from_config(data, _name_of(Path(path)), path)
+    except json.JSONDecodeError as exc:
+        raise MoesimError(f"{shown}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MoesimError(f"{shown}: not a readable config.json ({exc.__class__.__name__})") from None
+    return spec_from_config(data, _name_of(Path(path)), shown)
 
 
 def _name_of(path: Path) -> str:
@@ -79,9 +82,12 @@ def _first(data: dict, keys, default=None):
     return next((data[k] for k in keys if data.get(k) is not None), default)
 
 
+MOST = 2 ** 31 - 1  # no model's count or dimension comes near it; past it products of them overflow int64
+
+
 def _whole(value, what: str, where: str, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise MoesimError(f"{where}: {what} must be a whole number >= {low}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MOST:
+        raise MoesimError(f"{where}: {what} must be a whole number in {low}..{MOST}, got {value!r}")
     return value
 
 

@@ -25,6 +25,9 @@ from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
 from moesim.tracegen.trace import Trace
 
 
+MAX_ALPHA = 1e6  # at this alpha a Dirichlet draw differs from its mean by about 0.1% (one standard deviation)
+
+
 @dataclass(frozen=True)
 class Locality:
     """The knobs of the generator; see the module docstring."""
@@ -36,9 +39,9 @@ class Locality:
     cross_layer: float = 0.3
 
     def __post_init__(self):
-        for name in ("layer_alpha", "seq_alpha"):
-            if not getattr(self, name) > 0:
-                raise MoesimError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("layer_alpha", "seq_alpha"):  # past MAX_ALPHA the draws are uniform; infinite ones never end
+            if not 0 < getattr(self, name) <= MAX_ALPHA:
+                raise MoesimError(f"{name} must be > 0 and at most {MAX_ALPHA:g}, got {getattr(self, name)}")
         for name in ("reuse", "cross_layer"):
             if not 0 <= getattr(self, name) <= 1:
                 raise MoesimError(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -64,8 +67,10 @@ def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: i
                 locality: Locality = Locality(), prompt_tokens: int = 0, model: str = "synthetic",
                 meta: TraceMeta | None = None) -> Trace:
     """A trace of `sequences` x (prompt_tokens prefill + tokens decode) steps."""
-    if min(layers, experts, top_k, sequences, tokens) < 1 or prompt_tokens < 0:
+    if min(layers, experts, top_k, sequences, tokens) < 1:
         raise MoesimError("layers, experts, top-k, sequences and tokens must be positive")
+    if prompt_tokens < 0:
+        raise MoesimError(f"prompt tokens must be 0 or more, got {prompt_tokens}")
     if top_k > experts:
         raise MoesimError(f"top-k {top_k} exceeds the number of experts {experts}")
     if experts > 2 ** 15 - 1 or layers > 2 ** 15 - 1:

@@ -120,12 +120,17 @@ class Trace:
             arr = getattr(self, name)
             if arr is not None and arr.shape != (n, big_l, width):
                 raise MoesimError(f"{where}: {name} has shape {arr.shape}, expected ({n}, {big_l}, {width})")
-        # NaN: the row had none. Gate weights are >= 0 (some families scale them past 1), router
-        # probabilities lie in [0, 1]
+        # NaN: the row had none, so a cell's values are all NaN or none is. Gate weights are >= 0 (some families
+        # scale them past 1), router probabilities lie in [0, 1]
         for name, high, what in (("weights", np.inf, "a gate weight >= 0"), ("probs", 1.0, "a probability in [0, 1]")):
             arr = getattr(self, name)
             if arr is None or not arr.size:
                 continue
+            some = np.isnan(np.add.reduce(arr, axis=2))  # cells with a NaN: the masks over them alone
+            if some.any() and not np.isnan(arr[some]).all():
+                nan = np.isnan(arr)
+                _first_bad(nan.any(axis=2) & ~nan.all(axis=2), lambda r, l, arr=arr, name=name: (
+                    f"{at(r, l)}: {name} {arr[r, l].tolist()} are NaN in part (a row has all its values or none)"))
             lo, hi = np.fmin.reduce(arr, axis=None), np.fmax.reduce(arr, axis=None)  # NaN-skipping extremes
             if not (lo >= 0 and hi <= high and np.isfinite(hi)):  # the masks only when some value is off
                 _first_bad(~(np.isnan(arr) | ((arr >= 0) & (arr <= high) & np.isfinite(arr))),
