@@ -153,6 +153,16 @@ def synth(
         table(f"{like.name} vs the synthetic trace", ["statistic", "real", "synthetic"], [list(r) for r in rows])
 
 
+# the table's names for ``summary``'s fields (its JSON keeps the keys), with their units
+INFO_LABELS = {"top_k": "experts per token (top-k)", "prefill_steps": "prefill steps", "decode_steps": "decode steps",
+               "accesses": "expert accesses", "dropped_tokens": "incomplete tokens dropped on import",
+               "bytes_per_param": "bytes per parameter", "expert_bytes": "bytes per expert",
+               "shared_experts": "shared experts", "d_shared": "d_shared (their intermediate size)",
+               "has": "optional columns", "mean_reuse_distance": "mean reuse distance (tokens)",
+               "concentration": "top E/8 experts' share of a sequence's activations",
+               "cross_layer_predictability": "next-layer expert = this layer's most frequent companion"}
+
+
 @app.command()
 def info(
     trace_path: TracePath,
@@ -171,7 +181,9 @@ def info(
         return
     skew = info_.pop("layer_skew_gini")
     hist = info_.pop("reuse_histogram")
-    rows = [[k, v] for k, v in info_.items()]
+    rows = [[INFO_LABELS.get(k, k), "-" if v is None or v == "" or v == [] else
+             ", ".join(v) if isinstance(v, list) else f"{v / 1e6:.1f} MB" if k == "expert_bytes" else v]
+            for k, v in info_.items()]
     rows.append(["layer skew (Gini) min / mean / max", f"{min(skew):.3f} / {sum(skew) / len(skew):.3f} / {max(skew):.3f}"])
     rows.append(["reuse distance histogram", "  ".join(f"{k}:{v:.3f}" for k, v in hist.items())])
     table(str(trace_path), ["field", "value"], rows)

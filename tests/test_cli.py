@@ -57,7 +57,7 @@ def test_usage_errors_exit_non_zero(cli):
     assert code == 2
 
 
-def test_synth_then_info(cli, tmp_path):
+def test_synth_then_info(cli, tmp_path, monkeypatch):
     out = tmp_path / "s.parquet"
     code, _, _ = cli("trace", "synth", "--model", "olmoe-1b-7b", "--sequences", "2", "--tokens", "20",
                      "--prompt-tokens", "4", "--seed", "3", "--out", out)
@@ -66,6 +66,12 @@ def test_synth_then_info(cli, tmp_path):
     assert (info["layers"], info["experts"], info["top_k"]) == (16, 64, 8)
     assert (info["decode_steps"], info["prefill_steps"]) == (40, 8)
     assert info["model"] == "synthetic-olmoe-1b-7b" and info["expert_bytes"] == 3 * 2048 * 1024 * 2
+    from moesim.cli.console import console
+
+    monkeypatch.setattr(console, "_width", 200)  # one line a field (without a terminal it is 80 wide)
+    table = cli("trace", "info", out)[1]  # the table gives the bytes in MB and names what each number counts
+    assert "bytes per expert" in table and f"{3 * 2048 * 1024 * 2 / 1e6:.1f} MB" in table
+    assert "mean reuse distance (tokens)" in table and "optional columns" in table and "None" not in table
 
 
 def test_synth_like_reports_the_comparison(cli, tmp_path):
