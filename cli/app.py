@@ -85,7 +85,7 @@ def _show(name: str, save: Path | None) -> None:
     from moesim.sim.hardware import get_hardware, write_hardware
 
     if save is not None:
-        check_output(save, "hardware file", inputs=(name,) if Path(name).is_file() else (), suffixes=(".toml",))
+        check_output(save, "hardware file", inputs=(name,), suffixes=(".toml",))
     hw = get_hardware(name)
     if save is not None:
         write_hardware(hw, save)

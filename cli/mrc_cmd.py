@@ -54,10 +54,10 @@ def mrc(
         check_output(plot, "figure", inputs=(trace_path,), suffixes=SUFFIXES)
     with working(f"reading {trace_path}, then {len(configs)} miss-ratio curve(s)"):
         trace = moesim.load_trace(trace_path)
-        most = trace.meta.num_layers * trace.meta.num_experts
-        if budget is not None and budget > most:  # every expert fits: there is nothing to split
-            raise MoesimError(f"--budget {budget} is more than the {most} experts of {trace_path}'s "
-                              f"{trace.meta.num_layers} layers")
+        if budget is not None:
+            from moesim.sim.budget import check_budget
+
+            check_budget(trace.meta, budget)
         curves = {c.cache.policy: moesim.mrc(trace, config=c, capacities="all" if budget is not None else sizes)
                   for c in configs}
         splits = {c.cache.policy: moesim.best_split(trace, budget, config=c, curve=curves[c.cache.policy])

@@ -36,8 +36,8 @@ def serve(
     from moesim.files import atomic_output, check_output
 
     config = asked.config("sim serve")
-    if out is not None:
-        check_output(out, "requests file", inputs=(trace_path,))
+    if out is not None:  # an arrivals file is an input too
+        check_output(out, "requests file", inputs=(trace_path, *asked.inputs, Path(config.serve.arrivals)))
     result = moesim.serve(moesim.load_trace(trace_path), config)
     if out is not None:
         with atomic_output(out) as tmp:
@@ -47,7 +47,8 @@ def serve(
         return
     s, c = result.summary, result.config
     sv = c.serve
-    arrivals_text = {"poisson": f"Poisson {sv.rate:g}/s", "burst": "all at 0"}.get(sv.arrivals, sv.arrivals)
+    arrivals_text = f"Poisson {sv.rate:g}/s" if sv.arrivals == "poisson" else \
+        "all at 0" if sv.arrivals == "burst" else sv.arrivals
     table(f"{trace_path}: {result.model} on {result.hardware}, {c.execution.strategy}, {c.cache.policy} "
           f"@ {slots_text(s['capacity'])}, {s['requests']} requests ({arrivals_text}), max batch {sv.max_batch}, "
           f"{sv.max_batch_tokens} tokens/step" + (f", {sv.draft_tokens} draft tokens at {sv.acceptance:g}"

@@ -112,8 +112,10 @@ def synth(
     from moesim.tracegen.io import load_trace, write_trace
 
     check_output(out, "trace", force=force, inputs=(like,))
-    with working(f"reading {like}"):
-        real = load_trace(like) if like else None
+    real = None
+    if like:
+        with working(f"reading {like}"):
+            real = load_trace(like)
     if real:
         meta = real.meta.replace(model=f"synthetic-like-{real.meta.model}")
     elif model:

@@ -80,7 +80,7 @@ class Plan:
 def plan_trace(model: ModelSpec, path: str | Path | None, batch: int, seed: int = 0) -> tuple[Trace, str]:
     """The trace a plan at ``batch`` simulates, and its name: ``path``, the bundled Mixtral trace, or synthetic (two
     batches of sequences)."""
-    from moesim.tracegen.synth import Locality, synth_trace
+    from moesim.tracegen.synth import Locality, check_memory, synth_trace
     from moesim.tracegen.trace import bundled_trace_path
 
     if path is not None or model.name == "mixtral-8x7b":
@@ -90,12 +90,11 @@ def plan_trace(model: ModelSpec, path: str | Path | None, batch: int, seed: int 
             return load_trace(path), str(path)
         return load_trace(bundled_trace_path()), "bundled Mixtral-8x7B GSM8K trace"
     sequences = 2 * batch
-    try:
-        trace = synth_trace(model.num_layers, model.num_experts, model.top_k, sequences, SYNTH_TOKENS, seed,
-                            Locality(), 0, model.name, model.trace_meta())
-    except MoesimError as exc:  # its advice is for 'trace synth'; here the batch sets the sequences
-        raise MoesimError(f"{option('batch', batch)} plans on a synthetic trace of {sequences} sequences, "
-                          f"{SYNTH_TOKENS} tokens each: {exc}") from None
+    check_memory(sequences * SYNTH_TOKENS * model.num_layers * model.top_k,
+                 f"a synthetic trace of {sequences} sequences, {SYNTH_TOKENS} tokens each, is what "
+                 f"{option('batch', batch)} plans on: plan a smaller batch")
+    trace = synth_trace(model.num_layers, model.num_experts, model.top_k, sequences, SYNTH_TOKENS, seed, Locality(),
+                        0, model.name, model.trace_meta())
     return trace, f"synthetic {model.name} trace ({sequences} x {SYNTH_TOKENS} tokens, seed {seed})"
 
 

@@ -79,11 +79,15 @@ def plot_eviction_timeline(trace: Trace, out: str | Path, capacity: int = 4, lay
     """
     from moesim.sim.config import CacheConfig
     from moesim.sim.hitrate import simulate
+    from moesim.sim.hits import check_capacity
 
     if not 0 <= layer < trace.meta.num_layers:
         raise MoesimError(f"layer {layer} is out of range (the trace has {trace.meta.num_layers})")
     if not 0 <= seq_index < trace.num_sequences:
         raise MoesimError(f"sequence index {seq_index} is out of range (the trace has {trace.num_sequences})")
+    caches = [CacheConfig(policy=policy, capacity=capacity) for policy in policies]
+    for cache in caches:  # refused before a figure is opened
+        check_capacity(trace.meta, cache)
     lo, hi = int(trace.seq_offsets[seq_index]), int(trace.seq_offsets[seq_index + 1])
     one = Trace(trace.meta, trace.experts[lo:hi], trace.seq_ids[seq_index:seq_index + 1],
             np.array([0, hi - lo], np.int64), trace.steps[lo:hi], trace.phase[lo:hi])
@@ -93,8 +97,7 @@ def plot_eviction_timeline(trace: Trace, out: str | Path, capacity: int = 4, lay
     routed = np.zeros((num_experts, hi - lo))
     for j in range(k):
         routed[one.experts[:, layer, j], np.arange(hi - lo)] = 1.0
-    for ax, policy in zip(axes[:, 0], policies):
-        cache = CacheConfig(policy=policy, capacity=capacity)
+    for ax, policy, cache in zip(axes[:, 0], policies, caches):
         result = simulate(one, cache, log_evictions=one.accesses)
         t, obj = result.evictions[:, 0], result.evictions[:, 1]
         mine = obj // num_experts == layer

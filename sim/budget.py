@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.sim.config import CacheConfig
 from moesim.sim.mrc import capacities, curve, hits_table
 from moesim.tracegen.trace import Trace
@@ -75,11 +75,21 @@ def allocate(curves: np.ndarray, budget: int, low: int, accesses: int) -> Alloca
 _TABLES: dict = {}  # (id of a trace, its uniform cache) -> (the trace, hits table, smallest capacity, accesses)
 
 
+def check_budget(meta, budget: int) -> None:
+    """A budget above every expert of the trace's layers is refused: every expert fits, there is nothing to split
+    (``allocate`` would split fewer slots than asked)."""
+    most = meta.num_layers * meta.num_experts
+    if budget > most:
+        raise MoesimError(f"{option('budget', budget)} is more than the {most} experts of the trace's "
+                          f"{meta.num_layers} layers")
+
+
 def best_split(trace: Trace, cache: CacheConfig, budget: int, low: int | None = None) -> Allocation:
     """The best split of ``budget`` slots over the layers for ``cache``'s policy, semantics and reset,
     from its exact hits at every per-layer capacity, each layer given at least ``low`` (default: the
     smallest capacity a run takes). The curves of the last few (trace, policy) pairs are kept, so a
     plan's rows and figure points split the same trace without simulating its curves again."""
+    check_budget(trace.meta, budget)
     every = replace(cache, capacity=4, scope="per-layer", split="uniform")
     entry = _TABLES.get((id(trace), every))
     if entry is None or entry[0] is not trace:

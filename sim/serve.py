@@ -184,7 +184,8 @@ CLOCK_RESOLUTION_S = 1e-9  # the simulated clock must tell apart times this far 
 
 def _check_clock(arrival: np.ndarray, sv) -> None:
     """The stream's clock is seconds in float64: past 2^23 s (97 days) it cannot tell apart times a
-    nanosecond apart, and the steps' milliseconds would be lost (a tiny rate gave TPOT 0)."""
+    nanosecond apart, and every step's time is rounded more the later it runs (at 1e-15 requests/s, arrivals near
+    1e15 s, a step's milliseconds vanished: TPOT 0)."""
     last = float(arrival.max())
     if np.spacing(last) > CLOCK_RESOLUTION_S:
         cause = f"{option('rate')} {sv.rate} requests/s is too low" if sv.arrivals == "poisson" else \

@@ -88,6 +88,26 @@ def test_a_toml_or_a_figure_never_replaces_an_input_or_a_trace(cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["box.toml", "c.toml", "other.parquet", "t.parquet"]
 
 
+def test_serve_writes_no_input_and_prints_a_burst(cli, tmp_path):
+    """``sim serve --out`` once wrote over its arrivals or configuration file, and its table raised a TypeError
+    for arrivals that take no rate."""
+    import polars as pl
+
+    arrivals, config = tmp_path / "a.parquet", tmp_path / "c.toml"
+    pl.DataFrame({"arrival_s": [0.0, 0.5]}).write_parquet(arrivals)
+    before = arrivals.read_bytes()
+    serve = ("sim", "serve", "bundled", "--dtype", "q4_k")
+    assert cli("sim", "run", "bundled", "--dtype", "q4_k", "--capacity", "4", "--save-config", config)[0] == 0
+    written = config.read_text()
+    assert "is also an input" in one_line_error(cli, *serve, "--arrivals", arrivals, "--out", arrivals)
+    assert "is also an input" in one_line_error(cli, *serve, "--config", config, "--arrivals", "burst",
+                                                "--out", config)
+    assert arrivals.read_bytes() == before and config.read_text() == written
+    for given in ("burst", str(arrivals)):
+        code, out, err = cli(*serve, "--arrivals", given)
+        assert code == 0 and "TTFT" in out and not err, err
+
+
 @pytest.mark.parametrize("args, message", [
     (("trace", "synth", *SMALL, "--seq-alpha", "inf", "--out", "t.parquet"), "seq_alpha must be > 0 and at most 1e+06, got inf"),
     (("trace", "synth", *SMALL, "--layer-alpha", "1e300", "--out", "t.parquet"), "layer_alpha must be > 0 and at most 1e+06"),
@@ -134,7 +154,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
         (("sweep", "s.toml", "--out", "r.parquet"), "empty.parquet: not a Parquet file"),
         (("trace", "info", "folder.parquet"), "folder.parquet: a folder, not a trace file"),
         (("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--batch", "10000000"),
-         "--batch 10000000 plans on a synthetic trace of 20000000 sequences"),
+         "a synthetic trace of 20000000 sequences, 128 tokens each, is what --batch 10000000 plans on"),
     ]:
         assert message in one_line_error(cli, *args), args
     assert not {"n.parquet", "t.parquet", "r.parquet"} & {p.name for p in tmp_path.iterdir()}
@@ -270,7 +290,7 @@ def test_trace_metadata_and_weights_are_checked(tmp_path):
         write_trace(trace.__class__(**{**trace.__dict__, "weights": weights}), tmp_path / "w.parquet")
     assert not (tmp_path / "w.parquet").exists()
     weights[1, 0] = [np.nan, 0.5]  # a row's weights are all given or all missing (NaN): never in part
-    with pytest.raises(MoesimError, match=r"row 2 \(seq 0, step 1, layer 0\): weights \[nan, 0.5\] are NaN in part"):
+    with pytest.raises(MoesimError, match=r"row 2 \(seq 0, step 1, layer 0\): weights NaN in 1 of its 2 values"):
         write_trace(trace.__class__(**{**trace.__dict__, "weights": weights}), tmp_path / "w.parquet")
     weights[1, 0] = np.nan
     write_trace(trace.__class__(**{**trace.__dict__, "weights": weights}), tmp_path / "w.parquet")

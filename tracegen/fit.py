@@ -22,9 +22,10 @@ def fit_locality(real: Trace, seed: int, rounds: int = 3, min_accesses: int = 20
     """Coordinate search over the knobs, minimising the squared distance between statistic vectors.
 
     Candidates are scored on synthetic traces with the real trace's dimensions and mean sequence
-    length, and as many sequences (at least two) as make ``min_accesses``: more than the real trace has when it
-    is short, so the score is not noise, and fewer when it is long (a 40-sequence trace of 5M accesses took
-    minutes, each of the search's 139 candidates a trace of its size).
+    length (more sequences when the real trace is short, so the score is not noise). Not fewer when it is long:
+    a trace's layer skew and cross-layer predictability depend on its number of sequences (scored on two
+    sequences, a 40-sequence trace of known knobs came out with the wrong skew), so the 139 candidates of a long
+    trace take minutes.
     """
     m = real.meta
     real_stats = trace_stats(real)
@@ -33,7 +34,7 @@ def fit_locality(real: Trace, seed: int, rounds: int = 3, min_accesses: int = 20
     rows_per_seq = max(1, round(real.num_rows / real.num_sequences))
     prompt = round(real.prefill_steps / real.num_sequences)
     tokens = max(1, rows_per_seq - prompt)
-    sequences = max(2, math.ceil(min_accesses / (rows_per_seq * m.num_layers * m.top_k)))
+    sequences = max(real.num_sequences, math.ceil(min_accesses / (rows_per_seq * m.num_layers * m.top_k)))
 
     def loss(knobs: dict[str, float]) -> float:
         trace = synth_trace(m.num_layers, m.num_experts, m.top_k, sequences, tokens, seed,

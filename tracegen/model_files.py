@@ -61,7 +61,8 @@ def load_model_file(path: str | Path) -> ModelSpec:
 
 @lru_cache(maxsize=16)
 def _load(shown: str, path: str, mtime: int, size: int) -> ModelSpec:
-    """The file at ``path`` (resolved: the cache's key with its version), named in errors as ``shown``, as given."""
+    """The file at ``path`` (resolved: the cache's key with its version); a config.json's errors name it as
+    ``shown``, as given."""
     if path.lower().endswith(".gguf"):
         return spec_from_gguf(path)
     try:
@@ -82,7 +83,7 @@ def _first(data: dict, keys, default=None):
     return next((data[k] for k in keys if data.get(k) is not None), default)
 
 
-MOST = 2 ** 31 - 1  # no model's count or dimension comes near it; past it products of them overflow int64
+MOST = 2 ** 31 - 1  # no model's count or dimension comes near it (what they give, e.g. an expert's bytes, is checked too)
 
 
 def _whole(value, what: str, where: str, low: int = 1) -> int:

@@ -39,7 +39,7 @@ class Locality:
     cross_layer: float = 0.3
 
     def __post_init__(self):
-        for name in ("layer_alpha", "seq_alpha"):  # past MAX_ALPHA the draws are uniform; infinite ones never end
+        for name in ("layer_alpha", "seq_alpha"):  # past MAX_ALPHA the draws are their means; infinite ones never end
             if not 0 < getattr(self, name) <= MAX_ALPHA:
                 raise MoesimError(f"{name} must be > 0 and at most {MAX_ALPHA:g}, got {getattr(self, name)}")
         for name in ("reuse", "cross_layer"):
@@ -55,12 +55,12 @@ class Locality:
 BYTES_PER_ACCESS = 8
 
 
-def _check_memory(accesses: int) -> None:
+def check_memory(accesses: int, advice: str = "generate fewer sequences or tokens") -> None:
     """Refuse, before allocating, a trace this machine's free memory cannot hold."""
     free = available_ram()
     if free is not None and accesses * BYTES_PER_ACCESS > free:  # None: nothing to tell; the allocation decides
         raise MoesimError(f"{accesses:,} expert accesses need about {accesses * BYTES_PER_ACCESS / 1e9:.1f} GB; "
-                          f"{free / 1e9:.1f} GB of memory is free; generate fewer sequences or tokens")
+                          f"{free / 1e9:.1f} GB of memory is free; {advice}")
 
 
 def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: int, seed: int,
@@ -76,7 +76,7 @@ def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: i
     if experts > 2 ** 15 - 1 or layers > 2 ** 15 - 1:
         raise MoesimError(f"at most {2 ** 15 - 1} experts and layers (expert ids are int16), got {experts} and {layers}")
     steps_per_seq = prompt_tokens + tokens
-    _check_memory(sequences * steps_per_seq * layers * top_k)
+    check_memory(sequences * steps_per_seq * layers * top_k)
     out = np.empty((sequences * steps_per_seq, layers, top_k), dtype=np.int16)
     _generate(out, sequences, steps_per_seq, experts, locality.layer_alpha, locality.seq_alpha,
               locality.reuse, locality.cross_layer, np.uint32(seed % (1 << 32)))

@@ -126,16 +126,16 @@ class Trace:
             arr = getattr(self, name)
             if arr is None or not arr.size:
                 continue
-            some = np.isnan(np.add.reduce(arr, axis=2))  # cells with a NaN: the masks over them alone
-            if some.any() and not np.isnan(arr[some]).all():
-                nan = np.isnan(arr)
-                _first_bad(nan.any(axis=2) & ~nan.all(axis=2), lambda r, l, arr=arr, name=name: (
-                    f"{at(r, l)}: {name} {arr[r, l].tolist()} are NaN in part (a row has all its values or none)"))
             lo, hi = np.fmin.reduce(arr, axis=None), np.fmax.reduce(arr, axis=None)  # NaN-skipping extremes
             if not (lo >= 0 and hi <= high and np.isfinite(hi)):  # the masks only when some value is off
                 _first_bad(~(np.isnan(arr) | ((arr >= 0) & (arr <= high) & np.isfinite(arr))),
                            lambda r, l, j, arr=arr, name=name, what=what: (
                                f"{at(r, l)}: {name} value {float(arr[r, l, j])!r} is not {what}"))
+            # every value now NaN or finite: a cell's sum is NaN if one is, its NaN-skipping maximum if all are
+            _first_bad(np.isnan(np.add.reduce(arr, axis=2)) & ~np.isnan(np.fmax.reduce(arr, axis=2)),
+                       lambda r, l, arr=arr, name=name: (
+                           f"{at(r, l)}: {name} NaN in {int(np.isnan(arr[r, l]).sum())} of its {arr.shape[2]} "
+                           "values (a row has all its values or none)"))
         if self.spec is not None:
             _first_bad(~((self.spec >= -1) & (self.spec < m.num_experts)), lambda r, l, j: (
                 f"{at(r, l)}: spec expert {int(self.spec[r, l, j])} out of range 0..{m.num_experts - 1}"))
