@@ -139,6 +139,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
     config = {"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2, "hidden_size": 10 ** 30,
               "num_hidden_layers": 32, "intermediate_size": 14336, "num_attention_heads": 32, "vocab_size": 32000}
     Path("cfg/huge.json").write_text(json.dumps(config))
+    Path("cfg/cut.gguf").write_bytes(b"GGUF")
     Path("empty.parquet").write_bytes(b"")
     Path("s.toml").write_text('traces = ["empty.parquet"]\nkind = "hitrate"\n[axes]\npolicy = ["lru"]\n'
                               'capacity = [2]\n')
@@ -150,6 +151,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
         (("plan", "--model", "cfg/cut.json", "--hardware", "rtx4090"), "cfg/cut.json: line 3, column 1: not valid JSON"),
         (("plan", "--model", "cfg/huge.json", "--hardware", "rtx4090"),
          "cfg/huge.json: hidden_size must be a whole number in 1..2147483647"),
+        (("plan", "--model", "cfg/cut.gguf", "--hardware", "rtx4090"), "error: cfg/cut.gguf: "),  # as given
         (("trace", "synth", *SMALL, "--prompt-tokens", "-3", "--out", "t.parquet"), "prompt tokens must be 0 or more"),
         (("sweep", "s.toml", "--out", "r.parquet"), "empty.parquet: not a Parquet file"),
         (("trace", "info", "folder.parquet"), "folder.parquet: a folder, not a trace file"),

@@ -61,12 +61,12 @@ def load_model_file(path: str | Path) -> ModelSpec:
 
 @lru_cache(maxsize=16)
 def _load(shown: str, path: str, mtime: int, size: int) -> ModelSpec:
-    """The file at ``path`` (resolved: the cache's key with its version); a config.json's errors name it as
-    ``shown``, as given."""
+    """The file named ``shown`` (as given: errors name it so), read now; ``path``, its resolved name, is with its
+    version the cache's key and names a config.json's model by its folder."""
     if path.lower().endswith(".gguf"):
-        return spec_from_gguf(path)
+        return spec_from_gguf(shown)
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(shown).read_text())
     except json.JSONDecodeError as exc:
         raise MoesimError(f"{shown}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})") from None
     except (OSError, UnicodeDecodeError) as exc:
