@@ -35,13 +35,18 @@ def sweep(
 
     spec = load_spec(spec_path)
     check_output(out, "results", inputs=(spec_path, *spec.traces))
-    # `kill` (SIGTERM) and Ctrl-C end the sweep after the configurations running now: their rows are
-    # written, nothing is left half-written, and --resume continues from there
-    signal.signal(signal.SIGTERM, lambda *_: STOP.set())
-    signal.signal(signal.SIGINT, lambda *_: STOP.set())
-    with Progress(TextColumn(f"sweep ({spec.kind})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("sweep", total=None)
+        task = bar.add_task(f"sweep ({spec.kind})", total=None)
+
+        def stop(*_) -> None:
+            """`kill` (SIGTERM) and Ctrl-C end the sweep after the configurations running now (a first compile can
+            take half a minute): their rows are written, nothing is left half-written, --resume continues."""
+            STOP.set()
+            bar.update(task, description=f"sweep ({spec.kind}): stopping")
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         summary = moesim.sweep(spec, out, jobs, resume, executor, flush_seconds,
                                progress=lambda done, total: bar.update(task, completed=done, total=total))
     console.print(f"wrote {out}: {summary.ran} configuration(s) run"
