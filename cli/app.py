@@ -11,7 +11,7 @@ import typer
 from moesim import __version__
 from moesim.errors import READER, MoesimError
 from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, serve_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd, serve_cmd: register sim mrc, sim serve)
-from moesim.cli.console import console, emit_json, table, watch_compiles
+from moesim.cli.console import console, emit_json, table, watch_compiles, working
 from moesim.tracegen.models import MODELS
 
 app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of-Experts inference.", rich_markup_mode="markdown",
@@ -163,7 +163,8 @@ def demo(
 
     Example: moesim demo --out moesim-demo
     """
-    from moesim.cli.demo import run_demo
+    with working("starting the demo"):  # its imports (polars, matplotlib) take a second on a first run
+        from moesim.cli.demo import run_demo
 
     run_demo(out, jobs or os.cpu_count() or 1)
 
