@@ -12,6 +12,7 @@ where the setting means something narrower there (``helps``), and other option n
 import functools
 import inspect
 import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
@@ -116,12 +117,25 @@ def takes(names, listed=(), defaults: dict | None = None, helps: dict | None = N
         def command(**kwargs):
             values = {n: kwargs.pop(n) for n in names}
             config_file = kwargs.pop("config_file")
-            return fn(**kwargs, asked=gather(values, config_file, listed, defaults))
+            asked = gather(values, config_file, listed, defaults)
+            try:
+                return fn(**kwargs, asked=asked)
+            except MoesimError as exc:
+                raise _from_file(exc, config_file, asked.in_file - {n for n, v in values.items() if v is not None}) \
+                    from None
 
         command.__signature__ = inspect.Signature(own + extra)
         return command
 
     return wrap
+
+
+def _from_file(exc: MoesimError, config_file: Path | None, from_file: set) -> MoesimError:
+    """An error about a setting the configuration file gave (``[section] key ...``, found only against the trace),
+    naming the file; any other error as it was."""
+    found = re.match(r"\[(\w+)\] (\w+)", str(exc))
+    named = found and next((n for n, place in SETTINGS.items() if place == found.groups()), None)
+    return MoesimError(f"{config_file}: {exc}") if named in from_file else exc
 
 
 def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | None = None) -> Asked:

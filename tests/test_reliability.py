@@ -144,6 +144,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
     Path("s.toml").write_text('traces = ["empty.parquet"]\nkind = "hitrate"\n[axes]\npolicy = ["lru"]\n'
                               'capacity = [2]\n')
     Path("folder.parquet").mkdir()
+    Path("layers.toml").write_text("[cache]\ncapacity = [2, 3]\n")  # found wrong only against the trace
     for args, message in [
         (("trace", "info", "nocol.parquet"), "nocol.parquet: no 'experts' column; a trace has seq, step, phase"),
         (("trace", "import", "nan.jsonl", "--format", "vllm-jsonl", "--out", "n.parquet"),
@@ -155,6 +156,8 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
         (("trace", "synth", *SMALL, "--prompt-tokens", "-3", "--out", "t.parquet"), "prompt tokens must be 0 or more"),
         (("sweep", "s.toml", "--out", "r.parquet"), "empty.parquet: not a Parquet file"),
         (("trace", "info", "folder.parquet"), "folder.parquet: a folder, not a trace file"),
+        (("sim", "hitrate", "bundled", "--config", "layers.toml"),
+         "layers.toml: [cache] capacity lists 2 layers' slots, the trace has 32 layers"),
         (("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--batch", "10000000"),
          "a synthetic trace of 20000000 sequences, 128 tokens each, is what --batch 10000000 plans on"),
     ]:
