@@ -78,9 +78,11 @@ def _cpu_row(name: str, c) -> list:
             c.unpack_bw("q4_k") / 1e9, c.unpack_bw("q8_0") / 1e9, c.barrier_s() * 1e6]
 
 
-def _show(name: str, save: Path | None) -> None:
-    """One machine (a preset, a file or ``local``), part by part, with what the model derives from each; ``save``:
-    written as a hardware file too (``local`` measured once, then reused)."""
+def _show(name: str, save: Path | None, as_json: bool) -> None:
+    """One machine (a preset, a file or ``local``), part by part, with what the model derives from each (or its
+    fields as JSON); ``save``: written as a hardware file too (``local`` measured once, then reused)."""
+    from dataclasses import asdict
+
     from moesim.files import check_output
     from moesim.sim.hardware import get_hardware, write_hardware
 
@@ -89,6 +91,9 @@ def _show(name: str, save: Path | None) -> None:
     hw = get_hardware(name)
     if save is not None:
         write_hardware(hw, save)
+    if as_json:
+        emit_json(asdict(hw))
+        return
     console.print(f"{hw.name}: {hw.describe()} (from {hw.source})", soft_wrap=True)
     if hw.gpu is not None:
         g, lk = hw.gpu, hw.link
@@ -130,7 +135,7 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
         print(TEMPLATE, end="")
         return
     if show is not None:
-        _show(show, save)
+        _show(show, save, as_json)
         return
     if save is not None:
         raise MoesimError("--save writes the machine --show names; give --show too")

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 import moesim
-from moesim.cli.console import console, emit_json, seconds_text, slots_text, table
+from moesim.cli.console import console, emit_json, seconds_text, slots_text, table, working
 from moesim.cli.settings import Asked, takes
 from moesim.cli.options import AsJson, TracePath
 from moesim.cli.sim_cmd import app
@@ -38,7 +38,8 @@ def serve(
     config = asked.config("sim serve")
     if out is not None:  # an arrivals file is an input too
         check_output(out, "requests file", inputs=(trace_path, *asked.inputs, Path(config.serve.arrivals)))
-    result = moesim.serve(moesim.load_trace(trace_path), config)
+    with working(f"reading {trace_path}, then serving its stream of requests"):
+        result = moesim.serve(moesim.load_trace(trace_path), config)
     if out is not None:
         with atomic_output(out) as tmp:
             result.requests.write_parquet(tmp)

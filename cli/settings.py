@@ -152,9 +152,9 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
             continue
         s = DECLARED[name]
         if name in listed:
-            items = [v.strip() for v in str(value).split(",") if v.strip()]
-            if not items:
-                raise MoesimError(f"{s.flag} is empty")
+            items = [v.strip() for v in str(value).split(",")]
+            if not all(items):  # '20,,24' or a trailing comma: a value left out, not a list of two
+                raise MoesimError(f"{s.flag} is empty" if not any(items) else f"{s.flag} {value}: an empty entry")
             each[name] = [s.parse(v) for v in items]
             continue
         if isinstance(value, str) and (s.auto or s.kind is not str):

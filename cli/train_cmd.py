@@ -34,11 +34,14 @@ def ml_ffn(
     Example: moesim train ml-ffn t.parquet --out ffn.npz --layers shared
     """
     from moesim.policies.ml_ffn_train import save_model, train
+    from moesim.sim.config import CacheConfig
+    from moesim.sim.hits import check_capacity
 
     if layers not in ("per-layer", "shared"):
         raise MoesimError(f"--layers must be per-layer or shared, got {layers!r}")
     check_output(out, "model", force=force, inputs=(train_trace,))
     trace = moesim.load_trace(train_trace)
+    check_capacity(trace.meta, CacheConfig(policy="ml-ffn", capacity=capacity))  # before training, not after
     arrays, log = train(trace, layers == "per-layer", horizon=horizon, val_fraction=val_fraction, seed=seed)
     save_model(arrays, out)
     val = trace.select(log["val_sequences"])

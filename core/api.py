@@ -74,7 +74,7 @@ def train_ml_ffn(trace: Trace, out: str | Path, per_layer: bool = False, **optio
     """
     from moesim.policies.ml_ffn_train import save_model, train
 
-    arrays, log = train(trace, per_layer, **options)
+    arrays, log = train(_trace(trace), per_layer, **options)
     save_model(arrays, Path(out))
     return log
 
@@ -103,7 +103,7 @@ def hitrate(trace: Trace, policy: str | None = None, capacity=None, scope: str |
     """
     from moesim.sim.hitrate import simulate as run
 
-    return run(trace, _configured(config, "hitrate", settings, policy=policy, capacity=capacity, scope=scope,
+    return run(_trace(trace), _configured(config, "hitrate", settings, policy=policy, capacity=capacity, scope=scope,
                                   semantics=semantics, reset=reset).cache, log_evictions)
 
 
@@ -118,7 +118,8 @@ def mrc(trace: Trace, policy: str | None = None, scope: str | None = None, seman
     """
     from moesim.sim.mrc import curve
 
-    return curve(trace, _configured(config, "hitrate", settings, policy=policy, scope=scope, semantics=semantics).cache,
+    return curve(_trace(trace), _configured(config, "hitrate", settings, policy=policy, scope=scope,
+                                           semantics=semantics).cache,
                  capacities)
 
 
@@ -132,12 +133,14 @@ def best_split(trace: Trace, budget: int, policy: str | None = None, semantics: 
     >>> moesim.best_split(trace, 96, "lru").slots[:4]
     [2, 2, 2, 3]
     """
-    from moesim.sim.budget import allocate, best_split as split
+    from moesim.sim.budget import allocate, best_split as split, check_budget
     from moesim.sim.mrc import hits_table
 
+    trace = _trace(trace)
     cache = _configured(config, "hitrate", settings, policy=policy, semantics=semantics).cache
     if curve is None:
         return split(trace, cache, budget)
+    check_budget(trace.meta, budget)
     return allocate(hits_table(curve), budget, min(r.capacity for r in curve), curve[0].accesses)
 
 
@@ -153,7 +156,7 @@ def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSp
     (7, 31.7, 31.56, 0.9999, 23.0)
     """
     config, objects = _with_objects(config, "des", model, hardware, settings)
-    return simulate_des(trace, config, decisions=decisions, **objects)
+    return simulate_des(_trace(trace), config, decisions=decisions, **objects)
 
 
 def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec | None = None,
@@ -171,7 +174,7 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
     from moesim.sim.serve import simulate_serve
 
     config, objects = _with_objects(config, "serve", model, hardware, settings)
-    return simulate_serve(trace, config, **objects)
+    return simulate_serve(_trace(trace), config, **objects)
 
 
 def run_replay(trace: Trace, config: Config | None = None, *, backend: str = "cpu",
@@ -191,7 +194,7 @@ def run_replay(trace: Trace, config: Config | None = None, *, backend: str = "cp
     from moesim.replay.run import replay as run
 
     config, objects = _with_objects(config, "des", model, None, settings)
-    trace, spec, hw = prepare(trace, config, backend, hardware, layers, scale, workdir, objects.get("model"))
+    trace, spec, hw = prepare(_trace(trace), config, backend, hardware, layers, scale, workdir, objects.get("model"))
     return run(trace, config, hw, backend, layers, scale, workdir, model=spec)
 
 
@@ -211,10 +214,19 @@ def validate(trace: Trace, config: Config | None = None, *, policies=("lru", "be
     from moesim.replay.validate import validate as run
 
     config, objects = _with_objects(config, "des", model, None, settings)
-    trace, spec, hw = prepare(trace, config.replace(capacity=max(capacities)), backend, hardware, layers, scale,
+    trace, spec, hw = prepare(_trace(trace), config.replace(capacity=max(capacities)), backend, hardware, layers, scale,
                               workdir, objects.get("model"))
     return run(trace, config, hw, list(policies), list(capacities), backend, layers, scale, workdir, model=spec,
                cpu_layers=list(cpu_layers))
+
+
+def _trace(trace) -> Trace:
+    """A function's trace: a ``Trace``, or a trace file's path, loaded."""
+    if isinstance(trace, Trace):
+        return trace
+    if isinstance(trace, (str, Path)):
+        return load_trace(trace)
+    raise MoesimError(f"trace must be a Trace (moesim.load_trace) or a trace file's path, got {type(trace).__name__}")
 
 
 def _configured(config: Config | None, kind: str, settings: dict, **named) -> Config:
@@ -233,16 +245,18 @@ def _with_objects(config: Config | None, kind: str, model, hardware, settings: d
     """``_configured``, with a model or hardware named by a string set as a setting, and one built in code
     (a ``ModelSpec``, a ``Hardware``) returned apart."""
     objects = {}
-    for key, value in (("model", model), ("hardware", hardware)):
-        if isinstance(value, str):
-            settings[key] = value
-        elif value is not None:
+    for key, value, built in (("model", model, ModelSpec), ("hardware", hardware, Hardware)):
+        if isinstance(value, (str, Path)):
+            settings[key] = str(value)
+        elif isinstance(value, built):
             objects[key] = value
+        elif value is not None:
+            raise MoesimError(f"{key} must be a name, a file or a {built.__name__}, got {type(value).__name__}")
     return _configured(config, kind, settings), objects
 
 
 def plan(model: str | None = None, hardware: str | None = None, *, config: Config | None = None,
-         trace: str | Path | None = None, dtypes=None, **settings):
+         trace: str | Path | Trace | None = None, dtypes=None, **settings):
     """What to put where: every execution strategy for ``model`` on ``hardware``, in each expert format of
     ``dtypes`` (default: bf16, q8_0, q4_k), sized to the machine's memory and ranked by decode tokens/s
     (``rows``, with TTFT, GPU memory, host RAM and engine settings), simulated on ``trace`` (default: the
@@ -265,7 +279,8 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     if config is None:
         settings.setdefault("prompt", PLAN_PROMPT)
     named = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
-    return run((config or Config()).replace(**named, **settings), trace, DTYPES if dtypes is None else dtypes)
+    dtypes = DTYPES if dtypes is None else [dtypes] if isinstance(dtypes, str) else dtypes  # one format, or several
+    return run((config or Config()).replace(**named, **settings), trace, dtypes)
 
 
 def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local",

@@ -77,12 +77,14 @@ class Plan:
                 "prompt": self.prompt, "batch": self.batch, "rows": self.rows, "skipped": self.skipped}
 
 
-def plan_trace(model: ModelSpec, path: str | Path | None, batch: int, seed: int = 0) -> tuple[Trace, str]:
-    """The trace a plan at ``batch`` simulates, and its name: ``path``, the bundled Mixtral trace, or synthetic (two
-    batches of sequences)."""
+def plan_trace(model: ModelSpec, path: str | Path | Trace | None, batch: int, seed: int = 0) -> tuple[Trace, str]:
+    """The trace a plan at ``batch`` simulates, and its name: ``path`` (a file, or a trace in memory), the bundled
+    Mixtral trace, or synthetic (two batches of sequences)."""
     from moesim.tracegen.synth import Locality, check_memory, synth_trace
     from moesim.tracegen.trace import bundled_trace_path
 
+    if isinstance(path, Trace):  # a trace in memory (the API's)
+        return path, f"the given {path.meta.model or 'trace'} trace"
     if path is not None or model.name == "mixtral-8x7b":
         from moesim.tracegen.io import load_trace  # polars, imported only to read a file
 
@@ -108,7 +110,7 @@ def plan_loops() -> list[tuple[str, str, str]]:
     return [(s.get("policy", "lru"), s.get("prefetch", "none"), strategy) for strategy, s in CANDIDATES]
 
 
-def plan(config: Config, trace: str | Path | None = None, dtypes=DTYPES) -> Plan:
+def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES) -> Plan:
     """Simulate every candidate in every dtype on ``config``'s model and machine, for its workload; the
     fitting ones ranked. ``split`` ``best`` shares each per-layer cache's slots out over the layers the best
     way for the trace (``moesim.sim.budget``)."""

@@ -123,10 +123,10 @@ def _params(section: str, owner: str, value, module) -> dict:
             ok = v == AUTO or isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
             v = v if v == AUTO or not ok else int(v)
         elif isinstance(takes[key], float):
-            kind, ok = "float", isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+            kind, ok = "a finite number", isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
             v = float(v) if ok else v
         else:
-            kind, ok = "int", isinstance(v, numbers.Integral) and not isinstance(v, bool)
+            kind, ok = "a whole number", isinstance(v, numbers.Integral) and not isinstance(v, bool)
             v = int(v) if ok else v
         if not ok:
             raise MoesimError(f"[{section}] {owner}'s {key} must be {kind}, got {v!r}")

@@ -145,6 +145,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
                               'capacity = [2]\n')
     Path("folder.parquet").mkdir()
     Path("layers.toml").write_text("[cache]\ncapacity = [2, 3]\n")  # found wrong only against the trace
+    Path("text.npz").write_text("not a model")  # numpy reads it as a pickle and suggests unpickling it
     for args, message in [
         (("trace", "info", "nocol.parquet"), "nocol.parquet: no 'experts' column; a trace has seq, step, phase"),
         (("trace", "import", "nan.jsonl", "--format", "vllm-jsonl", "--out", "n.parquet"),
@@ -156,13 +157,48 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
         (("trace", "synth", *SMALL, "--prompt-tokens", "-3", "--out", "t.parquet"), "prompt tokens must be 0 or more"),
         (("sweep", "s.toml", "--out", "r.parquet"), "empty.parquet: not a Parquet file"),
         (("trace", "info", "folder.parquet"), "folder.parquet: a folder, not a trace file"),
+        (("sim", "hitrate", "bundled", "--policy", "ml-ffn", "--ml-model", "text.npz", "--capacity", "4"),
+         "text.npz: not an ml-ffn model file (an npz archive of arrays"),
+        (("sim", "run", "bundled", "--dtype", "q4_k", "--strategy", "cpu-experts", "--cpu-layers", "20,,24"),
+         "--cpu-layers 20,,24: an empty entry"),
+        (("train", "ml-ffn", "bundled", "--capacity", "0", "--out", "m.npz"), "capacity 0 must be at least 1"),
+        (("hardware", "--show", "rtx4090", "--json", "--save", "h.txt"), "unknown hardware file format '.txt'"),
         (("sim", "hitrate", "bundled", "--config", "layers.toml"),
          "layers.toml: [cache] capacity lists 2 layers' slots, the trace has 32 layers"),
         (("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--batch", "10000000"),
          "a synthetic trace of 20000000 sequences, 128 tokens each, is what --batch 10000000 plans on"),
     ]:
         assert message in one_line_error(cli, *args), args
-    assert not {"n.parquet", "t.parquet", "r.parquet"} & {p.name for p in tmp_path.iterdir()}
+    assert not {"n.parquet", "t.parquet", "r.parquet", "m.npz"} & {p.name for p in tmp_path.iterdir()}
+    code, out, _ = cli("hardware", "--show", "rtx4090", "--json")  # --show's JSON: the machine's fields
+    assert code == 0 and json.loads(out)["gpu"]["name"] == "RTX4090"
+
+
+def test_the_api_takes_a_trace_or_its_file_and_names_what_it_cannot_take(mixtral):
+    """A notebook user passed a path, None or a number where a Trace goes, and an int as the hardware: each was an
+    AttributeError from deep inside; plan's dtypes as one string were split into characters."""
+    import moesim
+
+    assert moesim.hitrate("bundled", "lru", 4).hits == moesim.hitrate(mixtral, "lru", 4).hits
+    for call, message in ((lambda: moesim.hitrate(5, "lru", 4), "trace must be a Trace .* got int"),
+                          (lambda: moesim.simulate(None, capacity=4, dtype="q4_k"), "got NoneType"),
+                          (lambda: moesim.simulate(mixtral, capacity=4, dtype="q4_k", hardware=123),
+                           "hardware must be a name, a file or a Hardware, got int"),
+                          (lambda: moesim.best_split(mixtral, float("nan"), "lru"), "budget must be a whole number")):
+        with pytest.raises(MoesimError, match=message):
+            call()
+    one = moesim.plan("mixtral-8x7b", "rtx4090", dtypes="q4_k", trace=mixtral)
+    assert {r["dtype"] for r in one.rows} == {"q4_k"}
+
+
+def test_recording_refuses_sampling_values_that_are_no_numbers():
+    from moesim.tracegen.record import RecordOptions
+
+    for options, message in ((dict(temperature=float("nan")), "--temperature must be a finite number >= 0"),
+                             (dict(temperature=-1.0), "--temperature must be"), (dict(top_p=2.0), r"--top-p must be"),
+                             (dict(top_p=0.0), r"--top-p must be")):
+        with pytest.raises(MoesimError, match=message):
+            RecordOptions(**options)
 
 
 def test_a_sweep_refuses_a_flush_interval_that_is_not_a_number_of_seconds(tmp_path):
@@ -395,3 +431,12 @@ def test_free_memory_counts_the_page_cache_the_kernel_gives_back(tmp_path, monke
     assert host.available_ram() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     meminfo.unlink()
     assert host.available_ram() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def test_recording_on_a_device_torch_does_not_know_is_one_line(cli, tmp_path):
+    pytest.importorskip("torch")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    err = one_line_error(cli, "trace", "record", "--model", "tiny-olmoe", "--prompts", prompts, "--device", "tpu",
+                         "--out", tmp_path / "r.parquet")
+    assert "--device tpu: not a device torch knows" in err and not (tmp_path / "r.parquet").exists()

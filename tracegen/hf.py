@@ -38,6 +38,10 @@ def load_model(ref: str, dtype: str = "auto", device: str = "cpu"):
     torch, transformers = require_torch()
     if dtype not in DTYPES:
         raise MoesimError(f"unknown dtype '{dtype}' (choose from {', '.join(DTYPES)})")
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise MoesimError(f"--device {device}: not a device torch knows (cpu, cuda, cuda:N, ...)") from None
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise MoesimError(f"--device {device}: torch sees no CUDA device here (torch {torch.__version__})")
     torch_dtype = None if dtype == "auto" else getattr(torch, dtype)

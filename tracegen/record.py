@@ -48,6 +48,12 @@ class RecordOptions:
     seed: int = 0
     ignore_eos: bool = False
 
+    def __post_init__(self):
+        if not 0 <= self.temperature < float("inf"):  # NaN too
+            raise MoesimError(f"--temperature must be a finite number >= 0 (0: greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise MoesimError(f"--top-p must be a fraction in (0, 1], got {self.top_p}")
+
 
 @dataclass(frozen=True)
 class RecordSummary:
