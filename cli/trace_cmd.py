@@ -34,7 +34,7 @@ def import_(
     """
     from moesim.tracegen.importers import import_trace
 
-    check_output(out, "trace", force=force, inputs=(src,))
+    check_output(out, "trace", force=force, inputs=(src,), suffixes=(".parquet",))
     trace, dropped = import_trace(src, fmt, out, model)
     if dropped:
         warn(f"{src}: dropped {dropped} incomplete token(s) that lacked some layer's record")
@@ -70,7 +70,7 @@ def record(
 
     from moesim.tracegen.record import RecordOptions, record_trace
 
-    check_output(out, "trace", force=force, inputs=(prompts, model))
+    check_output(out, "trace", force=force, inputs=(prompts, model), suffixes=(".parquet",))
     opts = RecordOptions(max_new_tokens=max_new_tokens, batch_size=batch_size, device=device, dtype=dtype, probs=probs,
                          speculate=speculate, chat=chat, temperature=temperature, top_p=top_p, seed=seed,
                          ignore_eos=ignore_eos)
@@ -111,7 +111,7 @@ def synth(
     """
     from moesim.tracegen.io import load_trace, write_trace
 
-    check_output(out, "trace", force=force, inputs=(like,))
+    check_output(out, "trace", force=force, inputs=(like,), suffixes=(".parquet",))
     real = None
     if like:
         with working(f"reading {like}"):

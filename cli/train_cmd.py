@@ -39,7 +39,7 @@ def ml_ffn(
 
     if layers not in ("per-layer", "shared"):
         raise MoesimError(f"--layers must be per-layer or shared, got {layers!r}")
-    check_output(out, "model", force=force, inputs=(train_trace,))
+    check_output(out, "model", force=force, inputs=(train_trace,), suffixes=(".npz",))
     trace = moesim.load_trace(train_trace)
     check_capacity(trace.meta, CacheConfig(policy="ml-ffn", capacity=capacity))  # before training, not after
     arrays, log = train(trace, layers == "per-layer", horizon=horizon, val_fraction=val_fraction, seed=seed)

@@ -123,7 +123,8 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
         cache, free = getattr(props, "L2_cache_size", 0), torch.cuda.mem_get_info()[0]
         sync = torch.cuda.synchronize
     else:
-        raise MoesimError(f"unknown backend {backend!r} (choose from cpu, cuda)")
+        raise MoesimError(f"calibration measures a machine: backend cpu or cuda, not {backend!r}"
+                          + (" (virtual replays the simulator's own times)" if backend == "virtual" else ""))
     expert_bytes = model.expert_bytes(DTYPE[backend])
     pool = int(max(DISTINCT, min(math.ceil(2 * cache / expert_bytes), 0.25 * free // expert_bytes)))
     compute = _compute_table(model, backend, repeats, seed, sync, pool)

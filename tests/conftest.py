@@ -10,6 +10,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault(var, "1")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# every random choice takes a seed: hypothesis draws the same examples in every run (one found a new case each run)
+settings.register_profile("moesim", derandomize=True)
+settings.load_profile("moesim")
 
 from moesim.tracegen.io import load_trace  # noqa: E402
 from moesim.tracegen.trace import bundled_trace_path  # noqa: E402

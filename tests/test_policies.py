@@ -6,7 +6,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.policies import POLICIES
+from moesim.policies import POLICIES, get_policy
 from moesim.policies.base import (HEAD, PREV, TAIL, list_first_unmarked, list_head, list_next, list_of, list_push_head,
                                   list_remove, list_rename, list_size, list_tail, list_to_head, make_lists)
 from moesim import hitrate
@@ -20,17 +20,56 @@ def small(seed, layers=3, experts=8, top_k=2, sequences=2, tokens=40):
                        seed=seed, locality=Locality(reuse=0.4))
 
 
+def _most_hits(steps, capacity: int, bypass: bool) -> int:
+    """The most hits any policy can have on one layer's steps under step semantics (a step's set arrives at once,
+    its residents are never evicted for it), by a search of every choice of what to load and evict: with
+    ``bypass``, a miss may also be served without a slot."""
+    import itertools
+    from functools import lru_cache
+
+    @lru_cache(None)
+    def best(i: int, cache: frozenset) -> int:
+        if i == len(steps):
+            return 0
+        request = frozenset(steps[i])
+        hits, missed, out = len(request & cache), sorted(request - cache), -1
+        for k in range(0 if bypass else len(missed), len(missed) + 1):
+            for loaded in itertools.combinations(missed, k):
+                after = cache | frozenset(loaded)
+                for evicted in itertools.combinations(sorted(cache - request), max(0, len(after) - capacity)):
+                    out = max(out, hits + best(i + 1, after - frozenset(evicted)))
+        return out
+
+    return best(0, frozenset())
+
+
+@pytest.mark.parametrize("seed", [729, 3, 41])
+def test_belady_has_the_most_hits_a_search_finds_and_a_bypassing_policy_no_more_than_that(seed):
+    trace = small(seed)
+    for capacity in (3, 5, 7):
+        belady, gamma = (hitrate(trace, p, capacity, "per-layer", "step").per_layer_hits for p in ("belady", "gamma"))
+        for layer in range(trace.meta.num_layers):
+            steps = [tuple(int(e) for e in row) for row in trace.experts[:, layer]]
+            assert belady[layer] == _most_hits(steps, capacity, bypass=False), (capacity, layer)
+            assert gamma[layer] <= _most_hits(steps, capacity, bypass=True), (capacity, layer)
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), c=st.integers(2, 7), semantics=st.sampled_from(["step", "sequential"]),
        scope=st.sampled_from(["per-layer", "global"]))
+@example(seed=729, c=7, semantics="step", scope="per-layer")  # γ bypasses one miss and beats Belady by a hit
 def test_belady_is_best_and_counts_are_sane(seed, c, semantics, scope):
+    """Belady (every miss cached) has the fewest misses of every policy that caches every miss too; one that may
+    serve a miss without a slot (``BYPASSES``: the γ-cache) can have fewer: at seed 729 it has 152 hits in layer 2
+    where the optimum without bypasses is 151, and with them 152 (the test above searches every choice)."""
     trace = small(seed)
     cap = c if scope == "per-layer" else c * 3
     best = hitrate(trace, "belady", cap, scope, semantics)
     for policy in ONLINE:
         r = hitrate(trace, policy, cap, scope, semantics)
         assert 0 <= r.hits <= r.accesses == trace.accesses
-        assert best.misses <= r.misses, policy
+        if not getattr(get_policy(policy), "BYPASSES", False):
+            assert best.misses <= r.misses, policy
 
 
 @settings(max_examples=15, deadline=None)
