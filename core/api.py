@@ -5,7 +5,8 @@ Settings are the flat names of ``moesim.Config`` (``policy``, ``capacity``, ``pr
 the same as the command line's options and a sweep spec's keys (declared once, in
 ``moesim.sim.config.DECLARED``); pass them as keywords, or pass a whole ``Config`` (``config=``) and
 change some of its settings with keywords. Each function takes the settings its kind of run reads
-(``moesim.sim.config.RUN_SETTINGS``) and refuses the others.
+(``moesim.sim.config.RUN_SETTINGS``) and refuses the others. Where a function takes a trace, it takes a ``Trace``
+or a trace file's path (``bundled``: the shipped one).
 """
 
 from __future__ import annotations

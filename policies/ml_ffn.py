@@ -51,14 +51,10 @@ def load_model(path: str | Path) -> dict:
             model = {k: f[k] for k in f.files}
     except FileNotFoundError:
         raise MoesimError(f"{path}: no such ml-ffn model file") from None
-    except ValueError as exc:
-        if "pickled" not in str(exc):
-            raise MoesimError(f"{path}: not a readable ml-ffn model file ({first_line(exc)})") from None
-        # numpy reads any file it does not know as a pickle, and suggests unpickling it: never
-        raise MoesimError(f"{path}: not an ml-ffn model file (an npz archive of arrays, as 'moesim train "
-                          "ml-ffn' writes)") from None
     except Exception as exc:  # numpy and zipfile raise many kinds for a damaged file
-        raise MoesimError(f"{path}: not a readable ml-ffn model file ({first_line(exc)})") from None
+        # numpy takes a file it does not know for a pickle and suggests unpickling it: never
+        why = "an npz archive of arrays, as 'moesim train ml-ffn' writes" if "pickle" in str(exc) else first_line(exc)
+        raise MoesimError(f"{path}: not a readable ml-ffn model file ({why})") from None
     missing = [k for k in WEIGHTS + ("num_experts",) if k not in model]
     if missing:
         raise MoesimError(f"{path}: not an ml-ffn model file (missing {', '.join(missing)})")

@@ -76,8 +76,8 @@ _TABLES: dict = {}  # (id of a trace, its uniform cache) -> (the trace, hits tab
 
 
 def check_budget(meta, budget: int) -> None:
-    """A budget above every expert of the trace's layers is refused: every expert fits, there is nothing to split
-    (``allocate`` would split fewer slots than asked)."""
+    """A budget is a whole number of slots, and not above every expert of the trace's layers: then every expert fits,
+    there is nothing to split (``allocate`` would split fewer slots than asked)."""
     if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
         raise MoesimError(f"{option('budget')} must be a whole number of slots, got {budget!r}")
     most = meta.num_layers * meta.num_experts

@@ -158,7 +158,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
         (("sweep", "s.toml", "--out", "r.parquet"), "empty.parquet: not a Parquet file"),
         (("trace", "info", "folder.parquet"), "folder.parquet: a folder, not a trace file"),
         (("sim", "hitrate", "bundled", "--policy", "ml-ffn", "--ml-model", "text.npz", "--capacity", "4"),
-         "text.npz: not an ml-ffn model file (an npz archive of arrays"),
+         "text.npz: not a readable ml-ffn model file (an npz archive of arrays"),
         (("sim", "run", "bundled", "--dtype", "q4_k", "--strategy", "cpu-experts", "--cpu-layers", "20,,24"),
          "--cpu-layers 20,,24: an empty entry"),
         (("train", "ml-ffn", "bundled", "--capacity", "0", "--out", "m.npz"), "capacity 0 must be at least 1"),
@@ -198,9 +198,9 @@ def test_the_api_takes_a_trace_or_its_file_and_names_what_it_cannot_take(mixtral
 def test_recording_refuses_sampling_values_that_are_no_numbers():
     from moesim.tracegen.record import RecordOptions
 
-    for options, message in ((dict(temperature=float("nan")), "--temperature must be a finite number >= 0"),
-                             (dict(temperature=-1.0), "--temperature must be"), (dict(top_p=2.0), r"--top-p must be"),
-                             (dict(top_p=0.0), r"--top-p must be")):
+    for options, message in ((dict(temperature=float("nan")), "temperature must be a finite number >= 0"),
+                             (dict(temperature=-1.0), "temperature must be"), (dict(top_p=2.0), "top_p must be"),
+                             (dict(top_p=0.0), "top_p must be")):
         with pytest.raises(MoesimError, match=message):
             RecordOptions(**options)
 
@@ -443,4 +443,4 @@ def test_recording_on_a_device_torch_does_not_know_is_one_line(cli, tmp_path):
     prompts.write_text("hello\n")
     err = one_line_error(cli, "trace", "record", "--model", "tiny-olmoe", "--prompts", prompts, "--device", "tpu",
                          "--out", tmp_path / "r.parquet")
-    assert "--device tpu: not a device torch knows" in err and not (tmp_path / "r.parquet").exists()
+    assert "--device tpu: torch cannot compute on it here" in err and not (tmp_path / "r.parquet").exists()

@@ -38,12 +38,12 @@ def load_model(ref: str, dtype: str = "auto", device: str = "cpu"):
     torch, transformers = require_torch()
     if dtype not in DTYPES:
         raise MoesimError(f"unknown dtype '{dtype}' (choose from {', '.join(DTYPES)})")
-    try:
-        torch.device(device)
-    except RuntimeError:
-        raise MoesimError(f"--device {device}: not a device torch knows (cpu, cuda, cuda:N, ...)") from None
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise MoesimError(f"--device {device}: torch sees no CUDA device here (torch {torch.__version__})")
+    try:  # a name torch does not know, or a device this build of torch cannot use (mps, xpu, meta)
+        torch.ones(1, device=device).sum().item()
+    except (RuntimeError, AssertionError, NotImplementedError) as exc:
+        raise MoesimError(f"--device {device}: torch cannot compute on it here ({first_line(exc)})") from None
     torch_dtype = None if dtype == "auto" else getattr(torch, dtype)
     if ref in TINY_MODELS or ref.startswith(RANDOM_PREFIX):
         model, tokenizer = tiny_model(ref, torch_dtype or torch.float32, device)

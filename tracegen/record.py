@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.tracegen.families import Family, is_router
 from moesim.tracegen.hf import load_model, require_torch
 from moesim.tracegen.io import TraceWriter
@@ -50,9 +50,10 @@ class RecordOptions:
 
     def __post_init__(self):
         if not 0 <= self.temperature < float("inf"):  # NaN too
-            raise MoesimError(f"--temperature must be a finite number >= 0 (0: greedy), got {self.temperature}")
+            raise MoesimError(f"{option('temperature')} must be a finite number >= 0 (0: greedy), "
+                              f"got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise MoesimError(f"--top-p must be a fraction in (0, 1], got {self.top_p}")
+            raise MoesimError(f"{option('top_p')} must be a fraction in (0, 1], got {self.top_p}")
 
 
 @dataclass(frozen=True)
