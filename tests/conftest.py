@@ -50,7 +50,7 @@ def pytest_configure(config):
 def pytest_collection_finish(session):
     """In an xdist worker under ``--dist loadgroup``, every test marked ``xdist_group`` must carry its group in its
     node id, which is how the scheduler keeps a group on one worker (its module-scoped fixtures, the replay's
-    calibration among them, built once). pytest 9.2 stopped honouring the id pytest-xdist 3.8 writes, and the
+    hardware file among them, built once). pytest 9.2 stopped honouring the id pytest-xdist 3.8 writes, and the
     groups split silently: two workers calibrated at once, each disturbing the other, and the suite took 9 to 17
     minutes instead of 5 (hence ``pytest<9.2`` in the test extra). If that happens again the run stops at once
     (pytest-xdist reports it as an internal error) instead of running slowly."""

@@ -56,7 +56,7 @@ SEEN: dict = defaultdict(Counter)  # reader (its test) -> how many cases read an
 def outcome(fn, limit: int = TIME_LIMIT_S):
     """``fn()``'s result, or None after a one-line MoesimError; any other exception fails the test. Counts
     the outcome for the reader whose test runs (``SEEN``)."""
-    reader = os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[-1].split("[")[0].split(" ")[0]
+    reader = os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[-1].split("[")[0].split(" ")[0].split("@")[0]
     with time_limit(limit):
         try:
             result = fn()
@@ -513,4 +513,6 @@ def test_every_reader_met_input_it_read_and_input_it_refused():
     assert {name: dict(SEEN[name]) for name in readers if min(SEEN[name]["read"], SEEN[name]["refused"]) == 0} == {}
 
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+# one worker runs them all, in file order (--dist loadgroup; xdist names them test_x@fuzz), so the last test sees
+# every reader's counts
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.xdist_group("fuzz")]
