@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from moesim import __version__
-from moesim.errors import READER, MoesimError
+from moesim.errors import READER, MoesimError, first_line
 from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, serve_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd, serve_cmd: register sim mrc, sim serve)
 from moesim.cli.console import console, emit_json, table, watch_compiles, working
 from moesim.tracegen.models import MODELS
@@ -78,6 +78,15 @@ def _cpu_row(name: str, c) -> list:
             c.unpack_bw("q4_k") / 1e9, c.unpack_bw("q8_0") / 1e9, c.barrier_s() * 1e6]
 
 
+def _cpu_json(c) -> dict:
+    """A CPU's fields and the rates ``_cpu_row`` derives from them, as JSON."""
+    from dataclasses import asdict
+
+    return {**asdict(c), "workers": c.workers, "dram_reached_gbps": c.dram_bw() / 1e9,
+            "q4_k_unpack_gbps": c.unpack_bw("q4_k") / 1e9, "q8_0_unpack_gbps": c.unpack_bw("q8_0") / 1e9,
+            "barrier_us": c.barrier_s() * 1e6}
+
+
 def _show(name: str, save: Path | None, as_json: bool) -> None:
     """One machine (a preset, a file or ``local``), part by part, with what the model derives from each (or its
     fields as JSON); ``save``: written as a hardware file too (``local`` measured once, then reused)."""
@@ -91,8 +100,14 @@ def _show(name: str, save: Path | None, as_json: bool) -> None:
     hw = get_hardware(name)
     if save is not None:
         write_hardware(hw, save)
-    if as_json:
-        emit_json(asdict(hw))
+    if as_json:  # the fields, and beside them the rates the tables show
+        out = asdict(hw)
+        if hw.gpu is not None:
+            out["gpu"]["hbm_reached_gbps"] = hw.gpu.hbm_gbps * hw.gpu.mem_eff
+            out["link"]["effective_gbps"] = hw.link.bandwidth / 1e9
+        if hw.cpu is not None:
+            out["cpu"] = _cpu_json(hw.cpu)
+        emit_json(out)
         return
     console.print(f"{hw.name}: {hw.describe()} (from {hw.source})", soft_wrap=True)
     if hw.gpu is not None:
@@ -142,8 +157,7 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
     if as_json:
         emit_json({"systems": {k: {"gpu": g, "link": lk, "cpu": c} for k, (g, lk, c) in SYSTEMS.items()},
                    "gpus": {k: asdict(v) for k, v in GPUS.items()}, "links": {k: asdict(v) for k, v in LINKS.items()},
-                   "cpus": {k: {**asdict(v), "dram_reached_gbps": v.dram_bw() / 1e9,
-                                "q4_k_unpack_gbps": v.unpack_bw("q4_k") / 1e9} for k, v in CPUS.items()},
+                   "cpus": {k: _cpu_json(v) for k, v in CPUS.items()},
                    "ssds": {k: asdict(v) for k, v in SSDS.items()}})
         return
     table("Machines (--hardware)", ["name", "gpu", "link", "cpu"],
@@ -204,6 +218,10 @@ def _run() -> int:
     except typer.Abort:
         print("moesim: interrupted", file=sys.stderr)
         return 130
+    except MemoryError as exc:  # past the checks made before allocating (an estimate): still one line
+        print(f"moesim: error: out of memory{f' ({first_line(exc)})' if str(exc) else ''}; ask for less (fewer "
+              "requests, sequences or tokens; a smaller trace)", file=sys.stderr)
+        return 1
     except typer.TyperException as exc:  # click's usage errors
         message = " ".join((exc.format_message() if hasattr(exc, "format_message") else str(exc)).split())
         if message:  # empty: the help was asked for by giving no arguments, and is printed

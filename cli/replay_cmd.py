@@ -28,8 +28,17 @@ Engine = Annotated[Optional[str], typer.Option(help="llama.cpp: time the real ll
                                                    "moesim's replay (pip install 'moesim[llamacpp]').")]
 EngineThreads = Annotated[Optional[str], typer.Option(help="--engine llama.cpp: comma-separated thread counts "
                                                             "(default 1, 2, 4, ... and every core).")]
-Runs = Annotated[int, typer.Option(min=1, help="--engine llama.cpp: timed runs per configuration (the median "
-                                                "counts), after one warm-up.")]
+Runs = Annotated[Optional[int], typer.Option(min=1, help="--engine llama.cpp: timed runs per configuration (the "
+                                                          "median counts), after one warm-up. Default: 5.")]
+RUNS = 5
+
+
+def _engine_only(**given) -> None:
+    """The options that only time llama.cpp, refused without --engine (nothing would read them)."""
+    named = [f"--{name}" for name, value in given.items() if value is not None]
+    if named:
+        raise MoesimError(f"{', '.join(named)}: only with --engine llama.cpp (moesim's own replay reads "
+                          f"{'it' if len(named) == 1 else 'them'} nowhere)")
 
 
 def calibrate(
@@ -43,7 +52,7 @@ def calibrate(
     workdir: Annotated[Optional[Path], typer.Option(help="Folder for the scratch files.")] = None,
     engine: Engine = None,
     threads: EngineThreads = None,
-    runs: Runs = 5,
+    runs: Runs = None,
 ) -> None:
     """Measure copies and compute on this machine and write the hardware file the simulator takes; with --engine
     llama.cpp, fit the CPU model to llama.cpp's decode and write a CPU-only file.
@@ -59,8 +68,9 @@ def calibrate(
         if model is not None or layers is not None or scale != 1.0:
             raise MoesimError("--engine llama.cpp calibrates on its own models; --model, --layers and --scale are "
                               "for the replay")
-        llamacpp_cmd.calibrate(out, threads, runs, workdir)
+        llamacpp_cmd.calibrate(out, threads, runs or RUNS, workdir)
         return
+    _engine_only(threads=threads, runs=runs)
     if model is None:
         raise MoesimError("calibrate needs --model (the replay's model), or --engine llama.cpp")
     from moesim.replay.calibrate import calibrate as measure
@@ -161,7 +171,7 @@ def validate(
                                                          "before the timed decode (default 0).")] = None,
     prompts: Annotated[Optional[str], typer.Option(help="--engine llama.cpp: comma-separated prompt lengths whose "
                                                         "processing is timed too (default 256; 0: none).")] = None,
-    runs: Runs = 5,
+    runs: Runs = None,
     *,
     asked: Asked,
 ) -> None:
@@ -181,9 +191,10 @@ def validate(
             raise MoesimError("--engine llama.cpp decodes models of its own; it takes no trace")
         llamacpp_cmd.refuse_replay_options(asked, backend != "cpu", scale != 1.0)
         llamacpp_cmd.validate(_hardware(asked), asked.base.model.name if "model" in asked.given else None, layers,
-                              asked.each.get("dtype"), asked.each.get("threads"), contexts, prompts, runs, workdir,
-                              as_json)
+                              asked.each.get("dtype"), asked.each.get("threads"), contexts, prompts, runs or RUNS,
+                              workdir, as_json)
         return
+    _engine_only(threads=asked.each.get("threads"), contexts=contexts, prompts=prompts, runs=runs)
     if trace_path is None:
         raise MoesimError("validate needs a trace (or --engine llama.cpp)")
     policies = asked.each.pop("policy")

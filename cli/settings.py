@@ -20,7 +20,8 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.errors import MoesimError
-from moesim.sim.config import DECLARED, OWNERS, SETTINGS, Config, check_params_used, file_settings, owner_module
+from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_params_used, check_read, file_settings,
+                               owner_module)
 
 ConfigFile = Annotated[Optional[Path], typer.Option(
     "--config", help="Start from this configuration file (TOML: [model] [hardware] [cache] [prefetch] [execution] "
@@ -55,6 +56,7 @@ class Asked:
                                        if k in _takes(DECLARED[k].owner, combo.get(DECLARED[k].owner,
                                                                                     self._current(DECLARED[k].owner)))})
             out.append(config)
+        check_read(self.given - self.in_file, out)
         return out
 
     def config(self, command: str) -> Config:
@@ -131,10 +133,15 @@ def takes(names, listed=(), defaults: dict | None = None, helps: dict | None = N
 
 
 def _from_file(exc: MoesimError, config_file: Path | None, from_file: set) -> MoesimError:
-    """An error about a setting the configuration file gave (``[section] key ...``, found only against the trace),
-    naming the file; any other error as it was."""
-    found = re.match(r"\[(\w+)\] (\w+)", str(exc))
-    named = found and next((n for n, place in SETTINGS.items() if place == found.groups()), None)
+    """An error about a setting the configuration file gave (``[section] key ...`` or ``key ...``, found only against
+    the trace), naming the file; any other error as it was."""
+    text = str(exc)
+    found = re.match(r"\[(\w+)\] (\w+)", text)
+    if found:
+        named = next((n for n, place in SETTINGS.items() if place == found.groups()), None)
+    else:
+        found = re.match(r"(?:--)?([a-z][\w-]*)\b", text)
+        named = found and found.group(1).replace("-", "_")
     return MoesimError(f"{config_file}: {exc}") if named in from_file else exc
 
 

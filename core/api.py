@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
-from moesim.sim.config import RUN_SETTINGS, Config
+from moesim.sim.config import RUN_SETTINGS, Config, check_read
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import HitRate
@@ -239,7 +239,9 @@ def _configured(config: Config | None, kind: str, settings: dict, **named) -> Co
     if unread:
         what = {"hitrate": "a hit-rate run", "des": "a simulated run", "serve": "a served stream"}[kind]
         raise MoesimError(f"{', '.join(unread)}: {what} does not read it (it reads {', '.join(takes)})")
-    return (config or Config()).replace(**settings)
+    configured = (config or Config()).replace(**settings)
+    check_read(set(settings), [configured])
+    return configured
 
 
 def _with_objects(config: Config | None, kind: str, model, hardware, settings: dict) -> tuple[Config, dict]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.host import available_ram
 from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
@@ -131,10 +131,12 @@ def check_fits(model: ModelSpec, n_buffers: int, folder: Path, host_layers: int 
     in_ram = expert * (n_buffers + model.num_experts * (1 + host_layers))
     free_disk = shutil.disk_usage(folder).free
     free_ram = available_ram()
+    if free_disk == 0:  # /proc, /sys, a full disk: no model is small enough
+        raise MoesimError(f"{folder}: no free space for the expert files; give {option('workdir')} a folder on a disk")
     if on_disk > 0.8 * free_disk:
-        return f"its experts take {on_disk / 1e9:.1f} GB on disk, {folder} has {free_disk / 1e9:.1f} GB free"
+        return f"its experts take {on_disk / 1e9:.3g} GB on disk, {folder} has {free_disk / 1e9:.3g} GB free"
     if free_ram is not None and in_ram > 0.5 * free_ram:
-        return f"{n_buffers} buffers need {in_ram / 1e9:.1f} GB of RAM, {free_ram / 1e9:.1f} GB is available"
+        return f"{n_buffers} buffers need {in_ram / 1e9:.3g} GB of RAM, {free_ram / 1e9:.3g} GB is available"
     return None
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.files import atomic_output, read_toml
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
@@ -618,6 +618,24 @@ def check_params_used(policies: list[str], given: dict, prefetchers: list[str] =
         raise MoesimError(f"{', '.join(unused)}: no policy{', prefetcher or strategy' if placed else ' or prefetcher'} "
                           f"of this run takes it (policies {', '.join(policies)}; prefetchers {', '.join(prefetchers)}"
                           + (f"; strategies {', '.join(strategies)})" if placed else ")"))
+
+
+CACHE_CHOICES = ("policy", "capacity", "scope", "split", "reset")  # what only a strategy with an expert cache reads
+
+
+def check_read(given: set, configs: list[Config]) -> None:
+    """A setting given that none of the runs ``configs`` reads is refused: it would change nothing the user sees.
+    (A configuration file's settings are not checked: a saved one holds every setting.)"""
+    unread = [n for n in CACHE_CHOICES if n in given]
+    strategies = list(dict.fromkeys(c.execution.strategy for c in configs))
+    if unread and not any(STRATEGIES[s].CACHE for s in strategies):
+        places = [option(p) for p in dict.fromkeys(getattr(STRATEGIES[s], "PLACES", None) for s in strategies) if p]
+        raise MoesimError(f"{', '.join(map(option, unread))}: strategy {', '.join(strategies)} keeps no expert cache, "
+                          f"so nothing reads {'it' if len(unread) == 1 else 'them'}"
+                          + (f" (it places experts: {', '.join(places)})" if places else ""))
+    if "acceptance" in given and all(c.serve.draft_tokens == 0 for c in configs):
+        raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and {option('draft_tokens')} "
+                          "is 0: no run drafts any")
 
 
 def module_params(module, given: dict) -> dict:

@@ -80,7 +80,16 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
         if hw.cpu is None:
             raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose threads {option('threads')} could set")
         hw = replace(hw, cpu=replace(hw.cpu, threads=int(threads)))
+        _check_threads(hw.cpu, f"{option('threads', threads)}")
     return hw
+
+
+def _check_threads(cpu, where: str) -> None:
+    """More threads than cores is refused, not capped in silence: the model computes with one a core at most (a
+    core's second SMT thread shares its units and its share of DRAM bandwidth)."""
+    if cpu.threads > cpu.cores * cpu.sockets:
+        raise MoesimError(f"{where}: more threads than the {cpu.name}'s {cpu.cores * cpu.sockets} cores; the model "
+                          "computes with one thread a core at most (give 0 or nothing for every core)")
 
 
 SECTIONS = {"gpu": (GPU, GPUS), "link": (Link, LINKS), "ssd": (SSD, SSDS), "cpu": (CPU, CPUS),
@@ -115,6 +124,8 @@ def load_hardware(path: Path) -> Hardware:
             raise MoesimError(f"{path}: [link] and [compute] describe a GPU, and the file has no [gpu] section")
     elif parts["link"] is None:
         raise MoesimError(f"{path}: missing [link] section (how experts reach the GPU: e.g. link = \"pcie4\")")
+    if parts["cpu"] is not None:
+        _check_threads(parts["cpu"], f"{path}: [cpu] threads = {parts['cpu'].threads}")
     return Hardware(str(data.get("name", path.stem)), parts["gpu"], parts["link"], parts["ssd"], source=str(path),
                     compute=parts["compute"], cpu=parts["cpu"])
 

@@ -27,7 +27,7 @@ resets per batch have no meaning here and are refused.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import polars as pl
@@ -43,7 +43,8 @@ from moesim.sim.machine import Hardware
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.requests import expert_choices, gather, merge, prompt_routing
 from moesim.sim.run import RowArrays, RowSource, Run, assemble
-from moesim.sim.scheduler import Scheduler, arrival_times, make_queue, read_arrivals
+from moesim.host import available_ram
+from moesim.sim.scheduler import Queue, Scheduler, arrival_times, make_queue, read_arrivals
 from moesim.sim.strategies import get_strategy
 from moesim.sim.strategies.base import CACHED
 from moesim.tracegen.models import ModelSpec
@@ -77,6 +78,18 @@ class ServeResult:
                 "requests": self.requests.to_dicts(), "by_batch": self.by_batch().to_dicts()}
 
 
+REQUEST_BYTES = 8 * (len(fields(Queue)) + 2)  # a request's queue columns, its arrival drawn and its place in the order
+
+
+def _check_requests(n: int) -> None:
+    """Refuse, before allocating, a stream whose queue alone this machine's free memory cannot hold (its steps take
+    more, in proportion to its tokens; past the queue, running out of memory is one line too: ``moesim.cli.app``)."""
+    free = available_ram()
+    if free is not None and n * REQUEST_BYTES > free:
+        raise MoesimError(f"{option('requests')} {n:,}: their queue alone needs {n * REQUEST_BYTES / 1e9:.1f} GB and "
+                          f"{free / 1e9:.1f} GB of memory is free; ask for fewer")
+
+
 def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
                    hardware: Hardware | None = None) -> ServeResult:
     """Serve ``trace``'s sequences as a stream of requests under ``config`` (its ``serve`` section)."""
@@ -85,6 +98,7 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     rng = np.random.default_rng(sv.arrival_seed)
     if sv.arrivals in ARRIVALS:
         n_requests = sv.requests or trace.num_sequences
+        _check_requests(n_requests)
         queue = make_queue(trace, n_requests, wl.prompt, arrival_times(sv.arrivals, sv.rate, n_requests, rng), rng)
     else:
         arrivals, seq = read_arrivals(sv.arrivals, trace.num_sequences)

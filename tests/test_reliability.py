@@ -145,6 +145,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
                               'capacity = [2]\n')
     Path("folder.parquet").mkdir()
     Path("layers.toml").write_text("[cache]\ncapacity = [2, 3]\n")  # found wrong only against the trace
+    Path("nine.toml").write_text("[cache]\ncapacity = 9\n[workload]\nbatch = 64\n")
     Path("text.npz").write_text("not a model")  # numpy reads it as a pickle and suggests unpickling it
     for args, message in [
         (("trace", "info", "nocol.parquet"), "nocol.parquet: no 'experts' column; a trace has seq, step, phase"),
@@ -169,13 +170,22 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
          "calibration measures a machine: backend cpu or cuda, not 'virtual'"),
         (("sim", "hitrate", "bundled", "--config", "layers.toml"),
          "layers.toml: [cache] capacity lists 2 layers' slots, the trace has 32 layers"),
+        (("sim", "hitrate", "bundled", "--config", "nine.toml"), "nine.toml: capacity 9 is more than the 8 experts"),
+        (("sim", "run", "bundled", "--config", "nine.toml", "--capacity", "4"),
+         "nine.toml: batch 64 is more than the trace's 2 sequence(s)"),
+        (("sim", "run", "bundled", "--config", "nine.toml", "--capacity", "4", "--batch", "64"),
+         "error: batch 64 is more than the trace's 2 sequence(s)"),  # typed here: no file named
         (("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--batch", "10000000"),
          "a synthetic trace of 20000000 sequences, 128 tokens each, is what --batch 10000000 plans on"),
     ]:
         assert message in one_line_error(cli, *args), args
     assert not {"n.parquet", "t.parquet", "r.parquet", "m.npz"} & {p.name for p in tmp_path.iterdir()}
     code, out, _ = cli("hardware", "--show", "rtx4090", "--json")  # --show's JSON: the machine's fields
-    assert code == 0 and json.loads(out)["gpu"]["name"] == "RTX4090"
+    shown = json.loads(out)
+    assert code == 0 and shown["gpu"]["name"] == "RTX4090"
+    # and the rates the tables derive from them: 1008 GB/s x 0.8 reached, PCIe 4's 32 GB/s x 0.8
+    assert shown["gpu"]["hbm_reached_gbps"] == pytest.approx(806.4) and shown["link"]["effective_gbps"] == 25.6
+    assert shown["cpu"]["workers"] == 16 and shown["cpu"]["dram_reached_gbps"] < shown["cpu"]["dram_gbps"] == 83.2
 
 
 def test_the_api_takes_a_trace_or_its_file_and_names_what_it_cannot_take(mixtral):
@@ -444,3 +454,65 @@ def test_recording_on_a_device_torch_does_not_know_is_one_line(cli, tmp_path):
     err = one_line_error(cli, "trace", "record", "--model", "tiny-olmoe", "--prompts", prompts, "--device", "tpu",
                          "--out", tmp_path / "r.parquet")
     assert "--device tpu: torch cannot compute on it here" in err and not (tmp_path / "r.parquet").exists()
+
+
+def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
+    """A cache setting typed for a strategy without a cache, an acceptance with no draft tokens, a llama.cpp-only
+    option without --engine, more threads than cores: each changed nothing the user saw, and is now one line."""
+    import moesim
+
+    for args, words in (
+            (["--strategy", "cpu-experts", "--capacity", "16"], "--capacity: strategy cpu-experts keeps no expert "
+                                                                "cache, so nothing reads it (it places experts: "
+                                                                "--cpu-layers)"),
+            (["--strategy", "cpu-experts", "--policy", "lru,belady"], "--policy: strategy cpu-experts"),
+            (["--threads", "17"], "--threads 17: more threads than the Ryzen-7950X's 16 cores")):
+        assert words in one_line_error(cli, "sim", "run", "bundled", *args), args
+    # a saved configuration holds every setting: its capacity is not the user's, and a strategy typed over it runs
+    saved = tmp_path / "run.toml"
+    assert cli("sim", "run", "bundled", "--capacity", "auto", "--dtype", "q4_k", "--save-config", saved)[0] == 0
+    code, out, err = cli("sim", "run", "bundled", "--config", saved, "--strategy", "cpu-experts", "--json")
+    assert code == 0 and json.loads(out)["results"][0]["strategy"] == "cpu-experts", err
+    assert "--acceptance is the chance a draft token is accepted, and --draft-tokens is 0" in one_line_error(
+        cli, "sim", "serve", "bundled", "--rate", "1", "--requests", "2", "--acceptance", "0.5")
+    assert "--threads: only with --engine llama.cpp" in one_line_error(
+        cli, "calibrate", "--model", "olmoe-1b-7b", "--out", tmp_path / "hw.toml", "--threads", "2")
+    assert "--threads, --runs: only with --engine llama.cpp" in one_line_error(
+        cli, "validate", "bundled", "--threads", "1,2", "--runs", "3")
+    trace = moesim.load_trace("bundled")
+    with pytest.raises(moesim.MoesimError, match="^capacity: strategy cpu-experts keeps no expert cache"):
+        moesim.simulate(trace, strategy="cpu-experts", capacity=16)
+    with pytest.raises(moesim.MoesimError, match="^acceptance is the chance .* and draft_tokens is 0"):
+        moesim.serve(trace, rate=1, requests=2, acceptance=0.5)
+    hw = tmp_path / "many.toml"
+    hw.write_text('[cpu]\nname = "x"\ncores = 8\nghz = 3.0\nisa = "avx2"\ndram_gbps = 50\nram_gb = 64\nthreads = 16\n')
+    assert f"{hw}: [cpu] threads = 16: more threads than the x's 8 cores" in one_line_error(
+        cli, "sim", "run", "bundled", "--hardware", hw)
+    assert list(tmp_path.iterdir()) == [saved, hw]
+
+
+def test_a_stream_too_large_for_memory_is_one_line(cli, tmp_path, monkeypatch):
+    """A billion requests were a numpy traceback; the queue is refused before it is allocated, and running out of
+    memory past the checks made before allocating is one line too."""
+    from moesim.sim import serve
+
+    monkeypatch.setattr(serve, "available_ram", lambda: 24e9)  # as on CI; a larger machine would run it for days
+    out = tmp_path / "s.parquet"
+    err = one_line_error(cli, "sim", "serve", "bundled", "--rate", "1", "--requests", "1000000000", "--out", out)
+    # a request's queue: its 12 columns, its arrival drawn and its place in the order, 8 bytes each
+    assert "--requests 1,000,000,000: their queue alone needs 112.0 GB and 24.0 GB of memory is free" in err
+    assert not out.exists()
+
+    def exhausted(*_, **__):
+        raise MemoryError("Unable to allocate 7.45 GiB for an array with shape (1000000000,) and data type float64")
+
+    monkeypatch.setattr(serve, "make_queue", exhausted)
+    err = one_line_error(cli, "sim", "serve", "bundled", "--rate", "1", "--requests", "4", "--out", out)
+    assert err.startswith("moesim: error: out of memory (Unable to allocate 7.45 GiB") and not out.exists()
+
+
+def test_a_replay_folder_without_space_is_named(cli, tmp_path):
+    """``--workdir /proc`` said the model's experts (0.0 GB) did not fit its 0.0 GB and to cut the model."""
+    err = one_line_error(cli, "replay", "bundled", "--model", "mixtral-8x7b", "--layers", "1", "--scale", "0.01",
+                         "--capacity", "2", "--workdir", "/proc")
+    assert "/proc: no free space for the expert files; give --workdir a folder on a disk" in err
