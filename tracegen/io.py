@@ -105,10 +105,12 @@ def _load_in_order(path, meta: TraceMeta, wanted: list[str]) -> Trace | None:
             width, fill, dtype = shapes[col]
             series = chunk[col]
             lengths = series.list.len()
-            if (col == "experts" and series.null_count()) or ((lengths != width) & lengths.is_not_null()).any() \
-                    or series.list.eval(pl.element().is_null()).list.any().any():
+            if (col == "experts" and series.null_count()) or ((lengths != width) & lengths.is_not_null()).any():
                 return None
-            dense[col][start:start + chunk.height] = _dense(series, width, fill, dtype)
+            flat = series.drop_nulls().explode()  # every list has its width: a null here is a null inside one
+            if flat.null_count():
+                return None
+            dense[col][start:start + chunk.height] = _dense(series, width, fill, dtype, flat)
             nulls[col] += series.null_count()
         del chunk
     heads = pl.concat(heads)
@@ -317,14 +319,16 @@ def _cast(frame: pl.DataFrame, where: str, label: str) -> pl.DataFrame:
         raise
 
 
-def _dense(series: pl.Series, width: int, fill, dtype) -> np.ndarray:
-    """A list column of fixed width as a [rows, width] array; null rows are filled with `fill`."""
+def _dense(series: pl.Series, width: int, fill, dtype, flat: pl.Series | None = None) -> np.ndarray:
+    """A list column of fixed width as a [rows, width] array; null rows are filled with `fill`. ``flat``: its
+    non-null lists' values, exploded already."""
+    flat = series.drop_nulls().explode() if flat is None else flat
     if series.null_count() == 0:  # the values buffer as it is, without a filled copy beside it
-        return np.ascontiguousarray(series.explode().to_numpy(), dtype=dtype).reshape(-1, width)
+        return np.ascontiguousarray(flat.to_numpy(), dtype=dtype).reshape(-1, width)
     out = np.full((series.len(), width), fill, dtype=dtype)
     present = series.is_not_null().to_numpy()
     if present.any():
-        out[present] = series.drop_nulls().explode().to_numpy().astype(dtype).reshape(-1, width)
+        out[present] = flat.to_numpy().astype(dtype).reshape(-1, width)
     return out
 
 
