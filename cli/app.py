@@ -74,17 +74,26 @@ CPU_COLUMNS = ["name", "sockets x cores", "threads", "GHz", "ISA", "DRAM GB/s pe
 
 def _cpu_row(name: str, c) -> list:
     """A CPU as the tables show it: what it is, and the rates the model derives from it (one pool's DRAM)."""
-    return [name, f"{c.sockets} x {c.cores}", c.workers, c.ghz, c.isa, c.dram_gbps, c.dram_bw() / 1e9, c.ram_gb,
-            c.unpack_bw("q4_k") / 1e9, c.unpack_bw("q8_0") / 1e9, c.barrier_s() * 1e6]
+    r = _cpu_rates(c)
+    return [name, f"{c.sockets} x {c.cores}", r["workers"], c.ghz, c.isa, c.dram_gbps, r["dram_reached_gbps"],
+            c.ram_gb, r["q4_k_unpack_gbps"], r["q8_0_unpack_gbps"], r["barrier_us"]]
 
 
-def _cpu_json(c) -> dict:
-    """A CPU's fields and the rates ``_cpu_row`` derives from them, as JSON."""
+def _cpu_rates(c) -> dict:
+    """The rates the model derives from a CPU's fields (one pool's DRAM), as the tables and ``--json`` give them."""
+    return {"workers": c.workers, "dram_reached_gbps": c.dram_bw() / 1e9, "q4_k_unpack_gbps": c.unpack_bw("q4_k") / 1e9,
+            "q8_0_unpack_gbps": c.unpack_bw("q8_0") / 1e9, "barrier_us": c.barrier_s() * 1e6}
+
+
+def _with_rates(part) -> dict:
+    """A GPU's, link's or CPU's fields as JSON, with the rates the model derives from them beside."""
     from dataclasses import asdict
 
-    return {**asdict(c), "workers": c.workers, "dram_reached_gbps": c.dram_bw() / 1e9,
-            "q4_k_unpack_gbps": c.unpack_bw("q4_k") / 1e9, "q8_0_unpack_gbps": c.unpack_bw("q8_0") / 1e9,
-            "barrier_us": c.barrier_s() * 1e6}
+    from moesim.sim.machine import CPU, GPU, Link
+
+    rates = {GPU: lambda g: {"hbm_reached_gbps": g.hbm_gbps * g.mem_eff},
+             Link: lambda lk: {"effective_gbps": lk.bandwidth / 1e9}, CPU: _cpu_rates}.get(type(part), lambda _: {})
+    return {**asdict(part), **rates(part)}
 
 
 def _show(name: str, save: Path | None, as_json: bool) -> None:
@@ -101,13 +110,8 @@ def _show(name: str, save: Path | None, as_json: bool) -> None:
     if save is not None:
         write_hardware(hw, save)
     if as_json:  # the fields, and beside them the rates the tables show
-        out = asdict(hw)
-        if hw.gpu is not None:
-            out["gpu"]["hbm_reached_gbps"] = hw.gpu.hbm_gbps * hw.gpu.mem_eff
-            out["link"]["effective_gbps"] = hw.link.bandwidth / 1e9
-        if hw.cpu is not None:
-            out["cpu"] = _cpu_json(hw.cpu)
-        emit_json(out)
+        emit_json({**asdict(hw), **{k: _with_rates(getattr(hw, k)) for k in ("gpu", "link", "cpu")
+                                    if getattr(hw, k) is not None}})
         return
     console.print(f"{hw.name}: {hw.describe()} (from {hw.source})", soft_wrap=True)
     if hw.gpu is not None:
@@ -156,8 +160,9 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
         raise MoesimError("--save writes the machine --show names; give --show too")
     if as_json:
         emit_json({"systems": {k: {"gpu": g, "link": lk, "cpu": c} for k, (g, lk, c) in SYSTEMS.items()},
-                   "gpus": {k: asdict(v) for k, v in GPUS.items()}, "links": {k: asdict(v) for k, v in LINKS.items()},
-                   "cpus": {k: _cpu_json(v) for k, v in CPUS.items()},
+                   "gpus": {k: _with_rates(v) for k, v in GPUS.items()},
+                   "links": {k: _with_rates(v) for k, v in LINKS.items()},
+                   "cpus": {k: _with_rates(v) for k, v in CPUS.items()},
                    "ssds": {k: asdict(v) for k, v in SSDS.items()}})
         return
     table("Machines (--hardware)", ["name", "gpu", "link", "cpu"],

@@ -33,8 +33,9 @@ class Asked:
     """What a command line asked for: ``base`` is the configuration file's (or the defaults) with every setting
     given here over it; ``each`` the listed settings' values (name -> list); ``params`` the policy, prefetcher and
     strategy parameters given here, applied to each run whose policy (prefetcher, strategy) takes them;
-    ``given`` the names set here or in the file, ``in_file`` those the file set; ``inputs`` the files read (the
-    configuration file, a hardware file), which no output of the command may replace."""
+    ``given`` the names set here or in the file, ``in_file`` those the file set, ``typed`` those typed here (the
+    command's own defaults left out); ``inputs`` the files read (the configuration file, a hardware file), which
+    no output of the command may replace; ``options`` the settings the command takes."""
 
     base: Config
     each: dict
@@ -42,6 +43,8 @@ class Asked:
     given: set
     in_file: set = frozenset()
     inputs: tuple = ()
+    typed: frozenset = frozenset()
+    options: tuple = ()
 
     def configs(self) -> list[Config]:
         """One configuration per combination of the listed values (the first varies slowest)."""
@@ -56,8 +59,13 @@ class Asked:
                                        if k in _takes(DECLARED[k].owner, combo.get(DECLARED[k].owner,
                                                                                     self._current(DECLARED[k].owner)))})
             out.append(config)
-        check_read(self.given - self.in_file, out)
+        self.check_read(out)
         return out
+
+    def check_read(self, configs: list[Config]) -> None:
+        """Refuse a typed setting that none of ``configs`` reads (``moesim.sim.config.check_read``); where the
+        command takes no strategy (a hit-rate run, a plan), the cache's settings are read whatever the file's."""
+        check_read(self.typed, configs, strategy_read="strategy" in self.options)
 
     def config(self, command: str) -> Config:
         """The one configuration a command that runs one asked for."""
@@ -149,7 +157,8 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
     """``Asked`` from the options' values (None: not given), the configuration file and the command's defaults."""
     base = Config.from_toml(config_file) if config_file is not None else Config()
     in_file = file_settings(config_file) if config_file is not None else set()
-    given = {n for n, v in values.items() if v is not None} | in_file
+    typed = frozenset(n for n, v in values.items() if v is not None)
+    given = typed | in_file
     for name, text in (defaults or {}).items():
         if values.get(name) is None and name not in in_file:
             values[name] = text
@@ -169,4 +178,4 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
         (params if s.owner else plain)[name] = value
     base = base.replace(**plain)
     inputs = tuple(Path(f) for f in (config_file, base.hardware.machine) if f is not None and Path(f).is_file())
-    return Asked(base, each, params, given, in_file, inputs)
+    return Asked(base, each, params, given, in_file, inputs, typed, tuple(values))

@@ -64,6 +64,7 @@ def run(
     hw = configs[0].hardware.spec()
     if hw.gpu is None and "strategy" not in asked.given:  # a CPU-only machine: llama.cpp's CPU build, unless asked
         configs = [c.replace(strategy="cpu-experts") for c in configs]
+        asked.check_read(configs)
     with working(f"reading {trace_path}, then {len(configs)} simulated run(s)"):
         trace = moesim.load_trace(trace_path)
         if save_config is not None:

@@ -240,7 +240,7 @@ def _configured(config: Config | None, kind: str, settings: dict, **named) -> Co
         what = {"hitrate": "a hit-rate run", "des": "a simulated run", "serve": "a served stream"}[kind]
         raise MoesimError(f"{', '.join(unread)}: {what} does not read it (it reads {', '.join(takes)})")
     configured = (config or Config()).replace(**settings)
-    check_read(set(settings), [configured])
+    check_read(set(settings), [configured], strategy_read=kind != "hitrate")
     return configured
 
 

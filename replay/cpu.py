@@ -123,6 +123,11 @@ class Reader:
             os.close(fd)
 
 
+def _gb(nbytes: float) -> str:
+    """Bytes in GB as a sentence gives them: one decimal, or three figures below 1 GB (a cut model's files)."""
+    return f"{nbytes / 1e9:,.1f}" if nbytes >= 1e9 else f"{nbytes / 1e9:.3g}"
+
+
 def check_fits(model: ModelSpec, n_buffers: int, folder: Path, host_layers: int = 0) -> str | None:
     """Why the expert files or the RAM buffers (and the host-memory experts of ``host_layers`` layers)
     would not fit on this machine (None: they fit)."""
@@ -132,11 +137,12 @@ def check_fits(model: ModelSpec, n_buffers: int, folder: Path, host_layers: int 
     free_disk = shutil.disk_usage(folder).free
     free_ram = available_ram()
     if free_disk == 0:  # /proc, /sys, a full disk: no model is small enough
-        raise MoesimError(f"{folder}: no free space for the expert files; give {option('workdir')} a folder on a disk")
+        raise MoesimError(f"{folder}: no free space for the expert files; give {option('workdir')} a folder with free "
+                          "space")
     if on_disk > 0.8 * free_disk:
-        return f"its experts take {on_disk / 1e9:.3g} GB on disk, {folder} has {free_disk / 1e9:.3g} GB free"
+        return f"its experts take {_gb(on_disk)} GB on disk, {folder} has {_gb(free_disk)} GB free"
     if free_ram is not None and in_ram > 0.5 * free_ram:
-        return f"{n_buffers} buffers need {in_ram / 1e9:.3g} GB of RAM, {free_ram / 1e9:.3g} GB is available"
+        return f"{n_buffers} buffers need {_gb(in_ram)} GB of RAM, {_gb(free_ram)} GB is available"
     return None
 
 

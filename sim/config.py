@@ -620,13 +620,14 @@ def check_params_used(policies: list[str], given: dict, prefetchers: list[str] =
                           + (f"; strategies {', '.join(strategies)})" if placed else ")"))
 
 
-CACHE_CHOICES = ("policy", "capacity", "scope", "split", "reset")  # what only a strategy with an expert cache reads
+CACHE_CHOICES = ("policy", "capacity", "scope", "split", "reset") + CACHE_PARAMS  # read only by a strategy with a cache
 
 
-def check_read(given: set, configs: list[Config]) -> None:
-    """A setting given that none of the runs ``configs`` reads is refused: it would change nothing the user sees.
-    (A configuration file's settings are not checked: a saved one holds every setting.)"""
-    unread = [n for n in CACHE_CHOICES if n in given]
+def check_read(given: set, configs: list[Config], strategy_read: bool = True) -> None:
+    """A setting given (typed, not taken from a configuration file, which holds every setting when saved) that none
+    of the runs ``configs`` reads is refused: it would change nothing the user sees. ``strategy_read`` False: the
+    runs do not read the strategy (a hit-rate run, a plan), so the cache's settings are read whatever it is."""
+    unread = [n for n in CACHE_CHOICES if n in given] if strategy_read else []
     strategies = list(dict.fromkeys(c.execution.strategy for c in configs))
     if unread and not any(STRATEGIES[s].CACHE for s in strategies):
         places = [option(p) for p in dict.fromkeys(getattr(STRATEGIES[s], "PLACES", None) for s in strategies) if p]
@@ -634,8 +635,8 @@ def check_read(given: set, configs: list[Config]) -> None:
                           f"so nothing reads {'it' if len(unread) == 1 else 'them'}"
                           + (f" (it places experts: {', '.join(places)})" if places else ""))
     if "acceptance" in given and all(c.serve.draft_tokens == 0 for c in configs):
-        raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and {option('draft_tokens')} "
-                          "is 0: no run drafts any")
+        raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and "
+                          f"{option('draft_tokens')} is 0: no run drafts any")
 
 
 def module_params(module, given: dict) -> dict:

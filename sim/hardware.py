@@ -80,7 +80,7 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
         if hw.cpu is None:
             raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose threads {option('threads')} could set")
         hw = replace(hw, cpu=replace(hw.cpu, threads=int(threads)))
-        _check_threads(hw.cpu, f"{option('threads', threads)}")
+        _check_threads(hw.cpu, option("threads", int(threads)))
     return hw
 
 

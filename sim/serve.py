@@ -33,6 +33,7 @@ import numpy as np
 import polars as pl
 
 from moesim.errors import MoesimError, option
+from moesim.host import available_ram
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
@@ -43,7 +44,6 @@ from moesim.sim.machine import Hardware
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.requests import expert_choices, gather, merge, prompt_routing
 from moesim.sim.run import RowArrays, RowSource, Run, assemble
-from moesim.host import available_ram
 from moesim.sim.scheduler import Queue, Scheduler, arrival_times, make_queue, read_arrivals
 from moesim.sim.strategies import get_strategy
 from moesim.sim.strategies.base import CACHED

@@ -70,8 +70,8 @@ def test_validate_tiny_cpu(cli, olmoe, tiny_hardware, tmp_path):
 
 
 def test_cpu_experts_replay_on_the_cpu_backend(cli, olmoe, tiny_hardware, tmp_path):
-    """The first N layers' experts computed from host memory, the rest placed in fast memory: the
-    measured [cpu] section times the former (the decisions are checked, not the times: as above)."""
+    """The first N layers' experts computed from host memory, the rest placed in fast memory: the hardware
+    file's [cpu] section times the former (the decisions are checked, not the times: as above)."""
     code, out, err = cli("validate", olmoe, *TINY, "--strategy", "cpu-experts", "--cpu-layers", "0,1,2",
                          "--hardware", tiny_hardware, "--workdir", tmp_path, "--json")
     assert code == 0, err
