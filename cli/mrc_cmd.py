@@ -80,10 +80,14 @@ def mrc(
     m = trace.meta
     policies = list(curves)
     gib = m.expert_bytes * (m.num_layers if scope == "per-layer" else 1) / 2 ** 30 if m.expert_bytes else None
-    caps = sorted({r["capacity"] for r in rows})
+    # a stack algorithm's curve has every capacity, one run per capacity a spread of them (a global pool): the
+    # table's rows are the capacities every curve has (--json gives each curve whole)
+    caps = sorted(set.intersection(*({r["capacity"] for r in rows if r["policy"] == p} for p in policies)))
+    some = len(caps) < len({r["capacity"] for r in rows})
     by = {(r["policy"], r["capacity"]): r["hit_rate"] for r in rows}
     table(f"{trace_path}: {m.model or 'trace'}, {trace.accesses} accesses, hit rate by capacity ({scope}, "
-          f"{semantics} semantics)", ["capacity"] + (["GiB (bf16)"] if gib else []) + policies,
+          f"{semantics} semantics{'; the capacities every curve ran, --json for each whole' if some else ''})",
+          ["capacity"] + (["GiB (bf16)"] if gib else []) + policies,
           [[c] + ([c * gib] if gib else []) + [by[(p, c)] for p in policies] for c in caps])
     if splits:
         table(f"{budget} slots over {m.num_layers} layers: the best split against {budget // m.num_layers} in every "

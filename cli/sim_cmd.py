@@ -124,13 +124,16 @@ def golden(
     """
     import polars as pl
 
-    from moesim.experiments.golden import diff, golden_table, write_golden
+    from moesim.experiments.golden import diff, golden_table, read_golden, write_golden
 
     if not path.exists() and not update:
         raise MoesimError(f"{path}: no golden table here (run from the repository, pass --file, or --update to "
                           "write one)")
+    if update:
+        check_output(path, "golden table", suffixes=(".csv",))
+    old = read_golden(path) if path.exists() else None
     new = golden_table()
-    old = pl.read_csv(path, glob=False) if path.exists() else new.clear()
+    old = new.clear() if old is None else old
     changed = diff(old, new)
     if changed.height:
         table(f"{changed.height} golden row(s) differ", changed.columns, changed.rows())

@@ -7,7 +7,7 @@ import typer
 
 from moesim.errors import MoesimError
 from moesim.tracegen.trace import trace_file
-from moesim.cli.console import console, emit_json, table
+from moesim.cli.console import console, emit_json, table, working
 from moesim.cli.options import Force
 from moesim.files import check_output
 import moesim
@@ -42,11 +42,13 @@ def ml_ffn(
     check_output(out, "model", force=force, inputs=(train_trace,), suffixes=(".npz",))
     trace = moesim.load_trace(train_trace)
     check_capacity(trace.meta, CacheConfig(policy="ml-ffn", capacity=capacity))  # before training, not after
-    arrays, log = train(trace, layers == "per-layer", horizon=horizon, val_fraction=val_fraction, seed=seed)
-    save_model(arrays, out)
-    val = trace.select(log["val_sequences"])
-    rows = [moesim.hitrate(val, p, capacity, **({"ml_model": str(out)} if p == "ml-ffn" else {}))
-            for p in ("ml-ffn", "lru", "belady")]
+    with working(f"training the {layers} ml-ffn model on {train_trace.name} (torch, up to 400 epochs), then "
+                 "validating it"):
+        arrays, log = train(trace, layers == "per-layer", horizon=horizon, val_fraction=val_fraction, seed=seed)
+        save_model(arrays, out)
+        val = trace.select(log["val_sequences"])
+        rows = [moesim.hitrate(val, p, capacity, **({"ml_model": str(out)} if p == "ml-ffn" else {}))
+                for p in ("ml-ffn", "lru", "belady")]
     report = {"model": str(out), **log, "capacity": capacity,
               "val_hit_rate": {r.policy: r.hit_rate for r in rows}}
     if as_json:

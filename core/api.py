@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
+from moesim.files import check_output
 from moesim.sim.config import RUN_SETTINGS, Config, check_read
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.machine import Hardware
@@ -75,6 +76,7 @@ def train_ml_ffn(trace: Trace, out: str | Path, per_layer: bool = False, **optio
     """
     from moesim.policies.ml_ffn_train import save_model, train
 
+    check_output(out, "model", suffixes=(".npz",))
     arrays, log = train(_trace(trace), per_layer, **options)
     save_model(arrays, Path(out))
     return log

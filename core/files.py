@@ -59,12 +59,13 @@ def output_folder(path: str | Path, what: str) -> Path:
 
 @contextmanager
 def atomic_output(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; it replaces `path` if the block succeeds, else vanishes. A folder,
-    temporary file or rename the system refuses (a read-only or virtual file system such as /proc, a full disk) is
+    """Yield a temporary path next to `path`; it replaces `path` if the block succeeds, else vanishes. A missing
+    folder, a temporary file or rename the system refuses (a read-only or virtual file system such as /proc, a full disk) is
     a one-line error naming `path`."""
     path = Path(path)
+    if not path.parent.is_dir():  # not made: a slip in a name would leave folders behind (``check_output``)
+        raise MoesimError(f"{path}: no such folder {path.parent}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
     except OSError as exc:
         raise MoesimError(f"{path}: cannot be written ({exc.strerror or exc})") from None

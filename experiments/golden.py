@@ -47,11 +47,35 @@ def golden_table() -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+COLUMNS = {"trace": pl.String, "policy": pl.String, "scope": pl.String, "semantics": pl.String,
+           "capacity": pl.Int64, "accesses": pl.Int64, "hits": pl.Int64, "hit_rate": pl.Float64}
+VALUES = ["accesses", "hits", "hit_rate"]
+
+
+def read_golden(path: Path) -> pl.DataFrame:
+    """A golden table as ``write_golden`` writes it: its columns, their types, one row per key; anything else is
+    a one-line error naming the file."""
+    from moesim.errors import MoesimError, first_line
+    from moesim.tracegen.io import READ_FAILURES
+
+    if path.is_dir():
+        raise MoesimError(f"{path}: a folder, not a golden table")
+    try:
+        table = pl.read_csv(path, glob=False, schema=COLUMNS)
+    except READ_FAILURES as exc:
+        raise MoesimError(f"{path}: not a golden table (columns {', '.join(COLUMNS)}: {first_line(exc)})") from None
+    if table.null_count().sum_horizontal().item() or table.select(pl.col("hit_rate").is_nan().any()).item():
+        raise MoesimError(f"{path}: empty or NaN cells; a golden table has every one")
+    if table.select(KEY).is_duplicated().any():
+        raise MoesimError(f"{path}: a row repeats another's trace, policy, scope, semantics and capacity")
+    return table
+
+
 def diff(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
-    """Rows whose hits changed, appeared or vanished, with old and new hits side by side."""
-    joined = old.select(KEY + ["hits"]).join(new.select(KEY + ["hits"]), on=KEY, how="full",
-                                             suffix="_new", coalesce=True)
-    return joined.filter(pl.col("hits").ne_missing(pl.col("hits_new"))).rename({"hits": "hits_old"})
+    """Rows whose accesses, hits or hit rate changed, appeared or vanished, old and new side by side."""
+    joined = old.select(KEY + VALUES).join(new.select(KEY + VALUES), on=KEY, how="full", suffix="_new", coalesce=True)
+    moved = pl.any_horizontal(pl.col(c).ne_missing(pl.col(f"{c}_new")) for c in VALUES)
+    return joined.filter(moved).rename({c: f"{c}_old" for c in VALUES})
 
 
 def write_golden(table: pl.DataFrame, path: Path) -> None:

@@ -54,6 +54,7 @@ PATH_KEYS = (*PATH_PARAMS, "hardware", "arrivals")
 FILE_SUFFIXES = {"hardware": (".toml",), "arrivals": ARRIVAL_FILES}  # keys that name a file only with these
 FLUSH_SECONDS = 2.0
 STOP = threading.Event()  # set (by the command's SIGTERM handler) to end a sweep after the current rows
+MAX_CONFIGS = 1_000_000  # configurations a spec may expand to: each is a dict held until the sweep ends
 
 
 @dataclass
@@ -67,14 +68,25 @@ class SweepSpec:
 
     def configs(self) -> list[dict]:
         """Every configuration, trace-major (a worker keeps its trace loaded), minus the excluded; each
-        policy parameter only where the row's policy takes it."""
+        policy parameter only where the row's policy takes it, and each configuration once (a parameter
+        dropped where the policy does not take it, or a value listed twice, would repeat one)."""
         names = list(self.axes)
-        out = []
+        product = len(self.traces) * math.prod(len(self.axes[n]) for n in names)
+        if product > MAX_CONFIGS:
+            raise MoesimError(f"{self.path}: {product:,} configurations (the traces times every axis's values), more "
+                              f"than the {MAX_CONFIGS:,} a sweep holds; split it into several specs")
+        out, seen = [], set()
         for trace in self.traces:
             for values in itertools.product(*(self.axes[n] for n in names)):
+                if STOP.is_set():
+                    break
                 config = {"trace": trace, **self.fixed, **dict(zip(names, values))}
                 if not any(all(config.get(k) == v for k, v in rule.items()) for rule in self.exclude):
-                    out.append(_applicable(config))
+                    config = _applicable(config)
+                    key = repr(sorted(config.items()))
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(config)
         return out
 
 
@@ -313,6 +325,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
         raise MoesimError(f"{option('jobs')} must be at least 1, got {jobs}")
     if not 0 <= flush_seconds < math.inf:  # NaN too: a wait never passed, or passed at every row
         raise MoesimError(f"{option('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds}")
+    STOP.clear()  # from here a stop is honoured, the grid's expansion included
     done = pl.DataFrame()
     if out.exists():
         if not resume:
@@ -321,12 +334,24 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
             done = pl.read_parquet(out, glob=False)
         except READ_FAILURES as exc:
             raise MoesimError(f"{out}: unreadable results file ({first_line(exc)})") from None
+        if "config_id" not in done.columns:
+            raise MoesimError(f"{out}: not a sweep's results (no config_id column), so there is nothing to resume; "
+                              "give another file")
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
     configs = spec.configs()
-    ids = [row_id(spec.kind, c) for c in configs]  # each trace is hashed here once, not again by every worker
-    todo = [(cid, c) for cid, c in zip(ids, configs) if cid not in have]
+    todo, there = {}, set()  # each configuration once: settings that build the same Config share its id
+    for c in configs:
+        if STOP.is_set():
+            break
+        cid = row_id(spec.kind, c)  # each trace is hashed here once, not again by every worker
+        if cid in have:
+            there.add(cid)
+        else:
+            todo.setdefault(cid, c)
+    todo = list(todo.items())
+    if STOP.is_set():
+        raise MoesimError(f"{out}: sweep stopped before its first configuration ran; nothing was written")
     start = time.perf_counter()
-    STOP.clear()
     rows, failed, last = [], 0, time.monotonic()
     work = _units(spec.kind, todo)
     if spec.kind != "hitrate" and executor == "local" and jobs > 1:
@@ -348,7 +373,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     if STOP.is_set():
         raise MoesimError(f"{out}: sweep stopped after {len(rows)} of {len(todo)} configuration(s); "
                           f"run it again with {switch('resume')} to finish")
-    return SweepSummary(len(configs), len(configs) - len(todo), len(rows), failed, time.perf_counter() - start)
+    return SweepSummary(len(there) + len(todo), len(there), len(rows), failed, time.perf_counter() - start)
 
 
 def _compile_first(todo: list[tuple[str, dict]], kind: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.files import atomic_output
 from moesim.policies.ml_ffn import WEIGHTS, fill_features, new_history
 from moesim.tracegen.trace import Trace
@@ -66,6 +66,12 @@ def split(trace: Trace, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
 def train(trace: Trace, per_layer: bool, *, horizon: int = 64, val_fraction: float = 0.2, epochs: int = 400,
           patience: int = 30, batch: int = 256, seed: int = 0) -> tuple[dict, dict]:
     """Fit the FFN(s); return the exported arrays and a log (epochs run, best validation MSE)."""
+    for name, value in (("horizon", horizon), ("epochs", epochs), ("patience", patience), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise MoesimError(f"{option(name, value)}: must be a whole number, 1 or more")
+    if not 0 < val_fraction < 1:  # NaN too
+        raise MoesimError(f"{option('val_fraction', val_fraction)}: the share of sequences held out must be above 0 "
+                          "and below 1")
     try:
         import torch
     except ImportError:

@@ -4,6 +4,7 @@ silently wrong numbers, what a person reads, and processes that are interrupted 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -540,3 +541,36 @@ def test_a_replay_folder_without_space_is_named(cli, tmp_path):
     err = one_line_error(cli, "replay", "bundled", "--model", "mixtral-8x7b", "--layers", "1", "--scale", "0.01",
                          "--capacity", "2", "--workdir", "/proc")
     assert "/proc: no free space for the expert files; give --workdir a folder with free space" in err
+
+
+def test_a_global_curve_of_several_policies_is_one_table(cli):
+    """``sim mrc --scope global`` gave a KeyError traceback: a policy run per capacity (LRU and static under step
+    semantics) takes 64 of the pool's 256 capacities, a stack algorithm (Belady) every one, and the table looked up
+    capacities one of them lacked. The table now has the capacities every curve ran; the JSON each curve whole."""
+    code, out, err = cli("sim", "mrc", "bundled", "--policy", "lru", "--scope", "global", "--json")
+    assert code == 0, err
+    by_policy: dict = {}
+    for r in json.loads(out)["results"]:
+        by_policy.setdefault(r["policy"], []).append(r["capacity"])
+    assert set(by_policy) == {"lru", "belady", "static"} and len(by_policy["lru"]) == 64
+    assert by_policy["lru"] == by_policy["static"] and set(by_policy["lru"]) < set(by_policy["belady"])
+    code, out, err = cli("sim", "mrc", "bundled", "--policy", "lru", "--scope", "global")
+    rows = [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")]
+    assert code == 0 and "the capacities every curve ran" in " ".join(out.split()), err
+    assert sorted(map(int, rows)) == sorted(by_policy["lru"])
+
+
+def test_the_api_makes_no_folders_and_checks_training_settings(tmp_path):
+    import moesim
+
+    trace = moesim.load_trace("bundled")
+    with pytest.raises(moesim.MoesimError, match="absent/x.parquet: no such folder"):
+        moesim.write_trace(trace, tmp_path / "absent" / "x.parquet")
+    for options, message in (({"horizon": 0}, "horizon=0: must be a whole number, 1 or more"),
+                             ({"val_fraction": math.nan}, "val_fraction=nan: the share of sequences held out"),
+                             ({"epochs": 2.5}, "epochs=2.5: must be a whole number")):
+        with pytest.raises(moesim.MoesimError, match=message):
+            moesim.train_ml_ffn(trace, tmp_path / "m.npz", **options)
+    with pytest.raises(moesim.MoesimError, match="no such folder"):
+        moesim.train_ml_ffn(trace, tmp_path / "absent" / "m.npz")
+    assert list(tmp_path.iterdir()) == []

@@ -241,17 +241,17 @@ def test_split_is_an_axis_and_its_rows_are_not_a_uniform_curve(tmp_path):
 
 def test_a_strategys_parameter_is_a_key_and_part_of_each_rows_id(tmp_path):
     """Strategy parameters are keys like the policies' (a des run reads them): each value its own row, its own
-    id, and a strategy that does not take one leaves it out of its rows. A higher low-bit threshold sends
-    more of the same misses to the low-bit copy."""
+    id, and a strategy that does not take one leaves it out of its rows, which it then runs once (not once per
+    value it does not read). A higher low-bit threshold sends more of the same misses to the low-bit copy."""
     spec = tmp_path / "s.toml"
     spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\nlowbit_threshold = [0.1, 0.3]\n'
                     'strategy = ["lowbit-miss", "gpu-cache"]\n[fixed]\ndtype = "q4_k"\ncapacity = 4\n')
     loaded = load_spec(spec)
     assert [(c["strategy"], c.get("lowbit_threshold")) for c in loaded.configs()] == \
-        [("lowbit-miss", 0.1), ("gpu-cache", None), ("lowbit-miss", 0.3), ("gpu-cache", None)]
+        [("lowbit-miss", 0.1), ("gpu-cache", None), ("lowbit-miss", 0.3)]
     run_sweep(loaded, tmp_path / "r.parquet")
     rows = pl.read_parquet(tmp_path / "r.parquet")
-    assert rows["error"].is_null().all()
+    assert rows["error"].is_null().all() and rows.height == 3 and rows["config_id"].n_unique() == 3
     low = rows.filter(pl.col("strategy") == "lowbit-miss").sort("lowbit_threshold")
     assert low["config_id"].n_unique() == 2 and low["lowbit_share"][0] < low["lowbit_share"][1]
 
@@ -271,3 +271,39 @@ def test_a_script_without_a_main_guard_runs_a_parallel_sweep(tmp_path):
     cols = ["policy", "capacity", "hits"]
     assert pl.read_parquet(tmp_path / "out.parquet").select(cols).sort(cols).equals(
         pl.read_parquet(tmp_path / "serial.parquet").select(cols).sort(cols))
+
+
+def test_a_sweep_runs_each_configuration_once_and_can_be_stopped_before_its_first(tmp_path, monkeypatch):
+    """A value listed twice, or a parameter the row's policy does not take, repeated a configuration (13,020 runs
+    of a spec with 427 distinct ones); a spec past MAX_CONFIGS is refused before it is expanded; a stop during the
+    expansion (it took minutes on a large grid, and the stop was cleared after it) ends the sweep there; a file
+    that is not a sweep's results is not resumed into (a trace file was rewritten with result rows)."""
+    from moesim.experiments import sweep as sweep_module
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('traces = ["bundled", "bundled"]\n[axes]\npolicy = ["lru", "lru", "gamma"]\ncapacity = [2, 2]\n'
+                    'gamma = [0.5, 0.9]\n')
+    summary = run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    rows = pl.read_parquet(tmp_path / "r.parquet")
+    # lru at 2 once (gamma is not its parameter), gamma at 2 with each of its two values
+    assert summary.ran == summary.total == rows.height == rows["config_id"].n_unique() == 3
+    assert sorted(zip(rows["policy"], rows["gamma"].to_list())) == [("gamma", 0.5), ("gamma", 0.9), ("lru", None)]
+    trace = tmp_path / "t.parquet"
+    moesim.write_trace(moesim.load_trace("bundled"), trace)
+    before = trace.read_bytes()
+    with pytest.raises(MoesimError, match="t.parquet: not a sweep's results .no config_id column."):
+        run_sweep(load_spec(spec), trace, resume=True)
+    assert trace.read_bytes() == before
+    monkeypatch.setattr(sweep_module, "MAX_CONFIGS", 11)
+    with pytest.raises(MoesimError, match=r"s.toml: 12 configurations .*, more than the 11 a sweep holds"):
+        run_sweep(load_spec(spec), tmp_path / "big.parquet")
+    monkeypatch.setattr(sweep_module, "MAX_CONFIGS", 12)
+
+    def stopped(kind, config):  # Ctrl-C while the grid's rows are hashed
+        sweep_module.STOP.set()
+        return row_id(kind, config)
+
+    monkeypatch.setattr(sweep_module, "row_id", stopped)
+    with pytest.raises(MoesimError, match="stopped before its first configuration ran; nothing was written"):
+        run_sweep(load_spec(spec), tmp_path / "stopped.parquet")
+    assert not (tmp_path / "stopped.parquet").exists()
