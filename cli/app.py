@@ -151,6 +151,9 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
     from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS
 
     if template:
+        if show is not None or save is not None or as_json:
+            raise MoesimError("--template prints a commented hardware file to edit; it takes no --show, --save or "
+                              "--json (redirect it: moesim hardware --template > box.toml)")
         print(TEMPLATE, end="")
         return
     if show is not None:

@@ -119,6 +119,9 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES)
     spec = get_model(config.model.name)
     if spec.kind != "moe":
         raise MoesimError(f"{spec.name} is a MoLE model: its lookup tables have one placement; use 'moesim sim run'")
+    dtypes = list(dtypes)
+    if not dtypes:
+        raise MoesimError("a plan needs at least one weight format (dtypes) to size its candidates in")
     for dtype in dtypes:
         Config.build(dtype=dtype)  # a bad name is refused before any work
     wl = config.workload

@@ -8,7 +8,8 @@ f16 unpack rate), their FLOPs / attention rate)`` (the rates: ``moesim.sim.machi
 that is the memory term. Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache:
 
 - attention: weights d·q + 2·d·kv + q·d (``ModelSpec.attention_params``), KV read ``kv_width``·ctx values
-  (K and V, or MLA's one latent); 2·weights·T + 4·q·ctx FLOPs; on a CPU the 4·q·ctx FLOPs of the products over
+  (K and V, or MLA's one latent) over the query rows that share a read (flash attention's tile of up to 64 rows of a
+  prompt; 1 at decode); 2·weights·T + 4·q·ctx FLOPs; on a CPU the 4·q·ctx FLOPs of the products over
   the cache are a product of their own at the flash attention's rate (``CPU.attn_flops``: one query row at a time,
   or tiles of them where a sequence's micro-batch of up to ``UBATCH`` tokens has at least 64: a prompt's);
 - router: d·E weights; shared experts: their FFNs (resident, so computed, never copied) — before the layer's
@@ -61,7 +62,7 @@ from numba import njit, uint64
 
 from moesim.errors import MoesimError
 
-from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS
+from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS, FA_TILE_Q
 from moesim.sim.machine import ONE_POOL, Hardware
 from moesim.sim.weights import Weights
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
@@ -242,7 +243,13 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
     def op(params, flops, kernels, kv=0.0, kv_flops=0.0):
         return device_s(hw, params * bpp, flops, kernels, fmt, numa, weights.other_mix, kv, kv_flops, queries)
 
-    attention = op(attn_w, 2 * attn_w * tokens, KERNELS_ATTN, model.kv_width * ctx * KV_BYTES, 4 * q * ctx)
+    # ctx sums what each query row attends to, but a K/V value read once serves a tile of query rows: flash
+    # attention on a GPU streams the cache once per block of rows (FlashAttention-2's are 64 or 128: the smaller
+    # taken), ggml's CPU path once per 64-row tile where a micro-batch has that many, else once per row (decode)
+    rows_a_read = np.clip(queries, 1.0, FA_TILE_Q) if hw.gpu is not None else np.where(queries >= FA_TILE_Q,
+                                                                                        FA_TILE_Q, 1.0)
+    attention = op(attn_w, 2 * attn_w * tokens, KERNELS_ATTN, model.kv_width * ctx * KV_BYTES / rows_a_read,
+                   4 * q * ctx)
     pre = attention + op(d * model.num_experts, 2 * d * model.num_experts * tokens, KERNELS_ROUTER)
     shared = np.zeros_like(tokens)
     if model.shared_experts:

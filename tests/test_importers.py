@@ -106,12 +106,27 @@ def test_csv_table(tmp_path):
     ("seq,step,layer,e0,e1\n0,0,0,1,2\n0,0,1,x,2\n", ":3: 'x' is not an integer"),
     ("seq,step,layer,e0,e1\n0,0,0,1,2\n0,0,1,1,2,5\n", ":3: 6 fields, the header has 5"),
     ("seq,layer,e0\n0,0,1\n", ":1: header must name seq,step,layer"),
+    # a column of another name was ignored: 'Phase' left every row decoding
+    ("seq,step,layer,e0,e1,Phase\n0,0,0,1,2,0\n", ":1: unknown column.s. Phase"),
 ])
 def test_malformed_csv(tmp_path, body, message):
     src = tmp_path / "t.csv"
     src.write_text(body)
     with pytest.raises(MoesimError, match=message):
         import_trace(src, "csv", tmp_path / "t.parquet")
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path):
+    """A spreadsheet's CSV export starts with a UTF-8 byte-order mark: it was refused as a header that looked right
+    ("got \ufeffseq,step,..."); a JSONL file's the same."""
+    plain = tmp_path / "plain.csv"
+    plain.write_text("seq,step,layer,e0,e1,phase\n0,0,0,1,2,0\n0,1,0,2,3,1\n")
+    marked = tmp_path / "marked.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    import_trace(plain, "csv", tmp_path / "a.parquet")
+    import_trace(marked, "csv", tmp_path / "b.parquet")
+    a, b = load_trace(tmp_path / "a.parquet"), load_trace(tmp_path / "b.parquet")
+    assert np.array_equal(a.experts, b.experts) and np.array_equal(a.phase, b.phase) and a.phase.tolist() == [0, 1]
 
 
 def test_unknown_format_and_missing_file(tmp_path):

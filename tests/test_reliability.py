@@ -143,6 +143,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
     Path("cfg/huge.json").write_text(json.dumps(config))
     Path("cfg/cut.gguf").write_bytes(b"GGUF")
     Path("empty.parquet").write_bytes(b"")
+    Path("ok.toml").write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru"]\ncapacity = [2]\n')
     Path("s.toml").write_text('traces = ["empty.parquet"]\nkind = "hitrate"\n[axes]\npolicy = ["lru"]\n'
                               'capacity = [2]\n')
     Path("folder.parquet").mkdir()
@@ -167,6 +168,8 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
         (("train", "ml-ffn", "bundled", "--capacity", "0", "--out", "m.npz"), "capacity 0 must be at least 1"),
         (("hardware", "--show", "rtx4090", "--json", "--save", "h.txt"), "unknown hardware file format '.txt'"),
         (("trace", "synth", *SMALL, "--out", "t.csv"), "unknown trace format '.csv' (use .parquet)"),
+        (("sweep", "ok.toml", "--out", "r.csv"), "unknown results format '.csv' (use .parquet)"),
+        (("hardware", "--template", "--save", "h.toml"), "--template prints a commented hardware file to edit"),
         (("train", "ml-ffn", "bundled", "--out", "m.txt"), "unknown model format '.txt' (use .npz)"),
         (("calibrate", "--model", "olmoe-1b-7b", "--backend", "virtual", "--out", "c.toml"),
          "calibration measures a machine: backend cpu or cuda, not 'virtual'"),
@@ -573,4 +576,6 @@ def test_the_api_makes_no_folders_and_checks_training_settings(tmp_path):
             moesim.train_ml_ffn(trace, tmp_path / "m.npz", **options)
     with pytest.raises(moesim.MoesimError, match="no such folder"):
         moesim.train_ml_ffn(trace, tmp_path / "absent" / "m.npz")
+    with pytest.raises(moesim.MoesimError, match="a plan needs at least one weight format"):
+        moesim.plan("mixtral-8x7b", "rtx4090", dtypes=[])  # it said 'no strategy runs mixtral-8x7b: 
     assert list(tmp_path.iterdir()) == []

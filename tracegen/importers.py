@@ -8,6 +8,7 @@ responses hold one whole request per line and are read a line at a time (import_
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -120,15 +121,18 @@ def _spill(src: Path, parse, batches, folder: Path) -> tuple[list[list[Path]], l
 
 
 def _batches(src: Path, size: int, skip_header: bool) -> Iterator[tuple[np.ndarray, bytes]]:
-    """Batches of non-blank lines as (1-based line numbers, text); a CSV header rides on each."""
+    """Batches of non-blank lines as (1-based line numbers, text); a CSV header rides on each. A UTF-8 byte-order
+    mark at the start (a spreadsheet's or an editor's export) is skipped."""
     header = b""
     with open(src, "rb") as fh:
         if skip_header:
-            header = fh.readline()
+            header = fh.readline().removeprefix(codecs.BOM_UTF8)
             if not header.strip():
                 raise MoesimError(f"{src}:1: empty header line")
         numbers, chunk = [], []
         for number, line in enumerate(fh, start=2 if skip_header else 1):
+            if number == 1:
+                line = line.removeprefix(codecs.BOM_UTF8)
             if line.strip():
                 numbers.append(number)
                 chunk.append(line if line.endswith(b"\n") else line + b"\n")
@@ -185,11 +189,16 @@ def _check_vllm_line(line: str) -> str | None:
 
 
 def _parse_csv(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
-    """Plain table: seq,step,layer,e0..e{k-1}; optional phase (0 prefill, 1 decode; default 1)."""
+    """Plain table: seq,step,layer,e0..e{k-1}; optional phase (0 prefill, 1 decode; default 1). A column of another
+    name is refused, not ignored (a 'Phase' read as every row decoding)."""
     header = text.split(b"\n", 1)[0].decode(errors="replace").strip().split(",")
     experts = [h for h in header if h.startswith("e") and h[1:].isdigit()]
     if not {"seq", "step", "layer"} <= set(header) or not experts:
         raise MoesimError(f"{src}:1: header must name seq,step,layer,e0..ek-1 (got {','.join(header)})")
+    unknown = [h for h in header if h not in {"seq", "step", "layer", "phase", *experts}]
+    if unknown:
+        raise MoesimError(f"{src}:1: unknown column(s) {', '.join(unknown)} (a trace table has seq, step, layer, "
+                          "phase and e0..ek-1)")
     try:
         raw = pl.read_csv(io.BytesIO(text), schema_overrides={h: pl.Int64 for h in header}, has_header=True)
     except pl.exceptions.PolarsError as exc:
