@@ -122,16 +122,21 @@ def golden(
 
     Example: moesim sim golden --update
     """
-    import polars as pl
-
     from moesim.experiments.golden import diff, golden_table, read_golden, write_golden
 
     if not path.exists() and not update:
         raise MoesimError(f"{path}: no golden table here (run from the repository, pass --file, or --update to "
                           "write one)")
+    old = None
     if update:
         check_output(path, "golden table", suffixes=(".csv",))
-    old = read_golden(path) if path.exists() else None
+        if path.exists():
+            try:
+                old = read_golden(path)
+            except MoesimError as exc:  # a damaged table (a merge conflict): --update is how it is mended
+                console.print(f"{exc}: rewriting it whole")
+    elif path.exists():
+        old = read_golden(path)
     new = golden_table()
     old = new.clear() if old is None else old
     changed = diff(old, new)

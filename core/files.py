@@ -64,7 +64,8 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     a one-line error naming `path`."""
     path = Path(path)
     if not path.parent.is_dir():  # not made: a slip in a name would leave folders behind (``check_output``)
-        raise MoesimError(f"{path}: no such folder {path.parent}")
+        raise MoesimError(f"{path}: {path.parent} is a file, not a folder" if path.parent.exists()
+                          else f"{path}: no such folder {path.parent}")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
     except OSError as exc:

@@ -66,10 +66,11 @@ class SweepSpec:
     fixed: dict = field(default_factory=dict)
     exclude: list[dict] = field(default_factory=list)
 
-    def configs(self) -> list[dict]:
+    def configs(self, stop: threading.Event | None = None) -> list[dict]:
         """Every configuration, trace-major (a worker keeps its trace loaded), minus the excluded; each
         policy parameter only where the row's policy takes it, and each configuration once (a parameter
-        dropped where the policy does not take it, or a value listed twice, would repeat one)."""
+        dropped where the policy does not take it, or a value listed twice, would repeat one). ``stop``: once set,
+        the expansion ends where it is (a sweep stopped while a large grid expands)."""
         names = list(self.axes)
         product = len(self.traces) * math.prod(len(self.axes[n]) for n in names)
         if product > MAX_CONFIGS:
@@ -78,7 +79,7 @@ class SweepSpec:
         out, seen = [], set()
         for trace in self.traces:
             for values in itertools.product(*(self.axes[n] for n in names)):
-                if STOP.is_set():
+                if stop is not None and stop.is_set():
                     break
                 config = {"trace": trace, **self.fixed, **dict(zip(names, values))}
                 if not any(all(config.get(k) == v for k, v in rule.items()) for rule in self.exclude):
@@ -325,20 +326,32 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
         raise MoesimError(f"{option('jobs')} must be at least 1, got {jobs}")
     if not 0 <= flush_seconds < math.inf:  # NaN too: a wait never passed, or passed at every row
         raise MoesimError(f"{option('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds}")
+    if out.suffix.lower() != ".parquet":
+        raise MoesimError(f"{out}: unknown results format '{out.suffix}' (use .parquet)")
     STOP.clear()  # from here a stop is honoured, the grid's expansion included
+    try:
+        return _run(spec, out, jobs, resume, progress, flush_seconds, executor)
+    finally:
+        STOP.clear()  # a stop ends this sweep, not the next one in the process
+
+
+def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_seconds: float,
+         executor: str) -> SweepSummary:
     done = pl.DataFrame()
     if out.exists():
         if not resume:
             raise MoesimError(f"{out}: exists; pass {switch('resume')} to continue that sweep, or remove it")
         try:
+            if "config_id" not in pl.read_parquet_schema(out):  # before reading the rows (a trace may be large)
+                raise MoesimError(f"{out}: not a sweep's results (no config_id column), so there is nothing to "
+                                  "resume; give another file")
             done = pl.read_parquet(out, glob=False)
         except READ_FAILURES as exc:
+            if isinstance(exc, MoesimError):
+                raise
             raise MoesimError(f"{out}: unreadable results file ({first_line(exc)})") from None
-        if "config_id" not in done.columns:
-            raise MoesimError(f"{out}: not a sweep's results (no config_id column), so there is nothing to resume; "
-                              "give another file")
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
-    configs = spec.configs()
+    configs = spec.configs(STOP)
     todo, there = {}, set()  # each configuration once: settings that build the same Config share its id
     for c in configs:
         if STOP.is_set():

@@ -151,7 +151,8 @@ def prefill_s(model: ModelSpec, hw: Hardware, prompt: int) -> float:
         raise MoesimError("prefill_s times a CPU-only machine")
     n, experts, k = float(prompt), model.num_experts, model.top_k
     w = weights_of_file(model)
-    c = costs(model, hw, np.array([n]), np.array([n * (n + 1) / 2]), w, outputs=np.array([1.0]))
+    c = costs(model, hw, np.array([n]), np.array([n * (n + 1) / 2]), w, outputs=np.array([1.0]),
+              prefill=np.array([True]))
     used = experts * (1 - (1 - k / experts) ** n)
     expert = cpu_expert_s(hw.cpu, model.expert_params, w.expert_format, w.expert_bytes, n * k / used, mix=w.expert_mix)
     return float(model.num_layers * (c.pre_s[0] + used * expert + c.cpu_layer_fixed_s) + c.row_s[0])

@@ -8,8 +8,8 @@ f16 unpack rate), their FLOPs / attention rate)`` (the rates: ``moesim.sim.machi
 that is the memory term. Per layer and row of T tokens whose sequences hold ``ctx`` tokens of KV cache:
 
 - attention: weights d·q + 2·d·kv + q·d (``ModelSpec.attention_params``), KV read ``kv_width``·ctx values
-  (K and V, or MLA's one latent) over the query rows that share a read (flash attention's tile of up to 64 rows of a
-  prompt; 1 at decode); 2·weights·T + 4·q·ctx FLOPs; on a CPU the 4·q·ctx FLOPs of the products over
+  (K and V, or MLA's one latent), a prompt's over the query rows that share a read (``kv_reads``: flash
+  attention's tile of up to 64 rows; 1 at decode); 2·weights·T + 4·q·ctx FLOPs; on a CPU the 4·q·ctx FLOPs of the products over
   the cache are a product of their own at the flash attention's rate (``CPU.attn_flops``: one query row at a time,
   or tiles of them where a sequence's micro-batch of up to ``UBATCH`` tokens has at least 64: a prompt's);
 - router: d·E weights; shared experts: their FFNs (resident, so computed, never copied) — before the layer's
@@ -224,12 +224,25 @@ class RowCosts(NamedTuple):
     handoff: np.ndarray
 
 
+def kv_reads(hw: Hardware, ctx, prompt_ctx=0.0, prompt_rows=1.0):
+    """The KV tokens a row's attention streams from memory. ``ctx`` sums what each of its query rows attends to; a
+    decode row's sequences each read their own cache, but a prompt's ``prompt_rows`` query rows of a sequence share
+    a read a tile of them: flash attention on a GPU streams the cache once per block of rows (FlashAttention-2's
+    are 64 or 128: the smaller taken), ggml's CPU path once per 64-row tile where a micro-batch has that many, else
+    once per row. ``prompt_ctx``: the part of ``ctx`` the prompt rows attend to (a served step mixes both)."""
+    prompt_rows = np.asarray(prompt_rows, np.float64)
+    rows_a_read = np.clip(prompt_rows, 1.0, FA_TILE_Q) if hw.gpu is not None else \
+        np.where(prompt_rows >= FA_TILE_Q, FA_TILE_Q, 1.0)
+    return np.asarray(ctx, np.float64) - prompt_ctx + np.asarray(prompt_ctx, np.float64) / rows_a_read
+
+
 def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, engine: Engine = Engine(),
-              outputs=None) -> RowCosts:
+              outputs=None, prompt_ctx=0.0, prompt_rows=1.0) -> RowCosts:
     """What depends on a row's ``tokens`` and the KV tokens ``ctx`` its sequences hold (arrays or scalars): one
     layer's attention + router (+ shared experts, or apart where the engine overlaps them), the row's
     once-per-row work (its output head on ``outputs`` tokens: all of them unless given, a prompt's last), MoLE's
-    lookup-row copy and its bytes, and the activations' hand-off to the host, one way."""
+    lookup-row copy and its bytes, and the activations' hand-off to the host, one way. ``prompt_ctx``: the part
+    of ``ctx`` that prompt rows attend to, in pieces of ``prompt_rows`` query rows a sequence (``kv_reads``)."""
     d, bpp, fmt, numa = model.d_model, weights.other_bpp, weights.other_format, engine.numa
     tokens = np.asarray(tokens, np.float64)
     outputs = tokens if outputs is None else np.asarray(outputs, np.float64)
@@ -243,13 +256,8 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
     def op(params, flops, kernels, kv=0.0, kv_flops=0.0):
         return device_s(hw, params * bpp, flops, kernels, fmt, numa, weights.other_mix, kv, kv_flops, queries)
 
-    # ctx sums what each query row attends to, but a K/V value read once serves a tile of query rows: flash
-    # attention on a GPU streams the cache once per block of rows (FlashAttention-2's are 64 or 128: the smaller
-    # taken), ggml's CPU path once per 64-row tile where a micro-batch has that many, else once per row (decode)
-    rows_a_read = np.clip(queries, 1.0, FA_TILE_Q) if hw.gpu is not None else np.where(queries >= FA_TILE_Q,
-                                                                                        FA_TILE_Q, 1.0)
-    attention = op(attn_w, 2 * attn_w * tokens, KERNELS_ATTN, model.kv_width * ctx * KV_BYTES / rows_a_read,
-                   4 * q * ctx)
+    read = kv_reads(hw, ctx, prompt_ctx, prompt_rows)
+    attention = op(attn_w, 2 * attn_w * tokens, KERNELS_ATTN, model.kv_width * read * KV_BYTES, 4 * q * ctx)
     pre = attention + op(d * model.num_experts, 2 * d * model.num_experts * tokens, KERNELS_ROUTER)
     shared = np.zeros_like(tokens)
     if model.shared_experts:
@@ -268,7 +276,9 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
         once = once + (model.dense_layers * CPU_LAYER_BARRIERS + (KERNELS_HEAD if head else 0)) * barrier
     measured = hw.compute
     if measured is not None:
-        pre = measured.layer_s + measured.layer_token_s * tokens + measured.layer_ctx_s * ctx
+        # layer_ctx_s is a KV token's read, fitted on decode rows: a prompt's tokens share theirs as above (the table
+        # has no term for a long prompt's attention FLOPs)
+        pre = measured.layer_s + measured.layer_token_s * tokens + measured.layer_ctx_s * read
         shared, once = np.zeros_like(tokens), measured.row_s + measured.row_token_s * tokens
     if model.kind == "mole":
         lut_bytes = tokens * d * model.num_experts * bpp
@@ -282,11 +292,11 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
 
 def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, weights: Weights,
           max_expert_tokens: int = 1, lowbit_dtype: str | None = None, engine: Engine = Engine(),
-          outputs: np.ndarray | None = None) -> Costs:
+          outputs: np.ndarray | None = None, prefill: np.ndarray | None = None) -> Costs:
     """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all and which output
     ``outputs`` tokens' logits (all unless given), experts computing up to ``max_expert_tokens`` tokens each, the
     weights ``weights`` (``moesim.sim.weights``), on the engine ``engine``. ``lowbit_dtype`` prices low-bit
-    copies."""
+    copies. ``prefill`` marks the prompt rows (each wholly a prompt's, of tokens / outputs rows a sequence)."""
     eb = weights.expert_bytes
     n_tokens = np.arange(max(int(max_expert_tokens), 1) + 1, dtype=np.float64)
     cpu = hw.cpu
@@ -307,7 +317,11 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, w
                               "hardware file without [compute]")
         by_tokens = measured.expert_s + measured.expert_token_s * np.maximum(n_tokens - 1, 0)
         moe_launch_s, expert_launch_s = measured.moe_launch_s, measured.expert_launch_s
-    rc = row_costs(model, hw, tokens, ctx, weights, engine, outputs)
+    if prefill is None:
+        rc = row_costs(model, hw, tokens, ctx, weights, engine, outputs)
+    else:
+        rows = np.asarray(tokens, np.float64) / np.maximum(tokens if outputs is None else outputs, 1.0)
+        rc = row_costs(model, hw, tokens, ctx, weights, engine, outputs, np.where(prefill, ctx, 0.0), rows)
     lowbit_bytes = model.expert_params * BYTES_PER_PARAM[lowbit_dtype] if lowbit_dtype else 0.0
     f64 = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
     return Costs(pre_s=f64(rc.pre), shared_s=f64(rc.shared), row_s=f64(rc.once), lut_s=f64(rc.lut),

@@ -230,7 +230,7 @@ class BatchRows(RowSource):
         exe, exe_tokens, committed = executed(req, pred, pred_tokens, config.prefetch.mode == "commit")
         self.exe = exe
         cost = costs(model, hardware, req.tokens, req.ctx, weights, int(exe_tokens.max(initial=1)), lowbit, engine,
-                     req.outputs)
+                     req.outputs, req.kind == PREFILL)
         group_start = np.zeros(req.num_rows, np.bool_)
         group_start[req.group_offsets[:-1][req.group_offsets[:-1] < req.num_rows]] = True
         return RowArrays(experts=req.experts, exe=exe, exe_tokens=exe_tokens, committed=committed, weights=req.weights,

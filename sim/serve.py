@@ -308,20 +308,25 @@ class StreamRows(RowSource):
     def fill(self, queue, pieces) -> None:
         """Write the step of ``pieces`` (``moesim.sim.scheduler.Piece``) into the arrays."""
         rows, decode_rows, ctx, given = [], [], 0.0, 0
+        prompt_ctx, prompt_rows = 0.0, 0.0  # the prompt chunks' share of ctx, and their query rows weighted by it
         context = self.context
         for p in pieces:
             r = p.request
             if p.prefill and not queue.recorded[r]:  # a given prompt: positions start .. start + n - 1
                 given += p.n
-                ctx += p.n * (context + 1) + (2 * p.start + p.n - 1) * p.n / 2
-                continue
-            first = queue.first_row[r] + (0 if p.prefill else queue.prompt[r] * queue.recorded[r]) + p.start
-            span = np.arange(first, first + p.n)
-            rows.append(span)
-            shift = context + (0 if queue.recorded[r] else queue.prompt[r])
-            ctx += float((self.position[span] + 1 + shift).sum())
-            if not p.prefill:
-                decode_rows.append(span)
+                piece = p.n * (context + 1) + (2 * p.start + p.n - 1) * p.n / 2
+            else:
+                first = queue.first_row[r] + (0 if p.prefill else queue.prompt[r] * queue.recorded[r]) + p.start
+                span = np.arange(first, first + p.n)
+                rows.append(span)
+                shift = context + (0 if queue.recorded[r] else queue.prompt[r])
+                piece = float((self.position[span] + 1 + shift).sum())
+                if not p.prefill:
+                    decode_rows.append(span)
+            ctx += piece
+            if p.prefill:
+                prompt_ctx += piece
+                prompt_rows += piece * p.n
         rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
         self.experts.fill(-1)
         self.weights.fill(0.0)
@@ -339,7 +344,7 @@ class StreamRows(RowSource):
         # logits for every decode position and a prompt's last token (``moesim.sim.requests``)
         outputs = sum(p.n if not p.prefill else p.start + p.n == queue.prompt[p.request] for p in pieces)
         rc = row_costs(self.model, self.hardware, float(self.tokens[0]), ctx, self.weights_of_run, self.engine,
-                       float(outputs))
+                       float(outputs), prompt_ctx, prompt_rows / prompt_ctx if prompt_ctx else 1.0)
         self.pre_s[0], self.shared_s[0], self.row_s[0] = rc.pre, rc.shared, rc.once
         self.lut_s[0], self.handoff_s[0] = rc.lut, rc.handoff
         self.lut_bytes += float(rc.lut_bytes) * self.experts.shape[1]

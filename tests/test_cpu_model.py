@@ -11,7 +11,7 @@ import pytest
 from dyadic import HW, LAT, LINK_BW, MEM_BW, MODEL, US, pre_s, trace_of
 from moesim import simulate
 from moesim.errors import MoesimError
-from moesim.sim.costs import Engine, cpu_expert_s, cpu_layer_s, row_costs
+from moesim.sim.costs import Engine, cpu_expert_s, cpu_layer_s, kv_reads, row_costs
 from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS, WEIGHT_BYTES_PER_CYCLE
 from moesim.sim.machine import ONE_POOL, PER_SOCKET, CPU, Hardware
 from moesim.sim.weights import Weights
@@ -239,10 +239,11 @@ def test_the_flash_attention_path_goes_by_a_sequences_query_rows():
 
 def test_a_prompt_reads_the_kv_cache_once_a_tile_of_query_rows():
     """ctx sums what each query row attends to; flash attention streams the cache once per tile of up to 64 query
-    rows (a 32k-token prompt's TTFT was 87.8 s on an RTX 4090, every row re-reading the cache). With FLOPs free,
-    the attention's extra time over ctx = 0 is the cache's bytes over the rows that share a read: a decode row's
-    sequences each read their own (1), a 32-token prompt's rows share (32), a 128-token prompt's tiles of 64; on a
-    CPU, ggml's one-row path below 64 rows reads per row."""
+    rows of a sequence (a 32k-token prompt's TTFT was 87.8 s on an RTX 4090, every row re-reading the cache). With
+    FLOPs free, the attention's extra time over ctx = 0 is the cache's bytes over the rows that share a read: a
+    decode row's sequences each read their own (1), a 32-token prompt's rows share (32), a 128-token prompt's
+    tiles of 64; on a CPU, ggml's one-row path below 64 rows reads per row. A served step that mixes decodes
+    with a prompt chunk divides only the chunk's share: adding the chunk never makes the step cheaper."""
     from moesim.sim.machine import GPU, Link
     from moesim.sim.weights import weights_of
 
@@ -250,15 +251,21 @@ def test_a_prompt_reads_the_kv_cache_once_a_tile_of_query_rows():
     hw = Hardware("g", gpu, Link("l", 32.0))
     w = weights_of(None, MODEL, "bf16")
     tokens, outputs = np.array([4.0, 32.0, 128.0]), np.array([4.0, 1.0, 1.0])
-    ctx = np.array([4e6, 4e6, 4e6])
+    ctx, prompt_ctx, rows = np.full(3, 4e6), np.array([0.0, 4e6, 4e6]), np.array([1.0, 32.0, 128.0])
 
-    def extra(machine):
-        return row_costs(MODEL, machine, tokens, ctx, w, outputs=outputs).pre - \
-            row_costs(MODEL, machine, tokens, 0 * ctx, w, outputs=outputs).pre
+    def extra(machine, *prompt):
+        return row_costs(MODEL, machine, tokens, ctx, w, Engine(), outputs, *prompt).pre - \
+            row_costs(MODEL, machine, tokens, 0 * ctx, w, Engine(), outputs).pre
 
     cache = MODEL.kv_width * 4e6 * 2.0
-    assert extra(hw) == pytest.approx(cache / np.array([1.0, 32.0, 64.0]) / 1e12, rel=1e-9)
+    assert extra(hw, prompt_ctx, rows) == pytest.approx(cache / np.array([1.0, 32.0, 64.0]) / 1e12, rel=1e-9)
+    assert extra(hw) == pytest.approx(np.full(3, cache / 1e12), rel=1e-9)  # not a prompt's: every row reads
     c = cpu(cores=1, attn_gflops=1e12, attn_tiled_gflops=1e12)  # the products free: the read binds
-    on_cpu = extra(Hardware("cpu-only", None, None, cpu=c))
+    on_cpu = extra(Hardware("cpu-only", None, None, cpu=c), prompt_ctx, rows)
     reads = cache / min(c.dram_bw(), c.unpack_bw("f16"))
     assert on_cpu == pytest.approx(reads / np.array([1.0, 1.0, 64.0]), rel=1e-9)
+    # 31 decodes reading 8,000 KV tokens each, then with a 64-token prompt beside them (its triangle, 2,080)
+    decodes = row_costs(MODEL, hw, 31.0, 31 * 8000.0, w, Engine(), 31.0).pre
+    mixed = row_costs(MODEL, hw, 95.0, 31 * 8000.0 + 2080.0, w, Engine(), 32.0, 2080.0, 64.0).pre
+    assert mixed >= decodes
+    assert kv_reads(hw, 31 * 8000.0 + 2080.0, 2080.0, 64.0) == 31 * 8000.0 + 2080.0 / 64

@@ -47,3 +47,6 @@ def test_an_odd_golden_file_is_one_line_and_every_column_is_compared(cli, tmp_pa
     assert code == 1 and "no such folder" in err and not (tmp_path / "absent").exists()
     code, _, err = cli("sim", "golden", "--update", "--file", tmp_path / "g.txt")
     assert code == 1 and "unknown golden table format '.txt'" in err
+    code, out, err = cli("sim", "golden", "--update", "--file", tmp_path / "repeated.csv")  # --update mends it
+    assert code == 0 and "rewriting it whole" in " ".join(out.split()), err
+    assert cli("sim", "golden", "--file", tmp_path / "repeated.csv")[0] == 0

@@ -107,7 +107,8 @@ def test_csv_table(tmp_path):
     ("seq,step,layer,e0,e1\n0,0,0,1,2\n0,0,1,1,2,5\n", ":3: 6 fields, the header has 5"),
     ("seq,layer,e0\n0,0,1\n", ":1: header must name seq,step,layer"),
     # a column of another name was ignored: 'Phase' left every row decoding
-    ("seq,step,layer,e0,e1,Phase\n0,0,0,1,2,0\n", ":1: unknown column.s. Phase"),
+    ("seq,step,layer,e0,e1,Phase\n0,0,0,1,2,0\n", ":1: unknown column.s. 'Phase'"),
+    ("seq,step,layer,e0,e1,\n0,0,0,1,2,\n", ":1: unknown column.s. ''"),  # a spreadsheet's trailing comma
 ])
 def test_malformed_csv(tmp_path, body, message):
     src = tmp_path / "t.csv"

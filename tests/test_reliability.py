@@ -569,6 +569,13 @@ def test_the_api_makes_no_folders_and_checks_training_settings(tmp_path):
     trace = moesim.load_trace("bundled")
     with pytest.raises(moesim.MoesimError, match="absent/x.parquet: no such folder"):
         moesim.write_trace(trace, tmp_path / "absent" / "x.parquet")
+    from moesim.tracegen.importers import import_trace
+
+    log = tmp_path / "t.csv"
+    log.write_text("seq,step,layer,e0\n0,0,0,1\n")
+    with pytest.raises(moesim.MoesimError, match="absent/t.parquet: no such folder"):  # a FileNotFoundError
+        import_trace(log, "csv", tmp_path / "absent" / "t.parquet")
+    log.unlink()
     for options, message in (({"horizon": 0}, "horizon=0: must be a whole number, 1 or more"),
                              ({"val_fraction": math.nan}, "val_fraction=nan: the share of sequences held out"),
                              ({"epochs": 2.5}, "epochs=2.5: must be a whole number")):

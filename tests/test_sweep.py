@@ -307,3 +307,7 @@ def test_a_sweep_runs_each_configuration_once_and_can_be_stopped_before_its_firs
     with pytest.raises(MoesimError, match="stopped before its first configuration ran; nothing was written"):
         run_sweep(load_spec(spec), tmp_path / "stopped.parquet")
     assert not (tmp_path / "stopped.parquet").exists()
+    # the stop ended that sweep only: the spec still expands whole, in this process
+    assert not sweep_module.STOP.is_set() and len(load_spec(spec).configs()) == 3
+    with pytest.raises(MoesimError, match="r.csv: unknown results format '.csv'"):
+        moesim.sweep(spec, tmp_path / "r.csv")  # the API too wrote Parquet bytes under that name

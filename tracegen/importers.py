@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from moesim.errors import MoesimError
+from moesim.files import check_output
 from moesim.tracegen.models import get_model
 from moesim.tracegen.import_sglang import import_sglang
 from moesim.tracegen.io import ORIGIN, TraceWriter, trace_from_frame
@@ -42,6 +43,7 @@ def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None =
     parsed batches are spilled to Parquet parts by sequence bucket, then each bucket is checked and
     written in turn (``TraceWriter``)."""
     src = Path(src)
+    check_output(out, "trace", inputs=(src,), suffixes=(".parquet",))  # before the parts are spilled beside it
     spec = get_model(model) if model else None
     if fmt not in FORMATS:
         raise MoesimError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
@@ -197,8 +199,8 @@ def _parse_csv(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
         raise MoesimError(f"{src}:1: header must name seq,step,layer,e0..ek-1 (got {','.join(header)})")
     unknown = [h for h in header if h not in {"seq", "step", "layer", "phase", *experts}]
     if unknown:
-        raise MoesimError(f"{src}:1: unknown column(s) {', '.join(unknown)} (a trace table has seq, step, layer, "
-                          "phase and e0..ek-1)")
+        raise MoesimError(f"{src}:1: unknown column(s) {', '.join(map(repr, unknown))} (a trace table has seq, step, "
+                          "layer, phase and e0..ek-1)")
     try:
         raw = pl.read_csv(io.BytesIO(text), schema_overrides={h: pl.Int64 for h in header}, has_header=True)
     except pl.exceptions.PolarsError as exc:

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from moesim.errors import MoesimError, first_line
-from moesim.files import atomic_output
+from moesim.files import atomic_output, check_output
 from moesim.tracegen.schema import COLUMNS, METADATA_KEY, NULLABLE, REQUIRED, TraceMeta
 from moesim.tracegen.trace import Trace, trace_file
 
@@ -147,7 +147,7 @@ class TraceWriter:
 
     def __init__(self, path: str | Path, meta: TraceMeta):
         self.path, self.meta = Path(path), meta
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_output(self.path, "trace", suffixes=(".parquet",))  # its folder is not made (``atomic_output``)
         self._parts = tempfile.TemporaryDirectory(prefix=f".{self.path.name}.parts.", dir=self.path.parent)
         self._count = 0
         self.sequences = 0  # written so far

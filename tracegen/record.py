@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError, option
+from moesim.files import check_output
 from moesim.tracegen.families import Family, is_router
 from moesim.tracegen.hf import load_model, require_torch
 from moesim.tracegen.io import TraceWriter
@@ -100,6 +101,7 @@ def record_trace(model_ref: str, prompts_path: str | Path, out: str | Path, opts
 
     `progress(sequences_done, sequences_total)` is called after every batch.
     """
+    check_output(out, "trace", inputs=(prompts_path,), suffixes=(".parquet",))
     prompts = read_prompts(prompts_path)
     if opts.max_new_tokens < 1 or opts.batch_size < 1:
         raise MoesimError("--max-new-tokens and --batch-size must be at least 1")
