@@ -4,7 +4,11 @@ runs on the CPU at the same time, and its weights never wait on the link.
 The cache is static with policy ``static`` (kTransformers places hot experts on the GPU once) or
 dynamic with any other policy: a missed expert the policy admits is also copied into the slot it
 frees, in the background, for later tokens (HybriMoE's cache updates), and the layer does not wait
-for that copy. With capacity 0 every routed expert runs on the CPU (kTransformers' DeepSeek setup:
+for that copy. A fill starts only on a copy engine idle at the layer's routing time: HybriMoE does not
+say what its updates do when misses outrun the link; queued behind one another they fall ever further
+behind, and a later hit waiting on its fill made more GPU memory slower than none (docs/simulator.md).
+A static cache's pins come in the same way, as the engine frees (kTransformers loads them before decoding:
+a run's warm-up covers it). With capacity 0 every routed expert runs on the CPU (kTransformers' DeepSeek setup:
 attention and shared experts on the GPU, routed experts on the CPU). Prefetchers combine with it: a
 prefetched expert is a GPU hit. HybriMoE also splits a layer's misses between CPU and GPU by cost;
 that is ``cpu-miss``'s rule, not modelled here. kTransformers computes the shared experts on the GPU
