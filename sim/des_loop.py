@@ -336,16 +336,14 @@ def to_cpu(s, row, layer, obj, tokens, route_at):
 def background_fill(s, st, row, layer, part, obj, t, route_at, stamp, pinned):
     """``A_CPU_FILL``: copy a miss the CPU is computing into the slot the policy frees, for later tokens; the cell
     does not wait for it. Only onto a copy engine idle at the routing time: fills queued behind one another fall
-    further behind where misses outrun the link, and a later hit would wait on one (with no cache, an engine that
-    runs its misses on the CPU does not make its GPU hits wait for a copy). Returns the residents of X."""
+    further behind where misses outrun the link, and a later hit would wait on one. The policy sees every miss;
+    one not filled is a bypass (``on_miss``'s False). Returns the residents of X."""
     inp, cache, eng_free = s.inputs, s.cache, s.tiers.eng_free
     idle = False
     for e in range(eng_free.shape[0]):
         idle |= eng_free[e] <= route_at
-    if not idle:  # every engine busy: the expert stays on the CPU this time
-        return pinned
     capacity = cache.live[part]
-    if not policy.on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
+    if not policy.on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity) or not idle:
         return pinned
     if claim(s, st, part, obj, t, stamp)[0] < 0:
         return pinned
