@@ -7,8 +7,11 @@ frees, in the background, for later tokens (HybriMoE's cache updates), and the l
 for that copy. A fill starts only on a copy engine idle at the layer's routing time: HybriMoE does not
 say what its updates do when misses outrun the link; queued behind one another they fall ever further
 behind, and a later hit waiting on its fill made more GPU memory slower than none (docs/simulator.md).
-A static cache's pins come in the same way, as the engine frees (kTransformers loads them before decoding:
-a run's warm-up covers it). With capacity 0 every routed expert runs on the CPU (kTransformers' DeepSeek setup:
+A static cache's pins come in the same way, as the engine frees, inside the measured run unless a warm-up
+(``warmup``) runs first (kTransformers loads them before decoding). A prefetcher's copies take the engines too,
+and a prefetched expert is a GPU hit that waits for its copy: with hybrid, a prefetcher can be slower than none
+(a known limit: the bundled trace at Q4_K on an RTX 4090, LRU, 2 slots a layer: 12.3 tokens/s without, 8.3 with
+``history``). With capacity 0 every routed expert runs on the CPU (kTransformers' DeepSeek setup:
 attention and shared experts on the GPU, routed experts on the CPU). Prefetchers combine with it: a
 prefetched expert is a GPU hit. HybriMoE also splits a layer's misses between CPU and GPU by cost;
 that is ``cpu-miss``'s rule, not modelled here. kTransformers computes the shared experts on the GPU
