@@ -34,7 +34,7 @@ def sweep(
     from moesim.experiments.sweep import STOP, load_spec
 
     spec = load_spec(spec_path)
-    check_output(out, "results", inputs=(spec_path, *spec.traces), suffixes=(".parquet",))
+    check_output(out, "results", inputs=(spec_path, *spec.traces))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True) as bar:
         task = bar.add_task(f"sweep ({spec.kind})", total=None)

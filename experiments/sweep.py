@@ -43,7 +43,7 @@ from pathlib import Path
 import polars as pl
 
 from moesim.errors import READER, MoesimError, first_line, option, switch
-from moesim.files import atomic_output, read_toml
+from moesim.files import atomic_output, check_output, read_toml
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
                                STRATEGY_PARAMS, Config, check_params_used, config_id, load_cached_trace, params_for)
@@ -326,8 +326,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
         raise MoesimError(f"{option('jobs')} must be at least 1, got {jobs}")
     if not 0 <= flush_seconds < math.inf:  # NaN too: a wait never passed, or passed at every row
         raise MoesimError(f"{option('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds}")
-    if out.suffix.lower() != ".parquet":
-        raise MoesimError(f"{out}: unknown results format '{out.suffix}' (use .parquet)")
+    check_output(out, "results", suffixes=(".parquet",))  # its folder, its format (the command line's too)
     STOP.clear()  # from here a stop is honoured, the grid's expansion included
     try:
         return _run(spec, out, jobs, resume, progress, flush_seconds, executor)

@@ -317,11 +317,9 @@ def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, w
                               "hardware file without [compute]")
         by_tokens = measured.expert_s + measured.expert_token_s * np.maximum(n_tokens - 1, 0)
         moe_launch_s, expert_launch_s = measured.moe_launch_s, measured.expert_launch_s
-    if prefill is None:
-        rc = row_costs(model, hw, tokens, ctx, weights, engine, outputs)
-    else:
-        rows = np.asarray(tokens, np.float64) / np.maximum(tokens if outputs is None else outputs, 1.0)
-        rc = row_costs(model, hw, tokens, ctx, weights, engine, outputs, np.where(prefill, ctx, 0.0), rows)
+    rows = np.asarray(tokens, np.float64) / np.maximum(tokens if outputs is None else outputs, 1.0)
+    prompt_ctx = 0.0 if prefill is None else np.where(prefill, ctx, 0.0)
+    rc = row_costs(model, hw, tokens, ctx, weights, engine, outputs, prompt_ctx, rows)
     lowbit_bytes = model.expert_params * BYTES_PER_PARAM[lowbit_dtype] if lowbit_dtype else 0.0
     f64 = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
     return Costs(pre_s=f64(rc.pre), shared_s=f64(rc.shared), row_s=f64(rc.once), lut_s=f64(rc.lut),

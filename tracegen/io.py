@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from moesim.errors import MoesimError, first_line
-from moesim.files import atomic_output, check_output
+from moesim.files import atomic_output
 from moesim.tracegen.schema import COLUMNS, METADATA_KEY, NULLABLE, REQUIRED, TraceMeta
 from moesim.tracegen.trace import Trace, trace_file
 
@@ -140,14 +140,14 @@ def write_trace(trace: Trace, path: str | Path) -> None:
 class TraceWriter:
     """Write a trace in chunks of whole sequences, so memory stays bounded by one chunk.
 
-    Each chunk is validated and spilled to a part file in a hidden folder beside `path`;
+    Each chunk is validated and spilled to a part file in a hidden folder beside `path` (whose folder the caller
+    has checked: ``check_output``, as ``import_trace`` and ``record_trace`` do);
     `close()` streams the parts into `path` (atomically) and removes them. Leaving the `with`
     block by an exception removes the parts and writes nothing.
     """
 
     def __init__(self, path: str | Path, meta: TraceMeta):
         self.path, self.meta = Path(path), meta
-        check_output(self.path, "trace", suffixes=(".parquet",))  # its folder is not made (``atomic_output``)
         self._parts = tempfile.TemporaryDirectory(prefix=f".{self.path.name}.parts.", dir=self.path.parent)
         self._count = 0
         self.sequences = 0  # written so far
