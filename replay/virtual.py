@@ -5,8 +5,9 @@ CPU and CUDA backends (``moesim.replay.backend``) and the same compute calls
 as ``moesim.replay.compute.ComputeStream``, and every duration comes from the cost table the
 discrete-event run used (``DesResult.costs``): a layer's attention and router take ``pre_s`` of its
 row (and the shared experts an engine overlaps with the CPU's, ``shared_s``, from the routing time), the
-dense layers and head ``row_s`` after its last layer, a copy goes through the simulator's own transfer function (copy engines, and the SSD and DRAM
-tiers when there is one), a fused kernel and a per-expert kernel take ``moesim.sim.costs``'s
+dense layers and head ``row_s`` after its last layer, a copy goes through the simulator's own transfer function
+from the layer's routing time, as the simulator issues it (copy engines, and the SSD and DRAM tiers when there
+is one; a row's preloads from the row's start), a fused kernel and a per-expert kernel take ``moesim.sim.costs``'s
 formulas; an expert run on the host CPU goes through the simulator's CPU stream (``cpu_run``) from the
 routing time plus the hand-off, and the layer waits for its result. So the executor reproduces the
 simulated time per token to the last bit exactly when it issues every copy at the moment the
@@ -36,17 +37,24 @@ class VirtualBackend(Backend):
         self.tiers = make_tiers(num_objects, sim.requests.experts.shape[1], engines)
         self.counters = np.zeros(len(COUNTERS))
         self.route_at, self.cpu_back, self.current = 0.0, -1.0, 0
+        self.routing = False  # between a layer's routing and the row's end: its copies start at ``route_at``
 
     # the backend interface
     def load(self, obj: int, buf: int) -> float:
-        return transfer(self.tiers, obj, self.now, self.times, self.dram_capacity, self.counters)
+        return transfer(self.tiers, obj, self._issue_at(), self.times, self.dram_capacity, self.counters)
 
     def load_lowbit(self, obj: int, buf: int) -> float:
-        return queue_copy(self.tiers, self.now, self.times[T_LOWBIT_COPY])  # low-bit copies stay in DRAM
+        return queue_copy(self.tiers, self._issue_at(), self.times[T_LOWBIT_COPY])  # low-bit copies stay in DRAM
 
     def routed(self) -> None:
-        self.route_at = self.now
+        """The layer's copies start at the routing time, beside the shared experts the GPU runs then."""
+        self.route_at, self.routing = self.now, True
         self.now += self.cost.shared_s[self.current]
+
+    def _issue_at(self) -> float:
+        """When a copy issued now starts: in a layer, its routing time (as the simulator starts it), else now (a
+        row's preloads)."""
+        return self.route_at if self.routing else self.now
 
     def host(self, obj: int) -> int:
         return obj
@@ -101,4 +109,5 @@ class VirtualBackend(Backend):
 
     def finish(self, row: int) -> int:
         self.now += self.cost.row_s[row]
+        self.routing = False
         return row

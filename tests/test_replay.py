@@ -308,6 +308,30 @@ def test_the_virtual_backend_reproduces_the_simulator_exactly(with_prompts, conf
     assert (r.hits, r.accesses) == (sim.hits, sim.accesses)
 
 
+@pytest.mark.parametrize("config", [dict(strategy="hybrid", capacity=8),                    # background fills
+                                    dict(strategy="hybrid", capacity=8, prefetch="oracle"),
+                                    dict(strategy="hybrid", capacity=12, prefetch="history", batch=2)])
+def test_the_virtual_backend_starts_copies_at_the_routing_time_beside_shared_experts(config):
+    """DeepSeek-V2-Lite's two shared experts run on the GPU beside the CPU's routed ones in hybrid (kTransformers'
+    overlap, ``shared_s``): the simulator starts a layer's copies at the routing time, not after the shared experts,
+    and so must the replay."""
+    from moesim import Config, simulate
+    from moesim.replay.run import replay
+    from moesim.sim.hardware import get_hardware
+    from moesim.tracegen.models import get_model
+    from moesim.tracegen.synth import synth_trace
+
+    m = get_model("deepseek-v2-lite")
+    trace = synth_trace(m.num_layers, m.num_experts, m.top_k, 2, 6, seed=3, prompt_tokens=4, model=m.name,
+                        meta=m.trace_meta())
+    hw = get_hardware("rtx4090")
+    sim = simulate(trace, model=m, hardware=hw, **config)
+    assert sim.costs.shared_s.max() > 0  # the case this test is for
+    r = replay(trace, Config.build(**config), hw, backend="virtual", model=m)
+    assert r.step_times.tolist() == sim.step_times.tolist()
+    assert (r.hits, r.accesses) == (sim.hits, sim.accesses)
+
+
 @pytest.mark.parametrize("config", [dict(strategy="lowbit-miss", capacity=5, lowbit_threshold=0.3),
                                     dict(strategy="cpu-experts", cpu_layers=12, prompt=48)])
 def test_the_virtual_backend_reproduces_low_bit_copies_and_offloaded_prompts(mixtral, config):
