@@ -170,6 +170,11 @@ def test_sglang_routed_experts(tmp_path):
     (lambda r: r["meta_info"].update(prompt_tokens=7), "responses.jsonl:1: 1296 expert ids do not fill 10 positions x top-6"),
     (lambda r: r["meta_info"].update(routed_experts=base64.b64encode(
         np.full((8, 27, 6), 99, np.int32).tobytes()).decode()), "layers carry routing"),
+    # a float id is not truncated to an expert (1.5 is not expert 1), nor is a bool one
+    (lambda r: r["meta_info"].update(routed_experts=(np.zeros((8, 27, 6)) + 1.5).tolist()),
+     "responses.jsonl:1: routed_experts is neither base64 nor a nested list of integers"),
+    (lambda r: r["meta_info"].update(routed_experts=np.ones((8, 27, 6), bool).tolist()),
+     "responses.jsonl:1: routed_experts is neither base64 nor a nested list of integers"),
 ])
 def test_sglang_errors_name_the_line(tmp_path, mutate, message):
     record, _ = _sglang_response(np.random.default_rng(1), 5, 4)

@@ -121,6 +121,10 @@ def _decode(payload, where: str) -> np.ndarray:
             raise MoesimError(f"{where}: routed_experts holds {len(raw)} bytes, not whole int32 values")
         return np.frombuffer(raw, dtype="<i4")
     try:
-        return np.asarray(payload, dtype=np.int64).ravel()
+        ids = np.asarray(payload)
     except (TypeError, ValueError, OverflowError):
+        ids = None  # ragged lists
+    if ids is None or (ids.dtype.kind not in "iu" and ids.size):
+        # a float id (1.5, or 2.0) is not truncated to an expert: the payload is not SGLang's
         raise MoesimError(f"{where}: routed_experts is neither base64 nor a nested list of integers") from None
+    return ids.astype(np.int64).ravel()
