@@ -52,4 +52,5 @@ def sweep(
     console.print(f"wrote {out}: {summary.ran} configuration(s) run"
                   + (f", {summary.skipped} already there" if summary.skipped else "")
                   + (f", {summary.failed} failed (see the error column)" if summary.failed else "")
+                  + (f", {summary.other} row(s) of other settings kept" if summary.other else "")
                   + f" in {summary.seconds:.1f} s")

@@ -22,7 +22,8 @@ a hash of its kind, trace and ``Config`` (``config_id``); a results file holds o
 configuration: every setting, the metrics of a hit-rate or discrete-event run,
 ``error`` (the one-line reason a configuration failed, else null) and ``seconds``. Rows reach the
 file in atomic rewrites every few seconds, so a sweep killed half-way loses at most the last few
-and ``resume`` runs only the configurations the file lacks.
+and ``resume`` runs only the configurations the file lacks (a changed spec's new ones; the rows of settings it no
+longer names are kept and counted; a file of another kind's results is refused).
 """
 
 from __future__ import annotations
@@ -304,6 +305,7 @@ class SweepSummary:
     ran: int
     failed: int
     seconds: float
+    other: int = 0  # rows of a resumed file that this spec does not name (another spec's settings), kept
 
 
 EXECUTORS = ("local", "ray")
@@ -349,6 +351,10 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
             if isinstance(exc, MoesimError):
                 raise
             raise MoesimError(f"{out}: unreadable results file ({first_line(exc)})") from None
+        kinds = sorted(set(done["kind"].drop_nulls().to_list())) if "kind" in done.columns else []
+        if kinds and kinds != [spec.kind]:  # one file, one kind: their columns differ
+            raise MoesimError(f"{out}: holds a {' and '.join(kinds)} sweep's results, this spec's kind is "
+                              f"{spec.kind}; give another file")
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
     configs = spec.configs(STOP)
     todo, there = {}, set()  # each configuration once: settings that build the same Config share its id
@@ -385,7 +391,8 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
     if STOP.is_set():
         raise MoesimError(f"{out}: sweep stopped after {len(rows)} of {len(todo)} configuration(s); "
                           f"run it again with {switch('resume')} to finish")
-    return SweepSummary(len(there) + len(todo), len(there), len(rows), failed, time.perf_counter() - start)
+    return SweepSummary(len(there) + len(todo), len(there), len(rows), failed, time.perf_counter() - start,
+                        len(have - there))
 
 
 def _compile_first(todo: list[tuple[str, dict]], kind: str) -> None:

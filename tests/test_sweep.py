@@ -50,6 +50,23 @@ def test_product_exclude_and_errors_as_rows(tmp_path):
     assert run_sweep(loaded, tmp_path / "r.parquet", resume=True).ran == 0
 
 
+def test_resume_with_another_spec_runs_what_is_new_and_refuses_another_kind(tmp_path):
+    """A resumed file grows with a spec's new settings (the rows of settings it no longer names are kept, and
+    counted); a file of another kind's results is not resumed into, for their columns differ."""
+    spec = tmp_path / "s.toml"
+    spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru"]\ncapacity = [2, 4]\n')
+    run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru"]\ncapacity = [4, 6]\n')
+    summary = run_sweep(load_spec(spec), tmp_path / "r.parquet", resume=True)
+    assert (summary.total, summary.skipped, summary.ran, summary.other) == (2, 1, 1, 1)
+    assert sorted(pl.read_parquet(tmp_path / "r.parquet")["capacity"]) == [2, 4, 6]
+    before = (tmp_path / "r.parquet").read_bytes()
+    spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\ncapacity = [4]\n[fixed]\ndtype = "q4_k"\n')
+    with pytest.raises(MoesimError, match="r.parquet: holds a hitrate sweep's results, this spec's kind is des"):
+        run_sweep(load_spec(spec), tmp_path / "r.parquet", resume=True)
+    assert (tmp_path / "r.parquet").read_bytes() == before
+
+
 @pytest.mark.parametrize("text, message", [
     ("traces = []\n", "non-empty list"), ('traces = ["none*.parquet"]\n', "matches no file"),
     ('traces = ["bundled"]\nkind = "x"\n', "kind must be"), ('traces = ["bundled"]\n[axes]\nspeed = [1]\n', "not a setting"),
