@@ -1,7 +1,6 @@
 """The `moesim` command line."""
 
 import gc
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -10,6 +9,7 @@ import typer
 
 from moesim import __version__
 from moesim.errors import READER, MoesimError, first_line
+from moesim.host import usable_cpus
 from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, serve_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd, serve_cmd: register sim mrc, sim serve)
 from moesim.cli.console import console, emit_json, table, watch_compiles, working
 from moesim.tracegen.models import MODELS
@@ -183,7 +183,7 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
 def demo(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the plots and results.")] = Path("moesim-demo"),
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the simulations "
-                                      "(0: one per core).")] = 0,
+                                      "(0: one per CPU this process may use).")] = 0,
 ) -> None:
     """The bundled real Mixtral-8x7B trace: what it looks like, a policy table with simulated time per
     token on an RTX 4090 / PCIe 4, the hit-rate and TPOT curves and the activation heatmap.
@@ -193,7 +193,7 @@ def demo(
     with working("starting the demo"):  # its imports (polars, matplotlib) take a second on a first run
         from moesim.cli.demo import run_demo
 
-    run_demo(out, jobs or os.cpu_count() or 1)
+    run_demo(out, jobs or usable_cpus())
 
 
 def main() -> None:

@@ -45,6 +45,7 @@ import polars as pl
 
 from moesim.errors import READER, MoesimError, first_line, option, switch
 from moesim.files import atomic_output, check_output, read_toml
+from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
                                STRATEGY_PARAMS, Config, check_params_used, config_id, load_cached_trace, params_for)
@@ -326,6 +327,9 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     out = Path(out)
     if jobs < 1:
         raise MoesimError(f"{option('jobs')} must be at least 1, got {jobs}")
+    if executor == "local" and jobs > usable_cpus():  # each worker a process of its own, compiled code and traces
+        raise MoesimError(f"{option('jobs')} {jobs}: this machine lets this process use {usable_cpus()} CPU(s), and "
+                          f"workers beyond one a CPU only compete for them; give at most {usable_cpus()}")
     if not 0 <= flush_seconds < math.inf:  # NaN too: a wait never passed, or passed at every row
         raise MoesimError(f"{option('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds}")
     check_output(out, "results", suffixes=(".parquet",))  # its folder, its format (the command line's too)
