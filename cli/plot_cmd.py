@@ -16,11 +16,13 @@ def plot(
                                            "(results of a serve sweep); activation-heatmap, eviction-timeline "
                                            "(trace).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Figure to write: .png, .svg or .pdf.")],
-    baseline: Annotated[str, typer.Option(help="speedup-heatmap: the policy others are compared with.")] = "lru",
+    baseline: Annotated[Optional[str], typer.Option(help="speedup-heatmap: the policy others are compared with "
+                                                         "(default lru).")] = None,
     capacity: Annotated[Optional[int], typer.Option(help="per-layer-hitrate: which capacity (default: the middle "
                                                          "one); eviction-timeline: GPU slots per layer (default 4).")] = None,
-    layer: Annotated[int, typer.Option(help="eviction-timeline: the layer shown.")] = 0,
-    sequence: Annotated[int, typer.Option(help="Trace plots: which sequence (index, 0 = first).")] = 0,
+    layer: Annotated[Optional[int], typer.Option(help="eviction-timeline: the layer shown (default 0).")] = None,
+    sequence: Annotated[Optional[int], typer.Option(help="Trace plots: which sequence (index, default 0 = "
+                                                         "first).")] = None,
 ) -> None:
     """Draw a figure from sweep results or from a trace.
 
@@ -28,6 +30,7 @@ def plot(
     """
     from moesim.errors import MoesimError
     from moesim.files import check_output
+    from moesim.plots import check_options
     from moesim.plots.results import RESULT_KINDS, plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
     from moesim.plots.trace import SUFFIXES, TRACE_KINDS, plot_activations, plot_eviction_timeline
@@ -36,7 +39,9 @@ def plot(
     kinds = RESULT_KINDS + SERVE_KINDS + TRACE_KINDS
     if kind not in kinds:
         raise MoesimError(f"unknown plot kind {kind!r}; choose from {', '.join(kinds)}")
+    check_options(kind, baseline=baseline, capacity=capacity, layer=layer, sequence=sequence)
     check_output(out, "figure", inputs=(source,), suffixes=SUFFIXES)
+    baseline, layer, sequence = baseline or "lru", layer or 0, sequence or 0
     if kind in TRACE_KINDS:
         trace = load_trace(source)
         if not 0 <= sequence < trace.num_sequences:

@@ -303,21 +303,25 @@ def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: 
     return run_sweep(spec, out, jobs, resume, flush_seconds=flush_seconds, executor=executor, progress=progress)
 
 
-def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baseline: str = "lru",
+def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baseline: str | None = None,
          capacity: int | None = None, source: str | None = None) -> Path:
     """A figure from sweep results — a results file or its frame — (``hitrate-vs-capacity``,
     ``tpot-vs-capacity``, ``speedup-heatmap``, ``per-layer-hitrate``; of a serve sweep
     ``latency-vs-throughput``, ``hitrate-vs-batch``); returns its path. ``source`` names the results in
-    the figure (default: the file's name).
+    the figure (default: the file's name); ``baseline`` (speedup-heatmap, default lru) and ``capacity``
+    (per-layer-hitrate, default the middle one) are refused by a kind that does not read them.
 
     >>> moesim.plot("fig6.parquet", "hitrate-vs-capacity", "fig6.png")
     PosixPath('fig6.png')
     """
     import polars as pl
 
+    from moesim.plots import check_options
     from moesim.plots.results import plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
 
+    check_options(kind, baseline=baseline, capacity=capacity)
+    baseline = baseline or "lru"
     frame = results if isinstance(results, pl.DataFrame) else read_results(results)
     source = source or ("results" if isinstance(results, pl.DataFrame) else str(results))
     if kind in SERVE_KINDS:

@@ -8,6 +8,8 @@ import pytest
 from matplotlib.image import AxesImage
 
 from figures import overlapping_texts
+import moesim
+from moesim.errors import MoesimError
 from moesim.experiments.sweep import load_spec, run_sweep
 from moesim.tracegen.trace import bundled_trace_path
 
@@ -119,11 +121,20 @@ def test_plot_errors(cli, results, tmp_path):
         ([results / "hitrate.parquet", "--kind", "per-layer-hitrate", "--capacity", "5"], "no rows at capacity 5"),
         ([tmp_path / "none.parquet", "--kind", "hitrate-vs-capacity"], "no such results file"),
         ([bundled_trace_path(), "--kind", "eviction-timeline", "--layer", "40"], "out of range"),
+        # an option the kind does not read would change nothing
+        ([results / "hitrate.parquet", "--kind", "hitrate-vs-capacity", "--capacity", "4"],
+         "--capacity is read by per-layer-hitrate, eviction-timeline only; a hitrate-vs-capacity figure does not use it"),
+        ([bundled_trace_path(), "--kind", "activation-heatmap", "--layer", "3"], "--layer is read by eviction-timeline"),
+        ([results / "hitrate.parquet", "--kind", "per-layer-hitrate", "--sequence", "0"], "--sequence is read by"),
+        ([bundled_trace_path(), "--kind", "eviction-timeline", "--baseline", "fifo"], "--baseline is read by"),
     ):
         code, _, err = cli("plot", *args, "--out", tmp_path / "x.png")
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
     code, _, err = cli("plot", results / "hitrate.parquet", "--kind", "hitrate-vs-capacity", "--out", tmp_path / "x.gif")
     assert code == 1 and "unknown figure format" in err and not (tmp_path / "x.gif").exists()
+    with pytest.raises(MoesimError, match="^capacity is read by per-layer-hitrate, eviction-timeline only"):
+        moesim.plot(results / "hitrate.parquet", "hitrate-vs-capacity", tmp_path / "x.png", capacity=4)
+    assert not (tmp_path / "x.png").exists()
     assert pl.read_parquet(results / "hitrate.parquet").height == 18
 
 
