@@ -5,10 +5,10 @@ from typing import Annotated, Optional
 
 import typer
 
-import moesim
 from moesim.cli.console import console, emit_json, slots_text, table, working
 from moesim.cli.settings import Asked, takes
 from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, run_with
+from moesim.experiments.plan import plan as run_plan
 from moesim.files import check_output
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.tracegen.trace import trace_file
@@ -48,7 +48,8 @@ def plan(
     formats = asked.each.pop("dtype")
     config = asked.config("plan")
     with working("simulating each strategy (the first run compiles each policy)"):
-        result = moesim.plan(config=config, trace=trace, dtypes=formats)
+        # the default prompt gives way to a trace's own prompts; one asked for here or in the file is checked
+        result = run_plan(config, trace, formats, prompt_asked="prompt" in asked.given)
     if plot is not None:
         from moesim.plots.plan import plot_plan
 
@@ -56,8 +57,10 @@ def plan(
     if as_json:
         emit_json(result.as_dict())
         return
-    title = (f"{result.model} on {result.hardware}: {result.machine}; {result.trace}; batch {result.batch}, prompt "
-             f"{result.prompt} tokens. Ranked by decode tokens/s (equal: by TTFT); TTFT in s, memory in GiB")
+    prompt = (f"its own prompts ({result.prompt} tokens, the median)" if result.prompt_recorded
+              else f"prompt {result.prompt} tokens")
+    title = (f"{result.model} on {result.hardware}: {result.machine}; {result.trace}; batch {result.batch}, "
+             f"{prompt}. Ranked by decode tokens/s (equal: by TTFT); TTFT in s, memory in GiB")
     if wide:
         table(title, ["#", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s", "TPOT ms", "TTFT",
                       "VRAM", "RAM", "on CPU", "run it with"],

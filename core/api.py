@@ -267,7 +267,7 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     (``rows``, with TTFT, GPU memory, host RAM and engine settings), simulated on ``trace`` (default: the
     bundled one for Mixtral-8x7B, else a synthetic one). The settings are the machine's and the workload's
     (``moesim.experiments.plan.PLAN_SETTINGS``: ``vram``, ``ram``, ``cpu``, ``link``, ``batch``, ``prompt``
-    (default 512 tokens, for the TTFT), ``split``, ...). Equal tokens/s rank by TTFT; the rows that keep every
+    (default 512 tokens, for the TTFT; a trace that records every prompt is timed on those), ``split``, ...). Equal tokens/s rank by TTFT; the rows that keep every
     expert on the GPU are one ``all-on-gpu`` row per format (``same_as``: the candidates it stands for). Where
     nothing fits, a ``MoesimError`` names the candidate closest to fitting and its memory part by part.
 
@@ -281,11 +281,12 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     if unread:
         raise MoesimError(f"{', '.join(unread)}: a plan does not take it (it takes {', '.join(PLAN_SETTINGS)}; the "
                           "candidates set the rest)")
+    asked = "prompt" in settings or config is not None  # else the plan's default, which a trace's own prompts replace
     if config is None:
         settings.setdefault("prompt", PLAN_PROMPT)
     named = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
     dtypes = DTYPES if dtypes is None else [dtypes] if isinstance(dtypes, str) else dtypes  # one format, or several
-    return run((config or Config()).replace(**named, **settings), trace, dtypes)
+    return run((config or Config()).replace(**named, **settings), trace, dtypes, asked)
 
 
 def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local",

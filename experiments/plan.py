@@ -31,6 +31,7 @@ from moesim.sim.config import Config
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
 from moesim.sim.machine import Hardware
 from moesim.sim.memory import DoesNotFit
+from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import ON_CPU, ON_GPU, get_strategy
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, get_model
 from moesim.tracegen.trace import Trace
@@ -61,10 +62,11 @@ class Plan:
     hardware: str
     machine: str              # the GPU, link and CPU, in words
     trace: str
-    prompt: int
+    prompt: int               # prompt tokens the TTFT is timed on (where the trace records them: their median)
     batch: int
     rows: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
+    prompt_recorded: bool = False  # the trace records every sequence's prompt, and the TTFT is timed on those
     results: list = field(default_factory=list, repr=False)  # the DesResult behind each row (an all-on-gpu row:
     # the fastest of those it folds)
     simulated: Trace | None = field(default=None, repr=False)  # the trace the rows were simulated on
@@ -74,7 +76,8 @@ class Plan:
 
     def as_dict(self) -> dict:
         return {"model": self.model, "hardware": self.hardware, "machine": self.machine, "trace": self.trace,
-                "prompt": self.prompt, "batch": self.batch, "rows": self.rows, "skipped": self.skipped}
+                "prompt": self.prompt, "prompt_recorded": self.prompt_recorded, "batch": self.batch, "rows": self.rows,
+                "skipped": self.skipped}
 
 
 def plan_trace(model: ModelSpec, path: str | Path | Trace | None, batch: int, seed: int = 0) -> tuple[Trace, str]:
@@ -110,10 +113,11 @@ def plan_loops() -> list[tuple[str, str, str]]:
     return [(s.get("policy", "lru"), s.get("prefetch", "none"), strategy) for strategy, s in CANDIDATES]
 
 
-def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES) -> Plan:
+def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES, prompt_asked: bool = True) -> Plan:
     """Simulate every candidate in every dtype on ``config``'s model and machine, for its workload; the
     fitting ones ranked. ``split`` ``best`` shares each per-layer cache's slots out over the layers the best
-    way for the trace (``moesim.sim.budget``)."""
+    way for the trace (``moesim.sim.budget``). On a trace that records every sequence's prompt the TTFT is
+    timed on those, and a prompt asked for (``prompt_asked``; else it is the plan's default) is refused."""
     if config.model.name is None:
         raise MoesimError("a plan is for a model: name one (a preset, see 'moesim models')")
     spec = get_model(config.model.name)
@@ -128,8 +132,11 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES)
     hw = config.hardware.spec()  # before any compiling: a 'local' machine is probed on idle cores
     with compiling(plan_loops(), least=1):  # in a worker process, while this one makes the trace and the runs
         tr, name = plan_trace(spec, trace, wl.batch)
-        out = Plan(spec.name, hw.name, hw.describe(), name, wl.prompt, wl.batch, simulated=tr, spec=spec,
-                   machine_spec=hw, shared=Shared(tr))
+        recorded = check_prompt(tr, wl.prompt if prompt_asked else 0)
+        own = bool(recorded.min() > 0)  # every sequence's prompt recorded: the TTFT is timed on those
+        config = config.replace(prompt=0) if own else config
+        out = Plan(spec.name, hw.name, hw.describe(), name, int(np.median(recorded)) if own else wl.prompt,
+                   wl.batch, prompt_recorded=own, simulated=tr, spec=spec, machine_spec=hw, shared=Shared(tr))
         prepared, short = _prepare(out, config.replace(model=spec.name,
                                                        warmup=1 if tr.num_sequences > wl.batch else 0), dtypes)
     out.results = simulate_all(prepared)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from moesim.errors import MoesimError, option
 from moesim.tracegen.schema import DECODE, PREFILL
 from moesim.tracegen.stats import layer_counts
 from moesim.tracegen.trace import Trace
@@ -62,6 +63,22 @@ class Requests:
         return out, counts
 
 
+def prompt_rows(trace: Trace) -> np.ndarray:
+    """The prompt tokens each sequence of ``trace`` records (its prefill rows; 0 where it records none)."""
+    return np.bincount(trace.row_sequence()[trace.phase == PREFILL], minlength=trace.num_sequences)
+
+
+def check_prompt(trace: Trace, prompt: int) -> np.ndarray:
+    """``prompt_rows(trace)``; a ``prompt`` asked for where every sequence records its own (it would change
+    nothing: it is given to the sequences recorded without one) is refused."""
+    recorded = prompt_rows(trace)
+    if prompt > 0 and recorded.min() > 0:
+        raise MoesimError(f"{option('prompt', prompt)}: every sequence of the trace records its own prompt "
+                          f"({int(np.median(recorded))} tokens, the median), which is what is prefilled; a prompt "
+                          "is given only to sequences recorded without one, so leave it out")
+    return recorded
+
+
 def build_requests(trace: Trace, batch: int = 1, context: int = 0, prompt: int = 0) -> Requests:
     """Request rows for ``trace`` decoded ``batch`` sequences at a time; ``context`` KV tokens are
     added to every sequence (a prompt the trace did not record, not computed), and a sequence without
@@ -69,7 +86,7 @@ def build_requests(trace: Trace, batch: int = 1, context: int = 0, prompt: int =
     phase, steps = trace.phase, trace.steps.astype(np.int64)
     offsets = trace.seq_offsets.astype(np.int64)
     seq = trace.row_sequence()
-    n_prompt = np.bincount(seq[phase == PREFILL], minlength=trace.num_sequences)
+    n_prompt = check_prompt(trace, prompt)
     # a decode row's index among its sequence's decode rows (prompt rows come first)
     d_index = np.arange(trace.num_rows) - offsets[seq] - n_prompt[seq]
     src, sizes, kind, group_offsets, given, prompts = [], [], [], [0], [], []

@@ -31,7 +31,7 @@ import polars as pl
 
 from moesim.errors import MoesimError, first_line
 from moesim.tracegen.io import READ_FAILURES
-from moesim.tracegen.schema import PREFILL
+from moesim.sim.requests import check_prompt
 from moesim.tracegen.trace import Trace
 
 
@@ -67,7 +67,7 @@ def make_queue(trace: Trace, requests: int, prompt: int, arrivals: np.ndarray, r
         seq = np.concatenate(order)[:requests]
     seq = np.asarray(seq, np.int64)
     offsets = trace.seq_offsets.astype(np.int64)
-    prompt_rows = np.bincount(trace.row_sequence()[trace.phase == PREFILL], minlength=n_seqs)[seq]
+    prompt_rows = check_prompt(trace, prompt)[seq]
     recorded = prompt_rows > 0
     nan = np.full(requests, np.nan)
     return Queue(seq, arrivals, np.where(recorded, prompt_rows, prompt).astype(np.int64), recorded,

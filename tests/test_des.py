@@ -15,6 +15,7 @@ from moesim import hitrate, simulate
 from moesim.errors import MoesimError
 from moesim.sim.machine import SSD, Hardware, MeasuredCompute
 from moesim.tracegen.models import get_model, model_for_trace
+from moesim.tracegen.schema import PREFILL
 from moesim.tracegen.synth import synth_trace
 
 
@@ -178,7 +179,6 @@ def test_a_prompt_row_outputs_one_token_per_sequence():
     """A prefill row's head runs on each sequence's last prompt token (recorded prompts, or given ones); a decode
     row's on every token."""
     from moesim.sim.requests import build_requests
-    from moesim.tracegen.schema import PREFILL
 
     recorded = synth_trace(layers=2, experts=4, top_k=2, sequences=5, tokens=3, seed=1, prompt_tokens=70, model="toy")
     req = build_requests(recorded, batch=2)
@@ -187,6 +187,23 @@ def test_a_prompt_row_outputs_one_token_per_sequence():
     assert np.array_equal(req.outputs[~prefill], req.tokens[~prefill])
     given = build_requests(trace_of([[[0, 1], [2, 3]]] * 4), batch=1, prompt=7)
     assert given.tokens.tolist() == [7, 1, 1, 1, 1] and given.outputs.tolist() == [1, 1, 1, 1, 1]
+
+
+def test_a_prompt_asked_for_where_every_sequence_records_one_is_refused():
+    """``prompt`` is given to the sequences recorded without one: where every sequence records its own it would
+    change nothing, and is refused (a run, a served stream); where some do, the others get it."""
+    from moesim import serve
+    from moesim.sim.requests import build_requests
+    from moesim.tracegen.trace import concat_traces
+
+    recorded = synth_trace(layers=2, experts=4, top_k=2, sequences=2, tokens=3, seed=1, prompt_tokens=6, model="toy")
+    for run in (simulate, lambda *a, **k: serve(*a, rate=1.0, requests=2, **k)):
+        with pytest.raises(MoesimError, match=r"^prompt=9: every sequence of the trace records its own prompt "
+                                              r"\(6 tokens, the median\)"):
+            run(recorded, model=MODEL, hardware=HW, capacity=2, prompt=9)
+    bare = synth_trace(layers=2, experts=4, top_k=2, sequences=1, tokens=3, seed=2, model="toy")
+    req = build_requests(concat_traces([recorded, bare]), prompt=9)
+    assert req.tokens[req.kind == PREFILL].tolist() == [6, 6, 9]  # two recorded prompts, then the one given
 
 
 @pytest.mark.parametrize("width", [3, 8])

@@ -49,6 +49,32 @@ def test_plan_for_a_model_without_a_trace_simulates_a_synthetic_one(cli):
     assert [s["strategy"] for s in plan["skipped"]] == ["lowbit-miss"]  # no gate weights in a synthetic trace
 
 
+def test_a_trace_that_records_its_prompts_is_timed_on_them(cli, tmp_path):
+    """The plan's default prompt gives way to the prompts a trace records (the title says so, and the TTFT is theirs:
+    a run with no prompt of its own); a prompt typed for such a trace would change nothing and is refused."""
+    from moesim import simulate
+    from moesim.tracegen.io import write_trace
+    from moesim.tracegen.models import get_model
+    from moesim.tracegen.synth import synth_trace
+
+    m = get_model("olmoe-1b-7b")
+    trace = synth_trace(m.num_layers, m.num_experts, m.top_k, 2, 8, seed=1, prompt_tokens=24, model=m.name,
+                        meta=m.trace_meta())
+    write_trace(trace, tmp_path / "t.parquet")
+    args = ("plan", "--model", m.name, "--hardware", "rtx4090", "--vram", "8", "--dtype", "bf16", "--trace",
+            tmp_path / "t.parquet")
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert (plan["prompt"], plan["prompt_recorded"]) == (24, True)
+    row = next(r for r in plan["rows"] if r["strategy"] == "cpu-experts")
+    alone = simulate(trace, model=m, hardware="rtx4090", vram=8, dtype="bf16", strategy="cpu-experts",
+                     cpu_layers=row["cpu_layers"], warmup=1)
+    assert row["ttft_s"] == pytest.approx(alone.ttft_s, rel=1e-12) and alone.ttft_s > 0
+    code, _, err = cli(*args, "--prompt", "512")
+    assert code == 1 and "--prompt 512: every sequence of the trace records its own prompt (24 tokens" in err
+
+
 def test_plan_errors_are_one_line(cli, tmp_path):
     for args, message in ((["--model", "nope"], "unknown model"), (["--model", "mixtral-8x7b", "--dtype", "fp7"],
                                                                     "unknown dtype"),
