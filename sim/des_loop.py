@@ -21,7 +21,9 @@ Per request row (``moesim.sim.requests``) and layer (a cell), on the compute str
    member of X) and each load is a transfer queued at the routing time (``moesim.sim.des_tiers``).
    X is first split into the ranks of its hits and of its misses without a branch on residency (at hit
    rates near one half no predictor learns it: the split made the loop a fifth faster), then each list is
-   served in rank order; the prefetch lists its non-resident predictions the same way;
+   served in rank order; the prefetch lists its non-resident predictions the same way. Under a strategy that
+   runs experts on the CPU beside a cache (``Inputs.late_to_cpu``), a hit whose copy is still in flight runs
+   on the CPU when that hands it back sooner (``cpu_sooner``); it is not counted a hit;
 3. **prefetch** (``prefetch_next``): the experts predicted for the next cell (this row's next layer,
    or the next row's layer 0) that are not resident are loaded like misses, behind this cell's loads,
    never evicting a member of X or of the prediction;
@@ -66,8 +68,8 @@ from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a 
 from moesim.sim.costs import T_CPU_LAYER_FIXED, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_add
 from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS,
                                   C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_RECLAIMED, C_SUBS, C_SUBS_MASS, COPY_BUSY,
-                                  EV_CPU, EV_FILL, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD, R_COMPUTE,
-                                  R_COPY, R_CPU, R_STALL, R_TIME)
+                                  CPU_FREE, EV_CPU, EV_FILL, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD,
+                                  R_COMPUTE, R_COPY, R_CPU, R_STALL, R_TIME)
 from moesim.sim.des_tiers import cpu_run, queue_copy, transfer
 from moesim.sim.engine import empty
 from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, ON_GPU
@@ -222,24 +224,40 @@ def serve_hits(s, st, row, layer, part, route_at):
         missed[uint64(n_missed)] = j
         pinned += resident
         n_missed += not resident
-    used = 0  # hits on prefetched experts
+    used, late = 0, 0  # hits on prefetched experts; residents run on the CPU, which beats their copy
     for i in range(pinned):
         j = hit_ranks[i]
         obj = layer * inp.num_experts + x[uint64(j)]
         o = uint64(obj)  # as an index: unsigned (``moesim.policies.base``, "Unsigned indices")
         policy.on_hit(st, part, slot_of[o], obj, base + j)
-        if RARE:
-            log(tally, row, layer, EV_HIT, obj, slot_of[o])
         if EXTRAS:  # only a prefetch or a preload sets it
             used += by_prefetch[o]
             by_prefetch[o] = 0
+            if inp.late_to_cpu and cpu_sooner(s, row, route_at, s.cache.ready[o], tokens[uint64(j)]):
+                to_cpu(s, row, layer, obj, tokens[uint64(j)], route_at)
+                late += 1
+                continue
+        if RARE:
+            log(tally, row, layer, EV_HIT, obj, slot_of[o])
         n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[o], tokens[uint64(j)])
     if EXTRAS:
         tally.counters[C_PF_USED] += used
     if inp.kind[row] == DECODE:
-        tally.counters[C_HITS] += pinned
-        tally.layer_hits[layer] += pinned
+        tally.counters[C_HITS] += pinned - late
+        tally.layer_hits[layer] += pinned - late
     return n, pinned, n_missed, n_run, weights_at, fused
+
+
+def cpu_sooner(s, row, route_at, ready, tokens):
+    """Whether the host CPU would hand back an expert on ``tokens`` tokens before the GPU could run it, its copy
+    landing at ``ready``: a resident (or staged) expert still in flight at the routing time runs where it is done
+    first (a CPU strategy's; ``to_cpu``'s times, against the copy and ``by_tokens``)."""
+    inp = s.inputs
+    if ready <= route_at:
+        return False
+    start = max(route_at + inp.handoff_s[row], s.tiers.clocks[CPU_FREE])
+    back = start + inp.cpu_by_tokens[tokens] + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED]
+    return back < ready + inp.by_tokens[tokens]
 
 
 def serve_placed(s, row, layer, route_at):
@@ -274,6 +292,9 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_ru
         o = uint64(obj)  # as in ``serve_hits``
         if EXTRAS and inp.bounds[-1] == 0 and s.cache.staged[o] == cell_id:  # only a prefetch stages
             tally.counters[C_PF_USED] += 1
+            if inp.late_to_cpu and cpu_sooner(s, row, route_at, s.cache.ready[o], tokens[j]):
+                to_cpu(s, row, layer, obj, tokens[j], route_at)
+                continue
             if inp.kind[row] == DECODE:
                 tally.counters[C_HITS] += 1
                 tally.layer_hits[layer] += 1
@@ -508,4 +529,4 @@ def log(tally, row, layer, event, obj, slot):
 
 
 HELPERS = (claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, to_cpu,
-           background_fill, lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)
+           cpu_sooner, background_fill, lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)

@@ -79,6 +79,7 @@ class Inputs(NamedTuple):
     placement: np.ndarray      # int8 [L]: CACHED, ON_GPU or ON_CPU (``moesim.sim.strategies.base``)
     miss_action: np.ndarray    # int8 [R, L, W']: what each executed expert does if not resident (A_*, the strategy's)
     cpu_by_tokens: np.ndarray  # float64 [T + 1]: one expert's work on T tokens on the host CPU
+    late_to_cpu: bool          # a resident expert whose copy the CPU would beat runs there (a CPU strategy's cache)
     handoff_s: np.ndarray      # float64 [R]: a row's activations between GPU and host, one way
     measure_from: np.int64     # the first row measured (rows before it warm the caches up)
 

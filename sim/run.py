@@ -219,7 +219,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
         reset_each_group=config.cache.reset, mole=model.kind == "mole",
         dram_capacity=np.int64(-1 if config.cache.dram_capacity is None else config.cache.dram_capacity),
         placement=strategy.placement(model.num_layers, sparams),
-        miss_action=np.zeros(rows.exe.shape, np.int8), cpu_by_tokens=cost.cpu_by_tokens, handoff_s=rows.handoff_s,
+        miss_action=np.zeros(rows.exe.shape, np.int8), cpu_by_tokens=cost.cpu_by_tokens,
+        late_to_cpu=bool(strategy.CPU and strategy.CACHE), handoff_s=rows.handoff_s,
         measure_from=np.int64(source.measure_from(config)))
     inputs.miss_action[:] = miss_actions(strategy, sparams, rows, cost, inputs)
     log_rows = log_size(rows) if decisions else 0

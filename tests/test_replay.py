@@ -287,6 +287,8 @@ VIRTUAL = [
     dict(strategy="cpu-miss", capacity=64, scope="global", policy="static", prefetch="popular"),  # Fiddler
     dict(strategy="hybrid", capacity=8),                      # CPU computes, background fills
     dict(strategy="hybrid", capacity=0, batch=2),             # every routed expert on the CPU
+    dict(strategy="hybrid", capacity=0, prefetch="oracle"),   # a staged copy the CPU beats runs there
+    dict(strategy="cpu-miss", capacity=8, prefetch="history"),  # so does a resident one
 ]
 
 

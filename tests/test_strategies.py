@@ -100,14 +100,19 @@ def test_cpu_miss_judges_each_expert_by_its_token_count():
 
 def test_fiddler_pins_popular_experts_and_runs_a_hit_beside_a_cpu_miss():
     """cpu-miss + static + popular preload is Fiddler: the GPU runs the pinned expert while the CPU runs the
-    miss; the layer ends when both are done."""
-    trace = trace_of([[[0, 1], [0, 1]], [[0, 1], [0, 1]], [[0, 2], [0, 2]]])
+    miss; the layer ends when both are done. A pin whose copy is still in flight when its layer routes runs on
+    the CPU where the CPU hands it back before the copy lands and the GPU runs it (the four preloads queue on the one
+    engine, 733 us each, landing 0.73-2.93 ms into the run): a step waits on no copy the CPU beats."""
+    trace = trace_of([[[0, 1], [0, 1]]] * 6 + [[[0, 2], [0, 2]]])
     r = simulate(trace, model=MODEL, hardware=HWC, policy="static", capacity=2, strategy="cpu-miss",
-                 prefetch="popular")
+                 prefetch="popular", decisions=True)
     cpu_part = 2 * HANDOFF + CPU_EXPERT + SYNC
-    assert cpu_part > experts_s(1)
-    assert r.step_times[2] == 2 * (pre_s(3) + cpu_part)  # the preloads landed during steps 0 and 1
-    assert r.hits == 10 and r.cpu_share == 2 / 12 and r.loads == 0
+    assert cpu_part > experts_s(1) and COPY > cpu_part + CPU_EXPERT
+    assert r.step_times[0] == 2 * (pre_s(1) + cpu_part + CPU_EXPERT)  # every pin in flight: both on the CPU
+    assert r.step_times[6] == 2 * (pre_s(7) + cpu_part)  # the pins landed: a hit beside a CPU miss
+    on_cpu = r.decisions[r.decisions[:, 2] == 4]  # EV_CPU: (row, layer, event, expert, slot)
+    assert on_cpu[on_cpu[:, 0] == 0, 3].tolist() == [0, 1, 4, 5] and r.loads == 0
+    assert r.hits + len(on_cpu) == 28 and r.cpu_share == len(on_cpu) / 28
 
 
 def test_hybrid_computes_misses_on_the_cpu_and_fills_the_cache_behind():
@@ -131,6 +136,12 @@ def test_hybrid_computes_misses_on_the_cpu_and_fills_the_cache_behind():
     slow = simulate(steps(6), model=MODEL, hardware=HWC, policy="lru", capacity=2, strategy="hybrid", decisions=True)
     assert slow.step_times[0] == 2 * (pre_s(1) + 2 * HANDOFF + 2 * CPU_EXPERT + SYNC)
     assert (slow.decisions[:, 2] == 6).sum() == slow.fills == 4 and slow.fills < 2 * 4 + 1
+    # the oracle's copies of layer 1's experts are still in flight at its routing, and the CPU beats them: they run
+    # there, and the step is the step without a prefetcher (it waited on the copies before 2026-11-27)
+    oracle = simulate(steps(6), model=MODEL, hardware=HWC, policy="lru", capacity=2, strategy="hybrid",
+                      prefetch="oracle", decisions=True)
+    assert oracle.decisions[:8, 2].tolist() == [4, 6, 4, 2, 2, 4, 4, 2]  # cpu, fill, cpu, 2 prefetches, 2 cpu, ...
+    assert oracle.step_times[0] == slow.step_times[0] and oracle.step_times.sum() < slow.step_times.sum()
 
 
 def test_hybrid_with_more_slots_is_never_slower_on_the_bundled_trace():
@@ -146,11 +157,12 @@ def test_hybrid_with_more_slots_is_never_slower_on_the_bundled_trace():
 
 def test_hybrid_with_a_static_cache_copies_the_pins_once():
     """Each pin is copied once, as the one engine frees (a copy outlasts a CPU layer here: a layer's pins land a
-    step apart), and never again; once they are in, a step is GPU only."""
-    r = simulate(steps(8), model=MODEL, hardware=HWC, policy="static", capacity=2, strategy="hybrid", decisions=True)
+    step apart), and never again; a pin still in flight runs on the CPU while that is sooner; once they are in, a
+    step is GPU only."""
+    r = simulate(steps(10), model=MODEL, hardware=HWC, policy="static", capacity=2, strategy="hybrid", decisions=True)
     fills = r.decisions[r.decisions[:, 2] == 6]
     assert r.fills == 4 and sorted(fills[:, 3].tolist()) == [0, 1, 6, 7]
-    assert r.step_times[7] == 2 * (pre_s(8) + experts_s(2))
+    assert r.step_times[9] == 2 * (pre_s(10) + experts_s(2))
 
 
 def test_lowbit_miss_fetches_the_low_precision_copy_of_a_light_expert():

@@ -8,7 +8,9 @@ Fiddler's estimate (its ``latency_cpu · tokens`` against a constant ``latency_g
 activations' trip to the host, and so does this rule; the simulation charges that trip. A miss run
 on the CPU is not cached (the cache does not change); one copied is placed as under ``gpu-cache``.
 CPU and GPU work on a layer's experts at once; the layer ends when both are done. Prefetchers
-combine with it (a prefetched expert is a GPU hit).
+combine with it (Fiddler has none): a prefetched expert is a GPU hit, or, while its copy is still in flight at
+its layer's routing, runs on the CPU where the CPU would hand it back before the copy lands and the GPU runs it
+(the same rule on the remaining copy, queue included; ``des_loop.cpu_sooner``).
 """
 
 import numpy as np
