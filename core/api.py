@@ -286,6 +286,8 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
         settings.setdefault("prompt", PLAN_PROMPT)
     named = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
     dtypes = DTYPES if dtypes is None else [dtypes] if isinstance(dtypes, str) else dtypes  # one format, or several
+    if not isinstance(dtypes, (list, tuple)):
+        raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}")
     return run((config or Config()).replace(**named, **settings), trace, dtypes, asked)
 
 

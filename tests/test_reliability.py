@@ -203,7 +203,13 @@ def test_the_api_takes_a_trace_or_its_file_and_names_what_it_cannot_take(mixtral
                           (lambda: moesim.simulate(None, capacity=4, dtype="q4_k"), "got NoneType"),
                           (lambda: moesim.simulate(mixtral, capacity=4, dtype="q4_k", hardware=123),
                            "hardware must be a name, a file or a Hardware, got int"),
-                          (lambda: moesim.best_split(mixtral, float("nan"), "lru"), "budget must be a whole number")):
+                          (lambda: moesim.best_split(mixtral, float("nan"), "lru"), "budget must be a whole number"),
+                          # a TypeError from deep inside before 2026-11-27
+                          (lambda: moesim.load_trace(3), "a trace file is named by a path, got int 3"),
+                          (lambda: moesim.synth_trace(2, 8, 2, "3", 10), "sequences must be an integer, got '3'"),
+                          (lambda: moesim.synth_trace(2, 8, 2, 3, 10.0), "tokens must be an integer, got 10.0"),
+                          (lambda: moesim.plan("mixtral-8x7b", "rtx4090", dtypes=4),
+                           "dtypes must be a weight format's name or a list of them, got 4")):
         with pytest.raises(MoesimError, match=message):
             call()
     one = moesim.plan("mixtral-8x7b", "rtx4090", dtypes="q4_k", trace=mixtral)

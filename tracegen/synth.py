@@ -67,6 +67,11 @@ def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: i
                 locality: Locality = Locality(), prompt_tokens: int = 0, model: str = "synthetic",
                 meta: TraceMeta | None = None) -> Trace:
     """A trace of `sequences` x (prompt_tokens prefill + tokens decode) steps."""
+    for name, value in (("layers", layers), ("experts", experts), ("top_k", top_k), ("sequences", sequences),
+                        ("tokens", tokens), ("seed", seed), ("prompt_tokens", prompt_tokens)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise MoesimError(f"{name} must be an integer, got {value!r}")
+    layers, experts, top_k, sequences, tokens = int(layers), int(experts), int(top_k), int(sequences), int(tokens)
     if min(layers, experts, top_k, sequences, tokens) < 1:
         raise MoesimError("layers, experts, top-k, sequences and tokens must be positive")
     if prompt_tokens < 0:

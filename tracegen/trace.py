@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,6 +178,8 @@ def trace_file(path: str | Path | None) -> Path | None:
     none given, None."""
     if path is None:
         return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise MoesimError(f"a trace file is named by a path, got {type(path).__name__} {path!r}")
     return bundled_trace_path() if str(path) == BUNDLED else Path(path)
 
 
