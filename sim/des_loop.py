@@ -233,13 +233,13 @@ def serve_hits(s, st, row, layer, part, route_at):
         if EXTRAS:  # only a prefetch or a preload sets it
             used += by_prefetch[o]
             by_prefetch[o] = 0
-            if inp.late_to_cpu and cpu_sooner(s, row, route_at, s.cache.ready[o], tokens[uint64(j)]):
-                to_cpu(s, row, layer, obj, tokens[uint64(j)], route_at)
-                late += 1
-                continue
-        if RARE:
-            log(tally, row, layer, EV_HIT, obj, slot_of[o])
-        n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[o], tokens[uint64(j)])
+        if EXTRAS and inp.late_to_cpu and cpu_sooner(s, row, route_at, s.cache.ready[o], tokens[uint64(j)]):
+            to_cpu(s, row, layer, obj, tokens[uint64(j)], route_at)
+            late += 1
+        else:
+            if RARE:
+                log(tally, row, layer, EV_HIT, obj, slot_of[o])
+            n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[o], tokens[uint64(j)])
     if EXTRAS:
         tally.counters[C_PF_USED] += used
     if inp.kind[row] == DECODE:
