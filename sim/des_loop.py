@@ -66,7 +66,7 @@ from numba import uint64
 
 from moesim.policies.base import UNBOUND as policy  # the hooks of the policy a loop is bound to (``bind``)
 from moesim.sim.costs import T_CPU_LAYER_FIXED, T_EXPERT_LAUNCH, T_LOWBIT_COPY, T_MOE_LAUNCH, expert_kernel_s, fused_add
-from moesim.sim.des_state import (C_ACCESSES, C_BYPASS, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS,
+from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS,
                                   C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_RECLAIMED, C_SUBS, C_SUBS_MASS, COPY_BUSY,
                                   CPU_FREE, EV_CPU, EV_FILL, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD,
                                   R_COMPUTE, R_COPY, R_CPU, R_STALL, R_TIME)
@@ -311,6 +311,8 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_ru
             to_cpu(s, row, layer, obj, tokens[j], route_at)
             if action[j] == A_CPU_FILL and inp.bounds[-1] > 0:
                 pinned = background_fill(s, st, row, layer, part, obj, base + j, route_at, stamp, pinned)
+            elif inp.bounds[-1] > 0:  # the policy sees every miss (ARC's ghosts, LeCaR's history); this one stays out
+                policy.on_miss(st, part, obj, base + j)
         else:  # A_LOWBIT
             n_run, weights_at, fused = lowbit_fetch(s, row, layer, j, obj, tokens[j], route_at, n_run, weights_at,
                                                     fused)
@@ -322,15 +324,11 @@ def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run,
     and add it to the layer's run; with no cache it streams through a buffer."""
     inp, cache, counters = s.inputs, s.cache, s.tally.counters
     capacity = cache.live[part]
-    if capacity > 0:
-        if not policy.on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity):
-            counters[C_BYPASS] += 1
-        elif claim(s, st, part, obj, t, stamp)[0] >= 0:
-            pinned += 1
-            if EXTRAS:
-                cache.by_prefetch[uint64(obj)] = 0  # a demand load (only a prefetch or a preload sets it)
-        else:
-            counters[C_BYPASS] += 1
+    if capacity > 0 and policy.on_miss(st, part, obj, t) and (cache.used[part] < capacity or pinned < capacity) \
+            and claim(s, st, part, obj, t, stamp)[0] >= 0:  # else a bypass: through a scratch buffer
+        pinned += 1
+        if EXTRAS:
+            cache.by_prefetch[uint64(obj)] = 0  # a demand load (only a prefetch or a preload sets it)
     done = transfer(s.tiers, obj, route_at, inp.times, inp.dram_capacity, counters)
     cache.ready[uint64(obj)] = done
     counters[C_LOADS if inp.kind[row] == DECODE else C_PREFILL_LOADS] += 1

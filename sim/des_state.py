@@ -33,10 +33,9 @@ from moesim.policies.base import Lists, make_lists
 
 # counters (C_CPU, C_LOWBIT and C_LOWBIT_MASS count decode accesses)
 COUNTERS = ("hits", "accesses", "loads", "prefill_loads", "prefetch_loads", "prefetch_used", "ssd_reads",
-            "substitutions", "substituted_weight", "dram_hits", "bypasses", "cpu", "lowbit", "lowbit_weight", "fills",
-            "reclaimed")
+            "substitutions", "substituted_weight", "cpu", "lowbit", "lowbit_weight", "fills", "reclaimed")
 C_HITS, C_ACCESSES, C_LOADS, C_PREFILL_LOADS, C_PF_LOADS, C_PF_USED, C_SSD_READS, C_SUBS, C_SUBS_MASS, \
-    C_DRAM_HITS, C_BYPASS, C_CPU, C_LOWBIT, C_LOWBIT_MASS, C_FILLS, C_RECLAIMED = range(len(COUNTERS))
+    C_CPU, C_LOWBIT, C_LOWBIT_MASS, C_FILLS, C_RECLAIMED = range(len(COUNTERS))
 # per-row accounting columns (R_CPU: seconds the host CPU computed experts)
 ROW_COLUMNS = ("time", "compute", "stall", "copy", "cpu")
 R_TIME, R_COMPUTE, R_STALL, R_COPY, R_CPU = range(len(ROW_COLUMNS))

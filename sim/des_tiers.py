@@ -15,7 +15,7 @@ from numba import njit, uint64
 
 from moesim.policies.base import list_push_head, list_remove, list_tail, list_to_head
 from moesim.sim.costs import T_COPY, T_SSD
-from moesim.sim.des_state import C_DRAM_HITS, C_SSD_READS, COPY_BUSY, CPU_FREE, DRAM_USED, SSD_FREE
+from moesim.sim.des_state import C_SSD_READS, COPY_BUSY, CPU_FREE, DRAM_USED, SSD_FREE
 
 
 @njit(cache=True, inline="always")
@@ -54,7 +54,6 @@ def through_dram(tiers, obj, at, times, dram_capacity, counters):
     at four sites, and the SSD tier is the rare case."""
     clocks, lists = tiers.clocks, tiers.dram_lists
     if tiers.in_dram[obj]:
-        counters[C_DRAM_HITS] += 1
         list_to_head(lists, 0, 0, obj)
         return at
     clocks[SSD_FREE] = max(at, clocks[SSD_FREE]) + times[T_SSD]

@@ -115,6 +115,22 @@ def test_fiddler_pins_popular_experts_and_runs_a_hit_beside_a_cpu_miss():
     assert r.hits + len(on_cpu) == 28 and r.cpu_share == len(on_cpu) / 28
 
 
+def test_cpu_miss_shows_the_policy_the_misses_it_runs_on_the_cpu():
+    """Fiddler's rule keeps a miss run on the CPU out of the cache, but the policy sees it (``on_miss``), as in every
+    strategy: ARC's target T1 size p moves only when a miss finds its expert in a ghost list. At batch 1 on an RTX
+    4090 every miss runs on the CPU (no demand load), and the history prefetcher's copies evict into the ghosts."""
+    from moesim.sim.des import prepare_des
+    from moesim.tracegen.io import load_trace
+
+    prepared = prepare_des(load_trace("bundled"), Config.build(dtype="q4_k", other_dtype="q4_k", strategy="cpu-miss",
+                                                               policy="arc", capacity=2, prefetch="history"),
+                           get_model("mixtral-8x7b"), get_hardware("rtx4090"))
+    r = prepared.simulate()
+    arc = next(st for st in prepared.run.policy_state if hasattr(st, "p"))
+    assert r.loads == 0 and r.prefetch_loads > 0 and r.cpu_share > 0.5
+    assert arc.p.max() > 0  # a CPU miss found its expert in B1 (0 everywhere when the policy did not see them)
+
+
 def test_hybrid_computes_misses_on_the_cpu_and_fills_the_cache_behind():
     """Misses run on the CPU; a fill starts only on a copy engine idle at the layer's routing time, so a layer's
     second miss, behind the first one's copy on the one engine, stays on the CPU and is filled a step later (fills

@@ -6,7 +6,8 @@ faster than copying it and computing it on the GPU, judged per expert and token 
 
 Fiddler's estimate (its ``latency_cpu · tokens`` against a constant ``latency_gpu``) leaves out the
 activations' trip to the host, and so does this rule; the simulation charges that trip. A miss run
-on the CPU is not cached (the cache does not change); one copied is placed as under ``gpu-cache``.
+on the CPU is not cached (the cache does not change), though the policy sees it (``on_miss``: ARC's ghosts,
+LeCaR's history learn from it); one copied is placed as under ``gpu-cache``.
 CPU and GPU work on a layer's experts at once; the layer ends when both are done. Prefetchers
 combine with it (Fiddler has none): a prefetched expert is a GPU hit, or, while its copy is still in flight at
 its layer's routing, runs on the CPU where the CPU would hand it back before the copy lands and the GPU runs it
