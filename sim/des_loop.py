@@ -23,7 +23,8 @@ Per request row (``moesim.sim.requests``) and layer (a cell), on the compute str
    rates near one half no predictor learns it: the split made the loop a fifth faster), then each list is
    served in rank order; the prefetch lists its non-resident predictions the same way. Under a strategy that
    runs experts on the CPU beside a cache (``Inputs.late_to_cpu``), a hit whose copy is still in flight runs
-   on the CPU when that hands it back sooner (``cpu_sooner``); it is not counted a hit;
+   on the CPU when that hands it back sooner, decided once the layer's misses are queued there (``late_hits``);
+   it is not counted a hit;
 3. **prefetch** (``prefetch_next``): the experts predicted for the next cell (this row's next layer,
    or the next row's layer 0) that are not resident are loaded like misses, behind this cell's loads,
    never evicting a member of X or of the prediction;
@@ -126,13 +127,15 @@ def des_loop(s, st):
             route(s, st, row, layer, part, stamp)
             if EXTRAS:
                 s.kernels.cpu_ready[0] = -1.0
-            n, pinned, n_missed, n_run, weights_at, fused = serve_hits(s, st, row, layer, part, route_at)
+            n, pinned, n_missed, n_late, n_run, weights_at, fused = serve_hits(s, st, row, layer, part, route_at)
             if inp.kind[row] == DECODE:
                 tally.counters[C_ACCESSES] += n
                 tally.layer_accesses[layer] += n
-            pinned, n_run, weights_at, fused = load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed,
-                                                           n_run, weights_at, fused)
+            pinned, n_late, n_run, weights_at, fused = load_misses(s, st, row, layer, part, route_at, stamp, pinned,
+                                                                   n_missed, n_late, n_run, weights_at, fused)
             if EXTRAS:
+                if n_late > 0:
+                    n_run, weights_at, fused = late_hits(s, row, layer, n_late, route_at, n_run, weights_at, fused)
                 prefetch_next(s, st, row, layer, part, route_at, stamp, pinned)
             now, compute, stall = run_kernels(s, now, compute, stall, n_run, weights_at, fused)
         now += inp.row_s[row]
@@ -204,9 +207,10 @@ def route(s, st, row, layer, part, stamp):
 
 def serve_hits(s, st, row, layer, part, route_at):
     """X's resident members, in rank order: hits, added to the layer's run (every member, in a layer placed
-    on the GPU); the others' ranks are listed in ``Kernels.listed`` for ``load_misses``. Returns (|X|, residents
-    of X, how many are listed, and the run so far: its length, when its weights are all in, a fused kernel's
-    duration so far)."""
+    on the GPU); the others' ranks are listed in ``Kernels.listed`` for ``load_misses``. Under a strategy that runs
+    experts on the CPU beside a cache (``Inputs.late_to_cpu``), a resident whose copy is still in flight is left
+    for ``late_hits`` (its rank in ``Kernels.hit``). Returns (|X|, residents of X, how many are listed, how many are
+    left, and the run so far: its length, when its weights are all in, a fused kernel's duration so far)."""
     inp, tally = s.inputs, s.tally
     slot_of, by_prefetch, hit_ranks, missed = s.cache.slot_of, s.cache.by_prefetch, s.kernels.hit, s.kernels.listed
     x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
@@ -224,40 +228,58 @@ def serve_hits(s, st, row, layer, part, route_at):
         missed[uint64(n_missed)] = j
         pinned += resident
         n_missed += not resident
-    used, late = 0, 0  # hits on prefetched experts; residents run on the CPU, which beats their copy
+    used, n_late = 0, 0  # hits on prefetched experts; residents left for ``late_hits``
     for i in range(pinned):
         j = hit_ranks[i]
         obj = layer * inp.num_experts + x[uint64(j)]
         o = uint64(obj)  # as an index: unsigned (``moesim.policies.base``, "Unsigned indices")
         policy.on_hit(st, part, slot_of[o], obj, base + j)
-        if EXTRAS:  # only a prefetch or a preload sets it
-            used += by_prefetch[o]
-            by_prefetch[o] = 0
-        if EXTRAS and inp.late_to_cpu and cpu_sooner(s, row, route_at, s.cache.ready[o], tokens[uint64(j)]):
-            to_cpu(s, row, layer, obj, tokens[uint64(j)], route_at)
-            late += 1
+        # no ``continue`` out of a block a build prunes: one made the lean loop 23% slower (docs/benchmarks.md)
+        if EXTRAS and inp.late_to_cpu and s.cache.ready[o] > route_at:
+            hit_ranks[uint64(n_late)] = j  # n_late <= i: a rank already read
+            n_late += 1
         else:
+            if EXTRAS:  # only a prefetch or a preload sets it
+                used += by_prefetch[o]
+                by_prefetch[o] = 0
             if RARE:
                 log(tally, row, layer, EV_HIT, obj, slot_of[o])
             n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[o], tokens[uint64(j)])
     if EXTRAS:
         tally.counters[C_PF_USED] += used
     if inp.kind[row] == DECODE:
-        tally.counters[C_HITS] += pinned - late
-        tally.layer_hits[layer] += pinned - late
-    return n, pinned, n_missed, n_run, weights_at, fused
+        tally.counters[C_HITS] += pinned - n_late
+        tally.layer_hits[layer] += pinned - n_late
+    return n, pinned, n_missed, n_late, n_run, weights_at, fused
 
 
-def cpu_sooner(s, row, route_at, ready, tokens):
-    """Whether the host CPU would hand back an expert on ``tokens`` tokens before the GPU could run it, its copy
-    landing at ``ready``: a resident (or staged) expert still in flight at the routing time runs where it is done
-    first (a CPU strategy's; ``to_cpu``'s times, against the copy and ``by_tokens``)."""
-    inp = s.inputs
-    if ready <= route_at:
-        return False
-    start = max(route_at + inp.handoff_s[row], s.tiers.clocks[CPU_FREE])
-    back = start + inp.cpu_by_tokens[tokens] + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED]
-    return back < ready + inp.by_tokens[tokens]
+def late_hits(s, row, layer, n_late, route_at, n_run, weights_at, fused):
+    """The members of X that are resident (or staged by the prefetch) but whose copies are still in flight at the
+    routing time (``Kernels.hit``'s first ``n_late``), in rank order, once the layer's misses are queued on the CPU:
+    each runs on the CPU where the CPU would hand it back before its copy lands and the GPU runs it (``to_cpu``'s
+    times, the CPU's queue included, against the copy and ``by_tokens``), else it is a hit that waits for its copy.
+    A prefetched copy counts as used only on the GPU. Returns the run so far."""
+    inp, tally, cache = s.inputs, s.tally, s.cache
+    x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
+    staged = inp.bounds[-1] == 0
+    for i in range(n_late):
+        j = uint64(s.kernels.hit[i])
+        obj = layer * inp.num_experts + x[j]
+        o = uint64(obj)
+        start = max(route_at + inp.handoff_s[row], s.tiers.clocks[CPU_FREE])
+        back = start + inp.cpu_by_tokens[tokens[j]] + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED]
+        if back < cache.ready[o] + inp.by_tokens[tokens[j]]:
+            to_cpu(s, row, layer, obj, tokens[j], route_at)
+        else:
+            tally.counters[C_PF_USED] += 1 if staged else cache.by_prefetch[o]
+            cache.by_prefetch[o] = 0
+            if inp.kind[row] == DECODE:
+                tally.counters[C_HITS] += 1
+                tally.layer_hits[layer] += 1
+            if RARE:
+                log(tally, row, layer, EV_HIT, obj, -1 if staged else cache.slot_of[o])
+            n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, cache.ready[o], tokens[j])
+    return n_run, weights_at, fused
 
 
 def serve_placed(s, row, layer, route_at):
@@ -276,12 +298,13 @@ def serve_placed(s, row, layer, route_at):
         if RARE:
             log(tally, row, layer, EV_HIT, layer * inp.num_experts + x[j], -1)
         n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, 0.0, tokens[j])
-    return n, 0, 0, n_run, weights_at, fused
+    return n, 0, 0, 0, n_run, weights_at, fused
 
 
-def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_run, weights_at, fused):
+def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_late, n_run, weights_at, fused):
     """X's members ``serve_hits`` listed, in rank order, each as its ``miss_action`` says (module docstring); with
-    no cache, a copy staged by the prefetch is a hit."""
+    no cache, a copy staged by the prefetch is a hit (or, still in flight under ``late_to_cpu``, left for
+    ``late_hits`` after the ``n_late`` residents). Returns the residents of X, how many are left, and the run."""
     inp, tally = s.inputs, s.tally
     x, tokens, action = inp.exe[row, layer], inp.exe_tokens[row, layer], inp.miss_action[row, layer]
     cell_id = clock_row(s, row) * inp.experts.shape[1] + layer
@@ -291,10 +314,11 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_ru
         obj = layer * inp.num_experts + x[uint64(j)]
         o = uint64(obj)  # as in ``serve_hits``
         if EXTRAS and inp.bounds[-1] == 0 and s.cache.staged[o] == cell_id:  # only a prefetch stages
-            tally.counters[C_PF_USED] += 1
-            if inp.late_to_cpu and cpu_sooner(s, row, route_at, s.cache.ready[o], tokens[j]):
-                to_cpu(s, row, layer, obj, tokens[j], route_at)
+            if inp.late_to_cpu and s.cache.ready[o] > route_at:
+                s.kernels.hit[uint64(n_late)] = j
+                n_late += 1
                 continue
+            tally.counters[C_PF_USED] += 1
             if inp.kind[row] == DECODE:
                 tally.counters[C_HITS] += 1
                 tally.layer_hits[layer] += 1
@@ -311,12 +335,12 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_ru
             to_cpu(s, row, layer, obj, tokens[j], route_at)
             if action[j] == A_CPU_FILL and inp.bounds[-1] > 0:
                 pinned = background_fill(s, st, row, layer, part, obj, base + j, route_at, stamp, pinned)
-            elif inp.bounds[-1] > 0:  # the policy sees every miss (ARC's ghosts, LeCaR's history); this one stays out
+            elif s.cache.live[part] > 0:  # the policy sees every miss (ARC's ghosts, LeCaR's history); this one stays out
                 policy.on_miss(st, part, obj, base + j)
         else:  # A_LOWBIT
             n_run, weights_at, fused = lowbit_fetch(s, row, layer, j, obj, tokens[j], route_at, n_run, weights_at,
                                                     fused)
-    return pinned, n_run, weights_at, fused
+    return pinned, n_late, n_run, weights_at, fused
 
 
 def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run, weights_at, fused, tokens):
@@ -526,5 +550,5 @@ def log(tally, row, layer, event, obj, slot):
         tally.n_log[0] = i + 1
 
 
-HELPERS = (claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, to_cpu,
-           cpu_sooner, background_fill, lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)
+HELPERS = (claim, fit_live, clock_row, route, serve_hits, late_hits, serve_placed, load_misses, demand_load, to_cpu,
+           background_fill, lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)

@@ -115,6 +115,27 @@ def test_fiddler_pins_popular_experts_and_runs_a_hit_beside_a_cpu_miss():
     assert r.hits + len(on_cpu) == 28 and r.cpu_share == len(on_cpu) / 28
 
 
+def test_a_late_hit_is_decided_once_the_layers_misses_are_queued_on_the_cpu():
+    """Layer 1 routes experts 2 and 3: 2 was prefetched and its copy is still in flight, 3 missed. The miss must run
+    on the CPU; the prefetched expert goes there only if the CPU, behind the miss, would hand it back before its
+    copy lands and the GPU runs it. Here it would not: it waits on the GPU beside the CPU's miss (decided before
+    the miss was queued, it went to the CPU and the miss queued behind it: a slower layer)."""
+    cpu = LAT + EXPERT_BYTES / (DRAM_BW / 2)  # a CPU half as fast: an expert 367 us, a copy 733 us
+    slow_cpu = replace(HWC, cpu=replace(CPU_, dram_gbps=DRAM_BW / 2 / 1e9))
+    trace = trace_of([[[0, 1], [2, 3]]] * 4, spec=[[[2, 0], [0, 1]]] * 4)  # spec[row, l]: layer l + 1's guess
+    r = simulate(trace, model=MODEL, hardware=slow_cpu, policy="lru", capacity=2, strategy="hybrid",
+                 prefetch="speculative", decisions=True)
+    layer0 = pre_s(1) + 2 * HANDOFF + 2 * cpu + SYNC  # both of layer 0's misses on the CPU
+    route1 = layer0 + pre_s(1)
+    cpu_back = route1 + 2 * HANDOFF + cpu + SYNC  # expert 3
+    # the engine: layer 0's fill of expert 0, then the prefetches of layer 1's 2 and 0, from layer 0's routing
+    gpu_done = max(route1, pre_s(1) + 2 * COPY) + experts_s(1)
+    assert route1 + 2 * HANDOFF + 2 * cpu + SYNC > gpu_done > cpu_back  # behind the miss the CPU is later
+    assert r.step_times[0] == gpu_done
+    first_row_layer1 = r.decisions[(r.decisions[:, 0] == 0) & (r.decisions[:, 1] == 1)]
+    assert first_row_layer1[:, 2:4].tolist() == [[4, 7], [0, 6]]  # the miss on the CPU, then the hit on the GPU
+
+
 def test_cpu_miss_shows_the_policy_the_misses_it_runs_on_the_cpu():
     """Fiddler's rule keeps a miss run on the CPU out of the cache, but the policy sees it (``on_miss``), as in every
     strategy: ARC's target T1 size p moves only when a miss finds its expert in a ghost list. At batch 1 on an RTX

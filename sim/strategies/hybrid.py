@@ -10,12 +10,12 @@ behind, and a later hit waiting on its fill made more GPU memory slower than non
 A static cache's pins come in the same way, as the engine frees, inside the measured run unless a warm-up
 (``warmup``) runs first (kTransformers loads them before decoding). A prefetcher's copies take the engines too.
 An expert resident (or prefetched into staging) whose copy is still in flight when its layer routes runs on the
-CPU where the CPU would hand it back before the copy lands and the GPU runs it (``des_loop.cpu_sooner``, the
+CPU where the CPU would hand it back before the copy lands and the GPU runs it (``des_loop.late_hits``, the
 simulator's rule in the spirit of HybriMoE's intra-layer scheduling, which balances a layer's experts between
 CPU and GPU by their ready times; it gives no formula to copy). Before 2026-11-27 such an expert waited for its
 copy, and a prefetcher made hybrid slower than none (the bundled trace at Q4_K on an RTX 4090, LRU, 2 slots a
-layer: 12.6 tokens/s without, 8.4 with ``history``; now 10.2, and at 4 and 6 slots ``history`` is faster than
-none, 19.7 and 33.8 against 18.7 and 31.8). An aggressive prefetcher still costs where copies are slower than
+layer: 12.6 tokens/s without, 8.4 with ``history``; now 10.1, and at 4 and 6 slots ``history`` is faster than
+none, 19.8 and 33.8 against 18.7 and 31.8). An aggressive prefetcher still costs where copies are slower than
 the CPU: ``oracle`` at 2, 4 and 6 slots runs at 9.0, 10.4 and 21.7 (6.1, 9.7 and 18.6 before), its copies
 evicting residents that would have hit for experts the CPU computes anyway. With capacity 0 every routed expert
 runs on the CPU (kTransformers' DeepSeek setup: attention and shared experts on the GPU, routed experts on the
