@@ -8,14 +8,14 @@ import typer
 import moesim
 from moesim.cli.console import console, emit_json, seconds_text, slots_text, table, working
 from moesim.cli.settings import Asked, takes
-from moesim.cli.options import AsJson, TracePath
+from moesim.cli.options import AsJson, Force, TracePath
 from moesim.cli.sim_cmd import app
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
-from moesim.sim.config import RUN_SETTINGS
+from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS
 
 
 @app.command()
-@takes(RUN_SETTINGS["serve"], defaults={"capacity": "auto"},
+@takes(RUN_SETTINGS["serve"], defaults={k: str(v) for k, v in SERVE_DEFAULTS.items()},
        helps={"capacity": "GPU expert slots per layer (or in the pool with scope global); 0: no expert cache; auto: "
                           "as many as GPU memory holds beside the KV cache of max-batch requests.",
               "prefetch": "Prefetcher that predicts the next layer: " + ", ".join(
@@ -24,6 +24,7 @@ def serve(
     trace_path: TracePath,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Also write one row per request here (Parquet).")]
     = None,
+    force: Force = False,
     as_json: AsJson = False,
     *,
     asked: Asked,
@@ -37,7 +38,8 @@ def serve(
 
     config = asked.config("sim serve")
     if out is not None:  # an arrivals file is an input too
-        check_output(out, "requests file", inputs=(trace_path, *asked.inputs, Path(config.serve.arrivals)))
+        check_output(out, "requests file", force=force, inputs=(trace_path, *asked.inputs, Path(config.serve.arrivals)),
+                     suffixes=(".parquet",))
     with working(f"reading {trace_path}, then serving its stream of requests"):
         result = moesim.serve(moesim.load_trace(trace_path), config)
     if out is not None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
 from moesim.files import check_output
-from moesim.sim.config import RUN_SETTINGS, Config, check_read
+from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS, Config, check_read
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import HitRate
@@ -166,7 +166,8 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
           hardware: str | Hardware | None = None, **settings):
     """A served stream: ``trace``'s sequences as requests arriving over time (``rate``, ``requests``, ...: the
     ``serve`` settings), batched continuously (``max_batch``, ``max_batch_tokens``, ``chunked_prefill``) and
-    run by the discrete-event simulator under ``config`` with ``settings`` changed. The result's ``summary``
+    run by the discrete-event simulator under ``config`` with ``settings`` changed (without a ``config``, capacity
+    ``auto`` unless given, as on the command line). The result's ``summary``
     holds TTFT, TPOT and latency percentiles, throughput and the hit rate; ``requests`` one row per request;
     ``by_batch()`` the hit rate by running batch (``moesim.sim.serve``).
 
@@ -176,6 +177,8 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
     """
     from moesim.sim.serve import simulate_serve
 
+    if config is None:  # the command line's and a sweep's defaults
+        settings = {**SERVE_DEFAULTS, **settings}
     config, objects = _with_objects(config, "serve", model, hardware, settings)
     return simulate_serve(_trace(trace), config, **objects)
 

@@ -48,7 +48,8 @@ from moesim.files import atomic_output, check_output, read_toml
 from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
-                               STRATEGY_PARAMS, Config, check_params_used, config_id, load_cached_trace, params_for)
+                               SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_params_used, config_id, load_cached_trace,
+                               params_for)
 
 KINDS = ("hitrate", "des", "serve")
 KEYS = {kind: set(RUN_SETTINGS[kind]) for kind in KINDS}  # the settings each kind of run reads
@@ -83,7 +84,8 @@ class SweepSpec:
             for values in itertools.product(*(self.axes[n] for n in names)):
                 if stop is not None and stop.is_set():
                     break
-                config = {"trace": trace, **self.fixed, **dict(zip(names, values))}
+                config = {"trace": trace, **(SERVE_DEFAULTS if self.kind == "serve" else {}), **self.fixed,
+                          **dict(zip(names, values))}
                 if not any(all(config.get(k) == v for k, v in rule.items()) for rule in self.exclude):
                     config = _applicable(config)
                     key = repr(sorted(config.items()))

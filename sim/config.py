@@ -333,6 +333,9 @@ class WorkloadConfig:
         _int(self, "workload", "warmup", 0)
 
 
+# a served stream's settings where none is given, on the command line, in a sweep and in ``moesim.serve`` alike: as
+# many expert slots as fit beside the KV cache of ``max_batch`` requests
+SERVE_DEFAULTS = {"capacity": "auto"}
 ARRIVALS = ("poisson", "burst")
 ARRIVAL_FILES = (".csv", ".parquet")  # or a file of arrival times (``moesim.sim.scheduler.read_arrivals``)
 

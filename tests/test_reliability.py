@@ -49,7 +49,11 @@ def test_outputs_are_checked_before_any_work(cli, tmp_path):
              (("trace", "synth", "--like", trace, "--out", trace, "--force"), "is also an input"),
              (("trace", "import", trace, "--format", "csv", "--out", trace, "--force"), "is also an input"),
              (("train", "ml-ffn", trace, "--out", trace, "--force"), "is also an input"),
-             (("plot", trace, "--kind", "activation-heatmap", "--out", trace), "is also an input")]
+             (("plot", trace, "--kind", "activation-heatmap", "--out", trace), "is also an input"),
+             # a served stream's requests file replaced a trace it did not read, and took any name (2026-11-27)
+             (("sim", "serve", "bundled", "--rate", "1", "--requests", "2", "--out", trace), "exists; pass --force"),
+             (("sim", "serve", "bundled", "--rate", "1", "--requests", "2", "--out", tmp_path / "r.csv"),
+              "unknown requests file format '.csv' (use .parquet)")]
     for args, message in cases:
         assert message in one_line_error(cli, *args)
     assert trace.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
