@@ -141,8 +141,12 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES,
                                                        warmup=1 if tr.num_sequences > wl.batch else 0), dtypes)
     out.results = simulate_all(prepared)
     if not out.results:
-        raise MoesimError(_nothing_fits(spec, hw, short) if short else f"no strategy runs {spec.name}: "
-                          + "; ".join(f"{s['strategy']} ({s['dtype']}): {s['reason']}" for s in out.skipped[:3]))
+        reasons = {}  # each reason once, with the candidates it stopped
+        for s in out.skipped:
+            reasons.setdefault(s["reason"], []).append(f"{s['strategy']} ({s['dtype']})")
+        raise MoesimError(_nothing_fits(spec, hw, short) if short else f"no strategy runs {spec.name}: " + (
+            next(iter(reasons)) if len(reasons) == 1 else
+            "; ".join(f"{', '.join(dict.fromkeys(who))}: {why}" for why, who in list(reasons.items())[:3])))
     out.results.sort(key=rank_key)
     rows, out.results = _fold([row(r, spec, hw.gpu is not None) for r in out.results], out.results)
     out.rows = [{"rank": i + 1, **r} for i, r in enumerate(rows)]

@@ -318,6 +318,9 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     capacity, dram_capacity = config.cache.capacity, config.cache.dram_capacity
     strategy = get_strategy(config.execution.strategy)
     name = strategy.NAME
+    if not (trace.phase == DECODE).any():
+        raise MoesimError("the trace has no decode steps (every row is a prompt's): tokens/s and TPOT time decoding, "
+                          "so there is nothing to time")
     if strategy.CPU and hardware.cpu is None:
         raise MoesimError(f"strategy {name} computes experts on the host CPU, and {_machine(hardware)} has no [cpu] "
                           "section (add one: moesim hardware --template shows it)")

@@ -206,6 +206,17 @@ def test_a_prompt_asked_for_where_every_sequence_records_one_is_refused():
     assert req.tokens[req.kind == PREFILL].tolist() == [6, 6, 9]  # two recorded prompts, then the one given
 
 
+def test_a_trace_with_no_decode_steps_is_refused():
+    """An SGLang response of one generated token imports as prompt rows only: tokens/s and TPOT were NaN."""
+    from moesim import serve
+
+    trace = synth_trace(layers=2, experts=4, top_k=2, sequences=2, tokens=1, seed=1, prompt_tokens=6, model="toy")
+    trace.phase[:] = PREFILL
+    for run in (simulate, lambda *a, **k: serve(*a, rate=1.0, **k)):
+        with pytest.raises(MoesimError, match="^the trace has no decode steps"):
+            run(trace, model=MODEL, hardware=HW, capacity=2)
+
+
 @pytest.mark.parametrize("width", [3, 8])
 def test_gather_is_each_cells_distinct_experts_in_first_seen_order(width):
     """``requests.gather`` against its definition, written out: each request row's layer holds the distinct

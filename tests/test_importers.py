@@ -175,6 +175,14 @@ def test_sglang_routed_experts(tmp_path):
      "responses.jsonl:1: routed_experts is neither base64 nor a nested list of integers"),
     (lambda r: r["meta_info"].update(routed_experts=np.ones((8, 27, 6), bool).tolist()),
      "responses.jsonl:1: routed_experts is neither base64 nor a nested list of integers"),
+    # a prompt length that is no whole number, or given alone, was dropped without a word (the trace all decode)
+    (lambda r: r["meta_info"].update(prompt_tokens=5.0),
+     "responses.jsonl:1: prompt_tokens and completion_tokens must be whole numbers, >= 0 and >= 1, got 5.0 and 4"),
+    (lambda r: r["meta_info"].pop("completion_tokens"), "got 5 and None"),
+    (lambda r: r["meta_info"].update(prompt_tokens=-2), "got -2 and 4"),
+    (lambda r: r["meta_info"].update(expert_ids_schema={"moe_layer_ids": [1] * 26}),
+     "responses.jsonl:1: moe_layer_ids must be a rising list of layer numbers 0..26"),
+    (lambda r: r["meta_info"].update(expert_ids_schema={"top_k": "6"}), "top_k '6' in the response"),
 ])
 def test_sglang_errors_name_the_line(tmp_path, mutate, message):
     record, _ = _sglang_response(np.random.default_rng(1), 5, 4)

@@ -79,7 +79,10 @@ def test_plan_errors_are_one_line(cli, tmp_path):
     for args, message in ((["--model", "nope"], "unknown model"), (["--model", "mixtral-8x7b", "--dtype", "fp7"],
                                                                     "unknown dtype"),
                           (["--model", "mole-160m-4e"], "MoLE"),
-                          (["--model", "mixtral-8x7b", "--plot", tmp_path / "no" / "p.png"], "no such folder")):
+                          (["--model", "mixtral-8x7b", "--plot", tmp_path / "no" / "p.png"], "no such folder"),
+                          # one reason every candidate gives is said once (it was said three times)
+                          (["--model", "olmoe-1b-7b", "--trace", "bundled", "--dtype", "q4_k"],
+                           "no strategy runs olmoe-1b-7b: model olmoe-1b-7b has 16 layers, the trace 32\n")):
         code, _, err = cli("plan", *args)
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
 

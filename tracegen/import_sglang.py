@@ -74,8 +74,11 @@ def _parse(line: bytes, where: str, meta: TraceMeta) -> tuple[str | None, np.nda
     if not isinstance(schema, dict):
         raise MoesimError(f"{where}: expert_ids_schema must be an object")
     if schema.get("top_k", k) != k:
-        raise MoesimError(f"{where}: top_k {schema['top_k']} in the response, the model preset has {k}")
-    if _whole(prompt) and _whole(completion):
+        raise MoesimError(f"{where}: top_k {schema['top_k']!r} in the response, the model preset has {k}")
+    if prompt is not None or completion is not None:  # both, whole: else the prompt would be dropped unsaid
+        if not (_whole(prompt) and _whole(completion) and prompt >= 0 and completion >= 1):
+            raise MoesimError(f"{where}: prompt_tokens and completion_tokens must be whole numbers, >= 0 and >= 1, "
+                              f"got {prompt!r} and {completion!r}")
         positions = prompt + completion - 1
         if positions < 1 or flat.size % (positions * k):
             raise MoesimError(f"{where}: {flat.size} expert ids do not fill {positions} positions x top-{k}")
@@ -88,8 +91,9 @@ def _parse(line: bytes, where: str, meta: TraceMeta) -> tuple[str | None, np.nda
             raise MoesimError(f"{where}: {flat.size} expert ids do not fill {layers} layers x top-{k}")
     grid = flat.reshape(-1, layers, k)
     moe = schema.get("moe_layer_ids")
-    if moe is not None and (not isinstance(moe, list) or not all(_whole(i) and 0 <= i < layers for i in moe)):
-        raise MoesimError(f"{where}: moe_layer_ids must be a list of layer numbers 0..{layers - 1}")
+    if moe is not None and (not isinstance(moe, list) or not all(_whole(i) and 0 <= i < layers for i in moe)
+                            or any(a >= b for a, b in zip(moe, moe[1:]))):
+        raise MoesimError(f"{where}: moe_layer_ids must be a rising list of layer numbers 0..{layers - 1}")
     if moe is None:
         placeholder = (grid < 0).all(axis=2) | ((grid == grid[:, :, :1]).all(axis=2) if k > 1 else False)
         moe = np.flatnonzero(~placeholder.all(axis=0))
