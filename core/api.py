@@ -60,7 +60,15 @@ def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: i
     from moesim.tracegen.models import get_model
     from moesim.tracegen.synth import synth_trace as synth
 
-    meta = get_model(model).trace_meta() if model is not None else None
+    meta = None
+    if model is not None:
+        spec = get_model(model)
+        if (layers, experts, top_k) != (spec.num_layers, spec.num_experts, spec.top_k):
+            raise MoesimError(f"{spec.name} has {spec.num_layers} layers, {spec.num_experts} experts and top-"
+                              f"{spec.top_k}; a trace of it cannot have {layers}, {experts} and top-{top_k}")
+        meta = spec.trace_meta()
+    if locality is not None and not isinstance(locality, Locality):
+        raise MoesimError(f"locality must be a moesim.Locality, got {type(locality).__name__}")
     return synth(layers, experts, top_k, sequences, tokens, seed, locality or Locality(), prompt_tokens,
                  model or "synthetic", meta)
 
@@ -288,9 +296,10 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     if config is None:
         settings.setdefault("prompt", PLAN_PROMPT)
     named = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
-    dtypes = DTYPES if dtypes is None else [dtypes] if isinstance(dtypes, str) else dtypes  # one format, or several
-    if not isinstance(dtypes, (list, tuple)):
-        raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}")
+    try:
+        dtypes = DTYPES if dtypes is None else [dtypes] if isinstance(dtypes, str) else list(dtypes)  # one, or several
+    except TypeError:
+        raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}") from None
     return run((config or Config()).replace(**named, **settings), trace, dtypes, asked)
 
 

@@ -89,7 +89,7 @@ def _check_threads(cpu, where: str) -> None:
     core's second SMT thread shares its units and its share of DRAM bandwidth)."""
     if cpu.threads > cpu.cores * cpu.sockets:
         raise MoesimError(f"{where}: more threads than the {cpu.name}'s {cpu.cores * cpu.sockets} cores; the model "
-                          "computes with one thread a core at most (give 0 or nothing for every core)")
+                          "computes with one thread a core at most (leave it out for every core)")
 
 
 SECTIONS = {"gpu": (GPU, GPUS), "link": (Link, LINKS), "ssd": (SSD, SSDS), "cpu": (CPU, CPUS),

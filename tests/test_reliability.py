@@ -213,7 +213,13 @@ def test_the_api_takes_a_trace_or_its_file_and_names_what_it_cannot_take(mixtral
                           (lambda: moesim.synth_trace(2, 8, 2, "3", 10), "sequences must be an integer, got '3'"),
                           (lambda: moesim.synth_trace(2, 8, 2, 3, 10.0), "tokens must be an integer, got 10.0"),
                           (lambda: moesim.plan("mixtral-8x7b", "rtx4090", dtypes=4),
-                           "dtypes must be a weight format's name or a list of them, got 4")):
+                           "dtypes must be a weight format's name or a list of them, got 4"),
+                          (lambda: moesim.load_trace(None), "a trace file is named by a path, got None"),
+                          (lambda: moesim.synth_trace(16, 64, 8, 2, 8, model=5), "a model is a preset's name"),
+                          (lambda: moesim.synth_trace(16, 64, 8, 2, 8, locality="x"), "locality must be a moesim"),
+                          # a trace labelled OLMoE with 4 layers of 8 experts ran as OLMoE: the command line refuses it
+                          (lambda: moesim.synth_trace(4, 8, 2, 2, 32, model="olmoe-1b-7b"),
+                           "olmoe-1b-7b has 16 layers, 64 experts and top-8; a trace of it cannot have 4, 8 and top-2")):
         with pytest.raises(MoesimError, match=message):
             call()
     one = moesim.plan("mixtral-8x7b", "rtx4090", dtypes="q4_k", trace=mixtral)
@@ -481,7 +487,8 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
                                                                 "cache, so nothing reads it (it places experts: "
                                                                 "--cpu-layers)"),
             (["--strategy", "cpu-experts", "--policy", "lru,belady"], "--policy: strategy cpu-experts"),
-            (["--threads", "17"], "--threads 17: more threads than the Ryzen-7950X's 16 cores")):
+            (["--threads", "17"], "--threads 17: more threads than the Ryzen-7950X's 16 cores; the model computes "
+                                  "with one thread a core at most (leave it out for every core)")):  # not 0: refused
         assert words in one_line_error(cli, "sim", "run", "bundled", *args), args
     # a saved configuration holds every setting: its capacity is not the user's, and a strategy typed over it runs
     saved = tmp_path / "run.toml"

@@ -47,6 +47,8 @@ def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
     """Load a trace file into dense arrays (``bundled``: the shipped one); `probs=True` also loads the full router
     distributions."""
     path = trace_file(path)
+    if path is None:
+        raise MoesimError("a trace file is named by a path, got None")
     meta = read_meta(path)
     schema = _schema(path)
     missing = [c for c in REQUIRED if c not in schema]

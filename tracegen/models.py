@@ -25,6 +25,8 @@ GPT-OSS-20B's dimensions; the presets follow the public configs of both models.
 
 from __future__ import annotations
 
+import os
+
 from moesim.errors import MoesimError, option
 from moesim.tracegen.model_files import is_model_file, load_model_file
 from moesim.tracegen.model_spec import BYTES_PER_PARAM, ModelSpec
@@ -108,6 +110,8 @@ def model_for_trace(meta: TraceMeta, name: str | None = None) -> ModelSpec:
 
 def get_model(name: str) -> ModelSpec:
     """A preset by name (case-insensitive), or the model a config.json or GGUF file describes."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise MoesimError(f"a model is a preset's name or a config.json or .gguf file, got {name!r}")
     if is_model_file(name):
         return load_model_file(name)
     try:
