@@ -39,7 +39,7 @@ def plot(
     kinds = RESULT_KINDS + SERVE_KINDS + TRACE_KINDS
     if kind not in kinds:
         raise MoesimError(f"unknown plot kind {kind!r}; choose from {', '.join(kinds)}")
-    check_options(kind, baseline=baseline, capacity=capacity, layer=layer, sequence=sequence)
+    check_options(kind, kinds, baseline=baseline, capacity=capacity, layer=layer, sequence=sequence)
     check_output(out, "figure", inputs=(source,), suffixes=SUFFIXES)
     baseline, layer, sequence = baseline or "lru", layer or 0, sequence or 0
     if kind in TRACE_KINDS:

@@ -332,10 +332,13 @@ def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baselin
     import polars as pl
 
     from moesim.plots import check_options
-    from moesim.plots.results import plot_results, read_results
+    from moesim.plots.results import RESULT_KINDS, plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
 
-    check_options(kind, baseline=baseline, capacity=capacity)
+    kinds = RESULT_KINDS + SERVE_KINDS
+    if kind not in kinds:
+        raise MoesimError(f"unknown plot kind {kind!r} for results; choose from {', '.join(kinds)}")
+    check_options(kind, kinds, baseline=baseline, capacity=capacity)
     baseline = baseline or "lru"
     frame = results if isinstance(results, pl.DataFrame) else read_results(results)
     source = source or ("results" if isinstance(results, pl.DataFrame) else str(results))

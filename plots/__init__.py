@@ -8,9 +8,11 @@ READ_BY = {"baseline": ("speedup-heatmap",), "capacity": ("per-layer-hitrate", "
            "layer": ("eviction-timeline",), "sequence": ("activation-heatmap", "eviction-timeline")}
 
 
-def check_options(kind: str, **given) -> None:
-    """Refuse an option (given, not None) that ``kind`` does not read."""
+def check_options(kind: str, kinds: tuple, **given) -> None:
+    """Refuse an option (given, not None) that ``kind`` does not read, naming those of ``kinds`` (what the caller
+    draws) that do."""
     for name, value in given.items():
         if value is not None and kind not in READ_BY[name]:
-            raise MoesimError(f"{option(name)} is read by {', '.join(READ_BY[name])} only; a {kind} figure does "
+            readers = [k for k in READ_BY[name] if k in kinds]
+            raise MoesimError(f"{option(name)} is read by {', '.join(readers)} only; {option('kind', kind)} does "
                               "not use it")

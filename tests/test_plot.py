@@ -123,7 +123,7 @@ def test_plot_errors(cli, results, tmp_path):
         ([bundled_trace_path(), "--kind", "eviction-timeline", "--layer", "40"], "out of range"),
         # an option the kind does not read would change nothing
         ([results / "hitrate.parquet", "--kind", "hitrate-vs-capacity", "--capacity", "4"],
-         "--capacity is read by per-layer-hitrate, eviction-timeline only; a hitrate-vs-capacity figure does not use it"),
+         "--capacity is read by per-layer-hitrate, eviction-timeline only; --kind hitrate-vs-capacity does not use it"),
         ([bundled_trace_path(), "--kind", "activation-heatmap", "--layer", "3"], "--layer is read by eviction-timeline"),
         ([results / "hitrate.parquet", "--kind", "per-layer-hitrate", "--sequence", "0"], "--sequence is read by"),
         ([bundled_trace_path(), "--kind", "eviction-timeline", "--baseline", "fifo"], "--baseline is read by"),
@@ -132,8 +132,10 @@ def test_plot_errors(cli, results, tmp_path):
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
     code, _, err = cli("plot", results / "hitrate.parquet", "--kind", "hitrate-vs-capacity", "--out", tmp_path / "x.gif")
     assert code == 1 and "unknown figure format" in err and not (tmp_path / "x.gif").exists()
-    with pytest.raises(MoesimError, match="^capacity is read by per-layer-hitrate, eviction-timeline only"):
+    with pytest.raises(MoesimError, match="^capacity is read by per-layer-hitrate only; kind=.hitrate-vs-capacity. does not use it"):
         moesim.plot(results / "hitrate.parquet", "hitrate-vs-capacity", tmp_path / "x.png", capacity=4)
+    with pytest.raises(MoesimError, match="^unknown plot kind 'nope' for results"):  # the kind before its options
+        moesim.plot(results / "hitrate.parquet", "nope", tmp_path / "x.png", capacity=4)
     assert not (tmp_path / "x.png").exists()
     assert pl.read_parquet(results / "hitrate.parquet").height == 18
 
