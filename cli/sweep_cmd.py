@@ -14,7 +14,8 @@ def sweep(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Sweep spec (TOML): traces, kind, [axes], "
                                                                    "[fixed], [[exclude]].")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Results file (Parquet), one row per configuration.")],
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes.")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (at most one per CPU this process may "
+                                                           "use; more are cut to that).")] = 1,
     resume: Annotated[bool, typer.Option("--resume", help="Keep the rows OUT has and run only the missing "
                                                           "configurations.")] = False,
     flush_seconds: Annotated[float, typer.Option("--flush-seconds", help="Rewrite OUT with the rows so far at "
@@ -53,4 +54,6 @@ def sweep(
                   + (f", {summary.skipped} already there" if summary.skipped else "")
                   + (f", {summary.failed} failed (see the error column)" if summary.failed else "")
                   + (f", {summary.other} row(s) of other settings kept" if summary.other else "")
-                  + f" in {summary.seconds:.1f} s")
+                  + f" in {summary.seconds:.1f} s"
+                  + (f" on {summary.workers} worker(s), one per CPU this process may use" if summary.workers < jobs
+                     else ""))

@@ -309,6 +309,7 @@ class SweepSummary:
     failed: int
     seconds: float
     other: int = 0  # rows of a resumed file that this spec does not name (another spec's settings), kept
+    workers: int = 1  # the local worker processes (``jobs``, at most one per usable CPU), or Ray's in-flight limit
 
 
 EXECUTORS = ("local", "ray")
@@ -317,7 +318,8 @@ EXECUTORS = ("local", "ray")
 def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = False,
               progress: Callable[[int, int], None] | None = None, flush_seconds: float = FLUSH_SECONDS,
               executor: str = "local") -> SweepSummary:
-    """Run every configuration ``out`` lacks (all of them unless ``resume``) on ``jobs`` workers,
+    """Run every configuration ``out`` lacks (all of them unless ``resume``) on ``jobs`` workers (locally at most one
+    per CPU this process may use; the rows are the same whatever the number),
     rewriting ``out`` with the rows so far at most every ``flush_seconds``.
 
     ``executor="ray"`` runs the configurations as Ray tasks instead of local processes: on the
@@ -329,9 +331,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     out = Path(out)
     if jobs < 1:
         raise MoesimError(f"{option('jobs')} must be at least 1, got {jobs}")
-    if executor == "local" and jobs > usable_cpus():  # each worker a process of its own, compiled code and traces
-        raise MoesimError(f"{option('jobs')} {jobs}: this machine lets this process use {usable_cpus()} CPU(s), and "
-                          f"workers beyond one a CPU only compete for them; give at most {usable_cpus()}")
+    if executor == "local":  # a worker a CPU at most: more only compete for them, each a process with its own memory
+        jobs = min(jobs, usable_cpus())
     if not 0 <= flush_seconds < math.inf:  # NaN too: a wait never passed, or passed at every row
         raise MoesimError(f"{option('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds}")
     check_output(out, "results", suffixes=(".parquet",))  # its folder, its format (the command line's too)
@@ -398,7 +399,7 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
         raise MoesimError(f"{out}: sweep stopped after {len(rows)} of {len(todo)} configuration(s); "
                           f"run it again with {switch('resume')} to finish")
     return SweepSummary(len(there) + len(todo), len(there), len(rows), failed, time.perf_counter() - start,
-                        len(have - there))
+                        len(have - there), jobs)
 
 
 def _compile_first(todo: list[tuple[str, dict]], kind: str) -> None:
