@@ -199,14 +199,18 @@ def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
 
 def _fold(rows: list[dict], results: list) -> tuple[list[dict], list]:
     """Rows that keep every expert on the GPU are one placement whatever the strategy: per format, the first
-    (the fastest) stays, named for what it is, and lists the candidates folded into it. Returns the rows and
-    their results, still side by side."""
+    (the fastest) stays, named for what it is, lists the candidates folded into it, and takes the least GPU memory
+    and host RAM any of them needs (the engines differ in what they hold beside the experts: a host copy, scratch
+    buffers). Returns the rows and their results, still side by side."""
     out, kept = [], {}
     for r, result in zip(rows, results):
         if not r.pop("all_on_gpu"):
             out.append((r, result))
-        elif r["dtype"] in kept:
-            kept[r["dtype"]]["same_as"].append(_candidate(r))
+        elif r["dtype"] in kept:  # one placement, one memory: the least any of its engines needs
+            row_kept = kept[r["dtype"]]
+            row_kept["same_as"].append(_candidate(r))
+            row_kept["vram_gb"], row_kept["ram_gb"] = (min(row_kept["vram_gb"], r["vram_gb"]),
+                                                       min(row_kept["ram_gb"], r["ram_gb"]))
         else:
             kept[r["dtype"]] = {**r, "strategy": ALL_ON_GPU, "policy": None, "prefetch": None, "capacity": None,
                                 "scope": None, "cpu_layers": 0, "engine": "llama.cpp, or any engine",
@@ -268,7 +272,7 @@ def curves(p: Plan, points: int = CURVE_POINTS) -> dict:
     best, out = {}, {}
     for r, result in zip(p.rows, p.results):
         if r["strategy"] == ALL_ON_GPU:
-            out.setdefault(ALL_ON_GPU, [(result.vram_gb, result.tokens_per_s)])
+            out.setdefault(ALL_ON_GPU, [(r["vram_gb"], result.tokens_per_s)])
         else:
             best.setdefault(r["strategy"], result)
     for strategy, r in best.items():

@@ -157,6 +157,15 @@ def test_placements_that_keep_every_expert_on_the_gpu_are_one_row():
     for r in plan.rows:
         assert r["cpu_layers"] != 0 or r["strategy"] == "all-on-gpu"
         assert r["capacity"] is None or (r["capacity"] < 128 if r["scope"] == "per-layer" else r["capacity"] < 48 * 128)
+    # one placement, one memory: the least of its candidates' (it was the fastest one's, so a longer prompt could
+    # show less GPU memory, and q4_k more host RAM than bf16)
+    cpu_experts = moesim.simulate(plan.simulated, model="qwen3-30b-a3b", hardware="rtx4090", dtype="q4_k",
+                                  strategy="cpu-experts", cpu_layers=0, prompt=plan.prompt, warmup=1)
+    static = moesim.simulate(plan.simulated, model="qwen3-30b-a3b", hardware="rtx4090", dtype="q4_k", strategy="hybrid",
+                             policy="static", capacity="auto", scope="global", prefetch="popular", prompt=plan.prompt,
+                             warmup=1)
+    assert whole[0]["vram_gb"] <= min(cpu_experts.vram_gb, static.vram_gb)
+    assert whole[0]["ram_gb"] <= min(cpu_experts.ram_gb, static.ram_gb)
 
 
 def test_equal_tokens_per_s_rank_by_time_to_first_token():
