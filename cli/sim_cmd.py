@@ -93,8 +93,9 @@ def run(
            + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
     if prefetch != "none":
         for r in results:
-            console.print(f"{r.policy} @ {slots_text(r.capacity)}: prefetch precision {_pct(r.prefetch_precision)}, "
-                          f"recall {_pct(r.prefetch_recall)}, {r.prefetch_loads} prefetched, {r.prefetch_used} used"
+            console.print(f"{r.policy} @ {slots_text(r.capacity)}: predictions' precision {_pct(r.prefetch_precision)}, "
+                          f"recall {_pct(r.prefetch_recall)}; {r.prefetch_loads} copies made, {r.prefetch_used} of them "
+                          "used by a GPU kernel"
                           + (f"; {r.substitutions} substitutions carrying {r.substituted_weight:.3f} router weight "
                              f"per layer and step" if mode == "commit" else ""))
 

@@ -89,7 +89,8 @@ def test_one_compilation_serves_every_workload():
 
     trace = load_trace(bundled_trace_path())
     for settings in ({}, {"batch": 2}, {"prompt": 64, "prefetch": "oracle", "mode": "commit"}, {"policy": "static"},
-                     {"policy": "static", "strategy": "cpu-miss", "scope": "global", "capacity": 96}):
+                     {"policy": "static", "strategy": "cpu-miss", "scope": "global", "capacity": 96,
+                      "prefetch": "popular"}):
         simulate_des(trace, Config.build(model="mixtral-8x7b", **{"capacity": 4, "dtype": "q4_k", **settings}),
                      decisions=True)
     loop = bound_loop("lru")

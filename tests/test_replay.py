@@ -283,12 +283,11 @@ VIRTUAL = [
     dict(capacity=16, dram_capacity=64),                      # the SSD tier behind DRAM
     dict(capacity=8, batch=2, prefetch="oracle", context=512),
     dict(strategy="cpu-experts", cpu_layers=6),               # placed layers: CPU and resident experts
-    dict(strategy="cpu-miss", capacity=8),                    # CPU beside GPU in a layer
     dict(strategy="cpu-miss", capacity=64, scope="global", policy="static", prefetch="popular"),  # Fiddler
     dict(strategy="hybrid", capacity=8),                      # CPU computes, background fills
     dict(strategy="hybrid", capacity=0, batch=2),             # every routed expert on the CPU
     dict(strategy="hybrid", capacity=0, prefetch="oracle"),   # a staged copy the CPU beats runs there
-    dict(strategy="cpu-miss", capacity=8, prefetch="history"),  # so does a resident one
+    dict(strategy="cpu-miss", capacity=8, prefetch="history"),  # CPU beside GPU in a layer; a resident in flight
 ]
 
 

@@ -115,6 +115,19 @@ def test_fiddler_pins_popular_experts_and_runs_a_hit_beside_a_cpu_miss():
     assert r.hits + len(on_cpu) == 28 and r.cpu_share == len(on_cpu) / 28
 
 
+def test_a_cache_nothing_fills_is_refused():
+    """On the dyadic machine the CPU beats a copy at one token, so cpu-miss runs every decode miss there: with no
+    prefetcher its cache never fills (it was charged GPU memory and changed nothing); with the popular preload,
+    Fiddler's own, the pins come in."""
+    with pytest.raises(MoesimError, match="strategy cpu-miss runs every miss of this run on the CPU .* the cache of "
+                                          "capacity=2 never fills"):
+        simulate(steps(3), model=MODEL, hardware=HWC, policy="lru", capacity=2, strategy="cpu-miss")
+    pinned = simulate(steps(3), model=MODEL, hardware=HWC, policy="static", capacity=2, strategy="cpu-miss",
+                      prefetch="popular")
+    assert pinned.prefetch_loads == 4 and simulate(steps(3), model=MODEL, hardware=HWC, capacity=0,
+                                                   strategy="cpu-miss").cpu_share == 1.0
+
+
 def test_a_late_hit_is_decided_once_the_layers_misses_are_queued_on_the_cpu():
     """Layer 1 routes experts 2 and 3: 2 was prefetched and its copy is still in flight, 3 missed. The miss must run
     on the CPU; the prefetched expert goes there only if the CPU, behind the miss, would hand it back before its
@@ -318,8 +331,8 @@ def test_a_strategy_is_one_module_registered():
     fast_cpu = replace(HWC, cpu=replace(CPU_, dram_gbps=2.0 ** 40 / 1e9))  # the CPU beats copy + GPU
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(STRATEGIES, module.NAME, module)
-        mine = simulate(trace, model=MODEL, hardware=fast_cpu, strategy=module.NAME, capacity=2)
-    fiddler = simulate(trace, model=MODEL, hardware=fast_cpu, strategy="cpu-miss", capacity=2)
+        mine = simulate(trace, model=MODEL, hardware=fast_cpu, strategy=module.NAME, capacity=0)
+    fiddler = simulate(trace, model=MODEL, hardware=fast_cpu, strategy="cpu-miss", capacity=0)  # (a cache: refused)
     assert fiddler.cpu_share == 1.0 and fiddler.loads == 0  # every miss on the CPU under Fiddler's rule too
     assert mine.step_times.tolist() == fiddler.step_times.tolist() and mine.cpu_share == 1.0
 
