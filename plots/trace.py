@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from moesim.errors import MoesimError  # noqa: E402
+from moesim.errors import MoesimError, option  # noqa: E402
 from moesim.files import atomic_output, check_output  # noqa: E402
 from moesim.tracegen.trace import Trace  # noqa: E402
 
@@ -85,6 +85,9 @@ def plot_eviction_timeline(trace: Trace, out: str | Path, capacity: int = 4, lay
         raise MoesimError(f"layer {layer} is out of range (the trace has {trace.meta.num_layers})")
     if not 0 <= seq_index < trace.num_sequences:
         raise MoesimError(f"sequence index {seq_index} is out of range (the trace has {trace.num_sequences})")
+    if isinstance(capacity, int) and 1 <= capacity < trace.meta.top_k:  # step semantics, the only ones drawn
+        raise MoesimError(f"{option('capacity', capacity)} is below top_k {trace.meta.top_k}: a step's k experts are "
+                          f"resident at once; give {option('capacity')} {trace.meta.top_k} or more")
     caches = [CacheConfig(policy=policy, capacity=capacity) for policy in policies]
     for cache in caches:  # refused before a figure is opened
         check_capacity(trace.meta, cache)

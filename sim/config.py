@@ -637,6 +637,11 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
         raise MoesimError(f"{', '.join(map(option, unread))}: strategy {', '.join(strategies)} keeps no expert cache, "
                           f"so nothing reads {'it' if len(unread) == 1 else 'them'}"
                           + (f" (it places experts: {', '.join(places)})" if places else ""))
+    unread = [n for n in CACHE_CHOICES if n in given and n != "capacity"] if strategy_read else []
+    if unread and all(c.cache.capacity == 0 or (isinstance(c.cache.capacity, tuple) and not any(c.cache.capacity))
+                      for c in configs):
+        raise MoesimError(f"{', '.join(map(option, unread))}: {option('capacity', 0)} keeps no expert cache, so nothing "
+                          f"reads {'it' if len(unread) == 1 else 'them'}")
     if "acceptance" in given and all(c.serve.draft_tokens == 0 for c in configs):
         raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and "
                           f"{option('draft_tokens')} is 0: no run drafts any")

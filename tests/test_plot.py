@@ -121,6 +121,9 @@ def test_plot_errors(cli, results, tmp_path):
         ([results / "hitrate.parquet", "--kind", "per-layer-hitrate", "--capacity", "5"], "no rows at capacity 5"),
         ([tmp_path / "none.parquet", "--kind", "hitrate-vs-capacity"], "no such results file"),
         ([bundled_trace_path(), "--kind", "eviction-timeline", "--layer", "40"], "out of range"),
+        # it suggested --semantics sequential, which plot does not take
+        ([bundled_trace_path(), "--kind", "eviction-timeline", "--capacity", "1"],
+         "--capacity 1 is below top_k 2: a step's k experts are resident at once; give --capacity 2 or more"),
         # an option the kind does not read would change nothing
         ([results / "hitrate.parquet", "--kind", "hitrate-vs-capacity", "--capacity", "4"],
          "--capacity is read by per-layer-hitrate, eviction-timeline only; --kind hitrate-vs-capacity does not use it"),

@@ -487,6 +487,7 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
                                                                 "cache, so nothing reads it (it places experts: "
                                                                 "--cpu-layers)"),
             (["--strategy", "cpu-experts", "--policy", "lru,belady"], "--policy: strategy cpu-experts"),
+            (["--capacity", "0", "--policy", "lru,belady"], "--policy: --capacity 0 keeps no expert cache"),
             (["--threads", "17"], "--threads 17: more threads than the Ryzen-7950X's 16 cores; the model computes "
                                   "with one thread a core at most (leave it out for every core)")):  # not 0: refused
         assert words in one_line_error(cli, "sim", "run", "bundled", *args), args
