@@ -68,11 +68,12 @@ def prompt_rows(trace: Trace) -> np.ndarray:
     return np.bincount(trace.row_sequence()[trace.phase == PREFILL], minlength=trace.num_sequences)
 
 
-def check_prompt(trace: Trace, prompt: int) -> np.ndarray:
-    """``prompt_rows(trace)``; a ``prompt`` asked for where every sequence records its own (it would change
-    nothing: it is given to the sequences recorded without one) is refused."""
+def check_prompt(trace: Trace, prompt: int, served: np.ndarray | None = None) -> np.ndarray:
+    """``prompt_rows(trace)``; a ``prompt`` asked for where every sequence served (``served``: the sequences a
+    stream serves, default all) records its own (it would change nothing: it is given to the sequences recorded
+    without one) is refused."""
     recorded = prompt_rows(trace)
-    if prompt > 0 and recorded.min() > 0:
+    if prompt > 0 and (recorded if served is None else recorded[served]).min() > 0:
         raise MoesimError(f"{option('prompt', prompt)}: every sequence of the trace records its own prompt "
                           f"({int(np.median(recorded))} tokens, the median), which is what is prefilled; a prompt "
                           "is given only to sequences recorded without one, so leave it out")

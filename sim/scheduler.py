@@ -67,7 +67,7 @@ def make_queue(trace: Trace, requests: int, prompt: int, arrivals: np.ndarray, r
         seq = np.concatenate(order)[:requests]
     seq = np.asarray(seq, np.int64)
     offsets = trace.seq_offsets.astype(np.int64)
-    prompt_rows = check_prompt(trace, prompt)[seq]
+    prompt_rows = check_prompt(trace, prompt, seq)[seq]
     recorded = prompt_rows > 0
     nan = np.full(requests, np.nan)
     return Queue(seq, arrivals, np.where(recorded, prompt_rows, prompt).astype(np.int64), recorded,

@@ -189,7 +189,7 @@ def test_a_prompt_row_outputs_one_token_per_sequence():
     assert given.tokens.tolist() == [7, 1, 1, 1, 1] and given.outputs.tolist() == [1, 1, 1, 1, 1]
 
 
-def test_a_prompt_asked_for_where_every_sequence_records_one_is_refused():
+def test_a_prompt_asked_for_where_every_sequence_records_one_is_refused(tmp_path):
     """``prompt`` is given to the sequences recorded without one: where every sequence records its own it would
     change nothing, and is refused (a run, a served stream); where some do, the others get it."""
     from moesim import serve
@@ -202,8 +202,17 @@ def test_a_prompt_asked_for_where_every_sequence_records_one_is_refused():
                                               r"\(6 tokens, the median\)"):
             run(recorded, model=MODEL, hardware=HW, capacity=2, prompt=9)
     bare = synth_trace(layers=2, experts=4, top_k=2, sequences=1, tokens=3, seed=2, model="toy")
-    req = build_requests(concat_traces([recorded, bare]), prompt=9)
+    mixed = concat_traces([recorded, bare])
+    req = build_requests(mixed, prompt=9)
     assert req.tokens[req.kind == PREFILL].tolist() == [6, 6, 9]  # two recorded prompts, then the one given
+    # a stream that serves only the sequences with prompts of their own reads it no more than a trace of them
+    arrivals = tmp_path / "arrivals.csv"
+    arrivals.write_text("arrival_s,seq\n0.0,0\n0.5,1\n")
+    with pytest.raises(MoesimError, match="^prompt=9: every sequence"):
+        serve(mixed, model=MODEL, hardware=HW, capacity=2, prompt=9, arrivals=str(arrivals))
+    arrivals.write_text("arrival_s,seq\n0.0,0\n0.5,2\n")
+    assert serve(mixed, model=MODEL, hardware=HW, capacity=2, prompt=9, arrivals=str(arrivals)).requests[
+        "prompt_tokens"].to_list() == [6, 9]
 
 
 def test_a_trace_with_no_decode_steps_is_refused():
