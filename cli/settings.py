@@ -20,8 +20,8 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.errors import MoesimError
-from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_params_used, check_read, file_settings,
-                               owner_module)
+from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_cache_read, check_params_used, check_read,
+                               file_settings, owner_module)
 
 ConfigFile = Annotated[Optional[Path], typer.Option(
     "--config", help="Start from this configuration file (TOML: [model] [hardware] [cache] [prefetch] [execution] "
@@ -66,6 +66,8 @@ class Asked:
         """Refuse a typed setting that none of ``configs`` reads (``moesim.sim.config.check_read``); where the
         command takes no strategy (a hit-rate run, a plan), the cache's settings are read whatever the file's."""
         check_read(self.typed, configs, strategy_read="strategy" in self.options)
+        if "strategy" in self.options:  # a run that reads the cache's settings
+            check_cache_read(self.typed, configs)
 
     def config(self, command: str) -> Config:
         """The one configuration a command that runs one asked for."""

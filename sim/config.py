@@ -637,14 +637,20 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
         raise MoesimError(f"{', '.join(map(option, unread))}: strategy {', '.join(strategies)} keeps no expert cache, "
                           f"so nothing reads {'it' if len(unread) == 1 else 'them'}"
                           + (f" (it places experts: {', '.join(places)})" if places else ""))
-    unread = [n for n in CACHE_CHOICES if n in given and n != "capacity"] if strategy_read else []
+    if "acceptance" in given and all(c.serve.draft_tokens == 0 for c in configs):
+        raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and "
+                          f"{option('draft_tokens')} is 0: no run drafts any")
+
+
+def check_cache_read(given: set, configs: list[Config]) -> None:
+    """A cache setting typed on the command line where every run listed keeps no cache (``capacity`` 0) is refused:
+    ``--capacity 0 --policy belady,lru`` gave two identical rows. (The API takes it: a loop over capacities that
+    include 0 passes its policy to each.)"""
+    unread = [n for n in CACHE_CHOICES if n in given and n != "capacity"]
     if unread and all(c.cache.capacity == 0 or (isinstance(c.cache.capacity, tuple) and not any(c.cache.capacity))
                       for c in configs):
         raise MoesimError(f"{', '.join(map(option, unread))}: {option('capacity', 0)} keeps no expert cache, so nothing "
                           f"reads {'it' if len(unread) == 1 else 'them'}")
-    if "acceptance" in given and all(c.serve.draft_tokens == 0 for c in configs):
-        raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and "
-                          f"{option('draft_tokens')} is 0: no run drafts any")
 
 
 def module_params(module, given: dict) -> dict:
