@@ -23,7 +23,7 @@ Per request row (``moesim.sim.requests``) and layer (a cell), on the compute str
    rates near one half no predictor learns it: the split made the loop a fifth faster), then each list is
    served in rank order; the prefetch lists its non-resident predictions the same way. Under a strategy that
    runs experts on the CPU beside a cache (``Inputs.late_to_cpu``), a hit whose copy is still in flight runs
-   on the CPU when that hands it back sooner, decided once the layer's misses are queued there (``late_hits``);
+   on the CPU when that hands it back sooner, decided once the layer's misses are queued there (``load_misses``);
    it is not counted a hit;
 3. **prefetch** (``prefetch_next``): the experts predicted for the next cell (this row's next layer,
    or the next row's layer 0) that are not resident are loaded like misses, behind this cell's loads,
@@ -131,11 +131,9 @@ def des_loop(s, st):
             if inp.kind[row] == DECODE:
                 tally.counters[C_ACCESSES] += n
                 tally.layer_accesses[layer] += n
-            pinned, n_late, n_run, weights_at, fused = load_misses(s, st, row, layer, part, route_at, stamp, pinned,
-                                                                   n_missed, n_late, n_run, weights_at, fused)
+            pinned, n_run, weights_at, fused = load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed,
+                                                           n_late, n_run, weights_at, fused)
             if EXTRAS:
-                if n_late > 0:
-                    n_run, weights_at, fused = late_hits(s, row, layer, n_late, route_at, n_run, weights_at, fused)
                 prefetch_next(s, st, row, layer, part, route_at, stamp, pinned)
             now, compute, stall = run_kernels(s, now, compute, stall, n_run, weights_at, fused)
         now += inp.row_s[row]
@@ -208,9 +206,10 @@ def route(s, st, row, layer, part, stamp):
 def serve_hits(s, st, row, layer, part, route_at):
     """X's resident members, in rank order: hits, added to the layer's run (every member, in a layer placed
     on the GPU); the others' ranks are listed in ``Kernels.listed`` for ``load_misses``. Under a strategy that runs
-    experts on the CPU beside a cache (``Inputs.late_to_cpu``), a resident whose copy is still in flight is left
-    for ``late_hits`` (its rank in ``Kernels.hit``). Returns (|X|, residents of X, how many are listed, how many are
-    left, and the run so far: its length, when its weights are all in, a fused kernel's duration so far)."""
+    experts on the CPU beside a cache (``Inputs.late_to_cpu``), a resident whose copy is still in flight is listed
+    after them, for ``load_misses`` to decide. Returns (|X|, residents of X, how many misses are listed, how many
+    residents after them, and the run so far: its length, when its weights are all in, a fused kernel's duration so
+    far)."""
     inp, tally = s.inputs, s.tally
     slot_of, by_prefetch, hit_ranks, missed = s.cache.slot_of, s.cache.by_prefetch, s.kernels.hit, s.kernels.listed
     x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
@@ -228,7 +227,7 @@ def serve_hits(s, st, row, layer, part, route_at):
         missed[uint64(n_missed)] = j
         pinned += resident
         n_missed += not resident
-    used, n_late = 0, 0  # hits on prefetched experts; residents left for ``late_hits``
+    used, n_late = 0, 0  # hits on prefetched experts; residents still in flight, listed after the misses
     for i in range(pinned):
         j = hit_ranks[i]
         obj = layer * inp.num_experts + x[uint64(j)]
@@ -236,7 +235,7 @@ def serve_hits(s, st, row, layer, part, route_at):
         policy.on_hit(st, part, slot_of[o], obj, base + j)
         # no ``continue`` out of a block a build prunes: one made the lean loop 23% slower (docs/benchmarks.md)
         if EXTRAS and inp.late_to_cpu and s.cache.ready[o] > route_at:
-            hit_ranks[uint64(n_late)] = j  # n_late <= i: a rank already read
+            missed[uint64(n_missed + n_late)] = j  # decided after the misses (``load_misses``)
             n_late += 1
         else:
             if EXTRAS:  # only a prefetch or a preload sets it
@@ -251,35 +250,6 @@ def serve_hits(s, st, row, layer, part, route_at):
         tally.counters[C_HITS] += pinned - n_late
         tally.layer_hits[layer] += pinned - n_late
     return n, pinned, n_missed, n_late, n_run, weights_at, fused
-
-
-def late_hits(s, row, layer, n_late, route_at, n_run, weights_at, fused):
-    """The members of X that are resident (or staged by the prefetch) but whose copies are still in flight at the
-    routing time (``Kernels.hit``'s first ``n_late``), in rank order, once the layer's misses are queued on the CPU:
-    each runs on the CPU where the CPU would hand it back before its copy lands and the GPU runs it (``to_cpu``'s
-    times, the CPU's queue included, against the copy and ``by_tokens``), else it is a hit that waits for its copy.
-    A prefetched copy counts as used only on the GPU. Returns the run so far."""
-    inp, tally, cache = s.inputs, s.tally, s.cache
-    x, tokens = inp.exe[row, layer], inp.exe_tokens[row, layer]
-    staged = inp.bounds[-1] == 0
-    for i in range(n_late):
-        j = uint64(s.kernels.hit[i])
-        obj = layer * inp.num_experts + x[j]
-        o = uint64(obj)
-        start = max(route_at + inp.handoff_s[row], s.tiers.clocks[CPU_FREE])
-        back = start + inp.cpu_by_tokens[tokens[j]] + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED]
-        if back < cache.ready[o] + inp.by_tokens[tokens[j]]:
-            to_cpu(s, row, layer, obj, tokens[j], route_at)
-        else:
-            tally.counters[C_PF_USED] += 1 if staged else cache.by_prefetch[o]
-            cache.by_prefetch[o] = 0
-            if inp.kind[row] == DECODE:
-                tally.counters[C_HITS] += 1
-                tally.layer_hits[layer] += 1
-            if RARE:
-                log(tally, row, layer, EV_HIT, obj, -1 if staged else cache.slot_of[o])
-            n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, cache.ready[o], tokens[j])
-    return n_run, weights_at, fused
 
 
 def serve_placed(s, row, layer, route_at):
@@ -303,44 +273,52 @@ def serve_placed(s, row, layer, route_at):
 
 def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_late, n_run, weights_at, fused):
     """X's members ``serve_hits`` listed, in rank order, each as its ``miss_action`` says (module docstring); with
-    no cache, a copy staged by the prefetch is a hit (or, still in flight under ``late_to_cpu``, left for
-    ``late_hits`` after the ``n_late`` residents). Returns the residents of X, how many are left, and the run."""
-    inp, tally = s.inputs, s.tally
+    no cache, a copy staged by the prefetch is a hit. Then, once the misses are queued on the CPU, the ``n_late``
+    residents listed after them, whose copies are still in flight at the routing time: each runs on the CPU where
+    the CPU would hand it back before its copy lands and the GPU runs it (``to_cpu``'s times, the CPU's queue
+    included, against the copy and ``by_tokens``), else it is a hit that waits for its copy; a prefetched copy
+    counts as used only on the GPU. A staged copy still in flight is decided so in its rank's place, before the
+    misses of later rank are queued (deferring it too cost the lean loop a fifth of its speed). One call site each
+    for the CPU and for a hit: each inlined copy lengthens the loop's compile (a second pass over the late ones
+    took a plan's first run from 9.1-9.4 s to 10.3-10.5 s). Returns the residents of X and the run."""
+    inp, tally, cache = s.inputs, s.tally, s.cache
     x, tokens, action = inp.exe[row, layer], inp.exe_tokens[row, layer], inp.miss_action[row, layer]
     cell_id = clock_row(s, row) * inp.experts.shape[1] + layer
     base = cell_id * inp.experts.shape[2]
-    for i in range(n_missed):
+    no_cache = inp.bounds[-1] == 0
+    for i in range(n_missed + n_late):  # one call site each for the CPU and a hit (each inlined copy costs compile)
         j = s.kernels.listed[i]
         obj = layer * inp.num_experts + x[uint64(j)]
         o = uint64(obj)  # as in ``serve_hits``
-        if EXTRAS and inp.bounds[-1] == 0 and s.cache.staged[o] == cell_id:  # only a prefetch stages
-            if inp.late_to_cpu and s.cache.ready[o] > route_at:
-                s.kernels.hit[uint64(n_late)] = j
-                n_late += 1
-                continue
-            tally.counters[C_PF_USED] += 1
+        staged = EXTRAS and no_cache and cache.staged[o] == cell_id  # only a prefetch stages
+        late = EXTRAS and (i >= n_missed or (staged and inp.late_to_cpu and cache.ready[o] > route_at))
+        if (staged and not late) or (late and max(route_at + inp.handoff_s[row], s.tiers.clocks[CPU_FREE]) + inp.cpu_by_tokens[
+                tokens[j]] + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED] >= cache.ready[o] + inp.by_tokens[tokens[j]]):
+            tally.counters[C_PF_USED] += 1 if no_cache else cache.by_prefetch[o]  # a hit, its copy used
+            cache.by_prefetch[o] = 0
             if inp.kind[row] == DECODE:
                 tally.counters[C_HITS] += 1
                 tally.layer_hits[layer] += 1
-            n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, s.cache.ready[o], tokens[j])
+            n_run, weights_at, fused = add_kernel(s, n_run, weights_at, fused, cache.ready[o], tokens[j])
             if RARE:
-                log(tally, row, layer, EV_HIT, obj, -1)
-            continue
-        if inp.bounds[-1] > 0 and s.cache.slot_of[o] >= 0:  # listed twice in X, and loaded for the first
-            continue
-        if not EXTRAS or action[j] == A_LOAD:
+                log(tally, row, layer, EV_HIT, obj, -1 if no_cache else cache.slot_of[o])
+        elif not late and not no_cache and cache.slot_of[o] >= 0:  # listed twice in X, and loaded for the first
+            pass
+        elif not late and (not EXTRAS or action[j] == A_LOAD):
             pinned, n_run, weights_at, fused = demand_load(s, st, row, layer, part, obj, base + j, route_at, stamp,
                                                            pinned, n_run, weights_at, fused, tokens[j])
-        elif action[j] == A_CPU or action[j] == A_CPU_FILL:
+        elif late or action[j] == A_CPU or action[j] == A_CPU_FILL:
             to_cpu(s, row, layer, obj, tokens[j], route_at)
-            if action[j] == A_CPU_FILL and inp.bounds[-1] > 0:
+            if late:
+                pass
+            elif action[j] == A_CPU_FILL and not no_cache:
                 pinned = background_fill(s, st, row, layer, part, obj, base + j, route_at, stamp, pinned)
-            elif s.cache.live[part] > 0:  # the policy sees every miss (ARC's ghosts, LeCaR's history); this one stays out
+            elif cache.live[part] > 0:  # the policy sees every miss (ARC's ghosts, LeCaR's history); this one stays out
                 policy.on_miss(st, part, obj, base + j)
         else:  # A_LOWBIT
             n_run, weights_at, fused = lowbit_fetch(s, row, layer, j, obj, tokens[j], route_at, n_run, weights_at,
                                                     fused)
-    return pinned, n_late, n_run, weights_at, fused
+    return pinned, n_run, weights_at, fused
 
 
 def demand_load(s, st, row, layer, part, obj, t, route_at, stamp, pinned, n_run, weights_at, fused, tokens):
@@ -550,5 +528,5 @@ def log(tally, row, layer, event, obj, slot):
         tally.n_log[0] = i + 1
 
 
-HELPERS = (claim, fit_live, clock_row, route, serve_hits, late_hits, serve_placed, load_misses, demand_load, to_cpu,
+HELPERS = (claim, fit_live, clock_row, route, serve_hits, serve_placed, load_misses, demand_load, to_cpu,
            background_fill, lowbit_fetch, prefetch_next, preload_batch, run_kernels, add_kernel, log)

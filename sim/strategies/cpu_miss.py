@@ -11,7 +11,7 @@ LeCaR's history learn from it); one copied is placed as under ``gpu-cache``.
 CPU and GPU work on a layer's experts at once; the layer ends when both are done. Prefetchers
 combine with it (Fiddler has none): a prefetched expert is a GPU hit, or, while its copy is still in flight at
 its layer's routing, runs on the CPU where the CPU would hand it back before the copy lands and the GPU runs it
-(the same rule on the remaining copy, the CPU's queue included; ``des_loop.late_hits``).
+(the same rule on the remaining copy, the CPU's queue included; ``des_loop.load_misses``).
 """
 
 import numpy as np

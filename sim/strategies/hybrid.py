@@ -10,7 +10,7 @@ behind, and a later hit waiting on its fill made more GPU memory slower than non
 A static cache's pins come in the same way, as the engine frees, inside the measured run unless a warm-up
 (``warmup``) runs first (kTransformers loads them before decoding). A prefetcher's copies take the engines too.
 An expert resident (or prefetched into staging) whose copy is still in flight when its layer routes runs on the
-CPU where the CPU would hand it back before the copy lands and the GPU runs it (``des_loop.late_hits``, the
+CPU where the CPU would hand it back before the copy lands and the GPU runs it (``des_loop.load_misses``, the
 simulator's rule in the spirit of HybriMoE's intra-layer scheduling, which balances a layer's experts between
 CPU and GPU by their ready times; it gives no formula to copy). Before 2026-11-27 such an expert waited for its
 copy, and a prefetcher made hybrid slower than none (the bundled trace at Q4_K on an RTX 4090, LRU, 2 slots a
