@@ -185,8 +185,8 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
     """
     from moesim.sim.serve import simulate_serve
 
-    if config is None:  # the command line's and a sweep's defaults
-        settings = {**SERVE_DEFAULTS, **settings}
+    if config is None:  # the command line's and a sweep's defaults, not settings the user gave
+        config = Config().replace(**SERVE_DEFAULTS)
     config, objects = _with_objects(config, "serve", model, hardware, settings)
     return simulate_serve(_trace(trace), config, **objects)
 

@@ -200,8 +200,8 @@ def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
 def _fold(rows: list[dict], results: list) -> tuple[list[dict], list]:
     """Rows that keep every expert on the GPU are one placement whatever the strategy: per format, the first
     (the fastest) stays, named for what it is, lists the candidates folded into it, and takes the least GPU memory
-    and host RAM any of them needs (the engines differ in what they hold beside the experts: a host copy, scratch
-    buffers). Returns the rows and their results, still side by side."""
+    and host RAM of the one of them that needs the least GPU memory (then RAM; the engines differ in what they hold
+    beside the experts: a host copy, scratch buffers). Returns the rows and their results, still side by side."""
     out, kept = [], {}
     for r, result in zip(rows, results):
         if not r.pop("all_on_gpu"):
@@ -209,8 +209,8 @@ def _fold(rows: list[dict], results: list) -> tuple[list[dict], list]:
         elif r["dtype"] in kept:  # one placement, one memory: the least any of its engines needs
             row_kept = kept[r["dtype"]]
             row_kept["same_as"].append(_candidate(r))
-            row_kept["vram_gb"], row_kept["ram_gb"] = (min(row_kept["vram_gb"], r["vram_gb"]),
-                                                       min(row_kept["ram_gb"], r["ram_gb"]))
+            row_kept["vram_gb"], row_kept["ram_gb"] = min((row_kept["vram_gb"], row_kept["ram_gb"]),
+                                                      (r["vram_gb"], r["ram_gb"]))
         else:
             kept[r["dtype"]] = {**r, "strategy": ALL_ON_GPU, "policy": None, "prefetch": None, "capacity": None,
                                 "scope": None, "cpu_layers": 0, "engine": "llama.cpp, or any engine",

@@ -199,8 +199,9 @@ def _check_fills(run: Run) -> None:
     """A cache nothing ever fills is refused: a strategy whose every miss runs on the CPU, with no prefetcher and no
     background fill (cpu-miss at batch 1: Fiddler's rule finds the CPU sooner at every token count), would be
     charged GPU memory for slots that change nothing."""
-    actions, config = run.state.inputs.miss_action, run.config
-    if (run.strategy.CACHE and run.state.inputs.bounds[-1] > 0 and config.prefetch.prefetcher == "none"
+    inputs, config = run.state.inputs, run.config
+    actions = inputs.miss_action[inputs.exe >= 0]  # the executed experts' (padding takes any action)
+    if (run.strategy.CACHE and run.strategy.CPU and inputs.bounds[-1] > 0 and config.prefetch.prefetcher == "none"
             and actions.size and not np.isin(actions, (A_LOAD, A_CPU_FILL)).any()):
         raise MoesimError(f"strategy {run.strategy.NAME} runs every miss of this run on the CPU (the CPU beats the "
                           f"copy at each of its token counts), so the cache of {option('capacity', config.cache.capacity)}"

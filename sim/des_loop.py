@@ -23,12 +23,14 @@ Per request row (``moesim.sim.requests``) and layer (a cell), on the compute str
    rates near one half no predictor learns it: the split made the loop a fifth faster), then each list is
    served in rank order; the prefetch lists its non-resident predictions the same way. Under a strategy that
    runs experts on the CPU beside a cache (``Inputs.late_to_cpu``), a hit whose copy is still in flight runs
-   on the CPU when that hands it back sooner, decided once the layer's misses are queued there (``load_misses``);
+   on the CPU when that hands it back sooner, decided once the layer's misses are queued there (``load_misses``;
+   with no cache, a staged copy in flight in its rank's place);
    it is not counted a hit;
 3. **prefetch** (``prefetch_next``): the experts predicted for the next cell (this row's next layer,
    or the next row's layer 0) that are not resident are loaded like misses, behind this cell's loads,
    never evicting a member of X or of the prediction;
-4. **compute** (``run_kernels``): X's experts run in the order decided (hits, then loads) on
+4. **compute** (``run_kernels``): X's experts run in the order decided (hits, then loads, then residents whose
+   copies were in flight and that the GPU runs) on
    ``exe_tokens`` tokens each, as one fused kernel once all their weights have arrived, or
    (``per_expert``) each as soon as its own weights have; a wait is stall.
 
@@ -364,7 +366,8 @@ def background_fill(s, st, row, layer, part, obj, t, route_at, stamp, pinned):
     for e in range(eng_free.shape[0]):
         idle |= eng_free[e] <= route_at
     capacity = cache.live[part]
-    if not policy.on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity) or not idle:
+    if capacity <= 0 or not policy.on_miss(st, part, obj, t) or (cache.used[part] >= capacity and pinned >= capacity) \
+            or not idle:  # a partition with no slots (a layer's 0, or given back) does not show the policy a miss
         return pinned
     if claim(s, st, part, obj, t, stamp)[0] < 0:
         return pinned

@@ -118,8 +118,8 @@ class Kernels(NamedTuple):
     ready: np.ndarray          # float64 [W']: when each expert of the layer's run has its weights
     tokens: np.ndarray         # int32 [W']: the tokens it computes
     hit: np.ndarray            # int64 [W']: the ranks in X of the members resident when the cell began
-    listed: np.ndarray         # int64 [max(W', P)]: the ranks of the others; then of the next cell's predicted
-                               # experts not resident
+    listed: np.ndarray         # int64 [max(W', P)]: the ranks of the others, then of residents whose copies are
+                               # in flight (``late_to_cpu``); then of the next cell's predicted experts not resident
     cpu_ready: np.ndarray      # float64 [1]: when the CPU's experts of the layer are back on the GPU (-1: none)
 
 

@@ -73,10 +73,11 @@ def check_prompt(trace: Trace, prompt: int, served: np.ndarray | None = None) ->
     stream serves, default all) records its own (it would change nothing: it is given to the sequences recorded
     without one) is refused."""
     recorded = prompt_rows(trace)
-    if prompt > 0 and (recorded if served is None else recorded[served]).min() > 0:
-        raise MoesimError(f"{option('prompt', prompt)}: every sequence of the trace records its own prompt "
-                          f"({int(np.median(recorded))} tokens, the median), which is what is prefilled; a prompt "
-                          "is given only to sequences recorded without one, so leave it out")
+    those = recorded if served is None else recorded[served]
+    if prompt > 0 and those.min() > 0:
+        raise MoesimError(f"{option('prompt', prompt)}: every sequence {'of the trace' if served is None else 'served'} "
+                          f"records its own prompt ({int(np.median(those))} tokens, the median), which is what is "
+                          "prefilled; a prompt is given only to sequences recorded without one, so leave it out")
     return recorded
 
 

@@ -283,6 +283,9 @@ def test_a_stream_takes_the_same_default_capacity_everywhere(cli, tmp_path):
     explicit = moesim.serve(moesim.load_trace("bundled"), **settings, capacity="auto").summary
     assert command_line["capacity"] == api["capacity"] == explicit["capacity"] == 6 and row["capacity"] == "auto"
     assert command_line["tokens_per_s"] == api["tokens_per_s"] == row["tokens_per_s"] == explicit["tokens_per_s"]
+    # the default is the base's, not a setting the user gave: a strategy without a cache takes no capacity
+    placed = moesim.serve(moesim.load_trace("bundled"), **settings, strategy="cpu-experts").summary
+    assert placed["tokens_per_s"] > 0
 
 
 def test_a_rate_by_strategy_sweep_runs_and_plots(cli, drawn, tmp_path):

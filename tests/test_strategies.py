@@ -126,6 +126,10 @@ def test_a_cache_nothing_fills_is_refused():
                       prefetch="popular")
     assert pinned.prefetch_loads == 4 and simulate(steps(3), model=MODEL, hardware=HWC, capacity=0,
                                                    strategy="cpu-miss").cpu_share == 1.0
+    light = steps(3)  # every miss light: low-bit copies into scratch, no CPU; not the CPU strategies' refusal
+    light.weights = np.full((3, 2, 2), 0.5, np.float32)
+    assert simulate(light, model=MODEL, hardware=HW, capacity=2, strategy="lowbit-miss", lowbit_threshold=1.0,
+                    lowbit_dtype="int4").lowbit_share == 1.0
 
 
 def test_a_late_hit_is_decided_once_the_layers_misses_are_queued_on_the_cpu():
