@@ -294,8 +294,12 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_la
         o = uint64(obj)  # as in ``serve_hits``
         staged = EXTRAS and no_cache and cache.staged[o] == cell_id  # only a prefetch stages
         late = EXTRAS and (i >= n_missed or (staged and inp.late_to_cpu and cache.ready[o] > route_at))
-        if (staged and not late) or (late and max(route_at + inp.handoff_s[row], s.tiers.clocks[CPU_FREE]) + inp.cpu_by_tokens[
-                tokens[j]] + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED] >= cache.ready[o] + inp.by_tokens[tokens[j]]):
+        gpu_hit = staged and not late
+        if late:  # the CPU's hand-back behind what it has queued (``to_cpu``'s times) against the copy and the GPU
+            back = max(route_at + inp.handoff_s[row], s.tiers.clocks[CPU_FREE]) + inp.cpu_by_tokens[tokens[j]] \
+                + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED]
+            gpu_hit = back >= cache.ready[o] + inp.by_tokens[tokens[j]]
+        if gpu_hit:
             tally.counters[C_PF_USED] += 1 if no_cache else cache.by_prefetch[o]  # a hit, its copy used
             cache.by_prefetch[o] = 0
             if inp.kind[row] == DECODE:
@@ -311,11 +315,9 @@ def load_misses(s, st, row, layer, part, route_at, stamp, pinned, n_missed, n_la
                                                            pinned, n_run, weights_at, fused, tokens[j])
         elif late or action[j] == A_CPU or action[j] == A_CPU_FILL:
             to_cpu(s, row, layer, obj, tokens[j], route_at)
-            if late:
-                pass
-            elif action[j] == A_CPU_FILL and not no_cache:
+            if not late and action[j] == A_CPU_FILL and not no_cache:
                 pinned = background_fill(s, st, row, layer, part, obj, base + j, route_at, stamp, pinned)
-            elif cache.live[part] > 0:  # the policy sees every miss (ARC's ghosts, LeCaR's history); this one stays out
+            elif not late and cache.live[part] > 0:  # the policy sees every miss (ARC's ghosts, LeCaR's history); this one stays out
                 policy.on_miss(st, part, obj, base + j)
         else:  # A_LOWBIT
             n_run, weights_at, fused = lowbit_fetch(s, row, layer, j, obj, tokens[j], route_at, n_run, weights_at,
