@@ -178,7 +178,7 @@ def trace_file(path: str | Path | None) -> Path | None:
     none given, None."""
     if path is None:
         return None
-    if not isinstance(path, (str, os.PathLike)):  # None is no path either, where one is read (``load_trace``)
+    if not isinstance(path, (str, os.PathLike)):
         raise MoesimError(f"a trace file is named by a path, got {type(path).__name__} {path!r}")
     return bundled_trace_path() if str(path) == BUNDLED else Path(path)
 
