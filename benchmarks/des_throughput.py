@@ -4,15 +4,17 @@ Builds a synthetic trace (64 experts, top-8, 32 layers; 20M accesses by default)
 preset's shape scaled to 32 layers, simulates it with the full cost model (RTX 4090, PCIe 4) under
 LRU with C slots per layer and no prefetch, then with oracle next-layer prefetch, and prints
 accesses/s. For scale it runs libCacheSim's LRU (hit counting only, no time) on the same stream,
-one cache per layer, and prints the ratio. Times exclude compilation and trace generation; the
-simulator's include building the request rows and the cost tables.
+one cache per layer, and prints the ratio. Each of the three is timed ``--runs`` times, in turn; the medians,
+ranges and each run's ratio against the libCacheSim run beside it are printed. Times exclude compilation and
+trace generation; the simulator's include building the request rows and the cost tables.
 
-    python benchmarks/des_throughput.py [--accesses 20000000] [--capacity-per-layer 16]
+    python benchmarks/des_throughput.py [--accesses 20000000] [--capacity-per-layer 16] [--runs 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--accesses", type=int, default=20_000_000)
     ap.add_argument("--capacity-per-layer", type=int, default=16)
+    ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     layers, experts = BENCH_LAYERS, BENCH_EXPERTS
     trace = benchmark_trace(args.accesses)
@@ -42,23 +45,35 @@ def main() -> None:
     small = benchmark_trace(2048, sequences=2, seed=1)
     print(f"trace: {trace.accesses:,} accesses ({layers} layers, {experts} experts, top-{BENCH_K}); {cap} slots per "
           f"layer; {hw.name}; one core")
-    rates = {}
-    for prefetch in ("none", "oracle"):
-        config = Config.build(policy="lru", capacity=cap, prefetch=prefetch)
+    configs = {prefetch: Config.build(policy="lru", capacity=cap, prefetch=prefetch) for prefetch in ("none", "oracle")}
+    for config in configs.values():
         simulate_des(small, config, model, hw)  # compile
-        start = time.perf_counter()
-        r = simulate_des(trace, config, model, hw)
-        rates[prefetch] = trace.accesses / (time.perf_counter() - start)
-        print(f"moesim DES lru, prefetch {prefetch:6}: {rates[prefetch] / 1e6:7.1f} M acc/s  "
-              f"(TPOT {r.tpot_s * 1e3:.2f} ms, hit rate {r.hit_rate:.4f})")
+    rates = {"none": [], "oracle": [], "lib": []}
     with tempfile.TemporaryDirectory() as tmp:
         paths = [write_oracle_general(stream(trace.experts, experts, layer), Path(tmp) / f"l{layer}.bin")
                  for layer in range(layers)]
-        seconds, _ = timed_per_layer("lru", paths, cap, trace.accesses // layers)
-    lib = trace.accesses / seconds
-    print(f"libCacheSim LRU (hits only)      : {lib / 1e6:7.1f} M acc/s")
-    print(f"ratio DES / libCacheSim: no prefetch {rates['none'] / lib:.2f}x, oracle prefetch "
-          f"{rates['oracle'] / lib:.2f}x")
+        for _ in range(args.runs):  # the three timed in turn, so that the host's swings touch each alike
+            for prefetch, config in configs.items():
+                start = time.perf_counter()
+                r = simulate_des(trace, config, model, hw)
+                rates[prefetch].append(trace.accesses / (time.perf_counter() - start))
+                if len(rates[prefetch]) == 1:
+                    print(f"moesim DES lru, prefetch {prefetch:6}: TPOT {r.tpot_s * 1e3:.2f} ms, hit rate "
+                          f"{r.hit_rate:.4f}")
+            seconds, _ = timed_per_layer("lru", paths, cap, trace.accesses // layers)
+            rates["lib"].append(trace.accesses / seconds)
+    names = {"none": "moesim DES lru, no prefetch    ", "oracle": "moesim DES lru, oracle prefetch",
+             "lib": "libCacheSim LRU (hits only)    "}
+    for key, name in names.items():
+        print(f"{name}: {_median_range(rates[key], 1e-6)} M acc/s")
+    for prefetch in ("none", "oracle"):  # each run's ratio against libCacheSim's run beside it
+        ratios = [a / b for a, b in zip(rates[prefetch], rates["lib"])]
+        print(f"ratio DES / libCacheSim, {prefetch} prefetch: {_median_range(ratios)}x")
+
+
+def _median_range(values: list[float], scale: float = 1.0) -> str:
+    values = sorted(v * scale for v in values)
+    return f"{statistics.median(values):.2f} ({values[0]:.2f}-{values[-1]:.2f}, {len(values)} runs)"
 
 
 if __name__ == "__main__":

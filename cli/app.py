@@ -10,6 +10,7 @@ import typer
 from moesim import __version__
 from moesim.errors import READER, MoesimError, first_line
 from moesim.host import usable_cpus
+from moesim.sim import blas_probe
 from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, serve_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd, serve_cmd: register sim mrc, sim serve)
 from moesim.cli.console import console, emit_json, table, watch_compiles, working
 from moesim.tracegen.models import MODELS
@@ -200,6 +201,7 @@ def main() -> None:
     """Entry point: bad input becomes one line on stderr and exit status 1, a usage error (an unknown
     option, a missing argument, a value of the wrong type) one line and status 2, Ctrl-C status 130. Its
     messages name settings as options (``moesim.errors.option``)."""
+    blas_probe.skip()  # this process is moesim's
     reader = READER.set("cli")
     try:
         sys.exit(_run())

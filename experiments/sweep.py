@@ -47,6 +47,7 @@ from moesim.errors import READER, MoesimError, first_line, option, switch
 from moesim.files import atomic_output, check_output, read_toml
 from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
+from moesim.sim import blas_probe
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
                                SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_params_used, config_id, load_cached_trace,
                                params_for)
@@ -443,6 +444,7 @@ def _worker_init(parent: int) -> None:
     """A worker finishes its configuration on Ctrl-C (the parent decides when to stop) and exits when its
     parent is gone (killed with SIGKILL, it cannot tell its workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    blas_probe.skip()
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -207,3 +207,23 @@ def test_the_block_copier_shares_a_scope_within_one_copy_only():
         assert all(c.body[0].target is copies[0].scope.get("x") for c in copies)
     assert first[0].scope is not again[0].scope and first[0].body[0].target is not again[0].body[0].target
     assert scope.localvars._con.keys() == {"x"}  # the original is untouched
+
+
+def test_a_process_moesim_owns_loads_its_compiled_code_without_scipys_blas():
+    """``blas_probe.skip`` keeps numba's first load from importing SciPy's linalg; numba's own ``np.dot`` still finds
+    the BLAS when it is compiled, and a second call changes nothing."""
+    script = """
+import sys
+from moesim.sim import blas_probe
+blas_probe.skip()
+import numba.np.arraymath, numpy as np
+from numba import njit
+import moesim
+moesim.hitrate(moesim.load_trace(moesim.bundled_trace()), "lru", 4)
+print("linalg" if "scipy.linalg" in sys.modules else "no linalg", numba.np.arraymath._HAVE_BLAS)
+blas_probe.skip()
+dot = njit(lambda a, b: np.dot(a, b))
+print(float(dot(np.arange(3.0), np.arange(3.0))), "scipy.linalg" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["no linalg False", "5.0 True"]
