@@ -637,6 +637,10 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
         raise MoesimError(f"{', '.join(map(option, unread))}: strategy {', '.join(strategies)} keeps no expert cache, "
                           f"so nothing reads {'it' if len(unread) == 1 else 'them'}"
                           + (f" (it places experts: {', '.join(places)})" if places else ""))
+    if strategy_read and "threads" in given and not any(STRATEGIES[s].CPU for s in strategies):
+        computes = ", ".join(n for n, m in STRATEGIES.items() if m.CPU)
+        raise MoesimError(f"{option('threads')}: strategy {', '.join(strategies)} computes no expert on the host CPU, "
+                          f"so nothing reads it (the strategies that do: {computes})")
     if "acceptance" in given and all(c.serve.draft_tokens == 0 for c in configs):
         raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and "
                           f"{option('draft_tokens')} is 0: no run drafts any")

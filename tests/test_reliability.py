@@ -478,8 +478,9 @@ def test_recording_on_a_device_torch_does_not_know_is_one_line(cli, tmp_path):
 
 
 def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
-    """A cache setting typed for a strategy without a cache, an acceptance with no draft tokens, a llama.cpp-only
-    option without --engine, more threads than cores: each changed nothing the user saw, and is now one line."""
+    """A cache setting typed for a strategy without a cache, threads for one that computes nothing on the CPU, an
+    acceptance with no draft tokens, a llama.cpp-only option without --engine, more threads than cores: each changed
+    nothing the user saw, and is now one line."""
     import moesim
 
     for args, words in (
@@ -488,8 +489,10 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
                                                                 "--cpu-layers)"),
             (["--strategy", "cpu-experts", "--policy", "lru,belady"], "--policy: strategy cpu-experts"),
             (["--capacity", "0", "--policy", "lru,belady"], "--policy: --capacity 0 keeps no expert cache"),
-            (["--threads", "17"], "--threads 17: more threads than the Ryzen-7950X's 16 cores; the model computes "
-                                  "with one thread a core at most (leave it out for every core)")):  # not 0: refused
+            (["--strategy", "cpu-experts", "--threads", "17"], "--threads 17: more threads than the Ryzen-7950X's 16 cores; the model computes "
+                                  "with one thread a core at most (leave it out for every core)"),  # not 0: refused
+            (["--threads", "2"], "--threads: strategy gpu-cache computes no expert on the host CPU, so nothing reads "
+                                 "it (the strategies that do: cpu-experts, cpu-miss, hybrid)")):
         assert words in one_line_error(cli, "sim", "run", "bundled", *args), args
     # a saved configuration holds every setting: its capacity is not the user's, and a strategy typed over it runs
     saved = tmp_path / "run.toml"
@@ -523,6 +526,11 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
     trace = moesim.load_trace("bundled")
     with pytest.raises(moesim.MoesimError, match="^capacity: strategy cpu-experts keeps no expert cache"):
         moesim.simulate(trace, strategy="cpu-experts", capacity=16)
+    with pytest.raises(moesim.MoesimError, match="^threads: strategy gpu-cache computes no expert"):
+        moesim.serve(trace, rate=1, requests=2, threads=2)
+    # read where the CPU computes experts: two threads unpack Q4_K weights at half one's time (not DRAM-bound)
+    one, two = (moesim.simulate(trace, strategy="cpu-experts", threads=n, dtype="q4_k").cpu_s for n in (1, 2))
+    assert two == pytest.approx(one / 2, rel=1e-12)
     with pytest.raises(moesim.MoesimError, match="^acceptance is the chance .* and draft_tokens is 0"):
         moesim.serve(trace, rate=1, requests=2, acceptance=0.5)
     from moesim.sim.config import Config
