@@ -179,6 +179,9 @@ def load_spec(path: str | Path) -> SweepSpec:
         check_params_used(values("policy"), params, values("prefetch"), values("strategy"))
     except MoesimError as exc:
         raise MoesimError(f"{path}: {exc}") from None
+    if kind == "serve" and "poisson" in values("arrivals") and "rate" not in {**axes, **fixed}:
+        raise MoesimError(f"{path}: Poisson arrivals need a rate in requests/s: give 'rate' in [axes] or [fixed], or "
+                          f"arrivals = \"burst\"")  # else every row would fail alike
     fixed = {k: _resolve(path, k, v) for k, v in fixed.items()}
     axes = {k: [_resolve(path, k, v) for v in vs] for k, vs in axes.items()}
     return SweepSpec(path, kind, _traces(path, data.get("traces")), axes, fixed, exclude)

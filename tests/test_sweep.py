@@ -72,6 +72,8 @@ def test_resume_with_another_spec_runs_what_is_new_and_refuses_another_kind(tmp_
     ('traces = ["bundled"]\nkind = "x"\n', "kind must be"), ('traces = ["bundled"]\n[axes]\nspeed = [1]\n', "not a setting"),
     ('traces = ["bundled"]\n[axes]\npolicy = []\n', "non-empty list"), ("traces = [", "not valid TOML"),
     ('traces = ["bundled"]\n[axes]\nprefetch = ["oracle"]\n', "not a setting of a hitrate run"),
+    ('traces = ["bundled"]\nkind = "serve"\n[axes]\nstrategy = ["gpu-cache", "hybrid"]\n',
+     "Poisson arrivals need a rate in requests/s: give 'rate' in \\[axes\\] or \\[fixed\\], or arrivals = \"burst\""),
 ])
 def test_bad_specs_name_the_file(tmp_path, text, message):
     spec = tmp_path / "bad.toml"
