@@ -13,13 +13,14 @@ import functools
 import inspect
 import itertools
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from moesim.errors import MoesimError
+from moesim.errors import TYPED_AS, MoesimError, option
 from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_cache_read, check_params_used, check_read,
                                file_settings, owner_module)
 
@@ -129,12 +130,14 @@ def takes(names, listed=(), defaults: dict | None = None, helps: dict | None = N
         def command(**kwargs):
             values = {n: kwargs.pop(n) for n in names}
             config_file = kwargs.pop("config_file")
-            asked = gather(values, config_file, listed, defaults)
+            typed = {n for n, v in values.items() if v is not None}
+            typed_as = TYPED_AS.set({n: _typed_as((DECLARED[n].flag, *aliases.get(n, ()))) for n in typed})
             try:
-                return fn(**kwargs, asked=asked)
+                return fn(**kwargs, asked=gather(values, config_file, listed, defaults))
             except MoesimError as exc:
-                raise _from_file(exc, config_file, asked.in_file - {n for n, v in values.items() if v is not None}) \
-                    from None
+                raise _named(exc, config_file, typed) from None
+            finally:
+                TYPED_AS.reset(typed_as)
 
         command.__signature__ = inspect.Signature(own + extra)
         return command
@@ -142,17 +145,28 @@ def takes(names, listed=(), defaults: dict | None = None, helps: dict | None = N
     return wrap
 
 
-def _from_file(exc: MoesimError, config_file: Path | None, from_file: set) -> MoesimError:
-    """An error about a setting the configuration file gave (``[section] key ...`` or ``key ...``, found only against
-    the trace), naming the file; any other error as it was."""
+def _typed_as(flags: tuple) -> str:
+    """Which of a setting's option names the command line typed (the last, as click takes the last value)."""
+    typed = [a.split("=", 1)[0] for a in sys.argv[1:] if a.split("=", 1)[0] in flags]
+    return typed[-1] if typed else flags[0]
+
+
+def _named(exc: MoesimError, config_file: Path | None, typed: set) -> MoesimError:
+    """An error about a setting (``[section] key ...``, the form a configuration's own check gives, or ``key ...``,
+    found only against the trace): one typed names its option as typed (``--batch must be at least 1, got 0``), one
+    the configuration file gave names the file; any other error as it was."""
     text = str(exc)
     found = re.match(r"\[(\w+)\] (\w+)", text)
     if found:
         named = next((n for n, place in SETTINGS.items() if place == found.groups()), None)
+        if named in typed:
+            return MoesimError(option(named) + text[found.end():])
     else:
         found = re.match(r"(?:--)?([a-z][\w-]*)\b", text)
         named = found and found.group(1).replace("-", "_")
-    return MoesimError(f"{config_file}: {exc}") if named in from_file else exc
+    if named and named not in typed and config_file is not None and named in file_settings(config_file):
+        return MoesimError(f"{config_file}: {exc}")
+    return exc
 
 
 def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | None = None) -> Asked:

@@ -19,11 +19,16 @@ def first_line(exc: BaseException) -> str:
 READER: ContextVar[str] = ContextVar("moesim_reader", default="python")
 
 
+# the option a setting was typed as, where a command takes it under a second name (``plan --context`` is --prompt)
+TYPED_AS: ContextVar[dict] = ContextVar("moesim_typed_as", default={})
+
+
 def option(name: str, value=None) -> str:
-    """A setting as its reader gives it: ``--name value`` on the command line, ``name='value'`` in Python;
-    with no value, the bare name (``--rate``, ``rate``)."""
+    """A setting as its reader gives it: ``--name value`` on the command line (the name typed), ``name='value'`` in
+    Python; with no value, the bare name (``--rate``, ``rate``)."""
     if READER.get() == "cli":
-        return f"--{name.replace('_', '-')}" + ("" if value is None else f" {value}")
+        flag = TYPED_AS.get().get(name.replace("-", "_"), f"--{name.replace('_', '-')}")
+        return flag + ("" if value is None else f" {value}")
     key = name.replace("-", "_")
     return key if value is None else f"{key}={value!r}"
 

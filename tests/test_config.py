@@ -128,6 +128,27 @@ def test_sim_run_saves_and_starts_from_a_configuration_file(cli, tmp_path):
     saved.write_text("[workload]\nbatch = 0\n")
     code, _, err = cli(*args, "--config", saved)
     assert code == 1 and err.strip() == f"moesim: error: {saved}: [workload] batch must be at least 1, got 0"
+    # typed over a file, the value is the command line's, and so is the name: the option as typed
+    saved.write_text("[workload]\nbatch = 2\n")
+    code, _, err = cli(*args, "--config", saved, "--batch", "-2")
+    assert code == 1 and err.strip() == "moesim: error: --batch must be at least 1, got -2"
+
+
+def test_a_setting_is_named_as_it_was_typed(cli, tmp_path):
+    """plan takes --prompt as --context too: its errors name the one typed (the last, as click takes it)."""
+    recorded = tmp_path / "p.parquet"
+    assert cli("trace", "synth", "--layers", "16", "--experts", "64", "--top-k", "8", "--sequences", "2", "--tokens",
+               "8", "--prompt-tokens", "4", "--out", recorded)[0] == 0
+    plan = ("plan", "--trace", recorded, "--model", "olmoe-1b-7b", "--hardware", "rtx4090")
+    for typed, named in ((["--context", "100"], "--context 100"), (["--context=100"], "--context 100"),
+                         (["--context", "7", "--prompt", "100"], "--prompt 100")):
+        code, _, err = cli(*plan, *typed)
+        assert code == 1 and err.startswith(f"moesim: error: {named}: every sequence of the trace records its own "
+                                            "prompt (4 tokens, the median)"), (typed, err)
+    code, _, err = cli("plan", "--model", "olmoe-1b-7b", "--hardware", "rtx4090", "--context", "-5")
+    assert code == 1 and err.strip() == "moesim: error: --context must be at least 0, got -5"
+    code, _, err = cli("sim", "serve", "bundled", "--rate", "1", "--slo-ttft", "-1")
+    assert code == 1 and err.strip() == "moesim: error: --slo-ttft must be a time in seconds > 0, got -1.0"
 
 
 def _metrics(out):
