@@ -24,7 +24,7 @@ from functools import cached_property
 import numpy as np
 from numba import njit
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError
 from moesim.host import usable_cpus
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
@@ -38,8 +38,8 @@ from moesim.sim.engine import COMPILE_NOTE, on_disk
 from moesim.sim.machine import Hardware
 from moesim.sim.policy_groups import group_of
 from moesim.sim.requests import build_requests
-from moesim.sim.run import LEAN, RowArrays, RowSource, Run, assemble, build_for, loop_for
-from moesim.sim.strategies.base import A_CPU_FILL, A_LOAD, A_LOWBIT
+from moesim.sim.run import LEAN, RowArrays, RowSource, Run, assemble, build_for, check_fills, loop_for
+from moesim.sim.strategies.base import A_LOWBIT
 from moesim.tracegen.models import ModelSpec, get_model
 from moesim.tracegen.schema import DECODE, PREFILL
 from moesim.tracegen.synth import synth_trace
@@ -192,23 +192,8 @@ def prepare_des(trace: Trace, config: Config, model: ModelSpec | None = None, ha
     source = BatchRows(trace, config, shared)
     prepared = Prepared(trace, assemble(trace, config, source, model, hardware, decisions, build), source)
     source.quality  # noqa: B018 (computed now: it reads the predictions only)
-    _check_fills(prepared.run)
+    check_fills(prepared.run)
     return prepared
-
-
-def _check_fills(run: Run) -> None:
-    """A cache nothing ever fills is refused: a strategy whose every miss runs on the CPU, with no prefetcher and no
-    background fill (cpu-miss at batch 1: Fiddler's rule finds the CPU sooner at every token count), would be
-    charged GPU memory for slots that change nothing."""
-    inputs, config = run.state.inputs, run.config
-    if not (run.strategy.CACHE and run.strategy.CPU and inputs.bounds[-1] > 0 and config.prefetch.prefetcher == "none"):
-        return  # what follows reads every cell: 10-20 ms at 10M accesses
-    actions = inputs.miss_action[inputs.exe >= 0]  # the executed experts' (padding takes any action)
-    if actions.size and not np.isin(actions, (A_LOAD, A_CPU_FILL)).any():
-        raise MoesimError(f"strategy {run.strategy.NAME} runs every miss of this run on the CPU (the CPU beats the "
-                          f"copy at each of its token counts), so the cache of {option('capacity', config.cache.capacity)}"
-                          f" never fills and changes nothing: give a prefetcher ({option('prefetch', 'popular')} with "
-                          f"{option('policy', 'static')} is Fiddler's), or {option('capacity', 0)}")
 
 
 class BatchRows(RowSource):

@@ -232,6 +232,26 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
                max(build, build_for(config, model, decisions, source.rewritten)))
 
 
+def check_fills(run: Run, filled: bool | None = None) -> None:
+    """A cache nothing ever fills is refused: a strategy whose every miss runs on the CPU, with no prefetcher and no
+    background fill (cpu-miss at batch 1: Fiddler's rule finds the CPU sooner at every token count), would be
+    charged GPU memory for slots that change nothing. A batch run is judged before it runs, by the action each
+    executed expert would take; a served stream (``moesim.sim.serve``), whose steps are formed as it runs, after it:
+    ``filled``, whether it copied any expert into a slot."""
+    inputs, config = run.state.inputs, run.config
+    if not (run.strategy.CACHE and run.strategy.CPU and inputs.bounds[-1] > 0 and config.prefetch.prefetcher == "none"):
+        return  # what follows may read every cell: 10-20 ms at 10M accesses
+    what = "run" if filled is None else "stream"
+    if filled is None:
+        actions = inputs.miss_action[inputs.exe >= 0]  # the executed experts' (padding takes any action)
+        filled = not actions.size or bool(np.isin(actions, (A_LOAD, A_CPU_FILL)).any())
+    if not filled:
+        raise MoesimError(f"strategy {run.strategy.NAME} runs every miss of this {what} on the CPU (the CPU beats the "
+                          f"copy at each of its token counts), so the cache of {option('capacity', config.cache.capacity)}"
+                          f" never fills and changes nothing: give a prefetcher ({option('prefetch', 'popular')} with "
+                          f"{option('policy', 'static')} is Fiddler's), or {option('capacity', 0)}")
+
+
 def miss_actions(strategy, params: dict, rows: RowArrays, cost: Costs, inputs: Inputs, first: int = 0,
                  last: int | None = None) -> np.ndarray:
     """The strategy's action for each executed expert of rows ``first .. last - 1`` should it miss, checked to

@@ -43,7 +43,7 @@ from moesim.sim.des_state import C_FILLS, C_LOADS, C_LOWBIT, C_PF_LOADS, C_PREFI
 from moesim.sim.machine import Hardware
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.requests import expert_choices, gather, merge, prompt_routing
-from moesim.sim.run import RowArrays, RowSource, Run, assemble
+from moesim.sim.run import RowArrays, RowSource, Run, assemble, check_fills
 from moesim.sim.scheduler import Queue, Scheduler, arrival_times, make_queue, read_arrivals
 from moesim.sim.strategies import get_strategy
 from moesim.sim.strategies.base import CACHED
@@ -113,6 +113,7 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
                           sv.acceptance, rng)
     steps, seconds = _run_steps(run, scheduler, rows, wl.context)
     counters = run.counters
+    check_fills(run, filled=counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_FILLS] > 0)
     loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS] + counters[C_FILLS]
     moved = float(loads * run.costs.expert_bytes + counters[C_LOWBIT] * run.costs.lowbit_bytes + rows.lut_bytes)
     requests = request_frame(queue)

@@ -235,6 +235,19 @@ def test_what_a_served_stream_refuses(settings, message):
         simulate_serve(trace, Config.build(**{"capacity": 2, **settings}))
 
 
+def test_a_stream_that_never_fills_its_cache_is_refused(mixtral):
+    """cpu-miss at the bundled trace's batches (no prompts) runs every miss on the CPU: the slots charged GPU memory
+    would change nothing, as a batch run's do (sim run refuses that before it runs; a stream, formed as it runs,
+    after it). With 512-token prompts their prefill copies experts in, and decoding hits them."""
+    settings = dict(strategy="cpu-miss", capacity=4, dtype="q4_k", rate=0.05, requests=4)
+    with pytest.raises(MoesimError, match="^strategy cpu-miss runs every miss of this stream on the CPU .* the cache "
+                                          "of capacity=4 never fills and changes nothing"):
+        simulate_serve(mixtral, Config.build(**settings))
+    filled = simulate_serve(mixtral, Config.build(**settings, prompt=512)).summary
+    assert filled["hits"] > 0 and filled["hit_rate"] > 0
+    assert simulate_serve(mixtral, Config.build(**{**settings, "capacity": 0})).summary["hits"] == 0
+
+
 @pytest.mark.parametrize("settings, message", [
     (dict(rate=0.0), "rate in requests/s > 0"), (dict(rate=float("nan")), "rate in requests/s > 0"),
     (dict(acceptance=1.5), "at most 1"), (dict(max_batch=0), "at least 1"),
