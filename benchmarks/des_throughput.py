@@ -37,6 +37,8 @@ def main() -> None:
     ap.add_argument("--capacity-per-layer", type=int, default=16)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
     layers, experts = BENCH_LAYERS, BENCH_EXPERTS
     trace = benchmark_trace(args.accesses)
     model = replace(get_model("olmoe-1b-7b"), num_layers=layers)
@@ -68,7 +70,7 @@ def main() -> None:
         print(f"{name}: {_median_range(rates[key], 1e-6)} M acc/s")
     for prefetch in ("none", "oracle"):  # each run's ratio against libCacheSim's run beside it
         ratios = [a / b for a, b in zip(rates[prefetch], rates["lib"])]
-        print(f"ratio DES / libCacheSim, {prefetch} prefetch: {_median_range(ratios)}x")
+        print(f"ratio DES / libCacheSim, {'no' if prefetch == 'none' else prefetch} prefetch: {_median_range(ratios)}x")
 
 
 def _median_range(values: list[float], scale: float = 1.0) -> str:

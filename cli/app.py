@@ -201,7 +201,6 @@ def main() -> None:
     """Entry point: bad input becomes one line on stderr and exit status 1, a usage error (an unknown
     option, a missing argument, a value of the wrong type) one line and status 2, Ctrl-C status 130. Its
     messages name settings as options (``moesim.errors.option``)."""
-    blas_probe.skip()  # this process is moesim's
     reader = READER.set("cli")
     try:
         sys.exit(_run())
@@ -210,9 +209,10 @@ def main() -> None:
 
 
 def entry() -> None:
-    """The installed ``moesim`` command: ``main``, whose objects are then frozen, so that the interpreter leaves
-    without searching them all for cycles (0.1-0.2 s of a warm plan). Callers in a process that goes on (tests)
-    call ``main``."""
+    """The installed ``moesim`` command: ``main`` in a process of moesim's own (numba's BLAS probe skipped:
+    ``moesim.sim.blas_probe``), whose objects are then frozen, so that the interpreter leaves without searching them
+    all for cycles (0.1-0.2 s of a warm plan). Callers in a process that goes on (tests) call ``main``."""
+    blas_probe.skip()  # this process is moesim's
     try:
         main()
     finally:

@@ -151,16 +151,25 @@ def _typed_as(flags: tuple) -> str:
     return typed[-1] if typed else flags[0]
 
 
+# a configuration check's error: ``[section] key ...``, ``[section] unknown key ...`` or, for a policy's, prefetcher's
+# or strategy's parameter, ``[section] strategy NAME's key ...``
+_ABOUT = re.compile(r"\[(\w+)\] (unknown )?(?:(?:policy|prefetcher|strategy) [\w.-]+'s )?(\w+)")
+
+
 def _named(exc: MoesimError, config_file: Path | None, typed: set) -> MoesimError:
-    """An error about a setting (``[section] key ...``, the form a configuration's own check gives, or ``key ...``,
-    found only against the trace): one typed names its option as typed (``--batch must be at least 1, got 0``), one
-    the configuration file gave names the file; any other error as it was."""
+    """An error about a setting (the form a configuration's own check gives, ``_ABOUT``, or ``key ...``, found only
+    against the trace): one typed names its option as typed (``--batch must be at least 1, got 0``, ``--strategy:
+    unknown strategy 'x'``), one the configuration file gave names the file (once); any other error as it was."""
     text = str(exc)
-    found = re.match(r"\[(\w+)\] (\w+)", text)
+    if config_file is not None and text.startswith(f"{config_file}:"):
+        return exc
+    found = _ABOUT.match(text)
     if found:
-        named = next((n for n, place in SETTINGS.items() if place == found.groups()), None)
-        if named in typed:
-            return MoesimError(option(named) + text[found.end():])
+        section, unknown, word = found.groups()
+        named = next((n for n, place in SETTINGS.items() if place == (section, word)), word)
+        if named in typed:  # ``--batch must be ...``; ``--dtype: unknown dtype 'x'; choose from ...``
+            rest = text[found.start(2):] if unknown else text[found.end():]
+            return MoesimError(option(named) + (": " if unknown else "") + rest)
     else:
         found = re.match(r"(?:--)?([a-z][\w-]*)\b", text)
         named = found and found.group(1).replace("-", "_")

@@ -50,7 +50,7 @@ from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim import blas_probe
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
                                SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_params_used, config_id, load_cached_trace,
-                               params_for)
+                               params_for, threads_unread)
 
 KINDS = ("hitrate", "des", "serve")
 KEYS = {kind: set(RUN_SETTINGS[kind]) for kind in KINDS}  # the settings each kind of run reads
@@ -179,11 +179,12 @@ def load_spec(path: str | Path) -> SweepSpec:
         check_params_used(values("policy"), params, values("prefetch"), values("strategy"))
     except MoesimError as exc:
         raise MoesimError(f"{path}: {exc}") from None
-    if kind == "serve" and "poisson" in values("arrivals") and "rate" not in {**axes, **fixed}:
-        raise MoesimError(f"{path}: Poisson arrivals need a rate in requests/s: give 'rate' in [axes] or [fixed], or "
-                          f"arrivals = \"burst\"")  # else every row would fail alike
     fixed = {k: _resolve(path, k, v) for k, v in fixed.items()}
     axes = {k: [_resolve(path, k, v) for v in vs] for k, vs in axes.items()}
+    unread = threads_unread(values("strategy"), axes.get("hardware", [fixed.get("hardware", defaults["hardware"])])) \
+        if "threads" in {**axes, **fixed} else None
+    if unread:
+        raise MoesimError(f"{path}: threads: {unread}")
     return SweepSpec(path, kind, _traces(path, data.get("traces")), axes, fixed, exclude)
 
 
@@ -368,6 +369,7 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
                               f"{spec.kind}; give another file")
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
     configs = spec.configs(STOP)
+    _check_rates(spec, configs)
     todo, there = {}, set()  # each configuration once: settings that build the same Config share its id
     for c in configs:
         if STOP.is_set():
@@ -441,6 +443,16 @@ def _execute(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> Iterat
         futures = [pool.submit(run_unit, kind, unit) for unit in work]
         for future in as_completed(futures):
             yield from future.result()
+
+
+def _check_rates(spec: SweepSpec, configs: list[dict]) -> None:
+    """A serve sweep's row with Poisson arrivals (the default) and no rate would fail, each alike: refused before
+    any runs (rows left out by ``exclude`` are not asked)."""
+    unrated = sum(c.get("arrivals", "poisson") == "poisson" and c.get("rate") is None for c in configs)
+    if spec.kind == "serve" and unrated:
+        raise MoesimError(f"{spec.path}: {unrated} of its {len(configs)} rows have Poisson arrivals and no rate in "
+                          "requests/s: give 'rate' in [axes] or [fixed], another arrivals (\"burst\"), or exclude "
+                          "them")
 
 
 def _worker_init(parent: int) -> None:

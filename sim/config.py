@@ -637,13 +637,27 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
         raise MoesimError(f"{', '.join(map(option, unread))}: strategy {', '.join(strategies)} keeps no expert cache, "
                           f"so nothing reads {'it' if len(unread) == 1 else 'them'}"
                           + (f" (it places experts: {', '.join(places)})" if places else ""))
-    if strategy_read and "threads" in given and not any(STRATEGIES[s].CPU for s in strategies):
-        computes = ", ".join(n for n, m in STRATEGIES.items() if m.CPU)
-        raise MoesimError(f"{option('threads')}: strategy {', '.join(strategies)} computes no expert on the host CPU, "
-                          f"so nothing reads it (the strategies that do: {computes})")
+    unread = threads_unread(strategies, [c.hardware.machine for c in configs]) if strategy_read and "threads" in given \
+        else None
+    if unread:
+        raise MoesimError(f"{option('threads')}: {unread}")
     if "acceptance" in given and all(c.serve.draft_tokens == 0 for c in configs):
         raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and "
                           f"{option('draft_tokens')} is 0: no run drafts any")
+
+
+def threads_unread(strategies: list[str], machines: list[str]) -> str | None:
+    """Why threads given for runs of these strategies on these machines would change nothing: no strategy computes an
+    expert on the host CPU and every machine has a GPU (one without runs everything on its CPU). None where they are
+    read, or where a name is unknown (the run reports it)."""
+    try:
+        if any(STRATEGIES[s].CPU for s in strategies) or any(get_hardware(m).gpu is None for m in machines):
+            return None
+    except (KeyError, MoesimError):
+        return None
+    computes = ", ".join(n for n, m in STRATEGIES.items() if m.CPU)
+    return (f"strategy {', '.join(strategies)} computes no expert on the host CPU, so nothing reads it (the "
+            f"strategies that do: {computes})")
 
 
 def check_cache_read(given: set, configs: list[Config]) -> None:

@@ -134,7 +134,7 @@ def test_sim_run_saves_and_starts_from_a_configuration_file(cli, tmp_path):
     assert code == 1 and err.strip() == "moesim: error: --batch must be at least 1, got -2"
 
 
-def test_a_setting_is_named_as_it_was_typed(cli, tmp_path):
+def test_a_setting_is_named_as_it_was_typed(cli, tmp_path, monkeypatch):
     """plan takes --prompt as --context too: its errors name the one typed (the last, as click takes it)."""
     recorded = tmp_path / "p.parquet"
     assert cli("trace", "synth", "--layers", "16", "--experts", "64", "--top-k", "8", "--sequences", "2", "--tokens",
@@ -149,6 +149,23 @@ def test_a_setting_is_named_as_it_was_typed(cli, tmp_path):
     assert code == 1 and err.strip() == "moesim: error: --context must be at least 0, got -5"
     code, _, err = cli("sim", "serve", "bundled", "--rate", "1", "--slo-ttft", "-1")
     assert code == 1 and err.strip() == "moesim: error: --slo-ttft must be a time in seconds > 0, got -1.0"
+    for typed, message in ((["--strategy", "lowbit-miss", "--lowbit-threshold", "2"],
+                            "--lowbit-threshold must be in [0.0, 1.0], got 2.0"),
+                           (["--strategy", "foo"], "--strategy: unknown strategy 'foo'; choose from gpu-cache, "),
+                           (["--hardware", "nope"], "--hardware: unknown hardware 'nope'; choose from "),
+                           (["--kernel", "grouped"], "--kernel: unknown kernel kind 'grouped'; choose from fused, ")):
+        code, _, err = cli("sim", "run", "bundled", *typed)
+        assert code == 1 and err.startswith(f"moesim: error: {message}"), (typed, err)
+    # a file's own bad value names the file, once, whatever the file's name (given as the user typed it)
+    monkeypatch.chdir(tmp_path)
+    for name in ("batch.toml", "run.toml"):
+        (tmp_path / name).write_text("[workload]\nbatch = 0\n")
+        code, _, err = cli("sim", "run", "bundled", "--config", name)
+        assert code == 1 and err.strip() == f"moesim: error: {name}: [workload] batch must be at least 1, got 0"
+    (tmp_path / "g.toml").write_text('[cache]\npolicy = "gamma"\n[cache.params]\ngamma = 5.0\n')
+    code, _, err = cli("sim", "run", "bundled", "--config", tmp_path / "g.toml")
+    assert code == 1 and err.strip() == f"moesim: error: {tmp_path / 'g.toml'}: [cache] policy gamma's gamma must be " \
+                                        "in [0.0, 1.0], got 5.0"
 
 
 def _metrics(out):

@@ -227,3 +227,21 @@ print(float(dot(np.arange(3.0), np.arange(3.0))), "scipy.linalg" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:2] == ["no linalg False", "5.0 True"]
+
+
+def test_the_installed_command_loads_its_compiled_code_without_scipys_blas(tmp_path):
+    """``moesim``'s entry point skips the probe before anything loads numba's registries: a command that runs
+    compiled code (a hit-rate run) leaves SciPy's linalg unimported, and importing the command line loads no
+    registry first (which would leave the probe as it was)."""
+    script = """
+import atexit, sys
+atexit.register(lambda: print("scipy.linalg" in sys.modules, "numba.np.arraymath" in sys.modules))
+import moesim.cli.app
+print("numba.np.arraymath" in sys.modules)
+sys.argv = ["moesim", "sim", "hitrate", "bundled", "--capacity", "4", "--json"]
+moesim.cli.app.entry()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[0] == "False" and '"hit_rate"' in done.stdout, done.stderr
+    assert lines[-1] == "False True"

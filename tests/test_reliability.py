@@ -492,8 +492,13 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
             (["--strategy", "cpu-experts", "--threads", "17"], "--threads 17: more threads than the Ryzen-7950X's 16 cores; the model computes "
                                   "with one thread a core at most (leave it out for every core)"),  # not 0: refused
             (["--threads", "2"], "--threads: strategy gpu-cache computes no expert on the host CPU, so nothing reads "
-                                 "it (the strategies that do: cpu-experts, cpu-miss, hybrid)")):
+                                 "it (the strategies that do: cpu-experts, cpu-miss, hybrid)"),
+            (["--strategy", "lowbit-miss", "--threads", "2"], "--threads: strategy lowbit-miss computes no expert")):
         assert words in one_line_error(cli, "sim", "run", "bundled", *args), args
+    # a machine without a GPU computes everything on its CPU, with the threads given (and llama.cpp's CPU build)
+    code, out, err = cli("sim", "run", "bundled", "--hardware", "ryzen-7950x", "--threads", "4", "--json")
+    row = json.loads(out)["results"][0] if code == 0 else {}
+    assert (row.get("strategy"), row.get("threads")) == ("cpu-experts", 4), err
     # a saved configuration holds every setting: its capacity is not the user's, and a strategy typed over it runs
     saved = tmp_path / "run.toml"
     assert cli("sim", "run", "bundled", "--capacity", "auto", "--dtype", "q4_k", "--save-config", saved)[0] == 0

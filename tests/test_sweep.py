@@ -72,8 +72,8 @@ def test_resume_with_another_spec_runs_what_is_new_and_refuses_another_kind(tmp_
     ('traces = ["bundled"]\nkind = "x"\n', "kind must be"), ('traces = ["bundled"]\n[axes]\nspeed = [1]\n', "not a setting"),
     ('traces = ["bundled"]\n[axes]\npolicy = []\n', "non-empty list"), ("traces = [", "not valid TOML"),
     ('traces = ["bundled"]\n[axes]\nprefetch = ["oracle"]\n', "not a setting of a hitrate run"),
-    ('traces = ["bundled"]\nkind = "serve"\n[axes]\nstrategy = ["gpu-cache", "hybrid"]\n',
-     "Poisson arrivals need a rate in requests/s: give 'rate' in \\[axes\\] or \\[fixed\\], or arrivals = \"burst\""),
+    ('traces = ["bundled"]\nkind = "des"\n[axes]\nthreads = [1, 2]\n', "threads: strategy gpu-cache computes no "
+                                                                        "expert on the host CPU"),
 ])
 def test_bad_specs_name_the_file(tmp_path, text, message):
     spec = tmp_path / "bad.toml"
@@ -81,6 +81,33 @@ def test_bad_specs_name_the_file(tmp_path, text, message):
     with pytest.raises(MoesimError, match=message) as err:
         load_spec(spec)
     assert str(spec) in str(err.value)
+
+
+def test_threads_are_read_where_a_run_computes_on_the_cpu(tmp_path):
+    """A threads axis is taken beside a CPU strategy, or a machine with no GPU (it runs everything on its CPU)."""
+    spec = tmp_path / "t.toml"
+    for axes in ('threads = [1, 2]\nstrategy = ["gpu-cache", "hybrid"]\n',
+                 'threads = [1, 2]\nhardware = ["rtx4090", "ryzen-7950x"]\n'):
+        spec.write_text(f'traces = ["bundled"]\nkind = "des"\n[axes]\n{axes}')
+        assert load_spec(spec).axes["threads"] == [1, 2]
+
+
+def test_a_serve_sweep_with_rows_that_have_no_rate_is_refused_before_any_runs(tmp_path):
+    """Poisson arrivals (the default) need a rate: rows without one would each fail alike. Rows that have one, or
+    other arrivals, or that ``exclude`` leaves out, are not asked for one."""
+    spec = tmp_path / "s.toml"
+    head = 'traces = ["bundled"]\nkind = "serve"\n'
+    spec.write_text(head + '[axes]\nstrategy = ["gpu-cache", "hybrid"]\n[fixed]\ndtype = "q4_k"\nrequests = 2\n')
+    with pytest.raises(MoesimError, match=r"s.toml: 2 of its 2 rows have Poisson arrivals and no rate in requests/s"):
+        run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    assert not (tmp_path / "r.parquet").exists()
+    spec.write_text(head + '[axes]\narrivals = ["poisson", "burst"]\n[fixed]\ndtype = "q4_k"\nrequests = 2\n')
+    with pytest.raises(MoesimError, match=r"1 of its 2 rows have Poisson arrivals"):
+        run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    spec.write_text(head + '[axes]\narrivals = ["poisson", "burst"]\n[fixed]\ndtype = "q4_k"\nrequests = 2\n'
+                    '[[exclude]]\narrivals = "poisson"\n')
+    summary = run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    assert (summary.total, summary.ran) == (1, 1) and pl.read_parquet(tmp_path / "r.parquet")["error"].is_null().all()
 
 
 def test_des_sweep_with_hardware_axis_and_two_jobs(tmp_path):
