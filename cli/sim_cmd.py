@@ -2,6 +2,7 @@
 table CI guards. Options are the settings' declarations (``moesim.cli.settings``); runs go through the
 public API."""
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -60,11 +61,10 @@ def run(
     """
     if save_config is not None:
         check_output(save_config, "configuration file", inputs=(trace_path, *asked.inputs), suffixes=(".toml",))
-    configs = asked.configs()
-    hw = configs[0].hardware.spec()
+    hw = asked.base.hardware.spec()
     if hw.gpu is None and "strategy" not in asked.given:  # a CPU-only machine: llama.cpp's CPU build, unless asked
-        configs = [c.replace(strategy="cpu-experts") for c in configs]
-        asked.check_read(configs)
+        asked = replace(asked, base=asked.base.replace(strategy="cpu-experts"))  # before its parameters are taken
+    configs = asked.configs()
     with working(f"reading {trace_path}, then {len(configs)} simulated run(s)"):
         trace = moesim.load_trace(trace_path)
         if save_config is not None:

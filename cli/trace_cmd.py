@@ -97,10 +97,14 @@ def synth(
     seed: Annotated[int, typer.Option(help="Seed: same arguments, same trace.")] = 0,
     model: Annotated[Optional[str], typer.Option(help="Take L, E, k and dims from a preset, a config.json or a "
                                                       ".gguf file.")] = None,
-    layer_alpha: Annotated[float, typer.Option(help="Dirichlet alpha of per-layer popularity (lower: more skew).")] = Locality.layer_alpha,
-    seq_alpha: Annotated[float, typer.Option(help="Dirichlet alpha of per-sequence preference (lower: more skew).")] = Locality.seq_alpha,
-    reuse: Annotated[float, typer.Option(help="Chance a slot repeats an expert of the previous token.")] = Locality.reuse,
-    cross_layer: Annotated[float, typer.Option(help="Chance a slot follows the previous layer's expert map.")] = Locality.cross_layer,
+    layer_alpha: Annotated[Optional[float], typer.Option(help="Dirichlet alpha of per-layer popularity (lower: more skew). "
+                                                   f"[default: {Locality.layer_alpha:g}; --like fits it]")] = None,
+    seq_alpha: Annotated[Optional[float], typer.Option(help="Dirichlet alpha of per-sequence preference (lower: more skew). "
+                                                   f"[default: {Locality.seq_alpha:g}; --like fits it]")] = None,
+    reuse: Annotated[Optional[float], typer.Option(help="Chance a slot repeats an expert of the previous token. "
+                                                   f"[default: {Locality.reuse:g}; --like fits it]")] = None,
+    cross_layer: Annotated[Optional[float], typer.Option(help="Chance a slot follows the previous layer's expert map. "
+                                                   f"[default: {Locality.cross_layer:g}; --like fits it]")] = None,
     like: Annotated[Optional[Path], typer.Option(callback=trace_file, help="Fit the locality knobs "
                                                  "(and dims) to this real trace (bundled: the shipped one) and report.")] = None,
     force: Force = False,
@@ -112,6 +116,12 @@ def synth(
     from moesim.tracegen.io import load_trace, write_trace
 
     check_output(out, "trace", force=force, inputs=(like,), suffixes=(".parquet",))
+    knobs = {"layer-alpha": layer_alpha, "seq-alpha": seq_alpha, "reuse": reuse, "cross-layer": cross_layer}
+    fitted = [f"--{k}" for k, v in knobs.items() if v is not None] + (["--model"] if model else [])
+    if like and fitted:  # --like fits the knobs and takes the model's dimensions from the trace
+        them = "it" if len(fitted) == 1 else "them"
+        raise MoesimError(f"{', '.join(fitted)}: --like fits the locality knobs to {like} and takes its model, so "
+                          f"nothing reads {them}; leave {them} out, or --like")
     real = None
     if like:
         with working(f"reading {like}"):
@@ -137,7 +147,7 @@ def synth(
         sequences = real.num_sequences if sequences is None else sequences
         tokens = max(1, real.decode_steps // real.num_sequences) if tokens is None else tokens
     else:
-        locality = Locality(layer_alpha, seq_alpha, reuse, cross_layer)
+        locality = Locality(**{k.replace("-", "_"): v for k, v in knobs.items() if v is not None})
     def given(value, default):
         return default if value is None else value
 

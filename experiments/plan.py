@@ -128,6 +128,7 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES,
         raise MoesimError("a plan needs at least one weight format (dtypes) to size its candidates in")
     for dtype in dtypes:
         Config.build(dtype=dtype)  # a bad name is refused before any work
+    dtypes = list(dict.fromkeys(dtypes))  # each once: a format listed twice would give every candidate twice
     wl = config.workload
     hw = config.hardware.spec()  # before any compiling: a 'local' machine is probed on idle cores
     with compiling(plan_loops(), least=1):  # in a worker process, while this one makes the trace and the runs

@@ -93,6 +93,8 @@ def test_plan_with_the_best_split_spends_the_same_memory_better(mixtral_plan):
     the uniform row's."""
     import moesim
 
+    assert len(moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k", "q4_k")).rows) == \
+        len(moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",)).rows)  # a format listed twice is planned once
     split = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",), split="best")
     uniform = {(r["strategy"], r["policy"], r["prefetch"], r["scope"]): r for r in mixtral_plan[0]["rows"]
                if r["dtype"] == "q4_k"}

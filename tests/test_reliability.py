@@ -495,10 +495,17 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
                                  "it (the strategies that do: cpu-experts, cpu-miss, hybrid)"),
             (["--strategy", "lowbit-miss", "--threads", "2"], "--threads: strategy lowbit-miss computes no expert")):
         assert words in one_line_error(cli, "sim", "run", "bundled", *args), args
+    # --like fits the locality knobs and takes the trace's model: a knob or a model typed beside it is not read
+    assert "--reuse, --model: --like fits the locality knobs to " in one_line_error(
+        cli, "trace", "synth", "--like", "bundled", "--model", "olmoe-1b-7b", "--reuse", "0.9", "--out",
+        tmp_path / "like.parquet")
+    assert not (tmp_path / "like.parquet").exists()
     # a machine without a GPU computes everything on its CPU, with the threads given (and llama.cpp's CPU build)
     code, out, err = cli("sim", "run", "bundled", "--hardware", "ryzen-7950x", "--threads", "4", "--json")
     row = json.loads(out)["results"][0] if code == 0 else {}
     assert (row.get("strategy"), row.get("threads")) == ("cpu-experts", 4), err
+    code, out, err = cli("sim", "run", "bundled", "--hardware", "ryzen-7950x", "--cpu-layers", "32", "--json")
+    assert code == 0 and json.loads(out)["results"][0]["cpu_layers"] == 32, err  # cpu-experts' parameter, taken
     # a saved configuration holds every setting: its capacity is not the user's, and a strategy typed over it runs
     saved = tmp_path / "run.toml"
     assert cli("sim", "run", "bundled", "--capacity", "auto", "--dtype", "q4_k", "--save-config", saved)[0] == 0
