@@ -637,9 +637,6 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
         raise MoesimError(f"{', '.join(map(option, unread))}: strategy {', '.join(strategies)} keeps no expert cache, "
                           f"so nothing reads {'it' if len(unread) == 1 else 'them'}"
                           + (f" (it places experts: {', '.join(places)})" if places else ""))
-    if strategy_read and "ssd" in given and all(c.cache.dram_capacity is None for c in configs):
-        raise MoesimError(f"{option('ssd')}: with no {option('dram_capacity')} every expert is in host RAM, so nothing "
-                          f"is read from the SSD; give {option('dram_capacity')} N (the experts DRAM holds)")
     unread = threads_unread(strategies, [c.hardware.machine for c in configs]) if strategy_read and "threads" in given \
         else None
     if unread:
