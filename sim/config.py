@@ -637,6 +637,9 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
         raise MoesimError(f"{', '.join(map(option, unread))}: strategy {', '.join(strategies)} keeps no expert cache, "
                           f"so nothing reads {'it' if len(unread) == 1 else 'them'}"
                           + (f" (it places experts: {', '.join(places)})" if places else ""))
+    if strategy_read and "ssd" in given and all(c.cache.dram_capacity is None for c in configs):
+        raise MoesimError(f"{option('ssd')}: with no {option('dram_capacity')} (the experts host RAM holds in front of "
+                          "the SSD) every expert is in host RAM, so nothing reads the SSD")
     unread = threads_unread(strategies, [c.hardware.machine for c in configs]) if strategy_read and "threads" in given \
         else None
     if unread:

@@ -375,11 +375,6 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     if dram_capacity is not None and hardware.ssd is None:
         raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and {_machine(hardware)} "
                           f"has none; pass {option('ssd', 'pcie5-nvme')} (or another SSD preset)")
-    if config.hardware.ssd is not None and dram_capacity is None:  # the setting (a machine's file may have an SSD)
-        raise MoesimError(f"{option('ssd', config.hardware.ssd)}: with no {option('dram_capacity')} every expert is in "
-                          "host RAM, so nothing is read from the SSD"
-                          + (f" (strategy {name} computes experts there)" if strategy.CPU else
-                             f"; give {option('dram_capacity')} N, the experts DRAM holds"))
     if model.num_layers != trace.meta.num_layers:
         raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
     if capacity != "auto" and strategy.CACHE:

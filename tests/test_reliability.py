@@ -494,10 +494,8 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
             (["--threads", "2"], "--threads: strategy gpu-cache computes no expert on the host CPU, so nothing reads "
                                  "it (the strategies that do: cpu-experts, cpu-miss, hybrid)"),
             (["--strategy", "lowbit-miss", "--threads", "2"], "--threads: strategy lowbit-miss computes no expert"),
-            (["--ssd", "pcie5-nvme"], "--ssd pcie5-nvme: with no --dram-capacity every expert is in host RAM, so "
-                                      "nothing is read from the SSD; give --dram-capacity N"),
-            (["--strategy", "cpu-experts", "--ssd", "pcie5-nvme"], "nothing is read from the SSD (strategy cpu-experts "
-                                                                   "computes experts there)")):
+            (["--ssd", "pcie5-nvme"], "--ssd: with no --dram-capacity (the experts host RAM holds in front of the "
+                                      "SSD) every expert is in host RAM, so nothing reads the SSD")):
         assert words in one_line_error(cli, "sim", "run", "bundled", *args), args
     # --like fits the locality knobs and takes the trace's model: a knob or a model typed beside it is not read
     assert "--reuse, --model: --like fits the locality knobs to " in one_line_error(
