@@ -181,8 +181,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise MoesimError(f"{path}: {exc}") from None
     fixed = {k: _resolve(path, k, v) for k, v in fixed.items()}
     axes = {k: [_resolve(path, k, v) for v in vs] for k, vs in axes.items()}
-    unread = threads_unread(values("strategy"), axes.get("hardware", [fixed.get("hardware", defaults["hardware"])])) \
-        if "threads" in {**axes, **fixed} else None
+    unread = threads_unread(values("strategy"), values("hardware")) if "threads" in {**axes, **fixed} else None
     if unread:
         raise MoesimError(f"{path}: threads: {unread}")
     return SweepSpec(path, kind, _traces(path, data.get("traces")), axes, fixed, exclude)
@@ -448,8 +447,10 @@ def _execute(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> Iterat
 def _check_rates(spec: SweepSpec, configs: list[dict]) -> None:
     """A serve sweep's row with Poisson arrivals (the default) and no rate would fail, each alike: refused before
     any runs (rows left out by ``exclude`` are not asked)."""
+    if spec.kind != "serve":
+        return
     unrated = sum(c.get("arrivals", "poisson") == "poisson" and c.get("rate") is None for c in configs)
-    if spec.kind == "serve" and unrated:
+    if unrated:
         raise MoesimError(f"{spec.path}: {unrated} of its {len(configs)} rows have Poisson arrivals and no rate in "
                           "requests/s: give 'rate' in [axes] or [fixed], another arrivals (\"burst\"), or exclude "
                           "them")
