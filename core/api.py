@@ -11,6 +11,7 @@ or a trace file's path (``bundled``: the shipped one).
 
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,14 +40,14 @@ def load_trace(path: str | Path) -> Trace:
     return load(path)
 
 
-def write_trace(trace: Trace, path: str | Path) -> None:
-    """Write a trace file (Parquet, atomically).
+def write_trace(trace: Trace, path: str | Path, *, force: bool = False) -> None:
+    """Write a trace file (Parquet, atomically); an existing file is refused unless ``force``.
 
     >>> moesim.write_trace(trace.select([1]), "second-sequence.parquet")
     """
     from moesim.tracegen.io import write_trace as write
 
-    write(trace, path)
+    write(trace, check_output(path, "trace", force=force, suffixes=(".parquet",)))
 
 
 def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: int, seed: int = 0,
@@ -122,13 +123,21 @@ def mrc(trace: Trace, policy: str | None = None, scope: str | None = None, seman
         capacities=None, config: Config | None = None, **settings) -> list[HitRate]:
     """A policy's exact hits at every capacity (or at ``capacities``): one ``HitRate`` each, equal to
     ``hitrate`` at that capacity; a stack algorithm in one pass (``moesim.sim.mrc``). The settings are
-    ``hitrate``'s (a capacity or split there is ignored); ``capacities="all"``: every one, however many.
+    ``hitrate``'s but ``capacity`` and ``split``, refused (every layer runs each capacity; ``best_split`` splits
+    slots from a curve); ``capacities="all"``: every one, however many.
 
     >>> [round(r.hit_rate, 4) for r in moesim.mrc(trace, "lru", capacities=[2, 4, 8])]
     [0.3425, 0.6012, 0.9836]
     """
     from moesim.sim.mrc import curve
 
+    if "capacity" in settings:
+        given = settings["capacity"]
+        raise MoesimError("capacity: mrc runs every capacity (or those in capacities=[...]), so nothing reads it"
+                          + (f"; pass capacities=[{int(given)}]" if isinstance(given, numbers.Integral) else ""))
+    if "split" in settings:
+        raise MoesimError("split: mrc runs each capacity in every layer, so nothing reads it; best_split(trace, "
+                          "budget, curve=...) splits slots over the layers from a curve")
     return curve(_trace(trace), _configured(config, "hitrate", settings, policy=policy, scope=scope,
                                            semantics=semantics).cache,
                  capacities)

@@ -49,8 +49,8 @@ from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim import blas_probe
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
-                               SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_params_used, config_id, load_cached_trace,
-                               params_for, threads_unread)
+                               SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_params_used, check_read, config_id,
+                               load_cached_trace, params_for)
 
 KINDS = ("hitrate", "des", "serve")
 KEYS = {kind: set(RUN_SETTINGS[kind]) for kind in KINDS}  # the settings each kind of run reads
@@ -181,9 +181,6 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise MoesimError(f"{path}: {exc}") from None
     fixed = {k: _resolve(path, k, v) for k, v in fixed.items()}
     axes = {k: [_resolve(path, k, v) for v in vs] for k, vs in axes.items()}
-    unread = threads_unread(values("strategy"), values("hardware")) if "threads" in {**axes, **fixed} else None
-    if unread:
-        raise MoesimError(f"{path}: threads: {unread}")
     return SweepSpec(path, kind, _traces(path, data.get("traces")), axes, fixed, exclude)
 
 
@@ -349,8 +346,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
 
 def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_seconds: float,
          executor: str) -> SweepSummary:
-    done = pl.DataFrame()
-    if out.exists():
+    done, existed = pl.DataFrame(), out.exists()
+    if existed:
         if not resume:
             raise MoesimError(f"{out}: exists; pass {switch('resume')} to continue that sweep, or remove it")
         try:
@@ -368,7 +365,7 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
                               f"{spec.kind}; give another file")
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
     configs = spec.configs(STOP)
-    _check_rates(spec, configs)
+    _check_rows(spec, configs)
     todo, there = {}, set()  # each configuration once: settings that build the same Config share its id
     for c in configs:
         if STOP.is_set():
@@ -398,6 +395,13 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
             _write(done, rows, out)
             last = time.monotonic()
     rows_iter.close()  # a stopped sweep cancels what the workers have not started
+    if rows and failed == len(rows) and not STOP.is_set():  # the file would hold nothing but errors
+        if existed:  # as it was before the sweep (a flush may have written some of the errors)
+            _write(done, [], out)
+        else:
+            out.unlink(missing_ok=True)
+        raise MoesimError(f"{out}: every one of the {len(rows)} configuration(s) run failed, so nothing was written; "
+                          f"the first: {rows[0]['error']}")
     if rows or not out.exists():
         _write(done, rows, out)
     if STOP.is_set():
@@ -444,16 +448,31 @@ def _execute(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> Iterat
             yield from future.result()
 
 
-def _check_rates(spec: SweepSpec, configs: list[dict]) -> None:
-    """A serve sweep's row with Poisson arrivals (the default) and no rate would fail, each alike: refused before
-    any runs (rows left out by ``exclude`` are not asked)."""
-    if spec.kind != "serve":
-        return
-    unrated = sum(c.get("arrivals", "poisson") == "poisson" and c.get("rate") is None for c in configs)
-    if unrated:
-        raise MoesimError(f"{spec.path}: {unrated} of its {len(configs)} rows have Poisson arrivals and no rate in "
-                          "requests/s: give 'rate' in [axes] or [fixed], another arrivals (\"burst\"), or exclude "
-                          "them")
+def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
+    """What every row would fail on alike, or a setting of the spec that no row reads, refused before any runs (rows
+    left out by ``exclude`` are not asked): a serve row with Poisson arrivals (the default) and no rate; a key
+    ``moesim.sim.config.check_read`` finds unread (a cache's settings where no row's strategy keeps one, threads
+    where none computes on the CPU, an acceptance where none drafts). A row whose settings build no ``Config`` is
+    left to report its own error."""
+    if spec.kind == "serve":
+        unrated = sum(c.get("arrivals", "poisson") == "poisson" and c.get("rate") is None for c in configs)
+        if unrated:
+            raise MoesimError(f"{spec.path}: {unrated} of its {len(configs)} rows have Poisson arrivals and no rate in "
+                              "requests/s: give 'rate' in [axes] or [fixed], another arrivals (\"burst\"), or exclude "
+                              "them")
+    built = []
+    for c in configs:
+        try:
+            built.append(Config.build(**{k: v for k, v in c.items() if k != "trace"}))
+        except MoesimError:
+            continue
+    reader = READER.set("python")  # the spec's keys, as a row's error names them
+    try:
+        check_read(set(spec.axes) | set(spec.fixed), built, strategy_read=spec.kind != "hitrate")
+    except MoesimError as exc:
+        raise MoesimError(f"{spec.path}: {exc}") from None
+    finally:
+        READER.reset(reader)
 
 
 def _worker_init(parent: int) -> None:

@@ -229,6 +229,8 @@ class CacheConfig:
         _choice("cache", "policy", self.policy, POLICIES)
         _choice("cache", "scope", self.scope, SCOPES)
         _choice("cache", "split", self.split, SPLITS)
+        if isinstance(self.capacity, np.ndarray):  # numpy's: one number, or every layer's slots
+            object.__setattr__(self, "capacity", self.capacity.tolist())
         if isinstance(self.capacity, (list, tuple)):
             _layer_slots(self)
         else:
@@ -640,7 +642,7 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
     if strategy_read and "ssd" in given and all(c.cache.dram_capacity is None for c in configs):
         raise MoesimError(f"{option('ssd')}: with no {option('dram_capacity')} (the experts host RAM holds in front of "
                           "the SSD) every expert is in host RAM, so nothing reads the SSD")
-    unread = threads_unread(strategies, [c.hardware.machine for c in configs]) if strategy_read and "threads" in given \
+    unread = _threads_unread(strategies, [c.hardware.machine for c in configs]) if strategy_read and "threads" in given \
         else None
     if unread:
         raise MoesimError(f"{option('threads')}: {unread}")
@@ -649,7 +651,7 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
                           f"{option('draft_tokens')} is 0: no run drafts any")
 
 
-def threads_unread(strategies: list[str], machines: list[str]) -> str | None:
+def _threads_unread(strategies: list[str], machines: list[str]) -> str | None:
     """Why threads given for runs of these strategies on these machines would change nothing: no strategy computes an
     expert on the host CPU and every machine has a GPU (one without runs everything on its CPU). None where they are
     read, or where a name is unknown (the run reports it)."""

@@ -1,6 +1,7 @@
 """`moesim sweep`: specs, the product of axes, errors as rows, parallel workers, kill and resume."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 
 import moesim
 from moesim.errors import MoesimError
-from moesim.experiments.sweep import load_spec, row_id, run_sweep
+from moesim.experiments.sweep import _check_rows, load_spec, row_id, run_sweep
 from moesim.tracegen.trace import bundled_trace_path
 
 VOLATILE = ["seconds", "accesses_per_s"]
@@ -72,8 +73,6 @@ def test_resume_with_another_spec_runs_what_is_new_and_refuses_another_kind(tmp_
     ('traces = ["bundled"]\nkind = "x"\n', "kind must be"), ('traces = ["bundled"]\n[axes]\nspeed = [1]\n', "not a setting"),
     ('traces = ["bundled"]\n[axes]\npolicy = []\n', "non-empty list"), ("traces = [", "not valid TOML"),
     ('traces = ["bundled"]\n[axes]\nprefetch = ["oracle"]\n', "not a setting of a hitrate run"),
-    ('traces = ["bundled"]\nkind = "des"\n[axes]\nthreads = [1, 2]\n', "threads: strategy gpu-cache computes no "
-                                                                        "expert on the host CPU"),
 ])
 def test_bad_specs_name_the_file(tmp_path, text, message):
     spec = tmp_path / "bad.toml"
@@ -83,13 +82,58 @@ def test_bad_specs_name_the_file(tmp_path, text, message):
     assert str(spec) in str(err.value)
 
 
-def test_threads_are_read_where_a_run_computes_on_the_cpu(tmp_path):
-    """A threads axis is taken beside a CPU strategy, or a machine with no GPU (it runs everything on its CPU)."""
+def test_a_sweep_whose_every_row_failed_is_an_error_and_writes_nothing(tmp_path):
+    """Rows that all failed hold nothing but errors: the sweep says so in one line (the first row's error), and the
+    results file is as it was before (absent, or a resumed file's old rows)."""
+    spec, out = tmp_path / "s.toml", tmp_path / "r.parquet"
+    spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["nope", "nada"]\ncapacity = [4]\n')
+    with pytest.raises(MoesimError, match=r"r.parquet: every one of the 2 configuration\(s\) run failed, so nothing "
+                                          r"was written; the first: \[cache\] unknown policy 'nope'"):
+        run_sweep(load_spec(spec), out, flush_seconds=0)
+    assert not out.exists()
+    spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru"]\ncapacity = [4]\n')
+    run_sweep(load_spec(spec), out)
+    before = pl.read_parquet(out)
+    spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru", "nope"]\ncapacity = [4]\n')
+    with pytest.raises(MoesimError, match="every one of the 1 configuration"):
+        run_sweep(load_spec(spec), out, resume=True, flush_seconds=0)
+    assert pl.read_parquet(out).equals(before)
+
+
+@pytest.mark.parametrize("kind, settings, message", [
+    ("des", '[axes]\nthreads = [1, 2]\n', "threads: strategy gpu-cache computes no expert on the host CPU"),
+    ("des", '[axes]\ncpu_layers = [16, 32]\n[fixed]\nstrategy = "cpu-experts"\npolicy = "lfu"\n',
+     r"policy: strategy cpu-experts keeps no expert cache, so nothing reads it \(it places experts: cpu_layers\)"),
+    ("des", '[fixed]\nstrategy = "cpu-experts"\ncapacity = 8\nscope = "global"\n',
+     "capacity, scope: strategy cpu-experts keeps no expert cache"),
+    ("serve", '[fixed]\nrate = 2.0\nacceptance = 0.7\n',
+     "acceptance is the chance a draft token is accepted, and draft_tokens is 0"),
+    ("des", '[fixed]\nssd = "pcie5-nvme"\n', "ssd: with no dram_capacity"),
+    # the rows that read it are left out
+    ("des", '[axes]\nthreads = [1, 2]\nstrategy = ["gpu-cache", "hybrid"]\n[[exclude]]\nstrategy = "hybrid"\n',
+     "threads: strategy gpu-cache computes no expert"),
+])
+def test_a_setting_no_row_reads_is_refused_before_any_runs(tmp_path, kind, settings, message):
+    """The spec's keys as the rows take them: a setting that no row (``exclude`` applied) reads would change
+    nothing the results show, so the sweep is refused in one line naming the spec, and writes nothing."""
+    spec = tmp_path / "t.toml"
+    spec.write_text(f'traces = ["bundled"]\nkind = "{kind}"\n{settings}')
+    with pytest.raises(MoesimError, match=f"^{re.escape(str(spec))}: {message}"):
+        run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    assert not (tmp_path / "r.parquet").exists()
+
+
+def test_settings_are_taken_where_some_row_reads_them(tmp_path):
+    """Threads beside a CPU strategy or a machine with no GPU (it runs everything on its CPU), a cache's settings
+    beside a strategy that keeps one: the rows are checked and none refused (a row that does not read one runs
+    without it)."""
     spec = tmp_path / "t.toml"
     for axes in ('threads = [1, 2]\nstrategy = ["gpu-cache", "hybrid"]\n',
-                 'threads = [1, 2]\nhardware = ["rtx4090", "ryzen-7950x"]\n'):
+                 'threads = [1, 2]\nhardware = ["rtx4090", "ryzen-7950x"]\n',
+                 'strategy = ["gpu-cache", "cpu-experts"]\npolicy = ["lru", "lfu"]\n'):
         spec.write_text(f'traces = ["bundled"]\nkind = "des"\n[axes]\n{axes}')
-        assert load_spec(spec).axes["threads"] == [1, 2]
+        loaded = load_spec(spec)
+        _check_rows(loaded, loaded.configs())
 
 
 def test_a_serve_sweep_with_rows_that_have_no_rate_is_refused_before_any_runs(tmp_path):
