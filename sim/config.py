@@ -642,24 +642,37 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
     if strategy_read and "ssd" in given and all(c.cache.dram_capacity is None for c in configs):
         raise MoesimError(f"{option('ssd')}: with no {option('dram_capacity')} (the experts host RAM holds in front of "
                           "the SSD) every expert is in host RAM, so nothing reads the SSD")
-    unread = _threads_unread(strategies, [c.hardware.machine for c in configs]) if strategy_read and "threads" in given \
-        else None
+    machines = list(dict.fromkeys(c.hardware.machine for c in configs))
+    unread = _threads_unread(strategies, machines) if strategy_read and "threads" in given else None
     if unread:
         raise MoesimError(f"{option('threads')}: {unread}")
+    if "kernel" in given and all(_has_gpu(m) is False for m in machines):  # (a link, a GPU memory: the hardware's)
+        raise MoesimError(f"{option('kernel')}: {' and '.join(machines)} {'has' if len(machines) == 1 else 'have'} no "
+                          "GPU (every expert runs on the CPU), so nothing reads it")
+    if "arrival_seed" in given and all(c.serve.arrivals == "burst" and c.serve.draft_tokens == 0
+                                       and c.serve.requests is None for c in configs):
+        raise MoesimError(f"{option('arrival_seed')}: {option('arrivals', 'burst')} puts every request at time 0, one "
+                          f"per sequence in order, and no draft is accepted or not: nothing is drawn, so nothing reads "
+                          "it")
     if "acceptance" in given and all(c.serve.draft_tokens == 0 for c in configs):
         raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and "
                           f"{option('draft_tokens')} is 0: no run drafts any")
+
+
+def _has_gpu(machine: str) -> bool | None:
+    """Whether ``machine`` has a GPU; None where it cannot be read (the run reports that)."""
+    try:
+        return get_hardware(machine).gpu is not None
+    except (KeyError, MoesimError):
+        return None
 
 
 def _threads_unread(strategies: list[str], machines: list[str]) -> str | None:
     """Why threads given for runs of these strategies on these machines would change nothing: no strategy computes an
     expert on the host CPU and every machine has a GPU (one without runs everything on its CPU). None where they are
     read, or where a name is unknown (the run reports it)."""
-    try:
-        if any(STRATEGIES[s].CPU for s in strategies) or any(get_hardware(m).gpu is None for m in machines):
-            return None
-    except (KeyError, MoesimError):
-        return None
+    if any(s not in STRATEGIES or STRATEGIES[s].CPU for s in strategies) or not all(_has_gpu(m) for m in machines):
+        return None  # a machine without a GPU (or one not known) computes on its CPU
     computes = ", ".join(n for n, m in STRATEGIES.items() if m.CPU)
     return (f"strategy {', '.join(strategies)} computes no expert on the host CPU, so nothing reads it (the "
             f"strategies that do: {computes})")

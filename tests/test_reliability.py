@@ -495,8 +495,16 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
                                  "it (the strategies that do: cpu-experts, cpu-miss, hybrid)"),
             (["--strategy", "lowbit-miss", "--threads", "2"], "--threads: strategy lowbit-miss computes no expert"),
             (["--ssd", "pcie5-nvme"], "--ssd: with no --dram-capacity (the experts host RAM holds in front of the "
-                                      "SSD) every expert is in host RAM, so nothing reads the SSD")):
+                                      "SSD) every expert is in host RAM, so nothing reads the SSD"),
+            (["--hardware", "ryzen-7950x", "--kernel", "per-expert"], "--kernel: ryzen-7950x has no GPU (every expert "
+                                                                      "runs on the CPU), so nothing reads it")):
         assert words in one_line_error(cli, "sim", "run", "bundled", *args), args
+    # burst arrivals, one request per sequence and no drafts draw nothing: the seed of the draws is not read
+    assert "--arrival-seed: --arrivals burst puts every request at time 0, one per sequence in order, and no draft is " \
+        "accepted or not: nothing is drawn, so nothing reads it" in one_line_error(
+            cli, "sim", "serve", "bundled", "--arrivals", "burst", "--arrival-seed", "3")
+    with pytest.raises(moesim.MoesimError, match="^arrival_seed: arrivals='burst' puts every request at time 0"):
+        moesim.serve(moesim.load_trace("bundled"), arrivals="burst", arrival_seed=3)
     # --like fits the locality knobs and takes the trace's model: a knob or a model typed beside it is not read
     assert "--reuse, --model: --like fits the locality knobs to " in one_line_error(
         cli, "trace", "synth", "--like", "bundled", "--model", "olmoe-1b-7b", "--reuse", "0.9", "--out",
