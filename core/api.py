@@ -234,9 +234,10 @@ def validate(trace: Trace, config: Config | None = None, *, policies=("lru", "be
     [True, True]
     """
     from moesim.replay.prepare import prepare
-    from moesim.replay.validate import validate as run
+    from moesim.replay.validate import run_groups, validate as run
 
     config, objects = _with_objects(config, "des", model, None, settings)
+    run_groups(config, list(policies), list(capacities), list(cpu_layers))  # a bad one refused before calibrating
     trace, spec, hw = prepare(_trace(trace), config.replace(capacity=max(capacities)), backend, hardware, layers, scale,
                               workdir, objects.get("model"))
     return run(trace, config, hw, list(policies), list(capacities), backend, layers, scale, workdir, model=spec,

@@ -156,7 +156,7 @@ def _heatmap(frame, baseline, out, source) -> Path:
         raise MoesimError(f"{source}: lacks column(s) tpot_s or misses")
     if baseline not in frame["policy"].to_list():
         raise MoesimError(f"{source}: baseline policy '{baseline}' is not in the results "
-                          f"({', '.join(sorted(frame['policy'].unique().to_list()))}); pass {option('baseline')}")
+                          f"({', '.join(sorted(frame['policy'].unique().to_list()))}); choose one of them with {option('baseline')}")
     panels = _panels(frame)
     fig, axes = plt.subplots(1, len(panels), figsize=(1.2 + 1.0 * frame["capacity"].n_unique() * len(panels) + 1.5,
                                                       1.5 + 0.5 * frame["policy"].n_unique()),

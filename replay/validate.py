@@ -17,13 +17,8 @@ def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[st
     (its ``PLACES`` parameter, the number of layers on the CPU), per value in ``cpu_layers`` — with simulated and
     replayed TPOT, the error in percent, each row's speedup over the first of its group (the first policy
     at that capacity; the first placement) in simulation and in replay, and both hit rates."""
-    places = getattr(get_strategy(config.execution.strategy), "PLACES", None)
-    if places is not None:
-        groups = [[config.replace(**{places: n}) for n in cpu_layers or [0]]]
-    else:
-        groups = [[config.replace(policy=p, capacity=c) for p in policies] for c in capacities]
     rows = []
-    for group in groups:
+    for group in run_groups(config, policies, capacities, cpu_layers):
         runs = [replay(trace, c, hardware, backend, layers, scale, workdir, model=model) for c in group]
         base = runs[0]
         for c, r in zip(group, runs):
@@ -35,3 +30,14 @@ def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[st
                          "hit_rate_sim": r.sim_hit_rate, "hit_rate_real": r.hit_rate, "layers": r.layers,
                          "scale": r.scale})
     return rows
+
+
+def run_groups(config: Config, policies: list[str], capacities: list[int], cpu_layers: list[int] | None = None
+               ) -> list[list[Config]]:
+    """The configurations ``validate`` replays, in groups whose first is the others' baseline: every policy at each
+    capacity, or every number of CPU layers for a strategy that places experts. Built (and so checked) before
+    anything is measured."""
+    places = getattr(get_strategy(config.execution.strategy), "PLACES", None)
+    if places is not None:
+        return [[config.replace(**{places: n}) for n in cpu_layers or [0]]]
+    return [[config.replace(policy=p, capacity=c) for p in policies] for c in capacities]

@@ -117,7 +117,8 @@ def test_plot_errors(cli, results, tmp_path):
     for args, message in (
         ([results / "hitrate.parquet", "--kind", "tpot-vs-capacity"], "lacks column(s) tpot_s"),
         ([results / "hitrate.parquet", "--kind", "pie"], "unknown plot kind"),
-        ([results / "des.parquet", "--kind", "speedup-heatmap", "--baseline", "arc"], "baseline policy 'arc'"),
+        ([results / "des.parquet", "--kind", "speedup-heatmap", "--baseline", "arc"],
+         "baseline policy 'arc' is not in the results (belady, lfu, lru); choose one of them with --baseline"),
         ([results / "hitrate.parquet", "--kind", "per-layer-hitrate", "--capacity", "5"], "no rows at capacity 5"),
         ([tmp_path / "none.parquet", "--kind", "hitrate-vs-capacity"], "no such results file"),
         ([bundled_trace_path(), "--kind", "eviction-timeline", "--layer", "40"], "out of range"),

@@ -634,3 +634,17 @@ def test_the_api_makes_no_folders_and_checks_training_settings(tmp_path):
     with pytest.raises(moesim.MoesimError, match="a plan needs at least one weight format"):
         moesim.plan("mixtral-8x7b", "rtx4090", dtypes=[])  # it said 'no strategy runs mixtral-8x7b: 
     assert list(tmp_path.iterdir()) == []
+
+
+def test_validate_checks_every_configuration_before_it_measures(cli, monkeypatch):
+    """An unknown policy among validate's was found only after calibration had timed the machine (seconds, and on a
+    noisy host an error about its speed instead): every configuration is built first, the error naming the option
+    as typed."""
+    import moesim.replay.prepare as prepare
+
+    def measured(*args, **kwargs):
+        raise AssertionError("calibrated before the configurations were checked")
+
+    monkeypatch.setattr(prepare, "prepare", measured)
+    assert "--policies: unknown policy 'nope'; choose from" in one_line_error(
+        cli, "validate", "bundled", "--policies", "lru,nope", "--layers", "2", "--scale", "0.05")
