@@ -57,8 +57,10 @@ def record(
     speculate: Annotated[bool, typer.Option("--speculate", help="Also record spec: the experts layer l+1's router picks from layer l's router input.")] = False,
     chat: Annotated[bool, typer.Option("--chat", help="Wrap each prompt in the tokenizer's chat template as a user turn.")] = False,
     temperature: Annotated[float, typer.Option(help="0 decodes greedily; above 0 samples (seeded).")] = 0.0,
-    top_p: Annotated[float, typer.Option(help="Nucleus sampling threshold when sampling.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed of the sampler: same seed and batch size, same trace.")] = 0,
+    top_p: Annotated[Optional[float], typer.Option(help="Nucleus sampling threshold when sampling (--temperature "
+                                                   "above 0). [default: 1, no cutoff]")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of the sampler (--temperature above 0): same seed and "
+                                                "batch size, same trace. [default: 0]")] = None,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-new-tokens tokens.")] = False,
     force: Force = False,
 ) -> None:
@@ -70,10 +72,10 @@ def record(
 
     from moesim.tracegen.record import RecordOptions, record_trace
 
-    check_output(out, "trace", force=force, inputs=(prompts, model), suffixes=(".parquet",))
     opts = RecordOptions(max_new_tokens=max_new_tokens, batch_size=batch_size, device=device, dtype=dtype, probs=probs,
                          speculate=speculate, chat=chat, temperature=temperature, top_p=top_p, seed=seed,
                          ignore_eos=ignore_eos)
+    check_output(out, "trace", force=force, inputs=(prompts, model), suffixes=(".parquet",))
     with Progress(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("record", total=None)

@@ -65,7 +65,7 @@ FULL = _records(tokens=2, layers=32)  # lines 1-64
 
 @pytest.mark.parametrize("records, raw, message", [
     (FULL, ['{"problem_id": 0, "layer": 1, "experts": [1, 2], "token_idx": 9'], ":65: not JSON"),
-    (FULL, ['{"problem_id": 0, "layer": "one", "experts": [1, 2], "token_idx": 9}'], ":65: 'layer' is 'one'"),
+    (FULL, ['{"problem_id": 0, "layer": "one", "experts": [1, 2], "token_idx": 9}'], ''':65: 'layer' is "one"'''),
     (FULL, ['{"problem_id": 0, "layer": 1, "token_idx": 9}'], ":65: missing field 'experts'"),
     (FULL, ['{"problem_id": 0, "layer": 1, "experts": [1, 2]}'], ":65: missing field 'token_idx or token_pos'"),
     (FULL + _token(2, bad_layer=3), [], "line 68 (seq 0, step 2, layer 3): expert 9 out of range 0..7"),

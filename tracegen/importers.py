@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, first_line
 from moesim.files import check_output
 from moesim.tracegen.models import get_model
 from moesim.tracegen.import_sglang import import_sglang
@@ -34,6 +34,7 @@ _VLLM_SCHEMA = {
     "experts": pl.List(pl.Int64), "gating_probs": pl.List(pl.Float64),
     "token_idx": pl.Int64, "token_pos": pl.Int64, "phase": pl.Int64,
 }
+_VLLM_NAMES = {"weights": "gating_probs"}  # the trace's columns the log names otherwise, for its messages
 
 
 def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None = None,
@@ -67,7 +68,8 @@ def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None =
                 dropped += lost
                 if records.height:
                     records = records.sort(["seq", "step", "layer"], maintain_order=True)  # logs need not be in order
-                    writer.add(trace_from_frame(records, meta, str(src), label="line"))
+                    writer.add(trace_from_frame(records, meta, str(src), label="line",
+                                                names=_VLLM_NAMES if fmt == "vllm-jsonl" else None))
                     kept += records.height
             if not kept:
                 raise MoesimError(f"{src}: no token has a record for every one of its {num_layers} layers")
@@ -153,9 +155,14 @@ def _parse_vllm(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
     try:
         raw = pl.read_ndjson(io.BytesIO(text), schema=_VLLM_SCHEMA)
     except pl.exceptions.PolarsError as exc:
-        _locate(src, lines, text, _check_vllm_line, exc)
+        _locate(src, lines, text, _check_vllm_line, first_line(exc))
+    holes = [pl.col(c).list.eval(pl.element().is_null()).list.any() for c in ("experts", "gating_probs")]
+    if raw.select(pl.any_horizontal(holes).fill_null(False).any()).item():  # polars reads [1, null]
+        _locate(src, lines, text, _check_vllm_line, "a list holds null")
     raw = raw.with_columns(pl.Series(ORIGIN, lines))
     _require(src, raw, {"problem_id": "problem_id", "layer": "layer", "experts": "experts"})
+    _fit(src, raw, pl.Int32, {"token_idx": pl.col("token_idx"),  # token_pos is read where token_idx is absent
+                              "token_pos": pl.when(pl.col("token_idx").is_null()).then("token_pos")})
     raw = raw.with_columns(pl.coalesce("token_idx", "token_pos").alias("step"))
     _require(src, raw, {"step": "token_idx or token_pos"})
     return raw.select(
@@ -181,12 +188,12 @@ def _check_vllm_line(line: str) -> str | None:
         return "not a JSON object"
     for name in ("layer", "token_idx", "token_pos", "phase"):
         if name in rec and not _is_int(rec[name]):
-            return f"'{name}' is {rec[name]!r}, not an integer"
+            return f"'{name}' is {json.dumps(rec[name])}, not an integer"
     if "experts" in rec and not (isinstance(rec["experts"], list) and all(map(_is_int, rec["experts"]))):
-        return f"'experts' is {rec['experts']!r}, not a list of integers"
+        return f"'experts' is {json.dumps(rec['experts'])}, not a list of integers"
     if "gating_probs" in rec and rec["gating_probs"] is not None and not (
-            isinstance(rec["gating_probs"], list) and all(isinstance(v, (int, float)) for v in rec["gating_probs"])):
-        return f"'gating_probs' is {rec['gating_probs']!r}, not a list of numbers"
+            isinstance(rec["gating_probs"], list) and all(map(_is_number, rec["gating_probs"]))):
+        return f"'gating_probs' is {json.dumps(rec['gating_probs'])}, not a list of numbers"
     return None
 
 
@@ -204,9 +211,10 @@ def _parse_csv(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
     try:
         raw = pl.read_csv(io.BytesIO(text), schema_overrides={h: pl.Int64 for h in header}, has_header=True)
     except pl.exceptions.PolarsError as exc:
-        _locate(src, lines, text.split(b"\n", 1)[1], lambda line: _check_csv_line(line, len(header)), exc)
+        _locate(src, lines, text.split(b"\n", 1)[1], lambda line: _check_csv_line(line, len(header)), first_line(exc))
     raw = raw.with_columns(pl.Series(ORIGIN, lines))
     _require(src, raw, {h: h for h in header})
+    _fit(src, raw, pl.Int16, {h: pl.col(h) for h in experts})  # the trace's 'experts', by the table's names
     return raw.select(
         pl.col("seq").cast(pl.String).alias("key"), "step", "layer",
         pl.concat_list(sorted(experts, key=lambda h: int(h[1:]))).alias("experts"),
@@ -222,13 +230,13 @@ def _check_csv_line(line: str, width: int) -> str | None:
     return f"'{bad[0]}' is not an integer" if bad else None
 
 
-def _locate(src: Path, lines: np.ndarray, text: bytes, check: Callable[[str], str | None], exc: Exception):
-    """Re-read a batch polars refused, line by line, to name the first bad line."""
+def _locate(src: Path, lines: np.ndarray, text: bytes, check: Callable[[str], str | None], why: str):
+    """Re-read a batch polars refused (``why``), line by line, to name the first bad line."""
     for number, line in zip(lines, text.decode(errors="replace").splitlines()):
         problem = check(line)
         if problem:
             raise MoesimError(f"{src}:{number}: {problem}") from None
-    raise MoesimError(f"{src}: lines {lines[0]}-{lines[-1]}: {str(exc).splitlines()[0]}") from None
+    raise MoesimError(f"{src}: lines {lines[0]}-{lines[-1]}: {why}") from None
 
 
 def _require(src: Path, raw: pl.DataFrame, fields: dict[str, str]) -> None:
@@ -236,6 +244,14 @@ def _require(src: Path, raw: pl.DataFrame, fields: dict[str, str]) -> None:
         hit = raw.filter(pl.col(col).is_null()).head(1)
         if hit.height:
             raise MoesimError(f"{src}:{hit[ORIGIN][0]}: missing field '{name}'")
+
+
+def _fit(src: Path, raw: pl.DataFrame, dtype: pl.DataType, fields: dict[str, pl.Expr]) -> None:
+    """Refuse, naming the field as the log does, a value the trace's column type cannot hold (null: not read)."""
+    for name, value in fields.items():
+        hit = raw.filter(value.is_not_null() & value.cast(dtype, strict=False).is_null()).head(1)
+        if hit.height:
+            raise MoesimError(f"{src}: line {hit[ORIGIN][0]}: '{name}' value {hit.select(value).item()} is not {dtype}")
 
 
 def _drop_incomplete(records: pl.DataFrame, num_layers: int) -> tuple[pl.DataFrame, int]:
@@ -253,3 +269,7 @@ def _drop_incomplete(records: pl.DataFrame, num_layers: int) -> tuple[pl.DataFra
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

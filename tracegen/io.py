@@ -176,13 +176,16 @@ class TraceWriter:
         self._parts.cleanup()
 
 
-def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: str = "row") -> Trace:
+def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: str = "row",
+                     names: dict[str, str] | None = None) -> Trace:
     """Check a frame of trace rows against the schema and the metadata, and make dense arrays.
 
     Rows of different sequences may interleave (as in a serving log); within a sequence the
     steps must not go back. Every (seq, step) needs each layer 0..L-1 exactly once. Errors name
-    the first bad input row (or the `_origin` value, e.g. a line number, when the frame has one).
+    the first bad input row (or the `_origin` value, e.g. a line number, when the frame has one),
+    and a list column by its input's name in `names` (an importer's log fields) where it has one.
     """
+    names = names or {}
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
         raise MoesimError(f"{where}: missing column '{missing[0]}' (a trace needs {', '.join(REQUIRED)})")
@@ -208,7 +211,7 @@ def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: st
     for col, width in (("weights", k), ("spec", k), ("probs", meta.num_experts)):
         if col in frame.columns:
             first(pl.col(col).is_not_null() & (pl.col(col).list.len() != width),
-                  lambda r, col=col, width=width: f"'{col}' has {len(r[col])} values, expected {width}")
+                  lambda r, col=col, width=width: f"'{names.get(col, col)}' has {len(r[col])} values, expected {width}")
 
     if not _in_order(frame):  # a serving log interleaves sequences; a trace file never does
         if ORIGIN not in frame.columns:
@@ -235,7 +238,8 @@ def trace_from_frame(frame: pl.DataFrame, meta: TraceMeta, where: str, label: st
         if col in frame.columns and frame[col].null_count() < frame.height:
             lists[col] = _dense(frame[col], *_FILL[col](meta))
     trace = _assemble(meta, frame.gather_every(big_l), lists)
-    trace.validate(where, frame[ORIGIN].to_numpy().reshape(n, big_l) if ORIGIN in frame.columns else None, label)
+    trace.validate(where, frame[ORIGIN].to_numpy().reshape(n, big_l) if ORIGIN in frame.columns else None, label,
+                   names)
     return trace
 
 

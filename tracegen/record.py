@@ -45,16 +45,20 @@ class RecordOptions:
     speculate: bool = False
     chat: bool = False
     temperature: float = 0.0  # 0: greedy
-    top_p: float = 1.0
-    seed: int = 0
+    top_p: float | None = None  # None: 1, no cutoff
+    seed: int | None = None  # None: 0
     ignore_eos: bool = False
 
     def __post_init__(self):
         if not 0 <= self.temperature < float("inf"):  # NaN too
             raise MoesimError(f"{option('temperature')} must be a finite number >= 0 (0: greedy), "
                               f"got {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        if self.top_p is not None and not 0 < self.top_p <= 1:
             raise MoesimError(f"{option('top_p')} must be a fraction in (0, 1], got {self.top_p}")
+        unread = [option(n) for n in ("top_p", "seed") if getattr(self, n) is not None]
+        if unread and self.temperature == 0:  # greedy decoding samples nothing
+            raise MoesimError(f"{', '.join(unread)}: decoding is greedy at {option('temperature', 0)} (the default), "
+                              f"so nothing reads {'it' if len(unread) == 1 else 'them'}")
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ def record_trace(model_ref: str, prompts_path: str | Path, out: str | Path, opts
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    torch.manual_seed(opts.seed)
+    torch.manual_seed(opts.seed or 0)
     start, rows = time.perf_counter(), [0, 0]
     pending: list[Trace] = []
     try:
@@ -156,7 +160,7 @@ def _generate(model, tokenizer, tap: RouterTap, texts: list[str], first: int, op
     kwargs = {"max_new_tokens": opts.max_new_tokens, "do_sample": opts.temperature > 0,
               "pad_token_id": tokenizer.pad_token_id}
     if opts.temperature > 0:
-        kwargs.update(temperature=opts.temperature, top_p=opts.top_p, top_k=None)
+        kwargs.update(temperature=opts.temperature, top_p=opts.top_p or 1.0, top_k=None)
     if opts.ignore_eos:
         kwargs["min_new_tokens"] = opts.max_new_tokens
     out = model.generate(**enc, **kwargs)

@@ -77,8 +77,11 @@ class Trace:
         return dataclasses.replace(self, seq_ids=self.seq_ids[sequences],
                                    seq_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(off.dtype), **pick)
 
-    def validate(self, where: str = "trace", origin: np.ndarray | None = None, label: str = "row") -> None:
-        """Raise MoesimError naming the first bad row; `origin[n, l]` maps a cell to an input row/line."""
+    def validate(self, where: str = "trace", origin: np.ndarray | None = None, label: str = "row",
+                 names: dict[str, str] | None = None) -> None:
+        """Raise MoesimError naming the first bad row; `origin[n, l]` maps a cell to an input row/line, `names` a
+        value column to its input's name where that differs."""
+        names = names or {}
         m = self.meta
         n, big_l, k = self.num_rows, m.num_layers, m.top_k
 
@@ -131,12 +134,12 @@ class Trace:
             if not (lo >= 0 and hi <= high and np.isfinite(hi)):  # the masks only when some value is off
                 _first_bad(~(np.isnan(arr) | ((arr >= 0) & (arr <= high) & np.isfinite(arr))),
                            lambda r, l, j, arr=arr, name=name, what=what: (
-                               f"{at(r, l)}: {name} value {float(arr[r, l, j])!r} is not {what}"))
+                               f"{at(r, l)}: {names.get(name, name)} value {float(arr[r, l, j])!r} is not {what}"))
             # every value now NaN or finite: a cell's sum is NaN if one is, its NaN-skipping maximum if all are
             _first_bad(np.isnan(np.add.reduce(arr, axis=2)) & ~np.isnan(np.fmax.reduce(arr, axis=2)),
                        lambda r, l, arr=arr, name=name: (
-                           f"{at(r, l)}: {name} NaN in {int(np.isnan(arr[r, l]).sum())} of its {arr.shape[2]} "
-                           "values (a row has all its values or none)"))
+                           f"{at(r, l)}: {names.get(name, name)} NaN in {int(np.isnan(arr[r, l]).sum())} of its "
+                           f"{arr.shape[2]} values (a row has all its values or none)"))
         if self.spec is not None:
             _first_bad(~((self.spec >= -1) & (self.spec < m.num_experts)), lambda r, l, j: (
                 f"{at(r, l)}: spec expert {int(self.spec[r, l, j])} out of range 0..{m.num_experts - 1}"))
