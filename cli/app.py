@@ -220,8 +220,13 @@ def entry() -> None:
 
 
 def _run() -> int:
+    command = typer.main.get_command(app)
+    repeated = _repeated(command, sys.argv[1:])
+    if repeated:
+        print(f"moesim: error: {repeated}", file=sys.stderr)
+        return 2
     try:
-        status = app(standalone_mode=False)
+        status = command(standalone_mode=False)
     except MoesimError as exc:
         print(f"moesim: error: {exc}", file=sys.stderr)
         return 1
@@ -238,3 +243,34 @@ def _run() -> int:
             print(f"moesim: error: {message}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)
     return status if isinstance(status, int) else 0
+
+
+def _repeated(command, args: list[str]) -> str | None:
+    """Why an option given twice to the command ``args`` runs is refused (click would keep the last silently), or
+    None. ``command`` is typer's (click's, as typer carries it). Only the command's own options are counted, each as
+    one token or with its value; what click cannot parse is left to it."""
+    while hasattr(command, "commands"):  # a group: its first word names the command
+        name = next((a for a in args if not a.startswith("-")), None)
+        if name not in command.commands:
+            return None
+        command, args = command.commands[name], args[args.index(name) + 1:]
+    options = {flag: p for p in command.params if p.param_type_name == "option" for flag in (*p.opts, *p.secondary_opts)}
+    seen, tokens = {}, iter(args)
+    for token in tokens:
+        if token == "--":
+            break
+        flag, joined, value = token.partition("=")
+        param = options.get(flag)
+        if param is None:
+            continue
+        if not param.is_flag and not joined:
+            value = next(tokens, "")
+        if param.name in seen:
+            typed, before = seen[param.name]
+            twice = f"{flag} given twice" if typed == flag else f"{typed} and {flag} both given"
+            if param.is_flag:
+                return f"{twice}: give {'it once' if typed == flag else 'one'}"
+            return (f"{twice} ({before}, then {value}): an option takes one value, and the last would win unseen; give "
+                    f"it once (where its help says comma-separated, the values go in one: {flag} {before},{value})")
+        seen[param.name] = flag, value
+    return None

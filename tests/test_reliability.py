@@ -648,3 +648,27 @@ def test_validate_checks_every_configuration_before_it_measures(cli, monkeypatch
     monkeypatch.setattr(prepare, "prepare", measured)
     assert "--policies: unknown policy 'nope'; choose from" in one_line_error(
         cli, "validate", "bundled", "--policies", "lru,nope", "--layers", "2", "--scale", "0.05")
+
+
+def test_an_option_given_twice_is_refused_not_overwritten(cli, tmp_path, monkeypatch):
+    """click keeps the last of an option given twice and says nothing: `--capacity 4 --capacity 8` ran at 8 alone.
+    Refused as a usage error (status 2), naming both values; an alias and a switch's --no- form count as the same
+    option, and a value that looks like an option's name is a value."""
+    for args, message in (
+            (["sim", "run", "bundled", "--capacity", "4", "--capacity", "8"],
+             "--capacity given twice (4, then 8): an option takes one value, and the last would win unseen; give it "
+             "once (where its help says comma-separated, the values go in one: --capacity 4,8)"),
+            (["sim", "hitrate", "bundled", "--capacity=4", "--policy", "lru", "--capacity", "6"],
+             "--capacity given twice (4, then 6)"),
+            (["validate", "bundled", "--policy", "lru", "--policies", "lfu"],
+             "--policy and --policies both given (lru, then lfu)"),
+            (["sim", "run", "bundled", "--reset", "--no-reset"], "--reset and --no-reset both given: give one"),
+            (["trace", "info", "bundled", "--json", "--json"], "--json given twice: give it once")):
+        code, out, err = cli(*args)
+        assert code == 2 and out == "" and err.startswith(f"moesim: error: {message}") and err.count("\n") == 1, \
+            (args, err)
+    # a value is not an option: an output named "--out" is the value of the one --out
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("trace", "synth", "--layers", "2", "--experts", "4", "--top-k", "2", "--sequences", "1",
+                       "--tokens", "4", "--out", "--out.parquet")
+    assert code == 0 and (tmp_path / "--out.parquet").exists(), err
