@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.replay.calibrate import calibrate
 from moesim.replay.run import check_backend, check_fits, shrink
 from moesim.replay.scratch import work_folder
@@ -29,6 +29,9 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
     spec = model if model is not None else config.model.spec(trace.meta)
     small = shrink(trace, spec, layers, scale)[1]
     if backend == "virtual":
+        if workdir is not None:
+            raise MoesimError(f"{option('workdir')}: backend virtual replays the simulator's own times and writes no "
+                              "expert files, so nothing reads it")
         hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware or "rtx4090", config.hardware.link,
                                                                           config.hardware.ssd)
         return trace, spec, hw

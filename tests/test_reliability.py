@@ -672,3 +672,16 @@ def test_an_option_given_twice_is_refused_not_overwritten(cli, tmp_path, monkeyp
     code, _, err = cli("trace", "synth", "--layers", "2", "--experts", "4", "--top-k", "2", "--sequences", "1",
                        "--tokens", "4", "--out", "--out.parquet")
     assert code == 0 and (tmp_path / "--out.parquet").exists(), err
+
+
+def test_a_virtual_replay_refuses_a_workdir_it_never_writes(cli, tmp_path):
+    """The virtual backend replays the simulator's own times and writes no expert files: a --workdir was ignored."""
+    import moesim
+
+    for command in ("replay", "validate"):
+        assert "--workdir: backend virtual replays the simulator's own times and writes no expert files, so nothing " \
+               "reads it" in one_line_error(cli, command, "bundled", "--backend", "virtual", "--dtype", "q4_k",
+                                            "--workdir", tmp_path)
+    with pytest.raises(moesim.MoesimError, match="^workdir: backend virtual"):
+        moesim.run_replay(moesim.load_trace("bundled"), backend="virtual", capacity=4, dtype="q4_k", workdir=tmp_path)
+    assert not any(tmp_path.iterdir())
