@@ -11,7 +11,7 @@ from moesim.cli.settings import Asked, takes
 from moesim.cli.options import AsJson, Force, TracePath
 from moesim.cli.sim_cmd import app
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
-from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS
+from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS, check_model_read
 
 
 @app.command()
@@ -41,7 +41,10 @@ def serve(
         check_output(out, "requests file", force=force, inputs=(trace_path, *asked.inputs, Path(config.serve.arrivals)),
                      suffixes=(".parquet",))
     with working(f"reading {trace_path}, then serving its stream of requests"):
-        result = moesim.serve(moesim.load_trace(trace_path), config)
+        trace = moesim.load_trace(trace_path)
+        model = config.model.spec(trace.meta)
+        check_model_read(asked.typed, model)
+        result = moesim.serve(trace, config, model=model)
     if out is not None:
         with atomic_output(out) as tmp:
             result.requests.write_parquet(tmp)
@@ -52,8 +55,9 @@ def serve(
     sv = c.serve
     arrivals_text = f"Poisson {sv.rate:g}/s" if sv.arrivals == "poisson" else \
         "all at 0" if sv.arrivals == "burst" else sv.arrivals
-    table(f"{trace_path}: {result.model} on {result.hardware}, {c.execution.strategy}, {c.cache.policy} "
-          f"@ {slots_text(s['capacity'])}, {s['requests']} requests ({arrivals_text}), max batch {sv.max_batch}, "
+    placed = "lookup tables on the host" if model.kind == "mole" else f"{c.cache.policy} @ {slots_text(s['capacity'])}"
+    table(f"{trace_path}: {result.model} on {result.hardware}, {c.execution.strategy}, {placed}, "
+          f"{s['requests']} requests ({arrivals_text}), max batch {sv.max_batch}, "
           f"{sv.max_batch_tokens} tokens/step" + (f", {sv.draft_tokens} draft tokens at {sv.acceptance:g}"
                                                   if sv.draft_tokens else ""),
           ["", "mean", "p50", "p90", "p99"],

@@ -14,7 +14,7 @@ from moesim.cli.options import AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError
 from moesim.files import check_output
-from moesim.sim.config import RUN_SETTINGS
+from moesim.sim.config import RUN_SETTINGS, check_model_read
 from moesim.sim.strategies import get_strategy
 from moesim.sim.weights import weights_of
 
@@ -71,6 +71,7 @@ def run(
             configs[0].to_toml(save_config)
         base = configs[0]
         spec = base.model.spec(trace.meta)
+        check_model_read(asked.typed, spec)
         results = [moesim.simulate(trace, config, model=spec, hardware=hw) for config in configs]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
@@ -79,15 +80,16 @@ def run(
     strategy = get_strategy(base.execution.strategy)
     uses_cpu = strategy.CPU
     scope, prefetch, mode = base.cache.scope, base.prefetch.prefetcher, base.prefetch.mode
-    cached = strategy.CACHE and any(r.capacity != 0 for r in results)
+    cached = strategy.CACHE and spec.kind != "mole" and any(r.capacity != 0 for r in results)
     formats = {weights_of(trace, spec, c.model.dtype, c.model.other_dtype).expert_format for c in configs}
     stored = f", experts {formats.pop()}" if len(formats) == 1 else ""  # a --dtype list: each row's own
     table(f"{trace_path}: {spec.name} on {hw.name} ({hw.describe()}), strategy {strategy.NAME}{stored}"
           + (f", {scope}, prefetch {prefetch} ({mode})" if cached else "")
-          + f", {base.execution.kernel} kernel, batch {base.workload.batch}; times per step in ms, memory in GiB",
+          + (f", {base.execution.kernel} kernel" if spec.kind != "mole" else "")
+          + f", batch {base.workload.batch}; times per step in ms, memory in GiB",
           ["placement", "TPOT", "p99", "tok/s", "compute", "copy", "stall"] + ["CPU", "on CPU"] * uses_cpu
           + ["hit rate"] * cached + ["VRAM", "RAM"] + ["TTFT"] * ttft,
-          [[_placement(strategy, r, spec.num_layers)]
+          [[_placement(strategy, r, spec)]
            + [r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3, r.copy_s * 1e3, r.stall_s * 1e3]
            + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu + [r.hit_rate] * cached + [r.vram_gb, r.ram_gb]
            + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
@@ -100,11 +102,13 @@ def run(
                              f"per layer and step" if mode == "commit" else ""))
 
 
-def _placement(strategy, r, num_layers: int) -> str:
-    """Where a result's experts are, in a table cell: the placement of a strategy without a cache, the policy and
-    its slots, or (no slots) where every expert runs."""
+def _placement(strategy, r, model) -> str:
+    """Where a result's experts are, in a table cell: a MoLE model's lookup tables, the placement of a strategy without
+    a cache, the policy and its slots, or (no slots) where every expert runs."""
+    if model.kind == "mole":
+        return "lookup tables on the host"
     if not strategy.CACHE:
-        return strategy.label(r.config.execution.params, num_layers)
+        return strategy.label(r.config.execution.params, model.num_layers)
     if r.capacity == 0:
         return "no cache: experts on the CPU" if strategy.CPU else "no cache: every expert copied"
     return f"{r.policy}, C {slots_text(r.capacity)}"

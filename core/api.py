@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
 from moesim.files import check_output
-from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS, Config, check_read
+from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read, check_read
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import HitRate
@@ -176,7 +176,9 @@ def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSp
     (7, 31.7, 31.56, 0.9999, 23.0)
     """
     config, objects = _with_objects(config, "des", model, hardware, settings)
-    return simulate_des(_trace(trace), config, decisions=decisions, **objects)
+    trace = _trace(trace)
+    check_model_read(set(settings), objects.get("model") or config.model.spec(trace.meta))
+    return simulate_des(trace, config, decisions=decisions, **objects)
 
 
 def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec | None = None,
@@ -197,7 +199,9 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
     if config is None:  # the command line's and a sweep's defaults, not settings the user gave
         config = Config().replace(**SERVE_DEFAULTS)
     config, objects = _with_objects(config, "serve", model, hardware, settings)
-    return simulate_serve(_trace(trace), config, **objects)
+    trace = _trace(trace)
+    check_model_read(set(settings), objects.get("model") or config.model.spec(trace.meta))
+    return simulate_serve(trace, config, **objects)
 
 
 def run_replay(trace: Trace, config: Config | None = None, *, backend: str = "cpu",

@@ -659,6 +659,19 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
                           f"{option('draft_tokens')} is 0: no run drafts any")
 
 
+LOOKUP_UNREAD = CACHE_CHOICES + ("prefetch", "mode", "kernel")  # what a MoLE model's run never reads
+
+
+def check_model_read(given: set, model: ModelSpec) -> None:
+    """A MoLE model's experts are lookup tables in host memory whose rows each step copies (MoLE eq. 14): a cache's,
+    a prefetcher's or an expert kernel's setting given for it is read by nothing."""
+    unread = [n for n in LOOKUP_UNREAD if n in given]
+    if model.kind == "mole" and unread:
+        raise MoesimError(f"{', '.join(map(option, unread))}: model {model.name} computes its experts as lookup tables "
+                          "on the host, copied a row a step, and keeps no expert cache nor runs an expert kernel, so "
+                          f"nothing reads {'it' if len(unread) == 1 else 'them'}")
+
+
 def _has_gpu(machine: str) -> bool | None:
     """Whether ``machine`` has a GPU; None where it cannot be read (the run reports that)."""
     try:

@@ -685,3 +685,23 @@ def test_a_virtual_replay_refuses_a_workdir_it_never_writes(cli, tmp_path):
     with pytest.raises(moesim.MoesimError, match="^workdir: backend virtual"):
         moesim.run_replay(moesim.load_trace("bundled"), backend="virtual", capacity=4, dtype="q4_k", workdir=tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_mole_model_refuses_the_cache_settings_it_never_reads(cli, tmp_path):
+    """A MoLE model's experts are lookup tables on the host whose rows each step copies: a capacity, policy,
+    prefetcher or kernel typed for it changed nothing, and the table said 'lru, C 4'."""
+    import moesim
+
+    trace = tmp_path / "mole.parquet"
+    assert cli("trace", "synth", "--model", "mole-160m-4e", "--sequences", "2", "--tokens", "8", "--out", trace)[0] == 0
+    unread = "computes its experts as lookup tables on the host, copied a row a step, and keeps no expert cache nor " \
+             "runs an expert kernel, so nothing reads"
+    assert f"--capacity: model mole-160m-4e {unread} it" in one_line_error(cli, "sim", "run", trace, "--capacity", "4")
+    assert f"--policy, --prefetch, --kernel: model mole-160m-4e {unread} them" in one_line_error(
+        cli, "sim", "run", trace, "--policy", "lfu", "--prefetch", "oracle", "--kernel", "per-expert")
+    assert f"--capacity: model mole-160m-4e {unread} it" in one_line_error(cli, "sim", "serve", trace, "--rate", "1",
+                                                                           "--capacity", "4")
+    with pytest.raises(moesim.MoesimError, match=f"^policy: model mole-160m-4e {unread} it"):
+        moesim.simulate(moesim.load_trace(trace), policy="lfu")
+    code, out, err = cli("sim", "run", trace)
+    assert code == 0 and "lookup tables on the host" in out and "lru" not in out, err
