@@ -84,7 +84,7 @@ def check_capacity(meta, cache: CacheConfig) -> None:
     low = int(slots.argmin())
     named = capacity_named(cache.capacity, slots, low)
     if slots[low] < 1:
-        raise MoesimError(f"{named} must be at least 1")
+        raise MoesimError(f"{named} keeps no expert cache, and a hit rate counts a cache's hits: give at least 1 slot")
     if cache.semantics == "step" and slots[low] < top_k:
         raise MoesimError(f"{named} is below top_k {top_k}: under step semantics all "
                           f"k experts of a step are resident at once; use a capacity >= {top_k} or "

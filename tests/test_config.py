@@ -141,10 +141,12 @@ def test_a_setting_is_named_as_it_was_typed(cli, tmp_path, monkeypatch):
                "8", "--prompt-tokens", "4", "--out", recorded)[0] == 0
     plan = ("plan", "--trace", recorded, "--model", "olmoe-1b-7b", "--hardware", "rtx4090")
     for typed, named in ((["--context", "100"], "--context 100"), (["--context=100"], "--context 100"),
-                         (["--context", "7", "--prompt", "100"], "--prompt 100")):
+                         (["--prompt", "100"], "--prompt 100")):
         code, _, err = cli(*plan, *typed)
         assert code == 1 and err.startswith(f"moesim: error: {named}: every sequence of the trace records its own "
                                             "prompt (4 tokens, the median)"), (typed, err)
+    code, _, err = cli(*plan, "--context", "7", "--prompt", "100")  # one setting under two names: given twice
+    assert code == 2 and err.startswith("moesim: error: --context and --prompt both given (7, then 100)"), err
     code, _, err = cli("plan", "--model", "olmoe-1b-7b", "--hardware", "rtx4090", "--context", "-5")
     assert code == 1 and err.strip() == "moesim: error: --context must be at least 0, got -5"
     code, _, err = cli("sim", "serve", "bundled", "--rate", "1", "--slo-ttft", "-1")

@@ -169,7 +169,8 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
          "text.npz: not a readable ml-ffn model file (an npz archive of arrays"),
         (("sim", "run", "bundled", "--dtype", "q4_k", "--strategy", "cpu-experts", "--cpu-layers", "20,,24"),
          "--cpu-layers 20,,24: an empty entry"),
-        (("train", "ml-ffn", "bundled", "--capacity", "0", "--out", "m.npz"), "capacity 0 must be at least 1"),
+        (("train", "ml-ffn", "bundled", "--capacity", "0", "--out", "m.npz"),
+         "capacity 0 keeps no expert cache, and a hit rate counts a cache's hits: give at least 1 slot"),
         (("hardware", "--show", "rtx4090", "--json", "--save", "h.txt"), "unknown hardware file format '.txt'"),
         (("trace", "synth", *SMALL, "--out", "t.csv"), "unknown trace format '.csv' (use .parquet)"),
         (("sweep", "ok.toml", "--out", "r.csv"), "unknown results format '.csv' (use .parquet)"),
@@ -273,7 +274,7 @@ def test_an_unwritable_folder_is_refused(cli, tmp_path):
 def test_json_has_null_where_a_number_is_undefined(cli, tmp_path):
     trace = tmp_path / "moe.parquet"
     assert cli("trace", "synth", "--model", "moe-160m-10e", "--sequences", "1", "--tokens", "4", "--out", trace)[0] == 0
-    code, out, err = cli("sim", "run", trace, "--model", "mole-160m-4e", "--capacity", "0", "--json")
+    code, out, err = cli("sim", "run", trace, "--model", "mole-160m-4e", "--json")
     assert code == 0, err
     row = json.loads(out, parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))["results"][0]
     assert row["hit_rate"] is None and row["tpot_s"] > 0  # MoLE has no expert accesses
