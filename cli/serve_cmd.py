@@ -43,7 +43,7 @@ def serve(
     with working(f"reading {trace_path}, then serving its stream of requests"):
         trace = moesim.load_trace(trace_path)
         model = config.model.spec(trace.meta)
-        check_model_read(asked.typed, model)
+        check_model_read(asked.typed, [model])
         result = moesim.serve(trace, config, model=model)
     if out is not None:
         with atomic_output(out) as tmp:

@@ -71,7 +71,7 @@ def run(
             configs[0].to_toml(save_config)
         base = configs[0]
         spec = base.model.spec(trace.meta)
-        check_model_read(asked.typed, spec)
+        check_model_read(asked.typed, [spec])
         results = [moesim.simulate(trace, config, model=spec, hardware=hw) for config in configs]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})

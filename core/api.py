@@ -177,7 +177,7 @@ def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSp
     """
     config, objects = _with_objects(config, "des", model, hardware, settings)
     trace = _trace(trace)
-    check_model_read(set(settings), objects.get("model") or config.model.spec(trace.meta))
+    check_model_read(set(settings), [objects.get("model") or config.model.spec(trace.meta)])
     return simulate_des(trace, config, decisions=decisions, **objects)
 
 
@@ -200,7 +200,7 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
         config = Config().replace(**SERVE_DEFAULTS)
     config, objects = _with_objects(config, "serve", model, hardware, settings)
     trace = _trace(trace)
-    check_model_read(set(settings), objects.get("model") or config.model.spec(trace.meta))
+    check_model_read(set(settings), [objects.get("model") or config.model.spec(trace.meta)])
     return simulate_serve(trace, config, **objects)
 
 

@@ -49,8 +49,8 @@ from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim import blas_probe
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
-                               SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_params_used, check_read, config_id,
-                               load_cached_trace, params_for)
+                               SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_model_read, check_params_used, check_read,
+                               config_id, load_cached_trace, params_for)
 
 KINDS = ("hitrate", "des", "serve")
 KEYS = {kind: set(RUN_SETTINGS[kind]) for kind in KINDS}  # the settings each kind of run reads
@@ -452,23 +452,27 @@ def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
     """What every row would fail on alike, or a setting of the spec that no row reads, refused before any runs (rows
     left out by ``exclude`` are not asked): a serve row with Poisson arrivals (the default) and no rate; a key
     ``moesim.sim.config.check_read`` finds unread (a cache's settings where no row's strategy keeps one, threads
-    where none computes on the CPU, an acceptance where none drafts). A row whose settings build no ``Config`` is
-    left to report its own error."""
+    where none computes on the CPU, an acceptance where none drafts) or ``check_model_read`` (a cache's settings
+    where every row's model is MoLE's). A row whose settings build no ``Config`` is left to report its own error."""
     if spec.kind == "serve":
         unrated = sum(c.get("arrivals", "poisson") == "poisson" and c.get("rate") is None for c in configs)
         if unrated:
             raise MoesimError(f"{spec.path}: {unrated} of its {len(configs)} rows have Poisson arrivals and no rate in "
                               "requests/s: give 'rate' in [axes] or [fixed], another arrivals (\"burst\"), or exclude "
                               "them")
-    built = []
+    built, models, given = [], {}, set(spec.axes) | set(spec.fixed)
     for c in configs:
         try:
             built.append(Config.build(**{k: v for k, v in c.items() if k != "trace"}))
+            key = c["trace"], built[-1].model.name
+            if spec.kind != "hitrate" and key not in models:  # once per trace and model, not per row
+                models[key] = built[-1].model.spec(read_meta(c["trace"]))
         except MoesimError:
             continue
     reader = READER.set("python")  # the spec's keys, as a row's error names them
     try:
-        check_read(set(spec.axes) | set(spec.fixed), built, strategy_read=spec.kind != "hitrate")
+        check_read(given, built, strategy_read=spec.kind != "hitrate")
+        check_model_read(given, list(models.values()))
     except MoesimError as exc:
         raise MoesimError(f"{spec.path}: {exc}") from None
     finally:

@@ -662,12 +662,13 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
 LOOKUP_UNREAD = CACHE_CHOICES + ("prefetch", "mode", "kernel")  # what a MoLE model's run never reads
 
 
-def check_model_read(given: set, model: ModelSpec) -> None:
+def check_model_read(given: set, models: list[ModelSpec]) -> None:
     """A MoLE model's experts are lookup tables in host memory whose rows each step copies (MoLE eq. 14): a cache's,
-    a prefetcher's or an expert kernel's setting given for it is read by nothing."""
+    a prefetcher's or an expert kernel's setting given where every run's model is one is read by nothing."""
     unread = [n for n in LOOKUP_UNREAD if n in given]
-    if model.kind == "mole" and unread:
-        raise MoesimError(f"{', '.join(map(option, unread))}: model {model.name} computes its experts as lookup tables "
+    if unread and models and all(m.kind == "mole" for m in models):
+        names = " and ".join(dict.fromkeys(m.name for m in models))
+        raise MoesimError(f"{', '.join(map(option, unread))}: model {names} computes its experts as lookup tables "
                           "on the host, copied a row a step, and keeps no expert cache nor runs an expert kernel, so "
                           f"nothing reads {'it' if len(unread) == 1 else 'them'}")
 

@@ -123,6 +123,23 @@ def test_a_setting_no_row_reads_is_refused_before_any_runs(tmp_path, kind, setti
     assert not (tmp_path / "r.parquet").exists()
 
 
+def test_a_cache_axis_over_mole_traces_alone_is_refused(tmp_path):
+    """A MoLE model keeps no expert cache: a capacity axis over MoLE traces alone gives identical rows; beside a MoE
+    trace it is read by that trace's rows."""
+    mole, moe = tmp_path / "mole.parquet", tmp_path / "moe.parquet"
+    moesim.write_trace(moesim.synth_trace(12, 4, 4, 1, 4, seed=0, model="mole-160m-4e"), mole)
+    moesim.write_trace(moesim.synth_trace(12, 10, 2, 1, 4, seed=0, model="moe-160m-10e"), moe)
+    spec = tmp_path / "m.toml"
+    spec.write_text('traces = ["mole.parquet"]\nkind = "des"\n[axes]\ncapacity = [4, 8]\n')
+    with pytest.raises(MoesimError, match=r"m\.toml: capacity: model mole-160m-4e computes its experts as lookup "
+                                          r"tables"):
+        run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    assert not (tmp_path / "r.parquet").exists()
+    spec.write_text('traces = ["mole.parquet", "moe.parquet"]\nkind = "des"\n[axes]\ncapacity = [4, 8]\n')
+    loaded = load_spec(spec)
+    _check_rows(loaded, loaded.configs())
+
+
 def test_settings_are_taken_where_some_row_reads_them(tmp_path):
     """Threads beside a CPU strategy or a machine with no GPU (it runs everything on its CPU), a cache's settings
     beside a strategy that keeps one: the rows are checked and none refused (a row that does not read one runs
