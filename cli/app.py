@@ -254,7 +254,8 @@ def _repeated(command, args: list[str]) -> str | None:
         if name not in command.commands:
             return None
         command, args = command.commands[name], args[args.index(name) + 1:]
-    options = {flag: p for p in command.params if p.param_type_name == "option" for flag in (*p.opts, *p.secondary_opts)}
+    options = {flag: p for p in command.params if p.param_type_name == "option"
+               for flag in (*p.opts, *p.secondary_opts)}
     seen, tokens = {}, iter(args)
     for token in tokens:
         if token == "--":
@@ -270,7 +271,8 @@ def _repeated(command, args: list[str]) -> str | None:
             twice = f"{flag} given twice" if typed == flag else f"{typed} and {flag} both given"
             if param.is_flag:
                 return f"{twice}: give {'it once' if typed == flag else 'one'}"
+            listed = "comma-separated" in (param.help or "").lower()  # one run per value: the values go in one
             return (f"{twice} ({before}, then {value}): an option takes one value, and the last would win unseen; give "
-                    f"it once (where its help says comma-separated, the values go in one: {flag} {before},{value})")
+                    "it once" + (f" (several runs: {flag} {before},{value})" if listed else ""))
         seen[param.name] = flag, value
     return None

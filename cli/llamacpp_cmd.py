@@ -69,7 +69,7 @@ def calibrate(out: Path, threads: str | None, runs: int, workdir: Path | None) -
 
     check_output(out, "hardware file", suffixes=(".toml",))
     bindings()
-    chosen = counts(threads, "--threads", thread_counts())
+    chosen = _on_cores(counts(threads, "--threads", thread_counts()))
     with _bar() as bar:
         task = bar.add_task("calibrating", total=len(chosen) * (len(FORMATS) * len(CALIBRATION_SHAPES) + 1) + 1)
 
@@ -81,6 +81,19 @@ def calibrate(out: Path, threads: str | None, runs: int, workdir: Path | None) -
     console.print(f"wrote {out}: {hw.describe()}")
     for note in notes[SUMMARY]:
         console.print(f"  {note}")
+
+
+def _on_cores(chosen: list[int]) -> list[int]:
+    """Thread counts this machine runs llama.cpp with: at most its cores (``physical_cores``), where the model's one
+    thread a core holds; more would time-share them and be fitted as if they did not."""
+    from moesim.sim.local_machine import physical_cores
+
+    cores = physical_cores()
+    over = [t for t in chosen if t > cores]
+    if over:
+        raise MoesimError(f"--threads {over[0]}: more threads than this machine's {cores} cores (the CPUs this process "
+                          "may run on); the model computes with one thread a core at most")
+    return chosen
 
 
 def validate(hardware: str | None, model: str | None, layers: int | None, dtypes: list[str] | None,
@@ -102,7 +115,7 @@ def validate(hardware: str | None, model: str | None, layers: int | None, dtypes
         shapes = {spec.name: model_shape(spec, layers)}
     elif layers is not None:
         raise MoesimError("--layers cuts the model given with --model")
-    chosen = threads or thread_counts()
+    chosen = _on_cores(threads or thread_counts())
     ctxs = counts(contexts, "--contexts", [0], low=0)
     pps = [p for p in counts(prompts, "--prompts", [PROMPT], low=0) if p]
     formats = llamacpp_formats(dtypes)

@@ -45,7 +45,7 @@ def plan(
         from moesim.plots.trace import SUFFIXES
 
         check_output(plot, "figure", inputs=() if trace is None else (trace,), suffixes=SUFFIXES)
-    formats = asked.each.pop("dtype")
+    formats = asked.each.pop("dtype", [asked.base.model.dtype])  # not typed: a configuration file's
     config = asked.config("plan")
     with working("simulating each strategy (the first run compiles each policy)"):
         # the default prompt gives way to a trace's own prompts; one asked for here or in the file is checked

@@ -52,7 +52,8 @@ class Asked:
         combos = [dict(zip(self.each, values)) for values in itertools.product(*self.each.values())] or [{}]
         owners = {setting: list(dict.fromkeys(c.get(setting, self._current(setting)) for c in combos))
                   for setting, _ in OWNERS.values()}
-        check_params_used(owners["policy"], self.params, owners["prefetch"], owners["strategy"])
+        listed = {k: v for k, v in self.each.items() if DECLARED[k].owner}  # a listed parameter (--cpu-layers 16,32)
+        check_params_used(owners["policy"], {**self.params, **listed}, owners["prefetch"], owners["strategy"])
         out = []
         for combo in combos:
             config = self.base.replace(**combo)
@@ -195,7 +196,8 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
         if name in listed:
             items = [v.strip() for v in str(value).split(",")]
             if not all(items):  # '20,,24' or a trailing comma: a value left out, not a list of two
-                raise MoesimError(f"{s.flag} is empty" if not any(items) else f"{s.flag} {value}: an empty entry")
+                raise MoesimError(f"{option(name)} is empty" if not any(items)
+                                  else f"{option(name, value)}: an empty entry")
             each[name] = [s.parse(v) for v in items]
             continue
         if isinstance(value, str) and (s.auto or s.kind is not str):

@@ -12,6 +12,7 @@ or a trace file's path (``bundled``: the shipped one).
 from __future__ import annotations
 
 import numbers
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +48,9 @@ def write_trace(trace: Trace, path: str | Path, *, force: bool = False) -> None:
     """
     from moesim.tracegen.io import write_trace as write
 
-    write(trace, check_output(path, "trace", force=force, suffixes=(".parquet",)))
+    if not isinstance(trace, Trace):
+        raise MoesimError(f"trace must be a Trace (moesim.load_trace), got {type(trace).__name__}")
+    write(trace, check_output(_path(path, "path"), "trace", force=force, suffixes=(".parquet",)))
 
 
 def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: int, seed: int = 0,
@@ -85,9 +88,9 @@ def train_ml_ffn(trace: Trace, out: str | Path, per_layer: bool = False, **optio
     """
     from moesim.policies.ml_ffn_train import save_model, train
 
-    check_output(out, "model", suffixes=(".npz",))
+    out = check_output(_path(out, "out"), "model", suffixes=(".npz",))
     arrays, log = train(_trace(trace), per_layer, **options)
-    save_model(arrays, Path(out))
+    save_model(arrays, out)
     return log
 
 
@@ -257,16 +260,35 @@ def _trace(trace) -> Trace:
     raise MoesimError(f"trace must be a Trace (moesim.load_trace) or a trace file's path, got {type(trace).__name__}")
 
 
+def _config(config) -> Config:
+    """A function's ``config``: a ``Config``, or None for the defaults. A file's path is refused, with the way to
+    load it: a function that read it would hide which file its settings came from."""
+    if config is None:
+        return Config()
+    if isinstance(config, Config):
+        return config
+    hint = " (load a file with moesim.Config.from_toml(path))" if isinstance(config, (str, os.PathLike)) else ""
+    raise MoesimError(f"config must be a moesim.Config, got {type(config).__name__}{hint}")
+
+
+def _path(path, name: str) -> Path:
+    """A function's file argument ``name``: a str or Path."""
+    if isinstance(path, (str, os.PathLike)):
+        return Path(path)
+    raise MoesimError(f"{name} must be a file's path (a str or Path), got {type(path).__name__}")
+
+
 def _configured(config: Config | None, kind: str, settings: dict, **named) -> Config:
     """``config`` (default: the defaults) with the flat ``settings``, and those ``named`` that are not None,
     changed; a setting that a run of ``kind`` does not read is refused (``moesim.sim.config.RUN_SETTINGS``)."""
+    config = _config(config)
     settings = {**{k: v for k, v in named.items() if v is not None}, **settings}
     takes = RUN_SETTINGS[kind]
     unread = sorted(k for k in settings if k not in takes)
     if unread:
         what = {"hitrate": "a hit-rate run", "des": "a simulated run", "serve": "a served stream"}[kind]
         raise MoesimError(f"{', '.join(unread)}: {what} does not read it (it reads {', '.join(takes)})")
-    configured = (config or Config()).replace(**settings)
+    configured = config.replace(**settings)
     check_read(set(settings), [configured], strategy_read=kind != "hitrate")
     return configured
 
@@ -314,7 +336,7 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
         dtypes = DTYPES if dtypes is None else [dtypes] if isinstance(dtypes, str) else list(dtypes)  # one, or several
     except TypeError:
         raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}") from None
-    return run((config or Config()).replace(**named, **settings), trace, dtypes, asked)
+    return run(_config(config).replace(**named, **settings), trace, dtypes, asked)
 
 
 def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local",
@@ -328,6 +350,12 @@ def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: 
     """
     from moesim.experiments.sweep import SweepSpec, load_spec, run_sweep
 
+    if not isinstance(spec, (SweepSpec, str, os.PathLike)):
+        raise MoesimError(f"spec must be a SweepSpec (moesim.experiments.sweep) or a sweep spec's TOML file (a str or "
+                          f"Path), got {type(spec).__name__}")
+    out = _path(out, "out")
+    if progress is not None and not callable(progress):
+        raise MoesimError(f"progress must be a function progress(done, total) or None, got {type(progress).__name__}")
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
     return run_sweep(spec, out, jobs, resume, flush_seconds=flush_seconds, executor=executor, progress=progress)
 
@@ -349,6 +377,7 @@ def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baselin
     from moesim.plots.results import RESULT_KINDS, plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
 
+    out = _path(out, "out")
     kinds = RESULT_KINDS + SERVE_KINDS
     if kind not in kinds:
         raise MoesimError(f"unknown plot kind {kind!r} for results; choose from {', '.join(kinds)}")

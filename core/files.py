@@ -22,7 +22,7 @@ def check_output(path: str | Path, what: str, *, force: bool = True, inputs: tup
     writable, the output one of the command's own ``inputs``, an existing file when not ``force``, or with
     ``suffixes`` a name ending in none of them (a format the writer lacks; a TOML written over a trace by a slip
     of the argument)."""
-    path = Path(path)
+    path = _as_path(path, what)
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise MoesimError(f"{path}: is a folder; give the {what} a file name")
@@ -86,7 +86,7 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
 
 def read_toml(path: str | Path, what: str) -> dict:
     """A TOML file's tables; a missing or malformed file is a one-line error naming it."""
-    path = Path(path)
+    path = _as_path(path, what)
     try:
         return tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -97,3 +97,10 @@ def read_toml(path: str | Path, what: str) -> dict:
         raise MoesimError(f"{path}: not readable (permission denied)") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise MoesimError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _as_path(path, what: str) -> Path:
+    """``path`` as a Path; anything but a str or a Path (a notebook's None) is a one-line error."""
+    if not isinstance(path, (str, Path)):
+        raise MoesimError(f"the {what}'s path must be a str or Path, got {type(path).__name__}")
+    return Path(path)

@@ -126,9 +126,9 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES,
     dtypes = list(dtypes)
     if not dtypes:
         raise MoesimError("a plan needs at least one weight format (dtypes) to size its candidates in")
-    for dtype in dtypes:
-        Config.build(dtype=dtype)  # a bad name is refused before any work
-    dtypes = list(dict.fromkeys(dtypes))  # each once: a format listed twice would give every candidate twice
+    # a bad name refused before any work, each as the configuration spells it (Q4_K is q4_k), and each once: a
+    # format listed twice would give every candidate twice
+    dtypes = list(dict.fromkeys(Config.build(dtype=dtype).model.dtype for dtype in dtypes))
     wl = config.workload
     hw = config.hardware.spec()  # before any compiling: a 'local' machine is probed on idle cores
     with compiling(plan_loops(), least=1):  # in a worker process, while this one makes the trace and the runs

@@ -33,6 +33,7 @@ import glob
 import hashlib
 import itertools
 import math
+import numbers
 import os
 import signal
 import threading
@@ -330,12 +331,14 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     if executor not in EXECUTORS:
         raise MoesimError(f"unknown executor {executor!r}; choose from {', '.join(EXECUTORS)}")
     out = Path(out)
-    if jobs < 1:
-        raise MoesimError(f"{option('jobs')} must be at least 1, got {jobs}")
+    if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral) or jobs < 1:
+        raise MoesimError(f"{option('jobs')} must be a whole number >= 1, got {jobs!r}")
+    jobs = int(jobs)
     if executor == "local":  # a worker a CPU at most: more only compete for them, each a process with its own memory
         jobs = min(jobs, usable_cpus())
-    if not 0 <= flush_seconds < math.inf:  # NaN too: a wait never passed, or passed at every row
-        raise MoesimError(f"{option('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds}")
+    seconds = isinstance(flush_seconds, numbers.Real) and not isinstance(flush_seconds, bool)
+    if not (seconds and 0 <= flush_seconds < math.inf):  # NaN too: a wait never passed, or passed at every row
+        raise MoesimError(f"{option('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds!r}")
     check_output(out, "results", suffixes=(".parquet",))  # its folder, its format (the command line's too)
     STOP.clear()  # from here a stop is honoured, the grid's expansion included
     try:

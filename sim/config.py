@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError, option
-from moesim.files import atomic_output, read_toml
+from moesim.files import atomic_output, check_output, read_toml
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
 from moesim.sim.hardware import LOCAL, get_hardware, is_file_name
@@ -72,8 +72,13 @@ def _choice(section: str, name: str, value, choices) -> None:
         raise MoesimError(f"[{section}] unknown {name} {value!r}; choose from {', '.join(map(str, choices))}")
 
 
-def _int(obj, section: str, name: str, low: int, optional: bool = False, auto: bool = False) -> None:
-    """``obj.name`` must be an integer of at least ``low`` (or None when ``optional``, ``"auto"`` when
+INT_MOST = 2 ** 31 - 1  # the most a count (slots, tokens, requests, threads) may be: past it the arrays' int64 sums
+SEED_MOST = 2 ** 63 - 1  # overflow (a context of 2^64 tokens raised a traceback; one near 2^63 gave wrong times)
+
+
+def _int(obj, section: str, name: str, low: int, optional: bool = False, auto: bool = False,
+         most: int = INT_MOST) -> None:
+    """``obj.name`` must be an integer from ``low`` to ``most`` (or None when ``optional``, ``"auto"`` when
     ``auto``); numpy's become int."""
     value = getattr(obj, name)
     if (optional and value is None) or (auto and value == AUTO):
@@ -82,6 +87,8 @@ def _int(obj, section: str, name: str, low: int, optional: bool = False, auto: b
         raise MoesimError(f"[{section}] {name} must be an integer{' or auto' if auto else ''}, got {value!r}")
     if value < low:
         raise MoesimError(f"[{section}] {name} must be at least {low}, got {value}")
+    if value > most:
+        raise MoesimError(f"[{section}] {name} must be at most {most:,}, got {value:,}")
     object.__setattr__(obj, name, int(value))
 
 
@@ -119,14 +126,15 @@ def _params(section: str, owner: str, value, module) -> dict:
         elif choices is not None:
             kind, ok = f"one of {', '.join(choices)}", v in choices
         elif key in getattr(module, "AUTO_PARAMS", ()):
-            kind = "auto or an integer >= 0"
-            ok = v == AUTO or isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
+            kind = f"auto or an integer from 0 to {INT_MOST:,}"
+            ok = v == AUTO or isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= INT_MOST
             v = v if v == AUTO or not ok else int(v)
         elif isinstance(takes[key], float):
             kind, ok = "a finite number", isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
             v = float(v) if ok else v
-        else:
-            kind, ok = "a whole number", isinstance(v, numbers.Integral) and not isinstance(v, bool)
+        else:  # a seed: numpy's generators take none below 0, numba's wrap one past 2^64 to another's
+            kind = f"a whole number from 0 to {SEED_MOST:,}"
+            ok = isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= SEED_MOST
             v = int(v) if ok else v
         if not ok:
             raise MoesimError(f"[{section}] {owner}'s {key} must be {kind}, got {v!r}")
@@ -260,10 +268,13 @@ class CacheConfig:
 
 
 def _layer_slots(cache) -> None:
-    """A capacity given per layer: whole numbers >= 0 (numpy's become int), under per-layer scope."""
+    """A capacity given per layer: whole numbers from 0 to ``INT_MOST`` (numpy's become int), under per-layer
+    scope."""
     values = tuple(cache.capacity)
-    if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0 for v in values):
-        raise MoesimError(f"[cache] a capacity per layer is a list of whole numbers >= 0, got {list(values)!r}")
+    if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v <= INT_MOST
+                         for v in values):
+        raise MoesimError(f"[cache] a capacity per layer is a list of whole numbers from 0 to {INT_MOST:,}, got "
+                          f"{list(values)!r}")
     if cache.scope != "per-layer":
         raise MoesimError("[cache] a capacity per layer needs scope per-layer (a global pool has one size)")
     object.__setattr__(cache, "capacity", tuple(int(v) for v in values))
@@ -384,7 +395,7 @@ class ServeConfig:
                 raise MoesimError(f"[serve] {name} must be true or false, got {getattr(self, name)!r}")
         _int(self, "serve", "draft_tokens", 0)
         _size(self, "serve", "acceptance", "a probability", 1.0)
-        _int(self, "serve", "arrival_seed", 0)
+        _int(self, "serve", "arrival_seed", 0, most=SEED_MOST)
         _size(self, "serve", "slo_ttft_s", "a time in seconds")
         _size(self, "serve", "slo_tpot_s", "a time in seconds")
         if self.max_batch_tokens < self.max_batch * (self.draft_tokens + 1):
@@ -528,7 +539,8 @@ class Config:
         return {**out, **self.cache.params, **self.prefetch.params, **self.execution.params}
 
     def to_toml(self, path: str | Path) -> None:
-        """Write the sections as TOML tables (unset settings left out), atomically."""
+        """Write the sections as TOML tables (unset settings left out), atomically, to a ``.toml`` file (an existing one
+        replaced)."""
         lines = []
         for name in SECTIONS:
             values = {k: v for k, v in asdict(getattr(self, name)).items() if v is not None and k != "params"}
@@ -538,7 +550,7 @@ class Config:
             if params:
                 lines.append(f"params = {{ {', '.join(f'{k} = {_toml_value(v)}' for k, v in params.items())} }}")
             lines.append("")
-        with atomic_output(path) as tmp:
+        with atomic_output(check_output(path, "configuration file", suffixes=(".toml",))) as tmp:
             Path(tmp).write_text("\n".join(lines))
 
     @classmethod
@@ -619,8 +631,9 @@ def check_params_used(policies: list[str], given: dict, prefetchers: list[str] =
     takes |= {k for p in strategies if p in STRATEGIES for k in STRATEGIES[p].PARAMS}
     unused = sorted(k for k in given if k not in takes)
     if unused:
-        placed = list(strategies) != ["gpu-cache"]
-        raise MoesimError(f"{', '.join(unused)}: no policy{', prefetcher or strategy' if placed else ' or prefetcher'} "
+        placed = list(strategies) != ["gpu-cache"] or any(k in STRATEGY_PARAMS for k in unused)
+        owners = ", prefetcher or strategy" if placed else " or prefetcher"
+        raise MoesimError(f"{', '.join(map(option, unused))}: no policy{owners} "
                           f"of this run takes it (policies {', '.join(policies)}; prefetchers {', '.join(prefetchers)}"
                           + (f"; strategies {', '.join(strategies)})" if placed else ")"))
 

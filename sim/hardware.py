@@ -54,6 +54,14 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
     """A system preset (``rtx4090``), a TOML file, or ``local`` (this machine); ``link`` / ``ssd`` / ``cpu`` swap
     in presets, ``vram`` / ``ram`` (GiB) replace the GPU's and the host's memory sizes, ``threads`` the threads
     the engine computes with on the CPU."""
+    if isinstance(name, Path):
+        name = str(name)
+    if not isinstance(name, str):
+        raise MoesimError(f'hardware must be a preset name, a hardware TOML file\'s path or "local", got '
+                          f"{type(name).__name__}")
+    for part, value in (("link", link), ("ssd", ssd), ("cpu", cpu)):
+        if value is not None and not isinstance(value, str):
+            raise MoesimError(f"{part} must be a {part} preset's name, got {type(value).__name__}")
     if is_file_name(name):
         hw = load_hardware(Path(name))
     elif name.lower() == LOCAL:

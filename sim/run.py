@@ -178,6 +178,11 @@ class Run:
         """The fewest slots a partition may fill now."""
         return int(self.state.cache.live.min())
 
+    @property
+    def mean_slots(self) -> float:
+        """The slots a partition may fill now, on average over the partitions (a split's layers differ)."""
+        return float(self.state.cache.live.mean())
+
 
 
 def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec | None = None,
@@ -372,6 +377,11 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
                           "sequential semantics is the hit-rate engine's")
     if config.workload.batch > trace.num_sequences:
         raise MoesimError(f"batch {config.workload.batch} is more than the trace's {trace.num_sequences} sequence(s)")
+    if dram_capacity is not None and dram_capacity > model.num_layers * model.num_experts:
+        every = model.num_layers * model.num_experts
+        raise MoesimError(f"{option('dram_capacity', dram_capacity)} is more than the {every:,} experts of {model.name} "
+                          f"({model.num_layers} layers of {model.num_experts}): host RAM would be charged for slots "
+                          "nothing fills")
     if dram_capacity is not None and hardware.ssd is None:
         raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and {_machine(hardware)} "
                           f"has none; pass {option('ssd', 'pcie5-nvme')} (or another SSD preset)")

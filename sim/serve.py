@@ -119,7 +119,7 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     requests = request_frame(queue)
     summary = summarise(requests, steps, sv, moved, seconds)
     summary.update(capacity=run.config.cache.capacity, **run.memory.fields(), slots_min=int(steps["slots"].min()),
-                   slots_mean=float(steps["slots"].mean()), reclaimed=int(counters[C_RECLAIMED]))
+                   slots_mean=float(steps["slots_mean"].mean()), reclaimed=int(counters[C_RECLAIMED]))
     if rows.share is not None:  # the most the GPU held at once
         summary["vram_gb"] = float(steps["gpu_bytes"].max()) / GIB
     return ServeResult(run.model.name, run.hardware.name, rows.resolved, summary, requests, steps)
@@ -127,8 +127,8 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
 
 def _run_steps(run: Run, scheduler: Scheduler, rows: StreamRows, context: int) -> tuple[pl.DataFrame, float]:
     """Form and run every step: ``run`` steps each step's row, the clock moved to the next arrival when nothing
-    runs. Returns a row per step (start, time, requests in it, tokens, hits, accesses, slots per partition,
-    GPU bytes) and the seconds it all took."""
+    runs. Returns a row per step (start, time, requests in it, tokens, hits, accesses, the fewest slots of a
+    partition and their mean over the partitions, GPU bytes) and the seconds it all took."""
     queue, share, gpu_bytes = scheduler.q, rows.share, run.memory.gpu
     log = []
     begin = time.perf_counter()
@@ -147,11 +147,11 @@ def _run_steps(run: Run, scheduler: Scheduler, rows: StreamRows, context: int) -
         done = run.step(0, 1, live)
         scheduler.finish_step(pieces, now, run.now)
         log.append((now, done.seconds, len(pieces), int(rows.tokens[0]), done.hits, done.accesses, run.live_slots,
-                    gpu_bytes))
+                    run.mean_slots, gpu_bytes))
     seconds = time.perf_counter() - begin
     return pl.DataFrame(log, schema={"start_s": pl.Float64, "time_s": pl.Float64, "running": pl.Int64,
                                      "tokens": pl.Int64, "hits": pl.Int64, "accesses": pl.Int64, "slots": pl.Int64,
-                                     "gpu_bytes": pl.Float64}, orient="row"), seconds
+                                     "slots_mean": pl.Float64, "gpu_bytes": pl.Float64}, orient="row"), seconds
 
 
 def _kv_tokens(queue, running: list[int], pieces, context: int) -> int:

@@ -3,7 +3,11 @@ written, and numpy's numbers are the numbers they hold."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
+import polars as pl
 import pytest
 
 import moesim
@@ -48,5 +52,101 @@ def test_numpy_capacities_are_the_numbers_they_hold(mixtral):
         per_layer.per_layer_hits
     assert moesim.hitrate(mixtral, "lru", capacity=np.array([4] * layers)).hits == \
         moesim.hitrate(mixtral, "lru", capacity=(4,) * layers).hits == moesim.hitrate(mixtral, "lru", capacity=4).hits
-    with pytest.raises(MoesimError, match=r"^\[cache\] a capacity per layer is a list of whole numbers >= 0"):
+    with pytest.raises(MoesimError, match=r"^\[cache\] a capacity per layer is a list of whole numbers from 0 to 2,147,483,647"):
         moesim.hitrate(mixtral, "lru", capacity=np.full(layers, 4.5))
+
+
+# A wrong argument's type is one MoesimError naming the argument and what it takes, not an AttributeError or a
+# TypeError from deep inside.
+
+CONFIG_TAKERS = {
+    "hitrate": lambda trace, config: moesim.hitrate(trace, "lru", 4, config=config),
+    "mrc": lambda trace, config: moesim.mrc(trace, "lru", capacities=[2], config=config),
+    "best_split": lambda trace, config: moesim.best_split(trace, 96, "lru", config=config),
+    "simulate": lambda trace, config: moesim.simulate(trace, config, hardware="rtx4090"),
+    "serve": lambda trace, config: moesim.serve(trace, config=config, rate=0.5, requests=2),
+    "run_replay": lambda trace, config: moesim.run_replay(trace, config, backend="virtual"),
+    "validate": lambda trace, config: moesim.validate(trace, config, backend="virtual"),
+    "plan": lambda trace, config: moesim.plan("mixtral-8x7b", "rtx4090", config=config),
+}
+
+
+@pytest.mark.parametrize("function", CONFIG_TAKERS)
+def test_every_function_refuses_a_config_that_is_not_one(mixtral, function):
+    for config, name in (({"policy": "lru"}, "dict"), ({}, "dict"), (3, "int")):
+        with pytest.raises(MoesimError, match=rf"^config must be a moesim\.Config, got {name}$"):
+            CONFIG_TAKERS[function](mixtral, config)
+    for config, name in (("run.toml", "str"), (Path("run.toml"), "PosixPath")):
+        with pytest.raises(MoesimError, match=rf"^config must be a moesim\.Config, got {name} \(load a file with "
+                                              r"moesim\.Config\.from_toml\(path\)\)$"):
+            CONFIG_TAKERS[function](mixtral, config)
+
+
+def test_write_trace_refuses_a_trace_or_a_path_of_another_type(mixtral, tmp_path):
+    with pytest.raises(MoesimError, match=r"^trace must be a Trace \(moesim\.load_trace\), got NoneType$"):
+        moesim.write_trace(None, tmp_path / "t.parquet")
+    for path, name in ((None, "NoneType"), (3, "int")):
+        with pytest.raises(MoesimError, match=rf"^path must be a file's path \(a str or Path\), got {name}$"):
+            moesim.write_trace(mixtral, path)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("knob", ["layer_alpha", "seq_alpha", "reuse", "cross_layer"])
+def test_locality_refuses_a_knob_that_is_not_a_number(knob):
+    for value in ("0.5", True, None):
+        with pytest.raises(MoesimError, match=rf"^{knob} must be a number, got {re.escape(repr(value))}$"):
+            moesim.Locality(**{knob: value})
+    assert getattr(moesim.Locality(**{knob: np.float64(0.5)}), knob) == 0.5  # numpy's numbers are numbers
+
+
+def test_hardware_refuses_a_name_that_is_not_one():
+    for name, kind in ((None, "NoneType"), (3, "int")):
+        with pytest.raises(MoesimError, match=rf'^hardware must be a preset name, a hardware TOML file\'s path or '
+                                              rf'"local", got {kind}$'):
+            moesim.hardware(name)
+    with pytest.raises(MoesimError, match=r"^link must be a link preset's name, got int$"):
+        moesim.hardware("rtx4090", link=3)
+    with pytest.raises(MoesimError, match=r"x\.toml: no such hardware file"):  # a Path is a file, as a str is
+        moesim.hardware(Path("x.toml"))
+
+
+def test_sweep_refuses_a_spec_jobs_or_out_of_another_type(tmp_path):
+    spec, out = tmp_path / "s.toml", tmp_path / "out.parquet"
+    spec.write_text('traces = ["bundled"]\nkind = "hitrate"\n[axes]\ncapacity = [2]\n')
+    for given, name in ((None, "NoneType"), ({"traces": ["bundled"]}, "dict")):
+        with pytest.raises(MoesimError, match=rf"^spec must be a SweepSpec \(moesim\.experiments\.sweep\) or a sweep "
+                                              rf"spec's TOML file \(a str or Path\), got {name}$"):
+            moesim.sweep(given, out)
+    for jobs in ("1", 1.5, True, 0):
+        with pytest.raises(MoesimError, match=rf"^jobs must be a whole number >= 1, got {re.escape(repr(jobs))}$"):
+            moesim.sweep(spec, out, jobs=jobs)
+    with pytest.raises(MoesimError, match=r"^out must be a file's path \(a str or Path\), got NoneType$"):
+        moesim.sweep(spec, None)
+    with pytest.raises(MoesimError, match=r"^flush_seconds must be a number of seconds >= 0, got '2'$"):
+        moesim.sweep(spec, out, flush_seconds="2")
+    with pytest.raises(MoesimError, match=r"^progress must be a function progress\(done, total\) or None, got int$"):
+        moesim.sweep(spec, out, progress=3)
+    assert not out.exists()
+
+
+def test_plot_refuses_an_out_that_is_not_a_path(tmp_path):
+    results = tmp_path / "r.parquet"
+    pl.DataFrame({"policy": ["lru"], "capacity": [2], "hit_rate": [0.5]}).write_parquet(results)
+    with pytest.raises(MoesimError, match=r"^out must be a file's path \(a str or Path\), got NoneType$"):
+        moesim.plot(results, "hitrate-vs-capacity", None)
+
+
+def test_train_ml_ffn_refuses_an_out_that_is_not_a_path(mixtral):
+    with pytest.raises(MoesimError, match=r"^out must be a file's path \(a str or Path\), got NoneType$"):
+        moesim.train_ml_ffn(mixtral, None)
+
+
+def test_a_configuration_file_is_a_toml_files_path(tmp_path):
+    """Config.from_toml(None) and to_toml(None) ended in pathlib's TypeError, and to_toml("a.txt") wrote a file the
+    command line's --save-config refuses to."""
+    for call in (lambda: moesim.Config.from_toml(None), lambda: moesim.Config().to_toml(None)):
+        with pytest.raises(MoesimError, match=r"^the configuration file's path must be a str or Path, got NoneType$"):
+            call()
+    with pytest.raises(MoesimError, match=r"a\.txt: unknown configuration file format '\.txt' \(use \.toml\)"):
+        moesim.Config().to_toml(tmp_path / "a.txt")
+    assert not any(tmp_path.iterdir())

@@ -15,6 +15,16 @@ from moesim.sim.config import CACHE_PARAMS, PREFETCH_PARAMS, SETTINGS, config_id
     (dict(policy="gamma", gamma=1.5), "gamma must be in [0.0, 1.0]"),
     (dict(policy="gamma", gamma=float("nan")), "gamma must be a finite number"),
     (dict(policy="random", seed=1.5), "seed must be a whole number"),
+    # numba's generators wrapped a seed past 2^64 to another's, and -1 to 2^64 - 1's; numpy's refuse both
+    (dict(policy="random", seed=-1), "seed must be a whole number from 0 to 9,223,372,036,854,775,807, got -1"),
+    (dict(policy="lecar", seed=2 ** 64), "seed must be a whole number from 0 to 9,223,372,036,854,775,807"),
+    # past 2^31 - 1 the arrays' int64 sums overflow: a traceback at 2^70, wrong times near 2^63
+    (dict(capacity=2 ** 70), "capacity must be at most 2,147,483,647, got 1,180,591,620,717,411,303,424"),
+    (dict(capacity=(4, 2 ** 31)), "a capacity per layer is a list of whole numbers from 0 to 2,147,483,647"),
+    (dict(context=2 ** 63 - 8), "context must be at most 2,147,483,647"),
+    (dict(max_batch_tokens=10 ** 20), "max_batch_tokens must be at most 2,147,483,647"),
+    (dict(strategy="cpu-experts", cpu_layers=10 ** 20), "cpu_layers must be auto or an integer from 0 to 2,147,483,647"),
+    (dict(arrival_seed=2 ** 63), "arrival_seed must be at most 9,223,372,036,854,775,807"),
     (dict(policy="nope"), "unknown policy 'nope'"),
     (dict(capacity=-1), "capacity must be at least 0"),
     (dict(capacity=4.0), "capacity must be an integer"),

@@ -498,7 +498,10 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
             (["--ssd", "pcie5-nvme"], "--ssd: with no --dram-capacity (the experts host RAM holds in front of the "
                                       "SSD) every expert is in host RAM, so nothing reads the SSD"),
             (["--hardware", "ryzen-7950x", "--kernel", "per-expert"], "--kernel: ryzen-7950x has no GPU (every expert "
-                                                                      "runs on the CPU), so nothing reads it")):
+                                                                      "runs on the CPU), so nothing reads it"),
+            # more DRAM slots than experts: host RAM was charged for 1000, the times those of 256
+            (["--dtype", "q4_k", "--capacity", "2", "--ssd", "pcie5-nvme", "--dram-capacity", "1000"],
+             "--dram-capacity 1000 is more than the 256 experts of mixtral-8x7b (32 layers of 8)")):
         assert words in one_line_error(cli, "sim", "run", "bundled", *args), args
     # burst arrivals, one request per sequence and no drafts draw nothing: the seed of the draws is not read
     assert "--arrival-seed: --arrivals burst puts every request at time 0, one per sequence in order, and no draft is " \
@@ -658,7 +661,11 @@ def test_an_option_given_twice_is_refused_not_overwritten(cli, tmp_path, monkeyp
     for args, message in (
             (["sim", "run", "bundled", "--capacity", "4", "--capacity", "8"],
              "--capacity given twice (4, then 8): an option takes one value, and the last would win unseen; give it "
-             "once (where its help says comma-separated, the values go in one: --capacity 4,8)"),
+             "once (several runs: --capacity 4,8)"),
+            # an option of one value is not offered a list
+            (["trace", "synth", "--layers", "2", "--layers", "0", "--out", "x.parquet"],
+             "--layers given twice (2, then 0): an option takes one value, and the last would win unseen; give it "
+             "once\n"),
             (["sim", "hitrate", "bundled", "--capacity=4", "--policy", "lru", "--capacity", "6"],
              "--capacity given twice (4, then 6)"),
             (["validate", "bundled", "--policy", "lru", "--policies", "lfu"],
@@ -706,3 +713,45 @@ def test_a_mole_model_refuses_the_cache_settings_it_never_reads(cli, tmp_path):
         moesim.simulate(moesim.load_trace(trace), policy="lfu")
     code, out, err = cli("sim", "run", trace)
     assert code == 0 and "lookup tables on the host" in out and "lru" not in out, err
+
+
+def test_llamacpp_threads_past_the_cores_are_refused(cli, tmp_path, monkeypatch):
+    """calibrate --engine llama.cpp --threads 5 on a 2-core host ran four minutes and wrote per-thread rates of five
+    threads time-sharing two cores; validate took them too. Refused before anything runs, as everywhere else."""
+    import moesim.replay.llamacpp_run as llamacpp_run
+    import moesim.sim.local_machine as local_machine
+
+    monkeypatch.setattr(local_machine, "physical_cores", lambda text=None: 2)
+    message = "--threads 5: more threads than this machine's 2 cores (the CPUs this process may run on); the model " \
+              "computes with one thread a core at most"
+    monkeypatch.setattr(llamacpp_run, "bindings", lambda: None)  # whether or not llama.cpp is installed here
+    assert message in one_line_error(cli, "calibrate", "--engine", "llama.cpp", "--out", tmp_path / "c.toml",
+                                     "--threads", "1,5")
+    assert message in one_line_error(cli, "validate", "--engine", "llama.cpp", "--threads", "2,5")
+    assert not any(tmp_path.iterdir())
+
+
+def test_plan_takes_a_format_as_every_command_does(cli, tmp_path):
+    """`plan --dtype Q4_K` ended in a KeyError traceback where `sim run` takes it (a format is named in any case), and
+    a --config file that set the format, in a KeyError of the option's list."""
+    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--dtype", "Q4_K,q4_k", "--json")
+    assert code == 0 and {r["dtype"] for r in json.loads(out)["rows"]} == {"q4_k"}, err
+    saved = tmp_path / "q4.toml"
+    saved.write_text('[model]\ndtype = "q8_0"\n')
+    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--config", saved, "--json")
+    assert code == 0 and {r["dtype"] for r in json.loads(out)["rows"]} == {"q8_0"}, err
+
+
+def test_a_parameter_no_strategy_of_the_run_takes_is_named_as_typed(cli):
+    """A strategy's parameter typed for one that does not take it named the section and the internal name
+    (`[execution] strategy gpu-cache takes no parameter 'cpu_layers'`), or left the strategies out of its list."""
+    for args, message in (
+            (["sim", "run", "bundled", "--cpu-layers", "3"], "--cpu-layers: no policy, prefetcher or strategy of this "
+                                                             "run takes it (policies lru; prefetchers none; strategies "
+                                                             "gpu-cache)"),
+            (["sim", "run", "bundled", "--lowbit-threshold", "0.3"], "--lowbit-threshold: no policy, prefetcher or "
+                                                                     "strategy of this run takes it"),
+            (["sim", "hitrate", "bundled", "--capacity", "4", "--gamma", "0.5"], "--gamma: no policy or prefetcher of "
+                                                                                 "this run takes it"),
+            (["validate", "bundled", "--policies", ","], "--policies is empty")):
+        assert message in one_line_error(cli, *args), args

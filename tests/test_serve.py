@@ -151,8 +151,19 @@ def test_dynamic_kv_gives_the_experts_what_the_kv_cache_leaves():
     # step i: both requests hold i + 1 tokens
     want = [max(c for c in range(least, most + 1) if fits(2 * (i + 1), c)) for i in range(1500)]
     assert shared.steps["slots"].to_list() == want
+    assert shared.summary["slots_mean"] == pytest.approx(sum(want) / len(want), rel=1e-12)  # one partition
     assert shared.summary["hit_rate"] > static.summary["hit_rate"]
     assert shared.summary["vram_gb"] <= 1.06
+
+
+def test_a_split_caches_slots_are_counted_per_layer(mixtral):
+    """A --split best cache's layers hold different slots: slots_min is the fewest a layer had, slots_mean a layer's on
+    average (it was the fewest a layer had, on average over the steps)."""
+    config = Config.build(dtype="q4_k", rate=1.0, requests=2, split="best", capacity=6)
+    s = simulate_serve(mixtral, config).summary
+    slots = s["capacity"]
+    assert isinstance(slots, tuple) and len(set(slots)) > 1
+    assert (s["slots_min"], s["slots_mean"]) == (min(slots), pytest.approx(sum(slots) / len(slots), rel=1e-12))
 
 
 @pytest.mark.parametrize("policy", ["lru", "fifo", "lifo"])

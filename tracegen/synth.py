@@ -14,7 +14,8 @@ order. Everything follows from `seed`; the same arguments give the same trace.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import numbers
+from dataclasses import asdict, dataclass, fields
 
 import numba as nb
 import numpy as np
@@ -39,6 +40,10 @@ class Locality:
     cross_layer: float = 0.3
 
     def __post_init__(self):
+        for field in fields(self):  # a str, None or bool is no knob's value
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise MoesimError(f"{field.name} must be a number, got {value!r}")
         for name in ("layer_alpha", "seq_alpha"):  # past MAX_ALPHA the draws are their means; infinite ones never end
             if not 0 < getattr(self, name) <= MAX_ALPHA:
                 raise MoesimError(f"{name} must be > 0 and at most {MAX_ALPHA:g}, got {getattr(self, name)}")
