@@ -8,6 +8,7 @@ import typer
 import moesim
 from moesim.cli.console import console, emit_json, seconds_text, slots_text, table, working
 from moesim.cli.settings import Asked, takes
+from moesim.errors import MoesimError
 from moesim.cli.options import AsJson, Force, TracePath
 from moesim.cli.sim_cmd import app
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
@@ -36,6 +37,8 @@ def serve(
     """
     from moesim.files import atomic_output, check_output
 
+    if force and out is None:
+        raise MoesimError("--force replaces an existing --out file, and no --out was given: nothing is written")
     config = asked.config("sim serve")
     if out is not None:  # an arrivals file is an input too
         check_output(out, "requests file", force=force, inputs=(trace_path, *asked.inputs, Path(config.serve.arrivals)),

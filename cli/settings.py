@@ -199,6 +199,9 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
                 raise MoesimError(f"{option(name)} is empty" if not any(items)
                                   else f"{option(name, value)}: an empty entry")
             each[name] = [s.parse(v) for v in items]
+            twice = next((v for i, v in enumerate(each[name]) if v in each[name][:i]), None)
+            if twice is not None:  # each value is a run: a value listed twice ran the same run twice
+                raise MoesimError(f"{option(name, value)}: {twice} listed twice; each value is one run")
             continue
         if isinstance(value, str) and (s.auto or s.kind is not str):
             value = s.parse(value)

@@ -50,8 +50,8 @@ from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim import blas_probe
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
-                               SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_model_read, check_params_used, check_read,
-                               config_id, load_cached_trace, params_for)
+                               SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_cache_read, check_model_read,
+                               check_params_used, check_read, config_id, load_cached_trace, params_for)
 
 KINDS = ("hitrate", "des", "serve")
 KEYS = {kind: set(RUN_SETTINGS[kind]) for kind in KINDS}  # the settings each kind of run reads
@@ -72,28 +72,35 @@ class SweepSpec:
     exclude: list[dict] = field(default_factory=list)
 
     def configs(self, stop: threading.Event | None = None) -> list[dict]:
-        """Every configuration, trace-major (a worker keeps its trace loaded), minus the excluded; each
-        policy parameter only where the row's policy takes it, and each configuration once (a parameter
-        dropped where the policy does not take it, or a value listed twice, would repeat one). ``stop``: once set,
-        the expansion ends where it is (a sweep stopped while a large grid expands)."""
+        """Every configuration, trace-major (a worker keeps its trace loaded), minus the excluded (a rule that matches
+        none is refused); each policy parameter only where the row's policy takes it, and each configuration once (a
+        parameter dropped where the policy does not take it, or a value listed twice, would repeat one). ``stop``:
+        once set, the expansion ends where it is (a sweep stopped while a large grid expands)."""
         names = list(self.axes)
         product = len(self.traces) * math.prod(len(self.axes[n]) for n in names)
         if product > MAX_CONFIGS:
             raise MoesimError(f"{self.path}: {product:,} configurations (the traces times every axis's values), more "
                               f"than the {MAX_CONFIGS:,} a sweep holds; split it into several specs")
-        out, seen = [], set()
+        out, seen, matched = [], set(), [False] * len(self.exclude)
         for trace in self.traces:
             for values in itertools.product(*(self.axes[n] for n in names)):
                 if stop is not None and stop.is_set():
-                    break
+                    return out
                 config = {"trace": trace, **(SERVE_DEFAULTS if self.kind == "serve" else {}), **self.fixed,
                           **dict(zip(names, values))}
-                if not any(all(config.get(k) == v for k, v in rule.items()) for rule in self.exclude):
+                hits = [all(config.get(k) == v for k, v in rule.items()) for rule in self.exclude]
+                matched = [m or h for m, h in zip(matched, hits)]
+                if not any(hits):
                     config = _applicable(config)
                     key = repr(sorted(config.items()))
                     if key not in seen:
                         seen.add(key)
                         out.append(config)
+        unmatched = [i for i, m in enumerate(matched) if not m]
+        if unmatched:  # a key or a value mistyped: the rows it meant to leave out would run
+            rule = ", ".join(f"{k} = {v!r}" for k, v in self.exclude[unmatched[0]].items())
+            raise MoesimError(f"{self.path}: [[exclude]] rule {unmatched[0] + 1} ({rule}) matches no configuration; a "
+                              "rule matches the values of [axes] and [fixed]")
         return out
 
 
@@ -455,8 +462,9 @@ def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
     """What every row would fail on alike, or a setting of the spec that no row reads, refused before any runs (rows
     left out by ``exclude`` are not asked): a serve row with Poisson arrivals (the default) and no rate; a key
     ``moesim.sim.config.check_read`` finds unread (a cache's settings where no row's strategy keeps one, threads
-    where none computes on the CPU, an acceptance where none drafts) or ``check_model_read`` (a cache's settings
-    where every row's model is MoLE's). A row whose settings build no ``Config`` is left to report its own error."""
+    where none computes on the CPU, an acceptance where none drafts), ``check_cache_read`` (a cache's settings where
+    every row's capacity is 0, a mode where no row prefetches) or ``check_model_read`` (a cache's settings where
+    every row's model is MoLE's). A row whose settings build no ``Config`` is left to report its own error."""
     if spec.kind == "serve":
         unrated = sum(c.get("arrivals", "poisson") == "poisson" and c.get("rate") is None for c in configs)
         if unrated:
@@ -475,6 +483,8 @@ def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
     reader = READER.set("python")  # the spec's keys, as a row's error names them
     try:
         check_read(given, built, strategy_read=spec.kind != "hitrate")
+        if spec.kind != "hitrate":
+            check_cache_read(given, built)
         check_model_read(given, list(models.values()))
     except MoesimError as exc:
         raise MoesimError(f"{spec.path}: {exc}") from None

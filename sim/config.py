@@ -706,14 +706,18 @@ def _threads_unread(strategies: list[str], machines: list[str]) -> str | None:
 
 
 def check_cache_read(given: set, configs: list[Config]) -> None:
-    """A cache setting typed on the command line where every run listed keeps no cache (``capacity`` 0) is refused:
-    ``--capacity 0 --policy belady,lru`` gave two identical rows. (The API takes it: a loop over capacities that
-    include 0 passes its policy to each.)"""
+    """A cache or prefetch setting given where every run listed leaves it unread is refused: a cache's with
+    ``capacity`` 0 (``--capacity 0 --policy belady,lru`` gave two identical rows), ``mode`` with no prefetcher. The
+    command line and a sweep's spec ask it; the API does not (a loop over capacities that include 0, or over
+    prefetchers that include none, passes the same settings to each)."""
     unread = [n for n in CACHE_CHOICES if n in given and n != "capacity"]
     if unread and all(c.cache.capacity == 0 or (isinstance(c.cache.capacity, tuple) and not any(c.cache.capacity))
                       for c in configs):
         raise MoesimError(f"{', '.join(map(option, unread))}: {option('capacity', 0)} keeps no expert cache, so nothing "
                           f"reads {'it' if len(unread) == 1 else 'them'}")
+    if "mode" in given and all(c.prefetch.prefetcher == "none" for c in configs):
+        raise MoesimError(f"{option('mode')} says what follows a wrong prediction, and {option('prefetch', 'none')} "
+                          "makes none, so nothing reads it")
 
 
 def module_params(module, given: dict) -> dict:

@@ -76,9 +76,14 @@ def make_queue(trace: Trace, requests: int, prompt: int, arrivals: np.ndarray, r
                  nan.copy())
 
 
+# an arrivals file's columns, and what each holds
+ARRIVAL_COLUMNS = {"arrival_s": "a number (seconds)", "seq": "an integer (a trace sequence)"}
+
+
 def read_arrivals(path: str, n_seqs: int) -> tuple[np.ndarray, np.ndarray | None]:
     """A file's arrival times (CSV or Parquet, one row per request: ``arrival_s``, seconds ≥ 0, in any
-    order) and the trace sequence each serves (its ``seq`` column, 0..n_seqs - 1; None without one)."""
+    order) and the trace sequence each serves (its ``seq`` column, 0..n_seqs - 1; None without one); any other
+    column is refused, not ignored."""
     try:
         frame = pl.read_parquet(path, glob=False) if path.lower().endswith(".parquet") else \
             pl.read_csv(path, glob=False, infer_schema_length=None)
@@ -88,6 +93,13 @@ def read_arrivals(path: str, n_seqs: int) -> tuple[np.ndarray, np.ndarray | None
         raise MoesimError(f"{path}: unreadable arrivals file ({first_line(exc)})") from None
     if "arrival_s" not in frame.columns:
         raise MoesimError(f"{path}: no arrival_s column (has {', '.join(frame.columns) or 'none'})")
+    unknown = [c for c in frame.columns if c not in ARRIVAL_COLUMNS]
+    if unknown:
+        raise MoesimError(f"{path}: unknown column(s) {', '.join(map(repr, unknown))} (an arrivals file has "
+                          f"{' and '.join(ARRIVAL_COLUMNS)})")
+    for name, dtype in frame.schema.items():
+        if not (dtype.is_numeric() or dtype in (pl.String, pl.Null)):
+            raise MoesimError(f"{path}: column '{name}' is {dtype}, an arrivals file's is {ARRIVAL_COLUMNS[name]}")
     if frame.height == 0:
         raise MoesimError(f"{path}: no requests")
     arrival = _numbers(path, frame["arrival_s"], "arrival_s", float)

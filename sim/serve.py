@@ -27,6 +27,7 @@ resets per batch have no meaning here and are refused.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
@@ -217,7 +218,7 @@ def _check_serve(trace: Trace, config: Config) -> None:
                           f"{option('arrivals', 'burst')}")
     if sv.arrivals != "poisson" and sv.rate is not None:
         raise MoesimError(f"arrivals {sv.arrivals} take no rate: it is for Poisson arrivals")
-    if sv.arrivals not in ARRIVALS and sv.requests is not None:
+    if sv.arrivals not in ARRIVALS and sv.requests is not None and Path(sv.arrivals).is_file():  # else: no such file
         raise MoesimError(f"the arrivals file {sv.arrivals} lists the requests: leave requests unset")
     if getattr(module, "READS_ROWS", False):
         raise MoesimError(f"policy {module.NAME} reads the rows it will serve ahead of serving them, and a served "

@@ -755,3 +755,26 @@ def test_a_parameter_no_strategy_of_the_run_takes_is_named_as_typed(cli):
                                                                                  "this run takes it"),
             (["validate", "bundled", "--policies", ","], "--policies is empty")):
         assert message in one_line_error(cli, *args), args
+
+
+def test_what_a_second_new_user_sweep_found_is_one_line(cli, tmp_path, monkeypatch):
+    """Each of these ran to the end and changed nothing the user saw (a value listed twice ran its row twice, an
+    exclude rule that matched no row excluded nothing, --force without --out, --mode without a prefetcher), or
+    named the wrong cause (a missing arrivals file, a folder given as a log)."""
+    monkeypatch.chdir(tmp_path)
+    assert "--capacity 2,2: 2 listed twice; each value is one run" in one_line_error(
+        cli, "sim", "hitrate", "bundled", "--capacity", "2,2")
+    assert "--force replaces an existing --out file, and no --out was given" in one_line_error(
+        cli, "sim", "serve", "bundled", "--rate", "1", "--force")
+    assert "--mode says what follows a wrong prediction, and --prefetch none makes none, so nothing reads it" in \
+        one_line_error(cli, "sim", "run", "bundled", "--mode", "fallback")
+    assert "nothere.csv: no such arrivals file" in one_line_error(
+        cli, "sim", "serve", "bundled", "--arrivals", "nothere.csv", "--requests", "2", "--dtype", "q4_k")
+    (tmp_path / "logs").mkdir()
+    assert "logs: a folder, not a vllm-jsonl log" in one_line_error(
+        cli, "trace", "import", "logs", "--format", "vllm-jsonl", "--out", "i.parquet")
+    spec = tmp_path / "s.toml"
+    spec.write_text('traces = ["bundled"]\n[axes]\ncapacity = [2, 3]\n[[exclude]]\ncapacity = 7\n')
+    assert "s.toml: [[exclude]] rule 1 (capacity = 7) matches no configuration; a rule matches the values of [axes] " \
+           "and [fixed]" in one_line_error(cli, "sweep", spec, "--out", "r.parquet")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "s.toml"]

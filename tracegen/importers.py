@@ -48,6 +48,8 @@ def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None =
     spec = get_model(model) if model else None
     if fmt not in FORMATS:
         raise MoesimError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+    if src.is_dir():
+        raise MoesimError(f"{src}: a folder, not a {fmt} log")
     if not src.is_file():
         raise MoesimError(f"{src}: no such file")
     if fmt == "sglang":

@@ -55,6 +55,10 @@ def load_trace(path: str | Path, *, probs: bool = False) -> Trace:
     if missing:
         raise MoesimError(f"{path}: no {', '.join(repr(c) for c in missing)} column; a trace has "
                           f"{', '.join(REQUIRED)}")
+    for col, dtype in schema.items():
+        problem = _type_problem(col, dtype) if col in POLARS_TYPES else None
+        if problem:
+            raise MoesimError(f"{path}: {problem}")
     wanted = [c for c in COLUMNS if c in schema and (probs or c != "probs")]
     try:
         trace = _load_in_order(path, meta, wanted)
@@ -305,24 +309,68 @@ def _atomic_write(frame: pl.DataFrame, meta: TraceMeta, path: Path) -> None:
         frame.write_parquet(tmp, metadata={METADATA_KEY: meta.to_json()}, statistics=True)
 
 
+def _type_problem(col: str, dtype: pl.DataType, values_checked: bool = False) -> str | None:
+    """Why a column of ``dtype`` cannot hold the trace's ``col`` (None: it can). With ``values_checked`` text, and
+    floats where integers belong, pass, for ``_cast`` to check each value (a frame's; a file's are refused)."""
+    want = POLARS_TYPES[col]
+    listed = want.is_nested()
+    target = want.inner if listed else want
+    what = {(False, True): "an integer", (False, False): "a number", (True, True): "a list of integers",
+            (True, False): "a list of numbers"}[listed, target.is_integer()]
+    inner = dtype.inner if isinstance(dtype, (pl.List, pl.Array)) else None
+    if dtype == pl.Null or (listed and inner == pl.Null):
+        return None  # no values: the row checks name what is missing
+    value = inner if listed else dtype
+    ok = value is not None and (value.is_integer() or (value.is_numeric() and not target.is_integer())
+                                or (values_checked and (value.is_float() or value == pl.String)))
+    return None if ok else f"column '{col}' is {dtype}, a trace's is {what}"
+
+
 def _cast(frame: pl.DataFrame, where: str, label: str) -> pl.DataFrame:
-    """Cast known columns to the schema's types; a value that does not fit is named by row."""
+    """Cast known columns to the schema's types; a column of another kind is refused, a value that does not fit
+    (a fraction where an integer belongs among them) is named by row."""
     present = {c: t for c, t in POLARS_TYPES.items() if c in frame.columns}
+    for col in present:
+        problem = _type_problem(col, frame[col].dtype, values_checked=True)
+        if problem:
+            raise MoesimError(f"{where}: {problem}")
+    fractions = {c: _fractions(frame[c]) for c, t in present.items()
+                 if (t.inner if t.is_nested() else t).is_integer() and _floats(frame[c].dtype)}
+    if not any(f.any() for f in fractions.values()):
+        try:
+            return frame.cast(present, strict=True)
+        except pl.exceptions.PolarsError:
+            pass
+    for col, dtype in present.items():
+        fits = frame[col].cast(dtype, strict=False)
+        bad = fits.is_null() & frame[col].is_not_null()
+        if dtype.is_nested():
+            bad = bad | (fits.list.eval(pl.element().is_null()).list.any() &
+                         ~frame[col].list.eval(pl.element().is_null()).list.any())
+        if col in fractions:
+            bad = bad | fractions[col]
+        if bad.any():
+            index = int(bad.arg_true()[0])
+            row = frame.row(index, named=True)
+            raise MoesimError(f"{where}: {label} {row.get(ORIGIN, index)}: '{col}' value {row[col]!r} is not "
+                              f"{dtype}") from None
     try:
         return frame.cast(present, strict=True)
-    except pl.exceptions.PolarsError:
-        for col, dtype in present.items():
-            fits = frame[col].cast(dtype, strict=False)
-            bad = fits.is_null() & frame[col].is_not_null()
-            if dtype.is_nested():
-                bad = bad | (fits.list.eval(pl.element().is_null()).list.any() &
-                             ~frame[col].list.eval(pl.element().is_null()).list.any())
-            if bad.any():
-                index = int(bad.arg_true()[0])
-                row = frame.row(index, named=True)
-                raise MoesimError(f"{where}: {label} {row.get(ORIGIN, index)}: '{col}' value {row[col]!r} is not "
-                                  f"{dtype}") from None
-        raise
+    except pl.exceptions.PolarsError as exc:
+        raise MoesimError(f"{where}: a column does not fit the trace's types ({first_line(exc)})") from None
+
+
+def _floats(dtype: pl.DataType) -> bool:
+    """Whether a column (or its lists) holds floats."""
+    return (dtype.inner if isinstance(dtype, (pl.List, pl.Array)) else dtype).is_float()
+
+
+def _fractions(series: pl.Series) -> pl.Series:
+    """Per row, whether a float column (or list) holds a finite value that is not whole (a cast would truncate it)."""
+    if isinstance(series.dtype, (pl.List, pl.Array)):
+        fraction = (pl.element() != pl.element().floor()) & pl.element().is_finite()
+        return series.cast(pl.List(series.dtype.inner)).list.eval(fraction).list.any().fill_null(False)
+    return ((series != series.floor()) & series.is_finite()).fill_null(False)
 
 
 def _dense(series: pl.Series, width: int, fill, dtype, flat: pl.Series | None = None) -> np.ndarray:
