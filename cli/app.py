@@ -271,7 +271,8 @@ def _repeated(command, args: list[str]) -> str | None:
             twice = f"{flag} given twice" if typed == flag else f"{typed} and {flag} both given"
             if param.is_flag:
                 return f"{twice}: give {'it once' if typed == flag else 'one'}"
-            listed = "comma-separated" in (param.help or "").lower()  # one run per value: the values go in one
+            # one run per value: the values go in one (two alike would be one run twice)
+            listed = "comma-separated" in (param.help or "").lower() and before != value
             return (f"{twice} ({before}, then {value}): an option takes one value, and the last would win unseen; give "
                     "it once" + (f" (several runs: {flag} {before},{value})" if listed else ""))
         seen[param.name] = flag, value

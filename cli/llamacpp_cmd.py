@@ -91,8 +91,8 @@ def _on_cores(chosen: list[int]) -> list[int]:
     cores = physical_cores()
     over = [t for t in chosen if t > cores]
     if over:
-        raise MoesimError(f"--threads {over[0]}: more threads than this machine's {cores} cores (the CPUs this process "
-                          "may run on); the model computes with one thread a core at most")
+        raise MoesimError(f"--threads {over[0]}: more threads than this machine's {cores} physical cores (at most the "
+                          "CPUs this process may run on); the model computes with one thread a core at most")
     return chosen
 
 

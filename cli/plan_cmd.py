@@ -18,7 +18,7 @@ from moesim.tracegen.trace import trace_file
        defaults={"prompt": str(PLAN_PROMPT), "dtype": ",".join(DTYPES)},
        helps={"model": "Model preset to plan for (see 'moesim models'); required.",
               "prompt": "Prompt tokens: prefilled for the time to first token, then held in the KV cache.",
-              "dtype": f"Weight formats to consider (every weight in each): {', '.join(FORMATS)}."},
+              "dtype": f"Weight formats to consider (every weight in each), comma-separated: {', '.join(FORMATS)}."},
        aliases={"prompt": ("--context",)})
 def plan(
     trace: Annotated[Optional[Path], typer.Option(callback=trace_file,

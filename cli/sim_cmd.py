@@ -67,11 +67,11 @@ def run(
     configs = asked.configs()
     with working(f"reading {trace_path}, then {len(configs)} simulated run(s)"):
         trace = moesim.load_trace(trace_path)
-        if save_config is not None:
-            configs[0].to_toml(save_config)
         base = configs[0]
         spec = base.model.spec(trace.meta)
         check_model_read(asked.typed, [spec])
+        if save_config is not None:
+            configs[0].to_toml(save_config)
         results = [moesim.simulate(trace, config, model=spec, hardware=hw) for config in configs]
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})

@@ -332,11 +332,14 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     if config is None:
         settings.setdefault("prompt", PLAN_PROMPT)
     named = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
+    config = _config(config)
+    if dtypes is None:  # a configuration's format, as the command line's --config gives it; else the plan's
+        dtypes = [config.model.dtype] if config.model.dtype is not None else DTYPES
     try:
-        dtypes = DTYPES if dtypes is None else [dtypes] if isinstance(dtypes, str) else list(dtypes)  # one, or several
+        dtypes = [dtypes] if isinstance(dtypes, str) else list(dtypes)  # one, or several
     except TypeError:
         raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}") from None
-    return run(_config(config).replace(**named, **settings), trace, dtypes, asked)
+    return run(config.replace(**named, **settings), trace, dtypes, asked)
 
 
 def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local",

@@ -100,7 +100,7 @@ def read_toml(path: str | Path, what: str) -> dict:
 
 
 def _as_path(path, what: str) -> Path:
-    """``path`` as a Path; anything but a str or a Path (a notebook's None) is a one-line error."""
-    if not isinstance(path, (str, Path)):
+    """``path`` as a Path; anything but a str or a path object (a notebook's None) is a one-line error."""
+    if not isinstance(path, (str, os.PathLike)):
         raise MoesimError(f"the {what}'s path must be a str or Path, got {type(path).__name__}")
     return Path(path)

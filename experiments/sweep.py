@@ -49,9 +49,10 @@ from moesim.files import atomic_output, check_output, read_toml
 from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim import blas_probe
-from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
-                               SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_cache_read, check_model_read,
-                               check_params_used, check_read, config_id, load_cached_trace, params_for)
+from moesim.sim.config import (ARRIVAL_FILES, CACHE_CHOICES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS,
+                               RUN_SETTINGS, SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_cache_read,
+                               check_model_read, check_params_used, check_read, config_id, load_cached_trace,
+                               params_for)
 
 KINDS = ("hitrate", "des", "serve")
 KEYS = {kind: set(RUN_SETTINGS[kind]) for kind in KINDS}  # the settings each kind of run reads
@@ -189,6 +190,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise MoesimError(f"{path}: {exc}") from None
     fixed = {k: _resolve(path, k, v) for k, v in fixed.items()}
     axes = {k: [_resolve(path, k, v) for v in vs] for k, vs in axes.items()}
+    exclude = [{k: _resolve(path, k, v) for k, v in rule.items()} for rule in exclude]  # as the rows hold them
     return SweepSpec(path, kind, _traces(path, data.get("traces")), axes, fixed, exclude)
 
 
@@ -458,6 +460,12 @@ def _execute(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> Iterat
             yield from future.result()
 
 
+# the settings the row checks read (``_check_rows``), and those whose presence in a spec asks for them
+READ_BY_CHECKS = {"trace", "model", "hardware", "strategy", "capacity", "dram_capacity", "prefetch", "arrivals",
+                  "draft_tokens", "requests"}
+CHECKED = set(CACHE_CHOICES) | {"threads", "kernel", "ssd", "arrival_seed", "acceptance", "mode", "prefetch"}
+
+
 def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
     """What every row would fail on alike, or a setting of the spec that no row reads, refused before any runs (rows
     left out by ``exclude`` are not asked): a serve row with Poisson arrivals (the default) and no rate; a key
@@ -471,15 +479,26 @@ def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
             raise MoesimError(f"{spec.path}: {unrated} of its {len(configs)} rows have Poisson arrivals and no rate in "
                               "requests/s: give 'rate' in [axes] or [fixed], another arrivals (\"burst\"), or exclude "
                               "them")
-    built, models, given = [], {}, set(spec.axes) | set(spec.fixed)
-    for c in configs:
-        try:
-            built.append(Config.build(**{k: v for k, v in c.items() if k != "trace"}))
-            key = c["trace"], built[-1].model.name
-            if spec.kind != "hitrate" and key not in models:  # once per trace and model, not per row
-                models[key] = built[-1].model.spec(read_meta(c["trace"]))
-        except MoesimError:
+    given = set(spec.axes) | set(spec.fixed)
+    if not given & CHECKED:
+        return
+    built, models, seen = [], {}, set()
+    for c in configs:  # one configuration per distinct value of what the checks read, not one per row
+        if STOP.is_set():
+            return
+        read = {k: v for k, v in c.items() if k in READ_BY_CHECKS}
+        key = repr(sorted(read.items()))
+        if key in seen:
             continue
+        seen.add(key)
+        try:
+            built.append(Config.build(**{k: v for k, v in read.items() if k != "trace"}))
+            if spec.kind != "hitrate":
+                models[c["trace"], built[-1].model.name] = built[-1].model.spec(read_meta(c["trace"]))
+        except MoesimError:
+            continue  # the row reports it
+    if not built:
+        return
     reader = READER.set("python")  # the spec's keys, as a row's error names them
     try:
         check_read(given, built, strategy_read=spec.kind != "hitrate")

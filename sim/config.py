@@ -665,8 +665,7 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
     if "arrival_seed" in given and all(c.serve.arrivals == "burst" and c.serve.draft_tokens == 0
                                        and c.serve.requests is None for c in configs):
         raise MoesimError(f"{option('arrival_seed')}: {option('arrivals', 'burst')} puts every request at time 0, one "
-                          f"per sequence in order, and no draft is accepted or not: nothing is drawn, so nothing reads "
-                          "it")
+                          "per sequence in order, and no run drafts tokens: nothing is drawn, so nothing reads it")
     if "acceptance" in given and all(c.serve.draft_tokens == 0 for c in configs):
         raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and "
                           f"{option('draft_tokens')} is 0: no run drafts any")

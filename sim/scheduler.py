@@ -82,8 +82,9 @@ ARRIVAL_COLUMNS = {"arrival_s": "a number (seconds)", "seq": "an integer (a trac
 
 def read_arrivals(path: str, n_seqs: int) -> tuple[np.ndarray, np.ndarray | None]:
     """A file's arrival times (CSV or Parquet, one row per request: ``arrival_s``, seconds ≥ 0, in any
-    order) and the trace sequence each serves (its ``seq`` column, 0..n_seqs - 1; None without one); any other
-    column is refused, not ignored."""
+    order) and the trace sequence each serves (its ``seq`` column, 0..n_seqs - 1; None without one). Other columns
+    (a log's, the request rows ``sim serve --out`` writes) are not read; one of these names in other letters
+    (``Seq``) is refused."""
     try:
         frame = pl.read_parquet(path, glob=False) if path.lower().endswith(".parquet") else \
             pl.read_csv(path, glob=False, infer_schema_length=None)
@@ -93,12 +94,13 @@ def read_arrivals(path: str, n_seqs: int) -> tuple[np.ndarray, np.ndarray | None
         raise MoesimError(f"{path}: unreadable arrivals file ({first_line(exc)})") from None
     if "arrival_s" not in frame.columns:
         raise MoesimError(f"{path}: no arrival_s column (has {', '.join(frame.columns) or 'none'})")
-    unknown = [c for c in frame.columns if c not in ARRIVAL_COLUMNS]
-    if unknown:
-        raise MoesimError(f"{path}: unknown column(s) {', '.join(map(repr, unknown))} (an arrivals file has "
-                          f"{' and '.join(ARRIVAL_COLUMNS)})")
-    for name, dtype in frame.schema.items():
-        if not (dtype.is_numeric() or dtype in (pl.String, pl.Null)):
+    misspelt = [c for c in frame.columns if c not in ARRIVAL_COLUMNS and c.strip().lower() in ARRIVAL_COLUMNS]
+    if misspelt:  # 'Seq' was ignored, and request i served sequence i
+        raise MoesimError(f"{path}: column {misspelt[0]!r} is read as {misspelt[0].strip().lower()!r} only when "
+                          f"spelt so (an arrivals file's columns: {' and '.join(ARRIVAL_COLUMNS)})")
+    for name in ARRIVAL_COLUMNS:
+        dtype = frame.schema.get(name)
+        if dtype is not None and not (dtype.is_numeric() or dtype in (pl.String, pl.Null)):
             raise MoesimError(f"{path}: column '{name}' is {dtype}, an arrivals file's is {ARRIVAL_COLUMNS[name]}")
     if frame.height == 0:
         raise MoesimError(f"{path}: no requests")

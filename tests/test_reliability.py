@@ -504,8 +504,8 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
              "--dram-capacity 1000 is more than the 256 experts of mixtral-8x7b (32 layers of 8)")):
         assert words in one_line_error(cli, "sim", "run", "bundled", *args), args
     # burst arrivals, one request per sequence and no drafts draw nothing: the seed of the draws is not read
-    assert "--arrival-seed: --arrivals burst puts every request at time 0, one per sequence in order, and no draft is " \
-        "accepted or not: nothing is drawn, so nothing reads it" in one_line_error(
+    assert "--arrival-seed: --arrivals burst puts every request at time 0, one per sequence in order, and no run " \
+        "drafts tokens: nothing is drawn, so nothing reads it" in one_line_error(
             cli, "sim", "serve", "bundled", "--arrivals", "burst", "--arrival-seed", "3")
     with pytest.raises(moesim.MoesimError, match="^arrival_seed: arrivals='burst' puts every request at time 0"):
         moesim.serve(moesim.load_trace("bundled"), arrivals="burst", arrival_seed=3)
@@ -722,8 +722,8 @@ def test_llamacpp_threads_past_the_cores_are_refused(cli, tmp_path, monkeypatch)
     import moesim.sim.local_machine as local_machine
 
     monkeypatch.setattr(local_machine, "physical_cores", lambda text=None: 2)
-    message = "--threads 5: more threads than this machine's 2 cores (the CPUs this process may run on); the model " \
-              "computes with one thread a core at most"
+    message = "--threads 5: more threads than this machine's 2 physical cores (at most the CPUs this process may run " \
+              "on); the model computes with one thread a core at most"
     monkeypatch.setattr(llamacpp_run, "bindings", lambda: None)  # whether or not llama.cpp is installed here
     assert message in one_line_error(cli, "calibrate", "--engine", "llama.cpp", "--out", tmp_path / "c.toml",
                                      "--threads", "1,5")
@@ -778,3 +778,29 @@ def test_what_a_second_new_user_sweep_found_is_one_line(cli, tmp_path, monkeypat
     assert "s.toml: [[exclude]] rule 1 (capacity = 7) matches no configuration; a rule matches the values of [axes] " \
            "and [fixed]" in one_line_error(cli, "sweep", spec, "--out", "r.parquet")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "s.toml"]
+
+
+def test_what_the_review_of_the_second_sweep_found(cli, tmp_path):
+    """A refused run writes no --save-config file; two equal values of a listed option are not offered as a list; a
+    path object of another kind (an os.PathLike) is a path; moesim.plan takes a configuration's format."""
+    import moesim
+
+    class Where:  # a path object of another kind than pathlib's
+        def __init__(self, path):
+            self.path = str(path)
+
+        def __fspath__(self):
+            return self.path
+
+    mole = tmp_path / "mole.parquet"
+    assert cli("trace", "synth", "--model", "mole-160m-4e", "--sequences", "1", "--tokens", "4", "--out", mole)[0] == 0
+    assert "--policy: model mole-160m-4e computes" in one_line_error(
+        cli, "sim", "run", mole, "--policy", "lfu", "--save-config", tmp_path / "saved.toml")
+    assert not (tmp_path / "saved.toml").exists()
+    code, _, err = cli("sim", "hitrate", "bundled", "--policy", "lru", "--policy", "lru")
+    assert code == 2 and err.rstrip().endswith("--policy given twice (lru, then lru): an option takes one value, and "
+                                               "the last would win unseen; give it once"), err
+    local = Where(tmp_path / "c.toml")
+    moesim.Config.build(dtype="q8_0").to_toml(local)
+    config = moesim.Config.from_toml(local)
+    assert {r["dtype"] for r in moesim.plan("mixtral-8x7b", "rtx4090", config=config).rows} == {"q8_0"}

@@ -421,3 +421,18 @@ def test_a_sweep_runs_each_configuration_once_and_can_be_stopped_before_its_firs
     assert not sweep_module.STOP.is_set() and len(load_spec(spec).configs()) == 3
     with pytest.raises(MoesimError, match="r.csv: unknown results format '.csv'"):
         moesim.sweep(spec, tmp_path / "r.csv")  # the API too wrote Parquet bytes under that name
+
+
+def test_the_row_checks_leave_a_spec_whose_rows_all_fail_to_its_rows_errors(tmp_path):
+    """Rows that build no configuration are not asked what they read (no strategy there to name): each reports its
+    own error, and a sweep of them all is the every-row-failed error. An exclude rule matches a path as the rows hold
+    it, resolved against the spec's folder."""
+    spec = tmp_path / "b.toml"
+    spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\ncapacity = [4, 8]\n[fixed]\npolicy = "lru"\nbatch = 0\n')
+    with pytest.raises(MoesimError, match=r"every one of the 2 configuration\(s\) run failed.*batch must be at least 1"):
+        run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\nhardware = ["rtx4090", "hw.toml"]\ncapacity = [4, 6]\n'
+                    '[[exclude]]\nhardware = "hw.toml"\ncapacity = 6\n')
+    loaded = load_spec(spec)
+    assert [(Path(c["hardware"]).name, c["capacity"]) for c in loaded.configs()] == [
+        ("rtx4090", 4), ("rtx4090", 6), ("hw.toml", 4)]
