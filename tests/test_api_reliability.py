@@ -150,3 +150,9 @@ def test_a_configuration_file_is_a_toml_files_path(tmp_path):
     with pytest.raises(MoesimError, match=r"a\.txt: unknown configuration file format '\.txt' \(use \.toml\)"):
         moesim.Config().to_toml(tmp_path / "a.txt")
     assert not any(tmp_path.iterdir())
+
+
+def test_an_empty_trace_path_is_named_as_empty():
+    """Path("") is ".", and loading it said ".: a folder, not a trace file"."""
+    with pytest.raises(MoesimError, match=r"^a trace file is named by a path, got an empty one$"):
+        moesim.load_trace("")

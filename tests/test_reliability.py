@@ -115,8 +115,8 @@ def test_serve_writes_no_input_and_prints_a_burst(cli, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("trace", "synth", *SMALL, "--seq-alpha", "inf", "--out", "t.parquet"), "seq_alpha must be > 0 and at most 1e+06, got inf"),
-    (("trace", "synth", *SMALL, "--layer-alpha", "1e300", "--out", "t.parquet"), "layer_alpha must be > 0 and at most 1e+06"),
+    (("trace", "synth", *SMALL, "--seq-alpha", "inf", "--out", "t.parquet"), "--seq-alpha must be > 0 and at most 1e+06, got inf"),
+    (("trace", "synth", *SMALL, "--layer-alpha", "1e300", "--out", "t.parquet"), "--layer-alpha must be > 0 and at most 1e+06"),
     (("sim", "serve", "bundled", "--rate", "1e-15", "--dtype", "q4_k"), "--rate 1e-15 requests/s is too low"),
     (("sim", "mrc", "bundled", "--policy", "lru", "--budget", "100000"), "--budget 100000 is more than the 256"),
     (("plot", "bundled", "--kind", "eviction-timeline", "--capacity", "0", "--out", "e.png"), "at least 1"),
@@ -162,7 +162,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
         (("plan", "--model", "cfg/huge.json", "--hardware", "rtx4090"),
          "cfg/huge.json: hidden_size must be a whole number in 1..2147483647"),
         (("plan", "--model", "cfg/cut.gguf", "--hardware", "rtx4090"), "error: cfg/cut.gguf: "),  # as given
-        (("trace", "synth", *SMALL, "--prompt-tokens", "-3", "--out", "t.parquet"), "prompt tokens must be 0 or more"),
+        (("trace", "synth", *SMALL, "--prompt-tokens", "-3", "--out", "t.parquet"), "--prompt-tokens must be 0 or more"),
         (("sweep", "s.toml", "--out", "r.parquet"), "empty.parquet: not a Parquet file"),
         (("trace", "info", "folder.parquet"), "folder.parquet: a folder, not a trace file"),
         (("sim", "hitrate", "bundled", "--policy", "ml-ffn", "--ml-model", "text.npz", "--capacity", "4"),

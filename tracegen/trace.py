@@ -183,6 +183,8 @@ def trace_file(path: str | Path | None) -> Path | None:
         return None
     if not isinstance(path, (str, os.PathLike)):
         raise MoesimError(f"a trace file is named by a path, got {type(path).__name__} {path!r}")
+    if not os.fspath(path).strip():  # Path("") is ".", which said "a folder"
+        raise MoesimError("a trace file is named by a path, got an empty one")
     return bundled_trace_path() if str(path) == BUNDLED else Path(path)
 
 
