@@ -7,10 +7,10 @@ import typer
 
 import moesim
 from moesim.cli.console import console, emit_json, seconds_text, slots_text, table, working
-from moesim.cli.settings import Asked, takes
-from moesim.errors import MoesimError
 from moesim.cli.options import AsJson, Force, TracePath
-from moesim.cli.sim_cmd import app
+from moesim.cli.settings import Asked, takes
+from moesim.cli.sim_cmd import LOOKUP_TABLES, app
+from moesim.errors import MoesimError
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
 from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS, check_model_read
 
@@ -58,7 +58,7 @@ def serve(
     sv = c.serve
     arrivals_text = f"Poisson {sv.rate:g}/s" if sv.arrivals == "poisson" else \
         "all at 0" if sv.arrivals == "burst" else sv.arrivals
-    placed = "lookup tables on the host" if model.kind == "mole" else f"{c.cache.policy} @ {slots_text(s['capacity'])}"
+    placed = LOOKUP_TABLES if model.kind == "mole" else f"{c.cache.policy} @ {slots_text(s['capacity'])}"
     table(f"{trace_path}: {result.model} on {result.hardware}, {c.execution.strategy}, {placed}, "
           f"{s['requests']} requests ({arrivals_text}), max batch {sv.max_batch}, "
           f"{sv.max_batch_tokens} tokens/step" + (f", {sv.draft_tokens} draft tokens at {sv.acceptance:g}"

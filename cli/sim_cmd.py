@@ -102,11 +102,14 @@ def run(
                              f"per layer and step" if mode == "commit" else ""))
 
 
+LOOKUP_TABLES = "lookup tables on the host"  # where a MoLE model's experts are, in a table
+
+
 def _placement(strategy, r, model) -> str:
     """Where a result's experts are, in a table cell: a MoLE model's lookup tables, the placement of a strategy without
     a cache, the policy and its slots, or (no slots) where every expert runs."""
     if model.kind == "mole":
-        return "lookup tables on the host"
+        return LOOKUP_TABLES
     if not strategy.CACHE:
         return strategy.label(r.config.execution.params, model.num_layers)
     if r.capacity == 0:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
 from moesim.files import check_output
-from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read, check_read
+from moesim.sim.config import LOOKUP_UNREAD, RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read, check_read
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import HitRate
@@ -178,9 +178,7 @@ def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSp
     >>> r.capacity, round(r.tpot_s * 1e3, 1), round(r.tokens_per_s, 2), round(r.hit_rate, 4), round(r.vram_gb, 1)
     (7, 31.7, 31.56, 0.9999, 23.0)
     """
-    config, objects = _with_objects(config, "des", model, hardware, settings)
-    trace = _trace(trace)
-    check_model_read(set(settings), [objects.get("model") or config.model.spec(trace.meta)])
+    trace, config, objects = _run_inputs(trace, config, "des", model, hardware, settings)
     return simulate_des(trace, config, decisions=decisions, **objects)
 
 
@@ -201,9 +199,7 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
 
     if config is None:  # the command line's and a sweep's defaults, not settings the user gave
         config = Config().replace(**SERVE_DEFAULTS)
-    config, objects = _with_objects(config, "serve", model, hardware, settings)
-    trace = _trace(trace)
-    check_model_read(set(settings), [objects.get("model") or config.model.spec(trace.meta)])
+    trace, config, objects = _run_inputs(trace, config, "serve", model, hardware, settings)
     return simulate_serve(trace, config, **objects)
 
 
@@ -291,6 +287,17 @@ def _configured(config: Config | None, kind: str, settings: dict, **named) -> Co
     configured = config.replace(**settings)
     check_read(set(settings), [configured], strategy_read=kind != "hitrate")
     return configured
+
+
+def _run_inputs(trace, config: Config | None, kind: str, model, hardware,
+                settings: dict) -> tuple[Trace, Config, dict]:
+    """A timed run's trace, configuration and objects (``_with_objects``), with the settings its model does not read
+    refused (a MoLE model's cache; its model is found only where such a setting was given)."""
+    config, objects = _with_objects(config, kind, model, hardware, settings)
+    trace = _trace(trace)
+    if set(settings) & set(LOOKUP_UNREAD):
+        check_model_read(set(settings), [objects.get("model") or config.model.spec(trace.meta)])
+    return trace, config, objects
 
 
 def _with_objects(config: Config | None, kind: str, model, hardware, settings: dict) -> tuple[Config, dict]:
