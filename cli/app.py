@@ -13,6 +13,7 @@ from moesim.host import usable_cpus
 from moesim.sim import blas_probe
 from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, serve_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd, serve_cmd: register sim mrc, sim serve)
 from moesim.cli.console import console, emit_json, table, watch_compiles, working
+from moesim.cli.options import PATH
 from moesim.tracegen.models import MODELS
 
 app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of-Experts inference.", rich_markup_mode="markdown",
@@ -49,6 +50,8 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
 
     Example: moesim models --json
     """
+    from moesim.tracegen.model_spec import BYTES_PER_PARAM
+
     rows = [{
         "name": m.name, "kind": m.kind, "hf_id": m.hf_id, "architecture": m.architecture, "layers": m.num_layers,
         "experts": m.num_experts, "top_k": m.top_k, "d_model": m.d_model, "d_expert": m.d_expert,
@@ -62,11 +65,13 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
         emit_json(rows)
         return
     cols = {"name": "name", "kind": "kind", "layers": "L", "experts": "E", "top_k": "k", "d_model": "d_model",
-            "d_expert": "d_expert", "expert_mb_bf16": "MB bf16", "expert_mb_int4": "MB 4-bit",
+            "d_expert": "d_expert", "expert_mb_bf16": "MB bf16", "expert_mb_int4": "MB int4",
             "routed_experts_gib_bf16": "GiB experts", "other_weights_gib_bf16": "GiB rest",
             "kv_kib_per_token": "KiB KV/token"}
-    table("Model presets: bytes per expert (1 MB = 1e6 B; 4-bit without scales); all routed experts, every other "
-          "weight, KV cache per token (GiB = 2^30 B, bf16)",
+    # the int4 column counts the format's scales (an fp16 one per group of 128 weights): the caption says so
+    table(f"Model presets: bytes per expert (1 MB = 1e6 B; int4 = {BYTES_PER_PARAM['int4'] * 8:g} bits a weight, an "
+          "fp16 scale per 128 included); all routed experts, every other weight, KV cache per token (GiB = 2^30 B, "
+          "bf16)",
           list(cols.values()), [[r[c] for c in cols] for r in rows])
 
 CPU_COLUMNS = ["name", "sockets x cores", "threads", "GHz", "ISA", "DRAM GB/s per socket", "GB/s reached",
@@ -134,7 +139,7 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
                                                     "your machine's from.")] = False,
              show: Annotated[Optional[str], typer.Option("--show", help="One machine (a preset, a TOML file, or "
                                                          "local) with the rates the model derives from it.")] = None,
-             save: Annotated[Optional[Path], typer.Option("--save", help="With --show: write that machine as a "
+             save: Annotated[Optional[Path], typer.Option("--save", click_type=PATH, help="With --show: write that machine as a "
                                                           "hardware file (local: measured once, reused after).")] = None
              ) -> None:
     """List the hardware presets: machines (GPU + host link + host CPU), GPUs, links, CPUs, SSDs.
@@ -182,7 +187,7 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
 
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the plots and results.")] = Path("moesim-demo"),
+    out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Folder for the plots and results.")] = Path("moesim-demo"),
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the simulations "
                                       "(0: one per CPU this process may use).")] = 0,
 ) -> None:

@@ -8,8 +8,8 @@ import typer
 
 import moesim
 from moesim.cli.console import console, emit_json, table, working
+from moesim.cli.options import PATH, TracePath
 from moesim.cli.settings import Asked, takes
-from moesim.cli.options import TracePath
 from moesim.cli.sim_cmd import app
 from moesim.errors import MoesimError
 from moesim.sim.config import RUN_SETTINGS
@@ -28,7 +28,8 @@ def mrc(
     budget: Annotated[Optional[int], typer.Option(help="Total slots over all layers (per-layer scope): print the "
                                                        "split that maximises each policy's hits against a uniform "
                                                        "one.")] = None,
-    plot: Annotated[Optional[Path], typer.Option(help="Draw hit rate against capacity into this PNG.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(click_type=PATH, help="Draw hit rate against capacity into this "
+                                                                       "figure (PNG, SVG or PDF).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     *,
     asked: Asked,

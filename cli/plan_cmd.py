@@ -6,8 +6,10 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.cli.console import console, emit_json, slots_text, table, working
+from moesim.cli.options import PATH, TRACE
 from moesim.cli.settings import Asked, takes
-from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, run_with
+from moesim.errors import option
+from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, read_by, run_with
 from moesim.experiments.plan import plan as run_plan
 from moesim.files import check_output
 from moesim.sim.config import DTYPES as FORMATS
@@ -21,11 +23,11 @@ from moesim.tracegen.trace import trace_file
               "dtype": f"Weight formats to consider (every weight in each), comma-separated: {', '.join(FORMATS)}."},
        aliases={"prompt": ("--context",)})
 def plan(
-    trace: Annotated[Optional[Path], typer.Option(callback=trace_file,
+    trace: Annotated[Optional[Path], typer.Option(callback=trace_file, click_type=TRACE,
                                                   help="Routing trace to simulate (default: the bundled one for "
                                                        "mixtral-8x7b, else a synthetic trace of the model).")] = None,
-    plot: Annotated[Optional[Path], typer.Option(help="Also draw tokens/s against GPU memory per strategy "
-                                                      "(PNG or SVG).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(click_type=PATH, help="Also draw tokens/s against GPU memory per strategy "
+                                                      "(PNG, SVG or PDF).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON: {\"rows\": [...], \"skipped\": [...]}.")]
     = False,
     wide: Annotated[bool, typer.Option("--wide", help="Every column: policy, prefetch, slots, CPU layers, TPOT, the "
@@ -49,7 +51,7 @@ def plan(
     config = asked.config("plan")
     with working("simulating each strategy (the first run compiles each policy)"):
         # the default prompt gives way to a trace's own prompts; one asked for here or in the file is checked
-        result = run_plan(config, trace, formats, prompt_asked="prompt" in asked.given)
+        result = run_plan(config, trace, formats, prompt_asked="prompt" in asked.given, given=asked.typed)
     if plot is not None:
         from moesim.plots.plan import plot_plan
 
@@ -79,6 +81,12 @@ def plan(
         for r in result.rows[:RUN_LINES]:
             console.print(f"#{r['rank']}: {run_with(r)}", soft_wrap=True)
         console.print("(every row's settings and engine: --wide or --json)")
+    for name, value in (("split", config.cache.split), ("threads", config.hardware.threads)):
+        readers = read_by(result, name) if name in asked.typed else []
+        if 0 < len(readers) < len(result.rows):  # read by some rows only (by none: refused by the plan)
+            which = ", ".join(f"#{rank}" for rank in readers)
+            console.print(f"{option(name, value)}: read by {'row' if len(readers) == 1 else 'rows'} {which} only, "
+                          f"{READ_BY[name]}", soft_wrap=True)
     unrun: dict = {}  # candidates of a format refused for the same reason: one line, each strategy once
     for s in result.skipped:
         named = " + ".join(v for v in (s["policy"], s["prefetch"]) if v and v != "none")
@@ -91,6 +99,8 @@ def plan(
         console.print(f"wrote {plot}")
 
 
+READ_BY = {"split": "those that keep a per-layer expert cache (the others keep none, or every expert on the GPU)",
+           "threads": "those that compute experts on the host CPU (the others compute none there)"}
 NEXT_CELL = ("history", "oracle")  # prefetchers that fetch the next layer's experts (named beside the strategy)
 RUN_LINES = 3  # rows whose engine settings the compact table prints below it
 

@@ -6,16 +6,17 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.cli.console import console
+from moesim.cli.options import PATH
 
 
 def plot(
-    source: Annotated[Path, typer.Argument(metavar="INPUT", help="Results file from 'moesim sweep' (Parquet), or a "
+    source: Annotated[Path, typer.Argument(metavar="INPUT", click_type=PATH, help="Results file from 'moesim sweep' (Parquet), or a "
                                                                  "trace for activation-heatmap / eviction-timeline.")],
     kind: Annotated[str, typer.Option(help="hitrate-vs-capacity, tpot-vs-capacity, speedup-heatmap, "
                                            "per-layer-hitrate (results); latency-vs-throughput, hitrate-vs-batch "
                                            "(results of a serve sweep); activation-heatmap, eviction-timeline "
                                            "(trace).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Figure to write: .png, .svg or .pdf.")],
+    out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Figure to write: .png, .svg or .pdf.")],
     baseline: Annotated[Optional[str], typer.Option(help="speedup-heatmap: the policy others are compared with "
                                                          "(default lru).")] = None,
     capacity: Annotated[Optional[int], typer.Option(help="per-layer-hitrate: which capacity (default: the middle "
@@ -33,7 +34,7 @@ def plot(
     from moesim.plots import check_options
     from moesim.plots.results import RESULT_KINDS, plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
-    from moesim.plots.trace import SUFFIXES, TRACE_KINDS, plot_activations, plot_eviction_timeline
+    from moesim.plots.trace import SUFFIXES, TRACE_KINDS, check_index, plot_activations, plot_eviction_timeline
     from moesim.tracegen.io import load_trace
 
     kinds = RESULT_KINDS + SERVE_KINDS + TRACE_KINDS
@@ -44,8 +45,10 @@ def plot(
     baseline, layer, sequence = baseline or "lru", layer or 0, sequence or 0
     if kind in TRACE_KINDS:
         trace = load_trace(source)
-        if not 0 <= sequence < trace.num_sequences:
-            raise MoesimError(f"{source}: sequence index {sequence} is out of range (it has {trace.num_sequences})")
+        # named as typed (--sequence, --layer), with the range the file has, before a figure is opened
+        check_index(sequence, trace.num_sequences, "sequence", "sequences", str(source))
+        if kind == "eviction-timeline":
+            check_index(layer, trace.meta.num_layers, "layer", "layers", str(source))
         if kind == "activation-heatmap":
             path = plot_activations(trace, out, seq_index=sequence)
         else:

@@ -7,10 +7,11 @@ import typer
 
 import moesim
 from moesim.errors import MoesimError
-from moesim.cli.console import console, emit_json, table, working
-from moesim.cli.options import TracePath
+from moesim.cli.console import console, emit_json, slots_text, table, working
+from moesim.cli.options import PATH, TRACE, TracePath
 from moesim.cli.settings import Asked, takes
-from moesim.replay.run import REPLAY_SETTINGS
+from moesim.replay.run import FORMATS, MACHINE, PRESETS, REPLAY_SETTINGS, check_given
+from moesim.sim.config import DECLARED
 from moesim.sim.strategies import get_strategy
 from moesim.tracegen.trace import trace_file
 
@@ -19,7 +20,7 @@ Scale = Annotated[float, typer.Option(help="Multiply the model's widths by S (0 
 Backend = Annotated[str, typer.Option(help="cpu: experts in files on disk, RAM slots, torch on the CPU; cuda: "
                                             "experts in pinned host memory, GPU slots, a copy stream; virtual: "
                                             "the simulator's durations on a virtual clock (checks the executor).")]
-Workdir = Annotated[Optional[Path], typer.Option(help="Folder for the expert files (removed after).")]
+Workdir = Annotated[Optional[Path], typer.Option(click_type=PATH, help="Folder for the expert files (removed after).")]
 HARDWARE_HELP = ("Calibrated hardware file for the simulated side (default: calibrate this machine now; virtual: "
                  "rtx4090, or any preset or file).")
 
@@ -33,23 +34,23 @@ Runs = Annotated[Optional[int], typer.Option(min=1, help="--engine llama.cpp: ti
 RUNS = 5
 
 
-def _engine_only(**given) -> None:
-    """The options that only time llama.cpp, refused without --engine (nothing would read them)."""
+def _engine_only(note: str = "", **given) -> None:
+    """The options that only time llama.cpp, refused without --engine (nothing would read them); ``note`` adds why."""
     named = [f"--{name}" for name, value in given.items() if value is not None]
     if named:
         raise MoesimError(f"{', '.join(named)}: only with --engine llama.cpp (moesim's own replay reads "
-                          f"{'it' if len(named) == 1 else 'them'} nowhere)")
+                          f"{'it' if len(named) == 1 else 'them'} nowhere{note})")
 
 
 def calibrate(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Hardware file to write (TOML).")],
+    out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Hardware file to write (TOML).")],
     model: Annotated[Optional[str], typer.Option(help="Model preset whose dims are measured (the replay).")] = None,
     backend: Backend = "cpu",
     layers: Layers = None,
     scale: Scale = 1.0,
     repeats: Annotated[int, typer.Option(help="Measurements per quantity (see docs/replay.md: which are medians, "
                                               "which means).")] = 15,
-    workdir: Annotated[Optional[Path], typer.Option(help="Folder for the scratch files.")] = None,
+    workdir: Annotated[Optional[Path], typer.Option(click_type=PATH, help="Folder for the scratch files.")] = None,
     engine: Engine = None,
     threads: EngineThreads = None,
     runs: Runs = None,
@@ -114,8 +115,13 @@ def _hardware(asked: Asked) -> str | None:
     return asked.base.hardware.machine if "hardware" in asked.given else None
 
 
-@takes(REPLAY_SETTINGS, helps={"hardware": HARDWARE_HELP,
-                               "dtype": "virtual: the experts' format (real backends run their own)."})
+# what a real backend does not read (``moesim.replay.run.check_given``), in the help of the settings concerned
+VIRTUAL_ONLY = " Read by the virtual backend; cpu and cuda run on this machine, each in its own format, and refuse it."
+HELPS = {"hardware": HARDWARE_HELP,
+         **{name: DECLARED[name].help + VIRTUAL_ONLY for name in FORMATS + PRESETS + MACHINE}}
+
+
+@takes(REPLAY_SETTINGS, helps=HELPS)
 def replay(
     trace_path: TracePath,
     backend: Backend = "cpu",
@@ -132,6 +138,7 @@ def replay(
     Example: moesim replay t.parquet --model olmoe-1b-7b --layers 4 --scale 0.5 --policy lru --capacity 16
     """
     config = asked.config("replay")
+    check_given(asked.typed, backend)
     trace = moesim.load_trace(trace_path)
     with working("replaying" + (" (calibrating this machine first)" if _hardware(asked) is None
                                        and backend != "virtual" else "")):
@@ -140,25 +147,39 @@ def replay(
     if as_json:
         emit_json({"trace": str(trace_path), "model": r.model, "hardware": r.hardware, **r.as_dict()})
         return
-    table(f"{trace_path}: {r.model}, {r.layers} layers, {backend}, {config.execution.strategy}, "
-          f"{config.execution.kernel} kernel; times per step in ms",
-          ["policy", "C", "TPOT", "p50", "p99", "copy", "hit rate", "sim TPOT", "sim hit rate"],
-          [[r.policy, r.capacity, r.tpot_s * 1e3, r.tpot_p50_s * 1e3, r.tpot_p99_s * 1e3, r.copy_s * 1e3,
-            r.hit_rate, r.sim_tpot_s * 1e3, r.sim_hit_rate]])
+    row = r.as_dict()
+    columns, cells = _placement(get_strategy(r.strategy), row)
+    table(f"{trace_path}: {r.model}, {r.layers} layers, {backend}, {r.strategy}, experts {r.dtype}, "
+          f"{r.kernel} kernel; times per step in ms",
+          columns + ["TPOT", "p50", "p99", "copy", "hit rate", "sim TPOT", "sim hit rate"],
+          [cells + [r.tpot_s * 1e3, r.tpot_p50_s * 1e3, r.tpot_p99_s * 1e3, r.copy_s * 1e3, r.hit_rate,
+                    r.sim_tpot_s * 1e3, r.sim_hit_rate]])
 
 
-@takes(REPLAY_SETTINGS + ("threads",), listed=("policy", "capacity", "cpu_layers", "dtype", "threads"),
+def _placement(strategy, row: dict) -> tuple[list[str], list]:
+    """A replayed row's placement, its columns and cells: for a strategy that places experts without a cache, the
+    placement as ``sim run``'s table reads it (``layers on CPU 1/16``); for any other, its policy and slots."""
+    placed = getattr(strategy, "PLACES", None)
+    if placed:
+        return ["placement"], [strategy.label({placed: row[placed]}, row["layers"])]
+    return ["policy", "C"], [row["policy"], slots_text(row["capacity"])]
+
+
+@takes(REPLAY_SETTINGS, listed=("policy", "capacity", "cpu_layers", "dtype", "threads"),
        defaults={"policy": "lru,belady", "cpu_layers": "0"},
-       helps={"hardware": HARDWARE_HELP + " --engine llama.cpp: the file 'moesim calibrate --engine llama.cpp' wrote "
+       helps={**HELPS,
+              "hardware": HARDWARE_HELP + " --engine llama.cpp: the file 'moesim calibrate --engine llama.cpp' wrote "
                                           "(default: calibrate first).",
               "policy": "Comma-separated replacement policies; speedups are over the first.",
               "cpu_layers": "For a strategy that places whole layers' experts on the CPU: comma-separated numbers of "
                             "CPU layers to run; speedups are over the first.",
-              "dtype": "--engine llama.cpp: comma-separated weight formats (default bf16,q8_0,q4_k_m,q4_0,mxfp4).",
-              "threads": "--engine llama.cpp: comma-separated thread counts (default 1, 2, 4, ... and every core)."},
+              "dtype": HELPS["dtype"] + " --engine llama.cpp: comma-separated weight formats (default bf16,q8_0,"
+                                        "q4_k_m,q4_0,mxfp4).",
+              "threads": HELPS["threads"] + " --engine llama.cpp: comma-separated thread counts (default 1, 2, 4, "
+                                            "... and every core)."},
        aliases={"policy": ("--policies",)})
 def validate(
-    trace_path: Annotated[Optional[Path], typer.Argument(metavar="[TRACE]", callback=trace_file,
+    trace_path: Annotated[Optional[Path], typer.Argument(metavar="[TRACE]", callback=trace_file, click_type=TRACE,
                                                          help="Trace file (Parquet; bundled: the shipped one); none "
                                                               "with --engine llama.cpp.")] = None,
     backend: Backend = "cpu",
@@ -194,13 +215,18 @@ def validate(
                               asked.each.get("dtype"), asked.each.get("threads"), contexts, prompts, runs or RUNS,
                               workdir, as_json)
         return
-    _engine_only(threads=asked.each.get("threads"), contexts=contexts, prompts=prompts, runs=runs)
+    threads = asked.each.get("threads", [])  # the replay's one thread count, as sim run's; a list is llama.cpp's
+    listed = len(threads) > 1
+    _engine_only("; it takes one thread count, as sim run does" if listed else "",
+                 threads=",".join(map(str, threads)) if listed else None, contexts=contexts, prompts=prompts, runs=runs)
     if trace_path is None:
         raise MoesimError("validate needs a trace (or --engine llama.cpp)")
-    policies = asked.each.pop("policy")
+    # each listed, else the configuration file's (the command's own defaults apply where the file sets none)
+    policies = asked.each.pop("policy", [asked.base.cache.policy])
     capacities = asked.each.pop("capacity", [asked.base.cache.capacity])
-    cpu_layers = asked.each.pop("cpu_layers")
+    cpu_layers = asked.each.pop("cpu_layers", [asked.base.execution.params.get("cpu_layers", 0)])
     config = asked.config("validate")
+    check_given(asked.typed, backend)
     trace = moesim.load_trace(trace_path)
     with working("simulating and replaying"):
         rows = moesim.validate(trace, config, policies=policies, capacities=capacities, cpu_layers=cpu_layers,
@@ -210,11 +236,10 @@ def validate(
                    "rows": rows})
         return
     strategy = get_strategy(config.execution.strategy)
-    placed = getattr(strategy, "PLACES", None)
     table(f"{trace_path}: {rows[0]['model']}, {rows[0]['layers']} layers, {backend} ({rows[0]['hardware']}), "
-          f"{strategy.NAME}; TPOT in ms",
-          ([placed] if placed else ["policy", "C"])
+          f"{strategy.NAME}, experts {rows[0]['dtype']}; TPOT in ms",
+          _placement(strategy, rows[0])[0]
           + ["sim TPOT", "real TPOT", "error %", "sim speedup", "real speedup", "hit rate"],
-          [([r[placed]] if placed else [r["policy"], r["capacity"]])
+          [_placement(strategy, r)[1]
            + [r["sim_tpot_s"] * 1e3, r["real_tpot_s"] * 1e3, r["error_pct"], r["sim_speedup"], r["real_speedup"],
               r["hit_rate_real"]] for r in rows])

@@ -7,7 +7,7 @@ import typer
 
 import moesim
 from moesim.cli.console import console, emit_json, seconds_text, slots_text, table, working
-from moesim.cli.options import AsJson, Force, TracePath
+from moesim.cli.options import PATH, AsJson, Force, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.cli.sim_cmd import LOOKUP_TABLES, app
 from moesim.errors import MoesimError
@@ -23,7 +23,7 @@ from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS, check_model_read
                   p for p in PREFETCHERS if p == "none" or get_prefetcher(p).KIND == "next") + "."})
 def serve(
     trace_path: TracePath,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Also write one row per request here (Parquet).")]
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", click_type=PATH, help="Also write one row per request here (Parquet).")]
     = None,
     force: Force = False,
     as_json: AsJson = False,
@@ -36,6 +36,7 @@ def serve(
     Example: moesim sim serve t.parquet --rate 2 --requests 64 --max-batch 8 --hardware rtx4090 --dtype q4_k
     """
     from moesim.files import atomic_output, check_output
+    from moesim.sim.serve import simulate_serve
 
     if force and out is None:
         raise MoesimError("--force replaces an existing --out file, and no --out was given: nothing is written")
@@ -47,7 +48,7 @@ def serve(
         trace = moesim.load_trace(trace_path)
         model = config.model.spec(trace.meta)
         check_model_read(asked.typed, [model])
-        result = moesim.serve(trace, config, model=model)
+        result = simulate_serve(trace, config, model=model, given=asked.typed)  # refuses what the stream leaves unread
     if out is not None:
         with atomic_output(out) as tmp:
             result.requests.write_parquet(tmp)

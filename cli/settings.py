@@ -20,13 +20,15 @@ from typing import Annotated, Optional
 
 import typer
 
+from moesim.cli.options import PATH
 from moesim.errors import TYPED_AS, MoesimError, option
 from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_cache_read, check_params_used, check_read,
                                file_settings, owner_module)
 
 ConfigFile = Annotated[Optional[Path], typer.Option(
-    "--config", help="Start from this configuration file (TOML: [model] [hardware] [cache] [prefetch] [execution] "
-                     "[workload] [serve], as 'moesim sim run --save-config' writes); options given here override it.")]
+    "--config", click_type=PATH, help="Start from this configuration file (TOML: [model] [hardware] [cache] [prefetch] "
+                                      "[execution] [workload] [serve], as 'moesim sim run --save-config' writes); "
+                                      "options given here override it.")]
 
 
 @dataclass
@@ -136,7 +138,7 @@ def takes(names, listed=(), defaults: dict | None = None, helps: dict | None = N
             try:
                 return fn(**kwargs, asked=gather(values, config_file, listed, defaults))
             except MoesimError as exc:
-                raise _named(exc, config_file, typed) from None
+                raise _named(exc, config_file, typed, defaults) from None
             finally:
                 TYPED_AS.reset(typed_as)
 
@@ -157,10 +159,11 @@ def _typed_as(flags: tuple) -> str:
 _ABOUT = re.compile(r"\[(\w+)\] (unknown )?(?:(?:policy|prefetcher|strategy) [\w.-]+'s )?(\w+)")
 
 
-def _named(exc: MoesimError, config_file: Path | None, typed: set) -> MoesimError:
+def _named(exc: MoesimError, config_file: Path | None, typed: set, defaults: dict) -> MoesimError:
     """An error about a setting (the form a configuration's own check gives, ``_ABOUT``, or ``key ...``, found only
     against the trace): one typed names its option as typed (``--batch must be at least 1, got 0``, ``--strategy:
-    unknown strategy 'x'``), one the configuration file gave names the file (once); any other error as it was."""
+    unknown strategy 'x'``), one the configuration file gave names the file (once), one of a value nobody gave (the
+    command's ``defaults``, else the declared one) names it as the default; any other error as it was."""
     text = str(exc)
     if config_file is not None and text.startswith(f"{config_file}:"):
         return exc
@@ -174,8 +177,13 @@ def _named(exc: MoesimError, config_file: Path | None, typed: set) -> MoesimErro
     else:
         found = re.match(r"(?:--)?([a-z][\w-]*)\b", text)
         named = found and found.group(1).replace("-", "_")
-    if named and named not in typed and config_file is not None and named in file_settings(config_file):
+    in_file = named and named not in typed and config_file is not None and named in file_settings(config_file)
+    if in_file:
         return MoesimError(f"{config_file}: {exc}")
+    value = re.match(rf"{named} (\S+)", text) if named in DECLARED and named not in typed else None
+    if value and value.group(1) == str(defaults.get(named, DECLARED[named].default)):
+        # ``capacity 4 is below top_k 8``, of a value no one typed: the command's default, named as such
+        return MoesimError(f"{option(named, value.group(1))} (the default){text[value.end():]}")
     return exc
 
 
@@ -199,7 +207,8 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
                 raise MoesimError(f"{option(name)} is empty" if not any(items)
                                   else f"{option(name, value)}: an empty entry")
             each[name] = [s.parse(v) for v in items]
-            twice = next((v for i, v in enumerate(each[name]) if v in each[name][:i]), None)
+            same = [v.lower() if isinstance(v, str) else v for v in each[name]]  # Q4_K is q4_k
+            twice = next((v for i, v in enumerate(each[name]) if same[i] in same[:i]), None)
             if twice is not None:  # each value is a run: a value listed twice ran the same run twice
                 raise MoesimError(f"{option(name, value)}: {twice} listed twice; each value is one run")
             continue

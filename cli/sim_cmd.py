@@ -10,11 +10,12 @@ import typer
 
 import moesim
 from moesim.cli.console import console, emit_json, slots_text, table, working
-from moesim.cli.options import AsJson, TracePath
+from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, option
 from moesim.files import check_output
 from moesim.sim.config import RUN_SETTINGS, check_model_read
+from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import get_strategy
 from moesim.sim.weights import weights_of
 
@@ -48,8 +49,10 @@ def hitrate(trace_path: TracePath, as_json: AsJson = False, *, asked: Asked) -> 
 @takes(RUN_SETTINGS["des"], listed=("policy", "capacity", "cpu_layers"))
 def run(
     trace_path: TracePath,
-    save_config: Annotated[Optional[Path], typer.Option("--save-config", help="Write the configuration of the "
-                                                        "first run as TOML (for --config).")] = None,
+    save_config: Annotated[Optional[Path], typer.Option("--save-config", click_type=PATH, help="Write the "
+                                                        "configuration of the first run as TOML (for --config), the "
+                                                        "files it names (--hardware a.toml) as absolute paths, once "
+                                                        "every run is done.")] = None,
     as_json: AsJson = False,
     *,
     asked: Asked,
@@ -70,9 +73,14 @@ def run(
         base = configs[0]
         spec = base.model.spec(trace.meta)
         check_model_read(asked.typed, [spec])
-        if save_config is not None:
-            configs[0].to_toml(save_config)
+        check_prompt(trace, base.workload.prompt, asked="prompt" in asked.typed or None)  # 0 too, where each is recorded
         results = [moesim.simulate(trace, config, model=spec, hardware=hw) for config in configs]
+        if "kernel" in asked.typed and all(r.cpu_share == 1.0 and r.ttft_s is None for r in results):
+            raise MoesimError(f"{option('kernel')}: every expert of every step ran on the host CPU (strategy "
+                              f"{base.execution.strategy}, no prompt row), and it is a GPU kernel's kind, so nothing "
+                              "reads it")
+        if save_config is not None:  # after the runs: one refused (a model that does not fit) writes no file
+            configs[0].to_toml(save_config, absolute=True)  # read from any folder as from this one
     if as_json:
         emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
         return
@@ -123,7 +131,7 @@ def _pct(value) -> str:
 
 @app.command()
 def golden(
-    path: Annotated[Path, typer.Option("--file", help="Golden table (CSV).")] = Path("tests/golden/hitrates.csv"),
+    path: Annotated[Path, typer.Option("--file", click_type=PATH, help="Golden table (CSV).")] = Path("tests/golden/hitrates.csv"),
     update: Annotated[bool, typer.Option("--update", help="Rewrite the file with the current numbers.")] = False,
 ) -> None:
     """Compare hit rates with the golden table CI guards; --update rewrites it and prints what moved.

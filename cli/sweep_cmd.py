@@ -7,13 +7,14 @@ from typing import Annotated
 import typer
 
 from moesim.cli.console import console
+from moesim.cli.options import PATH
 from moesim.files import check_output
 
 
 def sweep(
-    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Sweep spec (TOML): traces, kind, [axes], "
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", click_type=PATH, help="Sweep spec (TOML): traces, kind, [axes], "
                                                                    "[fixed], [[exclude]].")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Results file (Parquet), one row per configuration.")],
+    out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Results file (Parquet), one row per configuration.")],
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (at most one per CPU this process may "
                                                            "use; more are cut to that).")] = 1,
     resume: Annotated[bool, typer.Option("--resume", help="Keep the rows OUT has and run only the missing "

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.cli.console import console, emit_json, table, warn, working
-from moesim.cli.options import Force, TracePath
+from moesim.cli.options import PATH, TRACE, Force, TracePath
 from moesim.errors import MoesimError
 from moesim.files import check_output
 from moesim.tracegen.models import get_model
@@ -22,8 +22,8 @@ app = typer.Typer(help="Import, synthesise and describe routing traces.", no_arg
 
 @app.command("import")
 def import_(
-    src: Annotated[Path, typer.Argument(help="Routing log to convert.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Trace file to write (Parquet).")],
+    src: Annotated[Path, typer.Argument(metavar="SRC", click_type=PATH, help="Routing log to convert.")],
+    out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Trace file to write (Parquet).")],
     fmt: Annotated[str, typer.Option("--format", "-f", help=f"Input format: {', '.join(FORMATS)}.")] = "vllm-jsonl",
     model: Annotated[Optional[str], typer.Option(help="Model preset whose dims fill the metadata (see 'moesim models').")] = None,
     force: Force = False,
@@ -47,8 +47,8 @@ def record(
     model: Annotated[str, typer.Option("--model", "-m", help="Model folder (save_pretrained layout, read offline); a tiny preset: "
                                        "tiny-mixtral, tiny-olmoe, tiny-qwen2moe, tiny-qwen3moe, tiny-deepseek, tiny-deepseek-v2, tiny-phimoe, tiny-gptoss; "
                                        "or random-<model preset> (a preset's dims, random weights).")],
-    prompts: Annotated[Path, typer.Option(help="Prompts: a text file with one per line, or JSONL with a 'prompt' field (and an optional 'id').")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Trace file to write (Parquet).")],
+    prompts: Annotated[Path, typer.Option(click_type=PATH, help="Prompts: a text file with one per line, or JSONL with a 'prompt' field (and an optional 'id').")],
+    out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Trace file to write (Parquet).")],
     max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per prompt.")] = 64,
     batch_size: Annotated[int, typer.Option(help="Prompts per generate() call (left-padded).")] = 1,
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
@@ -89,7 +89,7 @@ def record(
 
 @app.command()
 def synth(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Trace file to write (Parquet).")],
+    out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Trace file to write (Parquet).")],
     layers: Annotated[Optional[int], typer.Option(help="MoE layers L [default: 16, or --model's / --like's].")] = None,
     experts: Annotated[Optional[int], typer.Option(help="Experts per layer E [default: 64, or --model's / --like's].")] = None,
     top_k: Annotated[Optional[int], typer.Option("--top-k", help="Experts per token k [default: 8, or --model's / --like's].")] = None,
@@ -107,7 +107,7 @@ def synth(
                                                    f"[default: {Locality.reuse:g}; --like fits it]")] = None,
     cross_layer: Annotated[Optional[float], typer.Option(help="Chance a slot follows the previous layer's expert map. "
                                                    f"[default: {Locality.cross_layer:g}; --like fits it]")] = None,
-    like: Annotated[Optional[Path], typer.Option(callback=trace_file, help="Fit the locality knobs "
+    like: Annotated[Optional[Path], typer.Option(callback=trace_file, click_type=TRACE, help="Fit the locality knobs "
                                                  "(and dims) to this real trace (bundled: the shipped one) and report.")] = None,
     force: Force = False,
 ) -> None:

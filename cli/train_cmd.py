@@ -8,7 +8,7 @@ import typer
 from moesim.errors import MoesimError
 from moesim.tracegen.trace import trace_file
 from moesim.cli.console import console, emit_json, table, working
-from moesim.cli.options import Force
+from moesim.cli.options import PATH, TRACE, Force
 from moesim.files import check_output
 import moesim
 
@@ -17,9 +17,9 @@ app = typer.Typer(help="Train learned eviction policies.", no_args_is_help=True,
 
 @app.command("ml-ffn")
 def ml_ffn(
-    train_trace: Annotated[Path, typer.Argument(metavar="TRAIN_TRACE", callback=trace_file,
+    train_trace: Annotated[Path, typer.Argument(metavar="TRAIN_TRACE", callback=trace_file, click_type=TRACE,
                                                 help="Trace to learn from (Parquet; bundled: the shipped one).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Model file to write (.npz, plain arrays).")],
+    out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Model file to write (.npz, plain arrays).")],
     layers: Annotated[str, typer.Option("--layers", help="per-layer: one FFN per layer (FlashMoE); shared: "
                                                          "one for all layers.")] = "per-layer",
     capacity: Annotated[int, typer.Option(help="Cache size per layer for the validation report.")] = 4,
@@ -41,7 +41,12 @@ def ml_ffn(
         raise MoesimError(f"--layers must be per-layer or shared, got {layers!r}")
     check_output(out, "model", force=force, inputs=(train_trace,), suffixes=(".npz",))
     trace = moesim.load_trace(train_trace)
-    check_capacity(trace.meta, CacheConfig(policy="ml-ffn", capacity=capacity))  # before training, not after
+    cache, top_k = CacheConfig(policy="ml-ffn", capacity=capacity), trace.meta.top_k
+    if cache.semantics == "step" and 1 <= capacity < top_k:  # check_capacity's way out, --semantics sequential,
+        # is not among this command's options: its report's runs keep the default semantics
+        raise MoesimError(f"--capacity {capacity} is below top_k {top_k}: the validation report's runs keep all k "
+                          f"experts of a step resident at once; give --capacity {top_k} or more")
+    check_capacity(trace.meta, cache)  # before training, not after
     with working(f"training the {layers} ml-ffn model on {train_trace.name} (torch, up to 400 epochs), then "
                  "validating it"):
         arrays, log = train(trace, layers == "per-layer", horizon=horizon, val_fraction=val_fraction, seed=seed)

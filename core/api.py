@@ -118,8 +118,14 @@ def hitrate(trace: Trace, policy: str | None = None, capacity=None, scope: str |
     """
     from moesim.sim.hitrate import simulate as run
 
-    return run(_trace(trace), _configured(config, "hitrate", settings, policy=policy, capacity=capacity, scope=scope,
-                                  semantics=semantics, reset=reset).cache, log_evictions)
+    if isinstance(log_evictions, bool) or not isinstance(log_evictions, numbers.Integral) or log_evictions < 0:
+        raise MoesimError(f"log_evictions must be a whole number of evictions to keep, 0 or more, got "
+                          f"{type(log_evictions).__name__} {log_evictions!r}")
+    trace = _trace(trace)
+    cache = _configured(config, "hitrate", settings, policy=policy, capacity=capacity, scope=scope,
+                        semantics=semantics, reset=reset).cache
+    # a run evicts at most once an access: a log kept longer would stay empty (and its array could not be allocated)
+    return run(trace, cache, min(int(log_evictions), max(trace.accesses, 1)))
 
 
 def mrc(trace: Trace, policy: str | None = None, scope: str | None = None, semantics: str | None = None, *,
@@ -141,6 +147,8 @@ def mrc(trace: Trace, policy: str | None = None, scope: str | None = None, seman
     if "split" in settings:
         raise MoesimError("split: mrc runs each capacity in every layer, so nothing reads it; best_split(trace, "
                           "budget, curve=...) splits slots over the layers from a curve")
+    if capacities is not None and not (isinstance(capacities, str) and capacities == "all"):
+        capacities = _runs("capacities", capacities, 'or "all"')
     return curve(_trace(trace), _configured(config, "hitrate", settings, policy=policy, scope=scope,
                                            semantics=semantics).cache,
                  capacities)
@@ -200,7 +208,7 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
     if config is None:  # the command line's and a sweep's defaults, not settings the user gave
         config = Config().replace(**SERVE_DEFAULTS)
     trace, config, objects = _run_inputs(trace, config, "serve", model, hardware, settings)
-    return simulate_serve(trace, config, **objects)
+    return simulate_serve(trace, config, given=set(settings), **objects)
 
 
 def run_replay(trace: Trace, config: Config | None = None, *, backend: str = "cpu",
@@ -208,18 +216,21 @@ def run_replay(trace: Trace, config: Config | None = None, *, backend: str = "cp
                workdir: str | Path | None = None, model: str | ModelSpec | None = None, **settings):
     """The simulator's decisions for ``trace`` under ``config`` executed with real reads and compute (``backend``
     ``cpu`` or ``cuda``) or on the simulator's own durations (``virtual``), the model cut to its first ``layers``
-    layers and its widths scaled by ``scale``; measured against simulated TPOT (``moesim.replay.run``). A real
-    backend simulates ``hardware``, a calibrated hardware file of this machine, or calibrates it first (None).
-    (``moesim.replay`` is the subpackage, hence the name.)
+    layers and its widths scaled by ``scale``; measured against simulated TPOT (``moesim.replay.run``). The settings
+    are ``simulate``'s, and the virtual backend reads each as it does (its TPOT is ``simulate``'s). A real backend
+    simulates ``hardware``, a calibrated hardware file of this machine, or calibrates it first (None), and computes
+    in its own format: it refuses ``dtype``, ``other_dtype``, ``link``, ``ssd``, ``cpu``, ``vram``, ``ram`` and
+    ``threads`` (``moesim.replay.run.check_given``). (``moesim.replay`` is the subpackage, hence the name.)
 
     >>> r = moesim.run_replay(trace, backend="virtual", capacity=4, policy="lru", dtype="q4_k")
     >>> r.tpot_s == r.sim_tpot_s
     True
     """
     from moesim.replay.prepare import prepare
-    from moesim.replay.run import replay as run
+    from moesim.replay.run import check_given, replay as run
 
-    config, objects = _with_objects(config, "des", model, None, settings)
+    check_given(set(settings), backend)
+    config, objects = _with_objects(config, "des", model, None, settings)  # RUN_SETTINGS: a replay's are a run's
     trace, spec, hw = prepare(_trace(trace), config, backend, hardware, layers, scale, workdir, objects.get("model"))
     return run(trace, config, hw, backend, layers, scale, workdir, model=spec)
 
@@ -230,21 +241,46 @@ def validate(trace: Trace, config: Config | None = None, *, policies=("lru", "be
              **settings) -> list[dict]:
     """``run_replay`` of every policy at every capacity (or, for a strategy that places experts without a cache, at
     every number of ``cpu_layers``): one row each with simulated and measured TPOT, the error and the
-    speedups over the first of its group (``moesim.replay.validate``).
+    speedups over the first of its group (``moesim.replay.validate``). Each of the three is a list (``policies`` one
+    policy's name too), not empty, no value twice; the settings are ``run_replay``'s.
 
     >>> rows = moesim.validate(trace, backend="virtual", policies=["lru", "belady"], capacities=[4], dtype="q4_k")
     >>> [r["error_pct"] == 0 for r in rows]
     [True, True]
     """
     from moesim.replay.prepare import prepare
+    from moesim.replay.run import check_given
     from moesim.replay.validate import run_groups, validate as run
 
-    config, objects = _with_objects(config, "des", model, None, settings)
-    run_groups(config, list(policies), list(capacities), list(cpu_layers))  # a bad one refused before calibrating
-    trace, spec, hw = prepare(_trace(trace), config.replace(capacity=max(capacities)), backend, hardware, layers, scale,
-                              workdir, objects.get("model"))
-    return run(trace, config, hw, list(policies), list(capacities), backend, layers, scale, workdir, model=spec,
-               cpu_layers=list(cpu_layers))
+    policies = _runs("policies", policies, "or one policy's name", one=str)
+    capacities, cpu_layers = _runs("capacities", capacities), _runs("cpu_layers", cpu_layers)
+    check_given(set(settings), backend)
+    config, objects = _with_objects(config, "des", model, None, settings)  # RUN_SETTINGS: a replay's are a run's
+    run_groups(config, policies, capacities, cpu_layers)  # a bad one refused before calibrating
+    numbers_of = [c for c in capacities if c != "auto"]  # the buffers a real backend's check sizes: the most slots
+    trace, spec, hw = prepare(_trace(trace), config.replace(capacity=max(numbers_of, default="auto")), backend,
+                              hardware, layers, scale, workdir, objects.get("model"))
+    return run(trace, config, hw, policies, capacities, backend, layers, scale, workdir, model=spec,
+               cpu_layers=cpu_layers)
+
+
+def _runs(name: str, values, other: str = "", one: type | None = None) -> list:
+    """A function's list argument ``name``, one run per value (``validate``'s policies and capacities, ``mrc``'s
+    capacities): a list, tuple or array, none empty, no value twice (it would run the same run twice), or one value
+    of type ``one`` (a policy's name: iterated, a string gives its letters). ``other`` says what else it takes."""
+    if one is not None and isinstance(values, one):
+        return [values]
+    if isinstance(values, (str, bytes, dict, set, frozenset)) or not hasattr(values, "__iter__"):
+        example = f" ({name}=[{values!r}])" if one is None and isinstance(values, numbers.Real) else ""
+        raise MoesimError(f"{name} must be a list{' ' + other if other else ''}{example}, got "
+                          f"{type(values).__name__} {values!r}")
+    values = [v.item() if hasattr(v, "item") else v for v in values]  # numpy's as Python's
+    if not values:
+        raise MoesimError(f"{name} is empty: give one value or more")
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise MoesimError(f"{name}: {twice!r} listed twice; each value is one run")
+    return values
 
 
 def _trace(trace) -> Trace:
@@ -346,7 +382,7 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
         dtypes = [dtypes] if isinstance(dtypes, str) else list(dtypes)  # one, or several
     except TypeError:
         raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}") from None
-    return run(config.replace(**named, **settings), trace, dtypes, asked)
+    return run(config.replace(**named, **settings), trace, dtypes, asked, given=set(settings))
 
 
 def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local",
@@ -387,10 +423,17 @@ def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baselin
     from moesim.plots.results import RESULT_KINDS, plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
 
+    if not isinstance(results, (str, os.PathLike, pl.DataFrame)):
+        raise MoesimError(f"results must be a results file's path (a str or Path) or its polars DataFrame, got "
+                          f"{type(results).__name__}")
     out = _path(out, "out")
     kinds = RESULT_KINDS + SERVE_KINDS
     if kind not in kinds:
         raise MoesimError(f"unknown plot kind {kind!r} for results; choose from {', '.join(kinds)}")
+    capacity = _plot_capacity(capacity)
+    for name, value, what in (("baseline", baseline, "a policy's name"), ("source", source, "a name for the results")):
+        if value is not None and not isinstance(value, str):
+            raise MoesimError(f"{name} must be {what} (a str) or None, got {type(value).__name__} {value!r}")
     check_options(kind, kinds, baseline=baseline, capacity=capacity)
     baseline = baseline or "lru"
     frame = results if isinstance(results, pl.DataFrame) else read_results(results)
@@ -398,6 +441,17 @@ def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baselin
     if kind in SERVE_KINDS:
         return plot_serving(frame, kind, out, source)
     return plot_results(frame, kind, out, baseline, capacity, source)
+
+
+def _plot_capacity(capacity) -> int | None:
+    """``plot``'s ``capacity``: a whole number of slots (a NumPy one too), or None. A string or a float would
+    match no row's capacity and read as "no rows at capacity 2" beside the 2 the rows have."""
+    if capacity is None:
+        return None
+    if isinstance(capacity, numbers.Integral) and not isinstance(capacity, bool):
+        return int(capacity)
+    raise MoesimError(f"capacity must be a whole number of slots (an int) or None, got {type(capacity).__name__} "
+                      f"{capacity!r}")
 
 
 def models() -> dict[str, ModelSpec]:

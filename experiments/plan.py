@@ -113,11 +113,13 @@ def plan_loops() -> list[tuple[str, str, str]]:
     return [(s.get("policy", "lru"), s.get("prefetch", "none"), strategy) for strategy, s in CANDIDATES]
 
 
-def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES, prompt_asked: bool = True) -> Plan:
+def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES, prompt_asked: bool = True,
+         given: set | frozenset = frozenset()) -> Plan:
     """Simulate every candidate in every dtype on ``config``'s model and machine, for its workload; the
     fitting ones ranked. ``split`` ``best`` shares each per-layer cache's slots out over the layers the best
     way for the trace (``moesim.sim.budget``). On a trace that records every sequence's prompt the TTFT is
-    timed on those, and a prompt asked for (``prompt_asked``; else it is the plan's default) is refused."""
+    timed on those, and a prompt asked for (``prompt_asked``; else it is the plan's default) is refused. A setting
+    in ``given`` (typed by the user) that no row of the plan reads is refused (``check_plan_read``)."""
     if config.model.name is None:
         raise MoesimError("a plan is for a model: name one (a preset, see 'moesim models')")
     spec = get_model(config.model.name)
@@ -151,7 +153,46 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES,
     out.results.sort(key=rank_key)
     rows, out.results = _fold([row(r, spec, hw.gpu is not None) for r in out.results], out.results)
     out.rows = [{"rank": i + 1, **r} for i, r in enumerate(rows)]
+    check_plan_read(out, given)
     return out
+
+
+# the settings of a plan that only some of its rows read: a per-layer cache's split, the CPU's threads
+ROW_READ = ("split", "threads")
+
+
+def read_by(p: Plan, name: str) -> list[int]:
+    """The ranks of the rows of ``p`` that read the setting ``name`` (one of ``ROW_READ``): ``split``, those that keep a
+    per-layer cache (not every expert on the GPU: there each layer holds all its experts, however shared); ``threads``,
+    those that compute an expert on the host CPU (every row, on a machine without a GPU)."""
+    gpu = p.machine_spec is None or p.machine_spec.gpu is not None
+    if name == "split":
+        return [r["rank"] for r in p.rows
+                if r["strategy"] != ALL_ON_GPU and r["capacity"] is not None and r["scope"] == "per-layer"]
+    if name == "threads":
+        return [r["rank"] for r in p.rows
+                if not gpu or (r["strategy"] != ALL_ON_GPU and get_strategy(r["strategy"]).CPU)]
+    raise ValueError(f"{name} is not a setting only some rows read ({', '.join(ROW_READ)})")
+
+
+def check_plan_read(p: Plan, given) -> None:
+    """Refuse a setting typed (in ``given``) that no row of ``p`` reads: it would change nothing the plan shows. Where
+    every row keeps every expert on the GPU the model fits whole in the machine's GPU memory in each format planned."""
+    for name in ROW_READ:
+        if name not in given or read_by(p, name):
+            continue
+        gpu = p.machine_spec is None or p.machine_spec.gpu is not None
+        what = ("no row keeps a per-layer expert cache for it to share out" if name == "split"
+                else "no row computes an expert on the host CPU")
+        formats = list(dict.fromkeys(r["dtype"] for r in p.rows))
+        if not gpu:  # (threads are read by every row there)
+            why = f"{p.hardware} has no GPU: every candidate runs its experts on the CPU and none keeps a cache"
+        elif all(r["strategy"] == ALL_ON_GPU for r in p.rows):
+            where = f"in {formats[0]}" if len(formats) == 1 else f"in each format planned ({', '.join(formats)})"
+            why = f"{p.model} fits whole in {p.hardware}'s GPU memory {where}: every row is {ALL_ON_GPU} and {what}"
+        else:
+            why = f"{what} (the rows: {', '.join(dict.fromkeys(r['strategy'] for r in p.rows))})"
+        raise MoesimError(f"{option(name)}: {why}, so nothing reads it")
 
 
 def _prepare(out: Plan, base: Config, dtypes) -> tuple[list[Prepared], list]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 
 import matplotlib
@@ -24,6 +25,7 @@ def plot_activations(trace: Trace, path: str | Path, seq_index: int = 0, max_lay
     A cell is coloured by the gate weight the router gave the expert at that token (rank
     order decides the shade when the trace has no weights); blank cells were not selected.
     """
+    check_index(seq_index, trace.num_sequences, "seq_index", "sequences")
     lo, hi = trace.seq_offsets[seq_index], trace.seq_offsets[seq_index + 1]
     experts = trace.experts[lo:hi]
     rows, layers, k = experts.shape
@@ -54,6 +56,18 @@ def plot_activations(trace: Trace, path: str | Path, seq_index: int = 0, max_lay
     return save_figure(fig, path)
 
 
+def check_index(index, count: int, name: str, what: str, source: str = "the trace") -> None:
+    """Refuse an index (a layer's, a sequence's) outside ``0..count-1``, naming the setting as its reader gave it
+    (``--layer 40`` on the command line, ``layer=40`` in Python) and the range ``source`` has."""
+    if isinstance(index, numbers.Integral) and not isinstance(index, bool) and 0 <= index < count:
+        return
+    if not isinstance(index, numbers.Integral) or isinstance(index, bool):
+        raise MoesimError(f"{option(name)} must be a whole number (an index from 0), got {index!r}")
+    valid = (f"no {what}" if count == 0 else f"1 {what.removesuffix('s')} (index 0)" if count == 1
+             else f"{count} {what} (0..{count - 1})")
+    raise MoesimError(f"{option(name, index)} is out of range: {source} has {valid}")
+
+
 FORMATS = ("png", "svg", "pdf")
 SUFFIXES = tuple(f".{f}" for f in FORMATS)  # a figure's names (``moesim.files.check_output``)
 
@@ -81,13 +95,16 @@ def plot_eviction_timeline(trace: Trace, out: str | Path, capacity: int = 4, lay
     from moesim.sim.hitrate import simulate
     from moesim.sim.hits import check_capacity
 
-    if not 0 <= layer < trace.meta.num_layers:
-        raise MoesimError(f"layer {layer} is out of range (the trace has {trace.meta.num_layers})")
-    if not 0 <= seq_index < trace.num_sequences:
-        raise MoesimError(f"sequence index {seq_index} is out of range (the trace has {trace.num_sequences})")
-    if isinstance(capacity, int) and 1 <= capacity < trace.meta.top_k:  # step semantics, the only ones drawn
-        raise MoesimError(f"{option('capacity', capacity)} is below top_k {trace.meta.top_k}: a step's k experts are "
-                          f"resident at once; give {option('capacity')} {trace.meta.top_k} or more")
+    check_index(layer, trace.meta.num_layers, "layer", "layers")
+    check_index(seq_index, trace.num_sequences, "seq_index", "sequences")
+    k, experts = trace.meta.top_k, trace.meta.num_experts
+    if isinstance(capacity, numbers.Integral) and not isinstance(capacity, bool):  # else refused below, as a run's
+        if capacity < k:  # step semantics, the only ones drawn (0 or fewer: no cache to evict from)
+            raise MoesimError(f"{option('capacity', capacity)} is below top_k {k}: a step's k experts are resident at "
+                              f"once; give {option('capacity')} {k} or more")
+        if capacity > experts:
+            raise MoesimError(f"{option('capacity', capacity)} is more than the {experts} experts per layer the trace "
+                              f"has; give {option('capacity')} {k} to {experts}")
     caches = [CacheConfig(policy=policy, capacity=capacity) for policy in policies]
     for cache in caches:  # refused before a figure is opened
         check_capacity(trace.meta, cache)

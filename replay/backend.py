@@ -13,7 +13,9 @@
 - ``routed()``: returns once the router's choice is known on the host;
 - ``finish_step()``: returns once the compute stream is idle;
 - ``clock()``: the time now, in seconds;
-- ``copy_busy_s``: the copy stream's busy time so far; ``close()``: everything freed, files removed.
+- ``copy_busy_s``: the copy stream's busy time so far; ``copy_mark()``: a mark of the copies issued so far, taken
+  without waiting for any, and ``copy_busy_since(mark)``: the busy time of the copies issued after it;
+- ``close()``: everything freed, files removed.
 
 The defaults below suit a backend whose compute stream runs synchronously on the host (the CPU's):
 nothing to release, route or drain, and the wall clock.
@@ -42,6 +44,12 @@ class Backend:
 
     def finish_step(self) -> None:
         pass
+
+    def copy_mark(self):
+        return self.copy_busy_s
+
+    def copy_busy_since(self, mark) -> float:
+        return self.copy_busy_s - mark
 
     def clock(self) -> float:
         return time.perf_counter()

@@ -91,8 +91,15 @@ class CudaBackend(Backend):
 
     @property
     def copy_busy_s(self) -> float:
+        return self.copy_busy_since(0)
+
+    def copy_mark(self) -> int:
+        """The copies issued so far, counted (their busy time would wait for the copy stream)."""
+        return len(self.copies)
+
+    def copy_busy_since(self, mark: int) -> float:
         self.copy_stream.synchronize()
-        return sum(start.elapsed_time(end) for start, end in self.copies) / 1e3
+        return sum(start.elapsed_time(end) for start, end in self.copies[mark:]) / 1e3
 
     def close(self) -> None:
         self.torch.cuda.synchronize()

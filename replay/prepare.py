@@ -21,9 +21,11 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
             model: ModelSpec | None = None) -> tuple[Trace, ModelSpec, Hardware]:
     """What a replay of ``config`` needs before it starts, each refusal before any long work: the backend
     executes it, the model (``model``, else the configuration's) as the replay runs it (cut and scaled)
-    fits this machine, and the machine the simulator describes. That is ``hardware`` (a preset, a file
-    or an object; a real backend needs a calibrated file of the replayed model), or, left out, this
-    machine calibrated now (``moesim.replay.calibrate``) — on the virtual backend the ``rtx4090`` preset.
+    fits this machine, and the machine the simulator describes. On the virtual backend that is ``sim run``'s: the
+    configuration's hardware (``hardware``, a name, replacing its machine) with its link, SSD, CPU, memory sizes
+    and threads, or ``hardware`` as built in code. A real backend needs a calibrated file of the replayed model
+    (``hardware``), or, left out, calibrates this machine now (``moesim.replay.calibrate``); the configuration's
+    parts of a simulated machine are not its (``moesim.replay.run.check_given`` refuses them given).
     Returns the trace, the model (uncut: ``replay`` cuts both) and the machine."""
     check_backend(config, backend)
     spec = model if model is not None else config.model.spec(trace.meta)
@@ -32,11 +34,9 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
         if workdir is not None:
             raise MoesimError(f"{option('workdir')}: backend virtual replays the simulator's own times and writes no "
                               "expert files, so nothing reads it")
-        hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware or "rtx4090", config.hardware.link,
-                                                                          config.hardware.ssd)
-        return trace, spec, hw
-    if config.hardware.link is not None or config.hardware.ssd is not None:
-        raise MoesimError(f"link and ssd swap simulated presets; backend {backend} runs on this machine")
+        if isinstance(hardware, Hardware):
+            return trace, spec, hardware
+        return trace, spec, (config if hardware is None else config.replace(hardware=str(hardware))).hardware.spec()
     per_layer = config.cache.scope == "per-layer"
     capacity = config.cache.capacity if isinstance(config.cache.capacity, int) else spec.top_k
     check_fits(small, capacity * (small.num_layers if per_layer else 1), backend,

@@ -35,21 +35,24 @@ from moesim.errors import MoesimError, option
 from moesim.replay.compute import DTYPE, ComputeStream, row_shape
 from moesim.replay.scratch import work_folder
 from moesim.replay.virtual import VirtualBackend
-from moesim.sim.config import CACHE_PARAMS, PREFETCH_PARAMS, STRATEGY_PARAMS, Config
+from moesim.sim.config import RUN_SETTINGS, Config
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.des_state import EV_CPU, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD
 from moesim.sim.strategies import CACHED, ON_GPU, STRATEGIES, get_strategy
 from moesim.sim.machine import Hardware
+from moesim.sim.weights import weights_of
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE
 from moesim.tracegen.trace import Trace
 
 BACKENDS = ("cpu", "cuda", "virtual")
-# the settings a replay takes: what the simulator decides, with every policy's, prefetcher's and strategy's
-# parameters, and the machine the virtual backend simulates (a real backend runs on this one, in its own dtype)
-REPLAY_SETTINGS = ("model", "hardware", "link", "ssd", "policy", "capacity", "scope", "prefetch", "mode", "batch",
-                   "kernel", "strategy", "dtype", "dram_capacity", "context") + CACHE_PARAMS + PREFETCH_PARAMS + \
-    STRATEGY_PARAMS
+# the settings a replay takes: every setting of the simulated run whose decisions it executes (the virtual backend
+# reads each as ``sim run`` does); a real backend runs on this machine in its own format, and refuses those given
+# that would only change the simulated side (``check_given``)
+REPLAY_SETTINGS = RUN_SETTINGS["replay"]
+FORMATS = ("dtype", "other_dtype")  # a real backend computes every weight in its ``DTYPE``
+PRESETS = ("link", "ssd")  # simulated parts swapped in; a real backend runs on this machine's
+MACHINE = ("cpu", "vram", "ram", "threads")  # ... and its calibrated hardware file describes this one, every core
 
 
 @dataclass
@@ -60,6 +63,9 @@ class ReplayResult:
     capacity: int
     backend: str
     kernel: str
+    strategy: str
+    cpu_layers: int | None  # the layers whose experts a placing strategy (cpu-experts) keeps on the CPU; else None
+    dtype: str             # the experts' format: the simulated run's (virtual), the backend's own (cpu, cuda)
     layers: int
     scale: float
     tpot_s: float
@@ -109,8 +115,29 @@ def shrink(trace: Trace, model: ModelSpec, layers: int | None, scale: float) -> 
     return cut, small
 
 
+def check_given(given, backend: str) -> None:
+    """Refuse the settings ``given`` (typed on the command line, or passed to the API as keywords; a configuration
+    file holds every setting, and those it holds are not refused) that ``backend`` does not read: a real backend runs
+    on this machine, as the hardware file calibrated on it describes it, in its own format (``DTYPE``)."""
+    if backend == "virtual" or backend not in BACKENDS:
+        return
+
+    def named(names) -> tuple[str, str]:
+        unread = [n for n in names if n in given]
+        return ", ".join(map(option, unread)), "it" if len(unread) == 1 else "them"
+
+    for names, why in ((FORMATS, f"computes every weight in its own format, {DTYPE[backend]}"),
+                       (PRESETS, "runs on this machine (link and ssd swap simulated presets)"),
+                       (MACHINE, "runs on this machine, as the hardware file calibrated on it describes it (its "
+                                 "CPU and memory; torch computes with every core)")):
+        typed, it = named(names)
+        if typed:
+            raise MoesimError(f"{typed}: {option('backend', backend)} {why}, so nothing reads {it} (the virtual "
+                              f"backend does)")
+
+
 def check_backend(config: Config, backend: str) -> None:
-    """Refuse what ``backend`` does not execute: the SSD tier and some strategies off the virtual clock, a warm-up."""
+    """Refuse what ``backend`` does not execute: the SSD tier and some strategies off the virtual clock."""
     if backend not in BACKENDS:
         raise MoesimError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     strategy = config.execution.strategy
@@ -121,8 +148,6 @@ def check_backend(config: Config, backend: str) -> None:
         executes = [name for name, m in STRATEGIES.items() if backend in getattr(m, "REPLAY", ())]
         raise MoesimError(f"{option('backend', backend)} executes strategies {', '.join(executes)}; "
                           f"{strategy} is replayed on {option('backend', 'virtual')} only (its CPU and GPU work overlap)")
-    if config.workload.warmup:
-        raise MoesimError("replay times every step; leave warmup at 0 (it is for simulated comparisons)")
 
 
 def check_fits(model: ModelSpec, n_buffers: int, backend: str, folder: Path, placed_layers: int = 0) -> None:
@@ -172,10 +197,12 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
     if real:
         check_fits(model, n_slots, backend, folder, placed_layers)
     layout = Buffers.for_log(sim, n_slots)
-    if not real:
-        machine = VirtualBackend(sim, model.num_layers * trace.meta.num_experts, hardware.link.engines, dram_capacity)
-        times, counts = _execute(sim, machine, machine, layout, trace.meta.num_experts)
-        return _result(sim, backend, model.num_layers, scale, times, counts, machine.copy_busy_s)
+    expert_format = weights_of(trace, model, sim.config.model.dtype, sim.config.model.other_dtype).expert_format
+    if not real:  # a machine without a GPU has no link: one copy engine, as the simulator's state has
+        engines = hardware.link.engines if hardware.link is not None else 1
+        machine = VirtualBackend(sim, model.num_layers * trace.meta.num_experts, engines, dram_capacity)
+        times, counts, busy = _execute(sim, machine, machine, layout, trace.meta.num_experts)
+        return _result(sim, backend, model, scale, expert_format, times, counts, busy)
     req = sim.requests
     seqs, keys = row_shape(req.tokens, req.ctx, req.outputs)  # as ComputeStream.row will see each row
     row_keys = int(np.max(seqs * keys, initial=0))
@@ -185,24 +212,25 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
         try:
             compute = ComputeStream(model, seed, backend, row_keys)
             warm_up(machine, compute, int(req.tokens.max(initial=1)))
-            busy = machine.copy_busy_s
             with no_gc():
-                times, counts = _execute(sim, machine, compute, layout, trace.meta.num_experts)
-            busy = machine.copy_busy_s - busy
+                times, counts, busy = _execute(sim, machine, compute, layout, trace.meta.num_experts)
         finally:
             machine.close()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return _result(sim, backend, model.num_layers, scale, times, counts, busy)
+    return _result(sim, backend, model, scale, expert_format, times, counts, busy)
 
 
-def _result(sim: DesResult, backend: str, layers: int, scale: float, times: np.ndarray, counts: tuple,
-            copy_busy_s: float) -> ReplayResult:
+def _result(sim: DesResult, backend: str, model: ModelSpec, scale: float, expert_format: str, times: np.ndarray,
+            counts: tuple, copy_busy_s: float) -> ReplayResult:
     hits, accesses, loads, prefetches = counts
     if (hits, accesses) != (sim.hits, sim.accesses):
         raise MoesimError(f"replay hits {hits}/{accesses} differ from the simulator's {sim.hits}/{sim.accesses}")
     tokens = float(sim.decode_tokens)
-    return ReplayResult(sim.model, sim.hardware, sim.policy, sim.capacity, backend, sim.kernel, layers, scale,
+    execution = sim.config.execution
+    places = getattr(get_strategy(execution.strategy), "PLACES", None)
+    return ReplayResult(sim.model, sim.hardware, sim.policy, sim.capacity, backend, sim.kernel, execution.strategy,
+                        execution.params.get(places) if places else None, expert_format, model.num_layers, scale,
                         float(times.mean()),
                         float(np.percentile(times, 50)), float(np.percentile(times, 99)), tokens / float(times.sum()),
                         copy_busy_s / max(sim.decode_steps, 1), hits / accesses if accesses else float("nan"),
@@ -263,11 +291,13 @@ def warm_up(machine, compute, tokens: int, rounds: int = 3) -> None:
         machine.finish_step()
 
 
-def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int) -> tuple[np.ndarray, tuple]:
-    """Run the decision log on ``machine`` with ``compute``: returns decode-step times (the machine's
-    clock) and (hits, accesses, loads, prefetches). Every hit is checked against the replay's own
-    table of what each buffer holds."""
+def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int) -> tuple[np.ndarray, tuple, float]:
+    """Run the decision log on ``machine`` with ``compute``: returns the measured decode steps' times (the machine's
+    clock), (hits, accesses, loads, prefetches) of the measured steps and the copy stream's busy time from the first
+    measured row on. As in the simulation, the first ``warmup`` batches run and are not measured. Every hit is
+    checked against the replay's own table of what each buffer holds."""
     req, log = sim.requests, sim.decisions
+    first = int(req.group_offsets[sim.config.workload.warmup])  # the first measured row (the simulator checked it)
     exe, exe_tokens = sim.executed
     placed = sim.placement
     per_expert = sim.kernel == "per-expert"
@@ -288,7 +318,9 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
             machine.ready(copying.pop(buf))
 
     for row in range(req.num_rows):
-        decode = req.kind[row] == DECODE
+        if row == first:
+            mark = machine.copy_mark()
+        decode = req.kind[row] == DECODE and row >= first  # counted and timed
         x = compute.row(row, req.tokens[row], req.ctx[row], req.outputs[row])
         start = machine.clock()
         while i < len(log) and log[i, 0] == row and log[i, 2] == EV_PRELOAD:
@@ -365,4 +397,4 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
         machine.finish_step()
         if decode:
             times.append(machine.clock() - start)
-    return np.array(times), (hits, accesses, loads, prefetches)
+    return np.array(times), (hits, accesses, loads, prefetches), machine.copy_busy_since(mark)

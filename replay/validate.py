@@ -21,11 +21,11 @@ def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[st
     for group in run_groups(config, policies, capacities, cpu_layers):
         runs = [replay(trace, c, hardware, backend, layers, scale, workdir, model=model) for c in group]
         base = runs[0]
-        for c, r in zip(group, runs):
+        for r in runs:
             rows.append({"model": r.model, "hardware": r.hardware, "policy": r.policy, "capacity": r.capacity,
-                         "strategy": c.execution.strategy,
-                         "cpu_layers": c.execution.params.get("cpu_layers"), "sim_tpot_s": r.sim_tpot_s,
-                         "real_tpot_s": r.tpot_s, "error_pct": 100.0 * (r.sim_tpot_s - r.tpot_s) / r.tpot_s,
+                         "strategy": r.strategy, "cpu_layers": r.cpu_layers, "dtype": r.dtype,
+                         "sim_tpot_s": r.sim_tpot_s, "real_tpot_s": r.tpot_s,
+                         "error_pct": 100.0 * (r.sim_tpot_s - r.tpot_s) / r.tpot_s,
                          "sim_speedup": base.sim_tpot_s / r.sim_tpot_s, "real_speedup": base.tpot_s / r.tpot_s,
                          "hit_rate_sim": r.sim_hit_rate, "hit_rate_real": r.hit_rate, "layers": r.layers,
                          "scale": r.scale})

@@ -46,6 +46,7 @@ from moesim.sim.hardware import LOCAL, get_hardware, is_file_name
 from moesim.sim.presets import CPUS, LINKS, SSDS, SYSTEMS
 from moesim.sim.machine import Hardware
 from moesim.sim.strategies import STRATEGIES, get_strategy
+from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, all_cached
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, model_for_trace
 
 SCOPES = ("per-layer", "global")
@@ -162,8 +163,8 @@ class ModelConfig:
         _name("model", "name", self.name)
         for name in ("dtype", "other_dtype"):
             value = getattr(self, name)
-            if isinstance(value, str):  # as llama.cpp writes them too: Q4_K_M is q4_k_m
-                object.__setattr__(self, name, value.lower())
+            if isinstance(value, str) and value.lower() in DTYPES:  # as llama.cpp writes them too: Q4_K_M is q4_k_m
+                object.__setattr__(self, name, value.lower())  # (one that is none is refused as written)
             if getattr(self, name) is not None:
                 _choice("model", name, getattr(self, name), DTYPES)
 
@@ -418,11 +419,14 @@ OWNERS = {"cache": ("policy", CACHE_PARAMS), "prefetch": ("prefetch", PREFETCH_P
 SERVE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "serve")
 NOT_SERVED = ("batch", "warmup", "reset")  # settings a served stream refuses (it forms its batches, shares its cache)
 HITRATE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "cache" and k != "dram_capacity") + CACHE_PARAMS
-# the settings each kind of run reads: hit rates (no machine, no time), the discrete-event run, a served stream
+# the settings each kind of run reads: hit rates (no machine, no time), the discrete-event run, a served stream, and
+# a replay (``moesim replay``, ``moesim validate``): the discrete-event run's, whose decisions it executes (a real
+# backend refuses those that describe the simulated machine and formats: ``moesim.replay.run.check_given``)
 DES_SETTINGS = tuple(k for k in SETTINGS if k != "semantics" and k not in SERVE_SETTINGS) + CACHE_PARAMS + \
     PREFETCH_PARAMS + STRATEGY_PARAMS
 RUN_SETTINGS = {"hitrate": HITRATE_SETTINGS, "des": DES_SETTINGS,
-                "serve": tuple(k for k in DES_SETTINGS if k not in NOT_SERVED) + SERVE_SETTINGS}
+                "serve": tuple(k for k in DES_SETTINGS if k not in NOT_SERVED) + SERVE_SETTINGS,
+                "replay": DES_SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -538,13 +542,17 @@ class Config:
         out = {key: getattr(getattr(self, s), f) for key, (s, f) in SETTINGS.items()}
         return {**out, **self.cache.params, **self.prefetch.params, **self.execution.params}
 
-    def to_toml(self, path: str | Path) -> None:
+    def to_toml(self, path: str | Path, *, absolute: bool = False) -> None:
         """Write the sections as TOML tables (unset settings left out), atomically, to a ``.toml`` file (an existing one
-        replaced)."""
+        replaced). With ``absolute`` (``moesim sim run --save-config``), each file a setting names (a hardware TOML, an
+        arrivals file, a policy's or prefetcher's model or trace) is written as an absolute path: a relative one is
+        read against the folder of whoever loads the file (``from_toml``), and a run saved in one folder named other
+        files when started from another, or from the file's own."""
+        config = _absolute_files(self) if absolute else self
         lines = []
         for name in SECTIONS:
-            values = {k: v for k, v in asdict(getattr(self, name)).items() if v is not None and k != "params"}
-            params = getattr(getattr(self, name), "params", {})
+            values = {k: v for k, v in asdict(getattr(config, name)).items() if v is not None and k != "params"}
+            params = getattr(getattr(config, name), "params", {})
             lines.append(f"[{name}]")
             lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
             if params:
@@ -555,7 +563,8 @@ class Config:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> Config:
-        """A configuration file's sections (every one optional); errors name the file."""
+        """A configuration file's sections (every one optional); errors name the file. A relative path in it is read,
+        as one typed on the command line, against the current folder (``to_toml(absolute=True)`` writes none)."""
         data = read_toml(path, "configuration file")
         unknown = sorted(set(data) - set(SECTIONS))
         if unknown:
@@ -574,6 +583,23 @@ class Config:
             return cls(**parts)
         except MoesimError as exc:
             raise MoesimError(f"{path}: {exc}") from None
+
+
+def _absolute_files(config: Config) -> Config:
+    """``config`` with each file a setting names as an absolute path: the hardware (a TOML file, not a preset or
+    local), the arrivals (a file, not poisson or burst), and the parameters that name files (``PATH_PARAMS``; a
+    trace's ``bundled`` is the shipped one, wherever the run is)."""
+    import os
+
+    from moesim.tracegen.trace import BUNDLED
+
+    machine, arrivals = config.hardware.machine, config.serve.arrivals
+    files = {"hardware": machine if machine.lower() != LOCAL and is_file_name(machine) else None,
+             "arrivals": arrivals if arrivals.lower().endswith(ARRIVAL_FILES) else None}
+    for section in OWNERS:
+        files |= {k: str(v) for k, v in getattr(config, section).params.items()
+                  if k in PATH_PARAMS and not (k in TRACE_PARAMS and str(v) == BUNDLED)}
+    return config.replace(**{k: os.path.abspath(v) for k, v in files.items() if v is not None})
 
 
 def file_settings(path: str | Path) -> set[str]:
@@ -662,6 +688,10 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
     if "kernel" in given and all(_has_gpu(m) is False for m in machines):  # (a link, a GPU memory: the hardware's)
         raise MoesimError(f"{option('kernel')}: {' and '.join(machines)} {'has' if len(machines) == 1 else 'have'} no "
                           "GPU (every expert runs on the CPU), so nothing reads it")
+    if strategy_read and "kernel" in given and all(_cpu_computes_all(c) for c in configs):
+        names = ", ".join(strategies)
+        raise MoesimError(f"{option('kernel')}: strategy {names} with no expert cache ({option('capacity', 0)}) and no "
+                          "prefetcher computes every expert on the CPU, so nothing reads it")
     if "arrival_seed" in given and all(c.serve.arrivals == "burst" and c.serve.draft_tokens == 0
                                        and c.serve.requests is None for c in configs):
         raise MoesimError(f"{option('arrival_seed')}: {option('arrivals', 'burst')} puts every request at time 0, one "
@@ -691,6 +721,19 @@ def _has_gpu(machine: str) -> bool | None:
         return get_hardware(machine).gpu is not None
     except (KeyError, MoesimError):
         return None
+
+
+def _cpu_computes_all(config: Config) -> bool:
+    """Whether a run of ``config`` computes every expert on the host CPU, whatever its trace, model and machine: a
+    strategy that places no layer on the GPU and computes each expert it does not hold on the CPU (hybrid), with no
+    slot to hold one (capacity 0) and no prefetcher to stage one for the GPU. (cpu-experts with every layer on the
+    CPU still runs a row of 32 tokens or more on the GPU, and its layers are known only with the model:
+    ``moesim.sim.serve`` refuses it where its steps are known.)"""
+    module = STRATEGIES.get(config.execution.strategy)
+    capacity = config.cache.capacity
+    no_cache = capacity == 0 or (isinstance(capacity, tuple) and not any(capacity))
+    return (module is not None and set(module.ACTIONS) <= {A_CPU, A_CPU_FILL} and module.placement is all_cached
+            and no_cache and config.prefetch.prefetcher == "none")
 
 
 def _threads_unread(strategies: list[str], machines: list[str]) -> str | None:

@@ -70,6 +70,10 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
         gpu, default_link, default_cpu = _pick(SYSTEMS, name, "hardware")
         hw = Hardware(name.lower(), GPUS[gpu] if gpu else None, LINKS[default_link] if default_link else None,
                       source="preset", cpu=CPUS[default_cpu])
+    for part, value, field in (("vram", vram, "hbm_gb"), ("ram", ram, "ram_gb")):
+        wrong = value is not None and out_of_range(field, value)
+        if wrong:
+            raise MoesimError(f"{option(part)} {wrong}")
     if hw.gpu is None and (link is not None or vram is not None):
         raise MoesimError(f"hardware '{hw.name}' has no GPU: {option('link')} and {option('vram')} do not apply")
     if link is not None:
@@ -106,11 +110,19 @@ SECTIONS = {"gpu": (GPU, GPUS), "link": (Link, LINKS), "ssd": (SSD, SSDS), "cpu"
 
 def load_hardware(path: Path) -> Hardware:
     """A machine from a TOML file (docs/hardware.md); errors name the file. Without ``[gpu]`` (and ``[link]``) it is
-    CPU-only and needs ``[cpu]``."""
+    CPU-only and needs ``[cpu]``. The top level holds ``name`` (a string) and the sections, or a preset's name for
+    one; anything else there is an unknown section (a table) or an unknown top-level key. Every number is checked
+    against its rule and its range (``RULES``, ``RANGES``)."""
     data = read_toml(path, "hardware file")
     unknown = sorted(set(data) - {"name", *SECTIONS})
-    if unknown:
-        raise MoesimError(f"{path}: unknown section(s) {', '.join(unknown)} (known: {', '.join(SECTIONS)})")
+    tables = [u for u in unknown if isinstance(data[u], dict)]
+    if tables:
+        raise MoesimError(f"{path}: unknown section(s) {', '.join(tables)} (known: {', '.join(SECTIONS)})")
+    if unknown:  # a top-level line, not a [table]
+        raise MoesimError(f"{path}: unknown top-level key(s) {', '.join(unknown)} (known: name, and a preset's name "
+                          f"for {', '.join(k for k, (_, presets) in SECTIONS.items() if presets)})")
+    if not isinstance(data.get("name", ""), str):
+        raise MoesimError(f"{path}: name must be a string, got {data['name']!r}")
     parts = {}
     for key, (cls, presets) in SECTIONS.items():
         value = data.get(key)
@@ -144,6 +156,27 @@ RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "positive", "me
          "latency_us": "non-negative", "engines": "engines", "layer_s": "positive", "expert_s": "positive",
          "cores": "cores", "ghz": "positive", "dram_gbps": "positive", "ram_gb": "positive",
          "dram_eff": "fraction", "kernel_eff": "fraction", "isa": "isa", "sockets": "sockets", "threads": "threads"}
+# ... and the range it must lie in, checked after its rule: (lowest, highest, unit). No real machine comes near either
+# end; past them the model's times overflow to inf or NaN (a link of 1e-310 GB/s, a launch of 1e308 us, a clock of
+# 1e-320 GHz) or are absurd without a warning (1e300 s a token), and a memory of 1e300 GiB reads as no limit at all.
+#   bandwidths, GB/s (hbm_gbps, gbps, dram_gbps; unpack_gbps per thread)             1e-3 .. 1e6
+#   memory sizes, GiB (hbm_gb, ram_gb)                                                 1e-3 .. 1e6
+#   tflops, 1e12 FLOP/s                                                                1e-6 .. 1e6
+#   per-thread GFLOP/s (matmul_gflops; attn_gflops, attn_tiled_gflops, where not 0)   1e-3 .. 1e6
+#   ghz                                                                                1e-2 .. 100
+#   shares (mem_eff, flop_eff, efficiency, dram_eff, kernel_eff)                      1e-3 .. 1
+#   fixed costs, us (launch_us, latency_us, task_us, sync_us, barrier_*_us)           0 .. 1e6 (1 s)
+#   [compute] times, s                                                                 0 .. 1
+BANDWIDTH, SIZE, SHARE, MICROS, SECONDS = (1e-3, 1e6, "GB/s"), (1e-3, 1e6, "GiB"), (1e-3, 1, ""), (0, 1e6, "us"), \
+    (0, 1, "s")
+RANGES = {"hbm_gbps": BANDWIDTH, "gbps": BANDWIDTH, "dram_gbps": BANDWIDTH, "unpack_gbps": BANDWIDTH,
+          "hbm_gb": SIZE, "ram_gb": SIZE, "tflops": (1e-6, 1e6, "TFLOP/s"), "matmul_gflops": (1e-3, 1e6, "GFLOP/s"),
+          "attn_gflops": (1e-3, 1e6, "GFLOP/s"), "attn_tiled_gflops": (1e-3, 1e6, "GFLOP/s"),
+          "ghz": (1e-2, 100, "GHz"), "mem_eff": SHARE, "flop_eff": SHARE, "efficiency": SHARE, "dram_eff": SHARE,
+          "kernel_eff": SHARE, "launch_us": MICROS, "latency_us": MICROS, "task_us": MICROS, "sync_us": MICROS,
+          "barrier_base_us": MICROS, "barrier_thread_us": MICROS,
+          **{f.name: SECONDS for f in fields(MeasuredCompute) if f.name != "name"}}
+UNSET = ("attn_gflops", "attn_tiled_gflops")  # 0 is their "not measured: the table's rate"
 RATE_TABLES = ("unpack_gbps", "matmul_gflops")
 RETIRED = ("fp32_gflops", "bf16_gflops", "int8_gflops", "int4_gflops")  # per-class rates, now per format  # [cpu] keys whose value is a table of format = rate per thread
 MAX_ENGINES = 64
@@ -228,6 +261,26 @@ def _check_number(path: Path, key: str, name: str, v, rule: str) -> None:
                      "threads": lambda: whole and 0 <= v <= MAX_CORES * MAX_SOCKETS}[rule]()
     if not ok:
         raise MoesimError(f"{path}: [{key}] {name} must be {WANT[rule]}, got {v!r}")
+    wrong = out_of_range(name.split(".")[0], v)
+    if wrong:
+        raise MoesimError(f"{path}: [{key}] {name} {wrong}")
+
+
+def out_of_range(name: str, v) -> str:
+    """What is wrong with a number of a hardware file that passed its rule, past the range no real machine leaves
+    (``RANGES``): "must be ..., got v", or "" where it is in range."""
+    if name not in RANGES or (name in UNSET and v == 0):
+        return ""
+    low, high, unit = RANGES[name]
+    if low <= v <= high:
+        return ""
+    span = f"at most {_num(high)}" if low == 0 else f"from {_num(low)} to {_num(high)}"
+    return f"must be {span}{f' {unit}' if unit else ''} (no real machine comes near that), got {v!r}"
+
+
+def _num(x: float) -> str:
+    """A bound as the errors write it: 0.001, 1e-6, 1e6."""
+    return f"{x:g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
 
 
 def write_hardware(hw: Hardware, path: Path, notes: tuple = ()) -> None:

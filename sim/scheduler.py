@@ -58,16 +58,16 @@ class Queue:
 
 
 def make_queue(trace: Trace, requests: int, prompt: int, arrivals: np.ndarray, rng: np.random.Generator,
-               seq: np.ndarray | None = None) -> Queue:
+               seq: np.ndarray | None = None, prompt_asked: bool | None = None) -> Queue:
     """The stream's ``requests`` requests over ``trace`` (module docstring) arriving at ``arrivals``, serving
-    the sequences ``seq`` (default: in order, then seeded shuffles)."""
+    the sequences ``seq`` (default: in order, then seeded shuffles); ``prompt_asked``: ``check_prompt``'s."""
     n_seqs = trace.num_sequences
     if seq is None:
         order = [np.arange(n_seqs)] + [rng.permutation(n_seqs) for _ in range(1, -(-requests // n_seqs))]
         seq = np.concatenate(order)[:requests]
     seq = np.asarray(seq, np.int64)
     offsets = trace.seq_offsets.astype(np.int64)
-    prompt_rows = check_prompt(trace, prompt, seq)[seq]
+    prompt_rows = check_prompt(trace, prompt, seq, prompt_asked)[seq]
     recorded = prompt_rows > 0
     nan = np.full(requests, np.nan)
     return Queue(seq, arrivals, np.where(recorded, prompt_rows, prompt).astype(np.int64), recorded,
@@ -138,6 +138,17 @@ def arrival_times(kind: str, rate: float | None, n: int, rng: np.random.Generato
     if kind == "burst":
         return np.zeros(n)
     return np.cumsum(rng.exponential(1.0 / rate, n))
+
+
+def most_step_tokens(queue: Queue, max_batch: int, max_batch_tokens: int, draft_tokens: int) -> int:
+    """The most tokens a step of ``queue`` can hold (``Scheduler.form``): at most ``max_batch`` requests, each with
+    one piece, of at most its prompt (a prefill chunk) or ``draft_tokens`` + 1 of its decode positions; and at most
+    ``max_batch_tokens`` in all. What a table by tokens per step or per expert is sized by: a budget of 2^31 tokens
+    over a few short requests is a few entries, not 2^31 (at least 1)."""
+    most = np.maximum(queue.prompt, np.minimum(draft_tokens + 1, queue.decode))
+    if max_batch < most.size:  # the max_batch largest
+        most = np.partition(most, most.size - max_batch)[most.size - max_batch:]
+    return max(1, min(int(max_batch_tokens), int(most.sum())))
 
 
 @dataclass

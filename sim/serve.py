@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import polars as pl
 
-from moesim.errors import MoesimError, option
+from moesim.errors import READER, MoesimError, option
 from moesim.host import available_ram
 from moesim.policies import get_policy
 from moesim.policies.base import Context
@@ -45,9 +45,9 @@ from moesim.sim.machine import Hardware
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.requests import expert_choices, gather, merge, prompt_routing
 from moesim.sim.run import RowArrays, RowSource, Run, assemble, check_fills
-from moesim.sim.scheduler import Queue, Scheduler, arrival_times, make_queue, read_arrivals
+from moesim.sim.scheduler import Queue, Scheduler, arrival_times, make_queue, most_step_tokens, read_arrivals
 from moesim.sim.strategies import get_strategy
-from moesim.sim.strategies.base import CACHED
+from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, CACHED, ON_CPU
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE, PREFILL
 from moesim.tracegen.trace import Trace
@@ -92,24 +92,32 @@ def _check_requests(n: int) -> None:
 
 
 def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
-                   hardware: Hardware | None = None) -> ServeResult:
-    """Serve ``trace``'s sequences as a stream of requests under ``config`` (its ``serve`` section)."""
+                   hardware: Hardware | None = None, given: frozenset | set = frozenset()) -> ServeResult:
+    """Serve ``trace``'s sequences as a stream of requests under ``config`` (its ``serve`` section). ``given``: the
+    settings the user gave (typed on the command line; ``moesim.serve``'s keywords): one that this stream does not
+    read, as only its trace, its requests or its resolved run show, is refused (``_check_stream_read``; what the
+    configuration alone shows, ``moesim.sim.config.check_read`` refuses before)."""
     _check_serve(trace, config)
     sv, wl = config.serve, config.workload
     rng = np.random.default_rng(sv.arrival_seed)
+    seq, asked = None, "prompt" in given or None  # a prompt of 0 given is refused too where each is recorded
     if sv.arrivals in ARRIVALS:
         n_requests = sv.requests or trace.num_sequences
         _check_requests(n_requests)
-        queue = make_queue(trace, n_requests, wl.prompt, arrival_times(sv.arrivals, sv.rate, n_requests, rng), rng)
+        queue = make_queue(trace, n_requests, wl.prompt, arrival_times(sv.arrivals, sv.rate, n_requests, rng), rng,
+                           prompt_asked=asked)
     else:
         arrivals, seq = read_arrivals(sv.arrivals, trace.num_sequences)
-        queue = make_queue(trace, arrivals.size, wl.prompt, arrivals, rng, seq)
+        queue = make_queue(trace, arrivals.size, wl.prompt, arrivals, rng, seq, asked)
     _check_clock(queue.arrival, sv)
+    _check_stream_read(given, trace, config, queue, listed=seq is not None)
     if not sv.chunked_prefill and queue.prompt.max() > sv.max_batch_tokens:
         raise MoesimError(f"a prompt of {int(queue.prompt.max())} tokens is more than max_batch_tokens "
                           f"{sv.max_batch_tokens}, and without chunked prefill a prompt runs in one step")
     rows = StreamRows(trace, config, queue)
     run = assemble(trace, config, rows, model, hardware)
+    if "kernel" in given:
+        _check_kernel_read(run, rows.most_tokens, config.cache.capacity)
     scheduler = Scheduler(queue, sv.max_batch, sv.max_batch_tokens, sv.chunked_prefill, sv.draft_tokens,
                           sv.acceptance, rng)
     steps, seconds = _run_steps(run, scheduler, rows, wl.context)
@@ -242,6 +250,60 @@ def _check_serve(trace: Trace, config: Config) -> None:
                           "leave batch at 1 and warmup at 0")
 
 
+def _check_stream_read(given, trace: Trace, config: Config, queue: Queue, listed: bool) -> None:
+    """A setting given that this stream reads nothing of, as its trace and requests show: the seed where nothing is
+    drawn (no Poisson arrivals, no more requests than sequences to shuffle, or an arrivals file that names each
+    request's sequence, and no draft that can be rejected), chunked prefill where no request has a prompt (a prompt
+    where every request's sequence records its own: ``moesim.sim.requests.check_prompt``)."""
+    sv = config.serve
+    drawn = sv.draft_tokens > 0 and sv.acceptance < 1  # a draw below 1 is always below acceptance 1: all accepted
+    if "arrival_seed" in given and sv.arrivals != "poisson" and not drawn:
+        n, n_seqs = queue.size, trace.num_sequences
+        how = None
+        if listed:
+            how = f"the arrivals file {sv.arrivals} names the sequence each request serves (its seq column)"
+        elif n <= n_seqs:
+            what = (f"{option('arrivals', 'burst')} puts every request at time 0" if sv.arrivals == "burst" else
+                    f"the arrivals file {sv.arrivals} gives every request's time")
+            how = (f"{what} and its {n} request{'s' if n > 1 else ''} serve{'s' if n == 1 else ''} the trace's "
+                   f"{n_seqs} sequences in order (only more than {n_seqs} would be shuffled)")
+        if how is not None:
+            drafts = (f"{option('draft_tokens')} is 0" if not sv.draft_tokens else
+                      f"every draft is accepted ({option('acceptance', sv.acceptance)})")
+            raise MoesimError(f"{option('arrival_seed')}: {how}, and {drafts}: nothing is drawn, so nothing reads it")
+    if "chunked_prefill" in given and not queue.prompt.any():
+        typed = (f"--{'' if sv.chunked_prefill else 'no-'}chunked-prefill" if READER.get() == "cli" else
+                 f"chunked_prefill={sv.chunked_prefill!r}")
+        raise MoesimError(f"{typed}: no request has a prompt to prefill (the sequences served record none, and "
+                          f"{option('prompt')} is 0), so nothing reads it")
+
+
+def _check_kernel_read(run: Run, most_tokens: int, asked) -> None:
+    """The kernel kind given where this stream computes every expert on the host CPU, as its resolved run shows: every
+    layer's experts placed on the CPU (``cpu_layers``, ``auto`` resolved) with no step of the strategy's
+    ``OFFLOAD_MIN_TOKENS``, the tokens at which llama.cpp runs them on the GPU (``moesim.sim.strategies.cpu_experts``), or
+    a strategy that computes every expert it does not hold on the CPU with no slot ever to hold one (``asked``: the
+    capacity asked for; ``check_read`` refuses a 0 asked) and no prefetcher to stage one."""
+    if run.hardware.gpu is None:
+        return  # ``check_read`` refuses it by the machine's name
+    strategy, n_layers = run.strategy, run.model.num_layers
+    placement = strategy.placement(n_layers, run.strategy_params)
+    why, offload = None, getattr(strategy, "OFFLOAD_MIN_TOKENS", None)  # a row this long runs them on the GPU
+    if (placement == ON_CPU).all() and (offload is None or most_tokens < offload):
+        placed = run.strategy_params.get("cpu_layers")
+        why = (f"strategy {strategy.NAME} puts all {n_layers} layers' experts on the CPU"
+               + ("" if placed is None else f" ({option('cpu_layers')} {placed})") + (
+                   "" if offload is None else f" and no step holds the {offload} tokens at which it runs them on the "
+                                              f"GPU (at most {most_tokens} here)"))
+    elif set(strategy.ACTIONS) <= {A_CPU, A_CPU_FILL} and not (placement != CACHED).any() \
+            and not np.any(run.config.cache.slots(n_layers)) and get_prefetcher(run.config.prefetch.prefetcher) is None:
+        resolved = " resolved to 0" if asked == "auto" else ""
+        why = (f"strategy {strategy.NAME} with no expert slot ({option('capacity', asked)}{resolved}) and no "
+               "prefetcher computes every expert on the CPU")
+    if why is not None:
+        raise MoesimError(f"{option('kernel')}: {why}, so nothing reads it")
+
+
 class StreamRows(RowSource):
     """A served stream's rows: one row, rewritten for every step (``fill``); memory sized for ``max_batch``
     requests of the longest sequence, the cache resized as the KV cache grows (``dynamic_kv``)."""
@@ -262,6 +324,8 @@ class StreamRows(RowSource):
         self.commit = config.prefetch.mode == "commit" and self.predicted is not None
         self.position = trace.steps.astype(np.int64)  # a recorded row's position in its sequence
         self.share, self.resolved, self.lut_bytes = None, config, 0.0
+        sv = config.serve  # the most tokens a step holds, and so an expert in it: what the costs' table reaches
+        self.most_tokens = most_step_tokens(queue, sv.max_batch, sv.max_batch_tokens, sv.draft_tokens)
 
     def footprint(self, trace: Trace, config: Config) -> tuple[float, int, bool]:
         q, sv = self.queue, config.serve
@@ -294,7 +358,7 @@ class StreamRows(RowSource):
         self.tokens = np.zeros(1, np.int64)
         self.pre_s, self.shared_s, self.row_s = np.zeros(1), np.zeros(1), np.zeros(1)
         self.lut_s, self.handoff_s = np.zeros(1), np.zeros(1)
-        cost = costs(model, hardware, np.zeros(1), np.zeros(1), weights, config.serve.max_batch_tokens, lowbit, engine)
+        cost = costs(model, hardware, np.zeros(1), np.zeros(1), weights, self.most_tokens, lowbit, engine)
         return RowArrays(experts=self.experts, exe=self.exe, exe_tokens=self.exe_tokens, committed=self.committed,
                          weights=self.weights, pred=self.pred, kind=self.kind, tokens=self.tokens, pre_s=self.pre_s,
                          shared_s=self.shared_s, row_s=self.row_s, lut_s=self.lut_s, handoff_s=self.handoff_s, group_start=np.zeros(1, np.bool_),

@@ -132,7 +132,7 @@ def test_threads_reach_the_cpu_model_and_the_engines_flags(cli):
     from moesim.tracegen.synth import synth_trace
 
     code, out, err = cli("plan", "--model", "olmoe-1b-7b", "--hardware", "rtx5070ti", "--dtype", "q4_k",
-                         "--threads", "2", "--json")
+                         "--vram", "3", "--threads", "2", "--json")
     assert code == 0, err
     rows = json.loads(out)["rows"]
     assert all(r["engine_flags"].endswith("-t 2") for r in rows if r["strategy"] == "cpu-experts")

@@ -119,7 +119,7 @@ def test_serve_writes_no_input_and_prints_a_burst(cli, tmp_path):
     (("trace", "synth", *SMALL, "--layer-alpha", "1e300", "--out", "t.parquet"), "--layer-alpha must be > 0 and at most 1e+06"),
     (("sim", "serve", "bundled", "--rate", "1e-15", "--dtype", "q4_k"), "--rate 1e-15 requests/s is too low"),
     (("sim", "mrc", "bundled", "--policy", "lru", "--budget", "100000"), "--budget 100000 is more than the 256"),
-    (("plot", "bundled", "--kind", "eviction-timeline", "--capacity", "0", "--out", "e.png"), "at least 1"),
+    (("plot", "bundled", "--kind", "eviction-timeline", "--capacity", "0", "--out", "e.png"), "--capacity 0 is below"),
 ])
 def test_values_a_new_user_tried_are_refused(cli, tmp_path, monkeypatch, args, message):
     """An infinite alpha drew forever; a rate of 1e-15 put arrivals where float64 seconds lose a step's
@@ -734,7 +734,7 @@ def test_llamacpp_threads_past_the_cores_are_refused(cli, tmp_path, monkeypatch)
 def test_plan_takes_a_format_as_every_command_does(cli, tmp_path):
     """`plan --dtype Q4_K` ended in a KeyError traceback where `sim run` takes it (a format is named in any case), and
     a --config file that set the format, in a KeyError of the option's list."""
-    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--dtype", "Q4_K,q4_k", "--json")
+    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--dtype", "Q4_K", "--json")
     assert code == 0 and {r["dtype"] for r in json.loads(out)["rows"]} == {"q4_k"}, err
     saved = tmp_path / "q4.toml"
     saved.write_text('[model]\ndtype = "q8_0"\n')
@@ -804,3 +804,24 @@ def test_what_the_review_of_the_second_sweep_found(cli, tmp_path):
     moesim.Config.build(dtype="q8_0").to_toml(local)
     config = moesim.Config.from_toml(local)
     assert {r["dtype"] for r in moesim.plan("mixtral-8x7b", "rtx4090", config=config).rows} == {"q8_0"}
+
+
+def test_a_default_that_does_not_fit_the_trace_is_named_as_the_default(cli, tmp_path, monkeypatch):
+    """The default --capacity 4 on a top-8 trace read as if the user had typed it ('capacity 4 is below top_k 8')."""
+    monkeypatch.chdir(tmp_path)
+    assert cli("trace", "synth", "--model", "olmoe-1b-7b", "--sequences", "2", "--tokens", "4", "--out",
+               "t.parquet")[0] == 0  # 64 experts, top-8
+    for command in (("sim", "run"), ("sim", "hitrate"), ("replay",)):
+        assert one_line_error(cli, *command, "t.parquet", *(("--backend", "virtual") if command == ("replay",) else ())
+                              ).startswith("moesim: error: --capacity 4 (the default) is below top_k 8: "), command
+    assert one_line_error(cli, "sim", "run", "t.parquet", "--capacity", "4").startswith(
+        "moesim: error: capacity 4 is below top_k 8")
+
+
+def test_a_format_listed_twice_in_other_letters_is_refused_and_echoed_as_typed(cli):
+    """Q4_K is q4_k (as llama.cpp writes it): listed beside it, it ran one row silently; an unknown one was
+    echoed lowered."""
+    assert one_line_error(cli, "plan", "--model", "olmoe-1b-7b", "--dtype", "q4_k,Q4_K") == (
+        "moesim: error: --dtype q4_k,Q4_K: Q4_K listed twice; each value is one run\n")
+    assert one_line_error(cli, "sim", "run", "bundled", "--dtype", "Q4_K,q8_0").startswith(
+        "moesim: error: --dtype: unknown dtype 'Q4_K,q8_0'; choose from fp32, ")

@@ -304,8 +304,9 @@ def test_the_virtual_backend_reproduces_the_simulator_exactly(with_prompts, conf
 
     model, trace = with_prompts
     hw = get_hardware("rtx4090", ssd="pcie4-nvme")
-    r = replay(trace, Config.build(kernel=kernel, **config), hw, backend="virtual", model=model)
-    sim = simulate(trace, model=model, hardware=hw, kernel=kernel, **config)
+    run = Config.build(kernel=kernel, **config)  # as settings of a configuration: the kernel unread where none runs
+    r = replay(trace, run, hw, backend="virtual", model=model)
+    sim = simulate(trace, run, model=model, hardware=hw)
     assert r.tpot_s == r.sim_tpot_s == sim.tpot_s
     assert r.step_times.tolist() == sim.step_times.tolist()
     assert (r.hits, r.accesses) == (sim.hits, sim.accesses)

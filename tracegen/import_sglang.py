@@ -10,6 +10,10 @@ SGLang sends ids only: no weights, and the order is whatever its top-k kernel wr
 as rank order. Dense layers (DeepSeek's first layers) hold placeholders (-1, or zeros that
 repeat one id k times) and are dropped; `expert_ids_schema.moe_layer_ids`, when the response
 has it, names the MoE layers instead. The number of experts and the dims come from `--model`.
+
+A response's other fields are ignored (its text, its other meta_info); one of the fields read in other letters or
+spacing ('Prompt_tokens') is refused, as the other importers refuse theirs: it would be read as absent (every
+position decoding).
 """
 
 from __future__ import annotations
@@ -62,7 +66,11 @@ def _parse(line: bytes, where: str, meta: TraceMeta) -> tuple[str | None, np.nda
         rec = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise MoesimError(f"{where}: not JSON ({first_line(exc)})") from None
+    if isinstance(rec, dict):
+        _misspelt(rec, ("meta_info",), where)
     info = rec.get("meta_info", rec) if isinstance(rec, dict) else None
+    if isinstance(info, dict):
+        _misspelt(info, _FIELDS, where, "meta_info." if info is not rec else "")
     if not isinstance(info, dict) or info.get("routed_experts") is None:
         raise MoesimError(f"{where}: no meta_info.routed_experts (start SGLang with --enable-return-routed-experts "
                           "and send return_routed_experts: true)")
@@ -73,6 +81,7 @@ def _parse(line: bytes, where: str, meta: TraceMeta) -> tuple[str | None, np.nda
     k, schema = meta.top_k, info.get("expert_ids_schema") or {}
     if not isinstance(schema, dict):
         raise MoesimError(f"{where}: expert_ids_schema must be an object")
+    _misspelt(schema, _SCHEMA_FIELDS, where, "expert_ids_schema.")
     if schema.get("top_k", k) != k:
         raise MoesimError(f"{where}: top_k {schema['top_k']!r} in the response, the model preset has {k}")
     if prompt is not None or completion is not None:  # both, whole: else the prompt would be dropped unsaid
@@ -108,6 +117,19 @@ def _parse(line: bytes, where: str, meta: TraceMeta) -> tuple[str | None, np.nda
                           f"out of range 0..{meta.num_experts - 1}")
     key = info.get("id")
     return (None if key is None else str(key)), experts.astype(np.int16), prompt
+
+
+_FIELDS = ("id", "routed_experts", "prompt_tokens", "completion_tokens", "expert_ids_schema")  # of meta_info
+_SCHEMA_FIELDS = ("top_k", "num_layers", "moe_layer_ids")  # of expert_ids_schema
+
+
+def _misspelt(record: dict, known: tuple[str, ...], where: str, within: str = "") -> None:
+    """Refuse a key of ``record`` that is one of ``known`` in other letters or spacing (read, it would be absent)."""
+    for key in record:
+        name = key.strip().lower() if isinstance(key, str) else None
+        if name in known and key not in known:
+            raise MoesimError(f"{where}: field {within + key!r} is read as {within + name!r} only when spelt so "
+                              "(others are ignored)")
 
 
 def _whole(value) -> bool:

@@ -4,6 +4,12 @@ Every importer streams its input in batches of lines, parses each batch with pol
 names the line of the first malformed record. Tokens that lack some layer's record are
 dropped whole, and counted (stderr and the trace metadata): nothing is guessed. SGLang's
 responses hold one whole request per line and are read a line at a time (import_sglang.py).
+Every error names the log (and its line where one line is at fault).
+
+Fields and columns, in every format alike: one the importer does not read is ignored (a serving
+log's records carry more than routing: a request id, a timestamp, a note); one that is a read
+name in other letters or spacing ('Layer', ' phase', 'E1') is refused, as ``read_arrivals``
+refuses 'Seq', for it would otherwise be read as absent ('Phase' left every row decoding).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import codecs
 import csv
 import io
 import json
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -58,10 +65,9 @@ def import_trace(src: str | Path, fmt: str, out: str | Path, model: str | None =
     parse = _parse_vllm if fmt == "vllm-jsonl" else _parse_csv
     with tempfile.TemporaryDirectory(prefix=f".{Path(out).name}.import.", dir=Path(out).parent) as tmp:
         buckets, keys, seen = _spill(src, parse, _batches(src, batch_lines, skip_header=fmt == "csv"), Path(tmp))
-        num_layers = spec.num_layers if spec else seen["layers"]
         extra = {"source": f"{fmt}:{src.name}", "sequence_keys": keys}
-        meta = spec.trace_meta(**extra) if spec else TraceMeta(num_layers=num_layers, num_experts=seen["experts"],
-                                                               top_k=seen["top_k"], **extra)
+        meta = spec.trace_meta(**extra) if spec else _inferred_meta(src, seen, extra)
+        num_layers = meta.num_layers
         dropped, kept = 0, 0
         with TraceWriter(out, meta) as writer:
             for files in buckets:  # whole sequences, in ascending ids: one bucket in memory at a time
@@ -100,12 +106,12 @@ def _spill(src: Path, parse, batches, folder: Path) -> tuple[list[list[Path]], l
     """Parse the log a batch of lines at a time into Parquet parts, numbering sequences in order of first
     appearance. A sequence's bucket is the window of ``LINES_PER_BUCKET`` lines it first appears in, so a
     bucket holds the sequences that start close together (whole, however long the log) and buckets come
-    in ascending sequence ids. Returns each bucket's parts, the sequence keys, and the largest layer,
-    expert and width seen."""
+    in ascending sequence ids. Returns each bucket's parts, the sequence keys, and the extremes of the layers,
+    expert ids and widths seen, each with the first line that holds it (``_extremes``)."""
     ids: dict[str, int] = {}
     bucket_of: dict[str, int] = {}
     parts: dict[int, list[Path]] = {}
-    seen = {"layers": 0, "experts": 0, "top_k": 0}
+    seen: dict[str, tuple[int, int]] = {}
     for i, (lines, text) in enumerate(batches):
         frame = parse(src, lines, text)
         for key, line in frame.group_by("key", maintain_order=True).agg(pl.col(ORIGIN).first()).iter_rows():
@@ -114,9 +120,7 @@ def _spill(src: Path, parse, batches, folder: Path) -> tuple[list[list[Path]], l
         frame = frame.with_columns(pl.col("key").replace_strict(ids, return_dtype=pl.Int32).alias("seq"),
                                    pl.col("key").replace_strict(bucket_of, return_dtype=pl.Int64).alias("bucket"))
         frame = frame.drop("key")
-        seen["layers"] = max(seen["layers"], int(frame["layer"].max() or 0) + 1)
-        seen["experts"] = max(seen["experts"], int(frame["experts"].list.max().max() or 0) + 1)
-        seen["top_k"] = max(seen["top_k"], int(frame["experts"].list.len().max() or 0))
+        _extremes(frame, seen)
         for (bucket,), part in frame.group_by("bucket", maintain_order=True):
             path = folder / f"{bucket:08d}-{i:08d}.parquet"
             part.drop("bucket").write_parquet(path)
@@ -124,6 +128,52 @@ def _spill(src: Path, parse, batches, folder: Path) -> tuple[list[list[Path]], l
     if not parts:
         raise MoesimError(f"{src}: no records")
     return [parts[b] for b in sorted(parts)], list(ids), seen
+
+
+# what a log's dimensions are inferred from (without --model): each record's layer, expert ids and their count
+_MEASURES = {"layer": pl.col("layer"), "expert": pl.col("experts").list.max(), "width": pl.col("experts").list.len()}
+_LOW = {"layer": pl.col("layer"), "expert": pl.col("experts").list.min(), "width": pl.col("experts").list.len()}
+_MOST = 2 ** 15 - 1  # layers, experts and top-k a trace holds at most (int16 arrays; ``TraceMeta``)
+
+
+def _extremes(frame: pl.DataFrame, seen: dict[str, tuple[int, int]]) -> None:
+    """Fold a batch's largest and smallest layer, expert id and width into ``seen`` (name -> (value, line)), each
+    with the first line that holds it (batches come in line order: an earlier batch's line is kept on a tie)."""
+    for name, exprs in (("max", _MEASURES), ("min", _LOW)):
+        for what, expr in exprs.items():
+            values = frame.select(expr.alias("v"), ORIGIN).drop_nulls("v")
+            if not values.height:
+                continue
+            at = values["v"].arg_max() if name == "max" else values["v"].arg_min()
+            value, line = int(values["v"][at]), int(values[ORIGIN][at])
+            key = f"{name}_{what}"
+            old = seen.get(key)
+            if old is None or (value > old[0] if name == "max" else value < old[0]):
+                seen[key] = (value, line)
+
+
+def _inferred_meta(src: Path, seen: dict[str, tuple[int, int]], extra: dict) -> TraceMeta:
+    """The metadata of a log imported without --model: L, E and k are its largest layer + 1, largest expert id + 1
+    and its records' number of experts. A value no trace can hold is named by the log and its line."""
+    if "max_expert" not in seen:  # no record lists an expert
+        raise MoesimError(f"{src}:{seen['min_width'][1]}: 'experts' lists no expert")
+    for what in ("layer", "expert"):  # the largest counted from 0, at most _MOST - 1 (a record's other values are
+        (low, low_at), (top, top_at) = seen[f"min_{what}"], seen[f"max_{what}"]  # checked against it after)
+        if top < 0 or top >= _MOST:
+            value, at = (low, low_at) if top < 0 else (top, top_at)
+            raise MoesimError(f"{src}:{at}: {what} {value} out of range 0..{_MOST - 1} ({what}s count from 0)")
+    top_expert, ((width, wide_at), (low_width, narrow_at)) = seen["max_expert"][0], (seen["max_width"],
+                                                                                    seen["min_width"])
+    if low_width != width:  # which is the odd one out, the log alone cannot tell
+        raise MoesimError(f"{src}:{wide_at}: {width} experts, line {narrow_at} has {low_width} (every record lists "
+                          "its token's top-k experts; --model names k)")
+    if width > top_expert + 1:
+        raise MoesimError(f"{src}:{wide_at}: {width} experts, more than the {top_expert + 1} expert ids "
+                          f"0..{top_expert} the log names (--model names the model's)")
+    try:
+        return TraceMeta(num_layers=seen["max_layer"][0] + 1, num_experts=top_expert + 1, top_k=width, **extra)
+    except MoesimError as exc:  # the checks above leave none: the file is named whatever it is
+        raise MoesimError(f"{src}: {exc}") from None
 
 
 def _batches(src: Path, size: int, skip_header: bool) -> Iterator[tuple[np.ndarray, bytes]]:
@@ -152,12 +202,14 @@ def _batches(src: Path, size: int, skip_header: bool) -> Iterator[tuple[np.ndarr
 def _parse_vllm(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
     """vLLM routing JSONL: {dataset, problem_id, layer, experts, gating_probs, token_idx|token_pos[, phase]}.
 
-    `phase` (0 prefill, 1 decode) is optional; records without it are decode steps.
+    `phase` (0 prefill, 1 decode) is optional; records without it are decode steps. A record's other fields are
+    ignored; one of these names in other letters or spacing ('Layer', 'token_Idx') is refused (``_misspelt``).
     """
     try:
         raw = pl.read_ndjson(io.BytesIO(text), schema=_VLLM_SCHEMA)
     except pl.exceptions.PolarsError as exc:
         _locate(src, lines, text, _check_vllm_line, first_line(exc))
+    _misspelt(src, lines, text)
     holes = [pl.col(c).list.eval(pl.element().is_null()).list.any() for c in ("experts", "gating_probs")]
     if raw.select(pl.any_horizontal(holes).fill_null(False).any()).item():  # polars reads [1, null]
         _locate(src, lines, text, _check_vllm_line, "a list holds null")
@@ -172,6 +224,38 @@ def _parse_vllm(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
         "step", "layer", "experts", pl.col("gating_probs").alias("weights"),
         pl.col("phase").fill_null(DECODE), ORIGIN,
     )
+
+
+# a JSON key that is one of a vLLM record's fields in any letters and spacing, and one as spelt: where a batch holds
+# more of the first, some key is a field's name in other letters or spacing ("Layer":, " phase":)
+_ANY_SPELLING = r'"\s*(?i:' + "|".join(_VLLM_SCHEMA) + r')\s*"\s*:'
+_AS_SPELT = r'"(?:' + "|".join(_VLLM_SCHEMA) + r')"\s*:'
+
+
+def _misspelt(src: Path, lines: np.ndarray, text: bytes) -> None:
+    """Refuse a record whose field is one of ``_VLLM_SCHEMA``'s in other letters or spacing: it would be read as
+    absent (a 'Phase' leaves the token decoding). The batch's keys of either kind are counted whole, by polars; only
+    where they differ is each such key found and confirmed on its line's top-level keys (a nested object's is not
+    a field)."""
+    decoded = text.decode(errors="replace")
+    whole = pl.Series([decoded]).str
+    if whole.count_matches(_ANY_SPELLING).item() == whole.count_matches(_AS_SPELT).item():
+        return
+    for hit in re.finditer(_ANY_SPELLING, decoded):
+        if re.fullmatch(_AS_SPELT, hit.group()):
+            continue
+        begin = decoded.rfind("\n", 0, hit.start()) + 1
+        end = decoded.find("\n", hit.start())
+        try:
+            rec = json.loads(decoded[begin:None if end < 0 else end])
+        except (ValueError, RecursionError):
+            rec = None
+        for key in rec if isinstance(rec, dict) else ():
+            name = key.strip().lower()
+            if name in _VLLM_SCHEMA and key not in _VLLM_SCHEMA:
+                number = lines[decoded.count("\n", 0, begin)]
+                raise MoesimError(f"{src}:{number}: field {key!r} is read as {name!r} only when spelt so (a "
+                                  f"vllm-jsonl record's fields: {', '.join(_VLLM_SCHEMA)}; others are ignored)")
 
 
 def _no_constant(name: str):
@@ -199,36 +283,65 @@ def _check_vllm_line(line: str) -> str | None:
     return None
 
 
+_CSV_COLUMNS = ("seq", "step", "layer", "phase")
+_EXPERT_COLUMN = re.compile(r"e\d+")
+
+
 def _parse_csv(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
     """Plain table: seq,step,layer,e0..e{k-1}; optional phase (0 prefill, 1 decode; default 1). A column of another
-    name is refused, not ignored (a 'Phase' read as every row decoding)."""
-    header = text.split(b"\n", 1)[0].decode(errors="replace").strip().split(",")
-    experts = [h for h in header if h.startswith("e") and h[1:].isdigit()]
+    name is ignored (a log's request id); one of these names in other letters or spacing ('Phase', ' layer', 'E0'),
+    or with no name at all (an expert column's lost, a trailing comma), is refused, not read as absent ('Phase' left
+    every row decoding)."""
+    header = text.split(b"\n", 1)[0].decode(errors="replace").rstrip("\r\n").split(",")
+    bad = [h for h in header if not h.strip() or (h not in _CSV_COLUMNS and not _EXPERT_COLUMN.fullmatch(h) and (
+        h.strip().lower() in _CSV_COLUMNS or _EXPERT_COLUMN.fullmatch(h.strip().lower())))]
+    if bad:
+        raise MoesimError(f"{src}:1: unknown column(s) {', '.join(map(repr, bad))}: a table's own columns (seq, step, "
+                          "layer, phase, e0..ek-1) are read only when spelt so, a column of any other name is ignored")
+    twice = sorted({h for h in header if header.count(h) > 1})
+    if twice:
+        raise MoesimError(f"{src}:1: column(s) {', '.join(map(repr, twice))} appear more than once")
+    experts = sorted((h for h in header if _EXPERT_COLUMN.fullmatch(h)), key=lambda h: int(h[1:]))
     if not {"seq", "step", "layer"} <= set(header) or not experts:
         raise MoesimError(f"{src}:1: header must name seq,step,layer,e0..ek-1 (got {','.join(header)})")
-    unknown = [h for h in header if h not in {"seq", "step", "layer", "phase", *experts}]
-    if unknown:
-        raise MoesimError(f"{src}:1: unknown column(s) {', '.join(map(repr, unknown))} (a trace table has seq, step, "
-                          "layer, phase and e0..ek-1)")
+    if [int(h[1:]) for h in experts] != list(range(len(experts))):
+        raise MoesimError(f"{src}:1: expert columns must be e0..e{len(experts) - 1}, one each, got {', '.join(experts)}")
+    read = [h for h in header if h in _CSV_COLUMNS or h in experts]
     try:
-        raw = pl.read_csv(io.BytesIO(text), schema_overrides={h: pl.Int64 for h in header}, has_header=True)
+        raw = pl.read_csv(io.BytesIO(text), columns=read, schema_overrides={h: pl.Int64 for h in read},
+                          has_header=True, infer_schema=False)
     except pl.exceptions.PolarsError as exc:
-        _locate(src, lines, text.split(b"\n", 1)[1], lambda line: _check_csv_line(line, len(header)), first_line(exc))
+        at = [header.index(h) for h in read]
+        _locate(src, lines, text.split(b"\n", 1)[1], lambda line: _check_csv_line(line, len(header), at),
+                first_line(exc))
+    _ragged(src, lines, text, len(header))
     raw = raw.with_columns(pl.Series(ORIGIN, lines))
-    _require(src, raw, {h: h for h in header})
+    _require(src, raw, {h: h for h in read})
     _fit(src, raw, pl.Int16, {h: pl.col(h) for h in experts})  # the trace's 'experts', by the table's names
     return raw.select(
         pl.col("seq").cast(pl.String).alias("key"), "step", "layer",
-        pl.concat_list(sorted(experts, key=lambda h: int(h[1:]))).alias("experts"),
+        pl.concat_list(experts).alias("experts"),
         (pl.col("phase") if "phase" in header else pl.lit(DECODE)).cast(pl.Int8).alias("phase"), ORIGIN,
     )
 
 
-def _check_csv_line(line: str, width: int) -> str | None:
+def _ragged(src: Path, lines: np.ndarray, text: bytes, width: int) -> None:
+    """Refuse a line of fewer fields than the header (polars reads the missing ones as empty, even a column
+    it does not read): its commas outside quotes are counted, every line at once."""
+    rows = pl.Series(text.decode(errors="replace").split("\n")[1:len(lines) + 1])
+    fields = rows.str.replace_all('"[^"]*"', "").str.count_matches(",") + 1
+    bad = (fields != width).arg_true()
+    if bad.len():
+        raise MoesimError(f"{src}:{lines[bad[0]]}: {fields[bad[0]]} fields, the header has {width}")
+
+
+def _check_csv_line(line: str, width: int, read: list[int]) -> str | None:
+    """Why a table's line is malformed: its number of fields, or a field read (at the indexes ``read``) that is not
+    an integer."""
     fields = next(csv.reader([line]))
     if len(fields) != width:
         return f"{len(fields)} fields, the header has {width}"
-    bad = [f for f in fields if not f.strip().lstrip("-").isdigit()]
+    bad = [fields[i] for i in read if not fields[i].strip().lstrip("-").isdigit()]
     return f"'{bad[0]}' is not an integer" if bad else None
 
 

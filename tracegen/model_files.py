@@ -12,7 +12,10 @@ shared experts (``n_shared_experts`` of the expert's width; Qwen2-MoE's one
 ``interleave_moe_layer_step``; their width ``intermediate_size``, Llama 4's ``intermediate_size_mlp``), attention
 (heads, KV heads, ``head_dim``; DeepSeek's multi-head latent attention from its LoRA ranks and head
 dims), the vocabulary and whether the embeddings are tied. The weights are counted at bf16 (the
-format is the run's ``dtype``).
+format is the run's ``dtype``). Each field is read as transformers reads it, and a value it would fail on or
+misread is refused rather than replaced: ``num_key_value_heads`` absent or null is one per attention head, else
+a whole number that divides ``num_attention_heads`` (0 is no default); ``mlp_only_layers`` is a list of layer
+indices; the MoE layer steps are at least 1.
 
 **GGUF** (``spec_from_gguf``, with the ``gguf`` package; only the header is read): the shape from the
 tensors themselves — ``token_embd`` (vocabulary, width), each layer's ``ffn_{gate,up,down}_exps``
@@ -20,7 +23,11 @@ tensors themselves — ``token_embd`` (vocabulary, width), each layer's ``ffn_{g
 elements — and the top-k from ``{arch}.expert_used_count``. Every tensor's own type and bytes are kept:
 ``stored_expert_bytes`` is one routed expert as the file stores it (the mean over layers, which a
 Q4_K_M file quantises unevenly: some layers' down projections in q6_k), ``stored_other_bytes`` every other
-weight, and ``expert_format`` / ``other_format`` the types that hold most of those bytes.
+weight, and ``expert_format`` / ``other_format`` the types that hold most of those bytes. A file that has the
+magic but not the 24 bytes of a header is called truncated.
+
+A model read from a file keeps the file's name (``ModelSpec.file``): a trace whose metadata came from it names it,
+and is simulated only with it (``moesim.tracegen.models.model_for_trace``).
 
 A file that names no mixture of experts (a dense model), an unknown layout, or a damaged file is a
 one-line ``MoesimError`` naming the file.
@@ -31,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -64,14 +72,14 @@ def _load(shown: str, path: str, mtime: int, size: int) -> ModelSpec:
     """The file named ``shown`` (as given: errors name it so), read now; ``path``, its resolved name, is with its
     version the cache's key and names a config.json's model by its folder."""
     if path.lower().endswith(".gguf"):
-        return spec_from_gguf(shown)
+        return replace(spec_from_gguf(shown), file=shown)
     try:
         data = json.loads(Path(shown).read_text())
     except json.JSONDecodeError as exc:
         raise MoesimError(f"{shown}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MoesimError(f"{shown}: not a readable config.json ({exc.__class__.__name__})") from None
-    return spec_from_config(data, _name_of(Path(path)), shown)
+    return replace(spec_from_config(data, _name_of(Path(path)), shown), file=shown)
 
 
 def _name_of(path: Path) -> str:
@@ -120,7 +128,7 @@ def spec_from_config(data: dict, name: str, where: str = "config.json") -> Model
     dense = _dense_layers(data, layers, where)
     shared, d_shared = _shared(data, d_expert, where)
     heads = _whole(_first(data, ("num_attention_heads", "n_head")), "num_attention_heads", where)
-    kv_heads = _whole(data.get("num_key_value_heads") or heads, "num_key_value_heads", where)
+    kv_heads = _kv_heads(data, heads, where)
     head_dim = _count(data, "head_dim", where) or d // heads
     q_dim, kv_dim, attn = heads * head_dim, kv_heads * head_dim, 0
     if data.get("kv_lora_rank"):  # multi-head latent attention (DeepSeek V2/V3, Kimi K2, GLM-4.7-Flash)
@@ -134,18 +142,46 @@ def spec_from_config(data: dict, name: str, where: str = "config.json") -> Model
                      d_dense=d_dense if dense else 0, attn_params=attn)
 
 
+def _kv_heads(data: dict, heads: int, where: str) -> int:
+    """Grouped-query attention's KV heads, as transformers reads ``num_key_value_heads``: absent or null, one per
+    attention head; else a whole number >= 1 that divides ``num_attention_heads`` (each KV head serves a group of
+    query heads; 0 would divide by zero in the model's own code)."""
+    if data.get("num_key_value_heads") is None:
+        return heads
+    kv_heads = _whole(data["num_key_value_heads"], "num_key_value_heads", where)
+    if heads % kv_heads:
+        raise MoesimError(f"{where}: num_key_value_heads must divide num_attention_heads {heads} (each KV head serves "
+                          f"an equal group of query heads), got {kv_heads}")
+    return kv_heads
+
+
+# keys of the step between MoE layers (Qwen's decoder_sparse_step, Llama 4's interleave_moe_layer_step, DeepSeek's
+# moe_layer_freq): absent or null, every layer; else a whole number >= 1 (the models' code takes it modulo)
+MOE_STEPS = ("decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq")
+
+
 def _dense_layers(data: dict, layers: int, where: str) -> int:
-    """Layers whose FFN is dense: DeepSeek's first k, Qwen's every-n-th sparse step and its MLP-only list."""
+    """Layers whose FFN is dense: DeepSeek's first k, Qwen's every-n-th sparse step and its MLP-only list (a list
+    of layer indices, as transformers reads it; absent or null: none)."""
     dense = set(range(_count(data, "first_k_dense_replace", where)))
-    step = (_count(data, "decoder_sparse_step", where) or _count(data, "interleave_moe_layer_step", where)
-            or _count(data, "moe_layer_freq", where) or 1)
+    step = next((_whole(data[k], k, where) for k in MOE_STEPS if data.get(k) is not None), 1)
     if step > 1:
         dense |= {i for i in range(layers) if (i + 1) % step != 0}
-    listed = data.get("mlp_only_layers") or []
-    dense |= {i for i in (listed if isinstance(listed, list) else []) if type(i) is int and 0 <= i < layers}
+    listed = data.get("mlp_only_layers")
+    listed = [] if listed is None else listed
+    if not isinstance(listed, list) or any(type(i) is not int or not 0 <= i < layers for i in listed):
+        raise MoesimError(f"{where}: mlp_only_layers must be a list of layer indices 0..{layers - 1}, got "
+                          f"{_shown(listed)}")
+    dense |= set(listed)
     if len(dense) >= layers:
         raise MoesimError(f"{where}: every one of its {layers} layers is dense")
     return len(dense)
+
+
+def _shown(value, most: int = 60) -> str:
+    """A config's value as the error shows it: its JSON, cut to ``most`` characters."""
+    text = json.dumps(value)
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 def _shared(data: dict, d_expert: int, where: str) -> tuple[int, int]:
@@ -260,8 +296,10 @@ def _gguf_header(path: Path) -> tuple[dict, dict]:
             head = f.read(24)
     except OSError as exc:
         raise MoesimError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(head) < 24 or head[:4] != b"GGUF":
+    if head[:4] != b"GGUF":
         raise MoesimError(f"{path}: not a GGUF file (no GGUF magic)")
+    if len(head) < 24:  # the magic, then a version and two counts
+        raise MoesimError(f"{path}: truncated GGUF file: {len(head)} of its header's 24 bytes")
     n_tensors, n_meta = int.from_bytes(head[8:16], "little"), int.from_bytes(head[16:24], "little")
     if n_tensors > MAX_HEADER_ITEMS or n_meta > MAX_HEADER_ITEMS:
         raise MoesimError(f"{path}: header claims {n_tensors} tensors and {n_meta} metadata entries: damaged")

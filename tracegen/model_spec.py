@@ -64,6 +64,25 @@ def recipe_mix(fmt: str) -> tuple:
     return tuple((f, share * BYTES_PER_PARAM[f] / total) for f, share in parts)
 
 
+# how a trace's metadata ``source`` names the model file its metadata was taken from (``ModelSpec.trace_meta``)
+MODEL_FILE = "model file "
+
+
+def with_model_file(source: str, file: str) -> str:
+    """A trace's ``source`` with the model file its metadata came from named at its end (``file`` "": as it is)."""
+    if not file:
+        return source
+    return f"{source}; {MODEL_FILE}{file}" if source else f"{MODEL_FILE}{file}"
+
+
+def model_file_of(source: str) -> str:
+    """The model file a trace's ``source`` names (``with_model_file``), or ""."""
+    if source.startswith(MODEL_FILE):
+        return source[len(MODEL_FILE):]
+    at = source.rfind(f"; {MODEL_FILE}")
+    return source[at + len(MODEL_FILE) + 2:] if at >= 0 else ""
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -94,6 +113,7 @@ class ModelSpec:
     other_format: str = ""
     expert_mix: tuple = ()            # every format the experts are stored in: (format, share of their bytes)
     other_mix: tuple = ()             # ... and every other weight (norms and routers often f32)
+    file: str = ""  # the config.json or GGUF file the model was read from, as it was named ("": a preset)
 
     @property
     def expert_params(self) -> int:
@@ -137,7 +157,11 @@ class ModelSpec:
         return int(self.expert_params * BYTES_PER_PARAM[dtype])
 
     def trace_meta(self, **fields) -> TraceMeta:
-        """Trace metadata with this model's dimensions (bf16 expert bytes); `fields` override."""
+        """Trace metadata with this model's dimensions (bf16 expert bytes); `fields` override. A model read from a
+        file also names that file in the metadata's ``source`` (``with_model_file``): the metadata holds its MoE
+        dimensions only, so a run of the trace asks for the file rather than simulate a model without its attention,
+        vocabulary and dense layers (``moesim.tracegen.models.model_for_trace``)."""
+        fields = {**fields, "source": with_model_file(fields.get("source", ""), self.file)}
         return TraceMeta(**{
             "num_layers": self.num_layers, "num_experts": self.num_experts, "top_k": self.top_k,
             "model": self.name, "d_model": self.d_model, "d_expert": self.d_expert,

@@ -29,7 +29,7 @@ import os
 
 from moesim.errors import MoesimError, option
 from moesim.tracegen.model_files import is_model_file, load_model_file
-from moesim.tracegen.model_spec import BYTES_PER_PARAM, ModelSpec
+from moesim.tracegen.model_spec import BYTES_PER_PARAM, ModelSpec, model_file_of
 from moesim.tracegen.schema import TraceMeta
 
 __all__ = ["BYTES_PER_PARAM", "MODELS", "ModelSpec", "format_of", "get_model", "model_for_trace"]
@@ -79,13 +79,22 @@ def format_of(params: int, nbytes: float) -> str:
 
 
 def model_for_trace(meta: TraceMeta, name: str | None = None) -> ModelSpec:
-    """The model a trace is simulated on: the preset ``name`` (default: the trace's own model, or the
-    preset a synthetic trace was made from), or, for a model without a preset, one built from the
+    """The model a trace is simulated on: the preset or model file ``name`` (default: the trace's own model, or
+    the preset a synthetic trace was made from), or, for a model without a preset, one built from the
     dimensions in the trace's metadata.
+
+    A trace whose metadata was taken from a config.json or GGUF file (``trace synth --model FILE``, ``trace
+    import --model FILE``, ``moesim.synth_trace(model=FILE)``; its ``source`` names the file) has no default: its
+    metadata holds the MoE dimensions only, and a model built from them would lack the file's attention,
+    vocabulary and dense layers (less GPU memory, more tokens/s than the file's model), so a run without ``name``
+    is refused with the file to name rather than simulate another model. So is a synthetic trace named ``synthetic-X`` where X is no preset (made from a model file by
+    an older moesim, which did not name the file).
 
     A MoE preset must have the trace's layers, experts and top-k; a MoLE preset its layers (a MoLE
     layer reads every lookup table, so the trace supplies only the steps).
     """
+    if name is None:
+        _check_own_model(meta)
     # a synthetic trace of a preset (`moesim trace synth --model M`, or --like a trace of one) is that preset's
     candidate = name or meta.model.removeprefix("synthetic-like-").removeprefix("synthetic-")
     spec = get_model(candidate) if name is not None and is_model_file(name) else MODELS.get(candidate.lower())
@@ -106,6 +115,21 @@ def model_for_trace(meta: TraceMeta, name: str | None = None) -> ModelSpec:
     return ModelSpec(meta.model or "trace", "", "", meta.num_layers, meta.num_experts, meta.top_k,
                      int(meta.d_model), int(meta.d_expert), shared_experts=int(meta.shared_experts or 0),
                      d_shared=int(meta.d_shared or 0), source="trace metadata")
+
+
+def _check_own_model(meta: TraceMeta) -> None:
+    """Refuse to take a trace's own model where its metadata came from a model file (``model_for_trace``)."""
+    file = model_file_of(meta.source)
+    base = meta.model
+    while base.startswith("synthetic-like-"):
+        base = base.removeprefix("synthetic-like-")
+    if not file and not (base.startswith("synthetic-") and base.removeprefix("synthetic-").lower() not in MODELS):
+        return
+    made = f"was made from the model file {file}" if file else "was synthesised from a model file (no preset is " \
+        f"named {base.removeprefix('synthetic-')})"
+    again = option("model", file) if file else f"{option('model')} with that config.json or GGUF file"
+    raise MoesimError(f"trace model '{meta.model}' {made}, and a trace's metadata holds only its MoE dimensions, not "
+                      f"its attention, vocabulary or dense layers: pass {again} to simulate it")
 
 
 def get_model(name: str) -> ModelSpec:

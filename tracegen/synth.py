@@ -22,6 +22,7 @@ import numpy as np
 
 from moesim.errors import MoesimError, option
 from moesim.host import available_ram
+from moesim.tracegen.model_spec import model_file_of, with_model_file
 from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
 from moesim.tracegen.trace import Trace
 
@@ -94,9 +95,10 @@ def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: i
               locality.reuse, locality.cross_layer, np.uint32(seed % (1 << 32)))
     phase = np.tile(np.r_[np.full(prompt_tokens, PREFILL), np.full(tokens, DECODE)].astype(np.int8), sequences)
     knobs = ", ".join(f"{k}={v:g}" for k, v in locality.as_dict().items())
-    meta = (meta or TraceMeta(num_layers=layers, num_experts=experts, top_k=top_k, model=model)).replace(
-        num_layers=layers, num_experts=experts, top_k=top_k, source=f"synth(seed={seed}, {knobs})",
-        dropped_tokens=0, sequence_keys=None)
+    meta = meta or TraceMeta(num_layers=layers, num_experts=experts, top_k=top_k, model=model)
+    # the model file (config.json, GGUF) a model's metadata came from stays named: a run asks for that file
+    meta = meta.replace(num_layers=layers, num_experts=experts, top_k=top_k, dropped_tokens=0, sequence_keys=None,
+                        source=with_model_file(f"synth(seed={seed}, {knobs})", model_file_of(meta.source)))
     return Trace(
         meta=meta,
         experts=out,

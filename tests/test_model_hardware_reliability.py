@@ -1,0 +1,244 @@
+"""Model and hardware readers refuse what would give silently wrong numbers, in one line naming the file and key:
+a trace synthesised from a model file simulated without it, hardware values no machine comes near (which
+overflowed the model to inf or NaN), config.json fields read wrong, a truncated GGUF, hardware-file names; and the
+model table says what its int4 column counts."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+
+import moesim
+from moesim.errors import MoesimError
+from moesim.sim.hardware import TEMPLATE, load_hardware
+from moesim.tracegen.models import get_model, model_for_trace
+from moesim.tracegen.schema import TraceMeta
+
+Q3 = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 4, "num_experts": 16,
+      "num_experts_per_tok": 4, "moe_intermediate_size": 768, "intermediate_size": 6144, "num_attention_heads": 32,
+      "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936}
+WHY = "and a trace's metadata holds only its MoE dimensions, not its attention, vocabulary or dense layers"
+
+
+def one_line_error(cli, *args) -> str:
+    code, _, err = cli(*args)
+    assert code == 1 and err.count("\n") == 1 and err.startswith("moesim: error: "), (args, code, err)
+    return err.removeprefix("moesim: error: ").rstrip("\n")
+
+
+def config(tmp_path: Path, folder: str = "q3", **changes) -> str:
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / "config.json").write_text(json.dumps({**Q3, **changes}))
+    return f"{folder}/config.json"
+
+
+# --- 1. a trace synthesised from a config.json -----------------------------------------------------------------
+
+def test_a_trace_synthesised_from_a_config_json_is_not_simulated_as_another_model(cli, tmp_path, monkeypatch):
+    """Without --model it is refused, naming the file to pass; with it, the config's model (vocabulary and
+    attention included: more GPU memory than the MoE dimensions alone)."""
+    monkeypatch.chdir(tmp_path)
+    path = config(tmp_path)
+    assert cli("trace", "synth", "--model", path, "--sequences", "2", "--tokens", "16", "--out", "q3.parquet")[0] == 0
+    code, out, _ = cli("trace", "info", "q3.parquet", "--json")
+    info = json.loads(out)
+    assert code == 0 and info["model"] == "synthetic-q3"
+    assert info["source"] == ("synth(seed=0, layer_alpha=2, seq_alpha=1.5, reuse=0.25, cross_layer=0.3); "
+                              "model file q3/config.json")
+    assert one_line_error(cli, "sim", "run", "q3.parquet", "--capacity", "4", "--dtype", "q4_k") == (
+        f"trace model 'synthetic-q3' was made from the model file q3/config.json, {WHY}: pass --model q3/config.json "
+        "to simulate it")
+    code, out, err = cli("sim", "run", "q3.parquet", "--capacity", "4", "--dtype", "q4_k", "--model", path, "--json")
+    run = json.loads(out)["results"][0]
+    assert code == 0 and run["model"] == "q3", err
+    assert run["vram_gb"] == moesim.simulate(moesim.load_trace("q3.parquet"), model=get_model(path), capacity=4,
+                                             dtype="q4_k").vram_gb
+    # a trace synthesised like it (--like) is of the same model, and says so too
+    assert cli("trace", "synth", "--like", "q3.parquet", "--out", "like.parquet")[0] == 0
+    assert one_line_error(cli, "sim", "run", "like.parquet", "--capacity", "4") == (
+        f"trace model 'synthetic-like-synthetic-q3' was made from the model file q3/config.json, {WHY}: pass --model "
+        "q3/config.json to simulate it")
+
+
+def test_the_api_and_older_traces_of_a_model_file_name_what_to_pass(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = config(tmp_path)
+    trace = moesim.synth_trace(4, 16, 4, sequences=1, tokens=4, seed=0, model=path)
+    with pytest.raises(MoesimError) as caught:
+        moesim.simulate(trace, capacity=4)
+    assert str(caught.value) == (f"trace model 'q3' was made from the model file q3/config.json, {WHY}: pass "
+                                 "model='q3/config.json' to simulate it")
+    assert moesim.simulate(trace, model=path, capacity=4).model == "q3"
+    # an import with --model FILE names it too (the log's own source first)
+    assert get_model(path).trace_meta(source="vllm-jsonl:r.jsonl").source == "vllm-jsonl:r.jsonl; model file q3/config.json"
+    # a trace an older moesim synthesised from a file: its name is no preset's, and it did not name the file
+    meta = TraceMeta(num_layers=4, num_experts=16, top_k=4, model="synthetic-q3", d_model=2048, d_expert=768,
+                     source="synth(seed=0)")
+    with pytest.raises(MoesimError) as caught:
+        model_for_trace(meta)
+    assert str(caught.value) == (f"trace model 'synthetic-q3' was synthesised from a model file (no preset is named "
+                                 f"q3), {WHY}: pass model with that config.json or GGUF file to simulate it")
+    # a preset's synthetic trace, and a trace of an unknown model (its dimensions), still run on their own
+    assert model_for_trace(meta.replace(model="synthetic-olmoe-1b-7b", num_layers=16, num_experts=64, top_k=8)).name \
+        == "olmoe-1b-7b"
+    assert model_for_trace(meta.replace(model="recorded-model")).source == "trace metadata"
+
+
+# --- 2. hardware values no real machine comes near -------------------------------------------------------------
+
+def template_with(tmp_path: Path, old: str, new: str, name: str = "box.toml") -> Path:
+    assert old in TEMPLATE
+    path = tmp_path / name
+    path.write_text(TEMPLATE.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("gbps = 32 ", "gbps = 1e-310 ", "[link] gbps must be from 0.001 to 1e6 GB/s (no real machine comes near that), "
+                                     "got 1e-310"),
+    ("# launch_us = 5 ", "launch_us = 1e308 ", "[gpu] launch_us must be at most 1e6 us (no real machine comes near "
+                                               "that), got 1e+308"),
+    ("ghz = 4.2 ", "ghz = 1e-320 ", "[cpu] ghz must be from 0.01 to 100 GHz (no real machine comes near that), got "
+                                    "1e-320"),
+    ("hbm_gbps = 360 ", "hbm_gbps = 1e-300 ", "[gpu] hbm_gbps must be from 0.001 to 1e6 GB/s (no real machine comes "
+                                              "near that), got 1e-300"),
+    ("# latency_us = 10 ", "latency_us = 1e308 ", "[link] latency_us must be at most 1e6 us (no real machine comes "
+                                                  "near that), got 1e+308"),
+    ("hbm_gb = 12 ", "hbm_gb = 1e300 ", "[gpu] hbm_gb must be from 0.001 to 1e6 GiB (no real machine comes near "
+                                        "that), got 1e+300"),
+    ("ram_gb = 32 ", "ram_gb = 2e6 ", "[cpu] ram_gb must be from 0.001 to 1e6 GiB (no real machine comes near that), "
+                                      "got 2000000.0"),
+    ("# mem_eff = 0.8 ", "mem_eff = 1e-310 ", "[gpu] mem_eff must be from 0.001 to 1 (no real machine comes near "
+                                              "that), got 1e-310"),
+    ("tflops = 25.6 ", "tflops = 1e300 ", "[gpu] tflops must be from 1e-6 to 1e6 TFLOP/s (no real machine comes near "
+                                          "that), got 1e+300"),
+    ("# unpack_gbps = {q4_0 = 9.5, bf16 = 12}", "unpack_gbps = {q4_0 = 1e-300}",
+     "[cpu] unpack_gbps.q4_0 must be from 0.001 to 1e6 GB/s (no real machine comes near that), got 1e-300"),
+    ("# attn_gflops = 10.7 ", "attn_gflops = 1e308 ", "[cpu] attn_gflops must be from 0.001 to 1e6 GFLOP/s (no real "
+                                                      "machine comes near that), got 1e+308"),
+])
+def test_hardware_values_no_machine_comes_near_are_refused(cli, tmp_path, old, new, message):
+    path = template_with(tmp_path, old, new)
+    assert one_line_error(cli, "hardware", "--show", path) == f"{path}: {message}"
+    assert one_line_error(cli, "sim", "run", "bundled", "--hardware", path, "--capacity", "4") == f"{path}: {message}"
+
+
+def test_a_calibrated_compute_time_past_a_second_is_refused(tmp_path):
+    path = template_with(tmp_path, "[cpu]  ", '[compute]\nname = "olmoe-1b-7b"\nlayer_s = 1e-4\nexpert_s = 1e-5\n'
+                         "layer_token_s = 1e308\n\n[cpu]  ")
+    with pytest.raises(MoesimError) as caught:
+        load_hardware(path)
+    assert str(caught.value) == (f"{path}: [compute] layer_token_s must be at most 1 s (no real machine comes near "
+                                 "that), got 1e+308")
+
+
+def test_memory_sizes_given_as_options_are_bounded_too():
+    trace = moesim.synth_trace(16, 64, 8, sequences=1, tokens=2, seed=0, model="olmoe-1b-7b")
+    for setting, message in (({"vram": 1e300}, "vram must be from 0.001 to 1e6 GiB (no real machine comes near "
+                                                "that), got 1e+300"),
+                             ({"ram": 1e7}, "ram must be from 0.001 to 1e6 GiB (no real machine comes near that), "
+                                            "got 10000000.0")):
+        with pytest.raises(MoesimError) as caught:
+            moesim.simulate(trace, capacity=8, **setting)
+        assert str(caught.value) == message
+
+
+def test_a_machine_at_every_bound_gives_finite_times_without_a_warning(tmp_path):
+    """The ends of the ranges, all at once, the slow way: finite TPOTs and memory limits, no NumPy warning."""
+    slow = {"hbm_gbps = 360 ": "hbm_gbps = 0.001 ", "tflops = 25.6 ": "tflops = 1e-6 ",
+            "# mem_eff = 0.8 ": "mem_eff = 0.001 ", "# flop_eff = 0.6 ": "flop_eff = 0.001 ",
+            "# launch_us = 5 ": "launch_us = 1e6 ", "gbps = 32 ": "gbps = 0.001 ",
+            "# efficiency = 0.8 ": "efficiency = 0.001 ", "# latency_us = 10 ": "latency_us = 1e6 ",
+            "ghz = 4.2 ": "ghz = 0.01 ", "dram_gbps = 51.2 ": "dram_gbps = 0.001 ", "# dram_eff = 0.73 ": "dram_eff = 0.001 ",
+            "# kernel_eff = 0.5 ": "kernel_eff = 0.001 ", "# sync_us = 113 ": "sync_us = 1e6 ",
+            "# task_us = 0 ": "task_us = 1e6 ", "hbm_gb = 12 ": "hbm_gb = 1e6 ", "ram_gb = 32 ": "ram_gb = 1e6 "}
+    text = TEMPLATE
+    for old, new in slow.items():
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = tmp_path / "slow.toml"
+    path.write_text(text)
+    hw = load_hardware(path)
+    trace = moesim.synth_trace(16, 64, 8, sequences=1, tokens=2, seed=0, prompt_tokens=2, model="olmoe-1b-7b")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for strategy in ("gpu-cache", "hybrid"):
+            r = moesim.simulate(trace, hardware=hw, strategy=strategy, capacity=8, dtype="q8_0").as_dict()
+            assert math.isfinite(r["tpot_s"]) and r["tpot_s"] > 0 and r["vram_limit_gb"] == 1e6, (strategy, r)
+
+
+# --- 3. config.json fields read as transformers reads them ------------------------------------------------------
+
+@pytest.mark.parametrize("changes, message", [
+    ({"num_key_value_heads": 0}, "num_key_value_heads must be a whole number in 1..2147483647, got 0"),
+    ({"num_key_value_heads": 64}, "num_key_value_heads must divide num_attention_heads 32 (each KV head serves an "
+                                  "equal group of query heads), got 64"),
+    ({"num_key_value_heads": 3}, "num_key_value_heads must divide num_attention_heads 32 (each KV head serves an "
+                                 "equal group of query heads), got 3"),
+    ({"mlp_only_layers": "0,1"}, 'mlp_only_layers must be a list of layer indices 0..3, got "0,1"'),
+    ({"mlp_only_layers": [0, 4]}, "mlp_only_layers must be a list of layer indices 0..3, got [0, 4]"),
+    ({"mlp_only_layers": [True]}, "mlp_only_layers must be a list of layer indices 0..3, got [true]"),
+    ({"decoder_sparse_step": 0}, "decoder_sparse_step must be a whole number in 1..2147483647, got 0"),
+])
+def test_config_json_fields_read_wrong_are_refused(cli, tmp_path, monkeypatch, changes, message):
+    monkeypatch.chdir(tmp_path)
+    path = config(tmp_path, **changes)
+    with pytest.raises(MoesimError) as caught:
+        get_model(path)
+    assert str(caught.value) == f"{path}: {message}"
+    assert one_line_error(cli, "plan", "--model", path, "--hardware", "rtx4090") == f"{path}: {message}"
+
+
+def test_config_json_fields_as_transformers_defaults_them(tmp_path, monkeypatch):
+    """Absent or null: KV heads one per attention head, no MLP-only layers; a list of them makes dense layers."""
+    monkeypatch.chdir(tmp_path)
+    assert get_model(config(tmp_path, "a", num_key_value_heads=None)).kv_dim == 32 * 128
+    assert get_model(config(tmp_path, "b", mlp_only_layers=None)).dense_layers == 0
+    m = get_model(config(tmp_path, "c", mlp_only_layers=[0, 1]))
+    assert (m.num_layers, m.dense_layers, m.kv_dim) == (2, 2, 4 * 128)
+
+
+# --- 4. the model table's int4 column -------------------------------------------------------------------------
+
+def test_the_model_table_says_its_int4_column_counts_scales(cli):
+    code, out, _ = cli("models")
+    assert code == 0 and "4-bit without scales" not in out
+    assert "int4 = 4.125 bits a weight, an fp16 scale per 128 included" in " ".join(out.split())
+    code, out, _ = cli("models", "--json")
+    mixtral = next(row for row in json.loads(out) if row["name"] == "mixtral-8x7b")
+    assert mixtral["expert_mb_int4"] == 3 * 4096 * 14336 * 4.125 / 8 / 1e6 == 90.832896
+
+
+# --- 5. a truncated GGUF -------------------------------------------------------------------------------------
+
+def test_a_truncated_gguf_is_called_truncated(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("trunc.gguf").write_bytes(b"GGUF\x03\x00\x00\x00")
+    Path("other.gguf").write_bytes(b"PK\x03\x04" + bytes(40))
+    with pytest.raises(MoesimError) as caught:
+        get_model("trunc.gguf")
+    assert str(caught.value) == "trunc.gguf: truncated GGUF file: 8 of its header's 24 bytes"
+    assert one_line_error(cli, "plan", "--model", "trunc.gguf", "--hardware", "rtx4090") == \
+        "trunc.gguf: truncated GGUF file: 8 of its header's 24 bytes"
+    with pytest.raises(MoesimError) as caught:
+        get_model("other.gguf")
+    assert str(caught.value) == "other.gguf: not a GGUF file (no GGUF magic)"
+
+
+# --- 6. names and top-level keys of a hardware file ------------------------------------------------------------
+
+def test_a_hardware_files_name_and_top_level_keys(cli, tmp_path):
+    path = template_with(tmp_path, 'name = "my-desktop"', "name = 5")
+    assert one_line_error(cli, "hardware", "--show", path) == f"{path}: name must be a string, got 5"
+    path = template_with(tmp_path, 'name = "my-desktop"', 'name = "my-desktop"\nfoo = 3', "foo.toml")
+    assert one_line_error(cli, "hardware", "--show", path) == (
+        f"{path}: unknown top-level key(s) foo (known: name, and a preset's name for gpu, link, ssd, cpu)")
+    path = template_with(tmp_path, 'name = "my-desktop"', 'name = "my-desktop"\n[foo]\nx = 1', "table.toml")
+    assert one_line_error(cli, "hardware", "--show", path) == (
+        f"{path}: unknown section(s) foo (known: gpu, link, ssd, cpu, compute)")
+    path = template_with(tmp_path, 'name = "RTX 3060 12GB"', "name = [1, 2]", "gpu.toml")
+    assert one_line_error(cli, "hardware", "--show", path) == f"{path}: [gpu] name must be a string, got [1, 2]"
