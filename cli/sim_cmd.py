@@ -73,12 +73,16 @@ def run(
         base = configs[0]
         spec = base.model.spec(trace.meta)
         check_model_read(asked.typed, [spec])
-        check_prompt(trace, base.workload.prompt, asked="prompt" in asked.typed or None)  # 0 too, where each is recorded
+        check_prompt(trace, base.workload.prompt, asked="prompt" in asked.typed)  # 0 too, where each is recorded
+        if "kernel" in asked.typed:  # each run assembled (not run) to see where its experts are computed
+            from moesim.sim.des import prepare_des
+            from moesim.sim.run import kernel_unread
+
+            unread = [kernel_unread(run, int(run.rows.tokens.max()), c)
+                      for c in configs for run in (prepare_des(trace, c, spec, hw).run,)]
+            if all(unread):
+                raise MoesimError(f"{option('kernel')}: {unread[0]}, so nothing reads it")
         results = [moesim.simulate(trace, config, model=spec, hardware=hw) for config in configs]
-        if "kernel" in asked.typed and all(r.cpu_share == 1.0 and r.ttft_s is None for r in results):
-            raise MoesimError(f"{option('kernel')}: every expert of every step ran on the host CPU (strategy "
-                              f"{base.execution.strategy}, no prompt row), and it is a GPU kernel's kind, so nothing "
-                              "reads it")
         if save_config is not None:  # after the runs: one refused (a model that does not fit) writes no file
             configs[0].to_toml(save_config, absolute=True)  # read from any folder as from this one
     if as_json:

@@ -208,7 +208,7 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
     if config is None:  # the command line's and a sweep's defaults, not settings the user gave
         config = Config().replace(**SERVE_DEFAULTS)
     trace, config, objects = _run_inputs(trace, config, "serve", model, hardware, settings)
-    return simulate_serve(trace, config, given=set(settings), **objects)
+    return simulate_serve(trace, config, **objects)
 
 
 def run_replay(trace: Trace, config: Config | None = None, *, backend: str = "cpu",
@@ -258,8 +258,9 @@ def validate(trace: Trace, config: Config | None = None, *, policies=("lru", "be
     config, objects = _with_objects(config, "des", model, None, settings)  # RUN_SETTINGS: a replay's are a run's
     run_groups(config, policies, capacities, cpu_layers)  # a bad one refused before calibrating
     numbers_of = [c for c in capacities if c != "auto"]  # the buffers a real backend's check sizes: the most slots
-    trace, spec, hw = prepare(_trace(trace), config.replace(capacity=max(numbers_of, default="auto")), backend,
-                              hardware, layers, scale, workdir, objects.get("model"))
+    most = max(numbers_of, key=lambda c: max(c) if isinstance(c, (list, tuple)) else c, default="auto")  # of a layer
+    trace, spec, hw = prepare(_trace(trace), config.replace(capacity=most), backend, hardware, layers, scale, workdir,
+                              objects.get("model"))
     return run(trace, config, hw, policies, capacities, backend, layers, scale, workdir, model=spec,
                cpu_layers=cpu_layers)
 
@@ -382,7 +383,7 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
         dtypes = [dtypes] if isinstance(dtypes, str) else list(dtypes)  # one, or several
     except TypeError:
         raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}") from None
-    return run(config.replace(**named, **settings), trace, dtypes, asked, given=set(settings))
+    return run(config.replace(**named, **settings), trace, dtypes, asked)
 
 
 def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local",

@@ -13,8 +13,8 @@
 - ``routed()``: returns once the router's choice is known on the host;
 - ``finish_step()``: returns once the compute stream is idle;
 - ``clock()``: the time now, in seconds;
-- ``copy_busy_s``: the copy stream's busy time so far; ``copy_mark()``: a mark of the copies issued so far, taken
-  without waiting for any, and ``copy_busy_since(mark)``: the busy time of the copies issued after it;
+- ``copy_mark()``: a mark of the copies issued so far, taken without waiting for any, and ``copy_busy_since(mark)``:
+  the copy stream's busy time on the copies issued after it (by default from ``copy_busy_s``, its busy time so far);
 - ``close()``: everything freed, files removed.
 
 The defaults below suit a backend whose compute stream runs synchronously on the host (the CPU's):

@@ -89,10 +89,6 @@ class CudaBackend(Backend):
     def finish_step(self) -> None:
         self.torch.cuda.current_stream().synchronize()
 
-    @property
-    def copy_busy_s(self) -> float:
-        return self.copy_busy_since(0)
-
     def copy_mark(self) -> int:
         """The copies issued so far, counted (their busy time would wait for the copy stream)."""
         return len(self.copies)

@@ -189,8 +189,9 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
     check_backend(config, backend)
     dram_capacity = config.cache.dram_capacity
     trace, model = shrink(trace, model, layers, scale)
-    sim = simulate_des(trace, config.replace(dtype=DTYPE[backend]) if real else config, model, hardware,
-                       decisions=True)
+    if real:  # in the backend's own format (a configuration file's other format unread too)
+        config = config.replace(dtype=DTYPE[backend], other_dtype=None)
+    sim = simulate_des(trace, config, model, hardware, decisions=True)
     n_slots = int(sim.config.cache.slots(model.num_layers).sum())
     placed_layers = model.num_layers if (sim.placement != CACHED).any() else 0
     folder = work_folder(workdir)
@@ -320,14 +321,15 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
     for row in range(req.num_rows):
         if row == first:
             mark = machine.copy_mark()
-        decode = req.kind[row] == DECODE and row >= first  # counted and timed
+        measured = row >= first  # what the simulator counts from its first measured row on
+        decode = req.kind[row] == DECODE and measured  # counted and timed
         x = compute.row(row, req.tokens[row], req.ctx[row], req.outputs[row])
         start = machine.clock()
         while i < len(log) and log[i, 0] == row and log[i, 2] == EV_PRELOAD:
             obj, slot = int(log[i, 3]), int(log[i, 4])
             copy(obj, slot)
             held[slot] = obj
-            prefetches += 1
+            prefetches += measured
             i += 1
         for layer in range(n_layers):
             x = compute.layer(x)
@@ -375,7 +377,7 @@ def _execute(sim: DesResult, machine, compute, layout: Buffers, num_experts: int
                     accesses += decode
                     run.append((buf, tokens_of[obj], machine.weights(buf)))
                 else:  # a prefetch, a preload's kin, or a background fill: no compute waits on it here
-                    prefetches += 1
+                    prefetches += measured and event == EV_PREFETCH  # (the simulator counts fills apart)
             if run or on_cpu:
                 out = compute.scratch(x)
                 if per_expert:

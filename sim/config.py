@@ -46,7 +46,7 @@ from moesim.sim.hardware import LOCAL, get_hardware, is_file_name
 from moesim.sim.presets import CPUS, LINKS, SSDS, SYSTEMS
 from moesim.sim.machine import Hardware
 from moesim.sim.strategies import STRATEGIES, get_strategy
-from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, all_cached
+from moesim.tracegen.model_files import is_model_file
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, model_for_trace
 
 SCOPES = ("per-layer", "global")
@@ -586,16 +586,17 @@ class Config:
 
 
 def _absolute_files(config: Config) -> Config:
-    """``config`` with each file a setting names as an absolute path: the hardware (a TOML file, not a preset or
-    local), the arrivals (a file, not poisson or burst), and the parameters that name files (``PATH_PARAMS``; a
-    trace's ``bundled`` is the shipped one, wherever the run is)."""
+    """``config`` with each file a setting names as an absolute path: the model (a config.json or GGUF file, not a
+    preset), the hardware (a TOML file, not a preset or local), the arrivals (a file, not poisson or burst), and the
+    parameters that name files (``PATH_PARAMS``; a trace's ``bundled`` is the shipped one, wherever the run is)."""
     import os
 
     from moesim.tracegen.trace import BUNDLED
 
-    machine, arrivals = config.hardware.machine, config.serve.arrivals
+    machine, arrivals, model = config.hardware.machine, config.serve.arrivals, config.model.name
     files = {"hardware": machine if machine.lower() != LOCAL and is_file_name(machine) else None,
-             "arrivals": arrivals if arrivals.lower().endswith(ARRIVAL_FILES) else None}
+             "arrivals": arrivals if arrivals.lower().endswith(ARRIVAL_FILES) else None,
+             "model": model if model is not None and is_model_file(model) else None}
     for section in OWNERS:
         files |= {k: str(v) for k, v in getattr(config, section).params.items()
                   if k in PATH_PARAMS and not (k in TRACE_PARAMS and str(v) == BUNDLED)}
@@ -688,10 +689,6 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
     if "kernel" in given and all(_has_gpu(m) is False for m in machines):  # (a link, a GPU memory: the hardware's)
         raise MoesimError(f"{option('kernel')}: {' and '.join(machines)} {'has' if len(machines) == 1 else 'have'} no "
                           "GPU (every expert runs on the CPU), so nothing reads it")
-    if strategy_read and "kernel" in given and all(_cpu_computes_all(c) for c in configs):
-        names = ", ".join(strategies)
-        raise MoesimError(f"{option('kernel')}: strategy {names} with no expert cache ({option('capacity', 0)}) and no "
-                          "prefetcher computes every expert on the CPU, so nothing reads it")
     if "arrival_seed" in given and all(c.serve.arrivals == "burst" and c.serve.draft_tokens == 0
                                        and c.serve.requests is None for c in configs):
         raise MoesimError(f"{option('arrival_seed')}: {option('arrivals', 'burst')} puts every request at time 0, one "
@@ -721,19 +718,6 @@ def _has_gpu(machine: str) -> bool | None:
         return get_hardware(machine).gpu is not None
     except (KeyError, MoesimError):
         return None
-
-
-def _cpu_computes_all(config: Config) -> bool:
-    """Whether a run of ``config`` computes every expert on the host CPU, whatever its trace, model and machine: a
-    strategy that places no layer on the GPU and computes each expert it does not hold on the CPU (hybrid), with no
-    slot to hold one (capacity 0) and no prefetcher to stage one for the GPU. (cpu-experts with every layer on the
-    CPU still runs a row of 32 tokens or more on the GPU, and its layers are known only with the model:
-    ``moesim.sim.serve`` refuses it where its steps are known.)"""
-    module = STRATEGIES.get(config.execution.strategy)
-    capacity = config.cache.capacity
-    no_cache = capacity == 0 or (isinstance(capacity, tuple) and not any(capacity))
-    return (module is not None and set(module.ACTIONS) <= {A_CPU, A_CPU_FILL} and module.placement is all_cached
-            and no_cache and config.prefetch.prefetcher == "none")
 
 
 def _threads_unread(strategies: list[str], machines: list[str]) -> str | None:

@@ -68,14 +68,14 @@ def prompt_rows(trace: Trace) -> np.ndarray:
     return np.bincount(trace.row_sequence()[trace.phase == PREFILL], minlength=trace.num_sequences)
 
 
-def check_prompt(trace: Trace, prompt: int, served: np.ndarray | None = None, asked: bool | None = None) -> np.ndarray:
-    """``prompt_rows(trace)``; a ``prompt`` asked for (``asked``; default: one above 0) where every sequence served
+def check_prompt(trace: Trace, prompt: int, served: np.ndarray | None = None, asked: bool = False) -> np.ndarray:
+    """``prompt_rows(trace)``; a ``prompt`` asked for (one above 0, or any ``asked``) where every sequence served
     (``served``: the sequences a stream serves, default all) records its own (it would change nothing: it is given
     to the sequences recorded without one, and a prompt of 0 would not keep a recorded one from being prefilled)
     is refused."""
     recorded = prompt_rows(trace)
     those = recorded if served is None else recorded[served]
-    if (prompt > 0 if asked is None else asked) and those.min() > 0:
+    if (prompt > 0 or asked) and those.min() > 0:
         raise MoesimError(f"{option('prompt', prompt)}: every sequence {'of the trace' if served is None else 'served'} "
                           f"records its own prompt ({int(np.median(those))} tokens, the median), which is what is "
                           "prefilled; a prompt is given only to sequences recorded without one, so leave it out")

@@ -33,7 +33,7 @@ from moesim.sim.machine import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.strategies import STRATEGIES, get_strategy, lowbit_dtype
-from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, ON_CPU, Cells
+from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, CACHED, ON_CPU, Cells
 from moesim.sim.weights import Weights, weights_of
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE
@@ -235,6 +235,36 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     return Run(config, model, hardware, memory, cost, strategy, sparams, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
                max(build, build_for(config, model, decisions, source.rewritten)))
+
+
+def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
+    """Why the GPU's expert kernel kind (``kernel``) is read by nothing in ``run``, whose rows hold at most
+    ``most_tokens`` tokens; None where it may be read. Nothing reads it where every expert is computed on the host
+    CPU whatever the kernel: every layer's experts placed there (``cpu_layers``, ``auto`` resolved) and no row of the
+    strategy's ``OFFLOAD_MIN_TOKENS`` (the tokens at which llama.cpp runs them on the GPU), or a strategy whose only
+    actions compute on the CPU, with no slot ever to hold an expert and no prefetcher to stage one. ``asked``: the
+    configuration as given (its ``auto`` sizes named so). (A strategy that weighs the GPU against the CPU, cpu-miss, reads it even where every
+    expert ended on the CPU: the kernel's launches are part of what it weighed.)"""
+    if run.hardware.gpu is None:
+        return None  # ``check_read`` refuses it by the machine's name
+    strategy, n_layers = run.strategy, run.model.num_layers
+    placement = strategy.placement(n_layers, run.strategy_params)
+    offload = getattr(strategy, "OFFLOAD_MIN_TOKENS", None)  # a row this long runs them on the GPU
+    if (placement == ON_CPU).all() and (offload is None or most_tokens < offload):
+        placed = run.strategy_params.get("cpu_layers")
+        given = asked.execution.params.get("cpu_layers", strategy.PARAMS.get("cpu_layers"))
+        return (f"strategy {strategy.NAME} puts all {n_layers} layers' experts on the CPU"
+                + ("" if placed is None else f" ({option('cpu_layers', given)}"
+                   + ("" if given == placed else f", resolved to {placed}") + ")")
+                + ("" if offload is None else f" and no step holds the {offload} tokens at which it runs them on the "
+                                              f"GPU (at most {most_tokens} here)"))
+    if set(strategy.ACTIONS) <= {A_CPU, A_CPU_FILL} and (placement == CACHED).all() \
+            and not np.any(run.config.cache.slots(n_layers)) and run.config.prefetch.prefetcher == "none":
+        capacity = asked.cache.capacity
+        resolved = " resolved to 0" if capacity == "auto" else ""
+        return (f"strategy {strategy.NAME} with no expert slot ({option('capacity', capacity)}{resolved}) and no "
+                "prefetcher computes every expert on the CPU")
+    return None
 
 
 def check_fills(run: Run, filled: bool | None = None) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from moesim.errors import MoesimError, first_line
-from moesim.tracegen.io import READ_FAILURES
+from moesim.tracegen.io import READ_FAILURES, misspelt
 from moesim.sim.requests import check_prompt
 from moesim.tracegen.trace import Trace
 
@@ -58,7 +58,7 @@ class Queue:
 
 
 def make_queue(trace: Trace, requests: int, prompt: int, arrivals: np.ndarray, rng: np.random.Generator,
-               seq: np.ndarray | None = None, prompt_asked: bool | None = None) -> Queue:
+               seq: np.ndarray | None = None, prompt_asked: bool = False) -> Queue:
     """The stream's ``requests`` requests over ``trace`` (module docstring) arriving at ``arrivals``, serving
     the sequences ``seq`` (default: in order, then seeded shuffles); ``prompt_asked``: ``check_prompt``'s."""
     n_seqs = trace.num_sequences
@@ -94,10 +94,9 @@ def read_arrivals(path: str, n_seqs: int) -> tuple[np.ndarray, np.ndarray | None
         raise MoesimError(f"{path}: unreadable arrivals file ({first_line(exc)})") from None
     if "arrival_s" not in frame.columns:
         raise MoesimError(f"{path}: no arrival_s column (has {', '.join(frame.columns) or 'none'})")
-    misspelt = [c for c in frame.columns if c not in ARRIVAL_COLUMNS and c.strip().lower() in ARRIVAL_COLUMNS]
-    if misspelt:  # 'Seq' was ignored, and request i served sequence i
-        raise MoesimError(f"{path}: column {misspelt[0]!r} is read as {misspelt[0].strip().lower()!r} only when "
-                          f"spelt so (an arrivals file's columns: {' and '.join(ARRIVAL_COLUMNS)})")
+    for name in misspelt(frame.columns, ARRIVAL_COLUMNS.__contains__)[:1]:  # 'Seq' was ignored: request i served seq i
+        raise MoesimError(f"{path}: column {name!r} is read as {name.strip().lower()!r} only when spelt so (an "
+                          f"arrivals file's columns: {' and '.join(ARRIVAL_COLUMNS)})")
     for name in ARRIVAL_COLUMNS:
         dtype = frame.schema.get(name)
         if dtype is not None and not (dtype.is_numeric() or dtype in (pl.String, pl.Null)):

@@ -44,10 +44,10 @@ from moesim.sim.des_state import C_FILLS, C_LOADS, C_LOWBIT, C_PF_LOADS, C_PREFI
 from moesim.sim.machine import Hardware
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.requests import expert_choices, gather, merge, prompt_routing
-from moesim.sim.run import RowArrays, RowSource, Run, assemble, check_fills
+from moesim.sim.run import RowArrays, RowSource, Run, assemble, check_fills, kernel_unread
 from moesim.sim.scheduler import Queue, Scheduler, arrival_times, make_queue, most_step_tokens, read_arrivals
 from moesim.sim.strategies import get_strategy
-from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, CACHED, ON_CPU
+from moesim.sim.strategies.base import CACHED
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE, PREFILL
 from moesim.tracegen.trace import Trace
@@ -100,7 +100,7 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     _check_serve(trace, config)
     sv, wl = config.serve, config.workload
     rng = np.random.default_rng(sv.arrival_seed)
-    seq, asked = None, "prompt" in given or None  # a prompt of 0 given is refused too where each is recorded
+    seq, asked = None, "prompt" in given  # a prompt of 0 given is refused too where each is recorded
     if sv.arrivals in ARRIVALS:
         n_requests = sv.requests or trace.num_sequences
         _check_requests(n_requests)
@@ -116,8 +116,9 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
                           f"{sv.max_batch_tokens}, and without chunked prefill a prompt runs in one step")
     rows = StreamRows(trace, config, queue)
     run = assemble(trace, config, rows, model, hardware)
-    if "kernel" in given:
-        _check_kernel_read(run, rows.most_tokens, config.cache.capacity)
+    unread = "kernel" in given and kernel_unread(run, rows.most_tokens, config)
+    if unread:
+        raise MoesimError(f"{option('kernel')}: {unread}, so nothing reads it")
     scheduler = Scheduler(queue, sv.max_batch, sv.max_batch_tokens, sv.chunked_prefill, sv.draft_tokens,
                           sv.acceptance, rng)
     steps, seconds = _run_steps(run, scheduler, rows, wl.context)
@@ -256,7 +257,7 @@ def _check_stream_read(given, trace: Trace, config: Config, queue: Queue, listed
     request's sequence, and no draft that can be rejected), chunked prefill where no request has a prompt (a prompt
     where every request's sequence records its own: ``moesim.sim.requests.check_prompt``)."""
     sv = config.serve
-    drawn = sv.draft_tokens > 0 and sv.acceptance < 1  # a draw below 1 is always below acceptance 1: all accepted
+    drawn = sv.draft_tokens > 0 and 0 < sv.acceptance < 1  # a draw in [0, 1) is below 1 always, below 0 never
     if "arrival_seed" in given and sv.arrivals != "poisson" and not drawn:
         n, n_seqs = queue.size, trace.num_sequences
         how = None
@@ -269,39 +270,14 @@ def _check_stream_read(given, trace: Trace, config: Config, queue: Queue, listed
                    f"{n_seqs} sequences in order (only more than {n_seqs} would be shuffled)")
         if how is not None:
             drafts = (f"{option('draft_tokens')} is 0" if not sv.draft_tokens else
-                      f"every draft is accepted ({option('acceptance', sv.acceptance)})")
+                      f"every draft is {'accepted' if sv.acceptance else 'rejected'} "
+                      f"({option('acceptance', sv.acceptance)})")
             raise MoesimError(f"{option('arrival_seed')}: {how}, and {drafts}: nothing is drawn, so nothing reads it")
     if "chunked_prefill" in given and not queue.prompt.any():
         typed = (f"--{'' if sv.chunked_prefill else 'no-'}chunked-prefill" if READER.get() == "cli" else
                  f"chunked_prefill={sv.chunked_prefill!r}")
         raise MoesimError(f"{typed}: no request has a prompt to prefill (the sequences served record none, and "
                           f"{option('prompt')} is 0), so nothing reads it")
-
-
-def _check_kernel_read(run: Run, most_tokens: int, asked) -> None:
-    """The kernel kind given where this stream computes every expert on the host CPU, as its resolved run shows: every
-    layer's experts placed on the CPU (``cpu_layers``, ``auto`` resolved) with no step of the strategy's
-    ``OFFLOAD_MIN_TOKENS``, the tokens at which llama.cpp runs them on the GPU (``moesim.sim.strategies.cpu_experts``), or
-    a strategy that computes every expert it does not hold on the CPU with no slot ever to hold one (``asked``: the
-    capacity asked for; ``check_read`` refuses a 0 asked) and no prefetcher to stage one."""
-    if run.hardware.gpu is None:
-        return  # ``check_read`` refuses it by the machine's name
-    strategy, n_layers = run.strategy, run.model.num_layers
-    placement = strategy.placement(n_layers, run.strategy_params)
-    why, offload = None, getattr(strategy, "OFFLOAD_MIN_TOKENS", None)  # a row this long runs them on the GPU
-    if (placement == ON_CPU).all() and (offload is None or most_tokens < offload):
-        placed = run.strategy_params.get("cpu_layers")
-        why = (f"strategy {strategy.NAME} puts all {n_layers} layers' experts on the CPU"
-               + ("" if placed is None else f" ({option('cpu_layers')} {placed})") + (
-                   "" if offload is None else f" and no step holds the {offload} tokens at which it runs them on the "
-                                              f"GPU (at most {most_tokens} here)"))
-    elif set(strategy.ACTIONS) <= {A_CPU, A_CPU_FILL} and not (placement != CACHED).any() \
-            and not np.any(run.config.cache.slots(n_layers)) and get_prefetcher(run.config.prefetch.prefetcher) is None:
-        resolved = " resolved to 0" if asked == "auto" else ""
-        why = (f"strategy {strategy.NAME} with no expert slot ({option('capacity', asked)}{resolved}) and no "
-               "prefetcher computes every expert on the CPU")
-    if why is not None:
-        raise MoesimError(f"{option('kernel')}: {why}, so nothing reads it")
 
 
 class StreamRows(RowSource):

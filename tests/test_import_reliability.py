@@ -85,12 +85,16 @@ def test_other_fields_and_columns_are_ignored_in_every_format(cli, tmp_path):
     rows = table.splitlines()
     (tmp_path / "extra.csv").write_text("\n".join([f"note,{rows[0]},ts"] + [f'"a, ""b""",{r},' for r in rows[1:]])
                                         + "\n")
-    for src, fmt in ((plain, "vllm-jsonl"), (extra, "vllm-jsonl"), (tmp_path / "plain.csv", "csv"),
-                     (tmp_path / "extra.csv", "csv")):
+    # a quoted header with a comma in it, an ignored column twice, a nested object's keys in every record
+    (tmp_path / "quoted.csv").write_text("\n".join([f'{rows[0]},"note, free",id,id'] + [f"{r},x,1,2" for r in rows[1:]])
+                                         + "\r\n")
+    nested = _jsonl(tmp_path / "nested.jsonl", _records(meta={"Layer": 9, "Phase": 0, " token_idx": 3}))
+    for src, fmt in ((plain, "vllm-jsonl"), (extra, "vllm-jsonl"), (nested, "vllm-jsonl"),
+                     (tmp_path / "plain.csv", "csv"), (tmp_path / "extra.csv", "csv"), (tmp_path / "quoted.csv", "csv")):
         code, _, err = cli("trace", "import", src, "--format", fmt, "--out", tmp_path / f"{src.name}.parquet")
         assert code == 0, err
     base = load_trace(tmp_path / "plain.jsonl.parquet")
-    for name in ("extra.jsonl", "plain.csv", "extra.csv"):
+    for name in ("extra.jsonl", "nested.jsonl", "plain.csv", "extra.csv", "quoted.csv"):
         trace = load_trace(tmp_path / f"{name}.parquet")
         assert np.array_equal(trace.experts, base.experts) and np.array_equal(trace.phase, base.phase), name
 
@@ -112,7 +116,7 @@ def test_other_fields_and_columns_are_ignored_in_every_format(cli, tmp_path):
     # a row short of a column the importer does not read was taken (polars reads the missing field as empty)
     ("t.csv", "seq,step,layer,e0,e1,note\n0,0,0,1,2,a\n0,1,0,1,2\n", ":3: 5 fields, the header has 6"),
     ("t.csv", "seq,step,layer,e0,e2\n0,0,0,1,2\n", ":1: expert columns must be e0..e1, one each, got e0, e2"),
-    ("t.csv", "seq,step,layer,e0,e1,note,note\n0,0,0,1,2,a,b\n", ":1: column(s) 'note' appear more than once"),
+    ("t.csv", "seq,step,layer,e0,e1,layer\n0,0,0,1,2,0\n", ":1: column(s) 'layer' appear more than once"),
 ])
 def test_a_misspelt_field_is_refused_in_every_format(cli, tmp_path, name, body, message):
     src = tmp_path / name
@@ -214,14 +218,17 @@ def test_to_toml_absolute_names_every_file_by_its_absolute_path(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     (tmp_path / "box.toml").write_text("")  # not read: a name ending .toml is a hardware file
     config = Config.build(hardware="box.toml", arrivals="a.csv", policy="ml-ffn", ml_model="m.npz",
-                          prefetch="popular", train_trace="bundled")
+                          prefetch="popular", train_trace="bundled", model="q3/config.json")
     config.to_toml(tmp_path / "c.toml", absolute=True)
     loaded = Config.from_toml(tmp_path / "c.toml")
     here = os.getcwd()  # tmp_path as the system names it (a link resolved)
-    assert (loaded.hardware.machine, loaded.serve.arrivals, loaded.cache.params) == (
-        f"{here}/box.toml", f"{here}/a.csv", {"ml_model": f"{here}/m.npz"})
+    assert (loaded.model.name, loaded.hardware.machine, loaded.serve.arrivals, loaded.cache.params) == (
+        f"{here}/q3/config.json", f"{here}/box.toml", f"{here}/a.csv", {"ml_model": f"{here}/m.npz"})
     assert loaded.prefetch.params == {"train_trace": "bundled"}  # the shipped trace, wherever the run is
-    assert loaded == config.replace(hardware=f"{here}/box.toml", arrivals=f"{here}/a.csv", ml_model=f"{here}/m.npz")
+    assert loaded == config.replace(hardware=f"{here}/box.toml", arrivals=f"{here}/a.csv", ml_model=f"{here}/m.npz",
+                                    model=f"{here}/q3/config.json")
+    assert Config.build(model="mixtral-8x7b").to_toml(tmp_path / "p.toml", absolute=True) is None and \
+        Config.from_toml(tmp_path / "p.toml").model.name == "mixtral-8x7b"  # a preset is a name, not a file
     config.to_toml(tmp_path / "plain.toml")  # the API's default: as given
     assert Config.from_toml(tmp_path / "plain.toml") == config
 

@@ -84,12 +84,14 @@ def test_the_api_replay_takes_every_setting_of_a_simulated_run():
     """Each of them, step by step, through ``moesim.run_replay`` and ``moesim.simulate``."""
     trace = moesim.synth_trace(16, 64, 8, sequences=2, tokens=6, seed=3, model="olmoe-1b-7b")
     for settings in (dict(threads=2, warmup=1), dict(threads=2, vram=16.0, capacity="auto"),
-                     dict(threads=2, split="best", reset=True, prompt=24)):
+                     dict(threads=2, split="best", reset=True, prompt=24),
+                     dict(strategy="gpu-cache", prefetch="history", warmup=1)):  # the warm-up's prefetches uncounted
         settings = dict(strategy="hybrid", capacity=8) | settings
         simulated = moesim.simulate(trace, **settings)
         replayed = moesim.run_replay(trace, backend="virtual", **settings)
         assert replayed.step_times.tolist() == simulated.step_times.tolist(), settings
-        assert (replayed.hits, replayed.accesses) == (simulated.hits, simulated.accesses)
+        assert (replayed.hits, replayed.accesses, replayed.loads, replayed.prefetch_loads) == \
+            (simulated.hits, simulated.accesses, simulated.loads, simulated.prefetch_loads), settings
 
 
 def test_a_real_backend_refuses_what_it_cannot_read_and_says_its_format(cli, olmoe, tmp_path):
@@ -219,6 +221,7 @@ def test_the_apis_list_arguments_are_checked_in_one_line(olmoe):
         assert str(refused.value) == message
     # one policy's name is that policy; a log longer than the run's evictions keeps them all
     assert [r["policy"] for r in validate(policies="lru")] == ["lru"]
+    assert [r["error_pct"] for r in validate(policies="lru", capacities=[8, [8] * 8 + [12] * 8])] == [0.0, 0.0]
     every = moesim.hitrate(trace, "lru", 8, log_evictions=10 ** 15).evictions
     assert len(every) == moesim.hitrate(trace, "lru", 8).misses - 8 * 16  # each miss once the layer's 8 slots are full
     assert moesim.hitrate(trace, "lru", 8, log_evictions=5).evictions.tolist() == every[:5].tolist()

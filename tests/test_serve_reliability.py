@@ -85,26 +85,27 @@ def test_an_arrival_seed_where_nothing_is_drawn_is_refused(cli, tmp_path):
 
 
 def test_a_kernel_where_every_expert_runs_on_the_cpu_is_refused(cli):
-    """The kernel kind times the experts the GPU computes: hybrid with no cache and no prefetcher computes none
-    (known from the configuration), nor cpu-experts with every layer on the CPU and no step of the 32 tokens at which
-    llama.cpp runs a CPU layer's experts on the GPU (known once the run is resolved and its requests are)."""
+    """The kernel kind times the experts the GPU computes: hybrid with no slot and no prefetcher computes none, nor
+    cpu-experts with every layer on the CPU and no step of the 32 tokens at which llama.cpp runs a CPU layer's experts
+    on the GPU (known once the run is assembled, and a stream's requests are). The command line refuses it; the API
+    takes it (a loop over capacities passes it to each), and cpu-miss reads it even where every expert ends on the
+    CPU (its launches are part of what it weighs)."""
     assert one_line_error(cli, "sim", "run", "bundled", "--strategy", "hybrid", "--capacity", "0", "--kernel",
                           "per-expert") == (
-        "--kernel: strategy hybrid with no expert cache (--capacity 0) and no prefetcher computes every expert on "
+        "--kernel: strategy hybrid with no expert slot (--capacity 0) and no prefetcher computes every expert on "
         "the CPU, so nothing reads it")
     trace = moesim.load_trace("bundled")
-    with pytest.raises(MoesimError, match=r"^kernel: strategy hybrid with no expert cache \(capacity=0\) and no "
-                                          r"prefetcher computes every expert on the CPU, so nothing reads it$"):
-        moesim.simulate(trace, strategy="hybrid", capacity=0, kernel="per-expert")
+    assert moesim.simulate(trace, strategy="hybrid", capacity=0, kernel="per-expert").cpu_share == 1.0
+    runs(cli, "sim", "run", "bundled", "--dtype", "q4_k", "--strategy", "cpu-miss", "--capacity", "0", "--kernel",
+         "per-expert")  # every expert on the CPU here, by a choice that weighed the kernel's launches
     assert one_line_error(cli, "sim", "serve", "bundled", "--arrivals", "burst", "--strategy", "cpu-experts",
                           "--cpu-layers", "32", "--kernel", "per-expert") == (
         "--kernel: strategy cpu-experts puts all 32 layers' experts on the CPU (--cpu-layers 32) and no step holds "
         "the 32 tokens at which it runs them on the GPU (at most 2 here), so nothing reads it")
-    # sim run: every run's every decode access computed on the CPU (its result's cpu_share), and no prompt row
-    assert one_line_error(cli, "sim", "run", "bundled", "--strategy", "cpu-experts", "--cpu-layers", "32",
-                          "--kernel", "per-expert") == (
-        "--kernel: every expert of every step ran on the host CPU (strategy cpu-experts, no prompt row), and it is a "
-        "GPU kernel's kind, so nothing reads it")
+    assert one_line_error(cli, "sim", "run", "bundled", "--strategy", "cpu-experts", "--vram", "5", "--kernel",
+                          "per-expert") == (
+        "--kernel: strategy cpu-experts puts all 32 layers' experts on the CPU (--cpu-layers auto, resolved to 32) and "
+        "no step holds the 32 tokens at which it runs them on the GPU (at most 1 here), so nothing reads it")
     # capacity auto with no room for a slot beside the KV cache: resolved to none
     assert one_line_error(cli, "sim", "serve", "bundled", "--arrivals", "burst", "--strategy", "hybrid",
                           "--hardware", "rtx2080", "--kernel", "per-expert") == (

@@ -27,7 +27,7 @@ import numpy as np
 
 from moesim.errors import MoesimError, first_line
 from moesim.tracegen.models import ModelSpec
-from moesim.tracegen.io import write_trace
+from moesim.tracegen.io import misspelt, write_trace
 from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
 from moesim.tracegen.trace import Trace, concat_traces
 
@@ -124,12 +124,10 @@ _SCHEMA_FIELDS = ("top_k", "num_layers", "moe_layer_ids")  # of expert_ids_schem
 
 
 def _misspelt(record: dict, known: tuple[str, ...], where: str, within: str = "") -> None:
-    """Refuse a key of ``record`` that is one of ``known`` in other letters or spacing (read, it would be absent)."""
-    for key in record:
-        name = key.strip().lower() if isinstance(key, str) else None
-        if name in known and key not in known:
-            raise MoesimError(f"{where}: field {within + key!r} is read as {within + name!r} only when spelt so "
-                              "(others are ignored)")
+    """Refuse a key of ``record`` that is one of ``known`` in other letters or spacing (``moesim.tracegen.io.misspelt``)."""
+    for key in misspelt(record, known.__contains__)[:1]:
+        raise MoesimError(f"{where}: field {within + key!r} is read as {within + key.strip().lower()!r} only when "
+                          "spelt so (others are ignored)")
 
 
 def _whole(value) -> bool:

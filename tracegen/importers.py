@@ -31,7 +31,7 @@ from moesim.errors import MoesimError, first_line
 from moesim.files import check_output
 from moesim.tracegen.models import get_model
 from moesim.tracegen.import_sglang import import_sglang
-from moesim.tracegen.io import ORIGIN, TraceWriter, trace_from_frame
+from moesim.tracegen.io import ORIGIN, TraceWriter, misspelt, trace_from_frame
 from moesim.tracegen.schema import DECODE, FORMATS, TraceMeta
 
 BATCH_LINES = 1 << 20
@@ -130,26 +130,26 @@ def _spill(src: Path, parse, batches, folder: Path) -> tuple[list[list[Path]], l
     return [parts[b] for b in sorted(parts)], list(ids), seen
 
 
-# what a log's dimensions are inferred from (without --model): each record's layer, expert ids and their count
-_MEASURES = {"layer": pl.col("layer"), "expert": pl.col("experts").list.max(), "width": pl.col("experts").list.len()}
-_LOW = {"layer": pl.col("layer"), "expert": pl.col("experts").list.min(), "width": pl.col("experts").list.len()}
+# what a log's dimensions are inferred from (without --model): each record's layer, expert ids and their count, as
+# (its least, its most)
+_MEASURES = {"layer": (pl.col("layer"),) * 2, "expert": (pl.col("experts").list.min(), pl.col("experts").list.max()),
+             "width": (pl.col("experts").list.len(),) * 2}
 _MOST = 2 ** 15 - 1  # layers, experts and top-k a trace holds at most (int16 arrays; ``TraceMeta``)
 
 
 def _extremes(frame: pl.DataFrame, seen: dict[str, tuple[int, int]]) -> None:
     """Fold a batch's largest and smallest layer, expert id and width into ``seen`` (name -> (value, line)), each
     with the first line that holds it (batches come in line order: an earlier batch's line is kept on a tie)."""
-    for name, exprs in (("max", _MEASURES), ("min", _LOW)):
-        for what, expr in exprs.items():
+    for what, ends in _MEASURES.items():
+        for name, expr in zip(("min", "max"), ends):
             values = frame.select(expr.alias("v"), ORIGIN).drop_nulls("v")
             if not values.height:
                 continue
             at = values["v"].arg_max() if name == "max" else values["v"].arg_min()
             value, line = int(values["v"][at]), int(values[ORIGIN][at])
-            key = f"{name}_{what}"
-            old = seen.get(key)
+            old = seen.get(f"{name}_{what}")
             if old is None or (value > old[0] if name == "max" else value < old[0]):
-                seen[key] = (value, line)
+                seen[f"{name}_{what}"] = (value, line)
 
 
 def _inferred_meta(src: Path, seen: dict[str, tuple[int, int]], extra: dict) -> TraceMeta:
@@ -226,36 +226,27 @@ def _parse_vllm(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
     )
 
 
-# a JSON key that is one of a vLLM record's fields in any letters and spacing, and one as spelt: where a batch holds
-# more of the first, some key is a field's name in other letters or spacing ("Layer":, " phase":)
-_ANY_SPELLING = r'"\s*(?i:' + "|".join(_VLLM_SCHEMA) + r')\s*"\s*:'
-_AS_SPELT = r'"(?:' + "|".join(_VLLM_SCHEMA) + r')"\s*:'
+_NOT_LOWER = r'"[a-z_]*[A-Z\s][^"\n]*"\s*:'  # a JSON key with a capital or a space in it
 
 
 def _misspelt(src: Path, lines: np.ndarray, text: bytes) -> None:
-    """Refuse a record whose field is one of ``_VLLM_SCHEMA``'s in other letters or spacing: it would be read as
-    absent (a 'Phase' leaves the token decoding). The batch's keys of either kind are counted whole, by polars; only
-    where they differ is each such key found and confirmed on its line's top-level keys (a nested object's is not
-    a field)."""
+    """Refuse a record whose field is one of ``_VLLM_SCHEMA``'s in other letters or spacing (``misspelt``): it would
+    be read as absent (a 'Phase' leaves the token decoding). Only a batch with a key that has a capital or a space in
+    it (a search of the batch, by polars) has its records' keys read (polars' schema of the whole batch: a nested
+    object's keys are not fields), and only one misspelt is then looked for, to name its first line."""
     decoded = text.decode(errors="replace")
-    whole = pl.Series([decoded]).str
-    if whole.count_matches(_ANY_SPELLING).item() == whole.count_matches(_AS_SPELT).item():
+    if not pl.Series([decoded]).str.contains(_NOT_LOWER).item():
         return
-    for hit in re.finditer(_ANY_SPELLING, decoded):
-        if re.fullmatch(_AS_SPELT, hit.group()):
-            continue
-        begin = decoded.rfind("\n", 0, hit.start()) + 1
-        end = decoded.find("\n", hit.start())
-        try:
-            rec = json.loads(decoded[begin:None if end < 0 else end])
-        except (ValueError, RecursionError):
-            rec = None
-        for key in rec if isinstance(rec, dict) else ():
-            name = key.strip().lower()
-            if name in _VLLM_SCHEMA and key not in _VLLM_SCHEMA:
-                number = lines[decoded.count("\n", 0, begin)]
-                raise MoesimError(f"{src}:{number}: field {key!r} is read as {name!r} only when spelt so (a "
-                                  f"vllm-jsonl record's fields: {', '.join(_VLLM_SCHEMA)}; others are ignored)")
+    keys = pl.scan_ndjson(io.BytesIO(text), infer_schema_length=None).collect_schema().names()
+    for key in misspelt(keys, _VLLM_SCHEMA.__contains__)[:1]:
+        problem = (f"field {key!r} is read as {key.strip().lower()!r} only when spelt so (a vllm-jsonl record's "
+                   f"fields: {', '.join(_VLLM_SCHEMA)}; others are ignored)")
+        for hit in re.finditer(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:", decoded):
+            begin = decoded.rfind("\n", 0, hit.start()) + 1
+            end = decoded.find("\n", hit.start())
+            if key in json.loads(decoded[begin:None if end < 0 else end]):  # (the batch was read: each line parses)
+                raise MoesimError(f"{src}:{lines[decoded.count(chr(10), 0, begin)]}: {problem}")
+        raise MoesimError(f"{src}: {problem}")  # (written otherwise than JSON writes it: escaped)
 
 
 def _no_constant(name: str):
@@ -287,18 +278,22 @@ _CSV_COLUMNS = ("seq", "step", "layer", "phase")
 _EXPERT_COLUMN = re.compile(r"e\d+")
 
 
+def _csv_column(name: str) -> bool:
+    """Whether a table's column of this name is read."""
+    return name in _CSV_COLUMNS or bool(_EXPERT_COLUMN.fullmatch(name))
+
+
 def _parse_csv(src: Path, lines: np.ndarray, text: bytes) -> pl.DataFrame:
     """Plain table: seq,step,layer,e0..e{k-1}; optional phase (0 prefill, 1 decode; default 1). A column of another
     name is ignored (a log's request id); one of these names in other letters or spacing ('Phase', ' layer', 'E0'),
     or with no name at all (an expert column's lost, a trailing comma), is refused, not read as absent ('Phase' left
     every row decoding)."""
-    header = text.split(b"\n", 1)[0].decode(errors="replace").rstrip("\r\n").split(",")
-    bad = [h for h in header if not h.strip() or (h not in _CSV_COLUMNS and not _EXPERT_COLUMN.fullmatch(h) and (
-        h.strip().lower() in _CSV_COLUMNS or _EXPERT_COLUMN.fullmatch(h.strip().lower())))]
+    header = next(csv.reader([text.split(b"\n", 1)[0].decode(errors="replace").rstrip("\r\n")]))
+    bad = [h for h in header if not h.strip()] + misspelt(header, _csv_column)
     if bad:
         raise MoesimError(f"{src}:1: unknown column(s) {', '.join(map(repr, bad))}: a table's own columns (seq, step, "
                           "layer, phase, e0..ek-1) are read only when spelt so, a column of any other name is ignored")
-    twice = sorted({h for h in header if header.count(h) > 1})
+    twice = sorted({h for h in header if _csv_column(h) and header.count(h) > 1})
     if twice:
         raise MoesimError(f"{src}:1: column(s) {', '.join(map(repr, twice))} appear more than once")
     experts = sorted((h for h in header if _EXPERT_COLUMN.fullmatch(h)), key=lambda h: int(h[1:]))

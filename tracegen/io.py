@@ -21,6 +21,13 @@ POLARS_TYPES = {c: pl.List(_TYPES[k[5:-1]]) if k.startswith("list[") else _TYPES
 READ_FAILURES = (Exception, pl.exceptions.PanicException)
 
 
+def misspelt(keys, known) -> list[str]:
+    """Of a file's field or column names ``keys``, those that name one a reader reads (``known``: a name -> whether
+    it is one) in other letters or spacing ('Phase', ' layer'): read only as spelt, such a field would be taken as
+    absent, so every reader refuses it (one of any other name it ignores)."""
+    return [k for k in keys if isinstance(k, str) and not known(k) and known(k.strip().lower())]
+
+
 def read_meta(path: str | Path) -> TraceMeta:
     """The metadata of a trace file, without reading its rows."""
     path = Path(path)

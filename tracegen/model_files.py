@@ -26,7 +26,8 @@ Q4_K_M file quantises unevenly: some layers' down projections in q6_k), ``stored
 weight, and ``expert_format`` / ``other_format`` the types that hold most of those bytes. A file that has the
 magic but not the 24 bytes of a header is called truncated.
 
-A model read from a file keeps the file's name (``ModelSpec.file``): a trace whose metadata came from it names it,
+A model read from a file keeps the file's absolute path (``ModelSpec.file``): a trace whose metadata came from it names
+it (so from any folder),
 and is simulated only with it (``moesim.tracegen.models.model_for_trace``).
 
 A file that names no mixture of experts (a dense model), an unknown layout, or a damaged file is a
@@ -72,14 +73,14 @@ def _load(shown: str, path: str, mtime: int, size: int) -> ModelSpec:
     """The file named ``shown`` (as given: errors name it so), read now; ``path``, its resolved name, is with its
     version the cache's key and names a config.json's model by its folder."""
     if path.lower().endswith(".gguf"):
-        return replace(spec_from_gguf(shown), file=shown)
+        return replace(spec_from_gguf(shown), file=path)
     try:
         data = json.loads(Path(shown).read_text())
     except json.JSONDecodeError as exc:
         raise MoesimError(f"{shown}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MoesimError(f"{shown}: not a readable config.json ({exc.__class__.__name__})") from None
-    return replace(spec_from_config(data, _name_of(Path(path)), shown), file=shown)
+    return replace(spec_from_config(data, _name_of(Path(path)), shown), file=path)
 
 
 def _name_of(path: Path) -> str:
@@ -162,17 +163,17 @@ MOE_STEPS = ("decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq
 
 def _dense_layers(data: dict, layers: int, where: str) -> int:
     """Layers whose FFN is dense: DeepSeek's first k, Qwen's every-n-th sparse step and its MLP-only list (a list
-    of layer indices, as transformers reads it; absent or null: none)."""
+    of layer indices, as transformers reads it: absent or null, none; an index no layer has, never met)."""
     dense = set(range(_count(data, "first_k_dense_replace", where)))
     step = next((_whole(data[k], k, where) for k in MOE_STEPS if data.get(k) is not None), 1)
     if step > 1:
         dense |= {i for i in range(layers) if (i + 1) % step != 0}
     listed = data.get("mlp_only_layers")
     listed = [] if listed is None else listed
-    if not isinstance(listed, list) or any(type(i) is not int or not 0 <= i < layers for i in listed):
+    if not isinstance(listed, list) or any(type(i) is not int for i in listed):
         raise MoesimError(f"{where}: mlp_only_layers must be a list of layer indices 0..{layers - 1}, got "
                           f"{_shown(listed)}")
-    dense |= set(listed)
+    dense |= set(listed) & set(range(layers))
     if len(dense) >= layers:
         raise MoesimError(f"{where}: every one of its {layers} layers is dense")
     return len(dense)

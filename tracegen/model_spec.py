@@ -113,7 +113,7 @@ class ModelSpec:
     other_format: str = ""
     expert_mix: tuple = ()            # every format the experts are stored in: (format, share of their bytes)
     other_mix: tuple = ()             # ... and every other weight (norms and routers often f32)
-    file: str = ""  # the config.json or GGUF file the model was read from, as it was named ("": a preset)
+    file: str = ""  # the config.json or GGUF file the model was read from, its absolute path ("": a preset)
 
     @property
     def expert_params(self) -> int:
