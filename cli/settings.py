@@ -216,5 +216,7 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
             value = s.parse(value)
         (params if s.owner else plain)[name] = value
     base = base.replace(**plain)
+    if "strategy" in values and "strategy" not in given and base.hardware.spec().gpu is None:
+        base = base.replace(strategy="cpu-experts")  # a machine without a GPU: llama.cpp's CPU build, unless asked
     inputs = tuple(Path(f) for f in (config_file, base.hardware.machine) if f is not None and Path(f).is_file())
     return Asked(base, each, params, given, in_file, inputs, typed, tuple(values))

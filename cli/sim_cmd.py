@@ -2,7 +2,6 @@
 table CI guards. Options are the settings' declarations (``moesim.cli.settings``); runs go through the
 public API."""
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -65,8 +64,6 @@ def run(
     if save_config is not None:
         check_output(save_config, "configuration file", inputs=(trace_path, *asked.inputs), suffixes=(".toml",))
     hw = asked.base.hardware.spec()
-    if hw.gpu is None and "strategy" not in asked.given:  # a CPU-only machine: llama.cpp's CPU build, unless asked
-        asked = replace(asked, base=asked.base.replace(strategy="cpu-experts"))  # before its parameters are taken
     configs = asked.configs()
     with working(f"reading {trace_path}, then {len(configs)} simulated run(s)"):
         trace = moesim.load_trace(trace_path)

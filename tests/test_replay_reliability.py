@@ -152,14 +152,15 @@ def test_a_real_replay_says_the_format_it_ran(cli, olmoe, tmp_path):
 def test_the_virtual_replay_runs_a_machine_without_a_gpu_as_sim_run(cli, olmoe, tmp_path):
     """``--hardware ryzen-7950x --strategy cpu-experts`` (the strategy sim run's own refusal names) raised
     AttributeError ('NoneType' object has no attribute 'engines'), and so did hybrid at capacity 0 and a CPU-only
-    hardware file: the replay runs them, equal to sim run."""
+    hardware file: the replay runs them, equal to sim run; with no strategy given, both run cpu-experts."""
     from moesim.sim.hardware import get_hardware, write_hardware
 
     cpu_only = tmp_path / "here.toml"
     write_hardware(get_hardware("ryzen-9950x"), cpu_only)
     for machine in ("ryzen-7950x", cpu_only):
-        for placed in (["--strategy", "cpu-experts"], ["--strategy", "cpu-experts", "--cpu-layers", "16",
-                                                       "--threads", "8"], ["--strategy", "hybrid", "--capacity", "0"]):
+        for placed in ([], ["--strategy", "cpu-experts"], ["--strategy", "cpu-experts", "--cpu-layers", "16",
+                                                           "--threads", "8"], ["--strategy", "hybrid", "--capacity", "0"]):
+            # no strategy: llama.cpp's CPU build (cpu-experts), in replay as in sim run
             args = [olmoe, "--hardware", machine, *placed]
             simulated = sim_run(cli, *args)
             replayed = run(cli, "replay", *args, "--backend", "virtual")

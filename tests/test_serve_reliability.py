@@ -5,6 +5,8 @@ can hold sizes nothing by itself."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -178,3 +180,12 @@ def test_a_token_budget_past_what_a_step_holds_changes_nothing(monkeypatch):
         sufficient.pop("seconds"), huge.pop("seconds")
         assert huge == sufficient
     assert sized == [2, 2, 15, 15, 10, 10]  # bundled: 2 one-token requests; 3 prompts of 5; 2 of them at once
+
+
+def test_a_machine_without_a_gpu_serves_on_its_cpu_as_sim_run_runs(cli):
+    """With no strategy given, sim run ran llama.cpp's CPU build (cpu-experts) on a machine without a GPU, and serve
+    refused; both run it now, every expert on the CPU."""
+    code, out, err = cli("sim", "serve", "bundled", "--hardware", "ryzen-7950x", "--arrivals", "burst", "--dtype",
+                         "q4_k", "--json")
+    summary = json.loads(out)["summary"]
+    assert code == 0 and (summary["strategy"], summary["cpu_layers"]) == ("cpu-experts", 32), err
