@@ -16,6 +16,14 @@ from rich.table import Table
 
 console = Console(markup=False)  # nothing moesim prints is markup: names and paths keep their [brackets]
 
+
+def progress_bar(*columns):
+    """A rich progress bar of ``columns`` on the console, gone when done; off a terminal, none (it drew nothing there
+    and left an empty line on stdout)."""
+    from rich.progress import Progress
+
+    return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
+
 # what the command is doing, on one status line: the task a command names (``working``) or, while it lasts, what is
 # being compiled (numba's events in this process; the simulator's log records from worker processes)
 _activity: dict = {"task": None, "compiling": None, "workers": None, "live": None}

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from moesim.cli.console import console, emit_json, table
+from moesim.cli.console import console, emit_json, progress_bar, table
 from moesim.errors import MoesimError
 from moesim.replay.llamacpp_validate import counts
 
@@ -55,8 +55,8 @@ def llamacpp_formats(dtypes: list[str] | None) -> list[str]:
 
 
 def _bar() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TimeElapsedColumn(), console=console, transient=True)
+    return progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                        TimeElapsedColumn())
 
 
 def calibrate(out: Path, threads: str | None, runs: int, workdir: Path | None) -> None:

@@ -35,7 +35,9 @@ def plot(
     from moesim.plots.results import RESULT_KINDS, plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
     from moesim.plots.trace import SUFFIXES, TRACE_KINDS, check_index, plot_activations, plot_eviction_timeline
-    from moesim.tracegen.io import load_trace
+    from polars import read_parquet_schema as read_schema
+
+    from moesim.tracegen.io import READ_FAILURES, load_trace
 
     kinds = RESULT_KINDS + SERVE_KINDS + TRACE_KINDS
     if kind not in kinds:
@@ -44,6 +46,13 @@ def plot(
     check_output(out, "figure", inputs=(source,), suffixes=SUFFIXES)
     baseline, layer, sequence = baseline or "lru", layer or 0, sequence or 0
     if kind in TRACE_KINDS:
+        try:  # a sweep's results named as such (else ``load_trace`` says what the file is not)
+            results = "config_id" in read_schema(source)
+        except READ_FAILURES:
+            results = False
+        if results:
+            raise MoesimError(f"{source}: a sweep's results, not a trace; its figures are "
+                              f"{', '.join(RESULT_KINDS + SERVE_KINDS)}")
         trace = load_trace(source)
         # named as typed (--sequence, --layer), with the range the file has, before a figure is opened
         check_index(sequence, trace.num_sequences, "sequence", "sequences", str(source))

@@ -23,7 +23,7 @@ import typer
 from moesim.cli.options import PATH
 from moesim.errors import TYPED_AS, MoesimError, option
 from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_cache_read, check_params_used, check_read,
-                               file_settings, owner_module)
+                               file_settings, on_machine, owner_module)
 
 ConfigFile = Annotated[Optional[Path], typer.Option(
     "--config", click_type=PATH, help="Start from this configuration file (TOML: [model] [hardware] [cache] [prefetch] "
@@ -216,7 +216,7 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
             value = s.parse(value)
         (params if s.owner else plain)[name] = value
     base = base.replace(**plain)
-    if "strategy" in values and "strategy" not in given and base.hardware.spec().gpu is None:
-        base = base.replace(strategy="cpu-experts")  # a machine without a GPU: llama.cpp's CPU build, unless asked
+    if "strategy" in values:  # a command that runs a strategy: on a machine without a GPU, llama.cpp's CPU build
+        base = on_machine(base, given)
     inputs = tuple(Path(f) for f in (config_file, base.hardware.machine) if f is not None and Path(f).is_file())
     return Asked(base, each, params, given, in_file, inputs, typed, tuple(values))

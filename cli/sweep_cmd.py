@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from moesim.cli.console import console
+from moesim.cli.console import console, progress_bar
 from moesim.cli.options import PATH
 from moesim.files import check_output
 
@@ -29,16 +29,15 @@ def sweep(
 
     Example: moesim sweep examples/flashmoe_fig6.toml --out fig6.parquet --jobs 2
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     import moesim
     from moesim.experiments.sweep import STOP, load_spec
 
     spec = load_spec(spec_path)
     check_output(out, "results", inputs=(spec_path, *spec.traces))
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("eta"), TimeRemainingColumn(), console=console, transient=True) as bar:
+    with progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("eta"), TimeRemainingColumn()) as bar:
         task = bar.add_task(f"sweep ({spec.kind})", total=None)
 
         def stop(*_) -> None:

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from moesim.cli.console import console, emit_json, table, warn, working
+from moesim.cli.console import console, emit_json, progress_bar, table, warn, working
 from moesim.cli.options import PATH, TRACE, Force, TracePath
 from moesim.errors import MoesimError
 from moesim.files import check_output
@@ -68,7 +68,7 @@ def record(
 
     Example: moesim trace record --model tiny-olmoe --prompts prompts.txt --max-new-tokens 16 --speculate --out t.parquet
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
     from moesim.tracegen.record import RecordOptions, record_trace
 
@@ -76,8 +76,7 @@ def record(
                          speculate=speculate, chat=chat, temperature=temperature, top_p=top_p, seed=seed,
                          ignore_eos=ignore_eos)
     check_output(out, "trace", force=force, inputs=(prompts, model), suffixes=(".parquet",))
-    with Progress(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=console, transient=True) as bar:
+    with progress_bar(TextColumn("recording"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as bar:
         task = bar.add_task("record", total=None)
         summary = record_trace(model, prompts, out, opts,
                                progress=lambda done, total: bar.update(task, completed=done, total=total))

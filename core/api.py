@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
 from moesim.files import check_output
-from moesim.sim.config import LOOKUP_UNREAD, RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read, check_read
+from moesim.sim.config import (LOOKUP_UNREAD, RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read, check_read,
+                               on_machine)
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import HitRate
@@ -205,8 +206,6 @@ def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec 
     """
     from moesim.sim.serve import simulate_serve
 
-    if config is None:  # the command line's and a sweep's defaults, not settings the user gave
-        config = Config().replace(**SERVE_DEFAULTS)
     trace, config, objects = _run_inputs(trace, config, "serve", model, hardware, settings)
     return simulate_serve(trace, config, **objects)
 
@@ -314,7 +313,9 @@ def _path(path, name: str) -> Path:
 def _configured(config: Config | None, kind: str, settings: dict, **named) -> Config:
     """``config`` (default: the defaults) with the flat ``settings``, and those ``named`` that are not None,
     changed; a setting that a run of ``kind`` does not read is refused (``moesim.sim.config.RUN_SETTINGS``)."""
-    config = _config(config)
+    defaults, config = config is None, _config(config)
+    if defaults and kind == "serve":  # the command line's and a sweep's defaults, not settings the user gave
+        config = config.replace(**SERVE_DEFAULTS)
     settings = {**{k: v for k, v in named.items() if v is not None}, **settings}
     takes = RUN_SETTINGS[kind]
     unread = sorted(k for k in settings if k not in takes)
@@ -322,6 +323,8 @@ def _configured(config: Config | None, kind: str, settings: dict, **named) -> Co
         what = {"hitrate": "a hit-rate run", "des": "a simulated run", "serve": "a served stream"}[kind]
         raise MoesimError(f"{', '.join(unread)}: {what} does not read it (it reads {', '.join(takes)})")
     configured = config.replace(**settings)
+    if defaults and kind != "hitrate":  # (a configuration given is as built: ``Config.build`` applied it)
+        configured = on_machine(configured, settings)
     check_read(set(settings), [configured], strategy_read=kind != "hitrate")
     return configured
 

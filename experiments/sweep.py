@@ -39,6 +39,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,6 +103,8 @@ class SweepSpec:
             rule = ", ".join(f"{k} = {v!r}" for k, v in self.exclude[unmatched[0]].items())
             raise MoesimError(f"{self.path}: [[exclude]] rule {unmatched[0] + 1} ({rule}) matches no configuration; a "
                               "rule matches the values of [axes] and [fixed]")
+        if not out and not (stop is not None and stop.is_set()):
+            raise MoesimError(f"{self.path}: its [[exclude]] rules leave out every configuration: nothing to run")
         return out
 
 
@@ -165,6 +168,9 @@ def load_spec(path: str | Path) -> SweepSpec:
     if not isinstance(axes, dict) or not isinstance(fixed, dict) or not isinstance(exclude, list) \
             or not all(isinstance(rule, dict) for rule in exclude):
         raise MoesimError(f"{path}: [axes] and [fixed] must be tables, [[exclude]] a list of tables")
+    if not all(exclude):  # a rule of no key matches every row
+        raise MoesimError(f"{path}: [[exclude]] rule {[bool(r) for r in exclude].index(False) + 1} is empty: a rule "
+                          "names the values of the rows it leaves out")
     for name, values in axes.items():
         if not isinstance(values, list) or not values:
             raise MoesimError(f"{path}: axis '{name}' must be a non-empty list")
@@ -184,10 +190,8 @@ def load_spec(path: str | Path) -> SweepSpec:
     def values(owner: str) -> list:
         return axes.get(owner, [fixed.get(owner, defaults[owner])])
 
-    try:
+    with _spec_errors(path):
         check_params_used(values("policy"), params, values("prefetch"), values("strategy"))
-    except MoesimError as exc:
-        raise MoesimError(f"{path}: {exc}") from None
     fixed = {k: _resolve(path, k, v) for k, v in fixed.items()}
     axes = {k: [_resolve(path, k, v) for v in vs] for k, vs in axes.items()}
     exclude = [{k: _resolve(path, k, v) for k, v in rule.items()} for rule in exclude]  # as the rows hold them
@@ -412,8 +416,8 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
             _write(done, [], out)
         else:
             out.unlink(missing_ok=True)
-        raise MoesimError(f"{out}: every one of the {len(rows)} configuration(s) run failed, so nothing was written; "
-                          f"the first: {rows[0]['error']}")
+        raise MoesimError(f"{spec.path}: every one of the {len(rows)} configuration(s) run failed, so nothing was "
+                          f"written to {out}; the first: {rows[0]['error']}")
     if rows or not out.exists():
         _write(done, rows, out)
     if STOP.is_set():
@@ -499,14 +503,22 @@ def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
             continue  # the row reports it
     if not built:
         return
-    reader = READER.set("python")  # the spec's keys, as a row's error names them
-    try:
+    with _spec_errors(spec.path):
         check_read(given, built, strategy_read=spec.kind != "hitrate")
         if spec.kind != "hitrate":
             check_cache_read(given, built)
         check_model_read(given, list(models.values()))
+
+
+@contextmanager
+def _spec_errors(path: Path):
+    """A spec's checks: their errors name the spec, and its keys as written there (``gamma``, not ``--gamma``: the
+    names a row's error gives too)."""
+    reader = READER.set("python")
+    try:
+        yield
     except MoesimError as exc:
-        raise MoesimError(f"{spec.path}: {exc}") from None
+        raise MoesimError(f"{path}: {exc}") from None
     finally:
         READER.reset(reader)
 

@@ -15,20 +15,23 @@ import polars as pl
 
 from moesim.errors import MoesimError, first_line, option
 from moesim.plots.legible import MARKERS, coinciding
-from moesim.plots.trace import BOUND, plt, save_figure
+from moesim.plots.trace import BOUND, TRACE_KINDS, plt, save_figure
 from moesim.tracegen.io import READ_FAILURES
 
 RESULT_KINDS = ("hitrate-vs-capacity", "tpot-vs-capacity", "speedup-heatmap", "per-layer-hitrate")
 
 
 def read_results(path: str | Path) -> pl.DataFrame:
-    """A results file (Parquet) from ``moesim sweep``; a missing or unreadable one is a one-line error."""
+    """A results file (Parquet) from ``moesim sweep``; a missing or unreadable one, or a trace, is a one-line error."""
     try:
-        return pl.read_parquet(path, glob=False)
+        frame = pl.read_parquet(path, glob=False)
     except FileNotFoundError:
         raise MoesimError(f"{path}: no such results file") from None
     except READ_FAILURES as exc:
         raise MoesimError(f"{path}: unreadable results file ({first_line(exc)})") from None
+    if "experts" in frame.columns and "config_id" not in frame.columns:
+        raise MoesimError(f"{path}: a trace, not a sweep's results; its figures are {', '.join(TRACE_KINDS)}")
+    return frame
 
 
 def plot_results(frame: pl.DataFrame, kind: str, out: str | Path, baseline: str = "lru",

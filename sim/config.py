@@ -509,7 +509,7 @@ class Config:
         >>> Config.build(policy="gamma", gamma=0.8, capacity=4).cache.params
         {'gamma': 0.8}
         """
-        return cls().replace(**settings)
+        return on_machine(cls().replace(**settings), settings)
 
     def replace(self, **settings) -> Config:
         """This configuration with the flat settings given changed (a parameter must suit its policy,
@@ -710,6 +710,16 @@ def check_model_read(given: set, models: list[ModelSpec]) -> None:
         raise MoesimError(f"{', '.join(map(option, unread))}: model {names} computes its experts as lookup tables "
                           "on the host, copied a row a step, and keeps no expert cache nor runs an expert kernel, so "
                           f"nothing reads {'it' if len(unread) == 1 else 'them'}")
+
+
+def on_machine(config: Config, given) -> Config:
+    """``config`` where no strategy was given (``given``: the settings that were): on a machine without a GPU,
+    llama.cpp's CPU build (``cpu-experts``, every expert on the CPU), as the default ``gpu-cache`` has no GPU to cache
+    on. Every reader of flat settings applies it: the command line, ``Config.build`` (and so a sweep's rows), the
+    API's calls without a configuration."""
+    if "strategy" in given or _has_gpu(config.hardware.machine) is not False:
+        return config
+    return config.replace(strategy="cpu-experts")
 
 
 def _has_gpu(machine: str) -> bool | None:

@@ -156,3 +156,20 @@ def test_an_empty_trace_path_is_named_as_empty():
     """Path("") is ".", and loading it said ".: a folder, not a trace file"."""
     with pytest.raises(MoesimError, match=r"^a trace file is named by a path, got an empty one$"):
         moesim.load_trace("")
+
+
+def test_a_selection_of_no_sequence_or_one_the_trace_lacks_is_refused():
+    """``select([-1])`` and ``select([])`` made traces whose hit rate crashed the interpreter (a segmentation fault in
+    the compiled loop); ``select([5])`` was an IndexError, ``select([0, 0])`` failed only when written."""
+    trace = moesim.load_trace("bundled")
+    for given, message in (([-1], "select: sequence index -1 is not one of the trace's 2 (0..1)"),
+                           ([5], "select: sequence index 5 is not one of the trace's 2 (0..1)"),
+                           ([], "select takes a list of sequence indices (whole numbers 0..1), got []"),
+                           ([0.0], "select takes a list of sequence indices (whole numbers 0..1), got [0.0]"),
+                           ([0, 0], "select: a sequence index is listed twice (a trace holds each sequence once)")):
+        with pytest.raises(MoesimError) as refused:
+            trace.select(given)
+        assert str(refused.value) == message
+    second = trace.select(np.array([1]))
+    assert second.num_sequences == 1 and second.seq_ids.tolist() == [trace.seq_ids[1]]
+    assert np.array_equal(second.experts, trace.experts[trace.seq_offsets[1]:])

@@ -149,3 +149,19 @@ def test_the_api_plot_takes_a_numpy_capacity_and_refuses_results_of_another_type
     assert str(exc.value) == ("results must be a results file's path (a str or Path) or its polars DataFrame, "
                               "got int")
     assert [p.name for p in tmp_path.iterdir()] == ["x.png"]
+
+
+def test_a_results_figure_of_a_trace_and_a_trace_figure_of_results_say_what_the_file_is(cli, tmp_path, monkeypatch):
+    """'lacks column(s) capacity, hit_rate, policy' for a trace, and 'not a moesim trace ... convert it with moesim
+    trace import' for a sweep's results: each now names what the file is and the figures it has."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru"]\ncapacity = [4]\n')
+    assert cli("sweep", "s.toml", "--out", "r.parquet")[0] == 0
+    assert cli("trace", "synth", "--model", "mixtral-8x7b", "--sequences", "1", "--tokens", "4", "--out",
+               "t.parquet")[0] == 0
+    assert one_line_error(cli, "plot", "t.parquet", "--kind", "hitrate-vs-capacity", "--out", "a.png") == (
+        "t.parquet: a trace, not a sweep's results; its figures are activation-heatmap, eviction-timeline")
+    assert one_line_error(cli, "plot", "r.parquet", "--kind", "activation-heatmap", "--out", "a.png") == (
+        "r.parquet: a sweep's results, not a trace; its figures are hitrate-vs-capacity, tpot-vs-capacity, "
+        "speedup-heatmap, per-layer-hitrate, latency-vs-throughput, hitrate-vs-batch")
+    assert not (tmp_path / "a.png").exists()

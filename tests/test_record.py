@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from moesim.errors import MoesimError  # noqa: E402
 from moesim.tracegen.families import TINY_MODELS, is_router  # noqa: E402
 from moesim.tracegen.hf import load_model, tiny_model  # noqa: E402
 from moesim.tracegen.io import load_trace  # noqa: E402
@@ -238,3 +239,14 @@ def test_chunked_writing_gives_the_same_file(prompts, tmp_path, monkeypatch):
     for col in ("experts", "weights", "probs", "spec", "tokens", "steps", "phase", "seq_offsets", "seq_ids"):
         assert np.array_equal(getattr(a, col), getattr(b, col)), col
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet"]
+
+
+def test_a_folder_without_the_tokenizers_files_is_refused_in_one_line(prompts, tmp_path):
+    """transformers loads an empty tokenizer from a model folder that holds none: every prompt encoded to no token,
+    and generate() ended in an 80-line reshape traceback."""
+    model, _ = tiny_model("tiny-qwen2moe", torch.float64)
+    model.save_pretrained(tmp_path / "model")
+    with pytest.raises(MoesimError, match=r"^prompt 1: the model's tokenizer encodes it to no token \(does its "
+                                          r"folder hold the tokenizer's files\?\)$"):
+        record_trace(str(tmp_path / "model"), prompts, tmp_path / "t.parquet", RecordOptions(max_new_tokens=2))
+    assert not (tmp_path / "t.parquet").exists()

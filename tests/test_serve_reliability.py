@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import polars as pl
 import pytest
 
 import moesim
@@ -189,3 +190,25 @@ def test_a_machine_without_a_gpu_serves_on_its_cpu_as_sim_run_runs(cli):
                          "q4_k", "--json")
     summary = json.loads(out)["summary"]
     assert code == 0 and (summary["strategy"], summary["cpu_layers"]) == ("cpu-experts", 32), err
+
+
+def test_a_machine_without_a_gpu_runs_the_cpu_build_in_a_sweep_and_the_api_as_on_the_command_line(cli, tmp_path,
+                                                                                                  monkeypatch):
+    """A sweep's rows and the API's calls on ryzen-7950x failed (gpu-cache has no GPU) where sim run ran cpu-experts:
+    the same configuration, the same number everywhere; a strategy given is kept."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text('traces = ["bundled"]\nkind = "des"\n[axes]\nthreads = [4, 8]\n[fixed]\n'
+                                     'hardware = "ryzen-7950x"\ndtype = "q4_k"\n')
+    assert cli("sweep", "s.toml", "--out", "r.parquet")[0] == 0
+    rows = pl.read_parquet("r.parquet").sort("threads")
+    trace = moesim.load_trace("bundled")
+    for threads, strategy, tpot in rows.select("threads", "strategy", "tpot_s").iter_rows():
+        code, out, err = cli("sim", "run", "bundled", "--hardware", "ryzen-7950x", "--dtype", "q4_k", "--threads",
+                             str(threads), "--json")
+        assert code == 0 and strategy == "cpu-experts", err
+        assert tpot == json.loads(out)["results"][0]["tpot_s"] == \
+            moesim.simulate(trace, hardware="ryzen-7950x", dtype="q4_k", threads=threads).tpot_s
+    assert moesim.serve(trace, hardware="ryzen-7950x", dtype="q4_k", arrivals="burst").config.execution.strategy == \
+        "cpu-experts"
+    with pytest.raises(MoesimError, match="has no GPU"):  # asked for: kept, and refused
+        moesim.simulate(trace, hardware="ryzen-7950x", strategy="gpu-cache")

@@ -87,8 +87,8 @@ def test_a_sweep_whose_every_row_failed_is_an_error_and_writes_nothing(tmp_path)
     results file is as it was before (absent, or a resumed file's old rows)."""
     spec, out = tmp_path / "s.toml", tmp_path / "r.parquet"
     spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["nope", "nada"]\ncapacity = [4]\n')
-    with pytest.raises(MoesimError, match=r"r.parquet: every one of the 2 configuration\(s\) run failed, so nothing "
-                                          r"was written; the first: \[cache\] unknown policy 'nope'"):
+    with pytest.raises(MoesimError, match=r"s.toml: every one of the 2 configuration\(s\) run failed, so nothing "
+                                          r"was written to .*r.parquet; the first: \[cache\] unknown policy 'nope'"):
         run_sweep(load_spec(spec), out, flush_seconds=0)
     assert not out.exists()
     spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru"]\ncapacity = [4]\n')
@@ -436,3 +436,33 @@ def test_the_row_checks_leave_a_spec_whose_rows_all_fail_to_its_rows_errors(tmp_
     loaded = load_spec(spec)
     assert [(Path(c["hardware"]).name, c["capacity"]) for c in loaded.configs()] == [
         ("rtx4090", 4), ("rtx4090", 6), ("hw.toml", 4)]
+
+
+def test_an_exclude_rule_of_no_key_or_rules_that_leave_nothing_are_refused(cli, tmp_path, monkeypatch):
+    """An empty [[exclude]] rule matched every row, and rules that left none wrote a results file of no column (which
+    --resume and plot then refused), exit 0; off a terminal the error also left an empty line on stdout."""
+    monkeypatch.chdir(tmp_path)
+    head = 'traces = ["bundled"]\n[axes]\npolicy = ["lru", "lfu"]\ncapacity = [4]\n[[exclude]]\n'
+    for name, rule, message in (("empty", "", "[[exclude]] rule 1 is empty: a rule names the values of the rows it "
+                                              "leaves out"),
+                                ("all", "capacity = 4\n", "its [[exclude]] rules leave out every configuration: "
+                                                          "nothing to run")):
+        (tmp_path / f"{name}.toml").write_text(head + rule)
+        code, out, err = cli("sweep", f"{name}.toml", "--out", "r.parquet")
+        assert (code, out, err) == (1, "", f"moesim: error: {name}.toml: {message}\n")
+        assert not (tmp_path / "r.parquet").exists()
+
+
+def test_a_specs_errors_name_its_keys_and_the_spec_on_the_command_line_too(cli, tmp_path, monkeypatch):
+    """The command line named a spec's key as an option (`--gamma`) and an all-failed sweep by its results file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.toml").write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru", "lfu"]\ncapacity = [4]\n'
+                                     '[fixed]\ngamma = 0.5\n')
+    code, _, err = cli("sweep", "g.toml", "--out", "r.parquet")
+    assert (code, err) == (1, "moesim: error: g.toml: gamma: no policy or prefetcher of this run takes it (policies "
+                              "lru, lfu; prefetchers none)\n")
+    (tmp_path / "c.toml").write_text('traces = ["bundled"]\n[axes]\ncapacity = ["abc"]\n')
+    code, _, err = cli("sweep", "c.toml", "--out", "r.parquet")
+    assert (code, err) == (1, "moesim: error: c.toml: every one of the 1 configuration(s) run failed, so nothing was "
+                              "written to r.parquet; the first: [cache] capacity must be an integer or auto, got 'abc'\n")
+    assert not (tmp_path / "r.parquet").exists()

@@ -157,6 +157,10 @@ def _generate(model, tokenizer, tap: RouterTap, texts: list[str], first: int, op
         texts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
                                                add_generation_prompt=True) for t in texts]
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not opts.chat).to(model.device)
+    empty = np.flatnonzero(enc.attention_mask.sum(dim=1).cpu().numpy() == 0)
+    if empty.size:  # a folder without tokenizer files loads a tokenizer that encodes everything to nothing
+        raise MoesimError(f"prompt {first + int(empty[0]) + 1}: the model's tokenizer encodes it to no token (does "
+                          "its folder hold the tokenizer's files?)")
     kwargs = {"max_new_tokens": opts.max_new_tokens, "do_sample": opts.temperature > 0,
               "pad_token_id": tokenizer.pad_token_id}
     if opts.temperature > 0:

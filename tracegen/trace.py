@@ -65,11 +65,18 @@ class Trace:
         return np.repeat(np.arange(self.num_sequences), np.diff(self.seq_offsets))
 
     def select(self, sequences) -> "Trace":
-        """The trace restricted to the given sequence indices, in that order."""
-        off = self.seq_offsets
-        sequences = np.asarray(sequences, np.int64)
-        rows = np.concatenate([np.arange(off[s], off[s + 1]) for s in sequences]) if sequences.size else \
-            np.zeros(0, np.int64)
+        """The trace restricted to the given sequence indices (0 .. num_sequences - 1, each once), in that order."""
+        off, n = self.seq_offsets, self.num_sequences
+        given = np.asarray(sequences)
+        if given.ndim != 1 or given.size == 0 or given.dtype.kind not in "iu":
+            raise MoesimError(f"select takes a list of sequence indices (whole numbers 0..{n - 1}), got {sequences!r}")
+        sequences = given.astype(np.int64)
+        bad = sequences[(sequences < 0) | (sequences >= n)]
+        if bad.size:
+            raise MoesimError(f"select: sequence index {bad[0]} is not one of the trace's {n} (0..{n - 1})")
+        if np.unique(sequences).size < sequences.size:
+            raise MoesimError("select: a sequence index is listed twice (a trace holds each sequence once)")
+        rows = np.concatenate([np.arange(off[s], off[s + 1]) for s in sequences])
         lengths = off[sequences + 1] - off[sequences]
         pick = {f.name: getattr(self, f.name)[rows] for f in dataclasses.fields(self)
                 if f.name not in ("meta", "seq_ids", "seq_offsets") and getattr(self, f.name) is not None
