@@ -32,12 +32,10 @@ def plot(
     from moesim.errors import MoesimError
     from moesim.files import check_output
     from moesim.plots import check_options
-    from moesim.plots.results import RESULT_KINDS, plot_results, read_results
+    from moesim.plots.results import RESULT_KINDS, kind_of_file, plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
     from moesim.plots.trace import SUFFIXES, TRACE_KINDS, check_index, plot_activations, plot_eviction_timeline
-    from polars import read_parquet_schema as read_schema
-
-    from moesim.tracegen.io import READ_FAILURES, load_trace
+    from moesim.tracegen.io import load_trace
 
     kinds = RESULT_KINDS + SERVE_KINDS + TRACE_KINDS
     if kind not in kinds:
@@ -46,11 +44,7 @@ def plot(
     check_output(out, "figure", inputs=(source,), suffixes=SUFFIXES)
     baseline, layer, sequence = baseline or "lru", layer or 0, sequence or 0
     if kind in TRACE_KINDS:
-        try:  # a sweep's results named as such (else ``load_trace`` says what the file is not)
-            results = "config_id" in read_schema(source)
-        except READ_FAILURES:
-            results = False
-        if results:
+        if kind_of_file(source) == "results":  # named as such (else ``load_trace`` says what the file is not)
             raise MoesimError(f"{source}: a sweep's results, not a trace; its figures are "
                               f"{', '.join(RESULT_KINDS + SERVE_KINDS)}")
         trace = load_trace(source)

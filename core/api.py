@@ -310,9 +310,10 @@ def _path(path, name: str) -> Path:
     raise MoesimError(f"{name} must be a file's path (a str or Path), got {type(path).__name__}")
 
 
-def _configured(config: Config | None, kind: str, settings: dict, **named) -> Config:
+def _configured(config: Config | None, kind: str, settings: dict, machine: Hardware | None = None, **named) -> Config:
     """``config`` (default: the defaults) with the flat ``settings``, and those ``named`` that are not None,
-    changed; a setting that a run of ``kind`` does not read is refused (``moesim.sim.config.RUN_SETTINGS``)."""
+    changed, on ``machine`` where one built in code is given (``on_machine``); a setting that a run of ``kind``
+    does not read is refused (``moesim.sim.config.RUN_SETTINGS``)."""
     defaults, config = config is None, _config(config)
     if defaults and kind == "serve":  # the command line's and a sweep's defaults, not settings the user gave
         config = config.replace(**SERVE_DEFAULTS)
@@ -323,8 +324,11 @@ def _configured(config: Config | None, kind: str, settings: dict, **named) -> Co
         what = {"hitrate": "a hit-rate run", "des": "a simulated run", "serve": "a served stream"}[kind]
         raise MoesimError(f"{', '.join(unread)}: {what} does not read it (it reads {', '.join(takes)})")
     configured = config.replace(**settings)
-    if defaults and kind != "hitrate":  # (a configuration given is as built: ``Config.build`` applied it)
-        configured = on_machine(configured, settings)
+    if kind != "hitrate" and (defaults or "hardware" in settings):  # (a configuration given with its machine is as
+        # it was built: ``Config.build`` or the command line applied it); what a configuration given sets counts as given
+        unset = Config().flat()
+        given = set(settings) | ({k for k, v in config.flat().items() if v != unset.get(k)} if not defaults else set())
+        configured = on_machine(configured, given, None if machine is None else machine.gpu is not None)
     check_read(set(settings), [configured], strategy_read=kind != "hitrate")
     return configured
 
@@ -351,7 +355,7 @@ def _with_objects(config: Config | None, kind: str, model, hardware, settings: d
             objects[key] = value
         elif value is not None:
             raise MoesimError(f"{key} must be a name, a file or a {built.__name__}, got {type(value).__name__}")
-    return _configured(config, kind, settings), objects
+    return _configured(config, kind, settings, objects.get("hardware")), objects
 
 
 def plan(model: str | None = None, hardware: str | None = None, *, config: Config | None = None,

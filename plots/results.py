@@ -23,15 +23,24 @@ RESULT_KINDS = ("hitrate-vs-capacity", "tpot-vs-capacity", "speedup-heatmap", "p
 
 def read_results(path: str | Path) -> pl.DataFrame:
     """A results file (Parquet) from ``moesim sweep``; a missing or unreadable one, or a trace, is a one-line error."""
+    if kind_of_file(path) == "trace":
+        raise MoesimError(f"{path}: a trace, not a sweep's results; its figures are {', '.join(TRACE_KINDS)}")
     try:
-        frame = pl.read_parquet(path, glob=False)
+        return pl.read_parquet(path, glob=False)
     except FileNotFoundError:
         raise MoesimError(f"{path}: no such results file") from None
     except READ_FAILURES as exc:
         raise MoesimError(f"{path}: unreadable results file ({first_line(exc)})") from None
-    if "experts" in frame.columns and "config_id" not in frame.columns:
-        raise MoesimError(f"{path}: a trace, not a sweep's results; its figures are {', '.join(TRACE_KINDS)}")
-    return frame
+
+
+def kind_of_file(path: str | Path) -> str | None:
+    """What a Parquet file holds, by its columns alone: "results" (a sweep's: ``config_id``), "trace" (``experts``),
+    else None (or unreadable: its reader says why)."""
+    try:
+        columns = pl.read_parquet_schema(path)
+    except READ_FAILURES:
+        return None
+    return "results" if "config_id" in columns else "trace" if "experts" in columns else None
 
 
 def plot_results(frame: pl.DataFrame, kind: str, out: str | Path, baseline: str = "lru",

@@ -712,12 +712,15 @@ def check_model_read(given: set, models: list[ModelSpec]) -> None:
                           f"nothing reads {'it' if len(unread) == 1 else 'them'}")
 
 
-def on_machine(config: Config, given) -> Config:
-    """``config`` where no strategy was given (``given``: the settings that were): on a machine without a GPU,
-    llama.cpp's CPU build (``cpu-experts``, every expert on the CPU), as the default ``gpu-cache`` has no GPU to cache
-    on. Every reader of flat settings applies it: the command line, ``Config.build`` (and so a sweep's rows), the
-    API's calls without a configuration."""
-    if "strategy" in given or _has_gpu(config.hardware.machine) is not False:
+def on_machine(config: Config, given, gpu: bool | None = None) -> Config:
+    """``config`` where neither a strategy nor a cache's setting was given (``given``: the settings that were): on a
+    machine without a GPU (``gpu``; default: its name's), llama.cpp's CPU build (``cpu-experts``, every expert on the
+    CPU), as the default ``gpu-cache`` has no GPU to cache on. A cache's settings given keep gpu-cache, which such a
+    machine refuses, naming the strategies it can run. Every reader of flat settings applies it: the command line,
+    ``Config.build`` (and so a sweep's rows), the API's calls."""
+    if "strategy" in given or any(k in CACHE_CHOICES + ("prefetch", "mode") for k in given):
+        return config
+    if (_has_gpu(config.hardware.machine) if gpu is None else gpu) is not False:
         return config
     return config.replace(strategy="cpu-experts")
 

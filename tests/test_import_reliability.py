@@ -89,12 +89,15 @@ def test_other_fields_and_columns_are_ignored_in_every_format(cli, tmp_path):
     (tmp_path / "quoted.csv").write_text("\n".join([f'{rows[0]},"note, free",id,id'] + [f"{r},x,1,2" for r in rows[1:]])
                                          + "\r\n")
     nested = _jsonl(tmp_path / "nested.jsonl", _records(meta={"Layer": 9, "Phase": 0, " token_idx": 3}))
-    for src, fmt in ((plain, "vllm-jsonl"), (extra, "vllm-jsonl"), (nested, "vllm-jsonl"),
+    mixed = _records()  # an ignored field of two types beside a key with a capital: polars' schema of it fails
+    mixed[0]["meta"], mixed[1]["meta"], mixed[2]["Note"] = [1, 2], {"a": 1}, "x"
+    mixed = _jsonl(tmp_path / "mixed.jsonl", mixed)
+    for src, fmt in ((plain, "vllm-jsonl"), (extra, "vllm-jsonl"), (nested, "vllm-jsonl"), (mixed, "vllm-jsonl"),
                      (tmp_path / "plain.csv", "csv"), (tmp_path / "extra.csv", "csv"), (tmp_path / "quoted.csv", "csv")):
         code, _, err = cli("trace", "import", src, "--format", fmt, "--out", tmp_path / f"{src.name}.parquet")
         assert code == 0, err
     base = load_trace(tmp_path / "plain.jsonl.parquet")
-    for name in ("extra.jsonl", "nested.jsonl", "plain.csv", "extra.csv", "quoted.csv"):
+    for name in ("extra.jsonl", "nested.jsonl", "mixed.jsonl", "plain.csv", "extra.csv", "quoted.csv"):
         trace = load_trace(tmp_path / f"{name}.parquet")
         assert np.array_equal(trace.experts, base.experts) and np.array_equal(trace.phase, base.phase), name
 
@@ -103,6 +106,10 @@ def test_other_fields_and_columns_are_ignored_in_every_format(cli, tmp_path):
     # a read field or column in other letters or spacing was read as absent: 'Phase' left every token decoding
     ("log.jsonl", "".join(json.dumps(r) + "\n" for r in _set(_records(), 1, Phase=0)),
      ":2: field 'Phase' is read as 'phase' only when spelt so (a vllm-jsonl record's fields: dataset, problem_id, "
+     "layer, experts, gating_probs, token_idx, token_pos, phase; others are ignored)"),
+    ("log.jsonl", "".join(json.dumps(r) + "\n" for r in _set(_set(_set(_records(), 0, meta=[1]), 1, meta={"a": 1}),
+                                                              3, Phase=0)),  # beside a field of two types
+     ":4: field 'Phase' is read as 'phase' only when spelt so (a vllm-jsonl record's fields: dataset, problem_id, "
      "layer, experts, gating_probs, token_idx, token_pos, phase; others are ignored)"),
     ("log.jsonl", "".join(json.dumps(r) + "\n" for r in _set(_records(), 2, token_Idx=3)),
      ":3: field 'token_Idx' is read as 'token_idx' only when spelt so (a vllm-jsonl record's fields: dataset, "

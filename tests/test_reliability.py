@@ -530,9 +530,11 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
     assert cli("sim", "run", "bundled", "--strategy", "cpu-experts", "--save-config", cpu)[0] == 0
     assert "--capacity: strategy cpu-experts" in one_line_error(cli, "sim", "run", "bundled", "--config", cpu,
                                                                 "--capacity", "16")
-    # a CPU-only machine runs llama.cpp's CPU build (cpu-experts) unless asked otherwise: a typed cache is not read
-    assert "--policy, --capacity: strategy cpu-experts" in one_line_error(
-        cli, "sim", "run", "bundled", "--hardware", "ryzen-7950x", "--capacity", "16", "--policy", "belady")
+    # a CPU-only machine runs llama.cpp's CPU build (cpu-experts) unless a strategy or a cache is asked for: a typed
+    # cache keeps gpu-cache, which such a machine refuses, naming the strategies it runs
+    assert "has no GPU: every expert runs on its CPU; use --strategy cpu-experts, or hybrid with --capacity 0" in \
+        one_line_error(cli, "sim", "run", "bundled", "--hardware", "ryzen-7950x", "--capacity", "16", "--policy",
+                       "belady")
     # a file's cpu-experts does not stop the commands that never read the strategy from reading the cache
     for args in (["sim", "hitrate", "bundled", "--capacity", "2"], ["sim", "mrc", "bundled", "--policy", "lru"],
                  ["plan", "--model", "mixtral-8x7b", "--hardware", "rtx4090", "--split", "best"]):

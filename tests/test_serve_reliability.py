@@ -210,5 +210,18 @@ def test_a_machine_without_a_gpu_runs_the_cpu_build_in_a_sweep_and_the_api_as_on
             moesim.simulate(trace, hardware="ryzen-7950x", dtype="q4_k", threads=threads).tpot_s
     assert moesim.serve(trace, hardware="ryzen-7950x", dtype="q4_k", arrivals="burst").config.execution.strategy == \
         "cpu-experts"
-    with pytest.raises(MoesimError, match="has no GPU"):  # asked for: kept, and refused
-        moesim.simulate(trace, hardware="ryzen-7950x", strategy="gpu-cache")
+    from moesim.sim.hardware import get_hardware
+
+    cpu_build = moesim.simulate(trace, hardware="ryzen-7950x", dtype="q4_k").tpot_s
+    assert moesim.simulate(trace, Config(), hardware="ryzen-7950x", dtype="q4_k").tpot_s == cpu_build
+    assert moesim.simulate(trace, hardware=get_hardware("ryzen-7950x"), dtype="q4_k").tpot_s == cpu_build
+    # a strategy or a cache's setting asked for (in the call or the configuration) is kept, and refused
+    for call in (lambda: moesim.simulate(trace, hardware="ryzen-7950x", strategy="gpu-cache"),
+                 lambda: moesim.simulate(trace, hardware="ryzen-7950x", capacity=4),
+                 lambda: moesim.simulate(trace, Config.build(capacity=6), hardware="ryzen-7950x"),
+                 lambda: moesim.simulate(trace, Config.build(dtype="q4_k"), hardware=get_hardware("ryzen-7950x"))):
+        with pytest.raises(MoesimError, match="has no GPU: every expert runs on its CPU; use strategy cpu-experts"):
+            call()
+    code, _, err = cli("sim", "run", "bundled", "--hardware", "ryzen-7950x", "--capacity", "4")
+    assert (code, err) == (1, "moesim: error: hardware 'ryzen-7950x' has no GPU: every expert runs on its CPU; use "
+                              "--strategy cpu-experts, or hybrid with --capacity 0\n")

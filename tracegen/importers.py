@@ -237,16 +237,25 @@ def _misspelt(src: Path, lines: np.ndarray, text: bytes) -> None:
     decoded = text.decode(errors="replace")
     if not pl.Series([decoded]).str.contains(_NOT_LOWER).item():
         return
-    keys = pl.scan_ndjson(io.BytesIO(text), infer_schema_length=None).collect_schema().names()
+    try:
+        keys = pl.scan_ndjson(io.BytesIO(text), infer_schema_length=None).collect_schema().names()
+    except pl.exceptions.PolarsError:  # an ignored field of several types: each such line's own keys
+        keys = {k for hit in re.finditer(_NOT_LOWER, decoded) for k in _line_keys(decoded, hit.start())}
     for key in misspelt(keys, _VLLM_SCHEMA.__contains__)[:1]:
         problem = (f"field {key!r} is read as {key.strip().lower()!r} only when spelt so (a vllm-jsonl record's "
                    f"fields: {', '.join(_VLLM_SCHEMA)}; others are ignored)")
         for hit in re.finditer(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:", decoded):
-            begin = decoded.rfind("\n", 0, hit.start()) + 1
-            end = decoded.find("\n", hit.start())
-            if key in json.loads(decoded[begin:None if end < 0 else end]):  # (the batch was read: each line parses)
-                raise MoesimError(f"{src}:{lines[decoded.count(chr(10), 0, begin)]}: {problem}")
+            if key in _line_keys(decoded, hit.start()):
+                raise MoesimError(f"{src}:{lines[decoded.count(chr(10), 0, hit.start())]}: {problem}")
         raise MoesimError(f"{src}: {problem}")  # (written otherwise than JSON writes it: escaped)
+
+
+def _line_keys(text: str, at: int) -> list:
+    """The top-level keys of the JSON record on the line of ``text`` that holds position ``at`` (the batch was read:
+    each line parses)."""
+    end = text.find("\n", at)
+    record = json.loads(text[text.rfind("\n", 0, at) + 1:None if end < 0 else end])
+    return list(record) if isinstance(record, dict) else []
 
 
 def _no_constant(name: str):
