@@ -87,8 +87,8 @@ def model_for_trace(meta: TraceMeta, name: str | None = None) -> ModelSpec:
     import --model FILE``, ``moesim.synth_trace(model=FILE)``; its ``source`` names the file) has no default: its
     metadata holds the MoE dimensions only, and a model built from them would lack the file's attention,
     vocabulary and dense layers (less GPU memory, more tokens/s than the file's model), so a run without ``name``
-    is refused with the file to name rather than simulate another model. So is a synthetic trace named ``synthetic-X`` where X is no preset (made from a model file by
-    an older moesim, which did not name the file).
+    is refused with the file to name rather than simulate another model. So is a synthetic trace named
+    ``synthetic-X`` where X is no preset (made from a model file by an older moesim, which did not name the file).
 
     A MoE preset must have the trace's layers, experts and top-k; a MoLE preset its layers (a MoLE
     layer reads every lookup table, so the trace supplies only the steps).
