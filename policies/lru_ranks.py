@@ -14,9 +14,11 @@ largest rank the type holds, which no update moves: its first use counts at no c
 
 Speed: layers are independent, so ``LANES`` of them run interleaved and their updates overlap (an
 update's byte store has to land before the next vector load of the same ranks, and more lanes fill
-that wait: eight beat four, docs/benchmarks.md); the ranks are padded to whole blocks of ``BLOCK`` (padding is never used and never moves), so every
-update is whole vectors. The hit-rate engine's linked list takes a branch per access whose outcome
-is a coin toss at these hit rates; this takes none.
+that wait: eight beat four, docs/benchmarks.md); a layer's accesses are taken two at a time, one pass over
+its ranks for both (``move_two``), which halves the loads, stores and waits (1.1-1.4x at 64 to 160
+experts, docs/benchmarks.md); the ranks are padded to whole blocks of ``BLOCK`` (padding is never used and
+never moves), so every update is whole vectors. The hit-rate engine's linked list takes a branch per access
+whose outcome is a coin toss at these hit rates; this takes none.
 """
 
 from __future__ import annotations
@@ -48,22 +50,44 @@ def rank_counts(experts: np.ndarray, seq_offsets: np.ndarray, num_experts: int, 
 
 
 @njit(cache=True, inline="always")
-def move_down(ranks, d, e, blocks):
-    """An access at rank ``d`` to expert ``e``: the ranks below ``d`` move down one, ``e`` goes to 0. (A
-    loop bound that is a whole number of blocks keeps it in vectors: with the width as the bound LLVM
-    leaves the update scalar.)"""
+def move_one(ranks, hist, experts, row, layer, j, blocks, top):
+    """Access ``j`` of ``layer`` at ``row``: count its expert's rank d in ``hist`` (first uses at ``top``, the
+    column E), move the ranks below d down one, put the expert at 0. (A loop bound that is a whole number of
+    blocks keeps the pass in vectors: with the width as the bound LLVM leaves it scalar.)"""
+    e = uint64(experts[row, layer, j])
+    d = ranks[e]
+    hist[min(uint64(d), top)] += 1
     for b in range(0, blocks * BLOCK, BLOCK):
         for i in range(BLOCK):
             ranks[b + i] += ranks[b + i] < d
     ranks[e] = 0
 
 
+@njit(cache=True, inline="always")
+def move_two(ranks, hist, experts, row, layer, j, blocks, top):
+    """Accesses ``j`` and ``j + 1`` of ``layer`` at ``row`` in one pass over the ranks, as ``move_one`` twice.
+    The second expert's distance is its rank d1 plus one if the first one's, d0, was above it (the first moved
+    to 0 over it). A rank r moves down once for each of d0, d1 it is below: the first access keeps the order of
+    every other rank, so "below d1 after it" is "below d1 before it". The experts of a cell are distinct
+    (``Trace.validate``)."""
+    e0, e1 = uint64(experts[row, layer, j]), uint64(experts[row, layer, j + 1])
+    d0, d1 = ranks[e0], ranks[e1]
+    hist[min(uint64(d0), top)] += 1
+    hist[min(uint64(d1) + uint64(d1 < d0), top)] += 1
+    for b in range(0, blocks * BLOCK, BLOCK):
+        for i in range(BLOCK):
+            r = ranks[b + i]
+            ranks[b + i] = r + (r < d0) + (r < d1)
+    ranks[e0] = 1
+    ranks[e1] = 0
+
+
 @njit(cache=True, nogil=True)
 def _ranks(experts, seq_offsets, ranks, hist, num_experts, reset):
     """For each group of ``LANES`` layers (the last one's extra lanes repeat the last layer into ranks
-    and counts of their own, discarded), every access in trace order: count its rank d in ``hist[layer,
-    d]`` (first uses at column E), move the ranks below it down one, put it at 0. The eight lanes are
-    written out so that their independent updates sit side by side in one loop body."""
+    and counts of their own, discarded), every access in trace order, two at a time (``move_two``) and the
+    last of an odd top-k alone (``move_one``). The eight lanes are written out so that their independent
+    updates sit side by side in one loop body."""
     prefer_wide_vectors()  # a block of 64 ranks in one vector, not two (128 and 160 experts: 1.4x)
     n_layers, k, blocks = experts.shape[1], experts.shape[2], ranks.shape[1] // BLOCK
     never = ranks[0, 0]
@@ -80,25 +104,21 @@ def _ranks(experts, seq_offsets, ranks, hist, num_experts, reset):
             if reset and s > 0:
                 ranks[g:g + LANES] = never
             for row in range(seq_offsets[s], seq_offsets[s + 1]):
-                for j in range(k):
-                    e0, e1, e2, e3 = (uint64(experts[row, l0, j]), uint64(experts[row, l1, j]),
-                                      uint64(experts[row, l2, j]), uint64(experts[row, l3, j]))
-                    e4, e5, e6, e7 = (uint64(experts[row, l4, j]), uint64(experts[row, l5, j]),
-                                      uint64(experts[row, l6, j]), uint64(experts[row, l7, j]))
-                    d0, d1, d2, d3, d4, d5, d6, d7 = r0[e0], r1[e1], r2[e2], r3[e3], r4[e4], r5[e5], r6[e6], r7[e7]
-                    g0[min(uint64(d0), top)] += 1
-                    g1[min(uint64(d1), top)] += 1
-                    g2[min(uint64(d2), top)] += 1
-                    g3[min(uint64(d3), top)] += 1
-                    g4[min(uint64(d4), top)] += 1
-                    g5[min(uint64(d5), top)] += 1
-                    g6[min(uint64(d6), top)] += 1
-                    g7[min(uint64(d7), top)] += 1
-                    move_down(r0, d0, e0, blocks)
-                    move_down(r1, d1, e1, blocks)
-                    move_down(r2, d2, e2, blocks)
-                    move_down(r3, d3, e3, blocks)
-                    move_down(r4, d4, e4, blocks)
-                    move_down(r5, d5, e5, blocks)
-                    move_down(r6, d6, e6, blocks)
-                    move_down(r7, d7, e7, blocks)
+                for j in range(0, k - 1, 2):
+                    move_two(r0, g0, experts, row, l0, j, blocks, top)
+                    move_two(r1, g1, experts, row, l1, j, blocks, top)
+                    move_two(r2, g2, experts, row, l2, j, blocks, top)
+                    move_two(r3, g3, experts, row, l3, j, blocks, top)
+                    move_two(r4, g4, experts, row, l4, j, blocks, top)
+                    move_two(r5, g5, experts, row, l5, j, blocks, top)
+                    move_two(r6, g6, experts, row, l6, j, blocks, top)
+                    move_two(r7, g7, experts, row, l7, j, blocks, top)
+                if k % 2:
+                    move_one(r0, g0, experts, row, l0, k - 1, blocks, top)
+                    move_one(r1, g1, experts, row, l1, k - 1, blocks, top)
+                    move_one(r2, g2, experts, row, l2, k - 1, blocks, top)
+                    move_one(r3, g3, experts, row, l3, k - 1, blocks, top)
+                    move_one(r4, g4, experts, row, l4, k - 1, blocks, top)
+                    move_one(r5, g5, experts, row, l5, k - 1, blocks, top)
+                    move_one(r6, g6, experts, row, l6, k - 1, blocks, top)
+                    move_one(r7, g7, experts, row, l7, k - 1, blocks, top)

@@ -84,13 +84,14 @@ def test_one_pass_curves_equal_the_engine_on_a_synthetic_olmoe_trace(scope, poli
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2 ** 32 - 1), layers=st.integers(1, 6), experts=st.sampled_from([2, 63, 64, 65, 254, 255,
-                                                                                             256, 300]),
-       reset=st.booleans(), data=st.data())
-def test_lru_by_recency_ranks_equals_the_reference(seed, layers, experts, reset, data):
-    """The rank path (``moesim.sim.lru_ranks``: one byte a rank below 255 experts, two from 255, layers
-    four at a time) against the plain-Python LRU, per layer, at capacities drawn per layer."""
-    k = min(3, experts)
+@given(seed=st.integers(0, 2 ** 32 - 1), layers=st.integers(1, 10), experts=st.sampled_from([2, 63, 64, 65, 254, 255,
+                                                                                              256, 300]),
+       top_k=st.integers(1, 5), reset=st.booleans(), data=st.data())
+def test_lru_by_recency_ranks_equals_the_reference(seed, layers, experts, top_k, reset, data):
+    """The rank path (``moesim.policies.lru_ranks``: one byte a rank below 255 experts, two from 255, layers
+    eight at a time, a cell's accesses two at a time and an odd one alone) against the plain-Python LRU, per
+    layer, at capacities drawn per layer."""
+    k = min(top_k, experts)
     trace = synth_trace(layers, experts, k, 2, 40, seed=seed % 1000)
     slots = tuple(data.draw(st.lists(st.integers(1, experts), min_size=layers, max_size=layers)))
     got = simulate(trace, CacheConfig(policy="lru", capacity=slots, semantics="sequential", reset=reset))
