@@ -21,6 +21,7 @@ from moesim.files import check_output
 from moesim.sim.config import (LOOKUP_UNREAD, RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read, check_read,
                                on_machine)
 from moesim.sim.des import DesResult, simulate_des
+from moesim.sim.hardware import check_hardware
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import HitRate
 from moesim.tracegen.models import ModelSpec
@@ -352,6 +353,8 @@ def _with_objects(config: Config | None, kind: str, model, hardware, settings: d
         if isinstance(value, (str, Path)):
             settings[key] = str(value)
         elif isinstance(value, built):
+            if built is Hardware:
+                check_hardware(value, f"hardware {value.name!r}")
             objects[key] = value
         elif value is not None:
             raise MoesimError(f"{key} must be a name, a file or a {built.__name__}, got {type(value).__name__}")

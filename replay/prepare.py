@@ -10,7 +10,7 @@ from moesim.replay.calibrate import calibrate
 from moesim.replay.run import check_backend, check_fits, shrink
 from moesim.replay.scratch import work_folder
 from moesim.sim.config import Config
-from moesim.sim.hardware import get_hardware
+from moesim.sim.hardware import check_hardware, get_hardware
 from moesim.sim.machine import Hardware
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.trace import Trace
@@ -28,6 +28,8 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
     parts of a simulated machine are not its (``moesim.replay.run.check_given`` refuses them given).
     Returns the trace, the model (uncut: ``replay`` cuts both) and the machine."""
     check_backend(config, backend)
+    if isinstance(hardware, Hardware):
+        check_hardware(hardware, f"hardware {hardware.name!r}")
     spec = model if model is not None else config.model.spec(trace.meta)
     small = shrink(trace, spec, layers, scale)[1]
     if backend == "virtual":

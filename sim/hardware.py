@@ -144,10 +144,31 @@ def load_hardware(path: Path) -> Hardware:
             raise MoesimError(f"{path}: [link] and [compute] describe a GPU, and the file has no [gpu] section")
     elif parts["link"] is None:
         raise MoesimError(f"{path}: missing [link] section (how experts reach the GPU: e.g. link = \"pcie4\")")
-    if parts["cpu"] is not None:
-        _check_threads(parts["cpu"], f"{path}: [cpu] threads = {parts['cpu'].threads}")
-    return Hardware(str(data.get("name", path.stem)), parts["gpu"], parts["link"], parts["ssd"], source=str(path),
-                    compute=parts["compute"], cpu=parts["cpu"])
+    hw = Hardware(str(data.get("name", path.stem)), parts["gpu"], parts["link"], parts["ssd"], source=str(path),
+                  compute=parts["compute"], cpu=parts["cpu"])
+    check_hardware(hw, path)
+    return hw
+
+
+def check_hardware(hw: Hardware, where) -> None:
+    """Every number of ``hw``'s parts against its rule and its range (``RULES``, ``RANGES``) and its threads against
+    its cores: a one-line error naming ``where`` (a file, or the machine as the Python API was given it), the part
+    and the key. What ``load_hardware`` reads, ``write_hardware`` writes and the API takes built in code."""
+    if not isinstance(hw.gpu, (GPU, type(None))) or not isinstance(hw.cpu, (CPU, type(None))) or \
+            (hw.gpu is None and hw.cpu is None) or (hw.gpu is not None and not isinstance(hw.link, Link)):
+        raise MoesimError(f"{where}: a machine needs a GPU with its link, a CPU, or both (CPU only: gpu and link "
+                          "None)")
+    for key in SECTIONS:
+        part = getattr(hw, key)
+        if part is None:
+            continue
+        for name, value in asdict(part).items():
+            if name in RATE_TABLES:
+                _rates(where, key, name, tuple((fmt, _plain(rate)) for fmt, rate in value))
+            elif name != "name":
+                _check_number(where, key, name, _plain(value), RULES.get(name, "non-negative"))
+    if hw.cpu is not None:
+        _check_threads(hw.cpu, f"{where}: [cpu] threads = {hw.cpu.threads}")
 
 
 # what each number of a hardware file may be; anything else would give silently wrong times
@@ -206,9 +227,6 @@ def _section(path: Path, key: str, cls, values: dict):
         raise MoesimError(f"{path}: [{key}] {what}") from None
     if not isinstance(obj.name, str):
         raise MoesimError(f"{path}: [{key}] name must be a string, got {obj.name!r}")
-    for name in known:
-        if name != "name" and name not in RATE_TABLES:
-            _check_number(path, key, name, getattr(obj, name), RULES.get(name, "non-negative"))
     return obj
 
 
@@ -287,6 +305,7 @@ def write_hardware(hw: Hardware, path: Path, notes: tuple = ()) -> None:
     """Write ``hw`` as the TOML file ``load_hardware`` reads (atomically), ``notes`` as comments at its top; a
     number ``load_hardware`` would refuse (a calibration that fitted a negative bandwidth) is refused here, before
     anything is written."""
+    check_hardware(hw, path)
     lines = [f"# {' '.join(note.split())}" for note in notes] + [f"name = {json.dumps(hw.name)}"]
     for key in SECTIONS:
         part = getattr(hw, key)
@@ -296,13 +315,8 @@ def write_hardware(hw: Hardware, path: Path, notes: tuple = ()) -> None:
         for name, value in asdict(part).items():
             # a fit's numbers are often numpy scalars, whose repr (np.float64(...)) is no TOML
             value = tuple((f, _plain(rate)) for f, rate in value) if name in RATE_TABLES else _plain(value)
-            if name in RATE_TABLES:
-                if not value:
-                    continue
-                _rates(path, key, name, value)
-            elif name != "name":
-                _check_number(path, key, name, value, RULES.get(name, "non-negative"))
-            lines.append(f"{name} = {_toml(value)}")
+            if value != ():  # an empty rate table is left out
+                lines.append(f"{name} = {_toml(value)}")
     with atomic_output(path) as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,34 @@ def test_memory_sizes_given_as_options_are_bounded_too():
         with pytest.raises(MoesimError) as caught:
             moesim.simulate(trace, capacity=8, **setting)
         assert str(caught.value) == message
+
+
+def test_a_machine_built_in_code_is_checked_as_a_file_is():
+    """The Python API takes a ``Hardware`` object as it is built: its numbers meet the rules and ranges a hardware
+    file's do, in ``simulate``, ``serve`` and a virtual replay alike (before, a zero bandwidth was a ZeroDivisionError,
+    a link of 1e-310 GB/s a NaN TPOT, a GPU without its link an AttributeError)."""
+    trace = moesim.synth_trace(16, 64, 8, sequences=1, tokens=2, seed=0, model="olmoe-1b-7b")
+    hw = moesim.hardware("rtx4090")
+    for bad, message in ((replace(hw, gpu=replace(hw.gpu, hbm_gbps=0.0)), "[gpu] hbm_gbps must be a finite number "
+                                                                          "> 0, got 0.0"),
+                         (replace(hw, link=replace(hw.link, gbps=1e-310)), "[link] gbps must be from 0.001 to 1e6 GB/s "
+                                                                           "(no real machine comes near that), got "
+                                                                           "1e-310"),
+                         (replace(hw, cpu=replace(hw.cpu, threads=10 ** 6)), "[cpu] threads must be a whole number "
+                                                                             "of threads, 0 (every core) to 65536, "
+                                                                             "got 1000000"),
+                         (replace(hw, gpu=None, link=None, cpu=None), "a machine needs a GPU with its link, a CPU, "
+                                                                      "or both (CPU only: gpu and link None)"),
+                         (replace(hw, link=None), "a machine needs a GPU with its link, a CPU, or both (CPU only: "
+                                                  "gpu and link None)")):
+        for run in (lambda: moesim.simulate(trace, hardware=bad, capacity=8),
+                    lambda: moesim.serve(trace, hardware=bad, capacity=8, requests=2),
+                    lambda: moesim.run_replay(trace, backend="virtual", hardware=bad, capacity=8)):
+            with pytest.raises(MoesimError) as caught:
+                run()
+            assert str(caught.value) == f"hardware 'rtx4090': {message}"
+    assert moesim.simulate(trace, hardware=hw, capacity=8).tpot_s == moesim.simulate(trace, hardware="rtx4090",
+                                                                                    capacity=8).tpot_s
 
 
 def test_a_machine_at_every_bound_gives_finite_times_without_a_warning(tmp_path):
