@@ -11,7 +11,7 @@ from moesim.cli.console import console, emit_json, slots_text, table, working
 from moesim.cli.options import PATH, TRACE, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.replay.run import FORMATS, MACHINE, PRESETS, REPLAY_SETTINGS, check_given
-from moesim.sim.config import DECLARED
+from moesim.sim.config import CACHE_PARAMS, DECLARED
 from moesim.sim.strategies import get_strategy
 from moesim.tracegen.trace import trace_file
 
@@ -225,12 +225,14 @@ def validate(
     policies = asked.each.pop("policy", [asked.base.cache.policy])
     capacities = asked.each.pop("capacity", [asked.base.cache.capacity])
     cpu_layers = asked.each.pop("cpu_layers", [asked.base.execution.params.get("cpu_layers", 0)])
+    params = {k: asked.params.pop(k) for k in list(asked.params) if k in CACHE_PARAMS}  # for each policy taking it
     config = asked.config("validate")
     check_given(asked.typed, backend)
     trace = moesim.load_trace(trace_path)
     with working("simulating and replaying"):
         rows = moesim.validate(trace, config, policies=policies, capacities=capacities, cpu_layers=cpu_layers,
-                               backend=backend, hardware=_hardware(asked), layers=layers, scale=scale, workdir=workdir)
+                               backend=backend, hardware=_hardware(asked), layers=layers, scale=scale, workdir=workdir,
+                               **params)
     if as_json:
         emit_json({"trace": str(trace_path), "model": rows[0]["model"], "hardware": rows[0]["hardware"],
                    "rows": rows})

@@ -11,6 +11,7 @@ or a trace file's path (``bundled``: the shipped one).
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 from pathlib import Path
@@ -18,13 +19,14 @@ from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
 from moesim.files import check_output
-from moesim.sim.config import (LOOKUP_UNREAD, RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read, check_read,
-                               on_machine)
+from moesim.sim.config import (CACHE_PARAMS, LOOKUP_UNREAD, RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read,
+                               check_read, on_machine)
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.hardware import check_hardware
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import HitRate
-from moesim.tracegen.models import ModelSpec
+from moesim.tracegen.model_spec import check_model
+from moesim.tracegen.models import ModelSpec, check_fits_trace
 from moesim.tracegen.synth import Locality
 from moesim.tracegen.trace import Trace
 
@@ -81,7 +83,8 @@ def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: i
 
 def train_ml_ffn(trace: Trace, out: str | Path, per_layer: bool = False, **options) -> dict:
     """Train FlashMoE's ML-FFN eviction model on ``trace`` and save it to ``out`` (the ``ml_model`` of policy
-    ``ml-ffn``); ``options`` are ``moesim.policies.ml_ffn_train.train``'s. Returns the training log
+    ``ml-ffn``); ``options`` are ``moesim.policies.ml_ffn_train.train``'s (``horizon``, ``val_fraction``, ``epochs``,
+    ``patience``, ``batch``, ``seed``). Returns the training log
     (epochs, losses, the train and validation sequences). Needs torch.
 
     >>> log = moesim.train_ml_ffn(trace, "ffn.npz", val_fraction=0.5, epochs=5)
@@ -90,6 +93,10 @@ def train_ml_ffn(trace: Trace, out: str | Path, per_layer: bool = False, **optio
     """
     from moesim.policies.ml_ffn_train import save_model, train
 
+    takes = [n for n, p in inspect.signature(train).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(takes))
+    if unknown:
+        raise MoesimError(f"{', '.join(unknown)}: train_ml_ffn takes {', '.join(takes)}")
     out = check_output(_path(out, "out"), "model", suffixes=(".npz",))
     arrays, log = train(_trace(trace), per_layer, **options)
     save_model(arrays, out)
@@ -169,12 +176,37 @@ def best_split(trace: Trace, budget: int, policy: str | None = None, semantics: 
     from moesim.sim.budget import allocate, best_split as split, check_budget
     from moesim.sim.mrc import hits_table
 
+    for name in ("capacity", "split", "scope"):
+        if name in settings and (name != "scope" or settings[name] != "per-layer"):
+            raise MoesimError(f"{name}: best_split shares budget slots out over per-layer caches, so nothing reads it")
     trace = _trace(trace)
     cache = _configured(config, "hitrate", settings, policy=policy, semantics=semantics).cache
     if curve is None:
         return split(trace, cache, budget)
+    _check_curve(curve, trace, policy, semantics)
     check_budget(trace.meta, budget)
     return allocate(hits_table(curve), budget, min(r.capacity for r in curve), curve[0].accesses)
+
+
+def _check_curve(curve, trace: Trace, policy: str | None, semantics: str | None) -> None:
+    """A curve given to ``best_split``: ``mrc``'s of this trace, per-layer, of one policy and semantics, the ones
+    asked where asked (the curve's hits are what the split reads)."""
+    if isinstance(curve, (str, bytes)) or not isinstance(curve, (list, tuple)) or not curve or \
+            not all(isinstance(r, HitRate) for r in curve):
+        raise MoesimError(f"curve must be mrc's list of HitRate (mrc(trace, policy)), got {type(curve).__name__}"
+                          + (" (empty)" if isinstance(curve, (list, tuple)) and not curve else ""))
+    first = curve[0]
+    for r in curve:
+        if (r.policy, r.semantics, r.scope) != (first.policy, first.semantics, first.scope):
+            raise MoesimError("curve mixes runs of more than one policy, semantics or scope: give one mrc's list")
+    if first.scope != "per-layer" or len(first.per_layer_hits) != trace.meta.num_layers or \
+            first.accesses != trace.accesses:
+        raise MoesimError(f"curve is not this trace's per-layer curve ({first.scope}, {first.accesses} accesses; the "
+                          f"trace has {trace.meta.num_layers} layers and {trace.accesses} accesses)")
+    for asked, has, name in ((policy, first.policy, "policy"), (semantics, first.semantics, "semantics")):
+        if asked is not None and asked != has:
+            raise MoesimError(f"{name} {asked!r}: the curve's {name} is {has!r}; leave {name} out or give the curve of "
+                              f"{asked!r}")
 
 
 def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSpec | None = None,
@@ -242,7 +274,9 @@ def validate(trace: Trace, config: Config | None = None, *, policies=("lru", "be
     """``run_replay`` of every policy at every capacity (or, for a strategy that places experts without a cache, at
     every number of ``cpu_layers``): one row each with simulated and measured TPOT, the error and the
     speedups over the first of its group (``moesim.replay.validate``). Each of the three is a list (``policies`` one
-    policy's name too), not empty, no value twice; the settings are ``run_replay``'s.
+    policy's name too), not empty, no value twice; the settings are ``run_replay``'s but ``policy``, ``capacity``
+    and ``cpu_layers`` (the lists replace them), and a policy's parameter (``gamma=0.5``) goes to each listed policy
+    that takes it.
 
     >>> rows = moesim.validate(trace, backend="virtual", policies=["lru", "belady"], capacities=[4], dtype="q4_k")
     >>> [r["error_pct"] == 0 for r in rows]
@@ -254,15 +288,19 @@ def validate(trace: Trace, config: Config | None = None, *, policies=("lru", "be
 
     policies = _runs("policies", policies, "or one policy's name", one=str)
     capacities, cpu_layers = _runs("capacities", capacities), _runs("cpu_layers", cpu_layers)
+    for one, each in (("policy", "policies"), ("capacity", "capacities"), ("cpu_layers", "cpu_layers")):
+        if one in settings:  # the lists replace them: one of them would be read by no run
+            raise MoesimError(f"{one}: validate runs each of {each}=[...]; pass {each}=[{settings[one]!r}]")
+    params = {k: settings.pop(k) for k in list(settings) if k in CACHE_PARAMS}  # each given to the policies taking it
     check_given(set(settings), backend)
     config, objects = _with_objects(config, "des", model, None, settings)  # RUN_SETTINGS: a replay's are a run's
-    run_groups(config, policies, capacities, cpu_layers)  # a bad one refused before calibrating
+    run_groups(config, policies, capacities, cpu_layers, params)  # a bad one refused before calibrating
     numbers_of = [c for c in capacities if c != "auto"]  # the buffers a real backend's check sizes: the most slots
     most = max(numbers_of, key=lambda c: max(c) if isinstance(c, (list, tuple)) else c, default="auto")  # of a layer
     trace, spec, hw = prepare(_trace(trace), config.replace(capacity=most), backend, hardware, layers, scale, workdir,
                               objects.get("model"))
     return run(trace, config, hw, policies, capacities, backend, layers, scale, workdir, model=spec,
-               cpu_layers=cpu_layers)
+               cpu_layers=cpu_layers, params=params)
 
 
 def _runs(name: str, values, other: str = "", one: type | None = None) -> list:
@@ -340,6 +378,8 @@ def _run_inputs(trace, config: Config | None, kind: str, model, hardware,
     refused (a MoLE model's cache; its model is found only where such a setting was given)."""
     config, objects = _with_objects(config, kind, model, hardware, settings)
     trace = _trace(trace)
+    if "model" in objects:  # one built in code (a name is matched to the trace where it is looked up)
+        check_fits_trace(objects["model"], trace.meta)
     if set(settings) & set(LOOKUP_UNREAD):
         check_model_read(set(settings), [objects.get("model") or config.model.spec(trace.meta)])
     return trace, config, objects
@@ -353,12 +393,14 @@ def _with_objects(config: Config | None, kind: str, model, hardware, settings: d
         if isinstance(value, (str, Path)):
             settings[key] = str(value)
         elif isinstance(value, built):
-            if built is Hardware:
-                check_hardware(value, f"hardware {value.name!r}")
+            (check_hardware if built is Hardware else check_model)(value, f"{key} {value.name!r}")
             objects[key] = value
         elif value is not None:
             raise MoesimError(f"{key} must be a name, a file or a {built.__name__}, got {type(value).__name__}")
-    return _configured(config, kind, settings, objects.get("hardware")), objects
+    config = _configured(config, kind, settings, objects.get("hardware"))
+    if "hardware" in objects:  # the link, SSD, CPU, memory sizes and threads asked for apply to it as to a preset
+        objects["hardware"] = config.hardware.spec(objects["hardware"])
+    return config, objects
 
 
 def plan(model: str | None = None, hardware: str | None = None, *, config: Config | None = None,
@@ -382,14 +424,24 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     if unread:
         raise MoesimError(f"{', '.join(unread)}: a plan does not take it (it takes {', '.join(PLAN_SETTINGS)}; the "
                           "candidates set the rest)")
-    asked = "prompt" in settings or config is not None  # else the plan's default, which a trace's own prompts replace
-    if config is None:
-        settings.setdefault("prompt", PLAN_PROMPT)
-    named = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
+    if config is not None:  # a configuration's settings as the keywords': what a plan does not take is refused
+        flat, unset, takes = _config(config).flat(), Config().flat(), (*PLAN_SETTINGS, "dtype")
+        alone = Config.build(**{k: v for k, v in flat.items() if k in takes and v != unset[k]}).flat()  # its defaults
+        stray = sorted(k for k, v in flat.items() if k not in takes and v != alone[k])
+        if stray:
+            raise MoesimError(f"{', '.join(stray)}: the configuration sets it, and a plan does not take it (it takes "
+                              f"{', '.join(PLAN_SETTINGS)}, dtype; the candidates set the rest)")
     config = _config(config)
+    # a prompt asked for, here or by the configuration; else the plan's default, which a trace's own prompts replace
+    asked = "prompt" in settings or config.workload.prompt != 0
+    if not asked:
+        settings["prompt"] = PLAN_PROMPT
+    named = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
     if dtypes is None:  # a configuration's format, as the command line's --config gives it; else the plan's
         dtypes = [config.model.dtype] if config.model.dtype is not None else DTYPES
     try:
+        if isinstance(dtypes, (dict, set, frozenset)):  # no order, or keys that are not the formats
+            raise TypeError
         dtypes = [dtypes] if isinstance(dtypes, str) else list(dtypes)  # one, or several
     except TypeError:
         raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}") from None

@@ -128,9 +128,14 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES,
     dtypes = list(dtypes)
     if not dtypes:
         raise MoesimError("a plan needs at least one weight format (dtypes) to size its candidates in")
+    named = [d for d in dtypes if not isinstance(d, str)]
+    if named:
+        raise MoesimError(f"dtypes: {named[0]!r} is no weight format's name (choose from {', '.join(BYTES_PER_PARAM)})")
     # a bad name refused before any work, each as the configuration spells it (Q4_K is q4_k), and each once: a
     # format listed twice would give every candidate twice
     dtypes = list(dict.fromkeys(Config.build(dtype=dtype).model.dtype for dtype in dtypes))
+    flat = config.flat()  # the candidates start from the model, the machine and the workload alone: a configuration
+    config = Config().replace(**{k: flat[k] for k in (*PLAN_SETTINGS, "dtype")})  # file's cache or prefetch is not theirs
     wl = config.workload
     hw = config.hardware.spec()  # before any compiling: a 'local' machine is probed on idle cores
     with compiling(plan_loops(), least=1):  # in a worker process, while this one makes the trace and the runs

@@ -12,7 +12,7 @@ from moesim.replay.scratch import work_folder
 from moesim.sim.config import Config
 from moesim.sim.hardware import check_hardware, get_hardware
 from moesim.sim.machine import Hardware
-from moesim.tracegen.models import ModelSpec
+from moesim.tracegen.models import ModelSpec, check_fits_trace
 from moesim.tracegen.trace import Trace
 
 
@@ -23,13 +23,15 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
     executes it, the model (``model``, else the configuration's) as the replay runs it (cut and scaled)
     fits this machine, and the machine the simulator describes. On the virtual backend that is ``sim run``'s: the
     configuration's hardware (``hardware``, a name, replacing its machine) with its link, SSD, CPU, memory sizes
-    and threads, or ``hardware`` as built in code. A real backend needs a calibrated file of the replayed model
+    and threads, applied to ``hardware`` built in code too. A real backend needs a calibrated file of the replayed model
     (``hardware``), or, left out, calibrates this machine now (``moesim.replay.calibrate``); the configuration's
     parts of a simulated machine are not its (``moesim.replay.run.check_given`` refuses them given).
     Returns the trace, the model (uncut: ``replay`` cuts both) and the machine."""
     check_backend(config, backend)
     if isinstance(hardware, Hardware):
         check_hardware(hardware, f"hardware {hardware.name!r}")
+    if model is not None:  # one built in code (a name is matched to the trace where it is looked up)
+        check_fits_trace(model, trace.meta)
     spec = model if model is not None else config.model.spec(trace.meta)
     small = shrink(trace, spec, layers, scale)[1]
     if backend == "virtual":
@@ -37,7 +39,7 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
             raise MoesimError(f"{option('workdir')}: backend virtual replays the simulator's own times and writes no "
                               "expert files, so nothing reads it")
         if isinstance(hardware, Hardware):
-            return trace, spec, hardware
+            return trace, spec, config.hardware.spec(hardware)
         return trace, spec, (config if hardware is None else config.replace(hardware=str(hardware))).hardware.spec()
     per_layer = config.cache.scope == "per-layer"
     capacity = config.cache.capacity if isinstance(config.cache.capacity, int) else spec.top_k

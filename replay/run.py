@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import numbers
 import signal
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -96,10 +97,10 @@ def shrink(trace: Trace, model: ModelSpec, layers: int | None, scale: float) -> 
         raise MoesimError(f"{model.name}: replay executes routed experts; MoLE lookup tables are simulated only "
                           "('moesim sim run')")
     n = trace.meta.num_layers if layers is None else layers
-    if not 1 <= n <= trace.meta.num_layers:
-        raise MoesimError(f"{option('layers')} must be 1..{trace.meta.num_layers}, got {layers}")
-    if not 0 < scale <= 1:
-        raise MoesimError(f"{option('scale')} must be in (0, 1], got {scale}")
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= trace.meta.num_layers:
+        raise MoesimError(f"{option('layers')} must be a whole number 1..{trace.meta.num_layers}, got {layers!r}")
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale <= 1:
+        raise MoesimError(f"{option('scale')} must be a number in (0, 1], got {scale!r}")
 
     def width(v: int) -> int:
         return max(8, int(round(v * scale))) if v else v

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from moesim.replay.run import replay
-from moesim.sim.config import Config
+from moesim.errors import MoesimError, option
+from moesim.sim.config import Config, check_params_used, params_for
 from moesim.sim.machine import Hardware
 from moesim.sim.strategies import get_strategy
 from moesim.tracegen.models import ModelSpec
@@ -12,13 +13,15 @@ from moesim.tracegen.trace import Trace
 
 def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[str], capacities: list[int],
              backend: str = "cpu", layers: int | None = None, scale: float = 1.0, workdir=None,
-             model: ModelSpec | None = None, cpu_layers: list[int] | None = None) -> list[dict]:
+             model: ModelSpec | None = None, cpu_layers: list[int] | None = None, params: dict | None = None
+             ) -> list[dict]:
     """One row per (capacity, policy) of ``config`` — or, for a strategy that places experts without a cache
     (its ``PLACES`` parameter, the number of layers on the CPU), per value in ``cpu_layers`` — with simulated and
     replayed TPOT, the error in percent, each row's speedup over the first of its group (the first policy
-    at that capacity; the first placement) in simulation and in replay, and both hit rates."""
+    at that capacity; the first placement) in simulation and in replay, and both hit rates. ``params``: policy
+    parameters, each given to the policies that take it."""
     rows = []
-    for group in run_groups(config, policies, capacities, cpu_layers):
+    for group in run_groups(config, policies, capacities, cpu_layers, params):
         runs = [replay(trace, c, hardware, backend, layers, scale, workdir, model=model) for c in group]
         base = runs[0]
         for r in runs:
@@ -32,12 +35,19 @@ def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[st
     return rows
 
 
-def run_groups(config: Config, policies: list[str], capacities: list[int], cpu_layers: list[int] | None = None
-               ) -> list[list[Config]]:
+def run_groups(config: Config, policies: list[str], capacities: list[int], cpu_layers: list[int] | None = None,
+               params: dict | None = None) -> list[list[Config]]:
     """The configurations ``validate`` replays, in groups whose first is the others' baseline: every policy at each
-    capacity, or every number of CPU layers for a strategy that places experts. Built (and so checked) before
-    anything is measured."""
-    places = getattr(get_strategy(config.execution.strategy), "PLACES", None)
+    capacity (each with those of the policy ``params`` it takes; one no policy takes is refused), or every number of
+    CPU layers for a strategy that places experts (more than the one default, 0, refused for a strategy that keeps a
+    cache: nothing reads them). Built (and so checked) before anything is measured."""
+    strategy = config.execution.strategy
+    places = getattr(get_strategy(strategy), "PLACES", None)
     if places is not None:
         return [[config.replace(**{places: n}) for n in cpu_layers or [0]]]
-    return [[config.replace(policy=p, capacity=c) for p in policies] for c in capacities]
+    if cpu_layers not in (None, [0]):
+        raise MoesimError(f"{option('cpu_layers')}: strategy {strategy} places no layers on the CPU (it keeps a cache, "
+                          "whose runs are the policies and capacities listed), so nothing reads it")
+    groups = [[config.replace(policy=p, capacity=c) for p in policies] for c in capacities]  # names checked first
+    check_params_used(policies, params or {}, [config.prefetch.prefetcher], [strategy])
+    return [[c.replace(**params_for(c.cache.policy, params or {})) for c in group] for group in groups]

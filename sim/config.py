@@ -42,7 +42,7 @@ from moesim.errors import MoesimError, option
 from moesim.files import atomic_output, check_output, read_toml
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
-from moesim.sim.hardware import LOCAL, get_hardware, is_file_name
+from moesim.sim.hardware import LOCAL, get_hardware, is_file_name, with_parts
 from moesim.sim.presets import CPUS, LINKS, SSDS, SYSTEMS
 from moesim.sim.machine import Hardware
 from moesim.sim.strategies import STRATEGIES, get_strategy
@@ -203,10 +203,11 @@ class HardwareConfig:
         _size(self, "hardware", "ram")
         _int(self, "hardware", "threads", 1, optional=True)
 
-    def spec(self) -> Hardware:
-        """The machine: the preset or file, with the link, SSD and CPU swapped in and the memory sizes and threads
-        set."""
-        return get_hardware(self.machine, self.link, self.ssd, self.cpu, self.vram, self.ram, self.threads)
+    def spec(self, built: Hardware | None = None) -> Hardware:
+        """The machine: the preset or file (or ``built``, one built in code, in its place), with the link, SSD and
+        CPU swapped in and the memory sizes and threads set."""
+        parts = (self.link, self.ssd, self.cpu, self.vram, self.ram, self.threads)
+        return get_hardware(self.machine, *parts) if built is None else with_parts(built, *parts)
 
 
 @dataclass(frozen=True)

@@ -51,17 +51,13 @@ def this_machine() -> Hardware:
 
 def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu: str | None = None,
                  vram: float | None = None, ram: float | None = None, threads: int | None = None) -> Hardware:
-    """A system preset (``rtx4090``), a TOML file, or ``local`` (this machine); ``link`` / ``ssd`` / ``cpu`` swap
-    in presets, ``vram`` / ``ram`` (GiB) replace the GPU's and the host's memory sizes, ``threads`` the threads
-    the engine computes with on the CPU."""
+    """A system preset (``rtx4090``), a TOML file, or ``local`` (this machine), with its parts changed as
+    ``with_parts`` says."""
     if isinstance(name, Path):
         name = str(name)
     if not isinstance(name, str):
         raise MoesimError(f'hardware must be a preset name, a hardware TOML file\'s path or "local", got '
                           f"{type(name).__name__}")
-    for part, value in (("link", link), ("ssd", ssd), ("cpu", cpu)):
-        if value is not None and not isinstance(value, str):
-            raise MoesimError(f"{part} must be a {part} preset's name, got {type(value).__name__}")
     if is_file_name(name):
         hw = load_hardware(Path(name))
     elif name.lower() == LOCAL:
@@ -70,6 +66,17 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
         gpu, default_link, default_cpu = _pick(SYSTEMS, name, "hardware")
         hw = Hardware(name.lower(), GPUS[gpu] if gpu else None, LINKS[default_link] if default_link else None,
                       source="preset", cpu=CPUS[default_cpu])
+    return with_parts(hw, link, ssd, cpu, vram, ram, threads)
+
+
+def with_parts(hw: Hardware, link: str | None = None, ssd: str | None = None, cpu: str | None = None,
+               vram: float | None = None, ram: float | None = None, threads: int | None = None) -> Hardware:
+    """``hw`` with ``link`` / ``ssd`` / ``cpu`` swapped for presets, ``vram`` / ``ram`` (GiB) replacing the GPU's
+    and the host's memory sizes, ``threads`` the threads the engine computes with on the CPU: a preset's, a file's
+    or a machine built in code alike (``moesim.simulate(..., hardware=Hardware(...), link="pcie3")``)."""
+    for part, value in (("link", link), ("ssd", ssd), ("cpu", cpu)):
+        if value is not None and not isinstance(value, str):
+            raise MoesimError(f"{part} must be a {part} preset's name, got {type(value).__name__}")
     for part, value, field in (("vram", vram, "hbm_gb"), ("ram", ram, "ram_gb")):
         wrong = value is not None and out_of_range(field, value)
         if wrong:

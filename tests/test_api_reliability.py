@@ -173,3 +173,70 @@ def test_a_selection_of_no_sequence_or_one_the_trace_lacks_is_refused():
     second = trace.select(np.array([1]))
     assert second.num_sequences == 1 and second.seq_ids.tolist() == [trace.seq_ids[1]]
     assert np.array_equal(second.experts, trace.experts[trace.seq_offsets[1]:])
+
+
+def test_best_split_refuses_what_it_does_not_read_and_a_curve_of_another_run(mixtral):
+    """``capacity``, ``split`` and ``scope="global"`` were accepted and read by nothing; a curve of another policy
+    gave that policy's split, one of another trace or scope was used as it was, ``curve=[]`` raised IndexError and
+    ``curve="x"`` AttributeError."""
+    lru = moesim.mrc(mixtral, "lru")
+    cases = [({"capacity": 4}, "capacity: best_split shares budget slots out over per-layer caches, so nothing reads "
+                               "it"),
+             ({"split": "best"}, "split: best_split shares budget slots out over per-layer caches, so nothing reads "
+                                 "it"),
+             ({"scope": "global"}, "scope: best_split shares budget slots out over per-layer caches, so nothing reads "
+                                   "it"),
+             ({"policy": "belady", "curve": lru}, "policy 'belady': the curve's policy is 'lru'; leave policy out or "
+                                                  "give the curve of 'belady'"),
+             ({"curve": moesim.mrc(mixtral.select([1]), "lru")}, "curve is not this trace's per-layer curve "
+                                                                 "(per-layer, 4992 accesses; the trace has 32 layers "
+                                                                 "and 15616 accesses)"),
+             ({"curve": moesim.mrc(mixtral, "lru", scope="global", capacities=[64, 96])},
+              "curve is not this trace's per-layer curve (global, 15616 accesses; the trace has 32 layers and 15616 "
+              "accesses)"),
+             ({"curve": lru + moesim.mrc(mixtral, "fifo")}, "curve mixes runs of more than one policy, semantics or "
+                                                            "scope: give one mrc's list"),
+             ({"curve": []}, "curve must be mrc's list of HitRate (mrc(trace, policy)), got list (empty)"),
+             ({"curve": "x"}, "curve must be mrc's list of HitRate (mrc(trace, policy)), got str")]
+    for kwargs, message in cases:
+        with pytest.raises(MoesimError) as refused:
+            moesim.best_split(mixtral, 96, **kwargs)
+        assert str(refused.value) == message
+    assert moesim.best_split(mixtral, 96, "lru", curve=lru).slots == moesim.best_split(mixtral, 96, "lru").slots
+
+
+def test_plan_takes_a_configuration_as_its_keywords(mixtral):
+    """``plan(config=...)`` let a configuration's prefetcher into the candidates (a row dropped with oracle
+    prefetch), read nothing of its policy, capacity or strategy, and timed the TTFT on no prompt where the keywords
+    time it on 512 tokens."""
+    build = lambda **kw: moesim.Config.build(model="mixtral-8x7b", hardware="rtx4090", dtype="q4_k", **kw)  # noqa
+    keywords = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
+    configured = moesim.plan(config=build())
+    assert (configured.prompt, configured.rows) == (keywords.prompt, keywords.rows) and keywords.prompt == 512
+    assert moesim.plan(config=build(prompt=100)).prompt == 100
+    for setting in ({"prefetch": "oracle"}, {"capacity": 3}, {"strategy": "cpu-experts"}):
+        with pytest.raises(MoesimError) as refused:
+            moesim.plan(config=build(**setting))
+        assert str(refused.value).startswith(f"{next(iter(setting))}: the configuration sets it, and a plan does not "
+                                             "take it (it takes model, hardware,")
+    cpu_only = moesim.Config.build(model="mixtral-8x7b", hardware="ryzen-7950x", dtype="q4_k")  # cpu-experts its own
+    assert moesim.plan(config=cpu_only).rows == moesim.plan("mixtral-8x7b", "ryzen-7950x", dtypes=["q4_k"]).rows
+
+
+def test_arguments_of_the_wrong_type_are_named_not_raised_from_inside(mixtral, tmp_path):
+    """Each was a KeyError, a TypeError from a comparison or one naming an internal function."""
+    cases = [(lambda: moesim.plan("mixtral-8x7b", "rtx4090", dtypes=[None]),
+              "dtypes: None is no weight format's name (choose from fp32,"),
+             (lambda: moesim.plan("mixtral-8x7b", "rtx4090", dtypes={"q4_k": 1}),
+              "dtypes must be a weight format's name or a list of them, got {'q4_k': 1}"),
+             (lambda: moesim.run_replay(mixtral, backend="virtual", capacity=4, dtype="q4_k", scale="1"),
+              "scale must be a number in (0, 1], got '1'"),
+             (lambda: moesim.run_replay(mixtral, backend="virtual", capacity=4, dtype="q4_k", layers=1.5),
+              "layers must be a whole number 1..32, got 1.5"),
+             (lambda: moesim.train_ml_ffn(mixtral, tmp_path / "f.npz", epoch=1),
+              "epoch: train_ml_ffn takes horizon, val_fraction, epochs, patience, batch, seed")]
+    for call, message in cases:
+        with pytest.raises(MoesimError) as refused:
+            call()
+        assert str(refused.value).startswith(message)
+    assert not (tmp_path / "f.npz").exists()

@@ -217,7 +217,7 @@ def test_a_fit_needs_runs():
     (("validate",), "validate needs a trace (or --engine llama.cpp)"),
     (("validate", "--engine", "llama.cpp", "--policies", "lru", "--capacity", "8", "--scale", "0.5"),
      "--engine llama.cpp takes --hardware, --model, --layers, --dtype, --threads, --contexts, --prompts, --runs, "
-     "--workdir, --json; not --capacity, --policy, --scale (the replay's)"),
+     "--workdir, --json; not --capacity, --policies, --scale (the replay's)"),  # as typed
     (("validate", "--engine", "llama.cpp", "--backend", "cuda"), "--engine llama.cpp takes --hardware, --model, "
      "--layers, --dtype, --threads, --contexts, --prompts, --runs, --workdir, --json; not --backend (the replay's)"),
 

@@ -147,8 +147,8 @@ def test_the_oracle_prefetches_from_the_trace_and_never_writes_it(experts, promp
     trace = synth_trace(layers=2, experts=experts, top_k=2, sequences=2, tokens=6, seed=5, prompt_tokens=prompt,
                         model="toy")
     before = trace.experts.copy()
-    result = simulate(trace, model=MODEL, hardware=HW, policy="lru", capacity=min(experts, 3), prefetch="oracle",
-                      **options)
+    result = simulate(trace, model=replace(MODEL, num_experts=experts), hardware=HW, policy="lru",
+                      capacity=min(experts, 3), prefetch="oracle", **options)
     assert np.array_equal(trace.experts, before)
     assert result.prefetch_precision == 1.0 and result.prefetch_recall == 1.0
 

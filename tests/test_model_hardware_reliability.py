@@ -16,6 +16,8 @@ import pytest
 import moesim
 from moesim.errors import MoesimError
 from moesim.sim.hardware import TEMPLATE, load_hardware
+from moesim.sim.memory import DoesNotFit
+from moesim.tracegen.model_spec import check_model
 from moesim.tracegen.models import get_model, model_for_trace
 from moesim.tracegen.schema import TraceMeta
 
@@ -178,6 +180,61 @@ def test_a_machine_built_in_code_is_checked_as_a_file_is():
             assert str(caught.value) == f"hardware 'rtx4090': {message}"
     assert moesim.simulate(trace, hardware=hw, capacity=8).tpot_s == moesim.simulate(trace, hardware="rtx4090",
                                                                                     capacity=8).tpot_s
+
+
+def test_a_machine_built_in_code_takes_the_settings_a_named_one_does():
+    """``hardware=Hardware(...)`` with ``link``, ``vram``, ``ram``, ``cpu``, ``ssd``: each was accepted and read by
+    nothing (a run on PCIe 4 reported as on PCIe 3); they change the object as they change a preset."""
+    trace = moesim.load_trace("bundled")
+    hw = moesim.hardware("rtx4090")
+    for settings in ({"link": "pcie3"}, {"cpu": "grace"}, {"ssd": "pcie5-nvme", "dram_capacity": 64},
+                     {"vram": 30, "ram": 200}):
+        named, built = (moesim.simulate(trace, hardware=h, capacity=4, dtype="int4", **settings)
+                        for h in ("rtx4090", hw))
+        assert (built.tpot_s, built.vram_limit_gb, built.ram_limit_gb) == (named.tpot_s, named.vram_limit_gb,
+                                                                           named.ram_limit_gb), settings
+    assert moesim.simulate(trace, hardware=hw, capacity=4, dtype="int4", link="pcie3").tpot_s != \
+        moesim.simulate(trace, hardware=hw, capacity=4, dtype="int4").tpot_s
+    for h in ("rtx4090", hw):
+        with pytest.raises(DoesNotFit):
+            moesim.simulate(trace, hardware=h, capacity=4, dtype="int4", vram=8)
+    served = [moesim.serve(trace, hardware=h, dtype="q4_k", rate=1.0, link="pcie3").summary["tpot_s"]
+              for h in ("rtx4090", hw)]
+    replayed = [moesim.run_replay(trace, backend="virtual", hardware=h, capacity=4, dtype="q4_k", link="pcie3").tpot_s
+                for h in ("rtx4090", hw)]
+    assert served[0] == served[1] and replayed[0] == replayed[1]
+
+
+def test_a_model_built_in_code_is_checked_as_presets_are():
+    """``model=dataclasses.replace(preset, ...)``: a negative width gave negative GPU memory, a NaN one a wrong
+    cause, experts or top-k unlike the trace's ran on; each is refused naming the field."""
+    trace = moesim.load_trace("bundled")
+    spec = moesim.models()["mixtral-8x7b"]
+    for changes, message in (({"d_model": -4096}, "model 'mixtral-8x7b': d_model must be a whole number >= 1, got "
+                                                  "-4096"),
+                             ({"d_model": 4096.5}, "model 'mixtral-8x7b': d_model must be a whole number >= 1, got "
+                                                   "4096.5"),
+                             ({"d_expert": math.nan}, "model 'mixtral-8x7b': d_expert must be a whole number >= 1, "
+                                                      "got nan"),
+                             ({"shared_experts": -1}, "model 'mixtral-8x7b': shared_experts must be a whole number "
+                                                      ">= 0, got -1"),
+                             ({"stored_expert_bytes": math.inf}, "model 'mixtral-8x7b': stored_expert_bytes must be "
+                                                                 "a finite number >= 0 (0: priced from the run's "
+                                                                 "dtype), got inf"),
+                             ({"ffn_mats": 4}, "model 'mixtral-8x7b': ffn_mats must be 3 (SwiGLU: gate, up, down) or "
+                                               "2 (a GELU MLP), got 4"),
+                             ({"top_k": 9}, "model 'mixtral-8x7b': top_k 9 is more than its 8 experts"),
+                             ({"top_k": 3}, "model mixtral-8x7b has (layers, experts, top_k) = (32, 8, 3), the trace "
+                                            "(32, 8, 2)"),
+                             ({"num_experts": 16}, "model mixtral-8x7b has (layers, experts, top_k) = (32, 16, 2), the "
+                                                   "trace (32, 8, 2)")):
+        with pytest.raises(MoesimError) as refused:
+            moesim.simulate(trace, model=replace(spec, **changes), capacity=4, dtype="int4")
+        assert str(refused.value) == message
+    for preset in moesim.models().values():  # every preset passes the check it is the pattern of
+        check_model(preset, preset.name)
+    assert moesim.simulate(trace, model=spec, capacity=4, dtype="int4").tpot_s == \
+        moesim.simulate(trace, capacity=4, dtype="int4").tpot_s
 
 
 def test_a_machine_at_every_bound_gives_finite_times_without_a_warning(tmp_path):

@@ -228,6 +228,34 @@ def test_the_apis_list_arguments_are_checked_in_one_line(olmoe):
     assert moesim.hitrate(trace, "lru", 8, log_evictions=5).evictions.tolist() == every[:5].tolist()
 
 
+def test_validate_gives_a_policys_parameter_to_each_policy_taking_it_and_refuses_what_no_run_reads(cli, olmoe):
+    """``policies=["gamma"], gamma=0.5`` was refused (the parameter checked against the default policy, lru), on the
+    command line too; ``policy=`` and ``capacity=`` beside the lists, and ``cpu_layers`` under a strategy that keeps
+    a cache, were read by no run and accepted."""
+    trace = moesim.load_trace(olmoe)
+    rows = moesim.validate(trace, backend="virtual", policies=["lru", "gamma"], capacities=[8], gamma=0.5)
+    assert [(r["policy"], r["sim_tpot_s"]) for r in rows] == [
+        ("lru", moesim.simulate(trace, policy="lru", capacity=8).tpot_s),
+        ("gamma", moesim.simulate(trace, policy="gamma", gamma=0.5, capacity=8).tpot_s)]
+    assert rows[1]["sim_tpot_s"] != moesim.simulate(trace, policy="gamma", capacity=8).tpot_s  # 0.5 is not the default
+    typed = run(cli, "validate", olmoe, "--backend", "virtual", "--policies", "lru,gamma", "--gamma", "0.5",
+                "--capacity", "8")["rows"]
+    assert [r["sim_tpot_s"] for r in typed] == [r["sim_tpot_s"] for r in rows]
+    for kwargs, message in (({"policy": "gamma"}, "policy: validate runs each of policies=[...]; pass "
+                                                  "policies=['gamma']"),
+                            ({"capacity": 4}, "capacity: validate runs each of capacities=[...]; pass capacities=[4]"),
+                            ({"policies": ["lru"], "gamma": 0.5}, "gamma: no policy or prefetcher of this run takes it "
+                                                                  "(policies lru; prefetchers none)"),
+                            ({"cpu_layers": [2]}, "cpu_layers: strategy gpu-cache places no layers on the CPU (it "
+                                                  "keeps a cache, whose runs are the policies and capacities "
+                                                  "listed), so nothing reads it")):
+        with pytest.raises(MoesimError) as refused:
+            moesim.validate(trace, backend="virtual", **kwargs)
+        assert str(refused.value) == message
+    code, _, err = cli("validate", olmoe, "--backend", "virtual", "--cpu-layers", "2")
+    assert code == 1 and err.startswith("moesim: error: --cpu-layers: strategy gpu-cache places no layers")
+
+
 def test_a_placing_strategy_shows_what_it_placed(cli, olmoe):
     """A cpu-experts replay read "lru, C 0" and its JSON had no strategy: it reads as sim run's placement column,
     and the JSON says the strategy and the layers on the CPU."""

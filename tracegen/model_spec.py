@@ -4,6 +4,8 @@ routed experts, and the weight formats' bytes per parameter (``BYTES_PER_PARAM``
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 from moesim.errors import MoesimError
@@ -171,3 +173,34 @@ class ModelSpec:
     def routed_expert_bytes(self, dtype: str = "bf16") -> int:
         """All routed experts of all layers: what does not fit on a small GPU."""
         return self.num_layers * self.num_experts * self.expert_bytes(dtype)
+
+
+# what each number of a model must be (a preset and a model file's reader give nothing else): whole numbers, the
+# first five at least 1, the others at least 0 (0: none, or "the formula's"); the stored bytes finite and >= 0
+AT_LEAST_ONE = ("num_layers", "num_experts", "top_k", "d_model", "d_expert")
+AT_LEAST_ZERO = ("shared_experts", "d_shared", "q_dim", "kv_dim", "vocab", "dense_layers", "d_dense", "attn_params")
+KINDS = ("moe", "mole")
+
+
+def check_model(spec: ModelSpec, where: str) -> None:
+    """A model built in code (the Python API's ``model=ModelSpec(...)``, ``dataclasses.replace`` of a preset) held to
+    what every preset and model file gives: one line naming ``where`` and the field. A negative width gave negative
+    GPU memory; a NaN one a wrong cause."""
+    if not isinstance(spec.name, str):
+        raise MoesimError(f"{where}: name must be a string, got {spec.name!r}")
+    for name in AT_LEAST_ONE + AT_LEAST_ZERO:
+        value, low = getattr(spec, name), 1 if name in AT_LEAST_ONE else 0
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            raise MoesimError(f"{where}: {name} must be a whole number >= {low}, got {value!r}")
+    for name in ("stored_expert_bytes", "stored_other_bytes"):
+        value = getattr(spec, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+            raise MoesimError(f"{where}: {name} must be a finite number >= 0 (0: priced from the run's dtype), got "
+                              f"{value!r}")
+    if spec.ffn_mats not in (2, 3) or isinstance(spec.ffn_mats, bool):
+        raise MoesimError(f"{where}: ffn_mats must be 3 (SwiGLU: gate, up, down) or 2 (a GELU MLP), got "
+                          f"{spec.ffn_mats!r}")
+    if spec.kind not in KINDS:
+        raise MoesimError(f"{where}: kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
+    if spec.top_k > spec.num_experts:
+        raise MoesimError(f"{where}: top_k {spec.top_k} is more than its {spec.num_experts} experts")

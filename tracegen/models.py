@@ -99,14 +99,10 @@ def model_for_trace(meta: TraceMeta, name: str | None = None) -> ModelSpec:
     candidate = name or meta.model.removeprefix("synthetic-like-").removeprefix("synthetic-")
     spec = get_model(candidate) if name is not None and is_model_file(name) else MODELS.get(candidate.lower())
     if spec is not None:
-        want = (meta.num_layers,) if spec.kind == "mole" else (meta.num_layers, meta.num_experts, meta.top_k)
-        have = (spec.num_layers,) if spec.kind == "mole" else (spec.num_layers, spec.num_experts, spec.top_k)
-        if want == have:
+        if fits_trace(spec, meta):
             return spec
         if name is not None:
-            raise MoesimError(f"model {spec.name} has (layers, experts, top_k) = "
-                              f"{(spec.num_layers, spec.num_experts, spec.top_k)}, the trace "
-                              f"{(meta.num_layers, meta.num_experts, meta.top_k)}")
+            check_fits_trace(spec, meta)
     elif name is not None:
         get_model(name)  # raises: unknown preset
     if not meta.d_model or not meta.d_expert:
@@ -115,6 +111,22 @@ def model_for_trace(meta: TraceMeta, name: str | None = None) -> ModelSpec:
     return ModelSpec(meta.model or "trace", "", "", meta.num_layers, meta.num_experts, meta.top_k,
                      int(meta.d_model), int(meta.d_expert), shared_experts=int(meta.shared_experts or 0),
                      d_shared=int(meta.d_shared or 0), source="trace metadata")
+
+
+def fits_trace(spec: ModelSpec, meta: TraceMeta) -> bool:
+    """Whether a model can run a trace: a MoE model its layers, experts and top-k; a MoLE model its layers (a MoLE
+    layer reads every lookup table, so the trace supplies only the steps)."""
+    if spec.kind == "mole":
+        return spec.num_layers == meta.num_layers
+    return (spec.num_layers, spec.num_experts, spec.top_k) == (meta.num_layers, meta.num_experts, meta.top_k)
+
+
+def check_fits_trace(spec: ModelSpec, meta: TraceMeta) -> None:
+    """``fits_trace``, refused in one line naming both: a preset named for a trace, a model built in code."""
+    if not fits_trace(spec, meta):
+        raise MoesimError(f"model {spec.name} has (layers, experts, top_k) = "
+                          f"{(spec.num_layers, spec.num_experts, spec.top_k)}, the trace "
+                          f"{(meta.num_layers, meta.num_experts, meta.top_k)}")
 
 
 def _check_own_model(meta: TraceMeta) -> None:
