@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from moesim.errors import MoesimError
 from moesim.files import check_output
 from moesim.sim.config import (CACHE_PARAMS, LOOKUP_UNREAD, RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read,
@@ -54,7 +56,7 @@ def write_trace(trace: Trace, path: str | Path, *, force: bool = False) -> None:
 
     if not isinstance(trace, Trace):
         raise MoesimError(f"trace must be a Trace (moesim.load_trace), got {type(trace).__name__}")
-    write(trace, check_output(_path(path, "path"), "trace", force=force, suffixes=(".parquet",)))
+    write(trace, check_output(_path(path, "path"), "trace", force=_yes_no(force, "force"), suffixes=(".parquet",)))
 
 
 def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: int, seed: int = 0,
@@ -98,7 +100,7 @@ def train_ml_ffn(trace: Trace, out: str | Path, per_layer: bool = False, **optio
     if unknown:
         raise MoesimError(f"{', '.join(unknown)}: train_ml_ffn takes {', '.join(takes)}")
     out = check_output(_path(out, "out"), "model", suffixes=(".npz",))
-    arrays, log = train(_trace(trace), per_layer, **options)
+    arrays, log = train(_trace(trace), _yes_no(per_layer, "per_layer"), **options)
     save_model(arrays, out)
     return log
 
@@ -221,7 +223,7 @@ def simulate(trace: Trace, config: Config | None = None, *, model: str | ModelSp
     (7, 31.7, 31.56, 0.9999, 23.0)
     """
     trace, config, objects = _run_inputs(trace, config, "des", model, hardware, settings)
-    return simulate_des(trace, config, decisions=decisions, **objects)
+    return simulate_des(trace, config, decisions=_yes_no(decisions, "decisions"), **objects)
 
 
 def serve(trace: Trace, config: Config | None = None, *, model: str | ModelSpec | None = None,
@@ -342,6 +344,14 @@ def _config(config) -> Config:
     raise MoesimError(f"config must be a moesim.Config, got {type(config).__name__}{hint}")
 
 
+def _yes_no(value, name: str) -> bool:
+    """A function's yes/no argument ``name``: True or False (a NumPy bool too); a string such as "no" is refused,
+    not read as true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise MoesimError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def _path(path, name: str) -> Path:
     """A function's file argument ``name``: a str or Path."""
     if isinstance(path, (str, os.PathLike)):
@@ -420,6 +430,11 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     """
     from moesim.experiments.plan import DTYPES, PLAN_PROMPT, PLAN_SETTINGS, plan as run
 
+    for key, value, other in (("model", model, "a preset's name or a model file's path (config.json, GGUF)"),
+                              ("hardware", hardware, "a preset's name, a hardware TOML file's path or \"local\"")):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise MoesimError(f"{key}: a plan takes {other}, got a {type(value).__name__} (simulate takes one built "
+                              "in code)")
     unread = sorted(k for k in settings if k not in PLAN_SETTINGS)
     if unread:
         raise MoesimError(f"{', '.join(unread)}: a plan does not take it (it takes {', '.join(PLAN_SETTINGS)}; the "
@@ -466,7 +481,8 @@ def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: 
     if progress is not None and not callable(progress):
         raise MoesimError(f"progress must be a function progress(done, total) or None, got {type(progress).__name__}")
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
-    return run_sweep(spec, out, jobs, resume, flush_seconds=flush_seconds, executor=executor, progress=progress)
+    return run_sweep(spec, out, jobs, _yes_no(resume, "resume"), flush_seconds=flush_seconds, executor=executor,
+                     progress=progress)
 
 
 def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baseline: str | None = None,

@@ -30,7 +30,7 @@ from moesim.errors import MoesimError, option
 from moesim.sim.config import Config
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
 from moesim.sim.machine import Hardware
-from moesim.sim.memory import DoesNotFit
+from moesim.sim.memory import GIB, DoesNotFit
 from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import ON_CPU, ON_GPU, get_strategy
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, get_model
@@ -134,8 +134,10 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES,
     # a bad name refused before any work, each as the configuration spells it (Q4_K is q4_k), and each once: a
     # format listed twice would give every candidate twice
     dtypes = list(dict.fromkeys(Config.build(dtype=dtype).model.dtype for dtype in dtypes))
-    flat = config.flat()  # the candidates start from the model, the machine and the workload alone: a configuration
-    config = Config().replace(**{k: flat[k] for k in (*PLAN_SETTINGS, "dtype")})  # file's cache or prefetch is not theirs
+    # the candidates start from the model, the machine and the workload alone: a configuration file's cache or
+    # prefetcher is not theirs
+    flat = config.flat()
+    config = Config().replace(**{k: flat[k] for k in (*PLAN_SETTINGS, "dtype")})
     wl = config.workload
     hw = config.hardware.spec()  # before any compiling: a 'local' machine is probed on idle cores
     with compiling(plan_loops(), least=1):  # in a worker process, while this one makes the trace and the runs
@@ -234,13 +236,16 @@ def rank_key(r: DesResult) -> tuple[float, float]:
 
 
 def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
-    """One line: the candidate that misses this machine's memory by the least (GPU and host shortfalls added),
-    what it needs part by part."""
+    """One line: the candidate whose GPU and host shortfalls add up to the least, each shortfall, and what it needs
+    part by part."""
     least, dtype = min(short, key=lambda refused: refused[0].memory.short())
     m = least.memory
     parts = [m.gpu_parts()] if m.vram and m.gpu > m.vram else []
     parts += [m.host_parts()] if m.ram and m.host > m.ram else []
-    return (f"nothing fits {spec.name} on {hw.name}; closest, {m.short():.1f} GiB short: {dtype} with "
+    missing = [f"{(need - has) / GIB:.1f} GiB {what}" for need, has, what in ((m.gpu, m.vram, "of GPU memory"),
+                                                                              (m.host, m.ram, "of host RAM"))
+               if has and need > has]
+    return (f"nothing fits {spec.name} on {hw.name}; closest ({' and '.join(missing)} short): {dtype} with "
             f"{least.placement}, which needs " + "; ".join(parts))
 
 

@@ -240,3 +240,42 @@ def test_arguments_of_the_wrong_type_are_named_not_raised_from_inside(mixtral, t
             call()
         assert str(refused.value).startswith(message)
     assert not (tmp_path / "f.npz").exists()
+
+
+def test_a_yes_no_argument_is_true_or_false(mixtral, tmp_path):
+    """``force="no"`` replaced an existing trace and ``resume="no"`` resumed: a non-empty string is true to Python."""
+    moesim.write_trace(mixtral, tmp_path / "t.parquet")
+    cases = [(lambda: moesim.write_trace(mixtral, tmp_path / "t.parquet", force="no"), "force must be True or False, "
+                                                                                         "got str 'no'"),
+             (lambda: moesim.simulate(mixtral, capacity=4, dtype="int4", decisions="yes"), "decisions must be True or "
+                                                                                          "False, got str 'yes'"),
+             (lambda: moesim.sweep("examples/flashmoe_fig6.toml", tmp_path / "o.parquet", resume="no"),
+              "resume must be True or False, got str 'no'"),
+             (lambda: moesim.train_ml_ffn(mixtral, tmp_path / "f.npz", per_layer=1, epochs=1), "per_layer must be "
+                                                                                               "True or False, got int "
+                                                                                               "1")]
+    for call, message in cases:
+        with pytest.raises(MoesimError) as refused:
+            call()
+        assert str(refused.value) == message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+    assert moesim.simulate(mixtral, capacity=4, dtype="int4", decisions=np.bool_(True)).decisions is not None
+
+
+def test_plan_names_an_object_it_cannot_take_and_each_memory_short():
+    """``plan(model=ModelSpec)`` printed the object's whole repr; nothing fitting gave one shortfall, GPU memory and
+    host RAM added (1123.9 GiB)."""
+    for kwargs, message in (({"model": moesim.models()["mixtral-8x7b"], "hardware": "rtx4090"},
+                             "model: a plan takes a preset's name or a model file's path (config.json, GGUF), got a "
+                             "ModelSpec (simulate takes one built in code)"),
+                            ({"model": "mixtral-8x7b", "hardware": moesim.hardware("rtx4090")},
+                             'hardware: a plan takes a preset\'s name, a hardware TOML file\'s path or "local", got a '
+                             "Hardware (simulate takes one built in code)")):
+        with pytest.raises(MoesimError) as refused:
+            moesim.plan(**kwargs)
+        assert str(refused.value) == message
+    with pytest.raises(MoesimError) as refused:
+        moesim.plan("deepseek-v3", "rtx4090", dtypes=["bf16"])
+    # 53.9 GiB of GPU memory against 24.0; 1222.0 GiB of host RAM against 128.0
+    assert str(refused.value).startswith("nothing fits deepseek-v3 on rtx4090; closest (29.9 GiB of GPU memory and "
+                                         "1094.0 GiB of host RAM short): bf16 with 0 experts per layer on the GPU")
