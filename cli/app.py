@@ -1,6 +1,7 @@
 """The `moesim` command line."""
 
 import gc
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -8,12 +9,12 @@ from typing import Annotated, Optional
 import typer
 
 from moesim import __version__
-from moesim.errors import READER, MoesimError, first_line
+from moesim.errors import READER, MoesimError, first_line, unwind
 from moesim.host import usable_cpus
 from moesim.sim import blas_probe
 from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, serve_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd, serve_cmd: register sim mrc, sim serve)
 from moesim.cli.console import console, emit_json, table, watch_compiles, working
-from moesim.cli.options import PATH
+from moesim.cli.options import PATH, Force
 from moesim.tracegen.models import MODELS
 
 app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of-Experts inference.", rich_markup_mode="markdown",
@@ -102,16 +103,17 @@ def _with_rates(part) -> dict:
     return {**asdict(part), **rates(part)}
 
 
-def _show(name: str, save: Path | None, as_json: bool) -> None:
+def _show(name: str, save: Path | None, as_json: bool, force: bool = False) -> None:
     """One machine (a preset, a file or ``local``), part by part, with what the model derives from each (or its
-    fields as JSON); ``save``: written as a hardware file too (``local`` measured once, then reused)."""
+    fields as JSON); ``save``: written as a hardware file too (``local`` measured once, then reused; an existing file
+    only with ``force``: a hand-edited machine is not lost to a slip)."""
     from dataclasses import asdict
 
     from moesim.files import check_output
     from moesim.sim.hardware import get_hardware, write_hardware
 
     if save is not None:
-        check_output(save, "hardware file", inputs=(name,), suffixes=(".toml",))
+        check_output(save, "hardware file", force=force, inputs=(name,), suffixes=(".toml",))
     hw = get_hardware(name)
     if save is not None:
         write_hardware(hw, save)
@@ -140,8 +142,8 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
              show: Annotated[Optional[str], typer.Option("--show", help="One machine (a preset, a TOML file, or "
                                                          "local) with the rates the model derives from it.")] = None,
              save: Annotated[Optional[Path], typer.Option("--save", click_type=PATH, help="With --show: write that machine as a "
-                                                          "hardware file (local: measured once, reused after).")] = None
-             ) -> None:
+                                                          "hardware file (local: measured once, reused after).")] = None,
+             force: Force = False) -> None:
     """List the hardware presets: machines (GPU + host link + host CPU), GPUs, links, CPUs, SSDs.
 
     Use a machine with 'moesim sim run --hardware NAME', describe your own in a TOML file ('moesim hardware
@@ -156,6 +158,8 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
     from moesim.sim.hardware import TEMPLATE
     from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS
 
+    if force and save is None:
+        raise MoesimError("--force replaces the file --save names; give --save too")
     if template:
         if show is not None or save is not None or as_json:
             raise MoesimError("--template prints a commented hardware file to edit; it takes no --show, --save or "
@@ -163,7 +167,7 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
         print(TEMPLATE, end="")
         return
     if show is not None:
-        _show(show, save, as_json)
+        _show(show, save, as_json, force)
         return
     if save is not None:
         raise MoesimError("--save writes the machine --show names; give --show too")
@@ -216,8 +220,10 @@ def main() -> None:
 def entry() -> None:
     """The installed ``moesim`` command: ``main`` in a process of moesim's own (numba's BLAS probe skipped:
     ``moesim.sim.blas_probe``), whose objects are then frozen, so that the interpreter leaves without searching them
-    all for cycles (0.1-0.2 s of a warm plan). Callers in a process that goes on (tests) call ``main``."""
+    all for cycles (0.1-0.2 s of a warm plan), and which a SIGTERM unwinds (``moesim.errors.unwind``). Callers in a
+    process that goes on (tests) call ``main``."""
     blas_probe.skip()  # this process is moesim's
+    signal.signal(signal.SIGTERM, unwind)  # a kill removes scratch files and partial outputs, as Ctrl-C does
     try:
         main()
     finally:

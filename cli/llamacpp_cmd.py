@@ -59,15 +59,15 @@ def _bar() -> Progress:
                         TimeElapsedColumn())
 
 
-def calibrate(out: Path, threads: str | None, runs: int, workdir: Path | None) -> None:
-    """Fit this machine's CPU model to llama.cpp and write it to ``out``."""
+def calibrate(out: Path, threads: str | None, runs: int, workdir: Path | None, force: bool = False) -> None:
+    """Fit this machine's CPU model to llama.cpp and write it to ``out`` (an existing one only with ``force``)."""
     from moesim.files import check_output
     from moesim.replay.llamacpp_calibrate import CALIBRATION_SHAPES, FORMATS, SUMMARY, calibrate_llamacpp
     from moesim.sim.local_machine import thread_counts
     from moesim.replay.llamacpp_run import bindings
     from moesim.sim.hardware import write_hardware
 
-    check_output(out, "hardware file", suffixes=(".toml",))
+    check_output(out, "hardware file", force=force, suffixes=(".toml",))
     bindings()
     chosen = _on_cores(counts(threads, "--threads", thread_counts()))
     with _bar() as bar:

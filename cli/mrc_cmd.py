@@ -14,7 +14,7 @@ from moesim.cli.sim_cmd import app
 from moesim.errors import MoesimError
 from moesim.sim.config import RUN_SETTINGS
 
-REFERENCES = ("belady", "static")  # the offline optimum and each layer's Top-C by whole-trace popularity
+REFERENCES = ("belady", "static")  # the optimum without bypass and each layer's Top-C by whole-trace popularity
 
 
 @app.command()
@@ -23,8 +23,10 @@ REFERENCES = ("belady", "static")  # the offline optimum and each layer's Top-C 
                           "semantics, to all experts), all from one curve."})
 def mrc(
     trace_path: TracePath,
-    reference: Annotated[bool, typer.Option("--reference/--no-reference", help="Add Belady (the offline optimum) "
-                                            "and static (each layer's Top-C by whole-trace popularity).")] = True,
+    reference: Annotated[bool, typer.Option("--reference/--no-reference", help="Add Belady (the offline optimum of "
+                                            "caches that admit every miss; a policy that bypasses, as static does, "
+                                            "can beat it) and static (each layer's Top-C by whole-trace "
+                                            "popularity).")] = True,
     budget: Annotated[Optional[int], typer.Option(help="Total slots over all layers (per-layer scope): print the "
                                                        "split that maximises each policy's hits against a uniform "
                                                        "one.")] = None,

@@ -8,7 +8,7 @@ import typer
 import moesim
 from moesim.errors import MoesimError
 from moesim.cli.console import console, emit_json, slots_text, table, working
-from moesim.cli.options import PATH, TRACE, TracePath
+from moesim.cli.options import PATH, TRACE, Force, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.replay.run import FORMATS, MACHINE, PRESETS, REPLAY_SETTINGS, check_given
 from moesim.sim.config import CACHE_PARAMS, DECLARED
@@ -42,6 +42,9 @@ def _engine_only(note: str = "", **given) -> None:
                           f"{'it' if len(named) == 1 else 'them'} nowhere{note})")
 
 
+REPEATS = 15  # a calibration's measurements per quantity
+
+
 def calibrate(
     out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Hardware file to write (TOML).")],
     model: Annotated[Optional[str], typer.Option(help="Model preset whose dims are measured (the replay).")] = None,
@@ -49,11 +52,12 @@ def calibrate(
     layers: Layers = None,
     scale: Scale = 1.0,
     repeats: Annotated[int, typer.Option(help="Measurements per quantity (see docs/replay.md: which are medians, "
-                                              "which means).")] = 15,
+                                              "which means).")] = REPEATS,
     workdir: Annotated[Optional[Path], typer.Option(click_type=PATH, help="Folder for the scratch files.")] = None,
     engine: Engine = None,
     threads: EngineThreads = None,
     runs: Runs = None,
+    force: Force = False,
 ) -> None:
     """Measure copies and compute on this machine and write the hardware file the simulator takes; with --engine
     llama.cpp, fit the CPU model to llama.cpp's decode and write a CPU-only file.
@@ -66,10 +70,14 @@ def calibrate(
         from moesim.cli import llamacpp_cmd
 
         llamacpp_cmd.check_engine(engine)
-        if model is not None or layers is not None or scale != 1.0:
-            raise MoesimError("--engine llama.cpp calibrates on its own models; --model, --layers and --scale are "
-                              "for the replay")
-        llamacpp_cmd.calibrate(out, threads, runs or RUNS, workdir)
+        replays = [flag for flag, given in (("--model", model is not None), ("--layers", layers is not None),
+                                            ("--scale", scale != 1.0), ("--backend", backend != "cpu"),
+                                            ("--repeats", repeats != REPEATS)) if given]  # each the replay's alone
+        if replays:
+            raise MoesimError(f"--engine llama.cpp calibrates its own models on the CPU; {', '.join(replays)} "
+                              f"{'is' if len(replays) == 1 else 'are'} the replay's (llama.cpp's decodes are "
+                              "repeated --runs times)")
+        llamacpp_cmd.calibrate(out, threads, runs or RUNS, workdir, force)
         return
     _engine_only(threads=threads, runs=runs)
     if model is None:
@@ -81,7 +89,7 @@ def calibrate(
     from moesim.tracegen.models import get_model
     from moesim.tracegen.synth import synth_trace
 
-    check_output(out, "hardware file", suffixes=(".toml",))
+    check_output(out, "hardware file", force=force, suffixes=(".toml",))
     spec = get_model(model)
     _, spec = shrink(synth_trace(spec.num_layers, spec.num_experts, spec.top_k, 1, 1, seed=0), spec, layers, scale)
     if backend != "virtual":

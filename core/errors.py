@@ -36,3 +36,10 @@ def option(name: str, value=None) -> str:
 def switch(name: str) -> str:
     """A yes/no setting turned on: ``--force`` on the command line, ``force=True`` in Python."""
     return f"--{name.replace('_', '-')}" if READER.get() == "cli" else f"{name.replace('-', '_')}=True"
+
+
+def unwind(signum, frame):
+    """A signal handler (SIGTERM: ``kill``, ``timeout``, a scheduler's stop) that raises ``SystemExit(128 + signum)``
+    where the signal lands, so that every ``finally`` and ``with`` on the way out runs: scratch folders and partly
+    written outputs are removed, as they are after Ctrl-C. The default action ends the process on the spot."""
+    raise SystemExit(128 + signum)

@@ -95,7 +95,7 @@ def _style(policy: str) -> dict:
     from moesim.policies import POLICIES
 
     if policy == BOUND:
-        return {"color": "black", "linestyle": "--", "marker": "x", "label": f"{policy} (optimal bound)"}
+        return {"color": "black", "linestyle": "--", "marker": "x", "label": f"{policy} (optimum, no bypass)"}
     if policy == "static":
         return {"color": "darkgoldenrod", "linestyle": ":", "marker": "+", "label": "static (popularity oracle)"}
     others = [p for p in POLICIES if p != BOUND]

@@ -16,7 +16,7 @@ from moesim.files import atomic_output, check_output  # noqa: E402
 from moesim.tracegen.trace import Trace  # noqa: E402
 
 TRACE_KINDS = ("activation-heatmap", "eviction-timeline")
-BOUND = "belady"  # the offline optimum, drawn apart in every figure
+BOUND = "belady"  # the offline optimum of caches that admit every miss, drawn apart in every figure
 
 
 def plot_activations(trace: Trace, path: str | Path, seq_index: int = 0, max_layers: int = 10) -> Path:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, option, unwind
 from moesim.replay.compute import DTYPE, ComputeStream, row_shape
 from moesim.replay.scratch import work_folder
 from moesim.replay.virtual import VirtualBackend
@@ -208,7 +208,7 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
     req = sim.requests
     seqs, keys = row_shape(req.tokens, req.ctx, req.outputs)  # as ComputeStream.row will see each row
     row_keys = int(np.max(seqs * keys, initial=0))
-    previous = signal.signal(signal.SIGTERM, _terminate)  # a kill unwinds, so the files are removed
+    previous = signal.signal(signal.SIGTERM, unwind)  # a kill unwinds, so the files are removed (the API's callers)
     try:
         machine = open_backend(backend, model, layout.total, folder, seed, placed_layers)
         try:
@@ -260,10 +260,6 @@ class Buffers:
     @property
     def total(self) -> int:
         return self.slots + self.scratch + self.staging
-
-
-def _terminate(signum, frame):
-    raise SystemExit(128 + signum)
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from moesim.errors import MoesimError, option
 
-PATTERN = re.compile(r"^moesim-(replay|calibrate)-(\d+)-")
+PATTERN = re.compile(r"^moesim-(replay|calibrate|llamacpp)-(\d+)-")
 
 
 def work_folder(workdir: str | Path | None) -> Path:

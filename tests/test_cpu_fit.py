@@ -211,7 +211,11 @@ def test_a_fit_needs_runs():
     (("calibrate", "--engine", "vllm", "--out", "{tmp}/h.toml"), "--engine 'vllm': the engine moesim runs is llama.cpp"),
     (("calibrate", "--out", "{tmp}/h.toml"), "calibrate needs --model (the replay's model), or --engine llama.cpp"),
     (("calibrate", "--engine", "llama.cpp", "--model", "olmoe-1b-7b", "--out", "{tmp}/h.toml"),
-     "--engine llama.cpp calibrates on its own models; --model, --layers and --scale are for the replay"),
+     "--engine llama.cpp calibrates its own models on the CPU; --model is the replay's (llama.cpp's decodes are "
+     "repeated --runs times)"),
+    (("calibrate", "--engine", "llama.cpp", "--backend", "cuda", "--repeats", "3", "--out", "{tmp}/h.toml"),
+     "--engine llama.cpp calibrates its own models on the CPU; --backend, --repeats are the replay's (llama.cpp's "
+     "decodes are repeated --runs times)"),
     (("validate", "{tmp}/t.parquet", "--engine", "llama.cpp"), "--engine llama.cpp decodes models of its own; it takes "
                                                                "no trace"),
     (("validate",), "validate needs a trace (or --engine llama.cpp)"),

@@ -121,6 +121,23 @@ def test_show_saves_the_machine_it_shows(cli, tmp_path):
     assert code == 1 and len(err.strip().splitlines()) == 1
 
 
+def test_a_saved_or_calibrated_hardware_file_is_replaced_only_with_force(cli, tmp_path):
+    """``hardware --save`` and ``calibrate --out`` wrote over an existing file (a hand-edited machine lost to a
+    slip), where ``trace synth`` and ``train`` refuse one; each asks for ``--force`` now, before any work."""
+    mine = tmp_path / "mine.toml"
+    mine.write_text("# my edits\n")
+    for args in (("hardware", "--show", "h100", "--save", mine),
+                 ("calibrate", "--model", "olmoe-1b-7b", "--backend", "virtual", "--out", mine),
+                 ("calibrate", "--engine", "llama.cpp", "--out", mine)):
+        code, _, err = cli(*args)
+        assert (code, err) == (1, f"moesim: error: {mine}: exists; pass --force to replace the hardware file\n"), args
+        assert mine.read_text() == "# my edits\n"
+    code, _, err = cli("hardware", "--show", "h100", "--save", mine, "--force")
+    assert code == 0 and load_hardware(mine).gpu == get_hardware("h100").gpu
+    code, _, err = cli("hardware", "--force")
+    assert (code, err) == (1, "moesim: error: --force replaces the file --save names; give --save too\n")
+
+
 def test_local_is_measured_once_per_process(monkeypatch):
     """Every run of one command (a sweep's configurations, a served stream's rates) sees the same machine."""
     from moesim.sim import hardware

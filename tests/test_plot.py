@@ -31,7 +31,7 @@ def results(tmp_path_factory):
     return folder
 
 
-POLICIES = {"belady (optimal bound)", "lfu", "lru"}  # as the legends name the sweeps' policies
+POLICIES = {"belady (optimum, no bypass)", "lfu", "lru"}  # as the legends name the sweeps' policies
 
 
 def ink(fig) -> tuple[float, int]:

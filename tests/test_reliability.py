@@ -389,6 +389,20 @@ def _wait(condition, seconds=120.0) -> None:
         time.sleep(0.05)
 
 
+def test_a_kill_leaves_no_partial_output(tmp_path):
+    """SIGTERM (``kill``, ``timeout``, a scheduler's stop) ended the process on the spot: a trace being written stayed
+    as its hidden temporary file (and a llama.cpp calibration's scratch folder, 1-2 GB). The command unwinds now, as
+    after Ctrl-C (``moesim.errors.unwind``), and the temporary file goes."""
+    proc = subprocess.Popen([sys.executable, "-m", "moesim", "trace", "synth", "--layers", "16", "--experts", "64",
+                             "--top-k", "8", "--sequences", "4", "--tokens", "100000", "--out",
+                             str(tmp_path / "big.parquet")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait(lambda: any(tmp_path.iterdir()) or proc.poll() is not None)  # the write has begun
+    assert proc.poll() is None, "the trace was written before it could be stopped"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and not list(tmp_path.iterdir())
+
+
 def test_ctrl_c_stops_a_sweep_with_the_resume_hint(tmp_path):
     proc = _sweep(tmp_path, jobs=1)
     _wait(lambda: (tmp_path / "r.parquet").exists() or proc.poll() is not None)
