@@ -49,9 +49,13 @@ def plan(
         check_output(plot, "figure", inputs=() if trace is None else (trace,), suffixes=SUFFIXES)
     formats = asked.each.pop("dtype", [asked.base.model.dtype])  # not typed: a configuration file's
     config = asked.config("plan")
+    # a file's prompt of 0 (every configuration's default, what a saved run holds) asks for none, as in the API
+    asked_prompt = "prompt" in asked.typed or ("prompt" in asked.given and config.workload.prompt != 0)
+    if not asked_prompt:
+        config = config.replace(prompt=PLAN_PROMPT)
     with working("simulating each strategy (the first run compiles each policy)"):
         # the default prompt gives way to a trace's own prompts; one asked for here or in the file is checked
-        result = run_plan(config, trace, formats, prompt_asked="prompt" in asked.given, given=asked.typed)
+        result = run_plan(config, trace, formats, prompt_asked=asked_prompt, given=asked.typed)
     if plot is not None:
         from moesim.plots.plan import plot_plan
 

@@ -238,7 +238,9 @@ def validate(
     check_given(asked.typed, backend)
     trace = moesim.load_trace(trace_path)
     with working("simulating and replaying"):
-        rows = moesim.validate(trace, config, policies=policies, capacities=capacities, cpu_layers=cpu_layers,
+        placing = getattr(get_strategy(config.execution.strategy), "PLACES", None)  # the lists are a cache's runs
+        rows = moesim.validate(trace, config, policies=None if placing else policies,
+                               capacities=None if placing else capacities, cpu_layers=cpu_layers,
                                backend=backend, hardware=_hardware(asked), layers=layers, scale=scale, workdir=workdir,
                                **params)
     if as_json:

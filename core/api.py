@@ -178,14 +178,22 @@ def best_split(trace: Trace, budget: int, policy: str | None = None, semantics: 
     from moesim.sim.budget import allocate, best_split as split, check_budget
     from moesim.sim.mrc import hits_table
 
-    for name in ("capacity", "split", "scope"):
-        if name in settings and (name != "scope" or settings[name] != "per-layer"):
+    for name in ("capacity", "split"):
+        if name in settings:
             raise MoesimError(f"{name}: best_split shares budget slots out over per-layer caches, so nothing reads it")
     trace = _trace(trace)
     cache = _configured(config, "hitrate", settings, policy=policy, semantics=semantics).cache
+    if cache.scope != "per-layer":
+        raise MoesimError(f"scope {cache.scope!r}: best_split shares budget slots out over per-layer caches; a global "
+                          "pool has no layers to share them over")
     if curve is None:
         return split(trace, cache, budget)
-    _check_curve(curve, trace, policy, semantics)
+    # the curve is compared with what was asked: the keywords, and what a configuration sets (not its defaults)
+    unset, base = Config().cache, _config(config).cache
+    asked = {name: given if given is not None else (getattr(base, name) if getattr(base, name) != getattr(unset, name)
+                                                    else None)
+             for name, given in (("policy", policy), ("semantics", semantics))}
+    _check_curve(curve, trace, asked["policy"], asked["semantics"])
     check_budget(trace.meta, budget)
     return allocate(hits_table(curve), budget, min(r.capacity for r in curve), curve[0].accesses)
 
@@ -269,14 +277,15 @@ def run_replay(trace: Trace, config: Config | None = None, *, backend: str = "cp
     return run(trace, config, hw, backend, layers, scale, workdir, model=spec)
 
 
-def validate(trace: Trace, config: Config | None = None, *, policies=("lru", "belady"), capacities=(4,),
+def validate(trace: Trace, config: Config | None = None, *, policies=None, capacities=None,
              cpu_layers=(0,), backend: str = "cpu", hardware: str | Hardware | None = None, layers: int | None = None,
              scale: float = 1.0, workdir: str | Path | None = None, model: str | ModelSpec | None = None,
              **settings) -> list[dict]:
     """``run_replay`` of every policy at every capacity (or, for a strategy that places experts without a cache, at
     every number of ``cpu_layers``): one row each with simulated and measured TPOT, the error and the
     speedups over the first of its group (``moesim.replay.validate``). Each of the three is a list (``policies`` one
-    policy's name too), not empty, no value twice; the settings are ``run_replay``'s but ``policy``, ``capacity``
+    policy's name too; default lru and belady, capacity 4, a cache's runs, refused for a strategy that places
+    layers), not empty, no value twice; the settings are ``run_replay``'s but ``policy``, ``capacity``
     and ``cpu_layers`` (the lists replace them), and a policy's parameter (``gamma=0.5``) goes to each listed policy
     that takes it.
 
@@ -287,15 +296,22 @@ def validate(trace: Trace, config: Config | None = None, *, policies=("lru", "be
     from moesim.replay.prepare import prepare
     from moesim.replay.run import check_given
     from moesim.replay.validate import run_groups, validate as run
+    from moesim.sim.strategies import get_strategy
 
-    policies = _runs("policies", policies, "or one policy's name", one=str)
-    capacities, cpu_layers = _runs("capacities", capacities), _runs("cpu_layers", cpu_layers)
-    for one, each in (("policy", "policies"), ("capacity", "capacities"), ("cpu_layers", "cpu_layers")):
+    listed = [name for name, value in (("policies", policies), ("capacities", capacities)) if value is not None]
+    policies = _runs("policies", ("lru", "belady") if policies is None else policies, "or one policy's name", one=str)
+    capacities = _runs("capacities", (4,) if capacities is None else capacities)
+    cpu_layers = _runs("cpu_layers", cpu_layers)
+    for one, each in (("policy", "policies"), ("capacity", "capacities")):
         if one in settings:  # the lists replace them: one of them would be read by no run
             raise MoesimError(f"{one}: validate runs each of {each}=[...]; pass {each}=[{settings[one]!r}]")
     params = {k: settings.pop(k) for k in list(settings) if k in CACHE_PARAMS}  # each given to the policies taking it
     check_given(set(settings), backend)
     config, objects = _with_objects(config, "des", model, None, settings)  # RUN_SETTINGS: a replay's are a run's
+    places = getattr(get_strategy(config.execution.strategy), "PLACES", None)
+    if places is not None and listed:
+        raise MoesimError(f"{' and '.join(listed)}: strategy {config.execution.strategy} keeps no expert cache (it "
+                          f"places layers: cpu_layers=[...]), so nothing reads {'it' if len(listed) == 1 else 'them'}")
     run_groups(config, policies, capacities, cpu_layers, params)  # a bad one refused before calibrating
     numbers_of = [c for c in capacities if c != "auto"]  # the buffers a real backend's check sizes: the most slots
     most = max(numbers_of, key=lambda c: max(c) if isinstance(c, (list, tuple)) else c, default="auto")  # of a layer
@@ -420,7 +436,9 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     (``rows``, with TTFT, GPU memory, host RAM and engine settings), simulated on ``trace`` (default: the
     bundled one for Mixtral-8x7B, else a synthetic one). The settings are the machine's and the workload's
     (``moesim.experiments.plan.PLAN_SETTINGS``: ``vram``, ``ram``, ``cpu``, ``link``, ``batch``, ``prompt``
-    (default 512 tokens, for the TTFT; a trace that records every prompt is timed on those), ``split``, ...). Equal tokens/s rank by TTFT; the rows that keep every
+    (default 512 tokens, for the TTFT; a trace that records every prompt is timed on those), ``split``, ...); of a
+    ``config``, these and its format (the candidates set the rest, as from a configuration file on the command line).
+    Equal tokens/s rank by TTFT; the rows that keep every
     expert on the GPU are one ``all-on-gpu`` row per format (``same_as``: the candidates it stands for). Where
     nothing fits, a ``MoesimError`` names the candidate closest to fitting and its memory part by part.
 
@@ -439,15 +457,9 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     if unread:
         raise MoesimError(f"{', '.join(unread)}: a plan does not take it (it takes {', '.join(PLAN_SETTINGS)}; the "
                           "candidates set the rest)")
-    if config is not None:  # a configuration's settings as the keywords': what a plan does not take is refused
-        flat, unset, takes = _config(config).flat(), Config().flat(), (*PLAN_SETTINGS, "dtype")
-        alone = Config.build(**{k: v for k, v in flat.items() if k in takes and v != unset[k]}).flat()  # its defaults
-        stray = sorted(k for k, v in flat.items() if k not in takes and v != alone[k])
-        if stray:
-            raise MoesimError(f"{', '.join(stray)}: the configuration sets it, and a plan does not take it (it takes "
-                              f"{', '.join(PLAN_SETTINGS)}, dtype; the candidates set the rest)")
     config = _config(config)
-    # a prompt asked for, here or by the configuration; else the plan's default, which a trace's own prompts replace
+    # a prompt asked for, here or by the configuration (0, every configuration's default and what a saved run holds,
+    # asks for none); else the plan's default, which a trace's own prompts replace. As on the command line.
     asked = "prompt" in settings or config.workload.prompt != 0
     if not asked:
         settings["prompt"] = PLAN_PROMPT

@@ -68,12 +68,13 @@ def move_two(ranks, hist, experts, row, layer, j, blocks, top):
     """Accesses ``j`` and ``j + 1`` of ``layer`` at ``row`` in one pass over the ranks, as ``move_one`` twice.
     The second expert's distance is its rank d1 plus one if the first one's, d0, was above it (the first moved
     to 0 over it). A rank r moves down once for each of d0, d1 it is below: the first access keeps the order of
-    every other rank, so "below d1 after it" is "below d1 before it". The experts of a cell are distinct
-    (``Trace.validate``)."""
+    every other rank, so "below d1 after it" is "below d1 before it". That holds for two experts; one twice (a cell of
+    a trace not validated) is at rank 0 the second time, and moves nothing (d1 taken as 0)."""
     e0, e1 = uint64(experts[row, layer, j]), uint64(experts[row, layer, j + 1])
-    d0, d1 = ranks[e0], ranks[e1]
+    same = e1 == e0  # the same expert twice (a trace not validated): at rank 0 the second time
+    d0, d1 = ranks[e0], ranks[e1] if not same else ranks.dtype.type(0)
     hist[min(uint64(d0), top)] += 1
-    hist[min(uint64(d1) + uint64(d1 < d0), top)] += 1
+    hist[uint64(0) if same else min(uint64(d1) + uint64(d1 < d0), top)] += 1
     for b in range(0, blocks * BLOCK, BLOCK):
         for i in range(BLOCK):
             r = ranks[b + i]

@@ -44,6 +44,9 @@ def run_groups(config: Config, policies: list[str], capacities: list[int], cpu_l
     strategy = config.execution.strategy
     places = getattr(get_strategy(strategy), "PLACES", None)
     if places is not None:
+        if params:
+            raise MoesimError(f"{', '.join(map(option, params))}: strategy {strategy} keeps no expert cache, so nothing "
+                              "reads it")
         return [[config.replace(**{places: n}) for n in cpu_layers or [0]]]
     if cpu_layers not in (None, [0]):
         raise MoesimError(f"{option('cpu_layers')}: strategy {strategy} places no layers on the CPU (it keeps a cache, "

@@ -161,10 +161,16 @@ def check_hardware(hw: Hardware, where) -> None:
     """Every number of ``hw``'s parts against its rule and its range (``RULES``, ``RANGES``) and its threads against
     its cores: a one-line error naming ``where`` (a file, or the machine as the Python API was given it), the part
     and the key. What ``load_hardware`` reads, ``write_hardware`` writes and the API takes built in code."""
-    if not isinstance(hw.gpu, (GPU, type(None))) or not isinstance(hw.cpu, (CPU, type(None))) or \
-            (hw.gpu is None and hw.cpu is None) or (hw.gpu is not None and not isinstance(hw.link, Link)):
+    if not isinstance(hw.name, str):
+        raise MoesimError(f"{where}: name must be a string, got {hw.name!r}")
+    for key, (cls, _) in SECTIONS.items():
+        if not isinstance(getattr(hw, key), (cls, type(None))):
+            raise MoesimError(f"{where}: {key} must be {cls.__name__} or None, got {type(getattr(hw, key)).__name__}")
+    if (hw.gpu is None and hw.cpu is None) or (hw.gpu is not None and hw.link is None):
         raise MoesimError(f"{where}: a machine needs a GPU with its link, a CPU, or both (CPU only: gpu and link "
                           "None)")
+    if hw.gpu is None and (hw.link is not None or hw.compute is not None):
+        raise MoesimError(f"{where}: a link and a compute table describe a GPU, and the machine has none")
     for key in SECTIONS:
         part = getattr(hw, key)
         if part is None:

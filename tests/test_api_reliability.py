@@ -3,6 +3,7 @@ written, and numpy's numbers are the numbers they hold."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -184,8 +185,14 @@ def test_best_split_refuses_what_it_does_not_read_and_a_curve_of_another_run(mix
                                "it"),
              ({"split": "best"}, "split: best_split shares budget slots out over per-layer caches, so nothing reads "
                                  "it"),
-             ({"scope": "global"}, "scope: best_split shares budget slots out over per-layer caches, so nothing reads "
-                                   "it"),
+             ({"scope": "global"}, "scope 'global': best_split shares budget slots out over per-layer caches; a "
+                                   "global pool has no layers to share them over"),
+             ({"config": moesim.Config.build(scope="global")}, "scope 'global': best_split shares budget slots out "
+                                                               "over per-layer caches; a global pool has no layers to "
+                                                               "share them over"),
+             ({"config": moesim.Config.build(policy="belady"), "curve": lru}, "policy 'belady': the curve's policy is "
+                                                                              "'lru'; leave policy out or give the "
+                                                                              "curve of 'belady'"),
              ({"policy": "belady", "curve": lru}, "policy 'belady': the curve's policy is 'lru'; leave policy out or "
                                                   "give the curve of 'belady'"),
              ({"curve": moesim.mrc(mixtral.select([1]), "lru")}, "curve is not this trace's per-layer curve "
@@ -205,22 +212,28 @@ def test_best_split_refuses_what_it_does_not_read_and_a_curve_of_another_run(mix
     assert moesim.best_split(mixtral, 96, "lru", curve=lru).slots == moesim.best_split(mixtral, 96, "lru").slots
 
 
-def test_plan_takes_a_configuration_as_its_keywords(mixtral):
+def test_plan_takes_a_configuration_as_its_keywords(mixtral, tmp_path, cli):
     """``plan(config=...)`` let a configuration's prefetcher into the candidates (a row dropped with oracle
-    prefetch), read nothing of its policy, capacity or strategy, and timed the TTFT on no prompt where the keywords
-    time it on 512 tokens."""
+    prefetch) and timed the TTFT on no prompt where the keywords time it on 512 tokens; a configuration's cache,
+    prefetcher and strategy are the candidates' to set, as a configuration file's are on the command line, and a
+    prompt of 0 (what a saved run holds) asks for none, on both."""
     build = lambda **kw: moesim.Config.build(model="mixtral-8x7b", hardware="rtx4090", dtype="q4_k", **kw)  # noqa
     keywords = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
-    configured = moesim.plan(config=build())
-    assert (configured.prompt, configured.rows) == (keywords.prompt, keywords.rows) and keywords.prompt == 512
+    assert keywords.prompt == 512
+    for setting in ({}, {"prefetch": "oracle"}, {"capacity": 3}, {"strategy": "cpu-experts"}):
+        configured = moesim.plan(config=build(**setting))
+        assert (configured.prompt, configured.rows) == (keywords.prompt, keywords.rows), setting
     assert moesim.plan(config=build(prompt=100)).prompt == 100
-    for setting in ({"prefetch": "oracle"}, {"capacity": 3}, {"strategy": "cpu-experts"}):
-        with pytest.raises(MoesimError) as refused:
-            moesim.plan(config=build(**setting))
-        assert str(refused.value).startswith(f"{next(iter(setting))}: the configuration sets it, and a plan does not "
-                                             "take it (it takes model, hardware,")
-    cpu_only = moesim.Config.build(model="mixtral-8x7b", hardware="ryzen-7950x", dtype="q4_k")  # cpu-experts its own
-    assert moesim.plan(config=cpu_only).rows == moesim.plan("mixtral-8x7b", "ryzen-7950x", dtypes=["q4_k"]).rows
+    saved = tmp_path / "saved.toml"
+    build(policy="belady", capacity=4).to_toml(saved)  # prompt = 0 among every setting
+    code, out, err = cli("plan", "--config", saved, "--json")
+    assert code == 0, err
+    assert json.loads(out)["rows"] == moesim.plan(config=moesim.Config.from_toml(saved)).as_dict()["rows"] == \
+        keywords.as_dict()["rows"]
+    cpu = tmp_path / "cpu.toml"  # a file without a strategy, on a machine without a GPU
+    cpu.write_text('[model]\nname = "mixtral-8x7b"\ndtype = "q4_k"\n[hardware]\nmachine = "ryzen-7950x"\n')
+    assert moesim.plan(config=moesim.Config.from_toml(cpu)).rows == \
+        moesim.plan("mixtral-8x7b", "ryzen-7950x", dtypes=["q4_k"]).rows
 
 
 def test_arguments_of_the_wrong_type_are_named_not_raised_from_inside(mixtral, tmp_path):

@@ -171,7 +171,10 @@ def test_a_machine_built_in_code_is_checked_as_a_file_is():
                          (replace(hw, gpu=None, link=None, cpu=None), "a machine needs a GPU with its link, a CPU, "
                                                                       "or both (CPU only: gpu and link None)"),
                          (replace(hw, link=None), "a machine needs a GPU with its link, a CPU, or both (CPU only: "
-                                                  "gpu and link None)")):
+                                                  "gpu and link None)"),
+                         (replace(hw, gpu=None), "a link and a compute table describe a GPU, and the machine has "
+                                                 "none"),  # what load_hardware refuses in a file, so write_hardware
+                         (replace(hw, ssd="pcie5-nvme"), "ssd must be SSD or None, got str")):
         for run in (lambda: moesim.simulate(trace, hardware=bad, capacity=8),
                     lambda: moesim.serve(trace, hardware=bad, capacity=8, requests=2),
                     lambda: moesim.run_replay(trace, backend="virtual", hardware=bad, capacity=8)):
@@ -224,6 +227,13 @@ def test_a_model_built_in_code_is_checked_as_presets_are():
                              ({"ffn_mats": 4}, "model 'mixtral-8x7b': ffn_mats must be 3 (SwiGLU: gate, up, down) or "
                                                "2 (a GELU MLP), got 4"),
                              ({"top_k": 9}, "model 'mixtral-8x7b': top_k 9 is more than its 8 experts"),
+                             ({"ffn_mats": 3.0}, "model 'mixtral-8x7b': ffn_mats must be 3 (SwiGLU: gate, up, down) "
+                                                 "or 2 (a GELU MLP), got 3.0"),
+                             ({"architecture": None}, "model 'mixtral-8x7b': architecture must be a string, got None"),
+                             ({"tied_embeddings": "no"}, "model 'mixtral-8x7b': tied_embeddings must be True or False, "
+                                                         "got 'no'"),
+                             ({"expert_mix": "x"}, "model 'mixtral-8x7b': expert_mix must be a tuple of (format, "
+                                                   "share of the bytes) pairs, got 'x'"),
                              ({"top_k": 3}, "model mixtral-8x7b has (layers, experts, top_k) = (32, 8, 3), the trace "
                                             "(32, 8, 2)"),
                              ({"num_experts": 16}, "model mixtral-8x7b has (layers, experts, top_k) = (32, 16, 2), the "

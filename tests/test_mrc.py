@@ -100,6 +100,22 @@ def test_lru_by_recency_ranks_equals_the_reference(seed, layers, experts, top_k,
     assert got.per_layer_hits == want
 
 
+def test_lru_ranks_take_an_expert_repeated_in_a_cell_as_two_accesses():
+    """A trace built in code and not validated may repeat an expert in a cell: the second access hits at rank 0, as
+    the plain-Python LRU has it (the pass over two accesses at once first counted the first one's rank twice)."""
+    from moesim.policies.lru_ranks import rank_counts
+
+    rng = np.random.default_rng(7)
+    experts = rng.integers(0, 3, size=(30, 3, 4)).astype(np.int16)  # three experts: most cells repeat one
+    offsets = np.array([0, 17, 30], np.int64)
+    for reset in (False, True):
+        hist = rank_counts(experts, offsets, 5, reset)
+        for layer in range(3):
+            for capacity in (1, 2, 3):
+                want = reference.hitrate(experts[:, [layer]], offsets, 5, "lru", capacity, True, True, reset)[0][0]
+                assert hist[layer, :capacity].sum() == want, (reset, layer, capacity)
+
+
 def test_with_every_expert_cached_only_first_uses_miss(mixtral):
     for semantics in SEMANTICS:
         last = curve(mixtral, CacheConfig(policy="lru", semantics=semantics))[-1]

@@ -254,6 +254,14 @@ def test_validate_gives_a_policys_parameter_to_each_policy_taking_it_and_refuses
         assert str(refused.value) == message
     code, _, err = cli("validate", olmoe, "--backend", "virtual", "--cpu-layers", "2")
     assert code == 1 and err.startswith("moesim: error: --cpu-layers: strategy gpu-cache places no layers")
+    for kwargs, message in (({"gamma": 0.5}, "gamma: strategy cpu-experts keeps no expert cache, so nothing reads "
+                                             "it"),
+                            ({"policies": ["gamma"]}, "policies: strategy cpu-experts keeps no expert cache (it places "
+                                                      "layers: cpu_layers=[...]), so nothing reads it")):
+        with pytest.raises(MoesimError) as refused:
+            moesim.validate(trace, backend="virtual", strategy="cpu-experts", cpu_layers=[0, 8], **kwargs)
+        assert str(refused.value) == message
+    assert len(moesim.validate(trace, backend="virtual", strategy="cpu-experts", cpu_layers=[0, 8])) == 2
 
 
 def test_a_placing_strategy_shows_what_it_placed(cli, olmoe):

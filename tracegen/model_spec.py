@@ -186,8 +186,16 @@ def check_model(spec: ModelSpec, where: str) -> None:
     """A model built in code (the Python API's ``model=ModelSpec(...)``, ``dataclasses.replace`` of a preset) held to
     what every preset and model file gives: one line naming ``where`` and the field. A negative width gave negative
     GPU memory; a NaN one a wrong cause."""
-    if not isinstance(spec.name, str):
-        raise MoesimError(f"{where}: name must be a string, got {spec.name!r}")
+    for name in ("name", "hf_id", "architecture", "source", "file", "expert_format", "other_format"):
+        if not isinstance(getattr(spec, name), str):
+            raise MoesimError(f"{where}: {name} must be a string, got {getattr(spec, name)!r}")
+    for name in ("expert_mix", "other_mix"):  # a GGUF file's types moesim does not know keep their own names
+        mix = getattr(spec, name)
+        if not isinstance(mix, tuple) or not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and
+                                                 isinstance(p[1], numbers.Real) and 0 < p[1] <= 1 for p in mix):
+            raise MoesimError(f"{where}: {name} must be a tuple of (format, share of the bytes) pairs, got {mix!r}")
+    if not isinstance(spec.tied_embeddings, bool):
+        raise MoesimError(f"{where}: tied_embeddings must be True or False, got {spec.tied_embeddings!r}")
     for name in AT_LEAST_ONE + AT_LEAST_ZERO:
         value, low = getattr(spec, name), 1 if name in AT_LEAST_ONE else 0
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
@@ -197,7 +205,8 @@ def check_model(spec: ModelSpec, where: str) -> None:
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
             raise MoesimError(f"{where}: {name} must be a finite number >= 0 (0: priced from the run's dtype), got "
                               f"{value!r}")
-    if spec.ffn_mats not in (2, 3) or isinstance(spec.ffn_mats, bool):
+    mats = spec.ffn_mats
+    if isinstance(mats, bool) or not isinstance(mats, numbers.Integral) or mats not in (2, 3):
         raise MoesimError(f"{where}: ffn_mats must be 3 (SwiGLU: gate, up, down) or 2 (a GELU MLP), got "
                           f"{spec.ffn_mats!r}")
     if spec.kind not in KINDS:

@@ -124,6 +124,8 @@ def fits_trace(spec: ModelSpec, meta: TraceMeta) -> bool:
 def check_fits_trace(spec: ModelSpec, meta: TraceMeta) -> None:
     """``fits_trace``, refused in one line naming both: a preset named for a trace, a model built in code."""
     if not fits_trace(spec, meta):
+        if spec.kind == "mole":  # its layers are what the trace must match
+            raise MoesimError(f"model {spec.name} has {spec.num_layers} layers, the trace {meta.num_layers}")
         raise MoesimError(f"model {spec.name} has (layers, experts, top_k) = "
                           f"{(spec.num_layers, spec.num_experts, spec.top_k)}, the trace "
                           f"{(meta.num_layers, meta.num_experts, meta.top_k)}")
