@@ -285,9 +285,8 @@ def validate(trace: Trace, config: Config | None = None, *, policies=None, capac
     every number of ``cpu_layers``): one row each with simulated and measured TPOT, the error and the
     speedups over the first of its group (``moesim.replay.validate``). Each of the three is a list (``policies`` one
     policy's name too; default lru and belady, capacity 4, a cache's runs, refused for a strategy that places
-    layers), not empty, no value twice; the settings are ``run_replay``'s but ``policy``, ``capacity``
-    and ``cpu_layers`` (the lists replace them), and a policy's parameter (``gamma=0.5``) goes to each listed policy
-    that takes it.
+    layers), not empty, no value twice; the settings are ``run_replay``'s but ``policy`` and ``capacity`` (the lists
+    replace them), and a policy's parameter (``gamma=0.5``) goes to each listed policy that takes it.
 
     >>> rows = moesim.validate(trace, backend="virtual", policies=["lru", "belady"], capacities=[4], dtype="q4_k")
     >>> [r["error_pct"] == 0 for r in rows]
@@ -438,9 +437,9 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     (``moesim.experiments.plan.PLAN_SETTINGS``: ``vram``, ``ram``, ``cpu``, ``link``, ``batch``, ``prompt``
     (default 512 tokens, for the TTFT; a trace that records every prompt is timed on those), ``split``, ...); of a
     ``config``, these and its format (the candidates set the rest, as from a configuration file on the command line).
-    Equal tokens/s rank by TTFT; the rows that keep every
-    expert on the GPU are one ``all-on-gpu`` row per format (``same_as``: the candidates it stands for). Where
-    nothing fits, a ``MoesimError`` names the candidate closest to fitting and its memory part by part.
+    Equal tokens/s rank by TTFT; the rows that keep every expert on the GPU are one ``all-on-gpu`` row per format
+    (``same_as``: the candidates it stands for). Where nothing fits, a ``MoesimError`` names the candidate closest to
+    fitting and its memory part by part.
 
     >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
     >>> round(p.rows[0]["tokens_per_s"], 1), next(r["engine_flags"] for r in p.rows if r["strategy"] == "cpu-experts")
