@@ -41,6 +41,8 @@ def ml_ffn(
         raise MoesimError(f"--layers must be per-layer or shared, got {layers!r}")
     check_output(out, "model", force=force, inputs=(train_trace,), suffixes=(".npz",))
     trace = moesim.load_trace(train_trace)
+    if capacity < 0:  # named as typed, as sim hitrate names it (the configuration's reader names its field)
+        raise MoesimError(f"--capacity must be at least 0, got {capacity}")
     cache, top_k = CacheConfig(policy="ml-ffn", capacity=capacity), trace.meta.top_k
     if cache.semantics == "step" and 1 <= capacity < top_k:  # check_capacity's way out, --semantics sequential,
         # is not among this command's options: its report's runs keep the default semantics

@@ -63,7 +63,7 @@ class Row:
 
 
 def counts(text: str | None, what: str, default: list[int], low: int = 1) -> list[int]:
-    """A comma-separated list of whole numbers >= ``low`` (``default`` where not given)."""
+    """A comma-separated list of whole numbers >= ``low``, none twice (``default`` where not given)."""
     if text is None:
         return default
     try:
@@ -72,7 +72,10 @@ def counts(text: str | None, what: str, default: list[int], low: int = 1) -> lis
         raise MoesimError(f"{what} takes comma-separated whole numbers, got {text!r}") from None
     if not values or min(values) < low:
         raise MoesimError(f"{what} takes whole numbers of at least {low}, got {text!r}")
-    return list(dict.fromkeys(values))
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:  # as every listed option: each value is one run
+        raise MoesimError(f"{what}: {twice} listed twice; each value is one run")
+    return values
 
 
 def model_shape(spec: ModelSpec, layers: int | None) -> tuple:

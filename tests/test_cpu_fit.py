@@ -219,6 +219,8 @@ def test_a_fit_needs_runs():
     (("validate", "{tmp}/t.parquet", "--engine", "llama.cpp"), "--engine llama.cpp decodes models of its own; it takes "
                                                                "no trace"),
     (("validate",), "validate needs a trace (or --engine llama.cpp)"),
+    (("calibrate", "--engine", "llama.cpp", "--threads", "1,1", "--out", "{tmp}/h.toml"),
+     "--threads: 1 listed twice; each value is one run"),  # was run once, where every other list refuses it
     (("validate", "--engine", "llama.cpp", "--policies", "lru", "--capacity", "8", "--scale", "0.5"),
      "--engine llama.cpp takes --hardware, --model, --layers, --dtype, --threads, --contexts, --prompts, --runs, "
      "--workdir, --json; not --capacity, --policies, --scale (the replay's)"),  # as typed

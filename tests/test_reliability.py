@@ -171,6 +171,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
          "--cpu-layers 20,,24: an empty entry"),
         (("train", "ml-ffn", "bundled", "--capacity", "0", "--out", "m.npz"),
          "capacity 0 keeps no expert cache, and a hit rate counts a cache's hits: give at least 1 slot"),
+        (("train", "ml-ffn", "bundled", "--capacity", "-2", "--out", "m.npz"), "--capacity must be at least 0, got -2"),
         (("hardware", "--show", "rtx4090", "--json", "--save", "h.txt"), "unknown hardware file format '.txt'"),
         (("trace", "synth", *SMALL, "--out", "t.csv"), "unknown trace format '.csv' (use .parquet)"),
         (("sweep", "ok.toml", "--out", "r.csv"), "unknown results format '.csv' (use .parquet)"),
