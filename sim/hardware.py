@@ -158,9 +158,11 @@ def load_hardware(path: Path) -> Hardware:
 
 
 def check_hardware(hw: Hardware, where) -> None:
-    """Every number of ``hw``'s parts against its rule and its range (``RULES``, ``RANGES``) and its threads against
-    its cores: a one-line error naming ``where`` (a file, or the machine as the Python API was given it), the part
-    and the key. What ``load_hardware`` reads, ``write_hardware`` writes and the API takes built in code."""
+    """``hw``'s name a string, its parts of their types, a GPU with its link (a link or a compute table only with
+    one), a CPU where there is no GPU; every number of its parts against its rule and its range (``RULES``,
+    ``RANGES``) and its threads against its cores: a one-line error naming ``where`` (a file, or the machine as the
+    Python API was given it), the part and the key. What ``load_hardware`` reads, ``write_hardware`` writes and the
+    API takes built in code."""
     if not isinstance(hw.name, str):
         raise MoesimError(f"{where}: name must be a string, got {hw.name!r}")
     for key, (cls, _) in SECTIONS.items():
