@@ -295,7 +295,6 @@ def validate(trace: Trace, config: Config | None = None, *, policies=None, capac
     from moesim.replay.prepare import prepare
     from moesim.replay.run import check_given
     from moesim.replay.validate import run_groups, validate as run
-    from moesim.sim.strategies import get_strategy
 
     listed = [name for name, value in (("policies", policies), ("capacities", capacities)) if value is not None]
     policies = _runs("policies", ("lru", "belady") if policies is None else policies, "or one policy's name", one=str)
@@ -307,11 +306,7 @@ def validate(trace: Trace, config: Config | None = None, *, policies=None, capac
     params = {k: settings.pop(k) for k in list(settings) if k in CACHE_PARAMS}  # each given to the policies taking it
     check_given(set(settings), backend)
     config, objects = _with_objects(config, "des", model, None, settings)  # RUN_SETTINGS: a replay's are a run's
-    places = getattr(get_strategy(config.execution.strategy), "PLACES", None)
-    if places is not None and listed:
-        raise MoesimError(f"{' and '.join(listed)}: strategy {config.execution.strategy} keeps no expert cache (it "
-                          f"places layers: cpu_layers=[...]), so nothing reads {'it' if len(listed) == 1 else 'them'}")
-    run_groups(config, policies, capacities, cpu_layers, params)  # a bad one refused before calibrating
+    run_groups(config, policies, capacities, cpu_layers, params, listed)  # a bad one refused before calibrating
     numbers_of = [c for c in capacities if c != "auto"]  # the buffers a real backend's check sizes: the most slots
     most = max(numbers_of, key=lambda c: max(c) if isinstance(c, (list, tuple)) else c, default="auto")  # of a layer
     trace, spec, hw = prepare(_trace(trace), config.replace(capacity=most), backend, hardware, layers, scale, workdir,

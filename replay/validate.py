@@ -36,17 +36,21 @@ def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[st
 
 
 def run_groups(config: Config, policies: list[str], capacities: list[int], cpu_layers: list[int] | None = None,
-               params: dict | None = None) -> list[list[Config]]:
+               params: dict | None = None, listed: list[str] = ()) -> list[list[Config]]:
     """The configurations ``validate`` replays, in groups whose first is the others' baseline: every policy at each
     capacity (each with those of the policy ``params`` it takes; one no policy takes is refused), or every number of
     CPU layers for a strategy that places experts (more than the one default, 0, refused for a strategy that keeps a
-    cache: nothing reads them). Built (and so checked) before anything is measured."""
+    cache, and the lists ``listed`` and policy parameters for one that places: nothing reads them). Built (and so
+    checked) before anything is measured."""
     strategy = config.execution.strategy
     places = getattr(get_strategy(strategy), "PLACES", None)
     if places is not None:
         if params:
             raise MoesimError(f"{', '.join(map(option, params))}: strategy {strategy} keeps no expert cache, so nothing "
                               "reads it")
+        if listed:
+            raise MoesimError(f"{' and '.join(listed)}: strategy {strategy} keeps no expert cache (it places layers: "
+                              f"cpu_layers=[...]), so nothing reads {'it' if len(listed) == 1 else 'them'}")
         return [[config.replace(**{places: n}) for n in cpu_layers or [0]]]
     if cpu_layers not in (None, [0]):
         raise MoesimError(f"{option('cpu_layers')}: strategy {strategy} places no layers on the CPU (it keeps a cache, "
