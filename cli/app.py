@@ -3,18 +3,19 @@
 import gc
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from moesim import __version__
-from moesim.errors import READER, MoesimError, first_line, unwind
+from moesim.errors import READER, MoesimError, MoesimWarning, first_line, unwind
 from moesim.host import usable_cpus
 from moesim.sim import blas_probe
 from moesim.cli import mrc_cmd, plan_cmd, plot_cmd, replay_cmd, serve_cmd, sim_cmd, sweep_cmd, trace_cmd, train_cmd  # noqa: F401 (mrc_cmd, serve_cmd: register sim mrc, sim serve)
-from moesim.cli.console import console, emit_json, table, watch_compiles, working
-from moesim.cli.options import PATH, Force
+from moesim.cli.console import console, emit_json, table, warn, watch_compiles, working
+from moesim.cli.options import PATH
 from moesim.tracegen.models import MODELS
 
 app = typer.Typer(help="Trace-driven cache and prefetch simulator for Mixture-of-Experts inference.", rich_markup_mode="markdown",
@@ -105,8 +106,9 @@ def _with_rates(part) -> dict:
 
 def _show(name: str, save: Path | None, as_json: bool, force: bool = False) -> None:
     """One machine (a preset, a file or ``local``), part by part, with what the model derives from each (or its
-    fields as JSON); ``save``: written as a hardware file too (``local`` measured once, then reused; an existing file
-    only with ``force``: a hand-edited machine is not lost to a slip)."""
+    fields as JSON), its numbers far past every real part's taken with ``force``; ``save``: written as a hardware file
+    too (``local`` measured once, then reused; an existing file only with ``force``: a hand-edited machine is not lost
+    to a slip)."""
     from dataclasses import asdict
 
     from moesim.files import check_output
@@ -114,9 +116,9 @@ def _show(name: str, save: Path | None, as_json: bool, force: bool = False) -> N
 
     if save is not None:
         check_output(save, "hardware file", force=force, inputs=(name,), suffixes=(".toml",))
-    hw = get_hardware(name)
+    hw = get_hardware(name, force=force)
     if save is not None:
-        write_hardware(hw, save)
+        write_hardware(hw, save, force=force)
     if as_json:  # the fields, and beside them the rates the tables show
         emit_json({**asdict(hw), **{k: _with_rates(getattr(hw, k)) for k in ("gpu", "link", "cpu")
                                     if getattr(hw, k) is not None}})
@@ -143,7 +145,10 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
                                                          "local) with the rates the model derives from it.")] = None,
              save: Annotated[Optional[Path], typer.Option("--save", click_type=PATH, help="With --show: write that machine as a "
                                                           "hardware file (local: measured once, reused after).")] = None,
-             force: Force = False) -> None:
+             force: Annotated[bool, typer.Option("--force", help="With --show: take a machine whose numbers are far "
+                                                 "past every real part's (12288 GiB of GPU memory: MiB?), refused "
+                                                 "otherwise as a likely unit slip; with --save too: replace the file "
+                                                 "if it exists.")] = False) -> None:
     """List the hardware presets: machines (GPU + host link + host CPU), GPUs, links, CPUs, SSDs.
 
     Use a machine with 'moesim sim run --hardware NAME', describe your own in a TOML file ('moesim hardware
@@ -158,8 +163,9 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
     from moesim.sim.hardware import TEMPLATE
     from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS
 
-    if force and save is None:
-        raise MoesimError("--force replaces the file --save names; give --save too")
+    if force and show is None:
+        raise MoesimError("--force takes the machine --show names (and replaces the file --save names); give --show "
+                          "too")
     if template:
         if show is not None or save is not None or as_json:
             raise MoesimError("--template prints a commented hardware file to edit; it takes no --show, --save or "
@@ -212,9 +218,24 @@ def main() -> None:
     messages name settings as options (``moesim.errors.option``)."""
     reader = READER.set("cli")
     try:
-        sys.exit(_run())
+        with warnings.catch_warnings():  # (put back as they were: callers in a process that goes on)
+            warnings.simplefilter("default", MoesimWarning)  # each once, whatever the interpreter's filters say
+            warnings.showwarning = _warning(warnings.showwarning)
+            sys.exit(_run())
     finally:
         READER.reset(reader)
+
+
+def _warning(shown):
+    """``warnings.showwarning`` for the command: moesim's own warnings (``MoesimWarning``: a number past every real
+    part's, the unit slip it likely is) one line on stderr, as its errors are; any other as ``shown`` shows it."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, MoesimWarning):
+            warn(f"moesim: warning: {message}")
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    return show
 
 
 def entry() -> None:

@@ -17,8 +17,8 @@ def check_engine(engine: str) -> None:
         raise MoesimError(f"--engine {engine!r}: the engine moesim runs is {', '.join(ENGINES)}")
 
 
-TAKES = ("hardware", "model", "dtype", "threads")  # the settings validate --engine llama.cpp reads
-OPTIONS = ("--hardware", "--model", "--layers", "--dtype", "--threads", "--contexts", "--prompts", "--runs",
+TAKES = ("hardware", "force", "model", "dtype", "threads")  # the settings validate --engine llama.cpp reads
+OPTIONS = ("--hardware", "--force", "--model", "--layers", "--dtype", "--threads", "--contexts", "--prompts", "--runs",
            "--workdir", "--json")
 
 
@@ -64,14 +64,12 @@ def calibrate(out: Path, threads: str | None, runs: int, workdir: Path | None, f
     from moesim.files import check_output
     from moesim.replay.llamacpp_calibrate import CALIBRATION_SHAPES, FORMATS, SUMMARY, calibrate_llamacpp
     from moesim.sim.local_machine import thread_counts
-    from moesim.replay.llamacpp_run import bindings
     from moesim.sim.hardware import write_hardware
 
     check_output(out, "hardware file", force=force, suffixes=(".toml",))
-    bindings()
     chosen = _on_cores(counts(threads, "--threads", thread_counts()))
-    with _bar() as bar:
-        task = bar.add_task("calibrating", total=len(chosen) * (len(FORMATS) * len(CALIBRATION_SHAPES) + 1) + 1)
+    with _bar() as bar:  # the probe, every thread count's models, the fit
+        task = bar.add_task("calibrating", total=len(chosen) * (len(FORMATS) * len(CALIBRATION_SHAPES) + 1) + 2)
 
         def step(what: str) -> None:
             bar.update(task, description=what, advance=1)
@@ -98,17 +96,15 @@ def _on_cores(chosen: list[int]) -> list[int]:
 
 def validate(hardware: str | None, model: str | None, layers: int | None, dtypes: list[str] | None,
              threads: list[int] | None, contexts: str | None, prompts: str | None, runs: int, workdir: Path | None,
-             as_json: bool) -> None:
+             as_json: bool, force: bool = False) -> None:
     """Predict and measure the held-out configurations; print the table and the summary."""
     from moesim.replay.llamacpp_calibrate import PROMPT, calibrate_llamacpp
     from moesim.sim.local_machine import thread_counts
-    from moesim.replay.llamacpp_run import bindings
     from moesim.replay.llamacpp_validate import (HEADERS, SHAPES, cells, model_shape, summary, summary_line,
                                                  validate_llamacpp)
     from moesim.sim.hardware import get_hardware
     from moesim.tracegen.models import get_model
 
-    bindings()
     shapes = SHAPES
     if model is not None:
         spec = get_model(model)
@@ -125,7 +121,7 @@ def validate(hardware: str | None, model: str | None, layers: int | None, dtypes
             bar.update(task, description="calibrating this machine first (no --hardware)")
             hw, _ = calibrate_llamacpp(chosen, runs, workdir)
         else:
-            hw = get_hardware(hardware)
+            hw = get_hardware(hardware, force=force)
         rows = validate_llamacpp(hw, shapes, formats, chosen, ctxs, runs, workdir,
                                  lambda what: bar.update(task, description=what, advance=1), pps)
     s = summary(rows)

@@ -17,10 +17,12 @@ from moesim.tracegen.trace import trace_file
 
 
 @takes([*PLAN_SETTINGS, "dtype"], listed=("dtype",),
-       defaults={"prompt": str(PLAN_PROMPT), "dtype": ",".join(DTYPES)},
-       helps={"model": "Model preset to plan for (see 'moesim models'); required.",
+       defaults={"prompt": str(PLAN_PROMPT)},
+       helps={"model": "Model preset to plan for (see 'moesim models'), or a model file (config.json, GGUF); required.",
               "prompt": "Prompt tokens: prefilled for the time to first token, then held in the KV cache.",
-              "dtype": f"Weight formats to consider (every weight in each), comma-separated: {', '.join(FORMATS)}."},
+              "dtype": f"Weight formats to plan (every weight in each) beside a model file's own storage, "
+                       f"comma-separated: {', '.join(FORMATS)}. Default: the model file's storage, else "
+                       f"{','.join(DTYPES)}."},
        aliases={"prompt": ("--context",)})
 def plan(
     trace: Annotated[Optional[Path], typer.Option(callback=trace_file, click_type=TRACE,
@@ -47,7 +49,7 @@ def plan(
         from moesim.plots.trace import SUFFIXES
 
         check_output(plot, "figure", inputs=() if trace is None else (trace,), suffixes=SUFFIXES)
-    formats = asked.each.pop("dtype", [asked.base.model.dtype])  # not typed: a configuration file's
+    formats = asked.each.pop("dtype", None)  # not typed: a configuration file's, else the plan's
     config = asked.config("plan")
     # a file's prompt of 0 (every configuration's default, what a saved run holds) asks for none, as in the API
     asked_prompt = "prompt" in asked.typed or ("prompt" in asked.given and config.workload.prompt != 0)
@@ -70,7 +72,7 @@ def plan(
     if wide:
         table(title, ["#", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s", "TPOT ms", "TTFT",
                       "VRAM", "RAM", "on CPU", "run it with"],
-              [[r["rank"], r["strategy"], r["dtype"], r["policy"] or "-", r["prefetch"] or "-",
+              [[r["rank"], r["strategy"], r["format"], r["policy"] or "-", r["prefetch"] or "-",
                 "-" if r["capacity"] is None
                 else slots_text(r["capacity"]) + (" in all" if r["scope"] == "global" else ""),
                 "-" if r["cpu_layers"] is None else f"{r['cpu_layers']}/{r['layers']}",
@@ -78,10 +80,13 @@ def plan(
                 run_with(r)] for r in result.rows])
     else:
         three = lambda x: "-" if x is None or x != x else f"{x:.3g}"  # noqa: E731  (narrow: seconds and GiB)
-        table(title, ["#", "strategy", "dtype", "experts on GPU", "tok/s", "TTFT", "VRAM", "RAM"],
-              [[r["rank"], r["strategy"] + (f"+{r['prefetch']}" if r["prefetch"] in NEXT_CELL else ""), r["dtype"],
+        table(title, ["#", "strategy", "format", "experts on GPU", "tok/s", "TTFT", "VRAM", "RAM"],
+              [[r["rank"], r["strategy"] + (f"+{r['prefetch']}" if r["prefetch"] in NEXT_CELL else ""), r["format"],
                 placed(r), r["tokens_per_s"], three(r["ttft_s"]), three(r["vram_gb"]), three(r["ram_gb"])]
                for r in result.rows])
+    if any(r["dtype"] is None for r in [*result.rows, *result.skipped]):  # the model file's own storage, in words
+        console.print(result.spec.storage_text, soft_wrap=True)
+    if not wide:
         for r in result.rows[:RUN_LINES]:
             console.print(f"#{r['rank']}: {run_with(r)}", soft_wrap=True)
         console.print("(every row's settings and engine: --wide or --json)")
@@ -94,11 +99,11 @@ def plan(
     unrun: dict = {}  # candidates of a format refused for the same reason: one line, each strategy once
     for s in result.skipped:
         named = " + ".join(v for v in (s["policy"], s["prefetch"]) if v and v != "none")
-        unrun.setdefault((s["dtype"], s["reason"]), {}).setdefault(s["strategy"], []).append(named)
-    for (dtype, reason), strategies in unrun.items():
-        which = ", ".join(f"{name} ({'; '.join(n for n in settings if n)})" if any(settings) else name
-                          for name, settings in strategies.items())
-        console.print(f"not run in {dtype}: {which}: {reason}", soft_wrap=True)
+        unrun.setdefault((s["format"], s["reason"]), {}).setdefault(s["strategy"], []).append(named)
+    for (name, reason), strategies in unrun.items():
+        which = ", ".join(f"{strategy} ({'; '.join(n for n in settings if n)})" if any(settings) else strategy
+                          for strategy, settings in strategies.items())
+        console.print(f"not run in {name}: {which}: {reason}", soft_wrap=True)
     if plot is not None:
         console.print(f"wrote {plot}")
 

@@ -221,7 +221,7 @@ def validate(
         llamacpp_cmd.refuse_replay_options(asked, backend != "cpu", scale != 1.0)
         llamacpp_cmd.validate(_hardware(asked), asked.base.model.name if "model" in asked.given else None, layers,
                               asked.each.get("dtype"), asked.each.get("threads"), contexts, prompts, runs or RUNS,
-                              workdir, as_json)
+                              workdir, as_json, asked.base.hardware.force)
         return
     threads = asked.each.get("threads", [])  # the replay's one thread count, as sim run's; a list is llama.cpp's
     listed = len(threads) > 1

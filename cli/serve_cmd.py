@@ -7,12 +7,11 @@ import typer
 
 import moesim
 from moesim.cli.console import console, emit_json, seconds_text, slots_text, table, working
-from moesim.cli.options import PATH, AsJson, Force, TracePath
+from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.cli.sim_cmd import LOOKUP_TABLES, app
-from moesim.errors import MoesimError
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
-from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS, check_model_read
+from moesim.sim.config import DECLARED, RUN_SETTINGS, SERVE_DEFAULTS, check_model_read
 
 
 @app.command()
@@ -20,12 +19,13 @@ from moesim.sim.config import RUN_SETTINGS, SERVE_DEFAULTS, check_model_read
        helps={"capacity": "GPU expert slots per layer (or in the pool with scope global); 0: no expert cache; auto: "
                           "as many as GPU memory holds beside the KV cache of max-batch requests.",
               "prefetch": "Prefetcher that predicts the next layer: " + ", ".join(
-                  p for p in PREFETCHERS if p == "none" or get_prefetcher(p).KIND == "next") + "."})
+                  p for p in PREFETCHERS if p == "none" or get_prefetcher(p).KIND == "next") + ".",
+              # one --force, two things it lets happen
+              "force": DECLARED["force"].help + " Typed here, it also replaces an existing --out file."})
 def serve(
     trace_path: TracePath,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", click_type=PATH, help="Also write one row per request here (Parquet).")]
     = None,
-    force: Force = False,
     as_json: AsJson = False,
     *,
     asked: Asked,
@@ -38,12 +38,10 @@ def serve(
     from moesim.files import atomic_output, check_output
     from moesim.sim.serve import simulate_serve
 
-    if force and out is None:
-        raise MoesimError("--force replaces an existing --out file, and no --out was given: nothing is written")
     config = asked.config("sim serve")
-    if out is not None:  # an arrivals file is an input too
-        check_output(out, "requests file", force=force, inputs=(trace_path, *asked.inputs, Path(config.serve.arrivals)),
-                     suffixes=(".parquet",))
+    if out is not None:  # an arrivals file is an input too; --force typed (not a configuration file's) replaces it
+        check_output(out, "requests file", force="force" in asked.typed and config.hardware.force,
+                     inputs=(trace_path, *asked.inputs, Path(config.serve.arrivals)), suffixes=(".parquet",))
     with working(f"reading {trace_path}, then serving its stream of requests"):
         trace = moesim.load_trace(trace_path)
         model = config.model.spec(trace.meta)

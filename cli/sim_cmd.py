@@ -90,8 +90,10 @@ def run(
     uses_cpu = strategy.CPU
     scope, prefetch, mode = base.cache.scope, base.prefetch.prefetcher, base.prefetch.mode
     cached = strategy.CACHE and spec.kind != "mole" and any(r.capacity != 0 for r in results)
-    formats = {weights_of(trace, spec, c.model.dtype, c.model.other_dtype).expert_format for c in configs}
-    stored = f", experts {formats.pop()}" if len(formats) == 1 else ""  # a --dtype list: each row's own
+    formats = {f"weights {spec.storage_text}" if c.model.dtype is None and spec.stored_expert_bytes  # the file's
+               else f"experts {weights_of(trace, spec, c.model.dtype, c.model.other_dtype).expert_format}"
+               for c in configs}
+    stored = f", {formats.pop()}" if len(formats) == 1 else ""  # a --dtype list: each row's own
     table(f"{trace_path}: {spec.name} on {hw.name} ({hw.describe()}), strategy {strategy.NAME}{stored}"
           + (f", {scope}, prefetch {prefetch} ({mode})" if cached else "")
           + (f", {base.execution.kernel} kernel" if spec.kind != "mole" else "")

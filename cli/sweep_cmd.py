@@ -24,6 +24,10 @@ def sweep(
     executor: Annotated[str, typer.Option(help="local: worker processes here; ray: Ray tasks on the cluster "
                                                "RAY_ADDRESS names, or a local Ray (pip install 'moesim[ray]').")]
     = "local",
+    force: Annotated[bool, typer.Option("--force", help="Every row takes machines whose numbers are far past every "
+                                                        "real part's (12288 GiB of GPU memory: MiB?), refused "
+                                                        "otherwise as a likely unit slip: force = true in [fixed].")]
+    = False,
 ) -> None:
     """Run the cartesian product of a spec's axes over its traces.
 
@@ -49,7 +53,7 @@ def sweep(
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         summary = moesim.sweep(spec, out, jobs, resume, executor, flush_seconds,
-                               progress=lambda done, total: bar.update(task, completed=done, total=total))
+                               progress=lambda done, total: bar.update(task, completed=done, total=total), force=force)
     console.print(f"wrote {out}: {summary.ran} configuration(s) run"
                   + (f", {summary.skipped} already there" if summary.skipped else "")
                   + (f", {summary.failed} failed (see the error column)" if summary.failed else "")

@@ -20,7 +20,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 # public name -> the module that defines it
 _PUBLIC = {
-    "MoesimError": "moesim.errors",
+    "MoesimError": "moesim.errors", "MoesimWarning": "moesim.errors",
     **{name: "moesim.api" for name in ("load_trace", "write_trace", "bundled_trace", "synth_trace", "hitrate",
                                        "mrc", "best_split", "simulate", "serve", "plan", "run_replay", "validate",
                                        "sweep", "plot", "models", "hardware", "train_ml_ffn")},

@@ -413,21 +413,25 @@ def _with_objects(config: Config | None, kind: str, model, hardware, settings: d
         if isinstance(value, (str, Path)):
             settings[key] = str(value)
         elif isinstance(value, built):
-            (check_hardware if built is Hardware else check_model)(value, f"{key} {value.name!r}")
+            if built is ModelSpec:  # (a machine's numbers are checked once its force is known)
+                check_model(value, f"{key} {value.name!r}")
             objects[key] = value
         elif value is not None:
             raise MoesimError(f"{key} must be a name, a file or a {built.__name__}, got {type(value).__name__}")
     config = _configured(config, kind, settings, objects.get("hardware"))
     if "hardware" in objects:  # the link, SSD, CPU, memory sizes and threads asked for apply to it as to a preset
+        check_hardware(objects["hardware"], f"hardware {objects['hardware'].name!r}", config.hardware.force)
         objects["hardware"] = config.hardware.spec(objects["hardware"])
     return config, objects
 
 
 def plan(model: str | None = None, hardware: str | None = None, *, config: Config | None = None,
          trace: str | Path | Trace | None = None, dtypes=None, **settings):
-    """What to put where: every execution strategy for ``model`` on ``hardware``, in each expert format of
-    ``dtypes`` (default: bf16, q8_0, q4_k), sized to the machine's memory and ranked by decode tokens/s
-    (``rows``, with TTFT, GPU memory, host RAM and engine settings), simulated on ``trace`` (default: the
+    """What to put where: every execution strategy for ``model`` on ``hardware``, in the model file's own storage
+    (a GGUF's types; a config.json's ``quantization_config``) where it has one and in each format of ``dtypes``
+    (every weight in it; default: a ``config``'s dtype, else bf16, q8_0, q4_k where the model has no storage of its
+    own), sized to the machine's memory and ranked by decode tokens/s
+    (``rows``, with TTFT, GPU memory, host RAM, the format and engine settings), simulated on ``trace`` (default: the
     bundled one for Mixtral-8x7B, else a synthetic one). The settings are the machine's and the workload's
     (``moesim.experiments.plan.PLAN_SETTINGS``: ``vram``, ``ram``, ``cpu``, ``link``, ``batch``, ``prompt``
     (default 512 tokens, for the TTFT; a trace that records every prompt is timed on those), ``split``, ...); of a
@@ -440,7 +444,7 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     >>> round(p.rows[0]["tokens_per_s"], 1), next(r["engine_flags"] for r in p.rows if r["strategy"] == "cpu-experts")
     (69.3, '-ngl 99 --n-cpu-moe 4')
     """
-    from moesim.experiments.plan import DTYPES, PLAN_PROMPT, PLAN_SETTINGS, plan as run
+    from moesim.experiments.plan import PLAN_PROMPT, PLAN_SETTINGS, plan as run
 
     for key, value, other in (("model", model, "a preset's name or a model file's path (config.json, GGUF)"),
                               ("hardware", hardware, "a preset's name, a hardware TOML file's path or \"local\"")):
@@ -458,27 +462,27 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     if not asked:
         settings["prompt"] = PLAN_PROMPT
     named = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
-    if dtypes is None:  # a configuration's format, as the command line's --config gives it; else the plan's
-        dtypes = [config.model.dtype] if config.model.dtype is not None else DTYPES
-    try:
-        if isinstance(dtypes, (dict, set, frozenset)):  # no order, or keys that are not the formats
-            raise TypeError
-        dtypes = [dtypes] if isinstance(dtypes, str) else list(dtypes)  # one, or several
-    except TypeError:
-        raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}") from None
+    if dtypes is not None:  # None: a configuration's format, as the command line's --config gives it; else the plan's
+        try:
+            if isinstance(dtypes, (dict, set, frozenset)):  # no order, or keys that are not the formats
+                raise TypeError
+            dtypes = [dtypes] if isinstance(dtypes, str) else list(dtypes)  # one, or several
+        except TypeError:
+            raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}") from None
     return run(config.replace(**named, **settings), trace, dtypes, asked)
 
 
 def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local",
-          flush_seconds: float = 2.0, progress=None):
+          flush_seconds: float = 2.0, progress=None, force: bool = False):
     """Run every configuration of a sweep spec (a TOML file: traces, kind, [axes], [fixed], [[exclude]]; or a
     ``moesim.experiments.sweep.SweepSpec``) into a Parquet results file, one row per configuration; returns
-    the run's summary. ``progress(done, total)`` is called as rows finish.
+    the run's summary. ``progress(done, total)`` is called as rows finish. ``force``: every row takes machines whose
+    numbers are far past every real part's (as ``force = true`` in the spec's [fixed]).
 
     >>> moesim.sweep("examples/flashmoe_fig6.toml", "fig6.parquet", jobs=2).ran
     42
     """
-    from moesim.experiments.sweep import SweepSpec, load_spec, run_sweep
+    from moesim.experiments.sweep import SweepSpec, forced, load_spec, run_sweep
 
     if not isinstance(spec, (SweepSpec, str, os.PathLike)):
         raise MoesimError(f"spec must be a SweepSpec (moesim.experiments.sweep) or a sweep spec's TOML file (a str or "
@@ -487,6 +491,8 @@ def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: 
     if progress is not None and not callable(progress):
         raise MoesimError(f"progress must be a function progress(done, total) or None, got {type(progress).__name__}")
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
+    if _yes_no(force, "force"):
+        spec = forced(spec)
     return run_sweep(spec, out, jobs, _yes_no(resume, "resume"), flush_seconds=flush_seconds, executor=executor,
                      progress=progress)
 
@@ -550,12 +556,13 @@ def models() -> dict[str, ModelSpec]:
     return dict(MODELS)
 
 
-def hardware(name: str = "rtx4090", link: str | None = None, ssd: str | None = None) -> Hardware:
-    """A machine: a preset (``h100``, ``rtx4090``, ...) or a hardware TOML file, with a link or SSD preset swapped in.
+def hardware(name: str = "rtx4090", link: str | None = None, ssd: str | None = None, force: bool = False) -> Hardware:
+    """A machine: a preset (``h100``, ``rtx4090``, ...) or a hardware TOML file, with a link or SSD preset swapped in;
+    ``force`` takes a file's numbers far past every real part's (refused otherwise as a likely unit slip).
 
     >>> moesim.hardware("rtx4090", link="pcie5").link.gbps
     64
     """
     from moesim.sim.hardware import get_hardware
 
-    return get_hardware(name, link, ssd)
+    return get_hardware(name, link, ssd, force=_yes_no(force, "force"))

@@ -9,6 +9,12 @@ class MoesimError(Exception):
     """Bad input or usage. The command line prints it as one line and exits non-zero."""
 
 
+class MoesimWarning(UserWarning):
+    """Input that is most likely a slip but may be meant (a hardware number past every real part's: a size in MiB
+    where GiB was asked, ``moesim.sim.hardware.PLAUSIBLE``). Given through Python's ``warnings``, each once where it
+    is the same; the command line prints it as one line on stderr, and the run goes on."""
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type when empty), for one-line errors."""
     text = str(exc).strip()

@@ -1,18 +1,20 @@
 """``moesim plan``: what to put where for a model on a machine — every execution strategy, ranked.
 
-For each weight format (``dtypes``: every weight in it, as a GGUF or AWQ checkpoint has them) it
-simulates each candidate of ``CANDIDATES`` — a strategy with the
+In each weight format — the model file's own storage (a GGUF's types, tensor by tensor; a config.json's
+``quantization_config``) where it has one, and each of ``dtypes`` (every weight in it; default, where the model has
+no storage of its own: ``DTYPES``) — it simulates each candidate of ``CANDIDATES`` — a strategy with the
 settings that make it what engines deploy — with its size taken from memory (``capacity = "auto"``:
 the most GPU slots that fit; ``cpu_layers = "auto"``: the fewest CPU layers that fit), on a trace:
 the one given, the bundled real one for Mixtral-8x7B, else a synthetic trace of the model's
 dimensions. The first batch of sequences warms the caches up and the rest are measured (steady
 state, as a running server sees it). The rows that fit rank by decode tokens/s (equal ones by TTFT:
 ``rank_key``); each gives TPOT, the time to first token of a ``prompt``-token prompt, GPU memory and
-host RAM used, and the engine settings that reproduce it (or why it has none). Candidates that keep
+host RAM used, the format (``format``, and in words ``storage``) and the engine settings that reproduce it (or why
+it has none). Candidates that keep
 every expert on the GPU are one placement: one ``all-on-gpu`` row per format (``_fold``). A candidate
 that cannot fit, or cannot run on the trace (lowbit-miss needs gate weights), is listed with the
 reason; where none fits, the plan is an error naming the one closest to fitting. ``curves`` steps the
-GPU memory a strategy may use down, for a figure of tokens/s against VRAM.
+GPU memory of each strategy's best row down, for a figure of tokens/s against VRAM.
 
 Popularity (``static`` pins, the ``popular`` preload) and the ``history`` prefetcher are learned from
 the simulated trace itself, so those rows are upper bounds for their strategy on unseen prompts.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,6 +36,7 @@ from moesim.sim.machine import Hardware
 from moesim.sim.memory import GIB, DoesNotFit
 from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import ON_CPU, ON_GPU, get_strategy
+from moesim.sim.weights import unpriced
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, get_model
 from moesim.tracegen.trace import Trace
 
@@ -104,7 +108,8 @@ def plan_trace(model: ModelSpec, path: str | Path | Trace | None, batch: int, se
 
 
 # the settings a plan takes: the model, the machine and the workload it plans for (each candidate sets the rest)
-PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "batch", "prompt", "split", "kernel")
+PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "force", "batch", "prompt", "split",
+                 "kernel")
 PLAN_PROMPT = 512  # the prompt a plan times its TTFT on where none is asked for
 
 
@@ -113,27 +118,20 @@ def plan_loops() -> list[tuple[str, str, str]]:
     return [(s.get("policy", "lru"), s.get("prefetch", "none"), strategy) for strategy, s in CANDIDATES]
 
 
-def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES, prompt_asked: bool = True,
+def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, prompt_asked: bool = True,
          given: set | frozenset = frozenset()) -> Plan:
-    """Simulate every candidate in every dtype on ``config``'s model and machine, for its workload; the
-    fitting ones ranked. ``split`` ``best`` shares each per-layer cache's slots out over the layers the best
-    way for the trace (``moesim.sim.budget``). On a trace that records every sequence's prompt the TTFT is
-    timed on those, and a prompt asked for (``prompt_asked``; else it is the plan's default) is refused. A setting
-    in ``given`` (typed by the user) that no row of the plan reads is refused (``check_plan_read``)."""
+    """Simulate every candidate in every format (``planned_formats``; ``dtypes`` None: ``config``'s dtype where it has
+    one) on ``config``'s model and machine, for its workload; the fitting ones ranked. ``split`` ``best`` shares each
+    per-layer cache's slots out over the layers the best way for the trace (``moesim.sim.budget``). On a trace that
+    records every sequence's prompt the TTFT is timed on those, and a prompt asked for (``prompt_asked``; else it is
+    the plan's default) is refused. A setting in ``given`` (typed by the user) that no row of the plan reads is
+    refused (``check_plan_read``)."""
     if config.model.name is None:
         raise MoesimError("a plan is for a model: name one (a preset, see 'moesim models')")
     spec = get_model(config.model.name)
     if spec.kind != "moe":
         raise MoesimError(f"{spec.name} is a MoLE model: its lookup tables have one placement; use 'moesim sim run'")
-    dtypes = list(dtypes)
-    if not dtypes:
-        raise MoesimError("a plan needs at least one weight format (dtypes) to size its candidates in")
-    named = [d for d in dtypes if not isinstance(d, str)]
-    if named:
-        raise MoesimError(f"dtypes: {named[0]!r} is no weight format's name (choose from {', '.join(BYTES_PER_PARAM)})")
-    # a bad name refused before any work, each as the configuration spells it (Q4_K is q4_k), and each once: a
-    # format listed twice would give every candidate twice
-    dtypes = list(dict.fromkeys(Config.build(dtype=dtype).model.dtype for dtype in dtypes))
+    formats = planned_formats(spec, [config.model.dtype] if dtypes is None and config.model.dtype else dtypes)
     # the candidates start from the model, the machine and the workload alone: a configuration file's cache or
     # prefetcher is not theirs
     flat = config.flat()
@@ -148,12 +146,12 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES,
         out = Plan(spec.name, hw.name, hw.describe(), name, int(np.median(recorded)) if own else wl.prompt,
                    wl.batch, prompt_recorded=own, simulated=tr, spec=spec, machine_spec=hw, shared=Shared(tr))
         prepared, short = _prepare(out, config.replace(model=spec.name,
-                                                       warmup=1 if tr.num_sequences > wl.batch else 0), dtypes)
+                                                       warmup=1 if tr.num_sequences > wl.batch else 0), formats)
     out.results = simulate_all(prepared)
     if not out.results:
         reasons = {}  # each reason once, with the candidates it stopped
         for s in out.skipped:
-            reasons.setdefault(s["reason"], []).append(f"{s['strategy']} ({s['dtype']})")
+            reasons.setdefault(s["reason"], []).append(f"{s['strategy']} ({s['format']})")
         raise MoesimError(_nothing_fits(spec, hw, short) if short else f"no strategy runs {spec.name}: " + (
             next(iter(reasons)) if len(reasons) == 1 else
             "; ".join(f"{', '.join(dict.fromkeys(who))}: {why}" for why, who in list(reasons.items())[:3])))
@@ -162,6 +160,32 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=DTYPES,
     out.rows = [{"rank": i + 1, **r} for i, r in enumerate(rows)]
     check_plan_read(out, given)
     return out
+
+
+def planned_formats(spec: ModelSpec, dtypes) -> list:
+    """The formats a plan sizes its candidates in: the model file's own storage (None, a run's dtype left to the
+    model: ``moesim.sim.weights``) where it has one, then ``dtypes``, each once as the configuration spells it (Q4_K is
+    q4_k); ``dtypes`` None: ``DTYPES`` where the model has no storage of its own. A bad name is refused before any
+    work, as is a storage moesim cannot price left as the only format."""
+    own = [None] if spec.stored_expert_bytes else []
+    if dtypes is None:
+        why = unpriced(spec)
+        if why:
+            raise MoesimError(f"{why}: name the formats to plan ({option('dtype')})")
+        return own or list(DTYPES)
+    dtypes = list(dtypes)
+    if not dtypes:
+        raise MoesimError("a plan needs at least one weight format (dtypes) to size its candidates in")
+    named = [d for d in dtypes if not isinstance(d, str)]
+    if named:
+        raise MoesimError(f"dtypes: {named[0]!r} is no weight format's name (choose from {', '.join(BYTES_PER_PARAM)})")
+    return own + list(dict.fromkeys(Config.build(dtype=dtype).model.dtype for dtype in dtypes))
+
+
+def format_names(spec: ModelSpec, dtype: str | None) -> tuple[str, str]:
+    """A planned format's name (a row's ``format``) and its words (``storage``): a format asked for, every weight in
+    it; None, the model file's own storage."""
+    return (spec.storage, spec.storage_text) if dtype is None else (dtype, f"{dtype} (every weight)")
 
 
 # the settings of a plan that only some of its rows read: a per-layer cache's split, the CPU's threads
@@ -191,7 +215,7 @@ def check_plan_read(p: Plan, given) -> None:
         gpu = p.machine_spec is None or p.machine_spec.gpu is not None
         what = ("no row keeps a per-layer expert cache for it to share out" if name == "split"
                 else "no row computes an expert on the host CPU")
-        formats = list(dict.fromkeys(r["dtype"] for r in p.rows))
+        formats = list(dict.fromkeys(r["format"] for r in p.rows))
         if not gpu:  # (threads are read by every row there)
             why = f"{p.hardware} has no GPU: every candidate runs its experts on the CPU and none keeps a cache"
         elif all(r["strategy"] == ALL_ON_GPU for r in p.rows):
@@ -202,18 +226,20 @@ def check_plan_read(p: Plan, given) -> None:
         raise MoesimError(f"{option(name)}: {why}, so nothing reads it")
 
 
-def _prepare(out: Plan, base: Config, dtypes) -> tuple[list[Prepared], list]:
-    """Every candidate in every dtype assembled on the plan's trace, not yet simulated, and (refusal, dtype) for
-    those memory refused; those that cannot run are listed in ``out.skipped``."""
+def _prepare(out: Plan, base: Config, formats) -> tuple[list[Prepared], list]:
+    """Every candidate in every format assembled on the plan's trace, not yet simulated, and (refusal, format name)
+    for those memory refused; those that cannot run are listed in ``out.skipped``."""
     spec, hw, tr = out.spec, out.machine_spec, out.simulated
     split = base.cache.split
     prepared, short = [], []
     # a machine without a GPU runs every expert on its CPU: the candidates that place experts there, not a cache
     candidates = [(s, c) for s, c in CANDIDATES if hw.gpu is not None or not get_strategy(s).CACHE]
-    for dtype in dtypes:
+    for dtype in formats:
+        name = format_names(spec, dtype)[0]
+        bpp = BYTES_PER_PARAM[dtype] if dtype else spec.stored_expert_bytes / spec.expert_params
         for strategy, settings in candidates:
             if "lowbit_dtype" in get_strategy(strategy).PARAMS:  # a low-bit copy well below the format
-                settings = {**settings, "lowbit_dtype": "int4" if BYTES_PER_PARAM[dtype] >= 1 else "int2"}
+                settings = {**settings, "lowbit_dtype": "int4" if bpp >= 1 else "int2"}
             scope = settings.get("scope", "per-layer")
             config = base.replace(dtype=dtype, other_dtype=dtype, strategy=strategy,
                                   **{**settings, "split": split if "capacity" in settings and scope == "per-layer"
@@ -221,11 +247,12 @@ def _prepare(out: Plan, base: Config, dtypes) -> tuple[list[Prepared], list]:
             try:
                 prepared.append(prepare_des(tr, config, spec, hw, shared=out.shared))
             except DoesNotFit as exc:  # what it needs, without the advice to a 'sim run' user
-                out.skipped.append({"strategy": strategy, "dtype": dtype, **_named(settings),
+                out.skipped.append({"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
                                     "reason": f"needs {exc.parts}"})
-                short.append((exc, dtype))
+                short.append((exc, name))
             except MoesimError as exc:
-                out.skipped.append({"strategy": strategy, "dtype": dtype, **_named(settings), "reason": str(exc)})
+                out.skipped.append({"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
+                                    "reason": str(exc)})
     return prepared, short
 
 
@@ -238,14 +265,14 @@ def rank_key(r: DesResult) -> tuple[float, float]:
 def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
     """One line: the candidate whose GPU and host shortfalls add up to the least, each shortfall, and what it needs
     part by part."""
-    least, dtype = min(short, key=lambda refused: refused[0].memory.short())
+    least, name = min(short, key=lambda refused: refused[0].memory.short())
     m = least.memory
     parts = [m.gpu_parts()] if m.vram and m.gpu > m.vram else []
     parts += [m.host_parts()] if m.ram and m.host > m.ram else []
     missing = [f"{(need - has) / GIB:.1f} GiB {what}" for need, has, what in ((m.gpu, m.vram, "of GPU memory"),
                                                                               (m.host, m.ram, "of host RAM"))
                if has and need > has]
-    return (f"nothing fits {spec.name} on {hw.name}; closest ({' and '.join(missing)} short): {dtype} with "
+    return (f"nothing fits {spec.name} on {hw.name}; closest ({' and '.join(missing)} short): {name} with "
             f"{least.placement}, which needs " + "; ".join(parts))
 
 
@@ -258,16 +285,16 @@ def _fold(rows: list[dict], results: list) -> tuple[list[dict], list]:
     for r, result in zip(rows, results):
         if not r.pop("all_on_gpu"):
             out.append((r, result))
-        elif r["dtype"] in kept:  # one placement, one memory: the least any of its engines needs
-            row_kept = kept[r["dtype"]]
+        elif r["format"] in kept:  # one placement, one memory: the least any of its engines needs
+            row_kept = kept[r["format"]]
             row_kept["same_as"].append(_candidate(r))
             row_kept["vram_gb"], row_kept["ram_gb"] = min((row_kept["vram_gb"], row_kept["ram_gb"]),
                                                       (r["vram_gb"], r["ram_gb"]))
         else:
-            kept[r["dtype"]] = {**r, "strategy": ALL_ON_GPU, "policy": None, "prefetch": None, "capacity": None,
+            kept[r["format"]] = {**r, "strategy": ALL_ON_GPU, "policy": None, "prefetch": None, "capacity": None,
                                 "scope": None, "cpu_layers": 0, "engine": "llama.cpp, or any engine",
                                 "engine_flags": "-ngl 99", "same_as": [_candidate(r)]}
-            out.append((kept[r["dtype"]], result))
+            out.append((kept[r["format"]], result))
     return [r for r, _ in out], [result for _, result in out]
 
 
@@ -294,7 +321,8 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
     slots = config.cache.slots(spec.num_layers) if cached else np.zeros(1, np.int64)
     every = spec.num_experts if config.cache.scope == "per-layer" else spec.num_layers * spec.num_experts
     all_on_gpu = gpu and ((place == ON_GPU).all() or (cached and (place != ON_CPU).all() and (slots >= every).all()))
-    return {"strategy": strategy.NAME, "dtype": config.model.dtype,
+    name, storage = format_names(spec, config.model.dtype)
+    return {"strategy": strategy.NAME, "dtype": config.model.dtype, "format": name, "storage": storage,
             "policy": config.cache.policy if cached else None,
             "prefetch": config.prefetch.prefetcher if cached else None,
             "capacity": config.cache.capacity if cached else None,
@@ -315,36 +343,44 @@ def _named(settings: dict) -> dict:
     return {k: settings.get(k) for k in ("policy", "prefetch")}
 
 
-def curves(p: Plan, points: int = CURVE_POINTS) -> dict:
-    """Per strategy, its best row's settings with the GPU memory it uses stepped down, on the plan's
-    trace: a list of (VRAM GiB, tokens/s) from the smallest placement to the one ``auto`` chose; the best
-    all-on-gpu row (if any) is one point."""
+class Curve(NamedTuple):
+    """A strategy's line in a plan's figure: the row it was drawn from, and (VRAM GiB, tokens/s) points, that row's
+    settings with less GPU memory and, last, the row's own."""
+
+    row: dict
+    points: list
+
+
+def curves(p: Plan, points: int = CURVE_POINTS) -> list[Curve]:
+    """Per strategy, its best row with the GPU memory it uses stepped down on the plan's trace, from the smallest
+    placement up to the row (up to ``points`` points, and a cache of no slots); the best all-on-gpu row (if any) is
+    one point."""
     spec = p.spec if p.spec is not None else get_model(p.model)
     tr = p.simulated
-    best, out = {}, {}
+    out = []
     for r, result in zip(p.rows, p.results):
+        if any(c.row["strategy"] == r["strategy"] for c in out):
+            continue
+        own = (r["vram_gb"], r["tokens_per_s"])
         if r["strategy"] == ALL_ON_GPU:
-            out.setdefault(ALL_ON_GPU, [(r["vram_gb"], result.tokens_per_s)])
-        else:
-            best.setdefault(r["strategy"], result)
-    for strategy, r in best.items():
-        module = get_strategy(strategy)
-        if module.CACHE:
-            slots = r.config.cache.slots(spec.num_layers)  # a split's per-layer mean: its L·C
+            out.append(Curve(r, [own]))
+            continue
+        if get_strategy(r["strategy"]).CACHE:
+            slots = result.config.cache.slots(spec.num_layers)  # a split's per-layer mean: its L·C
             top = int(slots.sum()) // slots.size
             low = tr.meta.top_k if top >= tr.meta.top_k else 0
-            sizes = [{"capacity": int(c)} for c in _spread(low, top, points)] + ([{"capacity": 0}] if low else [])
+            sizes = [{"capacity": c} for c in _spread(low, top, points) if c < top] + ([{"capacity": 0}] if low else [])
         else:
-            n = r.config.execution.params["cpu_layers"]
-            sizes = [{"cpu_layers": int(c)} for c in _spread(n, spec.num_layers, points)]
-        line = []
+            n = result.config.execution.params["cpu_layers"]
+            sizes = [{"cpu_layers": c} for c in _spread(n, spec.num_layers, points) if c > n]
+        line = set()
         for size in sizes:
             try:
-                s = simulate_des(tr, r.config.replace(**size), spec, p.machine_spec, shared=p.shared)
+                s = simulate_des(tr, result.config.replace(**size), spec, p.machine_spec, shared=p.shared)
             except MoesimError:
                 continue
-            line.append((s.vram_gb, s.tokens_per_s))
-        out[strategy] = sorted(set(line))
+            line.add((s.vram_gb, s.tokens_per_s))
+        out.append(Curve(r, sorted(line) + [own]))
     return out
 
 

@@ -38,20 +38,22 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
 
-from moesim.errors import READER, MoesimError, first_line, option, switch
+from moesim.errors import READER, MoesimError, MoesimWarning, first_line, option, switch
 from moesim.files import atomic_output, check_output, read_toml
 from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim import blas_probe
+from moesim.sim.hardware import is_file_name
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_CHOICES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS,
-                               RUN_SETTINGS, SERVE_DEFAULTS, STRATEGY_PARAMS, Config, check_cache_read,
+                               RUN_SETTINGS, SERVE_DEFAULTS, SETTINGS, STRATEGY_PARAMS, Config, check_cache_read,
                                check_model_read, check_params_used, check_read, config_id, load_cached_trace,
                                params_for)
 
@@ -106,6 +108,16 @@ class SweepSpec:
         if not out and not (stop is not None and stop.is_set()):
             raise MoesimError(f"{self.path}: its [[exclude]] rules leave out every configuration: nothing to run")
         return out
+
+
+def forced(spec: SweepSpec) -> SweepSpec:
+    """``spec`` with every row taking machines whose numbers are far past every real part's (``force = true`` in its
+    [fixed]: the command line's --force)."""
+    if "force" not in KEYS[spec.kind]:
+        raise MoesimError(f"{switch('force')}: a {spec.kind} sweep simulates no machine, so nothing reads it")
+    if "force" in spec.axes:
+        raise MoesimError(f"{spec.path}: force is an axis there, and {switch('force')} would set it in every row")
+    return replace(spec, fixed={**spec.fixed, "force": True})
 
 
 def _applicable(config: dict) -> dict:
@@ -382,6 +394,7 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
     have = set(done["config_id"].to_list()) if "config_id" in done.columns else set()
     configs = spec.configs(STOP)
     _check_rows(spec, configs)
+    _check_machines(spec.kind, configs)
     todo, there = {}, set()  # each configuration once: settings that build the same Config share its id
     for c in configs:
         if STOP.is_set():
@@ -510,6 +523,29 @@ def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
         check_model_read(given, list(models.values()))
 
 
+MACHINE_KEYS = tuple(k for k, (section, _) in SETTINGS.items() if section == "hardware")
+
+
+def _check_machines(kind: str, configs: list[dict]) -> None:
+    """Each machine of the rows that may be warned of (a file; a memory size given) built once, here, before any
+    runs: its warnings (``MoesimWarning``: a number past every real part's) are given once, in this process, whose
+    worker processes give none (``_worker_init``); one refused is left to its rows' errors."""
+    if kind == "hitrate":
+        return
+    seen = set()
+    for c in configs:
+        parts = {k: c[k] for k in MACHINE_KEYS if k in c}
+        key = repr(sorted(parts.items()))
+        if key in seen or STOP.is_set():
+            continue
+        seen.add(key)
+        if ("hardware" in parts and is_file_name(str(parts["hardware"]))) or {"vram", "ram"} & set(parts):
+            try:
+                Config().replace(**parts).hardware.spec()
+            except MoesimError:
+                continue  # the rows report it
+
+
 @contextmanager
 def _spec_errors(path: Path):
     """A spec's checks: their errors name the spec, and its keys as written there (``gamma``, not ``--gamma``: the
@@ -528,6 +564,7 @@ def _worker_init(parent: int) -> None:
     parent is gone (killed with SIGKILL, it cannot tell its workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     blas_probe.skip()
+    warnings.simplefilter("ignore", MoesimWarning)  # given once, by the parent (``_check_machines``)
 
     def watch() -> None:
         while os.getppid() == parent:

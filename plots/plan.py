@@ -12,19 +12,14 @@ STYLE = {"gpu-cache": ("C0", "o"), "cpu-experts": ("C1", "s"), "cpu-miss": ("C2"
          "lowbit-miss": ("C4", "v"), "all-on-gpu": ("black", "*")}
 
 
-def plot_plan(plan, curves: dict, out: str | Path) -> Path:
-    """``curves`` (``moesim.experiments.plan.curves``): per strategy, (VRAM GiB, tokens/s) points."""
+def plot_plan(plan, curves: list, out: str | Path) -> Path:
+    """``curves`` (``moesim.experiments.plan.curves``): per strategy, the row it was drawn from and its (VRAM GiB,
+    tokens/s) points, each line labelled by that row."""
     fig, ax = plt.subplots(figsize=(7.2, 4.6), constrained_layout=True)
-    lines = []
-    for strategy, points in curves.items():
-        best = next((r for r in plan.rows if r["strategy"] == strategy), None)
-        if not points or best is None:
-            continue
-        what = best["dtype"] + (f", {best['policy']}" if best["policy"] else "")
-        lines.append((f"{strategy} ({what})", [v for v, _ in points], [t for _, t in points], strategy))
-    for (_, x, y, strategy), label in zip(lines, coinciding([line[:3] for line in lines])):
+    lines = [(label(c.row), [v for v, _ in c.points], [t for _, t in c.points], c.row["strategy"]) for c in curves]
+    for (_, x, y, strategy), name in zip(lines, coinciding([line[:3] for line in lines])):
         colour, marker = STYLE.get(strategy, ("grey", "."))
-        ax.plot(x, y, marker=marker, color=colour, label=label, markersize=12 if len(x) == 1 else 6)
+        ax.plot(x, y, marker=marker, color=colour, label=name, markersize=12 if len(x) == 1 else 6)
     limit = plan.results[0].vram_limit_gb
     if limit:
         ax.axvline(limit, color="black", linestyle=":", linewidth=1)
@@ -32,7 +27,13 @@ def plot_plan(plan, curves: dict, out: str | Path) -> Path:
     ax.set_xlabel("GPU memory used (GiB: weights, KV cache, reserve and experts)")
     ax.set_ylabel("decode tokens/s (batch %d)" % plan.batch)
     ax.grid(alpha=0.3)
-    ax.legend(title="strategy (format, policy)", fontsize="small", loc="upper left")
+    ax.legend(title="strategy + prefetcher (format, policy)", fontsize="small", loc="upper left")
     about = textwrap.fill(f"{plan.machine}; {plan.trace}; steady state after a warm-up batch", 95)
     fig.suptitle(f"{plan.model} on {plan.hardware}: decode tokens/s against GPU memory\n{about}", fontsize="medium")
     return save_figure(fig, out)
+
+
+def label(row: dict) -> str:
+    """A plan row as its line's legend names it: strategy, prefetcher, format, policy."""
+    fetch = f" + {row['prefetch']}" if row["prefetch"] not in (None, "none") else ""
+    return f"{row['strategy']}{fetch} ({row['format']}" + (f", {row['policy']})" if row["policy"] else ")")

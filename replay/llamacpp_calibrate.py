@@ -1,9 +1,10 @@
 """`moesim calibrate --engine llama.cpp`: this machine's CPU model fitted to the real llama.cpp's decode.
 
-It writes random-weight Qwen3-MoE models as GGUF files (``moesim.replay.llamacpp_model``; the k-quants and MXFP4
-through llama.cpp's own quantizer), decodes each with llama.cpp at every thread count asked
-(``moesim.replay.llamacpp_run``: the median of ``runs`` runs after a warm-up), probes the DRAM read bandwidth
-right before and after each configuration, and fits (``moesim.replay.cpu_fit``):
+It first runs llama.cpp on a tiny model (``LlamaCpp.probe``: a build that faults on this machine is one line in
+seconds), then writes random-weight Qwen3-MoE models as GGUF files (``moesim.replay.llamacpp_model``; the k-quants
+and MXFP4 through llama.cpp's own quantizer), decodes each with llama.cpp at every thread count asked
+(``moesim.replay.llamacpp_run``, in a child process: the median of ``runs`` runs after a warm-up), probes the DRAM
+read bandwidth right before and after each configuration, and fits (``moesim.replay.cpu_fit``):
 
 - the per-operation cost (``barrier_base_us``, ``barrier_thread_us``) on ``OVERHEAD_SHAPE``, a model of 2 MB
   whose token is nearly all graph overhead;
@@ -37,6 +38,7 @@ from typing import Callable
 from moesim.errors import MoesimError
 from moesim.replay.cpu_fit import ROUNDS, Run, fit, fit_attention, fit_matmul
 from moesim.replay.llamacpp_model import GGML_TYPES, qwen3_moe, write_gguf
+from moesim.replay.llamacpp_run import LlamaCpp
 from moesim.replay.scratch import scratch_folder, work_folder
 from moesim.sim.machine import Hardware
 from moesim.tracegen.model_files import load_model_file
@@ -53,6 +55,7 @@ CONTEXT = LONG_PROMPT = 1024  # KV tokens before the decodes, and prompt tokens,
 ATTN_FORMAT = "q4_0"  # the weights of the models those run (attention's cost does not depend on them)
 SUMMARY = slice(1, 6)  # the notes that sum the calibration up (after the first, which says when and with what)
 SWING = 1.3          # a probe pair further apart than this is flagged: the bandwidth moved during the runs
+PROBING = "checking llama.cpp on a tiny model"  # the first step: a build that faults here is found in seconds
 
 Progress = Callable[[str], None]
 
@@ -94,28 +97,26 @@ class Measured:
         return f"{self.path.stem} {self.test} t{self.threads}"
 
 
-def model_file(name: str, shape: tuple, fmt: str, folder: Path, pure: bool = False) -> Path:
-    """The shape's GGUF in ``fmt`` in ``folder``, written once (a quantised one from its bf16 file, every matrix in
-    ``fmt`` where ``pure``, else as llama-quantize mixes its types)."""
-    from moesim.replay.llamacpp_run import quantize
-
+def model_file(engine: LlamaCpp, name: str, shape: tuple, fmt: str, folder: Path, pure: bool = False) -> Path:
+    """The shape's GGUF in ``fmt`` in ``folder``, written once (a quantised one from its bf16 file by ``engine``, every
+    matrix in ``fmt`` where ``pure``, else as llama-quantize mixes its types)."""
     path = folder / f"{name}-{fmt}.gguf"
     if not path.exists():
         if fmt in GGML_TYPES:
             write_gguf(qwen3_moe(f"random-{name}", *shape), fmt, path)
         else:
-            quantize(model_file(name, shape, "bf16", folder), path, fmt, pure=pure)
+            engine.quantize(model_file(engine, name, shape, "bf16", folder), path, fmt, pure=pure)
     return path
 
 
-def measure(path: Path, threads: int, runs: int, context: int = 0, seed: int = 0, prompt: int = 0) -> Measured:
+def measure(engine: LlamaCpp, path: Path, threads: int, runs: int, context: int = 0, seed: int = 0,
+            prompt: int = 0) -> Measured:
     """llama.cpp's decode (or, with ``prompt``, its prompt processing) of ``path`` between two DRAM probes."""
-    from moesim.replay.llamacpp_run import decode_tok_s, prefill_tok_s
     from moesim.sim.local_machine import measure_dram_gbps
 
     before = measure_dram_gbps()
-    rates = (prefill_tok_s(path, threads, prompt, runs, seed) if prompt else
-             decode_tok_s(path, threads, TOKENS, runs, seed, context))
+    rates = (engine.prefill_tok_s(path, threads, prompt, runs, seed) if prompt else
+             engine.decode_tok_s(path, threads, TOKENS, runs, seed, context))
     after = measure_dram_gbps()
     return Measured(path, threads, context, rates, (before, after), prompt)
 
@@ -126,26 +127,31 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
     """This machine's CPU-only hardware, fitted to llama.cpp (module docstring), and the lines that say what was
     measured (the file's comments); ``shapes`` and ``formats`` replace the calibration's own (tests run tiny
     ones)."""
-    from moesim.replay.llamacpp_run import system_info
     from moesim.sim.hardware import this_machine
 
     machine = this_machine()
     folder = scratch_folder(work_folder(workdir), "llamacpp")
     try:
-        overhead = []
-        for t in threads:
-            progress(f"per-operation cost, {t} thread(s)")
-            overhead.append(measure(model_file("overhead", OVERHEAD_SHAPE, "q8_0", folder), t, runs))
-        by_format, prefill, attention = {}, {}, []
-        for fmt in formats:
-            for name, shape in shapes.items():
-                path = model_file(name, shape, fmt, folder, pure=True)
-                for t in threads:
-                    progress(f"{name} {fmt}, {t} thread(s)")
-                    by_format.setdefault(fmt, []).append(measure(path, t, runs))
-                    prefill.setdefault(fmt, []).append(measure(path, t, runs, prompt=PROMPT))
-                    if fmt == ATTN_FORMAT:
-                        attention += [measure(path, t, runs, CONTEXT), measure(path, t, runs, prompt=LONG_PROMPT)]
+        with LlamaCpp() as engine:
+            progress(PROBING)
+            engine.probe(folder)
+            built = engine.system_info()
+            overhead = []
+            for t in threads:
+                progress(f"per-operation cost, {t} thread(s)")
+                path = model_file(engine, "overhead", OVERHEAD_SHAPE, "q8_0", folder)
+                overhead.append(measure(engine, path, t, runs))
+            by_format, prefill, attention = {}, {}, []
+            for fmt in formats:
+                for name, shape in shapes.items():
+                    path = model_file(engine, name, shape, fmt, folder, pure=True)
+                    for t in threads:
+                        progress(f"{name} {fmt}, {t} thread(s)")
+                        by_format.setdefault(fmt, []).append(measure(engine, path, t, runs))
+                        prefill.setdefault(fmt, []).append(measure(engine, path, t, runs, prompt=PROMPT))
+                        if fmt == ATTN_FORMAT:
+                            attention += [measure(engine, path, t, runs, CONTEXT),
+                                          measure(engine, path, t, runs, prompt=LONG_PROMPT)]
         specs = {m.path: load_model_file(m.path) for ms in [overhead, *by_format.values()] for m in ms}
         mixed = [(path, spec.expert_mix) for path, spec in specs.items() if spec.expert_mix]
         if mixed:  # the fit takes each file for its one format
@@ -165,7 +171,7 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
         cpu = fit_attention(replace(cpu, matmul_gflops=tuple(sorted(matmul.items()))),
                             [m.run(specs[m.path]) for m in attention])
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    notes = [f"moesim calibrate --engine llama.cpp, {when}: {system_info().strip()}",
+    notes = [f"moesim calibrate --engine llama.cpp, {when}: {built.strip()}",
              f"DRAM read probe {min(probes):.1f}-{max(probes):.1f} GB/s (dram_gbps: the median), of which "
              f"llama.cpp reaches {cpu.dram_eff:.3f} (dram_eff); clock {machine.cpu.ghz:g} GHz under load",
              f"per-operation cost: {cpu.barrier_base_us:.3g} us + {cpu.barrier_thread_us:.3g} us per further thread; "

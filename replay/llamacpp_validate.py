@@ -5,7 +5,8 @@ Each configuration is a random-weight Qwen3-MoE model (``moesim.replay.llamacpp_
 an OLMoE-like one, many narrow experts and top-8; a Qwen3-like one; a Mixtral-like one, few wide experts and
 top-2, each of other widths and depths than calibration's ``CALIBRATION_SHAPES``; or a model's own widths), a weight format,
 a thread count and a context (KV tokens filled before the timed tokens). llama.cpp decodes it (the median of
-``runs`` runs after a warm-up) between two DRAM bandwidth probes, and moesim predicts it on the hardware given:
+``runs`` runs after a warm-up, in a child process after a probe on a tiny model: ``moesim.replay.llamacpp_run``)
+between two DRAM bandwidth probes, and moesim predicts it on the hardware given:
 
 - ``file``: the hardware as it is (what a user gets from ``moesim sim run --hardware here.toml``);
 - ``probe``: the same with the DRAM read rate the probes beside the run found (this host's bandwidth moves by up
@@ -26,6 +27,7 @@ from moesim.errors import MoesimError
 from moesim.replay.llamacpp_calibrate import CALIBRATION_SHAPES, OVERHEAD_SHAPE, Measured, measure, model_file
 from moesim.replay.cpu_fit import Run
 from moesim.replay.llamacpp_model import HEAD_DIM
+from moesim.replay.llamacpp_run import LlamaCpp
 from moesim.replay.scratch import scratch_folder, work_folder
 from moesim.sim.machine import Hardware
 from moesim.tracegen.model_files import load_model_file
@@ -117,18 +119,20 @@ def validate_llamacpp(hw: Hardware, shapes: dict, formats: list[str], threads: l
     folder = scratch_folder(work_folder(workdir), "llamacpp")
     rows = []
     try:
-        for name, shape in shapes.items():
-            for fmt in formats:
-                path = model_file(name, shape, fmt, folder)
-                spec = load_model_file(path)
-                for t in threads:
-                    for context, prompt in [(c, 0) for c in contexts] + [(0, p) for p in prompts]:
-                        progress(f"{name} {fmt}, {t} thread(s), " + (f"prompt {prompt}" if prompt else
-                                                                     f"context {context}"))
-                        m = measure(path, t, runs, context, prompt=prompt)
-                        run = m.run(spec)
-                        rows.append(Row(name, fmt, m, predict(run, hw, False), predict(run, hw, True)))
-                path.unlink()
+        with LlamaCpp() as engine:
+            engine.probe(folder)
+            for name, shape in shapes.items():
+                for fmt in formats:
+                    path = model_file(engine, name, shape, fmt, folder)
+                    spec = load_model_file(path)
+                    for t in threads:
+                        for context, prompt in [(c, 0) for c in contexts] + [(0, p) for p in prompts]:
+                            progress(f"{name} {fmt}, {t} thread(s), " + (f"prompt {prompt}" if prompt else
+                                                                         f"context {context}"))
+                            m = measure(engine, path, t, runs, context, prompt=prompt)
+                            run = m.run(spec)
+                            rows.append(Row(name, fmt, m, predict(run, hw, False), predict(run, hw, True)))
+                    path.unlink()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return rows

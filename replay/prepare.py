@@ -29,7 +29,7 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
     Returns the trace, the model (uncut: ``replay`` cuts both) and the machine."""
     check_backend(config, backend)
     if isinstance(hardware, Hardware):
-        check_hardware(hardware, f"hardware {hardware.name!r}")
+        check_hardware(hardware, f"hardware {hardware.name!r}", config.hardware.force)
     if model is not None:  # one built in code (a name is matched to the trace where it is looked up)
         check_fits_trace(model, trace.meta)
     spec = model if model is not None else config.model.spec(trace.meta)
@@ -47,7 +47,7 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
                work_folder(workdir))
     if hardware is None:
         return trace, spec, calibrate(small, backend, workdir=workdir).hardware
-    hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware)
+    hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware, force=config.hardware.force)
     if hw.compute is None or hw.compute.name != small.name:
         raise MoesimError(f"{hardware if isinstance(hardware, str) else hw.name}: has no [compute] table for "
                           f"{small.name}; run 'moesim calibrate "

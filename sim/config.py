@@ -93,6 +93,12 @@ def _int(obj, section: str, name: str, low: int, optional: bool = False, auto: b
     object.__setattr__(obj, name, int(value))
 
 
+def _flag(obj, section: str, name: str) -> None:
+    """``obj.name`` must be True or False."""
+    if not isinstance(getattr(obj, name), bool):
+        raise MoesimError(f"[{section}] {name} must be true or false, got {getattr(obj, name)!r}")
+
+
 def _name(section: str, name: str, value, optional: bool = True) -> None:
     if (value is None and optional) or isinstance(value, str) and value:
         return
@@ -148,13 +154,14 @@ def _params(section: str, owner: str, value, module) -> dict:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """``name``: a model preset (None: the trace's own model); ``dtype``: the experts' precision (None: the
-    trace's recorded expert bytes, else bf16); ``other_dtype``: every other weight's (attention, embeddings,
-    shared experts: a GGUF or AWQ checkpoint quantises them too; None: the trace's, else bf16)."""
+    """``name``: a model preset or file (None: the trace's own model); ``dtype``: the experts' precision (None: a
+    model file's own storage, else the trace's recorded expert bytes, else bf16); ``other_dtype``: every other
+    weight's (attention, embeddings, shared experts: a GGUF or AWQ checkpoint quantises them too; None: a model
+    file's, else the trace's, else bf16)."""
 
     name: str | None = declare(None, "Model preset (see 'moesim models'; default: the trace's model).")
-    dtype: str | None = declare(None, f"Expert precision: {', '.join(DTYPES)} (default: the trace's expert bytes, "
-                                      "else bf16).")
+    dtype: str | None = declare(None, f"Expert precision: {', '.join(DTYPES)} (default: a model file's own storage, "
+                                      "else the trace's expert bytes, else bf16).")
     other_dtype: str | None = declare(None, "Precision of every other weight (attention, embeddings, shared experts), "
                                             "as dtype (default: a model file's, else the trace's where the experts "
                                             "keep the trace's bytes, else bf16).")
@@ -176,7 +183,11 @@ class ModelConfig:
 @dataclass(frozen=True)
 class HardwareConfig:
     """``machine``: a preset (``moesim hardware``) or a hardware TOML file; ``link`` / ``ssd`` / ``cpu`` swap in
-    presets; ``vram`` / ``ram``: the GPU's and the host's memory in GiB (None: the machine's)."""
+    presets; ``vram`` / ``ram``: the GPU's and the host's memory in GiB (None: the machine's); ``force``: take
+    numbers of the machine (or ``vram``, ``ram``) far past every real part's, which are refused otherwise as a likely
+    unit slip (``moesim.sim.hardware.PLAUSIBLE``). ``force`` lets a run start and changes nothing it computes: a
+    forced run's numbers are the unforced one's where that one runs, so ``config_id`` leaves it out (``UNHASHED``), and
+    a result found or resumed without it is the same result."""
 
     machine: str = declare("rtx4090", "Hardware preset, TOML file (moesim hardware --template), or local (this "
                                       "machine, detected).")
@@ -188,6 +199,8 @@ class HardwareConfig:
     ram: float | None = declare(None, "Host RAM (default: the machine's).", float, "GiB")
     threads: int | None = declare(None, "Threads the engine computes with on the CPU, as llama.cpp's -t (default: "
                                         "the machine's, every core).", int, "threads")
+    force: bool = declare(False, "Take a machine whose numbers are far past every real part's (12288 GiB of GPU "
+                                 "memory: MiB?), refused otherwise as a likely unit slip (docs/hardware.md).", bool)
 
     def __post_init__(self):
         _name("hardware", "machine", self.machine, optional=False)
@@ -202,11 +215,12 @@ class HardwareConfig:
         _size(self, "hardware", "vram")
         _size(self, "hardware", "ram")
         _int(self, "hardware", "threads", 1, optional=True)
+        _flag(self, "hardware", "force")
 
     def spec(self, built: Hardware | None = None) -> Hardware:
         """The machine: the preset or file (or ``built``, one built in code, in its place), with the link, SSD and
-        CPU swapped in and the memory sizes and threads set."""
-        parts = (self.link, self.ssd, self.cpu, self.vram, self.ram, self.threads)
+        CPU swapped in and the memory sizes and threads set, its numbers taken past every real part's with ``force``."""
+        parts = (self.link, self.ssd, self.cpu, self.vram, self.ram, self.threads, self.force)
         return get_hardware(self.machine, *parts) if built is None else with_parts(built, *parts)
 
 
@@ -249,8 +263,7 @@ class CacheConfig:
             raise MoesimError("[cache] split best shares slots out over the layers' own caches: it needs scope "
                               "per-layer")
         _choice("cache", "semantics", self.semantics, SEMANTICS)
-        if not isinstance(self.reset, bool):
-            raise MoesimError(f"[cache] reset must be true or false, got {self.reset!r}")
+        _flag(self, "cache", "reset")
         _int(self, "cache", "dram_capacity", 0, optional=True)
         object.__setattr__(self, "params", _params("cache", f"policy {self.policy}", self.params,
                                                    get_policy(self.policy)))
@@ -393,8 +406,7 @@ class ServeConfig:
         _int(self, "serve", "max_batch", 1)
         _int(self, "serve", "max_batch_tokens", 1)
         for name in ("chunked_prefill", "dynamic_kv"):
-            if not isinstance(getattr(self, name), bool):
-                raise MoesimError(f"[serve] {name} must be true or false, got {getattr(self, name)!r}")
+            _flag(self, "serve", name)
         _int(self, "serve", "draft_tokens", 0)
         _size(self, "serve", "acceptance", "a probability", 1.0)
         _int(self, "serve", "arrival_seed", 0, most=SEED_MOST)
@@ -632,9 +644,13 @@ def _toml_value(value) -> str:
     return repr(value)
 
 
+UNHASHED = ("force",)  # settings that let a run start and change nothing it computes (``HardwareConfig``)
+
+
 def config_id(kind: str, trace: str, config: Config | dict) -> str:
-    """A short stable hash of a run: its kind, its trace and every setting."""
-    flat = config.flat() if isinstance(config, Config) else config
+    """A short stable hash of a run: its kind, its trace and every setting that changes what it computes (not
+    ``UNHASHED``'s)."""
+    flat = {k: v for k, v in (config.flat() if isinstance(config, Config) else config).items() if k not in UNHASHED}
     return hashlib.sha1(json.dumps([kind, trace, flat], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -683,11 +699,12 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
     if strategy_read and "ssd" in given and all(c.cache.dram_capacity is None for c in configs):
         raise MoesimError(f"{option('ssd')}: with no {option('dram_capacity')} (the experts host RAM holds in front of "
                           "the SSD) every expert is in host RAM, so nothing reads the SSD")
-    machines = list(dict.fromkeys(c.hardware.machine for c in configs))
+    machines = {c.hardware.machine: c.hardware.force for c in configs}  # each's force
     unread = _threads_unread(strategies, machines) if strategy_read and "threads" in given else None
     if unread:
         raise MoesimError(f"{option('threads')}: {unread}")
-    if "kernel" in given and all(_has_gpu(m) is False for m in machines):  # (a link, a GPU memory: the hardware's)
+    # (a link, a GPU memory: the hardware's)
+    if "kernel" in given and all(_has_gpu(m, f) is False for m, f in machines.items()):
         raise MoesimError(f"{option('kernel')}: {' and '.join(machines)} {'has' if len(machines) == 1 else 'have'} no "
                           "GPU (every expert runs on the CPU), so nothing reads it")
     if "arrival_seed" in given and all(c.serve.arrivals == "burst" and c.serve.draft_tokens == 0
@@ -721,24 +738,25 @@ def on_machine(config: Config, given, gpu: bool | None = None) -> Config:
     ``Config.build`` (and so a sweep's rows), the API's calls."""
     if "strategy" in given or any(k in CACHE_CHOICES + ("prefetch", "mode") for k in given):
         return config
-    if (_has_gpu(config.hardware.machine) if gpu is None else gpu) is not False:
+    if (_has_gpu(config.hardware.machine, config.hardware.force) if gpu is None else gpu) is not False:
         return config
     return config.replace(strategy="cpu-experts")
 
 
-def _has_gpu(machine: str) -> bool | None:
-    """Whether ``machine`` has a GPU; None where it cannot be read (the run reports that)."""
+def _has_gpu(machine: str, force: bool = False) -> bool | None:
+    """Whether ``machine`` (taken with ``force``) has a GPU; None where it cannot be read (the run reports that)."""
     try:
-        return get_hardware(machine).gpu is not None
+        return get_hardware(machine, force=force).gpu is not None
     except (KeyError, MoesimError):
         return None
 
 
-def _threads_unread(strategies: list[str], machines: list[str]) -> str | None:
+def _threads_unread(strategies: list[str], machines: dict) -> str | None:
     """Why threads given for runs of these strategies on these machines would change nothing: no strategy computes an
-    expert on the host CPU and every machine has a GPU (one without runs everything on its CPU). None where they are
-    read, or where a name is unknown (the run reports it)."""
-    if any(s not in STRATEGIES or STRATEGIES[s].CPU for s in strategies) or not all(_has_gpu(m) for m in machines):
+    expert on the host CPU and every machine (a name: its force) has a GPU (one without runs everything on its CPU).
+    None where they are read, or where a name is unknown (the run reports it)."""
+    if any(s not in STRATEGIES or STRATEGIES[s].CPU for s in strategies) or \
+            not all(_has_gpu(m, f) for m, f in machines.items()):
         return None  # a machine without a GPU (or one not known) computes on its CPU
     computes = ", ".join(n for n, m in STRATEGIES.items() if m.CPU)
     return (f"strategy {', '.join(strategies)} computes no expert on the host CPU, so nothing reads it (the "

@@ -8,6 +8,10 @@ and writes the TOML file this module reads.
 A file may name a preset for a whole section (``gpu = "rtx4090"``, ``link = "pcie4"``, ``ssd = "pcie5-nvme"``,
 ``cpu = "ryzen-7950x"``). The memory sizes the checks depend on (``hbm_gb``, ``ram_gb``) are required; a
 file without ``[gpu]`` is a CPU-only machine (everything runs on its CPU).
+
+Every number is checked in one place (``check_hardware``): against its rule, the range no real machine comes near
+(refused), and the most a real part has (``PLAUSIBLE``: past it a ``MoesimWarning`` names the likely unit slip; ten
+times past it, refused unless ``force``).
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import warnings
+import weakref
 from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
+from typing import NamedTuple
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, MoesimWarning, option, switch
 from moesim.files import atomic_output, read_toml
 from moesim.sim.cpu_rates import ISA_FLOP_PER_CYCLE
 from moesim.sim.local_machine import detect
@@ -50,35 +57,38 @@ def this_machine() -> Hardware:
 
 
 def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu: str | None = None,
-                 vram: float | None = None, ram: float | None = None, threads: int | None = None) -> Hardware:
+                 vram: float | None = None, ram: float | None = None, threads: int | None = None,
+                 force: bool = False) -> Hardware:
     """A system preset (``rtx4090``), a TOML file, or ``local`` (this machine), with its parts changed as
-    ``with_parts`` says."""
+    ``with_parts`` says; ``force`` takes numbers far past every real part's (``check_hardware``)."""
     if isinstance(name, Path):
         name = str(name)
     if not isinstance(name, str):
         raise MoesimError(f'hardware must be a preset name, a hardware TOML file\'s path or "local", got '
                           f"{type(name).__name__}")
     if is_file_name(name):
-        hw = load_hardware(Path(name))
+        hw = load_hardware(Path(name), force)
     elif name.lower() == LOCAL:
         hw = this_machine()
     else:
         gpu, default_link, default_cpu = _pick(SYSTEMS, name, "hardware")
         hw = Hardware(name.lower(), GPUS[gpu] if gpu else None, LINKS[default_link] if default_link else None,
                       source="preset", cpu=CPUS[default_cpu])
-    return with_parts(hw, link, ssd, cpu, vram, ram, threads)
+    return _checked(with_parts(hw, link, ssd, cpu, vram, ram, threads, force), force)
 
 
 def with_parts(hw: Hardware, link: str | None = None, ssd: str | None = None, cpu: str | None = None,
-               vram: float | None = None, ram: float | None = None, threads: int | None = None) -> Hardware:
+               vram: float | None = None, ram: float | None = None, threads: int | None = None,
+               force: bool = False) -> Hardware:
     """``hw`` with ``link`` / ``ssd`` / ``cpu`` swapped for presets, ``vram`` / ``ram`` (GiB) replacing the GPU's
-    and the host's memory sizes, ``threads`` the threads the engine computes with on the CPU: a preset's, a file's
-    or a machine built in code alike (``moesim.simulate(..., hardware=Hardware(...), link="pcie3")``)."""
+    and the host's memory sizes (each held to its range and, ``force`` aside, to the most a real part has:
+    ``PLAUSIBLE``), ``threads`` the threads the engine computes with on the CPU: a preset's, a file's or a machine
+    built in code alike (``moesim.simulate(..., hardware=Hardware(...), link="pcie3")``)."""
     for part, value in (("link", link), ("ssd", ssd), ("cpu", cpu)):
         if value is not None and not isinstance(value, str):
             raise MoesimError(f"{part} must be a {part} preset's name, got {type(value).__name__}")
-    for part, value, field in (("vram", vram, "hbm_gb"), ("ram", ram, "ram_gb")):
-        wrong = value is not None and out_of_range(field, value)
+    for part, value, field, key in (("vram", vram, "hbm_gb", "gpu"), ("ram", ram, "ram_gb", "cpu")):
+        wrong = value is not None and out_of_range(field, value, key)
         if wrong:
             raise MoesimError(f"{option(part)} {wrong}")
     if hw.gpu is None and (link is not None or vram is not None):
@@ -91,10 +101,12 @@ def with_parts(hw: Hardware, link: str | None = None, ssd: str | None = None, cp
         hw = replace(hw, cpu=_pick(CPUS, cpu, "cpu"), name=f"{hw.name}+{cpu}")
     if vram is not None:
         hw = replace(hw, gpu=replace(hw.gpu, hbm_gb=float(vram)))
+        _check_plausible(_typed("vram", vram), "gpu", "hbm_gb", vram, hw.gpu, force)
     if ram is not None:
         if hw.cpu is None:
             raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose RAM {option('ram')} could set")
         hw = replace(hw, cpu=replace(hw.cpu, ram_gb=float(ram)))
+        _check_plausible(_typed("ram", ram), "cpu", "ram_gb", ram, hw.cpu, force)
     if threads is not None:
         if hw.cpu is None:
             raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose threads {option('threads')} could set")
@@ -115,11 +127,12 @@ SECTIONS = {"gpu": (GPU, GPUS), "link": (Link, LINKS), "ssd": (SSD, SSDS), "cpu"
             "compute": (MeasuredCompute, None)}
 
 
-def load_hardware(path: Path) -> Hardware:
+def load_hardware(path: Path, force: bool = False) -> Hardware:
     """A machine from a TOML file (docs/hardware.md); errors name the file. Without ``[gpu]`` (and ``[link]``) it is
     CPU-only and needs ``[cpu]``. The top level holds ``name`` (a string) and the sections, or a preset's name for
     one; anything else there is an unknown section (a table) or an unknown top-level key. Every number is checked
-    against its rule and its range (``RULES``, ``RANGES``)."""
+    against its rule, its range and the most a real part has (``check_hardware``; ``force`` takes one far past
+    that)."""
     data = read_toml(path, "hardware file")
     unknown = sorted(set(data) - {"name", *SECTIONS})
     tables = [u for u in unknown if isinstance(data[u], dict)]
@@ -153,16 +166,20 @@ def load_hardware(path: Path) -> Hardware:
         raise MoesimError(f"{path}: missing [link] section (how experts reach the GPU: e.g. link = \"pcie4\")")
     hw = Hardware(str(data.get("name", path.stem)), parts["gpu"], parts["link"], parts["ssd"], source=str(path),
                   compute=parts["compute"], cpu=parts["cpu"])
-    check_hardware(hw, path)
+    check_hardware(hw, path, force)
     return hw
 
 
-def check_hardware(hw: Hardware, where) -> None:
+def check_hardware(hw: Hardware, where, force: bool = False) -> None:
     """``hw``'s name a string, its parts of their types, a GPU with its link (a link or a compute table only with
     one), a CPU where there is no GPU; every number of its parts against its rule and its range (``RULES``,
     ``RANGES``) and its threads against its cores: a one-line error naming ``where`` (a file, or the machine as the
-    Python API was given it), the part and the key. What ``load_hardware`` reads, ``write_hardware`` writes and the
-    API takes built in code."""
+    Python API was given it), the part and the key. Then against the most a real part has (``PLAUSIBLE``): past it a
+    warning, ten times past it an error unless ``force``. What ``load_hardware`` reads, ``write_hardware`` writes and
+    the API takes built in code; a machine this module built and checked (``_checked``) is not checked, nor warned
+    of, twice."""
+    if _CHECKED.get((id(hw), False)) is hw or (force and _CHECKED.get((id(hw), True)) is hw):
+        return
     if not isinstance(hw.name, str):
         raise MoesimError(f"{where}: name must be a string, got {hw.name!r}")
     for key, (cls, _) in SECTIONS.items():
@@ -181,9 +198,27 @@ def check_hardware(hw: Hardware, where) -> None:
             if name in RATE_TABLES:
                 _rates(where, key, name, tuple((fmt, _plain(rate)) for fmt, rate in value))
             elif name != "name":
-                _check_number(where, key, name, _plain(value), RULES.get(name, "non-negative"))
+                _check_number(where, key, name, _plain(value), RULES.get(name, "non-negative"), part)
     if hw.cpu is not None:
         _check_threads(hw.cpu, f"{where}: [cpu] threads = {hw.cpu.threads}")
+    for key, name in PLAUSIBLE:  # after every rule: a machine refused for one is not warned of first
+        part = getattr(hw, key) if key in SECTIONS else None  # ("pcie": a link, held to it by its name)
+        if part is not None:
+            _check_plausible(f"{where}: [{key}] {name} = {_shown(getattr(part, name))}", key, name,
+                             getattr(part, name), part, force)
+    _checked(hw, force)
+
+
+# machines checked (``check_hardware``, ``get_hardware``), by (id, force), held as long as they are alive: the command
+# line builds a machine once and hands it to the API, which would otherwise check it again and warn of its numbers
+# twice, once under the file's name and once under the machine's
+_CHECKED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _checked(hw: Hardware, force: bool) -> Hardware:
+    """``hw``, noted as checked (with ``force``)."""
+    _CHECKED[id(hw), bool(force)] = hw
+    return hw
 
 
 # what each number of a hardware file may be; anything else would give silently wrong times
@@ -212,6 +247,41 @@ RANGES = {"hbm_gbps": BANDWIDTH, "gbps": BANDWIDTH, "dram_gbps": BANDWIDTH, "unp
           "kernel_eff": SHARE, "launch_us": MICROS, "latency_us": MICROS, "task_us": MICROS, "sync_us": MICROS,
           "barrier_base_us": MICROS, "barrier_thread_us": MICROS,
           **{f.name: SECONDS for f in fields(MeasuredCompute) if f.name != "name"}}
+# ... and the most a real part has, with headroom (what has the most beside each). Past it a number is most likely in
+# another unit: a warning (``MoesimWarning``) names the key, the value and the unit slip that would make it one a real
+# part has (from the least to the most here). Past ``REFUSED`` times the most, the times or what fits would be wrong by
+# orders of magnitude (12288 GiB of GPU memory fits a bf16 model that needs 58), so the machine is refused unless forced
+# (``force``: --force, ``force=True``). By part ("pcie": a link whose name says PCIe), then key; ``ram_gb`` is per
+# socket (the bounds times ``sockets``). The most, and what has it:
+#   [gpu] hbm_gb       512 GiB      MI355X, B300: 288 GB; MI450 (announced, 2026): 432 GB
+#   [gpu] hbm_gbps     32000 GB/s   B200, B300, MI355X: 8 TB/s; Rubin, MI450 (announced, 2026): 22, 19.6 TB/s
+#   [link] gbps        1000 GB/s    NVLink-C2C (GH200, GB200): 450 GB/s each way
+#   PCIe [link] gbps   128 GB/s     PCIe 6 x16: 128 GB/s each way
+#   [ssd] gbps         128 GB/s     a PCIe 5 drive: 14.9 GB/s; an array of 8 of them: ~110 GB/s
+#   [cpu] dram_gbps    2000 GB/s    a socket: Xeon 6 with MRDIMM-8800, 845 GB/s; Apple M3 Ultra, 819 GB/s; Xeon Max's
+#                                   HBM2e, 1.6 TB/s
+#   [cpu] ram_gb       8192 GiB     a socket: EPYC 9005, 6 TB
+#   [cpu] ghz          7 GHz        Core i9-14900KS: 6.2 GHz (its boost; ghz is the all-core clock)
+
+
+class Bound(NamedTuple):
+    least: float   # what the slips may name, from here ...
+    most: float    # ... to here: the most a real part has, with headroom
+    unit: str
+    what: str      # what a number past ``most`` is
+    slips: tuple   # (unit, factor): a number written in that unit is factor times too large
+
+
+MIB, RATE, CLOCK = (("MiB", 1024),), (("Gbit/s", 8), ("MB/s", 1000)), (("MHz", 1000),)
+PLAUSIBLE = {("gpu", "hbm_gb"): Bound(0.5, 512, "GiB", "more GPU memory than any GPU has", MIB),
+             ("gpu", "hbm_gbps"): Bound(10, 32000, "GB/s", "more memory bandwidth than any GPU has", RATE),
+             ("link", "gbps"): Bound(0.5, 1000, "GB/s", "more bandwidth than any host link has", RATE),
+             ("pcie", "gbps"): Bound(0.5, 128, "GB/s", "more bandwidth than any PCIe link has", RATE),
+             ("ssd", "gbps"): Bound(0.1, 128, "GB/s", "more read bandwidth than any SSD (or array of them) has", RATE),
+             ("cpu", "dram_gbps"): Bound(2, 2000, "GB/s", "more DRAM bandwidth than any CPU socket has", RATE),
+             ("cpu", "ram_gb"): Bound(0.5, 8192, "GiB", "more RAM than any CPU socket holds", MIB),
+             ("cpu", "ghz"): Bound(0.5, 7, "GHz", "a faster clock than any CPU runs at", CLOCK)}
+REFUSED = 10
 UNSET = ("attn_gflops", "attn_tiled_gflops")  # 0 is their "not measured: the table's rate"
 RATE_TABLES = ("unpack_gbps", "matmul_gflops")
 RETIRED = ("fp32_gflops", "bf16_gflops", "int8_gflops", "int4_gflops")  # per-class rates, now per format  # [cpu] keys whose value is a table of format = rate per thread
@@ -279,8 +349,9 @@ WANT = {"positive": "a finite number > 0", "non-negative": "a finite number >= 0
         "threads": f"a whole number of threads, 0 (every core) to {MAX_CORES * MAX_SOCKETS}"}
 
 
-def _check_number(path: Path, key: str, name: str, v, rule: str) -> None:
-    """One value of a hardware file against its rule (``RULES``); a one-line error naming file, table and key."""
+def _check_number(path: Path, key: str, name: str, v, rule: str, part=None) -> None:
+    """One value of a hardware file (of ``part``) against its rule (``RULES``) and range (``RANGES``); a one-line
+    error naming file, table and key."""
     if rule == "isa":
         if not isinstance(v, str) or v not in ISA_FLOP_PER_CYCLE:
             raise MoesimError(f"{path}: [{key}] isa must be one of {', '.join(ISA_FLOP_PER_CYCLE)}, got {v!r}")
@@ -294,21 +365,67 @@ def _check_number(path: Path, key: str, name: str, v, rule: str) -> None:
                      "threads": lambda: whole and 0 <= v <= MAX_CORES * MAX_SOCKETS}[rule]()
     if not ok:
         raise MoesimError(f"{path}: [{key}] {name} must be {WANT[rule]}, got {v!r}")
-    wrong = out_of_range(name.split(".")[0], v)
+    wrong = out_of_range(name.split(".")[0], v, key, part)
     if wrong:
         raise MoesimError(f"{path}: [{key}] {name} {wrong}")
 
 
-def out_of_range(name: str, v) -> str:
-    """What is wrong with a number of a hardware file that passed its rule, past the range no real machine leaves
-    (``RANGES``): "must be ..., got v", or "" where it is in range."""
+def out_of_range(name: str, v, key: str | None = None, part=None) -> str:
+    """What is wrong with a number of a hardware file (of the part ``key``, ``part``) that passed its rule, past the
+    range no real machine leaves (``RANGES``): "must be ..., got v", with the unit slip that would make it real
+    (``PLAUSIBLE``) where one would, or "" where it is in range."""
     if name not in RANGES or (name in UNSET and v == 0):
         return ""
     low, high, unit = RANGES[name]
     if low <= v <= high:
         return ""
     span = f"at most {_num(high)}" if low == 0 else f"from {_num(low)} to {_num(high)}"
-    return f"must be {span}{f' {unit}' if unit else ''} (no real machine comes near that), got {v!r}"
+    bound, _ = _plausible(key, name, part)
+    return (f"must be {span}{f' {unit}' if unit else ''} (no real machine comes near that), got {v!r}"
+            + (_slip(v, bound) if bound else ""))
+
+
+def _plausible(key: str | None, name: str, part) -> tuple[Bound | None, int]:
+    """The ``PLAUSIBLE`` bound of the key ``name`` of ``part`` (the part ``key``; a link whose name says PCIe is held
+    to PCIe's; RAM per socket, times its sockets) and the sockets it is for; None where no bound is known."""
+    if key == "link" and "pcie" in str(getattr(part, "name", "")).lower():
+        key = "pcie"
+    sockets = getattr(part, "sockets", 1) if name == "ram_gb" else 1
+    bound = PLAUSIBLE.get((key, name))
+    return (bound and bound._replace(least=bound.least * sockets, most=bound.most * sockets)), sockets
+
+
+def _slip(v, bound: Bound) -> str:
+    """"; 12288 MiB would be 12 GiB: is it MiB?": the first unit slip that would make ``v`` a number a real part has
+    (from ``bound``'s least to its most), or ""."""
+    for slip, factor in bound.slips:
+        if bound.least <= v / factor <= bound.most:
+            return f"; {_shown(v)} {slip} would be {v / factor:.4g} {bound.unit}: is it {slip}?"
+    return ""
+
+
+def _check_plausible(where: str, key: str, name: str, v, part, force: bool) -> None:
+    """``v``, the key ``name`` of ``part`` (``where`` names it and its value), against the most a real part has
+    (``PLAUSIBLE``): past it a one-line ``MoesimWarning`` naming the likely unit slip; ``REFUSED`` times past it an
+    error saying so, unless ``force``."""
+    bound, sockets = _plausible(key, name, part)
+    if bound is None or v <= bound.most:
+        return
+    text = (f"{where} is {bound.what} (at most ~{_shown(bound.most)} {bound.unit}"
+            f"{f' for {sockets} sockets' if sockets > 1 else ''}){_slip(v, bound)}")
+    if v > REFUSED * bound.most and not force:
+        raise MoesimError(f"{text} ({switch('force')} takes it)")
+    warnings.warn(text, MoesimWarning)
+
+
+def _typed(setting: str, v) -> str:
+    """A setting and its value as its reader typed it: ``--vram 12288``, ``vram=12288``."""
+    return option(setting, int(v) if float(v).is_integer() else v)
+
+
+def _shown(v) -> str:
+    """A number as a message shows it: 12288, 51.2, 1228800 (not 1.2288e+06), 12288 for 12288.0."""
+    return f"{v:.15g}"
 
 
 def _num(x: float) -> str:
@@ -316,11 +433,11 @@ def _num(x: float) -> str:
     return f"{x:g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
 
 
-def write_hardware(hw: Hardware, path: Path, notes: tuple = ()) -> None:
+def write_hardware(hw: Hardware, path: Path, notes: tuple = (), force: bool = False) -> None:
     """Write ``hw`` as the TOML file ``load_hardware`` reads (atomically), ``notes`` as comments at its top; a
-    number ``load_hardware`` would refuse (a calibration that fitted a negative bandwidth) is refused here, before
-    anything is written."""
-    check_hardware(hw, path)
+    number ``load_hardware`` would refuse (a calibration that fitted a negative bandwidth; without ``force``, one far
+    past every real part's) is refused here, before anything is written."""
+    check_hardware(hw, path, force)
     lines = [f"# {' '.join(note.split())}" for note in notes] + [f"name = {json.dumps(hw.name)}"]
     for key in SECTIONS:
         part = getattr(hw, key)
@@ -339,6 +456,8 @@ def write_hardware(hw: Hardware, path: Path, notes: tuple = ()) -> None:
 TEMPLATE = """\
 # A machine for moesim (--hardware this.toml). Every key, its unit, default and source: docs/hardware.md.
 # Sizes are GiB (2^30 bytes); bandwidths GB/s (1e9 bytes/s). Delete [gpu] and [link] for a CPU-only machine.
+# A number past every real part's (12288 GiB of GPU memory: MiB?) is warned of; ten times past it, refused unless
+# --force (the bounds: docs/hardware.md).
 # A part may be a preset instead of a table: write e.g. link = "pcie4" here, above the first [table].
 name = "my-desktop"
 

@@ -11,8 +11,10 @@ What is detected (Linux; nothing is downloaded and nothing leaves the machine):
   ``x = x * x + i``, one 64-bit multiply (3 cycles' latency on every x86 core since Intel's Nehalem and AMD's
   Zen) and one add (1 cycle) per step, that no compiler can shorten (a quadratic recurrence has no closed
   form), so 4 cycles a step; steps per second x 4 is the clock the cores run at under load, boost included,
-  which a VM's ``cpu MHz`` does not tell. Elsewhere (Arm, where a fused multiply-add's latency differs by core)
-  cpufreq's ``cpuinfo_max_freq``, else cpuinfo's ``cpu MHz``, else 3 GHz.
+  which a VM's ``cpu MHz`` does not tell. A pass is timed by the threads' CPU time where they got less than the
+  wall clock's (cores shared with another process), so a busy machine does not read as a slow one. Elsewhere
+  (Arm, where a fused multiply-add's latency differs by core) cpufreq's ``cpuinfo_max_freq``, else cpuinfo's
+  ``cpu MHz``, else 3 GHz.
 - **DRAM bandwidth**, measured in a second or two (numba caches the compiled kernels): a streaming
   read (a sum, as STREAM's read kernels) of a float64 buffer of at least 4x the last-level cache of every
   socket and at least 512 MiB, capped at a quarter of ``MemAvailable``, on every core numba runs (the buffer is
@@ -364,17 +366,18 @@ def _chains(steps, lanes):
 
 
 def measure_clock_ghz(isa_name: str, steps: int = CHAIN_STEPS, passes: int = PASSES) -> float | None:
-    """The clock (GHz) every core runs at under load, from ``_chains`` on all threads: the median of ``passes``;
-    None off x86 (the chain's cycles are x86's)."""
+    """The clock (GHz) every core runs at under load, from ``_chains`` on all threads: the median of ``passes``, each
+    timed by the wall clock or, where the threads got less than all of it (a core shared with another process: a
+    second test worker, a busy VM host), by their CPU time; None off x86 (the chain's cycles are x86's)."""
     if ISA_FAMILY.get(isa_name) != "x86":
         return None
     lanes = max(1, get_num_threads())
     _chains(1000, lanes)  # compiled (or loaded from numba's cache) before timing
     samples = []
     for _ in range(passes):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         _chains(steps, lanes)
-        samples.append(time.perf_counter() - start)
+        samples.append(min(time.perf_counter() - start, (time.process_time() - cpu) / lanes))
     return CHAIN_CYCLES * steps / max(statistics.median(samples), 1e-12) / 1e9
 
 

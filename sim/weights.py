@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from moesim.errors import MoesimError, option
 from moesim.tracegen.model_spec import BYTES_PER_PARAM, ModelSpec, recipe_mix
 from moesim.tracegen.models import format_of
 from moesim.tracegen.trace import Trace
@@ -23,7 +24,11 @@ def weights_of(trace: Trace | None, model: ModelSpec, dtype: str | None, other_d
     """A format asked for (``dtype`` for the experts, ``other_dtype`` for the rest) decides; else what a model file
     stores (``ModelSpec.stored_*``); else what the trace recorded of its own model; else bf16. Experts without a
     format of their own are stored like the other weights. A recipe asked for (Q4_K_M) is priced as its formats
-    (``recipe_mix``), as a file in it would be."""
+    (``recipe_mix``), as a file in it would be. A model file whose storage moesim cannot price (``unpriced``) needs
+    both formats asked for."""
+    why = unpriced(model)
+    if why and (dtype is None or other_dtype is None):
+        raise MoesimError(f"{why}: name the weights' formats ({option('dtype')} and {option('other_dtype')})")
     own = trace.meta.expert_bytes if trace is not None and trace.meta.model == model.name and model.kind == "moe" \
         else None
     other_mix = ()
@@ -44,3 +49,12 @@ def weights_of(trace: Trace | None, model: ModelSpec, dtype: str | None, other_d
     if own:
         return Weights(bpp, float(own), format_of(model.expert_params, own), other, (), other_mix)
     return Weights(bpp, float(model.expert_params * bpp), other, other, other_mix, other_mix)
+
+
+def unpriced(model: ModelSpec) -> str:
+    """Why a model file's own storage cannot be a run's formats (its name, with no bytes: ``ModelSpec.storage``); ""
+    where it can, or where it names none."""
+    if not model.storage or model.stored_expert_bytes:
+        return ""
+    return (f"{model.file or model.name} stores its weights as {model.storage}, a quantization moesim has no format "
+            "for (it reads a GGUF's types, and mxfp4, fp8, and AWQ or GPTQ of 4 or 8 bits from a config.json)")

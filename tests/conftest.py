@@ -16,10 +16,14 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("moesim", derandomize=True)
 settings.load_profile("moesim")
 
+import crash_once  # noqa: E402
 from moesim.tracegen.io import load_trace  # noqa: E402
 from moesim.tracegen.trace import bundled_trace_path  # noqa: E402
 
 SHARED_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mixtral-8x7b" / "gsm8k_2_routing.jsonl"
+
+
+pytest_xdist_make_scheduler = crash_once.pytest_xdist_make_scheduler  # a crashed worker is one failed test
 
 
 @pytest.hookimpl(trylast=True)  # after the terminal's own: its status line is there
@@ -106,3 +110,39 @@ def drawn(monkeypatch):
 
     monkeypatch.setattr(Figure, "savefig", keep)
     return figures
+
+
+# the longest a llama.cpp call of a test may take: the tests' models decode in well under a second
+ENGINE_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_probe(tmp_path_factory):
+    """llama.cpp's probe (``LlamaCpp.probe``) on this machine, once per worker: None where the build runs here, else
+    its one-line error. Skipped where llama-cpp-python is not installed."""
+    from importlib.util import find_spec
+
+    from moesim.errors import MoesimError
+    from moesim.replay.llamacpp_run import LlamaCpp
+
+    if find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed (pip install '.[llamacpp]')")
+    try:
+        with LlamaCpp(timeout_s=ENGINE_TIMEOUT_S) as engine:
+            engine.probe(tmp_path_factory.mktemp("probe"))
+    except MoesimError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.fixture
+def llama_cpp(llama_cpp_probe):
+    """llama.cpp for a test that runs it. Where its build fails the probe, the test is skipped naming why:
+    test_llamacpp_model.py's probe test is the one that fails."""
+    from moesim.replay.llamacpp_run import LlamaCpp
+
+    if llama_cpp_probe is not None:
+        pytest.skip(f"llama.cpp fails its probe on this machine: {llama_cpp_probe}")
+    with LlamaCpp(timeout_s=ENGINE_TIMEOUT_S) as engine:
+        yield engine
+

@@ -11,7 +11,7 @@ from moesim.tracegen.schema import DECODE, TraceMeta
 from moesim.tracegen.trace import Trace
 
 US = 0.95367431640625  # 2^-20 s in microseconds
-GPU_ = GPU("test-gpu", hbm_gbps=1099.511627776, tflops=1125.899906842624, hbm_gb=1024, mem_eff=1.0, flop_eff=1.0,
+GPU_ = GPU("test-gpu", hbm_gbps=1099.511627776, tflops=1125.899906842624, hbm_gb=256, mem_eff=1.0, flop_eff=1.0,
            launch_us=US)
 LINK = Link("test-link", gbps=1.073741824, efficiency=1.0, latency_us=US)
 HW = Hardware("test", GPU_, LINK)

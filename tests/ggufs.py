@@ -15,12 +15,15 @@ def row_bytes(kind, weights: int) -> int:
     return weights // block * size
 
 
-def write_gguf(path, blocks=("dense", "moe", "moe"), top_k=2, down_kinds=(Q.Q4_K, Q.Q6_K)):
+def write_gguf(path, blocks=("dense", "moe", "moe"), top_k=2, down_kinds=(Q.Q4_K, Q.Q6_K), file_type=None):
     """A tiny MoE in llama.cpp's layout: F16 embeddings, a Q6_K output head, a dense first block, MoE blocks
     with Q4_K gate/up experts and down experts whose format differs by layer (as a Q4_K_M file's), Q8_0
-    attention, an F32 router, a shared expert; returns every tensor's bytes, by name."""
+    attention, an F32 router, a shared expert, and ``general.file_type`` where one is given (a
+    ``gguf.LlamaFileType``); returns every tensor's bytes, by name."""
     w = gguf.GGUFWriter(str(path), "testmoe")
     w.add_block_count(len(blocks))
+    if file_type is not None:
+        w.add_file_type(file_type)
     w.add_uint32("testmoe.expert_used_count", top_k)
     w.add_uint32("testmoe.expert_count", E)
     w.add_name("Test-MoE")

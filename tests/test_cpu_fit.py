@@ -222,10 +222,11 @@ def test_a_fit_needs_runs():
     (("calibrate", "--engine", "llama.cpp", "--threads", "1,1", "--out", "{tmp}/h.toml"),
      "--threads: 1 listed twice; each value is one run"),  # was run once, where every other list refuses it
     (("validate", "--engine", "llama.cpp", "--policies", "lru", "--capacity", "8", "--scale", "0.5"),
-     "--engine llama.cpp takes --hardware, --model, --layers, --dtype, --threads, --contexts, --prompts, --runs, "
-     "--workdir, --json; not --capacity, --policies, --scale (the replay's)"),  # as typed
-    (("validate", "--engine", "llama.cpp", "--backend", "cuda"), "--engine llama.cpp takes --hardware, --model, "
-     "--layers, --dtype, --threads, --contexts, --prompts, --runs, --workdir, --json; not --backend (the replay's)"),
+     "--engine llama.cpp takes --hardware, --force, --model, --layers, --dtype, --threads, --contexts, --prompts, "
+     "--runs, --workdir, --json; not --capacity, --policies, --scale (the replay's)"),  # as typed
+    (("validate", "--engine", "llama.cpp", "--backend", "cuda"), "--engine llama.cpp takes --hardware, --force, "
+     "--model, --layers, --dtype, --threads, --contexts, --prompts, --runs, --workdir, --json; not --backend (the "
+     "replay's)"),
 
 ])
 def test_the_engine_commands_refuse_what_they_cannot_do_in_one_line(cli, tmp_path, args, error):
@@ -241,7 +242,7 @@ def test_validate_engine_refuses_a_configuration_file(cli, tmp_path):
     Config().to_toml(tmp_path / "run.toml")
     code, out, err = cli("validate", "--engine", "llama.cpp", "--config", tmp_path / "run.toml")
     assert code == 1 and err.strip() == (
-        "moesim: error: --engine llama.cpp reads no configuration file (--config); give --hardware, --model, "
+        "moesim: error: --engine llama.cpp reads no configuration file (--config); give --hardware, --force, --model, "
         "--layers, --dtype, --threads, --contexts, --prompts, --runs, --workdir, --json on the command line")
 
 

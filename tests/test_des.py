@@ -42,6 +42,7 @@ def test_all_hits_cost_compute_only():
     assert r.hits == 16 and r.loads == 4
 
 
+@pytest.mark.filterwarnings("ignore::moesim.errors.MoesimWarning")  # compute-bound: a link of 1.1 TB/s
 @pytest.mark.parametrize("bound", ["copy", "compute"])
 def test_oracle_prefetch_with_room_for_two_layers_is_sum_of_max(bound):
     """Speculating Experts §5.1: TPOT = Σ_l max(t_compute,l, t_copy(E_l+1)) once the pipeline is full."""
@@ -346,6 +347,7 @@ def test_each_expert_computes_the_tokens_that_chose_it():
     assert r.step_times.tolist() == [layers]
 
 
+@pytest.mark.filterwarnings("ignore::moesim.errors.MoesimWarning")  # compute-bound: a link of 1.1 TB/s
 @pytest.mark.parametrize("bound", ["copy", "compute"])
 def test_per_expert_kernels_run_each_expert_as_its_weights_land(bound):
     """No cache, two misses per layer on one copy engine: a per-expert kernel hides the first expert

@@ -135,7 +135,8 @@ def test_a_saved_or_calibrated_hardware_file_is_replaced_only_with_force(cli, tm
     code, _, err = cli("hardware", "--show", "h100", "--save", mine, "--force")
     assert code == 0 and load_hardware(mine).gpu == get_hardware("h100").gpu
     code, _, err = cli("hardware", "--force")
-    assert (code, err) == (1, "moesim: error: --force replaces the file --save names; give --save too\n")
+    assert (code, err) == (1, "moesim: error: --force takes the machine --show names (and replaces the file --save "
+                              "names); give --show too\n")
 
 
 def test_local_is_measured_once_per_process(monkeypatch):

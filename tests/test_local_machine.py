@@ -44,6 +44,9 @@ AVX512 = X86_FLAGS + " avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 a
 # two sockets x two cores x two threads
 XEON = _x86("GenuineIntel", 6, 143, "Intel(R) Xeon(R) Platinum 8470", AVX512 + " amx_bf16 amx_tile amx_int8",
             [(p, c) for p in (0, 1) for c in (0, 1)] * 2, mhz="2000.000")
+# a cloud VM's two vCPUs: one core's two hyperthreads, AMX and AVX-512 listed
+XEON_VM = _x86("GenuineIntel", 6, 143, "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz",
+               AVX512 + " amx_bf16 amx_tile amx_int8", [(0, 0)] * 2, mhz="2699.998")
 # one socket, four cores x two threads
 ZEN4 = _x86("AuthenticAMD", 25, 97, "AMD Ryzen 9 7950X 16-Core Processor", AVX512,
             [(0, c) for c in range(4)] * 2, mhz="4500.000")
@@ -110,6 +113,7 @@ class Measure:
 
 @pytest.mark.parametrize("text, sockets, cores, isa", [
     (XEON, 2, 2, "amx"),
+    (XEON_VM, 1, 1, "amx"),         # a 2-vCPU cloud VM: one core, its two hyperthreads
     (ZEN4, 1, 4, "avx512-256"),     # Zen 4: AVX-512 on 256-bit pipes
     (ZEN5, 1, 4, "avx512"),         # family 1Ah: a 512-bit datapath
     (ZEN3, 1, 4, "avx2"),           # family 19h without AVX-512
@@ -217,6 +221,19 @@ def test_the_clock_under_load_replaces_the_nominal_one_where_it_can_be_measured(
 def test_the_clock_chain_runs_on_x86():
     ghz = lm.measure_clock_ghz("avx2", steps=100_000, passes=1)  # a rate, not checked against a time
     assert isinstance(ghz, float) and math.isfinite(ghz) and ghz > 0
+
+
+@pytest.mark.parametrize("cpu_share, seconds", [(0.5, 0.0005), (1.0, 0.001), (2.0, 0.001)])
+def test_the_clock_counts_the_cpu_time_the_chains_got_on_shared_cores(monkeypatch, cpu_share, seconds):
+    """Each pass lasts 1 ms of wall clock (the stand-in clocks tick 1 ms a reading); where the threads got half of it
+    (another process on their cores) a pass is their 0.5 ms of CPU time, else (all of it, or more: threads waiting
+    at the end of a pass) the wall clock's 1 ms: 4 cycles x 100,000 steps in that."""
+    import itertools
+
+    lanes = lm.get_num_threads()
+    wall, cpu = itertools.count(0.0, 0.001), itertools.count(0.0, cpu_share * 0.001 * lanes)
+    monkeypatch.setattr(lm, "time", SimpleNamespace(perf_counter=lambda: next(wall), process_time=lambda: next(cpu)))
+    assert lm.measure_clock_ghz("amx", steps=100_000) == pytest.approx(4 * 100_000 / seconds / 1e9, rel=1e-9)
 
 
 def test_xeon_with_an_rtx4090():

@@ -48,10 +48,13 @@ def test_a_gguf_model_runs_where_a_preset_does(tmp_path):
 
 
 def test_a_gguf_on_the_command_line_says_the_format_it_stores(cli, tmp_path):
-    """Its experts run as stored (gate/up Q4_K: the file's main expert format), named in the table's title;
-    a list of CPU layers gives a row each, placed as "layers on CPU n/L"."""
+    """Its weights run as stored, named in the table's title: the file's name for its storage (without a
+    general.file_type, its main expert type: gate/up Q4_K) and the experts' mix; a list of CPU layers gives a row
+    each, placed as "layers on CPU n/L"."""
     path = tmp_path / "test-moe.gguf"
-    write_gguf(path)
+    sizes = write_gguf(path)
+    experts = sum(nbytes for name, nbytes in sizes.items() if "_exps." in name)
+    q6_k = sizes["blk.2.ffn_down_exps.weight"]  # the second MoE layer's down projections
     trace = tmp_path / "t.parquet"
     code, _, err = cli("trace", "synth", "--model", path, "--sequences", "1", "--tokens", "6", "--out", trace)
     assert code == 0, err
@@ -59,7 +62,8 @@ def test_a_gguf_on_the_command_line_says_the_format_it_stores(cli, tmp_path):
                          "--cpu-layers", "1,2")
     assert code == 0, err
     text = " ".join(out.split())
-    assert "strategy cpu-experts, experts q4_k" in text
+    assert (f"strategy cpu-experts, weights Q4_K (the file's: experts q4_k {1 - q6_k / experts:.0%} + q6_k "
+            f"{q6_k / experts:.0%}; other weights ") in text
     assert "layers on CPU 1/2" in text and "layers on CPU 2/2" in text
 
 
@@ -158,6 +162,76 @@ def test_each_preset_is_what_its_config_json_says(preset):
     want = MODELS[preset]
     fields = SHAPE + ("tied_embeddings", "attention_params", "non_expert_params", "kv_width", "architecture")
     assert {k: getattr(spec, k) for k in fields} == {k: getattr(want, k) for k in fields}
+
+
+def test_a_config_json_gives_the_storage_its_quantization_config_names():
+    """gpt-oss-20b: experts in MXFP4 (17 B a 32-weight block), everything else bf16; DeepSeek-V3: FP8 (1 B a weight)
+    for every Linear (attention, shared experts, the dense layers' FFNs), bf16 the embeddings, head, routers and
+    norms; a config without one stores nothing of its own."""
+    oss, ds = (get_model(str(CONFIGS / f"{name}.json")) for name in ("openai__gpt-oss-20b", "deepseek-ai__DeepSeek-V3"))
+    assert (oss.storage, oss.expert_format, oss.other_format, oss.other_mix) == ("MXFP4", "mxfp4", "bf16", ())
+    assert oss.stored_expert_bytes == 3 * 2880 * 2880 * 17 / 32
+    assert oss.stored_other_bytes == 2 * MODELS["gpt-oss-20b"].non_expert_params
+    assert (ds.storage, ds.expert_format, ds.stored_expert_bytes) == ("FP8", "fp8", 3 * 7168 * 2048)
+    d, vocab, layers = 7168, 129280, 61
+    dense = vocab * d * 2 + 58 * d * 256 + layers * 2 * d + d  # embeddings and head, routers, norms
+    assert ds.stored_other_bytes == 2 * dense + (MODELS["deepseek-v3"].non_expert_params - dense)
+    assert dict(ds.other_mix) == pytest.approx({"bf16": 2 * dense / ds.stored_other_bytes,
+                                                "fp8": 1 - 2 * dense / ds.stored_other_bytes})
+    plain = get_model(str(CONFIGS / "Qwen__Qwen3-30B-A3B.json"))
+    assert (plain.storage, plain.stored_expert_bytes, plain.stored_other_bytes) == ("", 0, 0)
+
+
+QWEN = FAMILIES["qwen3_moe"][0]
+
+
+@pytest.mark.parametrize("quantization, storage, experts, attention, embeddings", [
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, "AWQ 4-bit", "int4", "int4", "f16"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "GPTQ 8-bit", "int8", "int8", "f16"),
+    # an FP8 checkpoint that keeps its attention in 16 bits
+    ({"quant_method": "fp8", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]}, "FP8", "fp8", "f16",
+     "f16"),
+])
+def test_awq_gptq_and_fp8_configs_store_each_part_as_they_quantise_it(quantization, storage, experts, attention,
+                                                                      embeddings):
+    from moesim.tracegen.model_spec import BYTES_PER_PARAM
+
+    spec = spec_from_config({**QWEN, "torch_dtype": "float16", "quantization_config": quantization}, "x")
+    preset = MODELS["qwen3-30b-a3b"]
+    assert (spec.storage, spec.expert_format) == (storage, experts)
+    assert spec.stored_expert_bytes == preset.expert_params * BYTES_PER_PARAM[experts]
+    attn = (48 * preset.attention_params)
+    assert spec.stored_other_bytes == attn * BYTES_PER_PARAM[attention] + (
+        preset.non_expert_params - attn) * BYTES_PER_PARAM[embeddings]
+
+
+@pytest.mark.parametrize("quantization, storage", [({"quant_method": "bitsandbytes", "load_in_4bit": True},
+                                                    "bitsandbytes"),
+                                                   ({"quant_method": "awq", "bits": 3}, "AWQ 3-bit")])
+def test_a_quantization_moesim_cannot_price_needs_the_formats_named(quantization, storage, tmp_path):
+    """Its storage is kept by name, with no bytes: a plan or a run that would take it as the model's formats is one
+    line naming it; named formats plan and run."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**QWEN, "quantization_config": quantization}))
+    assert get_model(str(config)).storage == storage
+    trace = moesim.synth_trace(48, 128, 8, sequences=1, tokens=4, seed=0, model=str(config))
+    run = dict(model=str(config), hardware="rtx4090", strategy="cpu-experts")
+    for call in (lambda: moesim.plan(str(config), "rtx4090"), lambda: moesim.simulate(trace, **run, dtype="q4_k")):
+        with pytest.raises(MoesimError, match=f"stores its weights as {storage}, a quantization moesim") as err:
+            call()
+        assert "\n" not in str(err.value) and "dtype" in str(err.value)
+    assert {r["format"] for r in moesim.plan(str(config), "rtx4090", dtypes=["q4_k"]).rows} == {"q4_k"}
+    assert moesim.simulate(trace, **run, dtype="q4_k", other_dtype="q4_k").tpot_s > 0
+
+
+@pytest.mark.parametrize("quantization, message", [([1], "quantization_config must be an object with a quant_method"),
+                                                   ({"bits": 4}, "with a quant_method"),
+                                                   ({"quant_method": "fp8", "modules_to_not_convert": "lm_head"},
+                                                    "modules_to_not_convert must be a list of module names")])
+def test_a_damaged_quantization_config_is_one_line(quantization, message):
+    with pytest.raises(MoesimError, match=message) as err:
+        spec_from_config({**QWEN, "quantization_config": quantization}, "x")
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("name, shape", [

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import moesim
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, MoesimWarning
 from moesim.sim.hardware import TEMPLATE, load_hardware
 from moesim.sim.memory import DoesNotFit
 from moesim.tracegen.model_spec import check_model
@@ -118,7 +118,7 @@ def template_with(tmp_path: Path, old: str, new: str, name: str = "box.toml") ->
     ("hbm_gb = 12 ", "hbm_gb = 1e300 ", "[gpu] hbm_gb must be from 0.001 to 1e6 GiB (no real machine comes near "
                                         "that), got 1e+300"),
     ("ram_gb = 32 ", "ram_gb = 2e6 ", "[cpu] ram_gb must be from 0.001 to 1e6 GiB (no real machine comes near that), "
-                                      "got 2000000.0"),
+                                      "got 2000000.0; 2000000 MiB would be 1953 GiB: is it MiB?"),
     ("# mem_eff = 0.8 ", "mem_eff = 1e-310 ", "[gpu] mem_eff must be from 0.001 to 1 (no real machine comes near "
                                               "that), got 1e-310"),
     ("tflops = 25.6 ", "tflops = 1e300 ", "[gpu] tflops must be from 1e-6 to 1e6 TFLOP/s (no real machine comes near "
@@ -248,7 +248,8 @@ def test_a_model_built_in_code_is_checked_as_presets_are():
 
 
 def test_a_machine_at_every_bound_gives_finite_times_without_a_warning(tmp_path):
-    """The ends of the ranges, all at once, the slow way: finite TPOTs and memory limits, no NumPy warning."""
+    """The ends of the ranges, all at once, the slow way: finite TPOTs and memory limits, no NumPy warning (the sizes
+    of 1e6 GiB are far past every real part's: taken with force, each warned of)."""
     slow = {"hbm_gbps = 360 ": "hbm_gbps = 0.001 ", "tflops = 25.6 ": "tflops = 1e-6 ",
             "# mem_eff = 0.8 ": "mem_eff = 0.001 ", "# flop_eff = 0.6 ": "flop_eff = 0.001 ",
             "# launch_us = 5 ": "launch_us = 1e6 ", "gbps = 32 ": "gbps = 0.001 ",
@@ -262,12 +263,14 @@ def test_a_machine_at_every_bound_gives_finite_times_without_a_warning(tmp_path)
         text = text.replace(old, new, 1)
     path = tmp_path / "slow.toml"
     path.write_text(text)
-    hw = load_hardware(path)
+    with pytest.warns(MoesimWarning) as shown:
+        hw = load_hardware(path, force=True)
+    assert [str(w.message).split("] ")[1].split(" is ")[0] for w in shown] == ["hbm_gb = 1000000", "ram_gb = 1000000"]
     trace = moesim.synth_trace(16, 64, 8, sequences=1, tokens=2, seed=0, prompt_tokens=2, model="olmoe-1b-7b")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for strategy in ("gpu-cache", "hybrid"):
-            r = moesim.simulate(trace, hardware=hw, strategy=strategy, capacity=8, dtype="q8_0").as_dict()
+            r = moesim.simulate(trace, hardware=hw, strategy=strategy, capacity=8, dtype="q8_0", force=True).as_dict()
             assert math.isfinite(r["tpot_s"]) and r["tpot_s"] > 0 and r["vram_limit_gb"] == 1e6, (strategy, r)
 
 

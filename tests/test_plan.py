@@ -239,5 +239,119 @@ def test_the_plan_figure_says_what_it_shows(drawn, tmp_path):
     (ax,) = fig.axes
     assert "GiB" in ax.get_xlabel() and "tokens/s" in ax.get_ylabel()
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert {label.split(" (")[0] for label in labels} == {r["strategy"] for r in plan.rows}
+    assert {label.split(" ")[0] for label in labels} == {r["strategy"] for r in plan.rows}
     assert overlapping_texts(fig) == []
+
+
+def names(label: str, r: dict) -> bool:
+    """Whether a legend label names plan row ``r``: its strategy first, then its format, its policy and its prefetcher
+    (a row without one: a label naming no prefetcher)."""
+    from moesim.policies.prefetch import PREFETCHERS
+
+    words = set(label.replace("(", " ").replace(")", " ").replace(",", " ").replace("+", " ").split())
+    fetch = r["prefetch"] if r["prefetch"] not in (None, "none") else None
+    return (label.split(" ")[0] == r["strategy"] and r["format"] in words
+            and (r["policy"] is None or r["policy"] in words)
+            and {p for p in PREFETCHERS if p != "none"} & words == ({fetch} if fetch else set()))
+
+
+def test_each_plan_line_is_labelled_by_the_row_it_ends_at(drawn, tmp_path):
+    """Qwen3-30B-A3B in q4_k on a 12 GiB card: gpu-cache with the history prefetcher outruns plain gpu-cache, and its
+    curve is the one drawn. Each line's label names one row of the plan, and the line ends at that row's own GPU
+    memory and tokens/s (the gpu-cache line, labelled as plain gpu-cache, ended at the history row's)."""
+    import moesim
+    from moesim.experiments.plan import curves
+    from moesim.plots.plan import plot_plan
+
+    plan = moesim.plan("qwen3-30b-a3b", "rtx4080", vram=12, dtypes=("q4_k",))
+    cache = [r for r in plan.rows if r["strategy"] == "gpu-cache"]
+    assert [r["prefetch"] for r in cache] == ["history", "none"]  # the case the figure mislabelled
+    plot_plan(plan, curves(plan), tmp_path / "plan.png")
+    (ax,) = drawn[0].axes
+    lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert len(lines) == len({r["strategy"] for r in plan.rows})
+    wrong = []
+    for line in lines:
+        label = line.get_label().split(" (= ")[0]
+        rows = [r for r in plan.rows if names(label, r)]
+        end = (line.get_xdata()[-1], line.get_ydata()[-1])
+        if len(rows) != 1 or end != (rows[0]["vram_gb"], rows[0]["tokens_per_s"]):
+            wrong.append(f"{label!r} ends at {end}; the rows it names end at "
+                         f"{[(r['vram_gb'], r['tokens_per_s']) for r in rows]}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_gguf_is_planned_in_its_own_storage(tmp_path):
+    """A GGUF in llama.cpp's Q4_K_M mix (one MoE layer's down projections in Q6_K) is planned in the file's own
+    storage, named with its mix. The same shape with those down projections in Q4_K needs their extra bytes less GPU
+    memory to hold every expert, so a card between the two holds that one whole and not the mixed one."""
+    import gguf
+    from ggufs import D, D_EXPERT, E, Q, write_gguf
+
+    import moesim
+    from moesim.sim.memory import GIB
+
+    mixed, pure = tmp_path / "mixed.gguf", tmp_path / "pure.gguf"
+    sizes = write_gguf(mixed, file_type=gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    extra = sum(sizes.values()) - sum(write_gguf(pure, down_kinds=(Q.Q4_K,)).values())
+    q6_k = E * D_EXPERT * D // 256 * 210  # one layer's down projections: 256-weight blocks of 210 B (Q4_K: 144 B)
+    assert extra == q6_k - E * D_EXPERT * D // 256 * 144
+    whole = {path: moesim.plan(str(path), "rtx4090").rows for path in (mixed, pure)}
+    assert [(r["strategy"], r["dtype"], r["format"]) for r in whole[mixed]] == [("all-on-gpu", None, "Q4_K_M")]
+    assert [(r["strategy"], r["dtype"], r["format"]) for r in whole[pure]] == [("all-on-gpu", None, "Q4_K")]
+    assert whole[mixed][0]["vram_gb"] - whole[pure][0]["vram_gb"] == pytest.approx(extra / GIB, rel=1e-9)
+    experts = sum(nbytes for name, nbytes in sizes.items() if "_exps." in name)
+    assert whole[mixed][0]["storage"].startswith(
+        f"Q4_K_M (the file's: experts q4_k {1 - q6_k / experts:.0%} + q6_k {q6_k / experts:.0%}; other weights ")
+    between = whole[pure][0]["vram_gb"] + extra / 2 / GIB
+    assert moesim.plan(str(pure), "rtx4090", vram=between).rows[0]["strategy"] == "all-on-gpu"
+    assert "all-on-gpu" not in {r["strategy"] for r in moesim.plan(str(mixed), "rtx4090", vram=between).rows}
+
+
+def test_dtype_on_a_gguf_plans_beside_the_files_storage(cli, tmp_path, monkeypatch):
+    """--dtype q8_0 gives the file's rows, as without it, and q8_0's; the table (80 columns) names each row's format
+    and, under it, the file's mix."""
+    import gguf
+    from ggufs import write_gguf
+
+    from moesim.cli.console import console
+
+    path = tmp_path / "mixed.gguf"
+    write_gguf(path, file_type=gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    args = ("plan", "--model", path, "--hardware", "rtx4090")
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    own = json.loads(out)["rows"]
+    code, out, err = cli(*args, "--dtype", "q8_0", "--json")
+    assert code == 0, err
+    both = json.loads(out)["rows"]
+    assert {r["format"] for r in own} == {"Q4_K_M"} and {r["format"] for r in both} == {"Q4_K_M", "q8_0"}
+    unranked = lambda rows: [{k: v for k, v in r.items() if k != "rank"} for r in rows]  # noqa: E731
+    assert unranked(r for r in both if r["format"] == "Q4_K_M") == unranked(own)
+    assert {(r["dtype"], r["storage"]) for r in both if r["format"] == "q8_0"} == {("q8_0", "q8_0 (every weight)")}
+    monkeypatch.setattr(console, "width", 80)
+    code, out, err = cli(*args, "--dtype", "q8_0")
+    assert code == 0, err
+    drawn = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert max(map(len, drawn)) <= 80 and sum("Q4_K_M" in line for line in drawn) == len(own)
+    assert own[0]["storage"] in " ".join(out.split())
+
+
+def test_a_config_json_that_names_its_quantization_is_planned_in_it():
+    """gpt-oss-20b's config.json (quant_method mxfp4) is planned in MXFP4 experts and bf16 for the rest: beside every
+    weight in mxfp4, its all-on-gpu row holds the other weights' 2 - 17/32 bytes a parameter more. Its preset,
+    which names no storage, is planned in the default formats."""
+    from pathlib import Path
+
+    import moesim
+    from moesim.experiments.plan import DTYPES
+    from moesim.sim.memory import GIB
+    from moesim.tracegen.models import MODELS
+
+    config = Path(__file__).parent / "data" / "configs" / "openai__gpt-oss-20b.json"
+    assert {(r["dtype"], r["format"]) for r in moesim.plan(str(config), "rtx4080", vram=8).rows} == {(None, "MXFP4")}
+    rows = {r["format"]: r for r in moesim.plan(str(config), "rtx4090", dtypes=["mxfp4"]).rows}
+    assert rows["MXFP4"]["storage"] == "MXFP4 (the file's: experts mxfp4; other weights bf16)"
+    assert (rows["MXFP4"]["vram_gb"] - rows["mxfp4"]["vram_gb"]) * GIB == pytest.approx(
+        MODELS["gpt-oss-20b"].non_expert_params * (2 - 17 / 32), rel=1e-9)
+    assert {r["format"] for r in moesim.plan("gpt-oss-20b", "rtx4080", vram=8).rows} == set(DTYPES)

@@ -734,14 +734,13 @@ def test_a_mole_model_refuses_the_cache_settings_it_never_reads(cli, tmp_path):
 
 def test_llamacpp_threads_past_the_cores_are_refused(cli, tmp_path, monkeypatch):
     """calibrate --engine llama.cpp --threads 5 on a 2-core host ran four minutes and wrote per-thread rates of five
-    threads time-sharing two cores; validate took them too. Refused before anything runs, as everywhere else."""
-    import moesim.replay.llamacpp_run as llamacpp_run
+    threads time-sharing two cores; validate took them too. Refused before anything runs (llama.cpp included:
+    whether or not it is installed here), as everywhere else."""
     import moesim.sim.local_machine as local_machine
 
     monkeypatch.setattr(local_machine, "physical_cores", lambda text=None: 2)
     message = "--threads 5: more threads than this machine's 2 physical cores (at most the CPUs this process may run " \
               "on); the model computes with one thread a core at most"
-    monkeypatch.setattr(llamacpp_run, "bindings", lambda: None)  # whether or not llama.cpp is installed here
     assert message in one_line_error(cli, "calibrate", "--engine", "llama.cpp", "--out", tmp_path / "c.toml",
                                      "--threads", "1,5")
     assert message in one_line_error(cli, "validate", "--engine", "llama.cpp", "--threads", "2,5")
@@ -776,13 +775,11 @@ def test_a_parameter_no_strategy_of_the_run_takes_is_named_as_typed(cli):
 
 def test_what_a_second_new_user_sweep_found_is_one_line(cli, tmp_path, monkeypatch):
     """Each of these ran to the end and changed nothing the user saw (a value listed twice ran its row twice, an
-    exclude rule that matched no row excluded nothing, --force without --out, --mode without a prefetcher), or
+    exclude rule that matched no row excluded nothing, --mode without a prefetcher), or
     named the wrong cause (a missing arrivals file, a folder given as a log)."""
     monkeypatch.chdir(tmp_path)
     assert "--capacity 2,2: 2 listed twice; each value is one run" in one_line_error(
         cli, "sim", "hitrate", "bundled", "--capacity", "2,2")
-    assert "--force replaces an existing --out file, and no --out was given" in one_line_error(
-        cli, "sim", "serve", "bundled", "--rate", "1", "--force")
     assert "--mode says what follows a wrong prediction, and --prefetch none makes none, so nothing reads it" in \
         one_line_error(cli, "sim", "run", "bundled", "--mode", "fallback")
     assert "nothere.csv: no such arrivals file" in one_line_error(

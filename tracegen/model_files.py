@@ -11,8 +11,11 @@ shared experts (``n_shared_experts`` of the expert's width; Qwen2-MoE's one
 (``first_k_dense_replace``, Qwen's ``decoder_sparse_step`` and ``mlp_only_layers``, Llama 4's
 ``interleave_moe_layer_step``; their width ``intermediate_size``, Llama 4's ``intermediate_size_mlp``), attention
 (heads, KV heads, ``head_dim``; DeepSeek's multi-head latent attention from its LoRA ranks and head
-dims), the vocabulary and whether the embeddings are tied. The weights are counted at bf16 (the
-format is the run's ``dtype``). Each field is read as transformers reads it, and a value it would fail on or
+dims), the vocabulary and whether the embeddings are tied. A ``quantization_config`` names the storage
+(``_quantized``): ``mxfp4`` (GPT-OSS: the experts in MXFP4, the rest in the config's torch_dtype), ``fp8``
+(DeepSeek-V3: every Linear in FP8, the embeddings, head, routers and norms not), AWQ and GPTQ of 4 or 8 bits (int4,
+int8, as fp8); the weights are stored bytes then, as a GGUF's are. Without one the format is the run's ``dtype``
+(bf16 where it names none). Each field is read as transformers reads it, and a value it would fail on or
 misread is refused rather than replaced: ``num_key_value_heads`` absent or null is one per attention head, else
 a whole number that divides ``num_attention_heads`` (0 is no default); ``mlp_only_layers`` is a list of layer
 indices; the MoE layer steps are at least 1.
@@ -23,7 +26,8 @@ tensors themselves — ``token_embd`` (vocabulary, width), each layer's ``ffn_{g
 elements — and the top-k from ``{arch}.expert_used_count``. Every tensor's own type and bytes are kept:
 ``stored_expert_bytes`` is one routed expert as the file stores it (the mean over layers, which a
 Q4_K_M file quantises unevenly: some layers' down projections in q6_k), ``stored_other_bytes`` every other
-weight, and ``expert_format`` / ``other_format`` the types that hold most of those bytes. A file that has the
+weight, ``expert_format`` / ``other_format`` the types that hold most of those bytes, and ``storage`` the recipe
+``general.file_type`` names (Q4_K_M; without one, the experts' main type). A file that has the
 magic but not the 24 bytes of a header is called truncated.
 
 A model read from a file keeps the file's absolute path (``ModelSpec.file``): a trace whose metadata came from it names
@@ -44,7 +48,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from moesim.errors import MoesimError
-from moesim.tracegen.model_spec import ModelSpec
+from moesim.tracegen.model_spec import BYTES_PER_PARAM, ModelSpec
 
 MODEL_FILES = (".json", ".gguf")
 # keys families use for the MoE shape (the first present wins)
@@ -136,11 +140,57 @@ def spec_from_config(data: dict, name: str, where: str = "config.json") -> Model
         q_dim, kv_dim, attn = _mla(data, d, heads, where)
     if not q_dim or not kv_dim:
         raise MoesimError(f"{where}: attention of {heads} heads on a width of {d} has no head dimension")
-    return ModelSpec(name, str(data.get("_name_or_path") or ""), family, layers - dense, experts, top_k, d, d_expert,
+    spec = ModelSpec(name, str(data.get("_name_or_path") or ""), family, layers - dense, experts, top_k, d, d_expert,
                      shared_experts=shared, d_shared=d_shared, source=f"config.json ({where})", q_dim=q_dim,
                      kv_dim=kv_dim, vocab=_count(data, "vocab_size", where),
                      tied_embeddings=data.get("tie_word_embeddings") is True, dense_layers=dense,
                      d_dense=d_dense if dense else 0, attn_params=attn)
+    return _quantized(spec, data, where)
+
+
+# a quantization_config's quant_method: the format it stores the experts in (AWQ and GPTQ: by their bits), and the
+# parts of ``ModelSpec.non_expert_parts`` it stores in that format too: transformers' MXFP4 the experts alone; FP8
+# (DeepSeek-V3), AWQ and GPTQ every Linear but the head (the embeddings, routers and norms are no Linear of theirs)
+LINEAR = ("attention", "shared experts", "dense FFNs")
+QUANT_METHODS = {"mxfp4": ("mxfp4", ()), "fp8": ("fp8", LINEAR), "awq": ({4: "int4", 8: "int8"}, LINEAR),
+                 "gptq": ({4: "int4", 8: "int8"}, LINEAR)}
+# a modules_to_not_convert (ignored_layers) entry that keeps a part unquantised, by what its name contains
+NOT_CONVERTED = {"attn": "attention", "shared_expert": "shared experts"}
+DENSE_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "fp32"}  # torch_dtype: the unquantised weights'
+
+
+def _quantized(spec: ModelSpec, data: dict, where: str) -> ModelSpec:
+    """``spec`` stored as its ``quantization_config`` says (``QUANT_METHODS``): the experts in the method's format,
+    the other weights in it where the method quantises them (less those modules_to_not_convert names), else in the
+    config's torch_dtype (bf16 where it names none). A method or bit width moesim has no format for is kept by name
+    with no bytes (refused where it would be a run's format); with no quantization_config, ``spec`` as it is."""
+    qc = data.get("quantization_config")
+    if qc is None:
+        return spec
+    method = qc.get("quant_method") if isinstance(qc, dict) else None
+    if not isinstance(method, str) or not method:
+        raise MoesimError(f"{where}: quantization_config must be an object with a quant_method, got {_shown(qc)}")
+    if method.lower() not in QUANT_METHODS:
+        return replace(spec, storage=method)
+    (fmt, parts), name, bits = QUANT_METHODS[method.lower()], method.upper(), qc.get("bits")
+    if isinstance(fmt, dict):  # by bits
+        name, fmt = f"{name} {bits}-bit", fmt.get(bits) if type(bits) is int else None
+        if fmt is None:
+            return replace(spec, storage=name)
+    kept = qc.get("modules_to_not_convert") or qc.get("ignored_layers") or []
+    if not isinstance(kept, list) or not all(isinstance(m, str) for m in kept):
+        raise MoesimError(f"{where}: quantization_config's modules_to_not_convert must be a list of module names, got "
+                          f"{_shown(kept)}")
+    dense = DENSE_DTYPES.get(str(data.get("torch_dtype") or data.get("dtype")), "bf16")
+    quantised = set(parts) - {part for key, part in NOT_CONVERTED.items() if any(key in m for m in kept)}
+    weight = Counter()
+    for part, params in spec.non_expert_parts.items():
+        stored = fmt if part in quantised else dense
+        weight[stored] += params * BYTES_PER_PARAM[stored]
+    weight = +weight  # the parts the model has
+    return replace(spec, storage=name, stored_expert_bytes=spec.expert_params * BYTES_PER_PARAM[fmt],
+                   stored_other_bytes=float(sum(weight.values())), expert_format=fmt,
+                   other_format=_main_format(weight), other_mix=_mix(weight))
 
 
 def _kv_heads(data: dict, heads: int, where: str) -> int:
@@ -266,7 +316,22 @@ def spec_from_gguf(path: str | Path) -> ModelSpec:
                      stored_expert_bytes=sum(expert_bytes) / (len(moe) * experts),
                      stored_other_bytes=float(sum(other_bytes)),
                      expert_format=_main_format(expert_formats), other_format=_main_format(other_formats),
-                     expert_mix=_mix(expert_formats), other_mix=_mix(other_formats))
+                     expert_mix=_mix(expert_formats), other_mix=_mix(other_formats),
+                     storage=_file_type(meta.get("general.file_type")) or _main_format(expert_formats).upper())
+
+
+def _file_type(ftype) -> str:
+    """A GGUF's ``general.file_type`` as llama.cpp names the recipe (``LLAMA_FTYPE_MOSTLY_Q4_K_M``: Q4_K_M; a type
+    llama.cpp guessed, the same), or "" where it names none this ``gguf`` package knows."""
+    from gguf import LlamaFileType
+
+    if isinstance(ftype, bool) or not isinstance(ftype, int):
+        return ""
+    try:
+        name = LlamaFileType(ftype & ~LlamaFileType.GUESSED).name
+    except ValueError:
+        return ""
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
 
 def _bytes_by_format(tensors: dict, chosen) -> Counter:

@@ -66,6 +66,14 @@ def recipe_mix(fmt: str) -> tuple:
     return tuple((f, share * BYTES_PER_PARAM[f] / total) for f, share in parts)
 
 
+def shares(mix: tuple, fmt: str) -> str:
+    """A mix of formats in words, the largest share first (``q4_k 79% + q6_k 21%``); ``fmt`` where there is none."""
+    if not mix:
+        return fmt
+    return " + ".join(f"{f} {share:.0%}" if share >= 0.01 else f"{f} <1%" for f, share in
+                      sorted(mix, key=lambda part: -part[1]))
+
+
 # how a trace's metadata ``source`` names the model file its metadata was taken from (``ModelSpec.trace_meta``)
 MODEL_FILE = "model file "
 
@@ -107,14 +115,16 @@ class ModelSpec:
     dense_layers: int = 0  # dense FFN layers besides the MoE ones (not in the trace)
     d_dense: int = 0  # their intermediate size
     attn_params: int = 0  # attention weights per layer when the q/kv formula does not hold (MLA); 0: the formula
-    # read from a GGUF file (``moesim.tracegen.model_files``): the bytes as stored, and their formats (0, "": from
-    # the run's dtype)
+    # read from a model file (``moesim.tracegen.model_files``: a GGUF's tensors, a config.json's quantization_config):
+    # the bytes as stored, and their formats (0, "": from the run's dtype)
     stored_expert_bytes: float = 0.0  # one routed expert (the mean over layers)
     stored_other_bytes: float = 0.0   # every other weight
     expert_format: str = ""
     other_format: str = ""
     expert_mix: tuple = ()            # every format the experts are stored in: (format, share of their bytes)
     other_mix: tuple = ()             # ... and every other weight (norms and routers often f32)
+    storage: str = ""  # the file's name for its storage (a GGUF's file type, Q4_K_M; a config.json's quantization,
+    # MXFP4): with no stored bytes, one moesim cannot price; "" a preset or an unquantised config.json
     file: str = ""  # the config.json or GGUF file the model was read from, its absolute path ("": a preset)
 
     @property
@@ -140,14 +150,26 @@ class ModelSpec:
         return kv if self.mla else 2 * kv
 
     @property
+    def non_expert_parts(self) -> dict:
+        """Every weight but the routed experts, by part (what stays on the GPU in every strategy)."""
+        d, layers = self.d_model, self.num_layers + self.dense_layers
+        return {"embeddings": self.vocab * d * (1 if self.tied_embeddings else 2),  # and the head
+                "attention": layers * self.attention_params,
+                "routers": self.num_layers * d * self.num_experts,
+                "shared experts": self.num_layers * self.shared_experts * self.ffn_mats * d * self.d_shared,
+                "dense FFNs": self.dense_layers * self.ffn_mats * d * self.d_dense,
+                "norms": layers * 2 * d + d}
+
+    @property
     def non_expert_params(self) -> int:
-        """Every weight but the routed experts: embeddings and head, attention, routers, shared experts,
-        dense FFN layers, norms (what stays on the GPU in every strategy)."""
-        d = self.d_model
-        per_layer = self.attention_params + 2 * d
-        moe = self.num_layers * (per_layer + d * self.num_experts + self.shared_experts * self.ffn_mats * d * self.d_shared)
-        dense = self.dense_layers * (per_layer + self.ffn_mats * d * self.d_dense)
-        return self.vocab * d * (1 if self.tied_embeddings else 2) + moe + dense + d
+        """Every weight but the routed experts (``non_expert_parts``)."""
+        return sum(self.non_expert_parts.values())
+
+    @property
+    def storage_text(self) -> str:
+        """The file's own storage in words: its name, the formats of the experts and of the other weights."""
+        return (f"{self.storage} (the file's: experts {shares(self.expert_mix, self.expert_format)}; other weights "
+                f"{shares(self.other_mix, self.other_format)})")
 
     def kv_bytes(self, tokens: float, bytes_per_value: float = 2.0) -> float:
         """KV cache bytes for ``tokens`` tokens in every layer (MoE and dense)."""
@@ -186,7 +208,7 @@ def check_model(spec: ModelSpec, where: str) -> None:
     """A model built in code (the Python API's ``model=ModelSpec(...)``, ``dataclasses.replace`` of a preset) held to
     what every preset and model file gives: one line naming ``where`` and the field. A negative width gave negative
     GPU memory; a NaN one a wrong cause."""
-    for name in ("name", "hf_id", "architecture", "source", "file", "expert_format", "other_format"):
+    for name in ("name", "hf_id", "architecture", "source", "file", "expert_format", "other_format", "storage"):
         if not isinstance(getattr(spec, name), str):
             raise MoesimError(f"{where}: {name} must be a string, got {getattr(spec, name)!r}")
     for name in ("expert_mix", "other_mix"):  # a GGUF file's types moesim does not know keep their own names

@@ -1,0 +1,50 @@
+"""pytest-xdist's ``--dist loadgroup``, except that a test whose worker crashed is one failed test and the run goes on
+to its end (conftest.py uses it; test_crash_once.py checks it).
+
+pytest-xdist 3.8 does two things after a crash that together make the run wait forever at 0% CPU: it queues the
+crashed test again, not done, so the replacement worker runs it and crashes too; and it gives a replacement worker
+one group, whose last test a worker holds back until it is given another or told to stop, which nobody does. Here the
+crashed test counts as done (xdist reports it failed, naming the crash), the rest of its group is queued again, and
+a worker that takes queued groups after the first distribution is given them until it holds more than two tests or
+none is left, when it is told to stop.
+"""
+
+import pytest
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class CrashOnce(LoadGroupScheduling):
+        def remove_node(self, node):
+            """At a worker's end: None where it finished its tests; else the test it was running (the first of its
+            tests not done, as xdist names it), now done, and the rest of its groups queued again."""
+            workload = self.assigned_work.pop(node)
+            pending = [(unit, test) for unit in workload.values() for test, done in unit.items() if not done]
+            if not pending:
+                return None
+            unit, crashed = pending[0]
+            unit[crashed] = True
+            self.workqueue.update({group: unit for group, unit in workload.items() if not all(unit.values())})
+            for other in self.assigned_work:
+                self._fill(other)
+            return crashed
+
+        def schedule(self):
+            again = self.collection is not None  # a replacement worker has collected: the queue is shared out
+            super().schedule()
+            if again:
+                for node in self.nodes:
+                    self._fill(node)
+
+        def _fill(self, node):
+            while not node.shutting_down:
+                held = self._pending_of(self.assigned_work[node])
+                self._reschedule(node)
+                if self._pending_of(self.assigned_work[node]) == held and not node.shutting_down:
+                    return
+
+    return CrashOnce(config, log)
