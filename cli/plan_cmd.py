@@ -72,7 +72,7 @@ def plan(
     if wide:
         table(title, ["#", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s", "TPOT ms", "TTFT",
                       "VRAM", "RAM", "on CPU", "run it with"],
-              [[r["rank"], r["strategy"], r["format"], r["policy"] or "-", r["prefetch"] or "-",
+              [[r["rank"], r["strategy"], shown(r), r["policy"] or "-", r["prefetch"] or "-",
                 "-" if r["capacity"] is None
                 else slots_text(r["capacity"]) + (" in all" if r["scope"] == "global" else ""),
                 "-" if r["cpu_layers"] is None else f"{r['cpu_layers']}/{r['layers']}",
@@ -81,11 +81,11 @@ def plan(
     else:
         three = lambda x: "-" if x is None or x != x else f"{x:.3g}"  # noqa: E731  (narrow: seconds and GiB)
         table(title, ["#", "strategy", "format", "experts on GPU", "tok/s", "TTFT", "VRAM", "RAM"],
-              [[r["rank"], r["strategy"] + (f"+{r['prefetch']}" if r["prefetch"] in NEXT_CELL else ""), r["format"],
+              [[r["rank"], r["strategy"] + (f"+{r['prefetch']}" if r["prefetch"] in NEXT_CELL else ""), shown(r),
                 placed(r), r["tokens_per_s"], three(r["ttft_s"]), three(r["vram_gb"]), three(r["ram_gb"])]
                for r in result.rows])
     if any(r["dtype"] is None for r in [*result.rows, *result.skipped]):  # the model file's own storage, in words
-        console.print(result.spec.storage_text, soft_wrap=True)
+        console.print(f"{OWN} {result.spec.storage_text}", soft_wrap=True)
     if not wide:
         for r in result.rows[:RUN_LINES]:
             console.print(f"#{r['rank']}: {run_with(r)}", soft_wrap=True)
@@ -99,7 +99,7 @@ def plan(
     unrun: dict = {}  # candidates of a format refused for the same reason: one line, each strategy once
     for s in result.skipped:
         named = " + ".join(v for v in (s["policy"], s["prefetch"]) if v and v != "none")
-        unrun.setdefault((s["format"], s["reason"]), {}).setdefault(s["strategy"], []).append(named)
+        unrun.setdefault((shown(s), s["reason"]), {}).setdefault(s["strategy"], []).append(named)
     for (name, reason), strategies in unrun.items():
         which = ", ".join(f"{strategy} ({'; '.join(n for n in settings if n)})" if any(settings) else strategy
                           for strategy, settings in strategies.items())
@@ -112,6 +112,12 @@ READ_BY = {"split": "those that keep a per-layer expert cache (the others keep n
            "threads": "those that compute experts on the host CPU (the others compute none there)"}
 NEXT_CELL = ("history", "oracle")  # prefetchers that fetch the next layer's experts (named beside the strategy)
 RUN_LINES = 3  # rows whose engine settings the compact table prints below it
+OWN = "*"  # marks the model file's own storage (a --dtype of the same name is every weight in that format)
+
+
+def shown(r: dict) -> str:
+    """A row's (or a skipped candidate's) format as the table names it: the file's own marked ``OWN``."""
+    return r["format"] + (OWN if r["dtype"] is None else "")
 
 
 def placed(r: dict) -> str:

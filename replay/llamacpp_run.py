@@ -37,7 +37,8 @@ PROBE_PROMPT = 64  # tokens of the probe's prompt: a batch, as a prefill's (llam
 class LlamaCpp:
     """llama.cpp in a child process: ``quantize``, ``decode_tok_s``, ``prefill_tok_s``, ``system_info``, ``probe``.
     A context manager; the child starts at the first call and ends with the ``with`` (or a crash). ``timeout_s``
-    bounds each call (None: none); ``command`` runs the child (tests give one that dies on purpose)."""
+    bounds each step of a call, the longest the child may be silent (a load, a prompt, one run's decode; None: no
+    bound); ``command`` runs the child (tests give one that dies on purpose)."""
 
     def __init__(self, timeout_s: float | None = None, command: tuple | None = None):
         self.timeout_s = timeout_s
@@ -66,9 +67,14 @@ class LlamaCpp:
 
     def _start(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}  # a fault is told here, in one line
-        self._err = tempfile.TemporaryFile()  # what the child prints: its last line names an unexpected exit
-        self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
-                                     env=env, start_new_session=True)
+        err = tempfile.TemporaryFile()  # what the child prints: its last line says why it ended
+        try:
+            self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         env=env, start_new_session=True)
+        except OSError as exc:
+            err.close()
+            raise MoesimError(f"cannot start llama.cpp's process ({exc.strerror or exc})") from None
+        self._err = err
 
     def call(self, op: str, file, **args):
         """The child's answer to ``op`` on ``file``; its crash, error or silence past ``timeout_s`` a one-line
@@ -77,7 +83,7 @@ class LlamaCpp:
             self._start()
         if op != "info" and self.built is None:
             self.built = self.call("info", "")
-        step = op
+        step = START if op == "info" else op
         try:
             self.proc.stdin.write((json.dumps({"op": op, "args": args}) + "\n").encode())
             self.proc.stdin.flush()
@@ -99,8 +105,7 @@ class LlamaCpp:
             ready, _, _ = select.select([fd], [], [], self.timeout_s)
             if not ready:
                 self.close()
-                raise MoesimError(f"llama.cpp did not finish the {step}{_of(file)} in {self.timeout_s:g} s; "
-                                  "stopped it")
+                raise MoesimError(f"llama.cpp said nothing for {self.timeout_s:g} s {_where(step, file)}; stopped it")
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 raise MoesimError(self._died(step, file))
@@ -113,11 +118,11 @@ class LlamaCpp:
         status = self.proc.wait()
         self._err.seek(0)
         said = [line.strip() for line in self._err.read().decode(errors="replace").splitlines() if line.strip()]
+        last = said[-1][:200] if said else ""
         self.close()
-        where = f"{step}{_of(file)}"
-        if status < 0:
-            return f"llama.cpp crashed ({signal.Signals(-status).name}) in {where}: {advice(-status, self.built)}"
-        return f"llama.cpp's process ended (exit status {status}) in {where}" + (f": {said[-1]}" if said else "")
+        if status >= 0:
+            return f"llama.cpp's process ended (exit status {status}) {_where(step, file)}" + (f": {last}" if last else "")
+        return f"llama.cpp crashed ({_signal_name(-status)}) {_where(step, file)}: {advice(-status, self.built, last)}"
 
     def system_info(self) -> str:
         """The instruction sets llama.cpp's CPU backend was built with, as it prints them."""
@@ -176,20 +181,37 @@ class LlamaCpp:
                 path.unlink(missing_ok=True)
 
 
-def _of(file) -> str:
-    return f" of {Path(file).name}" if file else ""
+START = "start"  # the step of loading llama.cpp's library, before any model
 
 
-def advice(signum: int, built: str | None) -> str:
-    """What to do after llama.cpp died of ``signum`` in a build whose system info is ``built`` (None: not read)."""
+def _where(step: str, file) -> str:
+    """Where in a call the child was: ``in prefill of m.gguf``, ``as it started``."""
+    return "as it started" if step == START else f"in {step}" + (f" of {Path(file).name}" if file else "")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:  # a real-time signal has no name
+        return f"signal {signum}"
+
+
+FAULTS = (signal.SIGILL, signal.SIGSEGV, signal.SIGBUS)  # what a kernel that cannot run here dies of
+
+
+def advice(signum: int, built: str | None, said: str = "") -> str:
+    """What to do after llama.cpp died of ``signum`` in a build whose system info is ``built`` (None: not read),
+    having last printed ``said``."""
     rebuild = install_line(reinstall=True)
-    if built is not None and "AMX_INT8 = 1" in built:
+    if signum == signal.SIGKILL:
+        return "it was killed (out of memory? see dmesg); free memory or run smaller models"
+    if signum == signal.SIGABRT:
+        return f"it stopped on a check of its own{f' ({said})' if said else ''}"
+    if signum in FAULTS and built is not None and "AMX_INT8 = 1" in built:
         return (f"this build's AMX kernels fault on this machine (llama.cpp issue #20824); reinstall llama-cpp-python "
                 f"without them (AVX-512 kept): {rebuild}")
     if signum == signal.SIGILL:
         return ("this build uses an instruction this CPU lacks (was it built on another machine?); rebuild it here: "
                 f"{rebuild}")
-    if signum == signal.SIGKILL:
-        return "it was killed (out of memory? see dmesg); free memory or run smaller models"
     return (f"a fault in llama.cpp or its build; rebuild it ({rebuild}) and, if it persists, report it with "
             "'moesim hardware --show local'")

@@ -47,7 +47,7 @@ def build_flags() -> str:
 
 def install_line(reinstall: bool = False) -> str:
     """The command that (re)builds llama.cpp's bindings with ``build_flags``: the installed version again, or the
-    extra's."""
+    extra's; never from pip's cache, whose wheel was built with the flags of its day."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -55,8 +55,9 @@ def install_line(reinstall: bool = False) -> str:
     except PackageNotFoundError:
         installed = None
     if installed is None:
-        return f"CMAKE_ARGS={build_flags()} pip install 'moesim[llamacpp]'"
-    return f"CMAKE_ARGS={build_flags()} pip install --force-reinstall --no-cache-dir llama-cpp-python=={installed}"
+        return f"CMAKE_ARGS={build_flags()} pip install --no-cache-dir 'moesim[llamacpp]'"
+    return (f"CMAKE_ARGS={build_flags()} pip install --force-reinstall --no-deps --no-cache-dir "
+            f"llama-cpp-python=={installed}")
 
 
 def _keep_errors(level, text, data) -> None:
@@ -157,7 +158,7 @@ class Worker:
             L.llama_model_free(model)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask Linux to end this process when its parent ends (elsewhere a no-op): an orphaned decode would go on."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -167,7 +168,7 @@ def _die_with_parent() -> None:
 
 def main() -> None:
     """Answer requests until stdin closes."""
-    _die_with_parent()
+    die_with_parent()
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # what llama.cpp or Python prints goes to stderr, never into the answers
     sys.stdout = sys.stderr

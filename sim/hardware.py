@@ -251,10 +251,13 @@ RANGES = {"hbm_gbps": BANDWIDTH, "gbps": BANDWIDTH, "dram_gbps": BANDWIDTH, "unp
 # another unit: a warning (``MoesimWarning``) names the key, the value and the unit slip that would make it one a real
 # part has (from the least to the most here). Past ``REFUSED`` times the most, the times or what fits would be wrong by
 # orders of magnitude (12288 GiB of GPU memory fits a bf16 model that needs 58), so the machine is refused unless forced
-# (``force``: --force, ``force=True``). By part ("pcie": a link whose name says PCIe), then key; ``ram_gb`` is per
-# socket (the bounds times ``sockets``). The most, and what has it:
+# (``force``: --force, ``force=True``). By part ("pcie": a link whose name says PCIe), then key; ``ram_gb``, the
+# machine's RAM (all sockets), is held to the bound per socket times ``sockets``. A slip is caught only where it lands
+# past the most: an RTX 3060's 360 GB/s typed in Gbit/s (2880) is still within what a GPU has. The most, and what has
+# it:
 #   [gpu] hbm_gb       512 GiB      MI355X, B300: 288 GB; MI450 (announced, 2026): 432 GB
 #   [gpu] hbm_gbps     32000 GB/s   B200, B300, MI355X: 8 TB/s; Rubin, MI450 (announced, 2026): 22, 19.6 TB/s
+#   [gpu] tflops       5000         dense bf16: B200 2250, MI355X 2500 TFLOP/s
 #   [link] gbps        1000 GB/s    NVLink-C2C (GH200, GB200): 450 GB/s each way
 #   PCIe [link] gbps   128 GB/s     PCIe 6 x16: 128 GB/s each way
 #   [ssd] gbps         128 GB/s     a PCIe 5 drive: 14.9 GB/s; an array of 8 of them: ~110 GB/s
@@ -272,9 +275,10 @@ class Bound(NamedTuple):
     slips: tuple   # (unit, factor): a number written in that unit is factor times too large
 
 
-MIB, RATE, CLOCK = (("MiB", 1024),), (("Gbit/s", 8), ("MB/s", 1000)), (("MHz", 1000),)
+MIB, RATE, CLOCK, FLOPS = (("MiB", 1024),), (("Gbit/s", 8), ("MB/s", 1000)), (("MHz", 1000),), (("GFLOP/s", 1000),)
 PLAUSIBLE = {("gpu", "hbm_gb"): Bound(0.5, 512, "GiB", "more GPU memory than any GPU has", MIB),
              ("gpu", "hbm_gbps"): Bound(10, 32000, "GB/s", "more memory bandwidth than any GPU has", RATE),
+             ("gpu", "tflops"): Bound(1, 5000, "TFLOP/s", "more dense bf16 FLOP/s than any GPU has", FLOPS),
              ("link", "gbps"): Bound(0.5, 1000, "GB/s", "more bandwidth than any host link has", RATE),
              ("pcie", "gbps"): Bound(0.5, 128, "GB/s", "more bandwidth than any PCIe link has", RATE),
              ("ssd", "gbps"): Bound(0.1, 128, "GB/s", "more read bandwidth than any SSD (or array of them) has", RATE),

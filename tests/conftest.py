@@ -112,7 +112,8 @@ def drawn(monkeypatch):
     return figures
 
 
-# the longest a llama.cpp call of a test may take: the tests' models decode in well under a second
+# the longest a step of a test's llama.cpp call (a load, a prompt, a run's decode) may take: the tests' models take
+# well under a second
 ENGINE_TIMEOUT_S = 120
 
 

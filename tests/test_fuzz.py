@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import tempfile
+import time
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,16 +38,34 @@ TIME_LIMIT_S = 60
 
 @contextmanager
 def time_limit(seconds: int = TIME_LIMIT_S):
-    """Fail, rather than hang, a case that runs too long."""
+    """Fail, rather than hang, a case that runs too long. The alarm it replaces (pytest-timeout's, the whole test's)
+    is set again after, less the time the case took."""
     def expired(*_):
         raise TimeoutError(f"no outcome within {seconds} s: a hang")
 
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    start = time.monotonic()
     try:
         yield
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3))
+
+
+def test_a_case_s_time_limit_gives_the_test_s_own_alarm_back():
+    """pytest-timeout's alarm (here one of 100 s) outlives a case's limit, less the time the case took; before, the
+    case's limit cancelled it, and the rest of a fuzz test ran with none."""
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    signal.setitimer(signal.ITIMER_REAL, 100)
+    try:
+        with time_limit(60):
+            assert 59 < signal.getitimer(signal.ITIMER_REAL)[0] <= 60
+        assert 99 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
 

@@ -45,9 +45,9 @@ def test_the_reinstall_leaves_amx_out_and_keeps_the_native_build(monkeypatch):
 
     monkeypatch.setattr(llamacpp_worker.platform, "machine", lambda: "x86_64")
     assert install_line().startswith('CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS=-mno-amx-int8 '
-                                     '-DCMAKE_CXX_FLAGS=-mno-amx-int8" pip install')
+                                     '-DCMAKE_CXX_FLAGS=-mno-amx-int8" pip install --no-cache-dir')
     monkeypatch.setattr(llamacpp_worker.platform, "machine", lambda: "aarch64")  # gcc there knows no -mno-amx-int8
-    assert install_line() == "CMAKE_ARGS=-DGGML_NATIVE=ON pip install 'moesim[llamacpp]'"
+    assert install_line() == "CMAKE_ARGS=-DGGML_NATIVE=ON pip install --no-cache-dir 'moesim[llamacpp]'"
 
 
 def test_other_deaths_name_their_cause():
@@ -65,10 +65,31 @@ def test_other_deaths_name_their_cause():
                        "gave up")
 
 
+def test_a_kill_or_an_abort_is_not_blamed_on_amx_and_an_abort_shows_its_check():
+    """An AMX build killed for memory, or stopped by one of ggml's asserts, is told so, not sent to rebuild; a fault
+    as the library loads (a build for another CPU) is named as such."""
+    with LlamaCpp(command=fake("SIGKILL", "decode")) as engine:
+        message = crash(engine, lambda e: e.decode_tok_s("m.gguf", 1))
+    assert message == ("llama.cpp crashed (SIGKILL) in decode of m.gguf: it was killed (out of memory? see dmesg); free "
+                       "memory or run smaller models")
+    with LlamaCpp(command=fake("SIGABRT", "load")) as engine:
+        message = crash(engine, lambda e: e.decode_tok_s("m.gguf", 1))
+    assert message == ("llama.cpp crashed (SIGABRT) in load of m.gguf: it stopped on a check of its own (ggml.c:1234: "
+                       "GGML_ASSERT(n_tokens > 0) failed)")
+    with LlamaCpp(command=fake("SIGILL", "start", AVX2_BUILD)) as engine:
+        message = crash(engine, lambda e: e.decode_tok_s("m.gguf", 1))
+    assert message.startswith("llama.cpp crashed (SIGILL) as it started: this build uses an instruction this CPU lacks")
+
+
+def test_a_child_that_cannot_start_is_one_line():
+    with pytest.raises(MoesimError, match=r"^cannot start llama.cpp's process \(No such file or directory\)$"):
+        LlamaCpp(command=("/nonexistent/python",)).decode_tok_s("m.gguf", 1)
+
+
 def test_a_child_that_stops_answering_is_stopped_after_the_timeout():
     with LlamaCpp(timeout_s=0.5, command=fake("hang", "decode")) as engine:
         message = crash(engine, lambda e: e.decode_tok_s("m.gguf", 1, context=16))
-    assert message == "llama.cpp did not finish the decode of m.gguf in 0.5 s; stopped it"
+    assert message == "llama.cpp said nothing for 0.5 s in decode of m.gguf; stopped it"
 
 
 def test_after_a_crash_the_next_call_starts_a_new_child(tmp_path):

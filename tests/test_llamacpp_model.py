@@ -106,7 +106,7 @@ def test_llama_cpp_loads_decodes_and_quantises_what_is_written(tmp_path, llama_c
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(300)  # about 30 s on 2 cores
 def test_calibrate_and_validate_run_llama_cpp_end_to_end(tmp_path, cli, llama_cpp):
     """A calibration on tiny models writes a CPU-only file that loads, and `moesim validate --engine llama.cpp` on a
     model of its own (a config.json) predicts and measures with it."""

@@ -191,6 +191,10 @@ QWEN = FAMILIES["qwen3_moe"][0]
     # an FP8 checkpoint that keeps its attention in 16 bits
     ({"quant_method": "fp8", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]}, "FP8", "fp8", "f16",
      "f16"),
+    # modules that are a few weights of a part (the router, one projection) leave the part quantised
+    ({"quant_method": "awq", "bits": 4, "modules_to_not_convert": ["gate", "shared_expert_gate",
+                                                                   "model.layers.0.self_attn.q_proj"]},
+     "AWQ 4-bit", "int4", "int4", "f16"),
 ])
 def test_awq_gptq_and_fp8_configs_store_each_part_as_they_quantise_it(quantization, storage, experts, attention,
                                                                       embeddings):
@@ -203,6 +207,20 @@ def test_awq_gptq_and_fp8_configs_store_each_part_as_they_quantise_it(quantizati
     attn = (48 * preset.attention_params)
     assert spec.stored_other_bytes == attn * BYTES_PER_PARAM[attention] + (
         preset.non_expert_params - attn) * BYTES_PER_PARAM[embeddings]
+
+
+def test_a_module_kept_that_is_a_piece_of_a_part_leaves_the_part_quantised():
+    """Qwen2-MoE's AWQ checkpoints keep the router (``gate``) and the shared expert's one-output gate
+    (``shared_expert_gate``) unquantised: the shared experts stay int4 (a name's last module, not a substring, names a
+    part); ``shared_expert`` itself keeps them in 16 bits."""
+    awq = {"quant_method": "awq", "bits": 4}
+    base = FAMILIES["qwen2_moe"][0]
+    plain, pieces, whole = (spec_from_config({**base, "quantization_config": {**awq, "modules_to_not_convert": kept}},
+                                             "x") for kept in ([], ["gate", "shared_expert_gate"],
+                                                               ["model.layers.*.mlp.shared_expert"]))
+    assert pieces.stored_other_bytes == plain.stored_other_bytes
+    shared = plain.non_expert_parts["shared experts"]
+    assert whole.stored_other_bytes == pytest.approx(plain.stored_other_bytes + shared * (2 - (4 + 16 / 128) / 8))
 
 
 @pytest.mark.parametrize("quantization, storage", [({"quant_method": "bitsandbytes", "load_in_4bit": True},

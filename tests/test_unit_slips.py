@@ -72,6 +72,8 @@ def test_each_slip_of_the_issue_is_one_line_naming_it(cli, tmp_path, slip):
                                                  "Gbit/s?"),
     ("ram_gb = 32 ", "ram_gb = 32768 ", "[cpu] ram_gb = 32768 is more RAM than any CPU socket holds (at most ~8192 "
                                         "GiB); 32768 MiB would be 32 GiB: is it MiB?"),
+    ("tflops = 25.6 ", "tflops = 25600 ", "[gpu] tflops = 25600 is more dense bf16 FLOP/s than any GPU has (at most "
+                                          "~5000 TFLOP/s); 25600 GFLOP/s would be 25.6 TFLOP/s: is it GFLOP/s?"),
     ("ghz = 4.2 ", "ghz = 36 ", "[cpu] ghz = 36 is a faster clock than any CPU runs at (at most ~7 GHz)"),  # 36 MHz: no
     ("# sockets = 1 ", "sockets = 2 ", None),  # 32 GiB on two sockets: as plausible as on one
 ])

@@ -150,12 +150,16 @@ def spec_from_config(data: dict, name: str, where: str = "config.json") -> Model
 
 # a quantization_config's quant_method: the format it stores the experts in (AWQ and GPTQ: by their bits), and the
 # parts of ``ModelSpec.non_expert_parts`` it stores in that format too: transformers' MXFP4 the experts alone; FP8
-# (DeepSeek-V3), AWQ and GPTQ every Linear but the head (the embeddings, routers and norms are no Linear of theirs)
+# (DeepSeek-V3), AWQ and GPTQ every Linear but the head and the routers (DeepSeek-V3's router is no Linear; AWQ and
+# GPTQ checkpoints keep theirs, a Linear of a few thousand weights, unquantised); embeddings and norms are no Linear
 LINEAR = ("attention", "shared experts", "dense FFNs")
 QUANT_METHODS = {"mxfp4": ("mxfp4", ()), "fp8": ("fp8", LINEAR), "awq": ({4: "int4", 8: "int8"}, LINEAR),
                  "gptq": ({4: "int4", 8: "int8"}, LINEAR)}
-# a modules_to_not_convert (ignored_layers) entry that keeps a part unquantised, by what its name contains
-NOT_CONVERTED = {"attn": "attention", "shared_expert": "shared experts"}
+# a modules_to_not_convert (ignored_layers) entry that keeps a whole part unquantised, by its last module name
+# ("model.layers.*.self_attn"); one naming a piece of a part ("self_attn.q_proj", "shared_expert_gate") is a few
+# weights of it, and leaves the part as the method stores it
+NOT_CONVERTED = {"self_attn": "attention", "attn": "attention", "attention": "attention",
+                 "shared_expert": "shared experts", "shared_experts": "shared experts"}
 DENSE_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "fp32"}  # torch_dtype: the unquantised weights'
 
 
@@ -182,7 +186,8 @@ def _quantized(spec: ModelSpec, data: dict, where: str) -> ModelSpec:
         raise MoesimError(f"{where}: quantization_config's modules_to_not_convert must be a list of module names, got "
                           f"{_shown(kept)}")
     dense = DENSE_DTYPES.get(str(data.get("torch_dtype") or data.get("dtype")), "bf16")
-    quantised = set(parts) - {part for key, part in NOT_CONVERTED.items() if any(key in m for m in kept)}
+    names = {m.rstrip(".*").rsplit(".", 1)[-1] for m in kept}  # each entry's last module name
+    quantised = set(parts) - {NOT_CONVERTED[n] for n in names if n in NOT_CONVERTED}
     weight = Counter()
     for part, params in spec.non_expert_parts.items():
         stored = fmt if part in quantised else dense
