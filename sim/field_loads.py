@@ -30,12 +30,16 @@ removes) keeps a slot of its own: read through the argument's, the γ-admit..LeC
 Numba's debug builds (``debug=True``) keep every variable in a slot of its own, as a debugger expects.
 
 It overrides numba's ``Lower`` internals (``_alloca_var``, ``_singly_assigned_vars``, ``_blk_local_varmap``):
-``tests/test_field_loads.py`` checks the results against Python's and the machine code against numba's lowering.
+``tests/test_field_loads.py`` checks the results against Python's and the machine code against numba's lowering, on
+the numba versions ``TESTED`` (pyproject.toml pins them); under another, ``pipeline`` gives numba's own lowering.
 """
 
 from __future__ import annotations
 
 import collections
+import warnings
+
+import numba
 
 from numba.core import cgutils, ir, lowering, types
 from numba.core.compiler_machinery import register_pass
@@ -165,3 +169,23 @@ class Pipeline(copy_propagation.Pipeline):
     """The bound loops' pipeline (``moesim.sim.copy_propagation``) lowering a field at a time."""
 
     lowering = FieldLowering
+
+
+TESTED = ("0.68",)  # numba's minor versions whose ``Lower`` internals ``FieldLower`` overrides as checked
+
+
+def pipeline(version: str = numba.__version__):
+    """``Pipeline`` under a numba ``TESTED``; under another, numba's own lowering (``copy_propagation.Pipeline``: the
+    same machine code, compiled more slowly), with a warning that says so, as the internals may have changed."""
+    if ".".join(version.split(".")[:2]) in TESTED:
+        return Pipeline
+    warnings.warn(f"numba {version}: moesim lowers its discrete-event loops a field at a time on numba "
+                  f"{', '.join(TESTED)} only (pip install 'numba>={TESTED[-1]},<{_next(TESTED[-1])}'); they compile "
+                  "with numba's own lowering here, to the same machine code, more slowly", RuntimeWarning, stacklevel=2)
+    return copy_propagation.Pipeline
+
+
+def _next(minor: str) -> str:
+    major, number = minor.split(".")
+    return f"{major}.{int(number) + 1}"
+

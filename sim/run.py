@@ -326,7 +326,7 @@ def bound_loop(policy: str, build: int = FULL):
     decision log, slots given back while a run goes on, lookup-row copies — another fifth of the compile time."""
     group = policy_groups.group_of(policy)
     return bind(des_loop, policy_groups.group_name(group), policy_groups.hooks(group), HELPERS,
-                {"EXTRAS": int(build >= WHOLE), "RARE": int(build == FULL)}, field_loads.Pipeline)
+                {"EXTRAS": int(build >= WHOLE), "RARE": int(build == FULL)}, field_loads.pipeline())
 
 
 def build_for(config: Config, model: ModelSpec, decisions: bool = False, served: bool = False) -> int:

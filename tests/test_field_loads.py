@@ -110,3 +110,13 @@ def test_with_reference_counting_numba_lowers_it(monkeypatch):
     monkeypatch.setattr(field_loads.FieldLower, "_find_aliases", lambda self: found.append(1) or {})
     assert njit(pipeline_class=field_loads.Pipeline)(_walk)(_state(), 4, True) == _walk(_state(), 4, True)
     assert found == []
+
+
+def test_another_numba_lowers_the_loops_as_numba_does_with_one_warning():
+    """The lowering overrides numba's internals: on the minor versions it was checked on it is used; on another,
+    numba's own lowering (the same machine code, test_the_machine_code_is_numbas), and a warning names the pin."""
+    assert field_loads.pipeline("0.68.1") is field_loads.Pipeline
+    pinned = r"\(pip install 'numba>=0\.68,<0\.69'\)"
+    with pytest.warns(RuntimeWarning, match=rf"^numba 0\.69\.0: moesim lowers .* {pinned}"):
+        assert field_loads.pipeline("0.69.0") is copy_propagation.Pipeline
+
