@@ -81,8 +81,8 @@ class LlamaCpp:
         ``MoesimError``."""
         if self.proc is None:
             self._start()
-        if op != "info" and self.built is None:
-            self.built = self.call("info", "")
+        if op != "info":
+            self.system_info()  # read first: the advice after a crash names the build's AMX
         step = START if op == "info" else op
         try:
             self.proc.stdin.write((json.dumps({"op": op, "args": args}) + "\n").encode())
