@@ -6,7 +6,8 @@ crashed test again, not done, so the replacement worker runs it and crashes too;
 one group, whose last test a worker holds back until it is given another or told to stop, which nobody does. Here the
 crashed test counts as done (xdist reports it failed, naming the crash), the rest of its group is queued again, and
 a worker that takes queued groups after the first distribution is given them until it holds more than two tests or
-none is left, when it is told to stop.
+none is left, when it is told to stop; a replacement still collecting its tests (xdist 3.8 would hand it work and
+fail on its missing collection, where two workers crash at once) is given them once it has collected.
 """
 
 import pytest
@@ -34,13 +35,15 @@ def pytest_xdist_make_scheduler(config, log):
             return crashed
 
         def schedule(self):
-            again = self.collection is not None  # a replacement worker has collected: the queue is shared out
-            super().schedule()
-            if again:
-                for node in self.nodes:
-                    self._fill(node)
+            if self.collection is None:  # the first distribution: xdist's own
+                super().schedule()
+                return
+            for node in self.nodes:  # a replacement worker has collected: the queue is shared out
+                self._fill(node)
 
         def _fill(self, node):
+            if node not in self.registered_collections:  # a replacement still collecting takes work when it is done
+                return
             while not node.shutting_down:
                 held = self._pending_of(self.assigned_work[node])
                 self._reschedule(node)

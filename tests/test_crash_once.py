@@ -1,6 +1,7 @@
 """A test run never hangs on a crashed worker (tests/crash_once.py): under ``--dist loadgroup`` each test that kills its
-xdist worker is one failed test, and every other test, its group's included, still runs. (pytest-xdist 3.8 alone ran
-the crashed test again on each replacement worker, then waited forever.)"""
+xdist worker is one failed test, and every other test, its group's included, still runs; with both workers crashing at
+once, their replacements start together. (pytest-xdist 3.8 alone ran the crashed test again on each replacement
+worker, then waited forever.)"""
 
 import os
 import subprocess
@@ -19,11 +20,18 @@ def test_crashes():
     os.kill(os.getpid(), signal.SIGSEGV)
 
 @pytest.mark.xdist_group("engine")
-def test_after_it_in_its_group():
+def test_crashes_too():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+@pytest.mark.xdist_group("engine")
+def test_after_them_in_their_group():
     pass
 
 def test_crashes_alone():
     os.kill(os.getpid(), signal.SIGILL)
+
+def test_aborts_alone():
+    os.kill(os.getpid(), signal.SIGABRT)
 '''
 OTHERS = '''
 import pytest
@@ -46,7 +54,8 @@ def test_a_crashed_worker_is_one_failed_test_and_the_run_ends(tmp_path):
                           timeout=240)
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 1, done.stdout[-2000:]
-    assert summary.startswith("2 failed, 7 passed"), summary
+    assert summary.startswith("4 failed, 7 passed"), summary
     failed = sorted(line.split(" - ")[0] for line in done.stdout.splitlines() if line.startswith("FAILED"))
-    assert failed == ["FAILED test_crashing.py::test_crashes@engine", "FAILED test_crashing.py::test_crashes_alone"]
+    assert failed == ["FAILED test_crashing.py::test_aborts_alone", "FAILED test_crashing.py::test_crashes@engine",
+                      "FAILED test_crashing.py::test_crashes_alone", "FAILED test_crashing.py::test_crashes_too@engine"]
     assert "crashed while running" in done.stdout
