@@ -4,10 +4,12 @@ to its end (conftest.py uses it; test_crash_once.py checks it).
 pytest-xdist 3.8 does two things after a crash that together make the run wait forever at 0% CPU: it queues the
 crashed test again, not done, so the replacement worker runs it and crashes too; and it gives a replacement worker
 one group, whose last test a worker holds back until it is given another or told to stop, which nobody does. Here the
-crashed test counts as done (xdist reports it failed, naming the crash), the rest of its group is queued again, and
-a worker that takes queued groups after the first distribution is given them until it holds more than two tests or
-none is left, when it is told to stop; a replacement still collecting its tests (xdist 3.8 would hand it work and
-fail on its missing collection, where two workers crash at once) is given them once it has collected.
+crashed test counts as done (xdist reports it failed, naming the crash), the rest of its group is queued again for
+the worker xdist starts in the crashed one's place, and a worker that takes queued groups after the first
+distribution is given them until it holds more than two tests or none is left, when it is told to stop. Where two
+workers crash at once, a replacement still collecting its tests takes work once it has collected, and a worker whose
+channel has closed is given none (xdist 3.8 failed on both: a KeyError on the missing collection, a send on the
+closed channel).
 """
 
 import pytest
@@ -29,9 +31,8 @@ def pytest_xdist_make_scheduler(config, log):
                 return None
             unit, crashed = pending[0]
             unit[crashed] = True
+            # queued for the worker xdist starts in its place (``schedule``); the others may be going down too
             self.workqueue.update({group: unit for group, unit in workload.items() if not all(unit.values())})
-            for other in self.assigned_work:
-                self._fill(other)
             return crashed
 
         def schedule(self):
@@ -46,7 +47,10 @@ def pytest_xdist_make_scheduler(config, log):
                 return
             while not node.shutting_down:
                 held = self._pending_of(self.assigned_work[node])
-                self._reschedule(node)
+                try:
+                    self._reschedule(node)
+                except OSError:  # its channel closed: it crashed too, and its end queues what it held
+                    return
                 if self._pending_of(self.assigned_work[node]) == held and not node.shutting_down:
                     return
 
