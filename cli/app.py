@@ -76,6 +76,36 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON inst
           "bf16)",
           list(cols.values()), [[r[c] for c in cols] for r in rows])
 
+@app.command()
+def engines(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
+    """The engines a run is timed as: the placements (strategies) each runs, what of it changes durations, and
+    where each figure comes from.
+
+    Example: moesim engines
+    """
+    from moesim.sim.engines import ENGINES
+    from moesim.sim.strategies import get_strategy
+
+    rows = [{"name": e.name, "runs": list(e.runs), "summary": e.summary, "source": e.source, "numa": e.numa,
+             "shared_overlap": e.shared_overlap, "cpu_ops": list(e.cpu_ops), "offload_min_tokens": e.offload_min_tokens,
+             "threads_flag": e.threads_flag, "sources": dict(e.sources),
+             "computes_on_cpu": any(get_strategy(s).CPU for s in e.runs)} for e in ENGINES.values()]
+    if as_json:
+        emit_json(rows)
+        return
+    table("Engines, in the order a strategy's run is timed as the first that runs it and takes its settings; "
+          "barriers per CPU layer a + b x top_k; offload at: the tokens of a row whose CPU layers' experts it runs on the "
+          "GPU (- : where it computes nothing on the CPU)",
+          ["name", "runs", "sockets", "shared experts", "barriers a, b", "offload at", "threads", "source"],
+          [[r["name"], ", ".join(r["runs"])]
+           + ([r["numa"], "beside the CPU's" if r["shared_overlap"] else "before the CPU's",
+               f"{r['cpu_ops'][0]}, {r['cpu_ops'][1]}", r["offload_min_tokens"] or "never", r["threads_flag"] or "-"]
+              if r["computes_on_cpu"] else ["-"] * 5) + [r["source"]] for r in rows])
+    for r in rows:
+        for what, source in r["sources"].items():
+            console.print(f"{r['name']} {what}: {source}", soft_wrap=True)
+
+
 CPU_COLUMNS = ["name", "sockets x cores", "threads", "GHz", "ISA", "DRAM GB/s per socket", "GB/s reached",
                "RAM GiB", "q4_k unpack GB/s", "q8_0 unpack GB/s", "barrier us"]
 

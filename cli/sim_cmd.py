@@ -94,13 +94,16 @@ def run(
                else f"experts {weights_of(trace, spec, c.model.dtype, c.model.other_dtype).expert_format}"
                for c in configs}
     stored = f", {formats.pop()}" if len(formats) == 1 else ""  # a --dtype list: each row's own
-    table(f"{trace_path}: {spec.name} on {hw.name} ({hw.describe()}), strategy {strategy.NAME}{stored}"
+    engines = list(dict.fromkeys(r.engine for r in results))  # the engine each row is timed as: one, or a column
+    table(f"{trace_path}: {spec.name} on {hw.name} ({hw.describe()}), strategy {strategy.NAME}"
+          + (f" as {engines[0]}" if len(engines) == 1 else "") + stored
           + (f", {scope}, prefetch {prefetch} ({mode})" if cached else "")
           + (f", {base.execution.kernel} kernel" if spec.kind != "mole" else "")
           + f", batch {base.workload.batch}; times per step in ms, memory in GiB",
-          ["placement", "TPOT", "p99", "tok/s", "compute", "copy", "stall"] + ["CPU", "on CPU"] * uses_cpu
+          ["placement"] + ["engine"] * (len(engines) > 1) + ["TPOT", "p99", "tok/s", "compute", "copy", "stall"]
+          + ["CPU", "on CPU"] * uses_cpu
           + ["hit rate"] * cached + ["VRAM", "RAM"] + ["TTFT"] * ttft,
-          [[_placement(strategy, r, spec)]
+          [[_placement(strategy, r, spec)] + [r.engine] * (len(engines) > 1)
            + [r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3, r.copy_s * 1e3, r.stall_s * 1e3]
            + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu + [r.hit_rate] * cached + [r.vram_gb, r.ram_gb]
            + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])

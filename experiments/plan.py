@@ -32,6 +32,7 @@ import numpy as np
 from moesim.errors import MoesimError, option
 from moesim.sim.config import Config
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
+from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, engine_for
 from moesim.sim.machine import Hardware
 from moesim.sim.memory import GIB, DoesNotFit
 from moesim.sim.requests import check_prompt
@@ -283,7 +284,8 @@ def _fold(rows: list[dict], results: list) -> tuple[list[dict], list]:
     beside the experts: a host copy, scratch buffers). Returns the rows and their results, still side by side."""
     out, kept = [], {}
     for r, result in zip(rows, results):
-        if not r.pop("all_on_gpu"):
+        whole = r.pop("whole_on_gpu")
+        if whole is None:
             out.append((r, result))
         elif r["format"] in kept:  # one placement, one memory: the least any of its engines needs
             row_kept = kept[r["format"]]
@@ -292,8 +294,8 @@ def _fold(rows: list[dict], results: list) -> tuple[list[dict], list]:
                                                       (r["vram_gb"], r["ram_gb"]))
         else:
             kept[r["format"]] = {**r, "strategy": ALL_ON_GPU, "policy": None, "prefetch": None, "capacity": None,
-                                "scope": None, "cpu_layers": 0, "engine": "llama.cpp, or any engine",
-                                "engine_flags": "-ngl 99", "same_as": [_candidate(r)]}
+                                "scope": None, "cpu_layers": 0, "engine": f"{WHOLE_ON_GPU.name}, or any engine",
+                                "engine_flags": whole, "same_as": [_candidate(r)]}
             out.append((kept[r["format"]], result))
     return [r for r, _ in out], [result for _, result in out]
 
@@ -309,13 +311,7 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
     config = r.config
     strategy = get_strategy(config.execution.strategy)
     params = {**strategy.PARAMS, **config.execution.params}
-    engine, flags = strategy.engine(params, config, spec)
-    if not gpu:
-        engine, flags = "llama.cpp (CPU build)", "-ngl 0"
-    threads = config.hardware.threads  # as the engine is told them
-    option = {"llama.cpp": "-t", "kTransformers": "--cpu_infer"}.get(engine.split(" ")[0].rstrip(","))
-    if threads is not None and option is not None:
-        flags = f"{flags} {option} {threads}".strip()
+    engine = engine_for(config)
     cached = strategy.CACHE
     place = strategy.placement(spec.num_layers, params)
     slots = config.cache.slots(spec.num_layers) if cached else np.zeros(1, np.int64)
@@ -330,13 +326,18 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
             "cpu_layers": params.get("cpu_layers"), "layers": spec.num_layers,
             "tokens_per_s": r.tokens_per_s, "tpot_s": r.tpot_s, "ttft_s": r.ttft_s,
             "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hit_rate": r.hit_rate, "cpu_share": r.cpu_share,
-            "engine": engine, "engine_flags": flags, "all_on_gpu": bool(all_on_gpu)}
+            "engine": engine.name, "engine_flags": engine.command(params, config, spec, gpu),
+            # every expert on the GPU: the settings that run that placement (``_fold``; the CPU's threads read by
+            # nothing), else None
+            "whole_on_gpu": WHOLE_ON_GPU.flags({}, config, spec, gpu) if all_on_gpu else None}
 
 
 def run_with(row: dict) -> str:
-    """A row's engine and its settings as a person reads them (or why it takes none)."""
+    """A row's engine and its settings as a person reads them (or why it takes none, or that its defaults run it)."""
     flags = row["engine_flags"]
-    return f"{row['engine']} (no settings{flags[4:]})" if flags.startswith("none:") else f"{row['engine']}: {flags}"
+    if flags.startswith("none:"):
+        return f"{row['engine']} (no settings{flags[4:]})"
+    return f"{row['engine']}: {flags}" if flags else f"{row['engine']} (its defaults)"
 
 
 def _named(settings: dict) -> dict:

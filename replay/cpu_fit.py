@@ -52,9 +52,12 @@ from scipy.optimize import least_squares, minimize_scalar, nnls
 from moesim.errors import MoesimError
 from moesim.sim.costs import costs, cpu_expert_s
 from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS
+from moesim.sim.engines import ENGINES
 from moesim.sim.machine import CPU, Hardware
 from moesim.sim.weights import Weights, weights_of
 from moesim.tracegen.models import ModelSpec
+
+LLAMA_CPP = ENGINES["llama.cpp"]  # the engine whose timings are fitted: its barriers per CPU layer
 
 U_RANGE_GBPS = (0.05, 2000.0)  # the unpack rates searched, per thread
 TOL = 1e-12                    # Brent's tolerance (on log u)
@@ -136,7 +139,7 @@ def decode_s(model: ModelSpec, hw: Hardware, ctx: float) -> float:
     once-only work (``moesim.sim.costs``)."""
     if hw.gpu is not None:
         raise MoesimError("decode_s times a CPU-only machine")
-    c = costs(model, hw, np.array([1.0]), np.array([float(ctx)]), weights_of_file(model))
+    c = costs(model, hw, np.array([1.0]), np.array([float(ctx)]), weights_of_file(model), LLAMA_CPP)
     layer = c.pre_s[0] + model.top_k * c.cpu_by_tokens[1] + c.cpu_layer_fixed_s
     return float(model.num_layers * layer + c.row_s[0])
 
@@ -151,7 +154,7 @@ def prefill_s(model: ModelSpec, hw: Hardware, prompt: int) -> float:
         raise MoesimError("prefill_s times a CPU-only machine")
     n, experts, k = float(prompt), model.num_experts, model.top_k
     w = weights_of_file(model)
-    c = costs(model, hw, np.array([n]), np.array([n * (n + 1) / 2]), w, outputs=np.array([1.0]),
+    c = costs(model, hw, np.array([n]), np.array([n * (n + 1) / 2]), w, LLAMA_CPP, outputs=np.array([1.0]),
               prefill=np.array([True]))
     used = experts * (1 - (1 - k / experts) ** n)
     expert = cpu_expert_s(hw.cpu, model.expert_params, w.expert_format, w.expert_bytes, n * k / used, mix=w.expert_mix)

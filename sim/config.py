@@ -42,6 +42,7 @@ from moesim.errors import MoesimError, option
 from moesim.files import atomic_output, check_output, read_toml
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
+from moesim.sim.engines import ENGINES
 from moesim.sim.hardware import LOCAL, get_hardware, is_file_name, with_parts
 from moesim.sim.presets import CPUS, LINKS, SSDS, SYSTEMS
 from moesim.sim.machine import Hardware
@@ -326,8 +327,9 @@ class ExecutionConfig:
 
     kernel: str = declare("fused", "fused: a layer's experts in one kernel once all are on the GPU (vLLM); "
                                    "per-expert: each as its weights land (Mixtral-offloading).")
-    strategy: str = declare("gpu-cache", "Where experts run: " + ", ".join(
-        f"{name} ({module.SUMMARY})" for name, module in STRATEGIES.items()) + ".")
+    strategy: str = declare("gpu-cache", "Where experts run: " + "; ".join(
+        f"{name} ({module.SUMMARY}: {', '.join(e.name for e in ENGINES.values() if name in e.runs)})"
+        for name, module in STRATEGIES.items()) + ".")
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):

@@ -13,7 +13,7 @@ that is the memory term. Per layer and row of T tokens whose sequences hold ``ct
   the cache are a product of their own at the flash attention's rate (``CPU.attn_flops``: one query row at a time,
   or tiles of them where a sequence's micro-batch of up to ``UBATCH`` tokens has at least 64: a prompt's);
 - router: d·E weights; shared experts: their FFNs (resident, so computed, never copied) — before the layer's
-  routed experts, or (an engine that overlaps them, ``SHARED_OVERLAP``: kTransformers) on the GPU while the
+  routed experts, or (an engine that overlaps them, ``shared_overlap``: kTransformers) on the GPU while the
   CPU computes the routed ones (``shared_s``);
 - once per row (``row_s``): the embedding rows, the dense FFN layers (DeepSeek's first layers: attention and
   a dense FFN each, ``ModelSpec.dense_layers``), the final norm and the output head (vocab·d weights) on the
@@ -34,12 +34,13 @@ The host CPU (``moesim.sim.machine.CPU``), for strategies that compute experts t
 - one expert on T tokens (``cpu_by_tokens[T]``, ``cpu_expert_s``): ``task_us + max(expert_bytes / min(DRAM
   rate, unpack rate), 2·expert_params·T / FLOP rate)`` (a GGUF file's experts in several formats: each format's
   share of the bytes and parameters at its own rates): the weights stream from DRAM once per layer and the T
-  tokens share them, unless unpacking the format (at one token) or the arithmetic (at many) is slower; the DRAM rate is one socket's, or every socket's for an engine with a pool per socket (the
-  strategy's ``NUMA``); the CPU runs a layer's experts one after another, each on all its threads;
+  tokens share them, unless unpacking the format (at one token) or the arithmetic (at many) is slower; the DRAM
+  rate is one socket's, or every socket's for an engine with a pool per socket (the engine's ``numa``); the CPU
+  runs a layer's experts one after another, each on all its threads;
 - a layer's hand-off: the row's activations, T·d bf16 values, cross the host link each way at its
   bandwidth (``handoff_s`` per row); and ``cpu_layer_fixed_s`` once per layer the CPU works on: its threads'
-  barriers for the routed experts (``Engine.cpu_ops``) and, with a GPU, the CPU's ``sync_us`` (the two small
-  copies' latency and the waits, llama.cpp's graph splits);
+  barriers for the routed experts (the engine's ``cpu_ops``: ``moesim.sim.engines``) and, with a GPU, the CPU's
+  ``sync_us`` (the two small copies' latency and the waits, llama.cpp's graph splits);
 - a low-bit copy of one expert (``lowbit-miss``): latency + its bytes in the low-bit format / link bandwidth.
 
 Kernel counts (launch overheads): attention 6, router 2, an FFN (shared expert, dense layer) 3, the fused MoE
@@ -63,6 +64,7 @@ from numba import njit, uint64
 from moesim.errors import MoesimError
 
 from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS, FA_TILE_Q
+from moesim.sim.engines import EngineSpec
 from moesim.sim.machine import ONE_POOL, Hardware
 from moesim.sim.weights import Weights
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
@@ -166,7 +168,7 @@ def device_s(hw: Hardware, weight_bytes, flops, kernels: int, dtype: str, numa: 
                                                                                   numa)
 
 
-def cpu_layer_s(hw: Hardware, engine: Engine, top_k: int) -> float:
+def cpu_layer_s(hw: Hardware, engine: EngineSpec, top_k: int) -> float:
     """What a layer whose experts the CPU computes costs besides them: its threads' barriers and, with a GPU, the
     hand-off's synchronisation (``sync_us``)."""
     cpu = hw.cpu
@@ -196,25 +198,6 @@ def expert_kernel_s(by_tokens, launch, tokens):
     return launch + by_tokens[uint64(tokens)]
 
 
-class Engine(NamedTuple):
-    """What the engine a strategy stands for does that changes durations: how it uses the CPU's sockets
-    (``moesim.sim.machine.ONE_POOL`` or ``PER_SOCKET``) and whether it computes the shared experts on the GPU
-    while the CPU computes the routed ones."""
-
-    numa: str = ONE_POOL
-    shared_overlap: bool = False
-    cpu_ops: tuple = (5, 1)  # thread barriers a CPU layer's routed experts take: a + b x top_k
-
-    def expert_barriers(self, top_k: int) -> int:
-        return self.cpu_ops[0] + self.cpu_ops[1] * top_k
-
-
-def engine_of(strategy) -> Engine:
-    """A strategy module's ``NUMA``, ``SHARED_OVERLAP`` and ``CPU_OPS`` (the defaults where it says nothing)."""
-    return Engine(getattr(strategy, "NUMA", ONE_POOL), getattr(strategy, "SHARED_OVERLAP", False),
-                  getattr(strategy, "CPU_OPS", (5, 1)))
-
-
 class RowCosts(NamedTuple):
     pre: np.ndarray
     shared: np.ndarray
@@ -236,8 +219,8 @@ def kv_reads(hw: Hardware, ctx, prompt_ctx=0.0, prompt_rows=1.0):
     return np.asarray(ctx, np.float64) - prompt_ctx + np.asarray(prompt_ctx, np.float64) / rows_a_read
 
 
-def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, engine: Engine = Engine(),
-              outputs=None, prompt_ctx=0.0, prompt_rows=1.0) -> RowCosts:
+def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, engine: EngineSpec, outputs=None,
+              prompt_ctx=0.0, prompt_rows=1.0) -> RowCosts:
     """What depends on a row's ``tokens`` and the KV tokens ``ctx`` its sequences hold (arrays or scalars): one
     layer's attention + router (+ shared experts, or apart where the engine overlaps them), the row's
     once-per-row work (its output head on ``outputs`` tokens: all of them unless given, a prompt's last), MoLE's
@@ -290,9 +273,9 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
     return RowCosts(pre, shared, once, lut_s, lut_bytes, handoff)
 
 
-def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, weights: Weights,
-          max_expert_tokens: int = 1, lowbit_dtype: str | None = None, engine: Engine = Engine(),
-          outputs: np.ndarray | None = None, prefill: np.ndarray | None = None) -> Costs:
+def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, weights: Weights, engine: EngineSpec,
+          max_expert_tokens: int = 1, lowbit_dtype: str | None = None, outputs: np.ndarray | None = None,
+          prefill: np.ndarray | None = None) -> Costs:
     """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all and which output
     ``outputs`` tokens' logits (all unless given), experts computing up to ``max_expert_tokens`` tokens each, the
     weights ``weights`` (``moesim.sim.weights``), on the engine ``engine``. ``lowbit_dtype`` prices low-bit

@@ -54,6 +54,7 @@ class DesResult:
 
     model: str                 # the model simulated (the preset, or the trace's own dimensions)
     hardware: str              # the machine simulated (with the link swapped in, if any)
+    engine: str                # the engine it was timed as (``moesim.sim.engines``)
     config: Config = field(repr=False)
     tpot_s: float
     tpot_p50_s: float
@@ -112,9 +113,10 @@ class DesResult:
         """The model and machine simulated, every setting (``Config.flat``) and every metric; not the
         per-step times, the decision log or the arrays behind them."""
         settings = {k: v for k, v in self.config.flat().items() if k not in ("model", "hardware", *SERVE_SETTINGS)}
-        return {"model": self.model, "hardware": self.hardware, **settings,
+        return {"model": self.model, "hardware": self.hardware, "engine": self.engine, **settings,
                 **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in
-                   ("model", "hardware", "config", "step_times", "decisions", "requests", "executed", "costs")}}
+                   ("model", "hardware", "engine", "config", "step_times", "decisions", "requests", "executed",
+                    "costs")}}
 
 
 def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
@@ -231,7 +233,7 @@ class BatchRows(RowSource):
         self.pred = pred
         exe, exe_tokens, committed = executed(req, pred, pred_tokens, config.prefetch.mode == "commit")
         self.exe = exe
-        cost = costs(model, hardware, req.tokens, req.ctx, weights, int(exe_tokens.max(initial=1)), lowbit, engine,
+        cost = costs(model, hardware, req.tokens, req.ctx, weights, engine, int(exe_tokens.max(initial=1)), lowbit,
                      req.outputs, req.kind == PREFILL)
         group_start = np.zeros(req.num_rows, np.bool_)
         group_start[req.group_offsets[:-1][req.group_offsets[:-1] < req.num_rows]] = True
@@ -527,7 +529,7 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
         return float(x.mean()) if x.size else float("nan")
 
     return DesResult(
-        model=run.model.name, hardware=run.hardware.name, config=config,
+        model=run.model.name, hardware=run.hardware.name, engine=run.engine.name, config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),

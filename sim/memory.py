@@ -34,7 +34,7 @@ import numpy as np
 from moesim.errors import MoesimError, option
 from moesim.policies import get_policy
 from moesim.sim.config import module_params
-from moesim.sim.costs import engine_of
+from moesim.sim.engines import engine_for
 from moesim.sim.machine import PER_SOCKET
 from moesim.sim.strategies import CACHED, ON_CPU, ON_GPU, get_strategy, lowbit_dtype
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
@@ -161,7 +161,7 @@ def account(fp: Footprint, config) -> Memory:
             scratch += fp.width * model.expert_params * BYTES_PER_PARAM[lowbit]
     if (place == ON_CPU).any() and fp.prompt_rows and not strategy.CACHE:
         scratch = max(scratch, fp.width * eb)
-    copies = fp.sockets if engine_of(strategy).numa == PER_SOCKET else 1
+    copies = fp.sockets if engine_for(config).numa == PER_SOCKET else 1
     if fp.cpu_only:
         return Memory(weights=0.0, kv=0.0, reserve=0.0, experts=0.0, scratch=0.0,
                       host_experts=copies * model.num_layers * model.num_experts * eb,

@@ -24,11 +24,12 @@ from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.budget import best_slots
 from moesim.sim.config import Config, module_params
-from moesim.sim.costs import Costs, Engine, engine_of
+from moesim.sim.costs import Costs
 from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import C_ACCESSES, C_HITS, Inputs, State, build_state
 from moesim.sim import field_loads, policy_groups
 from moesim.sim.engine import bind, on_disk, part_bounds
+from moesim.sim.engines import EngineSpec, engine_for
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
@@ -84,9 +85,9 @@ class RowSource:
         return config
 
     def arrays(self, config: Config, slots: np.ndarray, model: ModelSpec, hardware: Hardware, weights: Weights,
-               lowbit: str | None, engine: Engine) -> tuple[RowArrays, Costs]:
-        """The rows' arrays and their durations, for ``slots`` per partition, the run's ``weights`` and the engine's
-        traits (``moesim.sim.costs.Engine``)."""
+               lowbit: str | None, engine: EngineSpec) -> tuple[RowArrays, Costs]:
+        """The rows' arrays and their durations, for ``slots`` per partition, the run's ``weights`` and the engine it
+        is timed as (``moesim.sim.engines``)."""
         raise NotImplementedError
 
     def policy_context(self, config: Config, slots: np.ndarray, params: dict) -> Context:
@@ -119,6 +120,7 @@ class Run:
     costs: Costs
     strategy: object            # the strategy's module (``moesim.sim.strategies``)
     strategy_params: dict
+    engine: EngineSpec          # the engine it is timed as (``moesim.sim.engines``)
     rows: RowArrays
     rewritten: bool             # the source rewrites the rows before each step (``RowSource.rewritten``)
     state: State = field(repr=False)
@@ -142,8 +144,8 @@ class Run:
         state = self.state
         tally, progress, counters = state.tally, state.progress, state.tally.counters
         if self.rewritten and len(self.strategy.ACTIONS) > 1:
-            state.inputs.miss_action[first:last] = miss_actions(self.strategy, self.strategy_params, self.rows,
-                                                                self.costs, state.inputs, first, last)
+            state.inputs.miss_action[first:last] = miss_actions(self.strategy, self.strategy_params, self.engine,
+                                                                self.rows, self.costs, state.inputs, first, last)
         if live_slots is not None:
             if self.build < FULL:  # only the full build gives slots back
                 raise ValueError("only a served stream's run (its source rewrites its rows) may give slots back")
@@ -211,8 +213,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     config = source.sized(config, footprint, memory)
     slots = config.cache.slots(trace.meta.num_layers)
     sparams = module_params(strategy, config.execution.params)
-    rows, cost = source.arrays(config, slots, model, hardware, weights, lowbit_dtype(strategy, sparams),
-                               engine_of(strategy))
+    engine = engine_for(config)
+    rows, cost = source.arrays(config, slots, model, hardware, weights, lowbit_dtype(strategy, sparams), engine)
     per_expert = config.execution.kernel == "per-expert"
     inputs = Inputs(
         experts=rows.experts, exe=rows.exe, exe_tokens=rows.exe_tokens, committed=rows.committed,
@@ -227,12 +229,12 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
         miss_action=np.zeros(rows.exe.shape, np.int8), cpu_by_tokens=cost.cpu_by_tokens,
         late_to_cpu=bool(strategy.CPU and strategy.CACHE), handoff_s=rows.handoff_s,
         measure_from=np.int64(source.measure_from(config)))
-    inputs.miss_action[:] = miss_actions(strategy, sparams, rows, cost, inputs)
+    inputs.miss_action[:] = miss_actions(strategy, sparams, engine, rows, cost, inputs)
     log_rows = log_size(rows) if decisions else 0
     module = get_policy(config.cache.policy)
     policy_state = policy_groups.state(config.cache.policy, module.make_state(
         source.policy_context(config, slots, module_params(module, config.cache.params))))
-    return Run(config, model, hardware, memory, cost, strategy, sparams, rows, source.rewritten,
+    return Run(config, model, hardware, memory, cost, strategy, sparams, engine, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
                max(build, build_for(config, model, decisions, source.rewritten)))
 
@@ -241,7 +243,7 @@ def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
     """Why the GPU's expert kernel kind (``kernel``) is read by nothing in ``run``, whose rows hold at most
     ``most_tokens`` tokens; None where it may be read. Nothing reads it where every expert is computed on the host
     CPU whatever the kernel: every layer's experts placed there (``cpu_layers``, ``auto`` resolved) and no row of the
-    strategy's ``OFFLOAD_MIN_TOKENS`` (the tokens at which llama.cpp runs them on the GPU), or a strategy whose only
+    engine's ``offload_min_tokens`` (the tokens at which it runs them on the GPU), or a strategy whose only
     actions compute on the CPU, with no slot ever to hold an expert and no prefetcher to stage one. ``asked``: the
     configuration as given (its ``auto`` sizes named so). (A strategy that weighs the GPU against the CPU, cpu-miss, reads it even where every
     expert ended on the CPU: the kernel's launches are part of what it weighed.)"""
@@ -249,7 +251,7 @@ def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
         return None  # ``check_read`` refuses it by the machine's name
     strategy, n_layers = run.strategy, run.model.num_layers
     placement = strategy.placement(n_layers, run.strategy_params)
-    offload = getattr(strategy, "OFFLOAD_MIN_TOKENS", None)  # a row this long runs them on the GPU
+    offload = run.engine.offload_min_tokens  # a row this long runs them on the GPU
     if (placement == ON_CPU).all() and (offload is None or most_tokens < offload):
         placed = run.strategy_params.get("cpu_layers")
         given = asked.execution.params.get("cpu_layers", strategy.PARAMS.get("cpu_layers"))
@@ -287,15 +289,16 @@ def check_fills(run: Run, filled: bool | None = None) -> None:
                           f"{option('policy', 'static')} is Fiddler's), or {option('capacity', 0)}")
 
 
-def miss_actions(strategy, params: dict, rows: RowArrays, cost: Costs, inputs: Inputs, first: int = 0,
-                 last: int | None = None) -> np.ndarray:
-    """The strategy's action for each executed expert of rows ``first .. last - 1`` should it miss, checked to
-    be one of those it declares (``ACTIONS``)."""
+def miss_actions(strategy, params: dict, engine: EngineSpec, rows: RowArrays, cost: Costs, inputs: Inputs,
+                 first: int = 0, last: int | None = None) -> np.ndarray:
+    """The strategy's action for each executed expert of rows ``first .. last - 1`` should it miss, run by
+    ``engine``, checked to be one of those it declares (``ACTIONS``)."""
     span = slice(first, last)
     gpu = bool(np.isfinite(cost.copy_s))
     cells = Cells(tokens=rows.exe_tokens[span], weights=rows.weights[span], decode=rows.kind[span] == DECODE,
                   committed=rows.committed[span], row_tokens=rows.tokens[span], placement=inputs.placement,
-                  cpu_s=cost.cpu_by_tokens, gpu_s=cost.gpu_expert_s(inputs.per_expert), copy_s=cost.copy_s, gpu=gpu)
+                  cpu_s=cost.cpu_by_tokens, gpu_s=cost.gpu_expert_s(inputs.per_expert), copy_s=cost.copy_s, gpu=gpu,
+                  offload_tokens=float("inf") if engine.offload_min_tokens is None else engine.offload_min_tokens)
     actions = strategy.miss_actions(cells, params)
     if getattr(actions, "shape", None) != cells.tokens.shape or not _all_in(actions, strategy.ACTIONS):
         raise MoesimError(f"strategy {strategy.NAME}: its miss_actions gave an array of shape "

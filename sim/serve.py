@@ -128,7 +128,8 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     moved = float(loads * run.costs.expert_bytes + counters[C_LOWBIT] * run.costs.lowbit_bytes + rows.lut_bytes)
     requests = request_frame(queue)
     summary = summarise(requests, steps, sv, moved, seconds)
-    summary.update(capacity=run.config.cache.capacity, **run.memory.fields(), slots_min=int(steps["slots"].min()),
+    summary.update(engine=run.engine.name, capacity=run.config.cache.capacity, **run.memory.fields(),
+                   slots_min=int(steps["slots"].min()),
                    slots_mean=float(steps["slots_mean"].mean()), reclaimed=int(counters[C_RECLAIMED]))
     if rows.share is not None:  # the most the GPU held at once
         summary["vram_gb"] = float(steps["gpu_bytes"].max()) / GIB
@@ -334,7 +335,7 @@ class StreamRows(RowSource):
         self.tokens = np.zeros(1, np.int64)
         self.pre_s, self.shared_s, self.row_s = np.zeros(1), np.zeros(1), np.zeros(1)
         self.lut_s, self.handoff_s = np.zeros(1), np.zeros(1)
-        cost = costs(model, hardware, np.zeros(1), np.zeros(1), weights, self.most_tokens, lowbit, engine)
+        cost = costs(model, hardware, np.zeros(1), np.zeros(1), weights, engine, self.most_tokens, lowbit)
         return RowArrays(experts=self.experts, exe=self.exe, exe_tokens=self.exe_tokens, committed=self.committed,
                          weights=self.weights, pred=self.pred, kind=self.kind, tokens=self.tokens, pre_s=self.pre_s,
                          shared_s=self.shared_s, row_s=self.row_s, lut_s=self.lut_s, handoff_s=self.handoff_s, group_start=np.zeros(1, np.bool_),

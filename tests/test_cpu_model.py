@@ -11,13 +11,15 @@ import pytest
 from dyadic import HW, LAT, LINK_BW, MEM_BW, MODEL, US, pre_s, trace_of
 from moesim import simulate
 from moesim.errors import MoesimError
-from moesim.sim.costs import Engine, cpu_expert_s, cpu_layer_s, kv_reads, row_costs
+from moesim.sim.costs import cpu_expert_s, cpu_layer_s, kv_reads, row_costs
 from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS, WEIGHT_BYTES_PER_CYCLE
+from moesim.sim.engines import ENGINES
 from moesim.sim.machine import ONE_POOL, PER_SOCKET, CPU, Hardware
 from moesim.sim.weights import Weights
 from moesim.tracegen.models import ModelSpec
 
 GIB = 2 ** 30
+LLAMA_CPP, KTRANSFORMERS = ENGINES["llama.cpp"], ENGINES["kTransformers"]
 
 
 def cpu(**fields) -> CPU:
@@ -94,9 +96,9 @@ def test_a_cpu_layer_costs_its_barriers_and_with_a_gpu_the_hand_off():
     assert c.barrier_s() == pytest.approx(barrier, rel=1e-12)
     with_gpu = replace(HW, cpu=c)
     no_gpu = Hardware("cpu-only", None, None, cpu=c)
-    assert cpu_layer_s(with_gpu, Engine(), 8) == pytest.approx(13 * barrier + 113e-6, rel=1e-12)
-    assert cpu_layer_s(no_gpu, Engine(), 8) == pytest.approx(13 * barrier, rel=1e-12)
-    assert cpu_layer_s(with_gpu, Engine(PER_SOCKET, True, (3, 0)), 8) == pytest.approx(3 * barrier + 113e-6, rel=1e-12)
+    assert cpu_layer_s(with_gpu, LLAMA_CPP, 8) == pytest.approx(13 * barrier + 113e-6, rel=1e-12)
+    assert cpu_layer_s(no_gpu, LLAMA_CPP, 8) == pytest.approx(13 * barrier, rel=1e-12)
+    assert cpu_layer_s(with_gpu, KTRANSFORMERS, 8) == pytest.approx(3 * barrier + 113e-6, rel=1e-12)
 
 
 DRAM = 2.0 ** 32  # B/s: every duration below a dyadic rational
@@ -164,8 +166,8 @@ def test_the_output_head_and_the_dense_layers_are_timed_once_per_row():
 def test_row_costs_put_the_shared_experts_beside_the_cpu_where_the_engine_overlaps_them():
     shared = replace(MODEL, shared_experts=1, d_shared=512)
     w = Weights(2.0, 3 * 256 * 512 * 2.0, "bf16", "bf16")
-    serial = row_costs(shared, HW, 1.0, 1.0, w, Engine())
-    overlap = row_costs(shared, HW, 1.0, 1.0, w, Engine(PER_SOCKET, True, (3, 0)))
+    serial = row_costs(shared, HW, 1.0, 1.0, w, LLAMA_CPP)
+    overlap = row_costs(shared, HW, 1.0, 1.0, w, KTRANSFORMERS)
     ffn = 3 * 256 * 512 * 2 / MEM_BW + 3 * LAT
     assert float(overlap.shared) == pytest.approx(ffn, rel=1e-12) and float(serial.shared) == 0.0
     assert float(serial.pre) == pytest.approx(float(overlap.pre) + ffn, rel=1e-12)
@@ -230,9 +232,9 @@ def test_the_flash_attention_path_goes_by_a_sequences_query_rows():
     hw = Hardware("cpu-only", None, None, cpu=c)
     w = weights_of(None, MODEL, "bf16")
     tokens, outputs, ctx = np.array([64.0, 140.0]), np.array([64.0, 2.0]), np.array([1e4, 1e4])
-    slow = row_costs(MODEL, hw, tokens, ctx, w, outputs=outputs).pre
+    slow = row_costs(MODEL, hw, tokens, ctx, w, LLAMA_CPP, outputs=outputs).pre
     fast = row_costs(MODEL, replace(hw, cpu=replace(c, attn_gflops=1e9, attn_tiled_gflops=1e9)), tokens, ctx, w,
-                     outputs=outputs).pre
+                     LLAMA_CPP, outputs=outputs).pre
     products = 4 * MODEL.q_dim * ctx
     assert (slow - fast) == pytest.approx(products / np.array([1e6, 4e6]), rel=1e-4)  # less the cache's read
 
@@ -254,8 +256,8 @@ def test_a_prompt_reads_the_kv_cache_once_a_tile_of_query_rows():
     ctx, prompt_ctx, rows = np.full(3, 4e6), np.array([0.0, 4e6, 4e6]), np.array([1.0, 32.0, 128.0])
 
     def extra(machine, *prompt):
-        return row_costs(MODEL, machine, tokens, ctx, w, Engine(), outputs, *prompt).pre - \
-            row_costs(MODEL, machine, tokens, 0 * ctx, w, Engine(), outputs).pre
+        return row_costs(MODEL, machine, tokens, ctx, w, LLAMA_CPP, outputs, *prompt).pre - \
+            row_costs(MODEL, machine, tokens, 0 * ctx, w, LLAMA_CPP, outputs).pre
 
     cache = MODEL.kv_width * 4e6 * 2.0
     assert extra(hw, prompt_ctx, rows) == pytest.approx(cache / np.array([1.0, 32.0, 64.0]) / 1e12, rel=1e-9)
@@ -265,7 +267,7 @@ def test_a_prompt_reads_the_kv_cache_once_a_tile_of_query_rows():
     reads = cache / min(c.dram_bw(), c.unpack_bw("f16"))
     assert on_cpu == pytest.approx(reads / np.array([1.0, 1.0, 64.0]), rel=1e-9)
     # 31 decodes reading 8,000 KV tokens each, then with a 64-token prompt beside them (its triangle, 2,080)
-    decodes = row_costs(MODEL, hw, 31.0, 31 * 8000.0, w, Engine(), 31.0).pre
-    mixed = row_costs(MODEL, hw, 95.0, 31 * 8000.0 + 2080.0, w, Engine(), 32.0, 2080.0, 64.0).pre
+    decodes = row_costs(MODEL, hw, 31.0, 31 * 8000.0, w, LLAMA_CPP, 31.0).pre
+    mixed = row_costs(MODEL, hw, 95.0, 31 * 8000.0 + 2080.0, w, LLAMA_CPP, 32.0, 2080.0, 64.0).pre
     assert mixed >= decodes
     assert kv_reads(hw, 31 * 8000.0 + 2080.0, 2080.0, 64.0) == 31 * 8000.0 + 2080.0 / 64

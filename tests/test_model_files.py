@@ -48,9 +48,9 @@ def test_a_gguf_model_runs_where_a_preset_does(tmp_path):
 
 
 def test_a_gguf_on_the_command_line_says_the_format_it_stores(cli, tmp_path):
-    """Its weights run as stored, named in the table's title: the file's name for its storage (without a
-    general.file_type, its main expert type: gate/up Q4_K) and the experts' mix; a list of CPU layers gives a row
-    each, placed as "layers on CPU n/L"."""
+    """Its weights run as stored, named in the table's title (with the engine the run is timed as): the file's name
+    for its storage (without a general.file_type, its main expert type: gate/up Q4_K) and the experts' mix; a list of
+    CPU layers gives a row each, placed as "layers on CPU n/L"."""
     path = tmp_path / "test-moe.gguf"
     sizes = write_gguf(path)
     experts = sum(nbytes for name, nbytes in sizes.items() if "_exps." in name)
@@ -62,7 +62,7 @@ def test_a_gguf_on_the_command_line_says_the_format_it_stores(cli, tmp_path):
                          "--cpu-layers", "1,2")
     assert code == 0, err
     text = " ".join(out.split())
-    assert (f"strategy cpu-experts, weights Q4_K (the file's: experts q4_k {1 - q6_k / experts:.0%} + q6_k "
+    assert (f"strategy cpu-experts as llama.cpp, weights Q4_K (the file's: experts q4_k {1 - q6_k / experts:.0%} + q6_k "
             f"{q6_k / experts:.0%}; other weights ") in text
     assert "layers on CPU 1/2" in text and "layers on CPU 2/2" in text
 

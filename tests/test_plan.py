@@ -184,12 +184,15 @@ def test_equal_tokens_per_s_rank_by_time_to_first_token():
 
 
 def test_every_row_says_how_to_run_it(mixtral_plan):
-    """Each row names its engine with the settings it takes, or 'none: why'."""
+    """Each row names its engine with the settings it takes, 'none: why', or none where its defaults run it
+    (kTransformers with no GPU cache: its default rule puts every routed expert on the CPU)."""
     rows = mixtral_plan[0]["rows"]
-    assert all(r["engine"] and r["engine_flags"] for r in rows)
+    assert all(r["engine"] and (r["engine_flags"] or r["engine"] == "kTransformers" and not r["capacity"])
+               for r in rows)
     flags = {r["engine"]: r["engine_flags"] for r in rows}
     assert flags["Fiddler"] == "--cpu-offload 1"
-    assert flags["kTransformers"].startswith("--optimize_config_path")
+    assert all(r["engine_flags"] == ("--optimize_config_path rules.yaml" if r["capacity"] else "")
+               for r in rows if r["engine"] == "kTransformers")
     assert flags["HybriMoE"].startswith("none: ") and flags["HOBBIT (llama.cpp fork)"].startswith("none: ")
     cache = next(r for r in rows if r["engine"] == "Mixtral-offloading")
     assert cache["engine_flags"] == f"offload_per_layer={8 - cache['capacity']}" and cache["prefetch"] == "none"

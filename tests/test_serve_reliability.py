@@ -163,10 +163,10 @@ def test_a_token_budget_past_what_a_step_holds_changes_nothing(monkeypatch):
 
     sized, real = [], serve.costs
 
-    def costs(model, hw, tokens, ctx, weights, max_expert_tokens, *rest):
+    def costs(model, hw, tokens, ctx, weights, engine, max_expert_tokens, *rest):
         sized.append(max_expert_tokens)
         assert max_expert_tokens <= 15  # before the table is built: a regression fails here, not for memory
-        return real(model, hw, tokens, ctx, weights, max_expert_tokens, *rest)
+        return real(model, hw, tokens, ctx, weights, engine, max_expert_tokens, *rest)
 
     monkeypatch.setattr(serve, "costs", costs)
     trace = small(sequences=3, tokens=3, prompt_tokens=5)

@@ -329,8 +329,7 @@ def test_a_strategy_is_one_module_registered():
     module = types.ModuleType("every_miss_on_cpu")
     module.__dict__.update(NAME="every-miss-on-cpu", SUMMARY="a test's", PARAMS={}, CACHE=True, CPU=True,
                            PREFETCH=True, ACTIONS=(A_CPU,), placement=all_cached,
-                           miss_actions=lambda cells, params: np.full(cells.tokens.shape, A_CPU, np.int8),
-                           engine=lambda params, capacity, num_layers: ("a test", ""))
+                           miss_actions=lambda cells, params: np.full(cells.tokens.shape, A_CPU, np.int8))
     trace = steps(4, experts=((0, 1), (2, 3)))
     fast_cpu = replace(HWC, cpu=replace(CPU_, dram_gbps=2.0 ** 40 / 1e9))  # the CPU beats copy + GPU
     with pytest.MonkeyPatch.context() as patch:
@@ -351,8 +350,7 @@ def test_a_strategys_actions_are_checked_against_what_it_declares():
     module = types.ModuleType("says_one_does_another")
     module.__dict__.update(NAME="says-one", SUMMARY="a test's", PARAMS={}, CACHE=True, CPU=True, PREFETCH=True,
                            ACTIONS=(A_LOAD,), placement=all_cached,
-                           miss_actions=lambda cells, params: np.full(cells.tokens.shape, A_CPU_FILL, np.int8),
-                           engine=lambda params, capacity, num_layers: ("a test", ""))
+                           miss_actions=lambda cells, params: np.full(cells.tokens.shape, A_CPU_FILL, np.int8))
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(STRATEGIES, module.NAME, module)
         with pytest.raises(MoesimError, match="strategy says-one: its miss_actions"):

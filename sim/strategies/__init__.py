@@ -2,7 +2,8 @@
 
 One module per strategy, each with
 
-- ``NAME``, and ``SUMMARY``: a few words for ``--strategy``'s help (the engines it stands for);
+- ``NAME``, and ``SUMMARY``: the placement in a few words, for ``--strategy``'s help (which adds the engines that
+  run it);
 - ``PARAMS`` (name -> default) with ``PARAM_HELP`` (name -> the option's help), ``PARAM_CHOICES`` for named
   values, ``PARAM_BOUNDS`` for ranges, ``AUTO_PARAMS`` for those that may be ``"auto"``;
 - three flags: ``CACHE`` (the GPU expert cache, its policy and capacity, serves some layers), ``CPU``
@@ -15,20 +16,17 @@ One module per strategy, each with
   decided from the request rows before they run (``Cells``), and ``ACTIONS``, those it may take (checked:
   ``moesim.sim.run.miss_actions``; a strategy of one action is not asked again as a served stream's
   rows change);
-- ``engine(params, config, model)``: the engines that run it and their settings, or "none: why" (``moesim plan``
-  prints them); a strategy without a cache, ``describe(params, num_layers)``: its placement in words, and
+- a strategy without a cache, ``describe(params, num_layers)``: its placement in words, and
   ``label(params, num_layers)``: in a table cell;
 
 and optionally ``lowbit_dtype(params)`` (the format of a second, low-precision copy of each expert it
 keeps on the host), ``NEEDS_WEIGHTS`` (it reads the trace's gate weights), ``LOOKUP_TABLES`` (it runs
 MoLE models), ``REPLAY`` (the real replay backends that execute it; every strategy replays on the
-virtual one), ``PLACES`` (the parameter that places experts, which ``moesim validate`` varies), and the
-traits of the engine it stands for that change durations (``moesim.sim.costs.Engine``): ``NUMA`` (how it uses
-a CPU's sockets, ``moesim.sim.machine.ONE_POOL`` by default or ``PER_SOCKET``) and ``SHARED_OVERLAP`` (it
-computes the shared experts on the GPU while the CPU computes the routed ones).
+virtual one) and ``PLACES`` (the parameter that places experts, which ``moesim validate`` varies). The engines
+that run a strategy, what of them changes its durations, and their commands are ``moesim.sim.engines``'.
 
-The engine, memory (``moesim.sim.memory``), serving and replay read only this interface: a new
-strategy is one module here, registered in ``STRATEGIES``; a new kind of action is an engine change
+The discrete-event loop, memory (``moesim.sim.memory``), serving and replay read only this interface: a new
+strategy is one module here, registered in ``STRATEGIES``; a new kind of action is a change to the loop
 (``moesim.sim.des_loop.load_misses``), and new durations go in ``moesim.sim.costs``.
 """
 
@@ -39,7 +37,7 @@ from moesim.sim.strategies import cpu_experts, cpu_miss, gpu_cache, hybrid, lowb
 from moesim.sim.strategies.base import CACHED, ON_CPU, ON_GPU
 
 STRATEGIES = {m.NAME: m for m in (gpu_cache, cpu_experts, cpu_miss, hybrid, lowbit_miss)}
-REQUIRED = ("NAME", "SUMMARY", "PARAMS", "CACHE", "CPU", "PREFETCH", "ACTIONS", "placement", "miss_actions", "engine")
+REQUIRED = ("NAME", "SUMMARY", "PARAMS", "CACHE", "CPU", "PREFETCH", "ACTIONS", "placement", "miss_actions")
 for _module in STRATEGIES.values():
     if any(not hasattr(_module, attribute) for attribute in REQUIRED):
         raise MoesimError(f"strategy module {_module.__name__} lacks "

@@ -31,6 +31,8 @@ class Cells:
     gpu_s: np.ndarray        # float64 [T + 1]: the same on the GPU, with its own kernel's launch where it has one
     copy_s: float            # one expert over the host link (nan: the machine has no GPU)
     gpu: bool = True         # the machine has a GPU (else every expert runs on its CPU)
+    offload_tokens: float = float("inf")  # a row of this many tokens has the engine run its CPU layers' experts on
+                                          # the GPU (``moesim.sim.engines``: ``offload_min_tokens``)
 
 
 def all_cached(num_layers: int, params: dict) -> np.ndarray:

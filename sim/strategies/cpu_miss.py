@@ -19,7 +19,7 @@ import numpy as np
 from moesim.sim.strategies.base import A_CPU, A_LOAD, Cells, all_cached
 
 NAME = "cpu-miss"
-SUMMARY = "Fiddler"
+SUMMARY = "a GPU cache; a miss on the CPU where that is faster than its copy"
 PARAMS: dict = {}
 CACHE, CPU, PREFETCH = True, True, True
 ACTIONS = (A_LOAD, A_CPU)
@@ -31,9 +31,3 @@ def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     token count, then looked up)."""
     by_tokens = np.where(cells.cpu_s < cells.copy_s + cells.gpu_s, A_CPU, A_LOAD).astype(np.int8)
     return by_tokens[cells.tokens]
-
-
-def engine(params: dict, config, model) -> tuple[str, str]:
-    """Fiddler's ``infer.py --cpu-offload 1``: it keeps as many experts on the GPU as its memory holds, chosen from
-    a popularity profile, and sets no count."""
-    return "Fiddler", "--cpu-offload 1"

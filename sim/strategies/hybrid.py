@@ -20,22 +20,18 @@ the CPU: ``oracle`` at 2, 4 and 6 slots runs at 9.0, 10.4 and 21.7 (6.1, 9.7 and
 evicting residents that would have hit for experts the CPU computes anyway. With capacity 0 every routed expert
 runs on the CPU (kTransformers' DeepSeek setup: attention and shared experts on the GPU, routed experts on the
 CPU). HybriMoE also splits a layer's misses between CPU and GPU by cost; that is ``cpu-miss``'s rule, not
-modelled here. kTransformers computes the shared experts on the GPU
-while the CPU computes the routed ones (``SHARED_OVERLAP``), and its NUMA build keeps a thread pool and a
-copy of the experts per socket, each reading its local DRAM (``NUMA``: every socket's bandwidth).
+modelled here. How the engine uses the CPU (kTransformers' NUMA build, its shared experts beside the routed
+ones) is the engine's (``moesim.sim.engines``).
 """
 
 import numpy as np
 
-from moesim.sim.machine import PER_SOCKET
 from moesim.sim.strategies.base import A_CPU_FILL, Cells, all_cached
 
 NAME = "hybrid"
-SUMMARY = "kTransformers"
+SUMMARY = "a GPU cache; every miss on the CPU"
 PARAMS: dict = {}
 CACHE, CPU, PREFETCH = True, True, True
-NUMA, SHARED_OVERLAP = PER_SOCKET, True
-CPU_OPS = (3, 0)  # kTransformers' MoE operator: one synchronisation per projection stage
 ACTIONS = (A_CPU_FILL,)
 placement = all_cached
 
@@ -43,17 +39,3 @@ placement = all_cached
 def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     """Every miss on the CPU, its slot filled in the background (where there is a cache)."""
     return np.full(cells.tokens.shape, A_CPU_FILL, np.int8)
-
-
-def engine(params: dict, config, model) -> tuple[str, str]:
-    """With no GPU cache every routed expert runs on the CPU: llama.cpp's --cpu-moe, kTransformers' default rule.
-    Pinned experts are kTransformers' optimize rule (a YAML of ``match``/``replace`` entries: the experts it
-    places on the GPU take ``generate_device: cuda``, the rest ``generate_device: cpu`` with ``KExpertsCPU``;
-    its rules place whole layers, so a pin set is approximated by the layers that hold it). A cache that
-    changes (any other policy) is HybriMoE's, research code with no settings to give."""
-    cache = config.cache
-    if not np.any(cache.capacity):  # 0, or every layer's 0
-        return "llama.cpp, kTransformers", "-ngl 99 --cpu-moe"
-    if cache.policy == "static":
-        return "kTransformers", "--optimize_config_path rules.yaml"
-    return "HybriMoE", "none: research code"

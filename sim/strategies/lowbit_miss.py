@@ -17,7 +17,7 @@ import numpy as np
 from moesim.sim.strategies.base import A_LOAD, A_LOWBIT, Cells, all_cached
 
 NAME = "lowbit-miss"
-SUMMARY = "HOBBIT"
+SUMMARY = "a GPU cache; a low-bit copy for a miss of low gate weight"
 PARAMS = {"lowbit_threshold": 0.2, "lowbit_dtype": "int4"}
 PARAM_BOUNDS = {"lowbit_threshold": (0.0, 1.0)}
 PARAM_CHOICES = {"lowbit_dtype": ("int4", "int2")}
@@ -40,8 +40,3 @@ def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     cheap = cells.decode[:, None, None] & ~cells.committed[:, :, None] & (
         cells.weights < float(params["lowbit_threshold"]) * cells.tokens)
     return np.where(cheap, A_LOWBIT, A_LOAD).astype(np.int8)
-
-
-def engine(params: dict, config, model) -> tuple[str, str]:
-    """HOBBIT (a llama.cpp fork) has no public release, so no settings to give."""
-    return "HOBBIT (llama.cpp fork)", "none: no public release"

@@ -1,0 +1,28 @@
+"""Engines: the programs a placement is run with. A strategy (``moesim.sim.strategies``) says where experts are and
+what a miss does; the engine that runs it says what changes its durations (how it uses sockets, shared experts
+beside the routed ones, barriers per CPU layer, when it copies a CPU layer's experts to the GPU) and how to write
+its settings. One module per engine, each an ``EngineSpec`` (``moesim.sim.engines.base``), registered in
+``ENGINES``, whose order is the order of preference: a run is timed as the first engine that runs its strategy and
+takes its settings (``engine_for``), and a plan's row names that engine and its command.
+
+A strategy no engine runs (one written for a study) is timed as ``UNNAMED``: the default figures, with no command.
+"""
+
+from __future__ import annotations
+
+from moesim.sim.engines import fiddler, hobbit, hybrimoe, ktransformers, llama_cpp, mixtral_offloading, moe_infinity
+from moesim.sim.engines.base import EngineSpec
+
+ENGINES = {e.name: e for e in (m.ENGINE for m in (llama_cpp, ktransformers, hybrimoe, fiddler, mixtral_offloading,
+                                                  moe_infinity, hobbit))}
+UNNAMED = EngineSpec(name="no engine", summary="a placement no engine runs", source="", runs=(),
+                     flags=lambda params, config, model, gpu: "none: no engine runs this placement")
+ALL_ON_GPU = llama_cpp.ENGINE  # every expert on the GPU: a placement any engine runs; a plan names this one's command
+__all__ = ["ALL_ON_GPU", "ENGINES", "EngineSpec", "UNNAMED", "engine_for"]
+
+
+def engine_for(config) -> EngineSpec:
+    """The engine a run of ``config`` is timed as: the first of ``ENGINES`` that runs its strategy and takes its
+    settings."""
+    strategy = config.execution.strategy
+    return next((e for e in ENGINES.values() if strategy in e.runs and e.takes(config)), UNNAMED)

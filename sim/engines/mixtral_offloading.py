@@ -1,0 +1,22 @@
+"""Mixtral-offloading (Eliseev and Mazur, 2023; github.com/dvmazur/mixtral-offloading): an LRU cache of E -
+``offload_per_layer`` experts in every layer on the GPU, nothing fetched ahead. Its ``OffloadConfig`` is a Python
+object, with no command line."""
+
+from moesim.sim.engines.base import EngineSpec
+
+
+def takes(config) -> bool:
+    """It fetches nothing ahead."""
+    return config.prefetch.prefetcher == "none"
+
+
+def flags(params: dict, config, model, gpu: bool) -> str:
+    """``offload_per_layer``: the experts of a layer that are not on the GPU."""
+    cache = config.cache
+    if isinstance(cache.capacity, tuple) or cache.scope != "per-layer":
+        return "none: its OffloadConfig takes one size for every layer"
+    return f"offload_per_layer={model.num_experts - cache.capacity}"
+
+
+ENGINE = EngineSpec(name="Mixtral-offloading", summary="an LRU expert cache on the GPU",
+                    source="github.com/dvmazur/mixtral-offloading", runs=("gpu-cache",), flags=flags, takes=takes)

@@ -1,0 +1,112 @@
+"""Engines as entities (issue 66): the engine a run is named for is the one whose figures time it, and an engine is
+one module (``moesim.sim.engines``)."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from moesim.experiments.plan import CANDIDATES, run_with
+from moesim.sim import engines
+from moesim.sim.config import Config
+from moesim.sim.engines import ENGINES, UNNAMED, engine_for
+from moesim.sim.machine import PER_SOCKET
+from moesim.sim.strategies import STRATEGIES
+from moesim.tracegen.models import get_model
+from moesim.tracegen.trace import bundled_trace_path
+
+# two sockets of 8 cores, each with its own DRAM, under an RTX 4090: where how an engine uses sockets shows
+TWO_SOCKETS = """name = "two-socket"
+gpu = "rtx4090"
+link = "pcie4"
+
+[cpu]
+name = "2 x 8 cores"
+cores = 8
+ghz = 3.0
+isa = "avx2"
+dram_gbps = 100
+ram_gb = 512
+sockets = 2
+"""
+
+
+def test_every_engine_runs_registered_strategies_and_each_plan_candidate_names_one():
+    """Each engine runs strategies that exist; each strategy at its defaults, and each candidate a plan ranks, is
+    timed as a named engine, not as ``UNNAMED``; gpu-cache is Mixtral-offloading's without a prefetcher and
+    MoE-Infinity's with one."""
+    assert all(set(e.runs) <= set(STRATEGIES) for e in ENGINES.values())
+    for name in STRATEGIES:
+        assert engine_for(Config.build(strategy=name)) is not UNNAMED, name
+    for strategy, settings in CANDIDATES:
+        config = Config.build(strategy=strategy, **{k: v for k, v in settings.items() if v != "auto"})
+        assert engine_for(config) is not UNNAMED, (strategy, settings)
+    assert engine_for(Config.build(strategy="gpu-cache")).name == "Mixtral-offloading"
+    assert engine_for(Config.build(strategy="gpu-cache", prefetch="history")).name == "MoE-Infinity"
+
+
+def test_hybrid_without_a_cache_is_named_for_the_engine_that_times_it():
+    """hybrid at capacity 0 is timed with kTransformers' figures (a pool and a copy per socket, the shared experts
+    beside the routed ones, 3 barriers a CPU layer), so its row names kTransformers, whose defaults run it (it used to
+    name llama.cpp's --cpu-moe, which cpu-experts times with llama.cpp's own); a cache that changes is HybriMoE's."""
+    none = Config.build(strategy="hybrid", capacity=0)
+    assert engine_for(none) is ENGINES["kTransformers"] and ENGINES["kTransformers"].numa == PER_SOCKET
+    assert engine_for(Config.build(strategy="hybrid", policy="static", capacity=2)).name == "kTransformers"
+    assert engine_for(Config.build(strategy="hybrid", policy="lru", capacity=2)).name == "HybriMoE"
+    spec = get_model("mixtral-8x7b")
+    assert ENGINES["kTransformers"].command({}, none, spec) == ""
+    assert ENGINES["kTransformers"].command({}, none.replace(threads=6), spec) == "--cpu_infer 6"
+    assert run_with({"engine": "kTransformers", "engine_flags": ""}) == "kTransformers (its defaults)"
+    assert ENGINES["HybriMoE"].command({}, none.replace(threads=6), spec) == "none: research code"
+
+
+def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):
+    """The recipe in docs/architecture.md, followed: an engine written in this test — llama.cpp's figures but a thread
+    pool and a copy of the experts per socket, and its own options — registered ahead of llama.cpp for cpu-experts,
+    times ``sim run`` and names ``plan``'s rows with no other change. Its runs hold one more copy of the CPU layers'
+    experts (two sockets), and read both sockets' DRAM, so they are faster; with llama.cpp's one pool it gives
+    llama.cpp's numbers exactly."""
+    machine = tmp_path / "two.toml"
+    machine.write_text(TWO_SOCKETS)
+    trace = bundled_trace_path()
+    llama = ENGINES["llama.cpp"]
+    toy = replace(llama, name="toy", source="this test", numa=PER_SOCKET, threads_flag="--toy-threads",
+                  flags=lambda params, config, model, gpu: f"--toy-cpu-layers {params['cpu_layers']}")
+    run = ("sim", "run", trace, "--hardware", machine, "--strategy", "cpu-experts", "--cpu-layers", "20", "--dtype",
+           "q4_k", "--json")
+
+    def result(*args):
+        code, out, err = cli(*args)
+        assert code == 0, err
+        return json.loads(out)
+
+    plain = result(*run)["results"][0]
+    assert plain["engine"] == "llama.cpp"
+    one_pool = replace(toy, numa=llama.numa)
+    monkeypatch.setattr(engines, "ENGINES", {"toy": one_pool, **ENGINES})
+    same = result(*run)["results"][0]
+    assert same["engine"] == "toy" and same["tokens_per_s"] == plain["tokens_per_s"] and \
+        same["ram_gb"] == plain["ram_gb"]
+    monkeypatch.setattr(engines, "ENGINES", {"toy": toy, **ENGINES})
+    mine = result(*run)["results"][0]
+    spec = get_model("mixtral-8x7b")
+    experts = 20 * spec.num_experts * spec.expert_params * 4.5 / 8 / 2 ** 30  # q4_k: 4.5 bits a weight
+    assert mine["engine"] == "toy" and mine["ram_gb"] == pytest.approx(plain["ram_gb"] + experts, rel=1e-9)
+    assert mine["tokens_per_s"] > plain["tokens_per_s"]
+    rows = result("plan", "--model", "mixtral-8x7b", "--hardware", machine, "--dtype", "q4_k", "--threads", "4",
+                  "--json")["rows"]
+    placed = next(r for r in rows if r["strategy"] == "cpu-experts")
+    assert placed["engine"] == "toy"
+    assert placed["engine_flags"] == f"--toy-cpu-layers {placed['cpu_layers']} --toy-threads 4"
+
+
+def test_moesim_engines_lists_each_engine_with_its_figures(cli):
+    """``moesim engines --json`` gives every registered engine, in order, with the strategies it runs and the figures
+    that time them."""
+    code, out, err = cli("engines", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == list(ENGINES)
+    kt = next(r for r in rows if r["name"] == "kTransformers")
+    assert kt["runs"] == ["hybrid"] and kt["numa"] == PER_SOCKET and kt["cpu_ops"] == [3, 0] and kt["computes_on_cpu"]
+    assert not next(r for r in rows if r["name"] == "Mixtral-offloading")["computes_on_cpu"]
