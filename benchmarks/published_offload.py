@@ -14,19 +14,26 @@ time that is the CPU threads' barriers (the prediction again with them free), th
 docs/fidelity.md discusses the result.
 
     python benchmarks/published_offload.py [--plot docs/figures/published_points.png] [--json out.json]
+
+``--cv`` predicts every point with the engines' framework time fitted without its group (points sharing a source or
+a machine), gives it an 80% interval from the other groups' held-out errors, and says which learned constants ship
+(``moesim.experiments.crossval``; ``--plot`` then draws those, with their intervals).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 from moesim import simulate
+from moesim.experiments.crossval import Point, cross_validate, fit, groups, interval
 from moesim.experiments.plan import plan_trace
+from moesim.sim.engines import ENGINES
 from moesim.sim.cpu_rates import DRAM_EFF, dram_eff_without
 from moesim.sim.hardware import load_hardware
 from moesim.tracegen.models import get_model
@@ -59,23 +66,27 @@ def machine_for(point: dict):
         return hw
     if hw.cpu.dram_eff != DRAM_EFF:
         raise SystemExit(f"machines/{point['machine']}.toml sets dram_eff: the check takes it held out")
-    return replace(hw, cpu=replace(hw.cpu, threads=point.get("threads", hw.cpu.threads),
-                                   dram_eff=dram_eff_without(hw.cpu.name)))
+    threads = min(point.get("threads", hw.cpu.threads), hw.cpu.cores * hw.cpu.sockets)  # past the cores: SMT, which
+    # the model does not count (a thread a core at most)
+    return replace(hw, cpu=replace(hw.cpu, threads=threads, dram_eff=dram_eff_without(hw.cpu.name)))
 
 
 def predict(point: dict) -> dict:
-    """moesim's tokens/s for one point, with the memory it needs, the DRAM fraction it took and the share of its
-    time the CPU's thread barriers take."""
+    """moesim's tokens/s for one point, with the memory it needs, the DRAM fraction it took, the share of its
+    time the CPU's thread barriers take, the engine it was timed as and the MoE layers a token crosses."""
     spec = model_for(point)
     hw = machine_for(point)
     trace, _ = plan_trace(spec, None, 1)
     stored = "file_gib" in point or "expert_bits" in point
     settings = {k: point[k] for k in SETTINGS if k in point}
+    if "vram_gb" in point:  # the source capped the GPU's memory
+        settings["vram"] = point["vram_gb"]
     settings.update(model=spec, strategy=point["strategy"], warmup=1, dtype=None if stored else point["format"],
                     other_dtype=point.get("other", None if "file_gib" in point else point["format"]))
     r = simulate(trace, hardware=hw, **settings)
-    out = {"predicted": r.tokens_per_s, "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hardware": hw.describe(),
-           "dram_eff": hw.cpu.dram_eff if hw.cpu else None, "barrier_share": 0.0}
+    out = {"predicted": r.tokens_per_s, "tpot_s": r.tpot_s, "vram_gb": r.vram_gb, "ram_gb": r.ram_gb,
+           "hardware": hw.describe(), "dram_eff": hw.cpu.dram_eff if hw.cpu else None, "barrier_share": 0.0,
+           "timed_as": r.engine, "layers": spec.num_layers}
     if hw.cpu is not None:
         free = replace(hw, cpu=replace(hw.cpu, barrier_base_us=0.0, barrier_thread_us=0.0))
         out["barrier_share"] = 1 - simulate(trace, hardware=free, **settings).tpot_s / r.tpot_s
@@ -87,6 +98,8 @@ def placement(point: dict, spec) -> str:
         return f"GPU cache {point['policy']} C={point['capacity']}"
     if point["strategy"] == "hybrid":
         return "routed experts on CPU"
+    if point["strategy"] == "cpu-miss":
+        return f"GPU {point['policy']} C={point['capacity']}, misses on CPU"
     layers = point.get("cpu_layers", spec.num_layers)
     return f"layers on CPU {layers}/{spec.num_layers}"
 
@@ -163,20 +176,149 @@ def plot(rows: list[dict], s: dict, path: Path) -> None:
     fig.savefig(path, dpi=130)
 
 
+LAYER_US_BOUNDS = (0.0, 1e5)  # an engine's framework time per layer, µs: none, up to 0.1 s
+
+
+SAME_SOURCE = ((r"^(ikawrakow|kvcache-ai)/", ""), (r"^melinoe\b.*", "melinoe"), (r"^moe-infinity readme.*", "moe-infinity readme"),
+               (r"^efeslab/fiddler\b.*", "fiddler repository"), (r"^llmfit pr #\d+", "llmfit"))
+
+
+def source_of(point: dict) -> str:
+    """The publication a point comes from: its source up to the first detail (" (", ", "), one name for each
+    publication however the points cite it (``SAME_SOURCE``: a repository's owner, a paper's table, a commit)."""
+    name = point["source"].split(" (")[0].split(", ")[0].lower()
+    for pattern, same in SAME_SOURCE:
+        name = re.sub(pattern, same, name)
+    return name
+
+
+def cv_points(rows: list[dict]) -> list[Point]:
+    """The counted points as the cross-validation sees them: the seconds a token takes with no framework time (each
+    point is simulated without one: ``simulate`` leaves out what is learned for an engine) and the seconds each µs of
+    it adds (one per MoE layer)."""
+    return [Point(r["id"], source_of(r), r.get("box", r["machine"]), r["engine"], r["measured"], r["tpot_s"],
+                  r["layers"] * 1e-6) for r in rows if r["counted"]]
+
+
+def cv_summary(checked: list) -> dict:
+    """Median |error| over every held-out point and by engine, the worst, the coverage and median half-width of the
+    intervals."""
+    errors = [abs(c.error) for c in checked]
+    worst = max(checked, key=lambda c: abs(c.error))
+    kinds = {}
+    for c in checked:
+        kinds.setdefault(c.point.kind, []).append(abs(c.error))
+    return {"points": len(checked), "groups": len(set(groups([c.point for c in checked]).tolist())),
+            "median_abs_error": statistics.median(errors), "worst": (worst.point.name, worst.error),
+            "by_engine": {k: (len(v), statistics.median(v)) for k, v in kinds.items()},
+            "coverage": sum(c.inside for c in checked) / len(checked),
+            "median_half_width": statistics.median((c.high - c.low) / 2 / c.predicted for c in checked
+                                                   if c.high == c.high)}
+
+
+def plot_cv(checked: list, path: Path) -> None:
+    """Held-out prediction against measured, log axes, y = x; each point with its 80% interval as a vertical bar,
+    coloured by engine."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = cv_summary(checked)
+    fig, ax = plt.subplots(figsize=(7.5, 6.5))
+    lo = min(min(c.point.measured, c.low) for c in checked) / 1.3
+    hi = max(max(c.point.measured, c.high) for c in checked) * 1.3
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="predicted = measured")
+    kinds = sorted({c.point.kind for c in checked})
+    colours = dict(zip(kinds, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 2))
+    for kind in kinds:
+        mine = [c for c in checked if c.point.kind == kind]
+        x = [c.point.measured for c in mine]
+        ax.vlines(x, [c.low for c in mine], [c.high for c in mine], color=colours[kind], alpha=0.35, lw=3)
+        ax.scatter(x, [c.predicted for c in mine], s=22, color=colours[kind], zorder=3, label=f"{kind} ({len(mine)})")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured decode tokens/s (published)",
+           ylabel="moesim tokens/s, held out (bar: its 80% interval)")
+    ax.set_title(f"Published MoE decode speeds vs moesim, each point's group left out: {s['points']} points, "
+                 f"{s['groups']} groups\nmedian |error| {100 * s['median_abs_error']:.0f}%, worst {s['worst'][0]} "
+                 f"{100 * s['worst'][1]:+.0f}%; the 80% intervals hold {100 * s['coverage']:.0f}% (median half-width "
+                 f"{100 * s['median_half_width']:.0f}%)\nbatch 1, spec-sheet hardware files, weights as published "
+                 "(GGUF, HQQ, bf16)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(True, which="both", lw=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+
+
+def shipped_kinds(plain: list, fitted: list) -> set:
+    """The engines whose framework time, fitted without each point's group, predicts their points better held out
+    than none, and that moesim runs as an engine of its own (``moesim.sim.engines``)."""
+    p, f = cv_summary(plain)["by_engine"], cv_summary(fitted)["by_engine"]
+    learned = {c.point.kind for c in fitted if c.point.kind in c.constants}
+    return {k for k in f if k in learned and k in ENGINES and f[k][1] < p[k][1]}
+
+
+def print_cv(checked: list, plain: list, fitted: list, shipped: dict) -> None:
+    """Every counted point: measured, predicted with the framework times that ship fitted without its group, its 80%
+    interval (from the held-out ratios of the other groups), the error, whether the interval holds it, and the
+    machines of its group (left out of everything its prediction and interval were made from); then each engine's
+    held-out error with a framework time (``fitted``) and without (``plain``), and what ships."""
+    labels = groups([c.point for c in checked])
+    machines = {g: sorted({c.point.machine for c, h in zip(checked, labels) if h == g}) for g in set(labels.tolist())}
+    print(f"{'id':6} {'engine':18} {'measured':>8} {'moesim':>8} {'80% interval':>15} {'error':>7} in  "
+          f"{'µs/layer':>8}  left out with it: its group's machines")
+    for c, g in zip(checked, labels):
+        used = c.constants.get(c.point.kind)
+        print(f"{c.point.name:6} {c.point.kind[:18]:18} {c.point.measured:8.2f} {c.predicted:8.2f} "
+              f"{c.low:7.2f}-{c.high:<7.2f} {100 * c.error:+6.0f}% {'yes' if c.inside else 'no':3} "
+              f"{'-' if used is None else f'{used:.0f}':>8}  {', '.join(machines[g])}")
+    s, p, f = cv_summary(checked), cv_summary(plain), cv_summary(fitted)
+    print(f"\n{s['points']} counted points in {s['groups']} groups (points sharing a source or a machine are left out "
+          "together)")
+    print(f"median |error| {100 * s['median_abs_error']:.0f}% (nothing learned: {100 * p['median_abs_error']:.0f}%), "
+          f"worst {s['worst'][0]} {100 * s['worst'][1]:+.0f}%; 80% intervals hold {100 * s['coverage']:.0f}% of the "
+          f"points, median half-width {100 * s['median_half_width']:.0f}%")
+    print("an engine's framework time per MoE layer, fitted without each point's group (held out):")
+    for kind, (n, med) in p["by_engine"].items():
+        learned = any(kind in c.constants for c in fitted if c.point.kind == kind)
+        verdict = ("no other group measured it: nothing to learn held out" if not learned else
+                   f"ships, {shipped[kind]:.0f} µs a layer (fitted on all its points)" if kind in shipped else
+                   "not shipped: " + ("held out, it does no better than none" if kind in ENGINES
+                                      else "moesim runs it as another engine"))
+        print(f"  {kind[:18]:18} {n:3} points, median |error| {100 * f['by_engine'][kind][1]:.0f}% with it, "
+              f"{100 * med:.0f}% without; {verdict}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", type=Path, help="write the predicted-vs-measured figure here")
     parser.add_argument("--json", type=Path, help="write every point and the summary here")
+    parser.add_argument("--cv", action="store_true", help="predict each point with the engines' framework time fitted "
+                        "without its group, each with its 80%% interval")
     args = parser.parse_args()
     points = tomllib.loads((HERE / "published_points.toml").read_text())["point"]
     rows = run(points)
-    s = summary(rows)
-    print_table(rows, s)
+    if not args.cv:
+        s = summary(rows)
+        print_table(rows, s)
+        if args.plot:
+            plot(rows, s, args.plot)
+        if args.json:
+            args.json.write_text(json.dumps({"points": rows, "summary": s}, indent=1))
+        return
+    cv = cv_points(rows)
+    plain, fitted = cross_validate(cv, (0.0, 0.0)), cross_validate(cv, LAYER_US_BOUNDS)
+    kinds = shipped_kinds(plain, fitted)
+    checked = cross_validate(cv, LAYER_US_BOUNDS, kinds)  # what ships: those engines' framework times, no other
+    shipped = fit(cv, LAYER_US_BOUNDS, kinds)
+    print_cv(checked, plain, fitted, shipped)
     if args.plot:
-        plot(rows, s, args.plot)
-    if args.json:
-        args.json.write_text(json.dumps({"points": rows, "summary": s}, indent=1))
-
+        plot_cv(checked, args.plot)
+    print("ships: " + "; ".join(f"{k} layer_us = {v:.0f}" for k, v in shipped.items()))
+    for what, rows_ in (("a plan's rows (each engine's framework time)", checked),
+                        ("a sim run (no framework time)", plain)):
+        low, high = interval([c.point.measured / c.predicted for c in rows_])
+        print(f"  the band of {what}: measured / predicted over all {len(rows_)} points, 10th and 90th percentiles, "
+              f"({low:.2f}, {high:.2f}); held out, such intervals held {100 * cv_summary(rows_)['coverage']:.0f}%, "
+              f"median half-width {100 * cv_summary(rows_)['median_half_width']:.0f}%")
 
 if __name__ == "__main__":
     main()

@@ -181,3 +181,10 @@ def _json_ready(value):
     if isinstance(value, Path):
         return str(value)
     return value
+
+
+def with_interval(value: float, low: float | None, high: float | None) -> str:
+    """A prediction and, where it has one, its 80% interval: ``35.1 (29-41)`` (two digits, no exponent)."""
+    short = lambda x: f"{x:.0f}" if x >= 10 else f"{x:.2g}"  # noqa: E731
+    mid = f"{value:.3g}" if value < 1000 else f"{value:.0f}"
+    return mid if low is None else f"{mid} ({short(low)}-{short(high)})"

@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from moesim.cli.console import console, table, working
+from moesim.cli.plan_cmd import rate
 from moesim.experiments.plan import ALL_ON_GPU, run_with
 from moesim.files import output_folder
 from moesim.tracegen.io import load_trace
@@ -84,8 +85,8 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
         best = [r for i, r in enumerate(result.rows) if r["strategy"] not in [q["strategy"] for q in result.rows[:i]]]
         table(f"{result.model}, {dtype} experts, on an RTX 4090 (24 GiB) with a Ryzen 9 7950X (128 GiB DDR5): each "
               f"strategy at its best; {result.trace}; steady state",
-              ["strategy", "settings", "tok/s", "TTFT s", "VRAM GiB", "RAM GiB", "run it with"],
-              [[r["strategy"], _settings(r), r["tokens_per_s"], r["ttft_s"], r["vram_gb"], r["ram_gb"], run_with(r)]
+              ["strategy", "settings", "tok/s (80% interval)", "TTFT s", "VRAM GiB", "RAM GiB", "run it with"],
+              [[r["strategy"], _settings(r), rate(r), r["ttft_s"], r["vram_gb"], r["ram_gb"], run_with(r)]
                for r in best])
         paths.append(plot_plan(result, curves(result), out / f"plan-{result.model}.png"))
     console.print("wrote " + ", ".join(str(p) for p in paths) + f" and {results}")

@@ -5,13 +5,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from moesim.cli.console import console, emit_json, slots_text, table, working
+from moesim.cli.console import console, emit_json, slots_text, table, with_interval, working
 from moesim.cli.options import PATH, TRACE
 from moesim.cli.settings import Asked, takes
 from moesim.errors import option
 from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, read_by, run_with
 from moesim.experiments.plan import plan as run_plan
 from moesim.files import check_output
+from moesim.sim.accuracy import NAMED_HELD
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.tracegen.trace import trace_file
 
@@ -76,14 +77,19 @@ def plan(
                 "-" if r["capacity"] is None
                 else slots_text(r["capacity"]) + (" in all" if r["scope"] == "global" else ""),
                 "-" if r["cpu_layers"] is None else f"{r['cpu_layers']}/{r['layers']}",
-                r["tokens_per_s"], r["tpot_s"] * 1e3, r["ttft_s"], r["vram_gb"], r["ram_gb"], r["cpu_share"],
+                rate(r), r["tpot_s"] * 1e3, r["ttft_s"], r["vram_gb"], r["ram_gb"], r["cpu_share"],
                 run_with(r)] for r in result.rows])
     else:
         three = lambda x: "-" if x is None or x != x else f"{x:.3g}"  # noqa: E731  (narrow: seconds and GiB)
         table(title, ["#", "strategy", "format", "experts on GPU", "tok/s", "TTFT", "VRAM", "RAM"],
               [[r["rank"], r["strategy"] + (f"+{r['prefetch']}" if r["prefetch"] in NEXT_CELL else ""), shown(r),
-                placed(r), r["tokens_per_s"], three(r["ttft_s"]), three(r["vram_gb"]), three(r["ram_gb"])]
+                placed(r), rate(r), three(r["ttft_s"]), three(r["vram_gb"]), three(r["ram_gb"])]
                for r in result.rows])
+    if any(r["tokens_per_s_low"] is not None for r in result.rows):
+        console.print(f"tok/s: as the row's engine runs it, its framework time learned from published points; (80% "
+                      f"interval): measured / predicted over them, 10th to 90th percentile; each built without its "
+                      f"point's source or machine, such intervals held {NAMED_HELD:.0%} of them (docs/fidelity.md)",
+                      soft_wrap=True)
     if any(r["dtype"] is None for r in [*result.rows, *result.skipped]):  # the model file's own storage, in words
         console.print(f"{OWN} {result.spec.storage_text}", soft_wrap=True)
     if not wide:
@@ -113,6 +119,11 @@ READ_BY = {"split": "those that keep a per-layer expert cache (the others keep n
 NEXT_CELL = ("history", "oracle")  # prefetchers that fetch the next layer's experts (named beside the strategy)
 RUN_LINES = 3  # rows whose engine settings the compact table prints below it
 OWN = "*"  # marks the model file's own storage (a --dtype of the same name is every weight in that format)
+
+
+def rate(r: dict) -> str:
+    """A row's tokens/s with its 80% interval."""
+    return with_interval(r["tokens_per_s"], r["tokens_per_s_low"], r["tokens_per_s_high"])
 
 
 def shown(r: dict) -> str:

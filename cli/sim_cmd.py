@@ -8,11 +8,12 @@ from typing import Annotated, Optional
 import typer
 
 import moesim
-from moesim.cli.console import console, emit_json, slots_text, table, working
+from moesim.cli.console import console, emit_json, slots_text, table, with_interval, working
 from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError, option
 from moesim.files import check_output
+from moesim.sim.accuracy import OPERATIONS_HELD
 from moesim.sim.config import RUN_SETTINGS, check_model_read
 from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import get_strategy
@@ -104,9 +105,14 @@ def run(
           + ["CPU", "on CPU"] * uses_cpu
           + ["hit rate"] * cached + ["VRAM", "RAM"] + ["TTFT"] * ttft,
           [[_placement(strategy, r, spec)] + [r.engine] * (len(engines) > 1)
-           + [r.tpot_s * 1e3, r.tpot_p99_s * 1e3, r.tokens_per_s, r.compute_s * 1e3, r.copy_s * 1e3, r.stall_s * 1e3]
+           + [r.tpot_s * 1e3, r.tpot_p99_s * 1e3, with_interval(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high),
+              r.compute_s * 1e3, r.copy_s * 1e3, r.stall_s * 1e3]
            + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu + [r.hit_rate] * cached + [r.vram_gb, r.ram_gb]
            + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
+    if any(r.tokens_per_s_low is not None for r in results):
+        console.print(f"tok/s: the placement's operations, no engine's framework time (moesim plan adds it); (80% "
+                      f"interval): measured / predicted over published points of real engines (docs/fidelity.md; such "
+                      f"intervals held {OPERATIONS_HELD:.0%} of them)", soft_wrap=True)
     if prefetch != "none":
         for r in results:
             console.print(f"{r.policy} @ {slots_text(r.capacity)}: predictions' precision {_pct(r.prefetch_precision)}, "

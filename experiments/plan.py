@@ -8,7 +8,8 @@ the most GPU slots that fit; ``cpu_layers = "auto"``: the fewest CPU layers that
 the one given, the bundled real one for Mixtral-8x7B, else a synthetic trace of the model's
 dimensions. The first batch of sequences warms the caches up and the rest are measured (steady
 state, as a running server sees it). The rows that fit rank by decode tokens/s (equal ones by TTFT:
-``rank_key``); each gives TPOT, the time to first token of a ``prompt``-token prompt, GPU memory and
+``rank_key``); each gives its tokens/s's 80% interval on a spec sheet's machine (the published points' spread:
+``moesim.sim.accuracy``), TPOT, the time to first token of a ``prompt``-token prompt, GPU memory and
 host RAM used, the format (``format``, and in words ``storage``) and the engine settings that reproduce it (or why
 it has none). Candidates that keep
 every expert on the GPU are one placement: one ``all-on-gpu`` row per format (``_fold``). A candidate
@@ -246,7 +247,7 @@ def _prepare(out: Plan, base: Config, formats) -> tuple[list[Prepared], list]:
                                   **{**settings, "split": split if "capacity" in settings and scope == "per-layer"
                                      else "uniform"})
             try:
-                prepared.append(prepare_des(tr, config, spec, hw, shared=out.shared))
+                prepared.append(prepare_des(tr, config, spec, hw, shared=out.shared, named=True))
             except DoesNotFit as exc:  # what it needs, without the advice to a 'sim run' user
                 out.skipped.append({"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
                                     "reason": f"needs {exc.parts}"})
@@ -307,7 +308,8 @@ def _candidate(r: dict) -> str:
 
 
 def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
-    """A plan's row: the settings, what they give, and how to run them (``gpu``: the machine has one)."""
+    """A plan's row: the settings, what they give (tokens/s with its 80% interval on a spec sheet's machine), and how
+    to run them (``gpu``: the machine has one)."""
     config = r.config
     strategy = get_strategy(config.execution.strategy)
     params = {**strategy.PARAMS, **config.execution.params}
@@ -324,7 +326,8 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
             "capacity": config.cache.capacity if cached else None,
             "scope": config.cache.scope if cached else None,
             "cpu_layers": params.get("cpu_layers"), "layers": spec.num_layers,
-            "tokens_per_s": r.tokens_per_s, "tpot_s": r.tpot_s, "ttft_s": r.ttft_s,
+            "tokens_per_s": r.tokens_per_s, "tokens_per_s_low": r.tokens_per_s_low,
+            "tokens_per_s_high": r.tokens_per_s_high, "tpot_s": r.tpot_s, "ttft_s": r.ttft_s,
             "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hit_rate": r.hit_rate, "cpu_share": r.cpu_share,
             "engine": engine.name, "engine_flags": engine.command(params, config, spec, gpu),
             # every expert on the GPU: the settings that run that placement (``_fold``; the CPU's threads read by
@@ -377,7 +380,7 @@ def curves(p: Plan, points: int = CURVE_POINTS) -> list[Curve]:
         line = set()
         for size in sizes:
             try:
-                s = simulate_des(tr, result.config.replace(**size), spec, p.machine_spec, shared=p.shared)
+                s = simulate_des(tr, result.config.replace(**size), spec, p.machine_spec, shared=p.shared, named=True)
             except MoesimError:
                 continue
             line.add((s.vram_gb, s.tokens_per_s))

@@ -17,18 +17,24 @@ def plot_plan(plan, curves: list, out: str | Path) -> Path:
     tokens/s) points, each line labelled by that row."""
     fig, ax = plt.subplots(figsize=(7.2, 4.6), constrained_layout=True)
     lines = [(label(c.row), [v for v, _ in c.points], [t for _, t in c.points], c.row["strategy"]) for c in curves]
-    for (_, x, y, strategy), name in zip(lines, coinciding([line[:3] for line in lines])):
+    for (_, x, y, strategy), name, c in zip(lines, coinciding([line[:3] for line in lines]), curves):
         colour, marker = STYLE.get(strategy, ("grey", "."))
         ax.plot(x, y, marker=marker, color=colour, label=name, markersize=12 if len(x) == 1 else 6)
+        if c.row.get("tokens_per_s_low") is not None:  # the row's 80% interval, at its own point (the line's last)
+            ax.vlines(x[-1], c.row["tokens_per_s_low"], c.row["tokens_per_s_high"], color=colour, linewidth=6,
+                      alpha=0.25, gid="interval")
+    banded = any(c.row.get("tokens_per_s_low") is not None for c in curves)
     limit = plan.results[0].vram_limit_gb
     if limit:
         ax.axvline(limit, color="black", linestyle=":", linewidth=1)
         ax.text(limit, ax.get_ylim()[0], "GPU memory ", va="bottom", ha="right", fontsize="small")
     ax.set_xlabel("GPU memory used (GiB: weights, KV cache, reserve and experts)")
-    ax.set_ylabel("decode tokens/s (batch %d)" % plan.batch)
+    ax.set_ylabel("decode tokens/s (batch %d)" % plan.batch + (", bars: 80% interval" if banded else ""))
     ax.grid(alpha=0.3)
     ax.legend(title="strategy + prefetcher (format, policy)", fontsize="small", loc="upper left")
-    about = textwrap.fill(f"{plan.machine}; {plan.trace}; steady state after a warm-up batch", 95)
+    about = textwrap.fill(f"{plan.machine}; {plan.trace}; steady state after a warm-up batch"
+                          + ("; each line's own point is timed as its engine, with its 80% interval (a bar) from "
+                             "published points of real engines, held out" if banded else ""), 95)
     fig.suptitle(f"{plan.model} on {plan.hardware}: decode tokens/s against GPU memory\n{about}", fontsize="medium")
     return save_figure(fig, out)
 

@@ -15,6 +15,9 @@ that is the memory term. Per layer and row of T tokens whose sequences hold ``ct
 - router: d·E weights; shared experts: their FFNs (resident, so computed, never copied) — before the layer's
   routed experts, or (an engine that overlaps them, ``shared_overlap``: kTransformers) on the GPU while the
   CPU computes the routed ones (``shared_s``);
+- the engine's framework time per layer and row (``layer_us``, learned from published points by
+  cross-validation: ``moesim.sim.engines``), added to the layer's first operation (a measured ``[compute]`` table,
+  below, has its own);
 - once per row (``row_s``): the embedding rows, the dense FFN layers (DeepSeek's first layers: attention and
   a dense FFN each, ``ModelSpec.dense_layers``), the final norm and the output head (vocab·d weights) on the
   tokens whose logits the row outputs (a prompt's last token per sequence, ``moesim.sim.requests``; a measured
@@ -248,6 +251,7 @@ def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, eng
         shared = shared + op(shared_w, 2 * shared_w * tokens, KERNELS_FFN)
     if not engine.shared_overlap:
         pre, shared = pre + shared, np.zeros_like(tokens)
+    pre = pre + engine.layer_us * 1e-6  # the engine's framework time per layer (a measured table has its own)
     dense_w = model.ffn_mats * d * model.d_dense
     head = model.vocab * d
     once = model.dense_layers * (attention + op(dense_w, 2 * dense_w * tokens, KERNELS_FFN))

@@ -34,6 +34,7 @@ from moesim.sim.costs import Costs, costs
 from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
                                   C_PF_USED, C_PREFILL_LOADS, C_SSD_READS, C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY,
                                   R_CPU, R_STALL, R_TIME)
+from moesim.sim.accuracy import interval
 from moesim.sim.engine import COMPILE_NOTE, on_disk
 from moesim.sim.machine import Hardware
 from moesim.sim.policy_groups import group_of
@@ -60,6 +61,8 @@ class DesResult:
     tpot_p50_s: float
     tpot_p99_s: float
     tokens_per_s: float
+    tokens_per_s_low: float | None   # its 80% interval on a spec sheet's machine (``moesim.sim.accuracy``; None:
+    tokens_per_s_high: float | None  # a measured machine's)
     ttft_s: float | None
     compute_s: float
     copy_s: float
@@ -120,15 +123,16 @@ class DesResult:
 
 
 def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
-                 decisions: bool = False, shared: Shared | None = None) -> DesResult:
+                 decisions: bool = False, shared: Shared | None = None, named: bool = False) -> DesResult:
     """Simulate decoding ``trace`` under ``config`` (its sections say what each setting does).
 
     ``model`` and ``hardware`` replace the configuration's (a model without a preset, a machine built
     in code). ``decisions`` keeps the engine's log of hits, loads and prefetches
     (``DesResult.decisions``, what ``moesim replay`` executes). ``shared``: what runs on this trace have in
-    common, computed once for all of them (``Shared``).
+    common, computed once for all of them (``Shared``). ``named``: timed as its engine, the framework time learned
+    for it included (a plan's row; ``moesim.sim.engines.engine_for``).
     """
-    return prepare_des(trace, config, model, hardware, decisions, shared).simulate()
+    return prepare_des(trace, config, model, hardware, decisions, shared, named=named).simulate()
 
 
 class Shared:
@@ -187,12 +191,13 @@ def simulate_all(prepared: list[Prepared]) -> list[DesResult]:
 
 
 def prepare_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
-                decisions: bool = False, shared: Shared | None = None, build: int = LEAN) -> Prepared:
+                decisions: bool = False, shared: Shared | None = None, build: int = LEAN,
+                named: bool = False) -> Prepared:
     """``simulate_des`` up to its loop: the run checked, sized, timed and built, its predictions judged (``build``:
-    the least build of the loop it takes, ``moesim.sim.run.assemble``). A plan prepares its runs while the loop
-    compiles elsewhere."""
+    the least build of the loop it takes; ``named``: timed as its engine, framework time included:
+    ``moesim.sim.run.assemble``). A plan prepares its runs while the loop compiles elsewhere."""
     source = BatchRows(trace, config, shared)
-    prepared = Prepared(trace, assemble(trace, config, source, model, hardware, decisions, build), source)
+    prepared = Prepared(trace, assemble(trace, config, source, model, hardware, decisions, build, named), source)
     source.quality  # noqa: B018 (computed now: it reads the predictions only)
     check_fills(prepared.run)
     return prepared
@@ -528,12 +533,15 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
     def mean(x):
         return float(x.mean()) if x.size else float("nan")
 
+    tokens_per_s = tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan")
+    low, high = interval(tokens_per_s, run.hardware, run.named)
+
     return DesResult(
         model=run.model.name, hardware=run.hardware.name, engine=run.engine.name, config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),
-        tokens_per_s=tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan"),
+        tokens_per_s=tokens_per_s, tokens_per_s_low=low, tokens_per_s_high=high,
         ttft_s=mean(prefill) if prefill.size else None,
         compute_s=mean(rows[decode, R_COMPUTE]), copy_s=mean(rows[decode, R_COPY]),
         stall_s=mean(rows[decode, R_STALL]), cpu_s=mean(rows[decode, R_CPU]),

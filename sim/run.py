@@ -121,6 +121,7 @@ class Run:
     strategy: object            # the strategy's module (``moesim.sim.strategies``)
     strategy_params: dict
     engine: EngineSpec          # the engine it is timed as (``moesim.sim.engines``)
+    named: bool                 # ... with the framework time learned for it (``engine_for``)
     rows: RowArrays
     rewritten: bool             # the source rewrites the rows before each step (``RowSource.rewritten``)
     state: State = field(repr=False)
@@ -188,9 +189,10 @@ class Run:
 
 
 def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec | None = None,
-             hardware: Hardware | None = None, decisions: bool = False, build: int = LEAN) -> Run:
+             hardware: Hardware | None = None, decisions: bool = False, build: int = LEAN, named: bool = False) -> Run:
     """The run of ``config`` on ``trace``'s rows as ``source`` gives them (module docstring). ``model`` and
-    ``hardware`` replace the configuration's (a model without a preset, a machine built in code);
+    ``hardware`` replace the configuration's (a model without a preset, a machine built in code); ``named``: the run
+    is its engine's, with the framework time learned for it (``moesim.sim.engines.engine_for``);
     ``decisions`` keeps the engine's decision log (what ``moesim replay`` executes); ``build``: the least build of
     the loop it takes (``compile_loops`` compiles one that way)."""
     model = model if model is not None else config.model.spec(trace.meta)
@@ -213,7 +215,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     config = source.sized(config, footprint, memory)
     slots = config.cache.slots(trace.meta.num_layers)
     sparams = module_params(strategy, config.execution.params)
-    engine = engine_for(config)
+    engine = engine_for(config, named)
     rows, cost = source.arrays(config, slots, model, hardware, weights, lowbit_dtype(strategy, sparams), engine)
     per_expert = config.execution.kernel == "per-expert"
     inputs = Inputs(
@@ -234,7 +236,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     module = get_policy(config.cache.policy)
     policy_state = policy_groups.state(config.cache.policy, module.make_state(
         source.policy_context(config, slots, module_params(module, config.cache.params))))
-    return Run(config, model, hardware, memory, cost, strategy, sparams, engine, rows, source.rewritten,
+    return Run(config, model, hardware, memory, cost, strategy, sparams, engine, named, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
                max(build, build_for(config, model, decisions, source.rewritten)))
 

@@ -19,7 +19,8 @@ from moesim.sim.weights import Weights
 from moesim.tracegen.models import ModelSpec
 
 GIB = 2 ** 30
-LLAMA_CPP, KTRANSFORMERS = ENGINES["llama.cpp"], ENGINES["kTransformers"]
+# the engines as a sim run times them: their operations, no framework time learned for them
+LLAMA_CPP, KTRANSFORMERS = (replace(ENGINES[name], layer_us=0.0) for name in ("llama.cpp", "kTransformers"))
 
 
 def cpu(**fields) -> CPU:

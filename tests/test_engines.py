@@ -8,6 +8,7 @@ import pytest
 
 from moesim.experiments.plan import CANDIDATES, run_with
 from moesim.sim import engines
+from moesim.sim.accuracy import OPERATIONS_BAND
 from moesim.sim.config import Config
 from moesim.sim.engines import ENGINES, UNNAMED, engine_for
 from moesim.sim.machine import PER_SOCKET
@@ -50,7 +51,8 @@ def test_hybrid_without_a_cache_is_named_for_the_engine_that_times_it():
     beside the routed ones, 3 barriers a CPU layer), so its row names kTransformers, whose defaults run it (it used to
     name llama.cpp's --cpu-moe, which cpu-experts times with llama.cpp's own); a cache that changes is HybriMoE's."""
     none = Config.build(strategy="hybrid", capacity=0)
-    assert engine_for(none) is ENGINES["kTransformers"] and ENGINES["kTransformers"].numa == PER_SOCKET
+    assert engine_for(none, named=True) is ENGINES["kTransformers"] and ENGINES["kTransformers"].numa == PER_SOCKET
+    assert engine_for(none) == replace(ENGINES["kTransformers"], layer_us=0.0)  # sim run: its operations alone
     assert engine_for(Config.build(strategy="hybrid", policy="static", capacity=2)).name == "kTransformers"
     assert engine_for(Config.build(strategy="hybrid", policy="lru", capacity=2)).name == "HybriMoE"
     spec = get_model("mixtral-8x7b")
@@ -82,6 +84,9 @@ def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):
 
     plain = result(*run)["results"][0]
     assert plain["engine"] == "llama.cpp"
+    # a spec sheet's machine: the tokens/s comes with its 80% interval (moesim.sim.accuracy)
+    assert (plain["tokens_per_s_low"], plain["tokens_per_s_high"]) == pytest.approx(
+        (plain["tokens_per_s"] * OPERATIONS_BAND[0], plain["tokens_per_s"] * OPERATIONS_BAND[1]), rel=1e-12)
     one_pool = replace(toy, numa=llama.numa)
     monkeypatch.setattr(engines, "ENGINES", {"toy": one_pool, **ENGINES})
     same = result(*run)["results"][0]
@@ -110,3 +115,21 @@ def test_moesim_engines_lists_each_engine_with_its_figures(cli):
     kt = next(r for r in rows if r["name"] == "kTransformers")
     assert kt["runs"] == ["hybrid"] and kt["numa"] == PER_SOCKET and kt["cpu_ops"] == [3, 0] and kt["computes_on_cpu"]
     assert not next(r for r in rows if r["name"] == "Mixtral-offloading")["computes_on_cpu"]
+
+
+def test_a_plan_row_is_timed_as_its_engine_and_sim_run_as_the_placement():
+    """A plan's row names its engine and includes the framework time learned for it (``layer_us``): its TPOT is the
+    same placement's in ``sim run`` plus that time on each of the model's MoE layers, and its interval is the named
+    band; ``sim run`` times the placement's operations alone, with the operations' band."""
+    import moesim
+    from moesim.sim.accuracy import NAMED_BAND, OPERATIONS_BAND
+    from moesim.sim.des import simulate_des
+
+    p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",))
+    row, result = next((r, res) for r, res in zip(p.rows, p.results) if r["engine"] == "Mixtral-offloading")
+    plain = simulate_des(p.simulated, result.config, p.spec, p.machine_spec)
+    layer_s = ENGINES["Mixtral-offloading"].layer_us * 1e-6
+    assert layer_s > 0 and row["tpot_s"] == pytest.approx(plain.tpot_s + p.spec.num_layers * layer_s, rel=1e-9)
+    assert row["tokens_per_s_low"] == pytest.approx(row["tokens_per_s"] * NAMED_BAND[0], rel=1e-12)
+    assert plain.engine == "Mixtral-offloading"
+    assert plain.tokens_per_s_high == pytest.approx(plain.tokens_per_s * OPERATIONS_BAND[1], rel=1e-12)

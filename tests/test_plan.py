@@ -1,7 +1,9 @@
 """`moesim plan`: every strategy ranked within the machine's memory, with engine settings (issue 18)."""
 
 import json
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from moesim.experiments.plan import CANDIDATES
@@ -244,6 +246,32 @@ def test_the_plan_figure_says_what_it_shows(drawn, tmp_path):
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert {label.split(" ")[0] for label in labels} == {r["strategy"] for r in plan.rows}
     assert overlapping_texts(fig) == []
+    # each line's own row carries its 80% interval as a bar at its point: from low to high, at its GPU memory
+    bars = [c for c in ax.collections if c.get_gid() == "interval"]
+    drawn_bars = sorted(tuple(np.round(seg, 9).ravel()) for bar in bars for seg in bar.get_segments())
+    want = sorted(tuple(np.round([c.row["vram_gb"], c.row["tokens_per_s_low"], c.row["vram_gb"],
+                                  c.row["tokens_per_s_high"]], 9)) for c in curves(plan))
+    assert drawn_bars == want and "80% interval" in ax.get_ylabel()
+
+
+def test_a_row_s_interval_is_the_published_spread_and_a_calibrated_machine_has_none(mixtral_plan, tmp_path):
+    """A row's 80% interval is its tokens/s times the published points' band, all-on-gpu rows included; a machine
+    with measured rates (a calibration's) gets none: the published spread is a spec sheet's."""
+    import moesim
+    from moesim.sim.accuracy import NAMED_BAND, measured
+    from moesim.sim.hardware import get_hardware
+
+    low, high = NAMED_BAND
+    for r in mixtral_plan[0]["rows"]:
+        assert (r["tokens_per_s_low"], r["tokens_per_s_high"]) == pytest.approx(
+            (r["tokens_per_s"] * low, r["tokens_per_s"] * high), rel=1e-12)
+    hw = get_hardware("ryzen-7950x")
+    assert not measured(hw) and measured(replace(hw, cpu=replace(hw.cpu, unpack_gbps=(("q4_k", 9.0),))))
+    machine = tmp_path / "calibrated.toml"  # a CPU alone, with a unpack rate measured as a calibration writes it
+    machine.write_text('name = "calibrated"\n[cpu]\nname = "c"\ncores = 16\nghz = 4.7\nisa = "avx512-256"\n'
+                       'dram_gbps = 83.2\nram_gb = 64\nunpack_gbps = {q4_k = 9.0}\n')
+    plan = moesim.plan("olmoe-1b-7b", str(machine), dtypes=("q4_k",))
+    assert all(r["tokens_per_s_low"] is None and r["tokens_per_s_high"] is None for r in plan.rows)
 
 
 def names(label: str, r: dict) -> bool:

@@ -10,6 +10,8 @@ A strategy no engine runs (one written for a study) is timed as ``UNNAMED``: the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from moesim.sim.engines import fiddler, hobbit, hybrimoe, ktransformers, llama_cpp, mixtral_offloading, moe_infinity
 from moesim.sim.engines.base import EngineSpec
 
@@ -21,8 +23,12 @@ ALL_ON_GPU = llama_cpp.ENGINE  # every expert on the GPU: a placement any engine
 __all__ = ["ALL_ON_GPU", "ENGINES", "EngineSpec", "UNNAMED", "engine_for"]
 
 
-def engine_for(config) -> EngineSpec:
+def engine_for(config, named: bool = False) -> EngineSpec:
     """The engine a run of ``config`` is timed as: the first of ``ENGINES`` that runs its strategy and takes its
-    settings."""
+    settings, with its framework time learned from published points (``layer_us``) where the run is that engine's
+    (``named``: a plan's row, which names it), else the placement as its operations run (a ``sim run``: what a
+    cache policy or a placement gives, whichever code runs it)."""
     strategy = config.execution.strategy
-    return next((e for e in ENGINES.values() if strategy in e.runs and e.takes(config)), UNNAMED)
+    engine = next((e for e in ENGINES.values() if strategy in e.runs and e.takes(config)), UNNAMED)
+    return engine if named or not engine.layer_us else replace(engine, layer_us=0.0)
+

@@ -27,6 +27,9 @@ class EngineSpec:
     - ``cpu_ops``: thread barriers a CPU layer's routed experts take, ``a + b · top_k`` (``expert_barriers``);
     - ``offload_min_tokens``: a row of at least this many tokens has its CPU layers' experts copied to the GPU and
       run there (None: never);
+    - ``layer_us``: its framework's time per MoE layer and row, beyond the operations moesim times (interpreter,
+      dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
+      cross-validation only (``moesim.experiments.crossval``), with its provenance in ``sources``;
 
     and how to write its settings for a run: ``threads_flag``, the option that sets its CPU threads (None: it has
     none), and ``flags(params, config, model, gpu)``: its options for the run's placement (``params``: the
@@ -43,6 +46,7 @@ class EngineSpec:
     shared_overlap: bool = False
     cpu_ops: tuple = (5, 1)
     offload_min_tokens: int | None = None
+    layer_us: float = 0.0
     threads_flag: str | None = None
     sources: tuple = ()
 

@@ -9,4 +9,4 @@ from moesim.sim.engines.ktransformers import ENGINE as KTRANSFORMERS
 ENGINE = replace(KTRANSFORMERS, name="HybriMoE", summary="kTransformers with a dynamic GPU cache",
                  source="arXiv:2504.05897", takes=every_setting, threads_flag=None,
                  flags=lambda params, config, model, gpu: "none: research code",
-                 sources=(("numa, shared_overlap, cpu_ops", "built on kTransformers: its figures"),))
+                 sources=(("numa, shared_overlap, cpu_ops, layer_us", "built on kTransformers: its figures"),))

@@ -1,0 +1,31 @@
+"""How far a prediction from a spec sheet may be off: the spread of measured / predicted over published decode
+speeds of real engines (``benchmarks/published_points.toml``; ``python benchmarks/published_offload.py --cv``,
+2026-12-06: 64 points in 15 independent groups; docs/fidelity.md).
+
+A tokens/s predicted for a machine described by its spec sheet comes with an 80% interval: the prediction times the
+10th and 90th percentiles of those ratios, each predicted without its point's group (no point sharing its source or
+machine in anything it was made from). A run timed as its engine, the framework time learned for it included (a
+plan's row), takes ``NAMED_BAND``; a run of the placement's operations alone (``sim run``), ``OPERATIONS_BAND``.
+Built the same way for each published point from the other groups only, such intervals held ``NAMED_HELD`` and
+``OPERATIONS_HELD`` of the points. A machine that carries measured rates (``moesim calibrate``'s: a ``[compute]``
+table, a CPU's unpack rates) gets none: the published spread is a spec sheet's, not a measurement's.
+"""
+
+from __future__ import annotations
+
+NAMED_BAND, NAMED_HELD = (0.47, 1.74), 0.75
+OPERATIONS_BAND, OPERATIONS_HELD = (0.26, 1.40), 0.64
+
+
+def measured(hw) -> bool:
+    """Whether the machine ``hw`` carries measured rates (a calibration's)."""
+    return hw.compute is not None or (hw.cpu is not None and bool(hw.cpu.unpack_gbps))
+
+
+def interval(tokens_per_s: float, hw, named: bool) -> tuple[float | None, float | None]:
+    """The 80% interval of ``tokens_per_s`` predicted for ``hw`` (``named``: timed as its engine): (None, None) where
+    ``hw`` is measured."""
+    if measured(hw) or tokens_per_s != tokens_per_s:
+        return None, None
+    low, high = NAMED_BAND if named else OPERATIONS_BAND
+    return tokens_per_s * low, tokens_per_s * high

@@ -1,0 +1,82 @@
+"""Constants learned from published points only by cross-validation (issue 67): a point's own source or machine is
+never in its fit, and the intervals are quantiles of held-out ratios, in closed form."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from moesim.experiments.crossval import Point, cross_validate, fit, groups, held_out, interval
+from moesim.sim.engines import ENGINES
+from moesim.tracegen.models import get_model
+
+
+def point(name, source, machine, kind="e", base_s=0.01, per_unit=1e-6, constant=0.0, scale=1.0):
+    """A point whose engine really has ``constant`` µs a layer: its measured speed is the model's at that constant
+    (times ``scale``)."""
+    return Point(name, source, machine, kind, scale / (base_s + per_unit * constant), base_s, per_unit)
+
+
+def test_points_that_share_a_source_or_a_machine_are_one_group():
+    """a and b share a source, b and c a machine: a, b, c are left out together; d stands alone."""
+    pts = [point("a", "s1", "m1"), point("b", "s1", "m2"), point("c", "s2", "m2"), point("d", "s3", "m3")]
+    g = groups(pts)
+    assert g[0] == g[1] == g[2] != g[3]
+
+
+def test_a_fit_finds_a_planted_constant_exactly():
+    """Points made with 700 µs a layer give back 700 (the log loss is zero there)."""
+    pts = [point(str(i), f"s{i}", f"m{i}", base_s=0.01 * (i + 1), per_unit=32e-6, constant=700.0) for i in range(4)]
+    assert fit(pts, (0.0, 1e5))["e"] == pytest.approx(700.0, rel=1e-6)
+
+
+def test_a_held_out_point_never_sees_its_own_source():
+    """A planted constant that only the held-out point's source carries cannot reach its prediction: the other
+    groups all say 0, so it is predicted at 0 even though its own measurement says 5000; and a source planted with
+    5000 in every group but one predicts that one at 5000."""
+    pts = [point(f"p{i}", f"s{i}", f"m{i}", constant=0.0) for i in range(4)] + [point("x", "sx", "mx", constant=5e3)]
+    out = held_out(pts, (0.0, 1e5))
+    pred, constants = out[-1]
+    assert constants["e"] == pytest.approx(0.0, abs=1e-3) and pred == pytest.approx(pts[-1].predicted(0.0), rel=1e-6)
+    pts = [point(f"p{i}", f"s{i}", f"m{i}", constant=5e3) for i in range(4)] + [point("x", "sx", "mx", constant=0.0)]
+    assert held_out(pts, (0.0, 1e5))[-1][1]["e"] == pytest.approx(5e3, rel=1e-4)
+    # one source over every machine: nothing is learned (each point would be in its own fit)
+    one = [point(f"p{i}", "s", f"m{i}", constant=5e3) for i in range(3)]
+    assert all(c == {} and pred == p.predicted(0.0) for p, (pred, c) in zip(one, held_out(one, (0.0, 1e5))))
+
+
+def test_the_interval_is_the_quantiles_of_the_held_out_ratios():
+    """80%: the 10th and 90th percentiles, by linear interpolation between order statistics: of 1..11, 2 and 10."""
+    assert interval(np.arange(1.0, 12.0)) == pytest.approx((2.0, 10.0))
+    assert interval([0.5, 2.0], 0.5) == pytest.approx((0.5 + 0.25 * 1.5, 0.5 + 0.75 * 1.5))
+
+
+def test_a_point_s_interval_comes_from_the_other_groups_ratios_only():
+    """Every point is off by its own factor; its interval is its prediction times the quantiles of the held-out
+    ratios of the other groups, of every kind (with no constant to learn, those are the other points' factors)."""
+    scales = [0.5, 0.8, 1.0, 1.25, 2.0, 4.0]
+    pts = [point(f"p{i}", f"s{i}", f"m{i}", kind="ab"[i % 2], scale=s) for i, s in enumerate(scales)]
+    checked = cross_validate(pts, (0.0, 0.0))
+    for i, c in enumerate(checked):
+        low, high = interval([s for j, s in enumerate(scales) if j != i])
+        assert c.predicted == pytest.approx(pts[i].predicted(0.0))
+        assert (c.low, c.high) == pytest.approx((c.predicted * low, c.predicted * high))
+        assert c.inside == (c.low <= pts[i].measured <= c.high)
+
+
+def test_an_engine_s_framework_time_adds_once_per_layer_and_token():
+    """The closed form the fit relies on: at batch 1, a run timed as its engine (``named``) takes ``layer_us`` more on
+    each MoE layer of each token than the placement's operations alone."""
+    from moesim.experiments.plan import plan_trace
+    from moesim.sim.config import Config
+    from moesim.sim.des import simulate_des
+    from moesim.sim import engines
+
+    spec = get_model("mixtral-8x7b")
+    trace, _ = plan_trace(spec, None, 1)
+    config = Config.build(hardware="rtx4090", strategy="gpu-cache", capacity=4, dtype="q4_k", warmup=1)
+    engine = ENGINES["Mixtral-offloading"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engines, "ENGINES", {**ENGINES, engine.name: replace(engine, layer_us=250.0)})
+        plain, named = (simulate_des(trace, config, spec, named=n) for n in (False, True))
+    assert named.tpot_s == pytest.approx(plain.tpot_s + spec.num_layers * 250e-6, rel=1e-9)
