@@ -86,7 +86,7 @@ def predict(point: dict) -> dict:
     r = simulate(trace, hardware=hw, **settings)
     out = {"predicted": r.tokens_per_s, "tpot_s": r.tpot_s, "vram_gb": r.vram_gb, "ram_gb": r.ram_gb,
            "hardware": hw.describe(), "dram_eff": hw.cpu.dram_eff if hw.cpu else None, "barrier_share": 0.0,
-           "timed_as": r.engine, "layers": spec.num_layers}
+           "timed_as": r.timed_as, "layers": spec.num_layers}
     if hw.cpu is not None:
         free = replace(hw, cpu=replace(hw.cpu, barrier_base_us=0.0, barrier_thread_us=0.0))
         out["barrier_share"] = 1 - simulate(trace, hardware=free, **settings).tpot_s / r.tpot_s

@@ -86,7 +86,8 @@ def plan(
                 placed(r), rate(r), three(r["ttft_s"]), three(r["vram_gb"]), three(r["ram_gb"])]
                for r in result.rows])
     if any(r["tokens_per_s_low"] is not None for r in result.rows):
-        console.print(f"tok/s: as the row's engine runs it, its framework time learned from published points; (80% "
+        console.print(f"tok/s: as the row's engine runs it, its framework time learned from published points (sim run "
+                      f"--engine NAME gives the same); (80% "
                       f"interval): measured / predicted over them, 10th to 90th percentile; each built without its "
                       f"point's source or machine, such intervals held {NAMED_HELD:.0%} of them (docs/fidelity.md)",
                       soft_wrap=True)

@@ -138,7 +138,7 @@ def takes(names, listed=(), defaults: dict | None = None, helps: dict | None = N
             try:
                 return fn(**kwargs, asked=gather(values, config_file, listed, defaults))
             except MoesimError as exc:
-                raise _named(exc, config_file, typed, defaults) from None
+                raise _named(exc, config_file, typed, defaults, names) from None
             finally:
                 TYPED_AS.reset(typed_as)
 
@@ -159,11 +159,12 @@ def _typed_as(flags: tuple) -> str:
 _ABOUT = re.compile(r"\[(\w+)\] (unknown )?(?:(?:policy|prefetcher|strategy) [\w.-]+'s )?(\w+)")
 
 
-def _named(exc: MoesimError, config_file: Path | None, typed: set, defaults: dict) -> MoesimError:
+def _named(exc: MoesimError, config_file: Path | None, typed: set, defaults: dict, names=()) -> MoesimError:
     """An error about a setting (the form a configuration's own check gives, ``_ABOUT``, or ``key ...``, found only
     against the trace): one typed names its option as typed (``--batch must be at least 1, got 0``, ``--strategy:
-    unknown strategy 'x'``), one the configuration file gave names the file (once), one of a value nobody gave (the
-    command's ``defaults``, else the declared one) names it as the default; any other error as it was."""
+    unknown strategy 'x'``), one the configuration file gave for the command (one of its ``names``) names the file
+    (once), one of a value nobody gave (the command's ``defaults``, else the declared one) names it as the default;
+    any other error as it was (``--engine llama.cpp``, an option of validate's own, is not the file's ``engine``)."""
     text = str(exc)
     if config_file is not None and text.startswith(f"{config_file}:"):
         return exc
@@ -177,7 +178,8 @@ def _named(exc: MoesimError, config_file: Path | None, typed: set, defaults: dic
     else:
         found = re.match(r"(?:--)?([a-z][\w-]*)\b", text)
         named = found and found.group(1).replace("-", "_")
-    in_file = named and named not in typed and config_file is not None and named in file_settings(config_file)
+    in_file = named and named not in typed and named in names and config_file is not None and \
+        named in file_settings(config_file)
     if in_file:
         return MoesimError(f"{config_file}: {exc}")
     value = re.match(rf"{named} (\S+)", text) if named in DECLARED and named not in typed else None

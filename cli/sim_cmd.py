@@ -13,7 +13,7 @@ from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError, option
 from moesim.files import check_output
-from moesim.sim.accuracy import OPERATIONS_HELD
+from moesim.sim.accuracy import NAMED_HELD, OPERATIONS_HELD
 from moesim.sim.config import RUN_SETTINGS, check_model_read
 from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import get_strategy
@@ -95,7 +95,7 @@ def run(
                else f"experts {weights_of(trace, spec, c.model.dtype, c.model.other_dtype).expert_format}"
                for c in configs}
     stored = f", {formats.pop()}" if len(formats) == 1 else ""  # a --dtype list: each row's own
-    engines = list(dict.fromkeys(r.engine for r in results))  # the engine each row is timed as: one, or a column
+    engines = list(dict.fromkeys(r.timed_as for r in results))  # the engine each row is timed as: one, or a column
     table(f"{trace_path}: {spec.name} on {hw.name} ({hw.describe()}), strategy {strategy.NAME}"
           + (f" as {engines[0]}" if len(engines) == 1 else "") + stored
           + (f", {scope}, prefetch {prefetch} ({mode})" if cached else "")
@@ -104,15 +104,19 @@ def run(
           ["placement"] + ["engine"] * (len(engines) > 1) + ["TPOT", "p99", "tok/s", "compute", "copy", "stall"]
           + ["CPU", "on CPU"] * uses_cpu
           + ["hit rate"] * cached + ["VRAM", "RAM"] + ["TTFT"] * ttft,
-          [[_placement(strategy, r, spec)] + [r.engine] * (len(engines) > 1)
+          [[_placement(strategy, r, spec)] + [r.timed_as] * (len(engines) > 1)
            + [r.tpot_s * 1e3, r.tpot_p99_s * 1e3, with_interval(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high),
               r.compute_s * 1e3, r.copy_s * 1e3, r.stall_s * 1e3]
            + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu + [r.hit_rate] * cached + [r.vram_gb, r.ram_gb]
            + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
     if any(r.tokens_per_s_low is not None for r in results):
-        console.print(f"tok/s: the placement's operations, no engine's framework time (moesim plan adds it); (80% "
-                      f"interval): measured / predicted over published points of real engines (docs/fidelity.md; such "
-                      f"intervals held {OPERATIONS_HELD:.0%} of them)", soft_wrap=True)
+        named = base.execution.engine != "auto"
+        console.print(("tok/s: as the engine runs it, its framework time learned from published points included"
+                       if named else "tok/s: the placement's operations, no engine's framework time (--engine NAME, "
+                       "as moesim plan, adds it)")
+                      + "; (80% interval): measured / predicted over published points of real engines (docs/"
+                      f"fidelity.md; such intervals held {NAMED_HELD if named else OPERATIONS_HELD:.0%} of them)",
+                      soft_wrap=True)
     if prefetch != "none":
         for r in results:
             console.print(f"{r.policy} @ {slots_text(r.capacity)}: predictions' precision {_pct(r.prefetch_precision)}, "

@@ -330,11 +330,20 @@ class ExecutionConfig:
     strategy: str = declare("gpu-cache", "Where experts run: " + "; ".join(
         f"{name} ({module.SUMMARY}: {', '.join(e.name for e in ENGINES.values() if name in e.runs)})"
         for name, module in STRATEGIES.items()) + ".")
+    engine: str = declare(AUTO, "The engine the run is timed as (moesim engines): auto, the placement's operations with "
+                                "the figures of the first engine that runs it; an engine's name, that engine with its "
+                                "framework time learned from published points, as plan's rows are.")
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _choice("execution", "kernel kind", self.kernel, KERNELS)
         _choice("execution", "strategy", self.strategy, STRATEGIES)
+        _choice("execution", "engine", self.engine, (AUTO, *ENGINES))
+        runs = [e.name for e in ENGINES.values() if self.strategy in e.runs]
+        if self.engine != AUTO and self.engine not in runs:
+            raise MoesimError(f"[execution] engine {self.engine} does not run strategy {self.strategy} (it runs "
+                              f"{', '.join(ENGINES[self.engine].runs)}; the engines that run {self.strategy}: "
+                              f"{', '.join(runs) or 'none'})")
         object.__setattr__(self, "params", _params("execution", f"strategy {self.strategy}", self.params,
                                                    get_strategy(self.strategy)))
 
@@ -441,7 +450,7 @@ DES_SETTINGS = tuple(k for k in SETTINGS if k != "semantics" and k not in SERVE_
     PREFETCH_PARAMS + STRATEGY_PARAMS
 RUN_SETTINGS = {"hitrate": HITRATE_SETTINGS, "des": DES_SETTINGS,
                 "serve": tuple(k for k in DES_SETTINGS if k not in NOT_SERVED) + SERVE_SETTINGS,
-                "replay": DES_SETTINGS}
+                "replay": tuple(k for k in DES_SETTINGS if k != "engine")}  # a replay runs the decisions itself
 
 
 @dataclass(frozen=True)
@@ -516,6 +525,12 @@ class Config:
         for name, cls in SECTIONS.items():
             if not isinstance(getattr(self, name), cls):
                 raise MoesimError(f"Config.{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
+        engine = ENGINES.get(self.execution.engine)
+        if engine is not None and not engine.takes(self):  # an engine has the mechanism for some settings only
+            others = [e.name for e in ENGINES.values() if self.execution.strategy in e.runs and e.takes(self)]
+            what = (engine.takes.__doc__ or "").strip().splitlines()[0].rstrip(".").replace("``", "")
+            raise MoesimError(f"[execution] engine {engine.name} does not run these settings ({what[:1].lower()}"
+                              f"{what[1:]}); {' or '.join(others) or 'no engine'} does")
 
     @classmethod
     def build(cls, **settings) -> Config:
@@ -647,12 +662,15 @@ def _toml_value(value) -> str:
 
 
 UNHASHED = ("force",)  # settings that let a run start and change nothing it computes (``HardwareConfig``)
+# settings left out of the hash at their default: added after runs were stored, whose ids they keep
+HASHED_UNLESS = {"engine": AUTO}
 
 
 def config_id(kind: str, trace: str, config: Config | dict) -> str:
     """A short stable hash of a run: its kind, its trace and every setting that changes what it computes (not
     ``UNHASHED``'s)."""
-    flat = {k: v for k, v in (config.flat() if isinstance(config, Config) else config).items() if k not in UNHASHED}
+    flat = {k: v for k, v in (config.flat() if isinstance(config, Config) else config).items()
+            if k not in UNHASHED and not (k in HASHED_UNLESS and v == HASHED_UNLESS[k])}
     return hashlib.sha1(json.dumps([kind, trace, flat], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -55,7 +55,7 @@ class DesResult:
 
     model: str                 # the model simulated (the preset, or the trace's own dimensions)
     hardware: str              # the machine simulated (with the link swapped in, if any)
-    engine: str                # the engine it was timed as (``moesim.sim.engines``)
+    timed_as: str              # the engine it was timed as (``moesim.sim.engines``)
     config: Config = field(repr=False)
     tpot_s: float
     tpot_p50_s: float
@@ -116,9 +116,9 @@ class DesResult:
         """The model and machine simulated, every setting (``Config.flat``) and every metric; not the
         per-step times, the decision log or the arrays behind them."""
         settings = {k: v for k, v in self.config.flat().items() if k not in ("model", "hardware", *SERVE_SETTINGS)}
-        return {"model": self.model, "hardware": self.hardware, "engine": self.engine, **settings,
+        return {"model": self.model, "hardware": self.hardware, "timed_as": self.timed_as, **settings,
                 **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in
-                   ("model", "hardware", "engine", "config", "step_times", "decisions", "requests", "executed",
+                   ("model", "hardware", "timed_as", "config", "step_times", "decisions", "requests", "executed",
                     "costs")}}
 
 
@@ -537,7 +537,7 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
     low, high = interval(tokens_per_s, run.hardware, run.named)
 
     return DesResult(
-        model=run.model.name, hardware=run.hardware.name, engine=run.engine.name, config=config,
+        model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name, config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),

@@ -215,6 +215,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     config = source.sized(config, footprint, memory)
     slots = config.cache.slots(trace.meta.num_layers)
     sparams = module_params(strategy, config.execution.params)
+    named = named or config.execution.engine != "auto"  # an engine the configuration names is timed as itself
     engine = engine_for(config, named)
     rows, cost = source.arrays(config, slots, model, hardware, weights, lowbit_dtype(strategy, sparams), engine)
     per_expert = config.execution.kernel == "per-expert"

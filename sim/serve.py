@@ -128,7 +128,7 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     moved = float(loads * run.costs.expert_bytes + counters[C_LOWBIT] * run.costs.lowbit_bytes + rows.lut_bytes)
     requests = request_frame(queue)
     summary = summarise(requests, steps, sv, moved, seconds)
-    summary.update(engine=run.engine.name, capacity=run.config.cache.capacity, **run.memory.fields(),
+    summary.update(timed_as=run.engine.name, capacity=run.config.cache.capacity, **run.memory.fields(),
                    slots_min=int(steps["slots"].min()),
                    slots_mean=float(steps["slots_mean"].mean()), reclaimed=int(counters[C_RECLAIMED]))
     if rows.share is not None:  # the most the GPU held at once

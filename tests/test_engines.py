@@ -83,20 +83,20 @@ def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):
         return json.loads(out)
 
     plain = result(*run)["results"][0]
-    assert plain["engine"] == "llama.cpp"
+    assert plain["timed_as"] == "llama.cpp" and plain["engine"] == "auto"
     # a spec sheet's machine: the tokens/s comes with its 80% interval (moesim.sim.accuracy)
     assert (plain["tokens_per_s_low"], plain["tokens_per_s_high"]) == pytest.approx(
         (plain["tokens_per_s"] * OPERATIONS_BAND[0], plain["tokens_per_s"] * OPERATIONS_BAND[1]), rel=1e-12)
     one_pool = replace(toy, numa=llama.numa)
     monkeypatch.setattr(engines, "ENGINES", {"toy": one_pool, **ENGINES})
     same = result(*run)["results"][0]
-    assert same["engine"] == "toy" and same["tokens_per_s"] == plain["tokens_per_s"] and \
+    assert same["timed_as"] == "toy" and same["tokens_per_s"] == plain["tokens_per_s"] and \
         same["ram_gb"] == plain["ram_gb"]
     monkeypatch.setattr(engines, "ENGINES", {"toy": toy, **ENGINES})
     mine = result(*run)["results"][0]
     spec = get_model("mixtral-8x7b")
     experts = 20 * spec.num_experts * spec.expert_params * 4.5 / 8 / 2 ** 30  # q4_k: 4.5 bits a weight
-    assert mine["engine"] == "toy" and mine["ram_gb"] == pytest.approx(plain["ram_gb"] + experts, rel=1e-9)
+    assert mine["timed_as"] == "toy" and mine["ram_gb"] == pytest.approx(plain["ram_gb"] + experts, rel=1e-9)
     assert mine["tokens_per_s"] > plain["tokens_per_s"]
     rows = result("plan", "--model", "mixtral-8x7b", "--hardware", machine, "--dtype", "q4_k", "--threads", "4",
                   "--json")["rows"]
@@ -131,5 +131,37 @@ def test_a_plan_row_is_timed_as_its_engine_and_sim_run_as_the_placement():
     layer_s = ENGINES["Mixtral-offloading"].layer_us * 1e-6
     assert layer_s > 0 and row["tpot_s"] == pytest.approx(plain.tpot_s + p.spec.num_layers * layer_s, rel=1e-9)
     assert row["tokens_per_s_low"] == pytest.approx(row["tokens_per_s"] * NAMED_BAND[0], rel=1e-12)
-    assert plain.engine == "Mixtral-offloading"
+    assert plain.timed_as == "Mixtral-offloading"
     assert plain.tokens_per_s_high == pytest.approx(plain.tokens_per_s * OPERATIONS_BAND[1], rel=1e-12)
+
+
+def test_sim_run_times_a_named_engine_as_plan_does(cli):
+    """``--engine NAME`` times a run as that engine, its learned framework time included (a plan row's number):
+    ``layer_us`` more on each MoE layer of each token than ``auto``; an engine that does not run the strategy, or
+    lacks the mechanism the settings ask for, is refused in one line; ``auto`` keeps the ids of runs stored before the
+    setting existed."""
+    from moesim.sim.accuracy import NAMED_BAND
+    from moesim.sim.config import config_id
+
+    trace = bundled_trace_path()
+    run = ("sim", "run", trace, "--hardware", "rtx4090", "--strategy", "gpu-cache", "--policy", "lru", "--capacity",
+           "4", "--dtype", "q4_k", "--json")
+    results = []
+    for engine in ("auto", "Mixtral-offloading"):
+        code, out, err = cli(*run, "--engine", engine)
+        assert code == 0, err
+        results.append(json.loads(out)["results"][0])
+    auto, named = results
+    layers = get_model("mixtral-8x7b").num_layers
+    assert named["timed_as"] == auto["timed_as"] == "Mixtral-offloading" and named["engine"] == "Mixtral-offloading"
+    assert named["tpot_s"] == pytest.approx(auto["tpot_s"] + layers * ENGINES["Mixtral-offloading"].layer_us * 1e-6,
+                                            rel=1e-9)
+    assert named["tokens_per_s_high"] == pytest.approx(named["tokens_per_s"] * NAMED_BAND[1], rel=1e-12)
+    code, _, err = cli(*run, "--engine", "kTransformers")
+    assert code == 1 and err.count("\n") == 1 and "--engine kTransformers does not run strategy gpu-cache" in err
+    code, _, err = cli(*run, "--engine", "Mixtral-offloading", "--prefetch", "history")
+    assert code == 1 and "(it fetches nothing ahead); MoE-Infinity does" in err
+    config = Config.build(strategy="gpu-cache")
+    assert config_id("des", "t", config) == config_id("des", "t", {k: v for k, v in config.flat().items()
+                                                                    if k != "engine"})
+    assert config_id("des", "t", config.replace(engine="Mixtral-offloading")) != config_id("des", "t", config)

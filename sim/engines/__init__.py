@@ -27,7 +27,10 @@ def engine_for(config, named: bool = False) -> EngineSpec:
     """The engine a run of ``config`` is timed as: the first of ``ENGINES`` that runs its strategy and takes its
     settings, with its framework time learned from published points (``layer_us``) where the run is that engine's
     (``named``: a plan's row, which names it), else the placement as its operations run (a ``sim run``: what a
-    cache policy or a placement gives, whichever code runs it)."""
+    cache policy or a placement gives, whichever code runs it); the engine the configuration names
+    (``execution.engine``), framework time included, where it names one."""
+    if config.execution.engine in ENGINES:  # named by the run itself
+        return ENGINES[config.execution.engine]
     strategy = config.execution.strategy
     engine = next((e for e in ENGINES.values() if strategy in e.runs and e.takes(config)), UNNAMED)
     return engine if named or not engine.layer_us else replace(engine, layer_us=0.0)
