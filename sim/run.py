@@ -217,6 +217,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     sparams = module_params(strategy, config.execution.params)
     named = named or config.execution.engine != "auto"  # an engine the configuration names is timed as itself
     engine = engine_for(config, named)
+    if named and engine.kernel is not None:  # the engine runs its own kind of expert kernel
+        config = config.replace(kernel=engine.kernel)
     rows, cost = source.arrays(config, slots, model, hardware, weights, lowbit_dtype(strategy, sparams), engine)
     per_expert = config.execution.kernel == "per-expert"
     inputs = Inputs(

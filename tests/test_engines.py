@@ -136,8 +136,8 @@ def test_a_plan_row_is_timed_as_its_engine_and_sim_run_as_the_placement():
 
 
 def test_sim_run_times_a_named_engine_as_plan_does(cli):
-    """``--engine NAME`` times a run as that engine, its learned framework time included (a plan row's number):
-    ``layer_us`` more on each MoE layer of each token than ``auto``; an engine that does not run the strategy, or
+    """``--engine NAME`` times a run as that engine, its learned framework time and its kernel kind included (a plan
+    row's number): ``layer_us`` more on each MoE layer of each token than ``auto`` with that kernel; an engine that does not run the strategy, or
     lacks the mechanism the settings ask for, is refused in one line; ``auto`` keeps the ids of runs stored before the
     setting existed."""
     from moesim.sim.accuracy import NAMED_BAND
@@ -147,11 +147,12 @@ def test_sim_run_times_a_named_engine_as_plan_does(cli):
     run = ("sim", "run", trace, "--hardware", "rtx4090", "--strategy", "gpu-cache", "--policy", "lru", "--capacity",
            "4", "--dtype", "q4_k", "--json")
     results = []
-    for engine in ("auto", "Mixtral-offloading"):
-        code, out, err = cli(*run, "--engine", engine)
+    for engine, kernel in (("auto", ("--kernel", "per-expert")), ("Mixtral-offloading", ())):
+        code, out, err = cli(*run, "--engine", engine, *kernel)
         assert code == 0, err
         results.append(json.loads(out)["results"][0])
     auto, named = results
+    assert named["kernel"] == "per-expert"  # the engine runs its own kernel kind, one per expert
     layers = get_model("mixtral-8x7b").num_layers
     assert named["timed_as"] == auto["timed_as"] == "Mixtral-offloading" and named["engine"] == "Mixtral-offloading"
     assert named["tpot_s"] == pytest.approx(auto["tpot_s"] + layers * ENGINES["Mixtral-offloading"].layer_us * 1e-6,

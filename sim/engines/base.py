@@ -27,6 +27,8 @@ class EngineSpec:
     - ``cpu_ops``: thread barriers a CPU layer's routed experts take, ``a + b · top_k`` (``expert_barriers``);
     - ``offload_min_tokens``: a row of at least this many tokens has its CPU layers' experts copied to the GPU and
       run there (None: never);
+    - ``kernel``: the kind of GPU expert kernel it runs (``fused``, ``per-expert``; None: the run's setting), which a
+      run timed as it takes;
     - ``layer_us``: its framework's time per MoE layer and row, beyond the operations moesim times (interpreter,
       dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
       cross-validation only (``moesim.experiments.crossval``), with its provenance in ``sources``;
@@ -46,6 +48,7 @@ class EngineSpec:
     shared_overlap: bool = False
     cpu_ops: tuple = (5, 1)
     offload_min_tokens: int | None = None
+    kernel: str | None = None
     layer_us: float = 0.0
     threads_flag: str | None = None
     sources: tuple = ()
