@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from moesim import simulate
+from moesim.sim import engines
 from moesim.experiments.crossval import Point, cross_validate, fit, groups, interval
 from moesim.experiments.plan import plan_trace
 from moesim.sim.engines import ENGINES
@@ -71,9 +72,10 @@ def machine_for(point: dict):
     return replace(hw, cpu=replace(hw.cpu, threads=threads, dram_eff=dram_eff_without(hw.cpu.name)))
 
 
-def predict(point: dict) -> dict:
+def predict(point: dict, grid: tuple = ()) -> dict:
     """moesim's tokens/s for one point, with the memory it needs, the DRAM fraction it took, the share of its
-    time the CPU's thread barriers take, the engine it was timed as and the MoE layers a token crosses."""
+    time the CPU's thread barriers take, the engine it was timed as and, for each framework time of ``grid`` (µs a
+    layer), a token's seconds timed as that engine with it."""
     spec = model_for(point)
     hw = machine_for(point)
     trace, _ = plan_trace(spec, None, 1)
@@ -86,11 +88,26 @@ def predict(point: dict) -> dict:
     r = simulate(trace, hardware=hw, **settings)
     out = {"predicted": r.tokens_per_s, "tpot_s": r.tpot_s, "vram_gb": r.vram_gb, "ram_gb": r.ram_gb,
            "hardware": hw.describe(), "dram_eff": hw.cpu.dram_eff if hw.cpu else None, "barrier_share": 0.0,
-           "timed_as": r.timed_as, "layers": spec.num_layers}
+           "timed_as": r.timed_as}
+    if grid:  # a token's seconds timed as its engine with each framework time of the grid (a prefetcher may hide some)
+        out["seconds"] = [framework_tpot(trace, settings, hw, r.timed_as, us) if r.timed_as in ENGINES else r.tpot_s
+                          for us in grid]
     if hw.cpu is not None:
         free = replace(hw, cpu=replace(hw.cpu, barrier_base_us=0.0, barrier_thread_us=0.0))
         out["barrier_share"] = 1 - simulate(trace, hardware=free, **settings).tpot_s / r.tpot_s
     return out
+
+
+def framework_tpot(trace, settings: dict, hw, name: str, layer_us: float) -> float:
+    """A token's seconds timed as the engine ``name`` (its kernel kind included) taking ``layer_us`` a MoE layer."""
+    saved = engines.ENGINES
+    engines.ENGINES = {n: replace(e, layer_us=layer_us) if n == name else e for n, e in saved.items()}
+    if ENGINES[name].kernel is not None:  # the engine runs its own kernel kind (the point's, where it says one)
+        settings = {k: v for k, v in settings.items() if k != "kernel"}
+    try:
+        return simulate(trace, hardware=hw, engine=name, **settings).tpot_s
+    finally:
+        engines.ENGINES = saved
 
 
 def placement(point: dict, spec) -> str:
@@ -104,10 +121,10 @@ def placement(point: dict, spec) -> str:
     return f"layers on CPU {layers}/{spec.num_layers}"
 
 
-def run(points: list[dict]) -> list[dict]:
+def run(points: list[dict], grid: tuple = ()) -> list[dict]:
     rows = []
     for p in points:
-        out = predict(p)
+        out = predict(p, grid if p.get("counted", True) else ())
         error = (out["predicted"] - p["measured"]) / p["measured"]
         rows.append({**p, **out, "error": error, "counted": p.get("counted", True),
                      "placement": placement(p, get_model(p["model"]))})
@@ -192,12 +209,15 @@ def source_of(point: dict) -> str:
     return name
 
 
+LAYER_US_GRID = (0.0, 250.0, 500.0, 1000.0, 2000.0, 4000.0, 8000.0, 12000.0, 16000.0, 24000.0, 32000.0, 64000.0,
+                 1e5)  # the framework times each counted point is simulated at (µs a MoE layer), LAYER_US_BOUNDS's
+
+
 def cv_points(rows: list[dict]) -> list[Point]:
-    """The counted points as the cross-validation sees them: the seconds a token takes with no framework time (each
-    point is simulated without one: ``simulate`` leaves out what is learned for an engine) and the seconds each µs of
-    it adds (one per MoE layer)."""
-    return [Point(r["id"], source_of(r), r.get("box", r["machine"]), r["engine"], r["measured"], r["tpot_s"],
-                  r["layers"] * 1e-6) for r in rows if r["counted"]]
+    """The counted points as the cross-validation sees them: a token's seconds simulated at each framework time of
+    ``LAYER_US_GRID``."""
+    return [Point(r["id"], source_of(r), r.get("box", r["machine"]), r["engine"], r["measured"], LAYER_US_GRID,
+                  tuple(r["seconds"])) for r in rows if r["counted"]]
 
 
 def cv_summary(checked: list) -> dict:
@@ -295,7 +315,7 @@ def main() -> None:
                         "without its group, each with its 80%% interval")
     args = parser.parse_args()
     points = tomllib.loads((HERE / "published_points.toml").read_text())["point"]
-    rows = run(points)
+    rows = run(points, LAYER_US_GRID if args.cv else ())
     if not args.cv:
         s = summary(rows)
         print_table(rows, s)
@@ -313,8 +333,8 @@ def main() -> None:
     if args.plot:
         plot_cv(checked, args.plot)
     print("ships: " + "; ".join(f"{k} layer_us = {v:.0f}" for k, v in shipped.items()))
-    for what, rows_ in (("a plan's rows (each engine's framework time)", checked),
-                        ("a sim run (no framework time)", plain)):
+    for what, rows_ in (("predictions with the framework times that ship (FRAMEWORK_BAND)", checked),
+                        ("predictions with none (OPERATIONS_BAND)", plain)):
         low, high = interval([c.point.measured / c.predicted for c in rows_])
         print(f"  the band of {what}: measured / predicted over all {len(rows_)} points, 10th and 90th percentiles, "
               f"({low:.2f}, {high:.2f}); held out, such intervals held {100 * cv_summary(rows_)['coverage']:.0f}%, "

@@ -12,7 +12,7 @@ from moesim.errors import option
 from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, read_by, run_with
 from moesim.experiments.plan import plan as run_plan
 from moesim.files import check_output
-from moesim.sim.accuracy import NAMED_HELD
+from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.tracegen.trace import trace_file
 
@@ -86,11 +86,11 @@ def plan(
                 placed(r), rate(r), three(r["ttft_s"]), three(r["vram_gb"]), three(r["ram_gb"])]
                for r in result.rows])
     if any(r["tokens_per_s_low"] is not None for r in result.rows):
-        console.print(f"tok/s: as the row's engine runs it, its framework time learned from published points (sim run "
-                      f"--engine NAME gives the same); (80% "
-                      f"interval): measured / predicted over them, 10th to 90th percentile; each built without its "
-                      f"point's source or machine, such intervals held {NAMED_HELD:.0%} of them (docs/fidelity.md)",
-                      soft_wrap=True)
+        console.print(f"tok/s: as the row's engine runs it, the framework time learned for it from published points "
+                      f"included (sim run --engine NAME gives the same); (80% interval): measured / predicted over "
+                      f"them, 10th to 90th percentile; each built without its point's source or machine, such "
+                      f"intervals held {FRAMEWORK_HELD:.0%} of them with a learned time, {OPERATIONS_HELD:.0%} without "
+                      "(docs/fidelity.md)", soft_wrap=True)
     if any(r["dtype"] is None for r in [*result.rows, *result.skipped]):  # the model file's own storage, in words
         console.print(f"{OWN} {result.spec.storage_text}", soft_wrap=True)
     if not wide:

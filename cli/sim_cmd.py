@@ -13,7 +13,7 @@ from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError, option
 from moesim.files import check_output
-from moesim.sim.accuracy import NAMED_HELD, OPERATIONS_HELD
+from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD
 from moesim.sim.config import RUN_SETTINGS, check_model_read
 from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import get_strategy
@@ -110,13 +110,13 @@ def run(
            + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu + [r.hit_rate] * cached + [r.vram_gb, r.ram_gb]
            + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
     if any(r.tokens_per_s_low is not None for r in results):
-        named = base.execution.engine != "auto"
-        console.print(("tok/s: as the engine runs it, its framework time learned from published points included"
-                       if named else "tok/s: the placement's operations, no engine's framework time (--engine NAME, "
-                       "as moesim plan, adds it)")
+        framework = any(r.framework_us for r in results)
+        console.print(("tok/s: as the engine runs it, the framework time learned for it from published points "
+                       "included" if framework else "tok/s: the placement's operations, no engine's framework time "
+                       "(--engine NAME, as moesim plan, adds one where it was learned)")
                       + "; (80% interval): measured / predicted over published points of real engines (docs/"
-                      f"fidelity.md; such intervals held {NAMED_HELD if named else OPERATIONS_HELD:.0%} of them)",
-                      soft_wrap=True)
+                      f"fidelity.md; such intervals held {FRAMEWORK_HELD if framework else OPERATIONS_HELD:.0%} of "
+                      "them)", soft_wrap=True)
     if prefetch != "none":
         for r in results:
             console.print(f"{r.policy} @ {slots_text(r.capacity)}: predictions' precision {_pct(r.prefetch_precision)}, "

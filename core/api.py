@@ -443,7 +443,7 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
     >>> r = next(r for r in p.rows if r["strategy"] == "cpu-experts")
     >>> round(r["tokens_per_s"], 1), r["engine_flags"], round(r["tokens_per_s_low"]), round(r["tokens_per_s_high"])
-    (43.1, '-ngl 99 --n-cpu-moe 4', 20, 75)
+    (43.1, '-ngl 99 --n-cpu-moe 4', 11, 60)
     """
     from moesim.experiments.plan import PLAN_PROMPT, PLAN_SETTINGS, plan as run
 

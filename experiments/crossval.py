@@ -3,9 +3,10 @@ give.
 
 A published point is a decode speed someone measured (tokens/s at batch 1) on a machine moesim describes from its
 spec sheet. moesim's prediction for it, with an engine constant ``c`` that the spec sheets cannot give (an engine's
-framework time per MoE layer, ``EngineSpec.layer_us``), is ``1 / (base_s + per_unit · c)``: ``base_s`` the seconds
-a token takes with ``c = 0``, ``per_unit`` the seconds each unit of ``c`` adds (the layers a token crosses, 1e-6 s
-per µs each; at batch 1 a layer's time adds to the token's, so the form is exact: ``tests/test_crossval.py``).
+framework time per MoE layer, ``EngineSpec.layer_us``), is one over the seconds a token takes, simulated at each
+constant of a grid (``grid``, ``seconds``) and interpolated between them: a layer's time adds to the token's where
+nothing overlaps it (``tests/test_crossval.py``), but a prefetcher's copies may hide part of it, so each point is
+simulated, not extrapolated.
 
 - **Fit** (``fit``): for each kind of point (an engine), the ``c`` in ``bounds`` that minimises the squared log
   errors over its points; a kind with no points keeps 0.
@@ -15,7 +16,7 @@ per µs each; at batch 1 a layer's time adds to the token's, so the form is exac
   source or machine is in its fit; its error is the figure quoted.
 - **Interval** (``interval``): the 80% interval of a prediction is the prediction times the 10th and 90th
   percentiles of ``measured / predicted`` over held-out predictions of other groups, of every engine (one engine's
-  alone held 44% of the points, too few of its own left once its group is out; every engine's, 78%). For a held-out point those
+  alone held fewer of the points: too few of its own are left once its group is out). For a held-out point those
   ratios come from a second cross-validation inside its training groups, so the interval never sees the point
   either, and its **coverage** (the share of held-out points inside their interval) is measured, not assumed.
 """
@@ -40,12 +41,12 @@ class Point:
     machine: str        # the physical machine (likewise)
     kind: str           # which constant it takes (its engine)
     measured: float     # tokens/s
-    base_s: float       # moesim's seconds a token with the constant at 0
-    per_unit: float     # seconds each unit of the constant adds to a token
+    grid: tuple         # constants the point was simulated at, rising from 0
+    seconds: tuple      # moesim's seconds a token at each
 
     def predicted(self, constant: float) -> float:
-        """tokens/s with the constant at ``constant``."""
-        return 1.0 / (self.base_s + self.per_unit * constant)
+        """tokens/s with the constant at ``constant`` (the seconds interpolated between the grid's)."""
+        return 1.0 / float(np.interp(constant, self.grid, self.seconds))
 
 
 def groups(points: list[Point]) -> np.ndarray:
@@ -73,10 +74,9 @@ def fit(points: list[Point], bounds: tuple[float, float], kinds=None) -> dict[st
     for kind in dict.fromkeys(p.kind for p in points if kinds is None or p.kind in kinds):
         mine = [p for p in points if p.kind == kind]
         measured = np.log([p.measured for p in mine])
-        base, unit = np.array([p.base_s for p in mine]), np.array([p.per_unit for p in mine])
 
-        def loss(c, base=base, unit=unit, measured=measured):
-            return float(np.sum((np.log(base + unit * c) + measured) ** 2))  # log(1/t) - log(m) = -(log t + log m)
+        def loss(c, mine=mine, measured=measured):
+            return float(np.sum((np.log([p.predicted(c) for p in mine]) - measured) ** 2))
 
         out[kind] = float(minimize_scalar(loss, bounds=bounds, method="bounded",
                                           options={"xatol": 1e-9 * max(1.0, abs(bounds[1]))}).x)

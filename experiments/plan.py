@@ -280,7 +280,8 @@ def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
 
 def _fold(rows: list[dict], results: list) -> tuple[list[dict], list]:
     """Rows that keep every expert on the GPU are one placement whatever the strategy: per format, the first
-    (the fastest) stays, named for what it is, lists the candidates folded into it, and takes the least GPU memory
+    (the fastest: an engine with no framework time learned for it; the others folded in, ``same_as``, would take
+    theirs) stays, named for what it is, lists the candidates folded into it, and takes the least GPU memory
     and host RAM of the one of them that needs the least GPU memory (then RAM; the engines differ in what they hold
     beside the experts: a host copy, scratch buffers). Returns the rows and their results, still side by side."""
     out, kept = [], {}
@@ -295,7 +296,7 @@ def _fold(rows: list[dict], results: list) -> tuple[list[dict], list]:
                                                       (r["vram_gb"], r["ram_gb"]))
         else:
             kept[r["format"]] = {**r, "strategy": ALL_ON_GPU, "policy": None, "prefetch": None, "capacity": None,
-                                "scope": None, "cpu_layers": 0, "engine": f"{WHOLE_ON_GPU.name}, or any engine",
+                                "scope": None, "cpu_layers": 0, "engine": WHOLE_ON_GPU.name,
                                 "engine_flags": whole, "same_as": [_candidate(r)]}
             out.append((kept[r["format"]], result))
     return [r for r, _ in out], [result for _, result in out]
@@ -330,6 +331,7 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
             "tokens_per_s_high": r.tokens_per_s_high, "tpot_s": r.tpot_s, "ttft_s": r.ttft_s,
             "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hit_rate": r.hit_rate, "cpu_share": r.cpu_share,
             "engine": engine.name, "engine_flags": engine.command(params, config, spec, gpu),
+            "framework_us": r.framework_us,
             # every expert on the GPU: the settings that run that placement (``_fold``; the CPU's threads read by
             # nothing), else None
             "whole_on_gpu": WHOLE_ON_GPU.flags({}, config, spec, gpu) if all_on_gpu else None}

@@ -4,16 +4,16 @@ speeds of real engines (``benchmarks/published_points.toml``; ``python benchmark
 
 A tokens/s predicted for a machine described by its spec sheet comes with an 80% interval: the prediction times the
 10th and 90th percentiles of those ratios, each predicted without its point's group (no point sharing its source or
-machine in anything it was made from). A run timed as its engine, the framework time learned for it included (a
-plan's row), takes ``NAMED_BAND``; a run of the placement's operations alone (``sim run``), ``OPERATIONS_BAND``.
-Built the same way for each published point from the other groups only, such intervals held ``NAMED_HELD`` and
-``OPERATIONS_HELD`` of the points. A machine that carries measured rates (``moesim calibrate``'s: a ``[compute]``
+machine in anything it was made from). A run timed as its engine, the framework time learned for it included (a, ``sim run --engine NAME``) where one was learned for it takes ``FRAMEWORK_BAND``; a run without one (the
+placement's operations: ``sim run``; an engine with none learned), ``OPERATIONS_BAND``. Built the same way for each
+published point from the other groups only, such intervals held ``FRAMEWORK_HELD`` and ``OPERATIONS_HELD`` of the
+points. A machine that carries measured rates (``moesim calibrate``'s: a ``[compute]``
 table, a CPU's unpack rates) gets none: the published spread is a spec sheet's, not a measurement's.
 """
 
 from __future__ import annotations
 
-NAMED_BAND, NAMED_HELD = (0.47, 1.74), 0.75
+FRAMEWORK_BAND, FRAMEWORK_HELD = (0.47, 1.75), 0.75
 OPERATIONS_BAND, OPERATIONS_HELD = (0.26, 1.40), 0.64
 
 
@@ -22,10 +22,10 @@ def measured(hw) -> bool:
     return hw.compute is not None or (hw.cpu is not None and bool(hw.cpu.unpack_gbps))
 
 
-def interval(tokens_per_s: float, hw, named: bool) -> tuple[float | None, float | None]:
-    """The 80% interval of ``tokens_per_s`` predicted for ``hw`` (``named``: timed as its engine): (None, None) where
-    ``hw`` is measured."""
+def interval(tokens_per_s: float, hw, framework: bool) -> tuple[float | None, float | None]:
+    """The 80% interval of ``tokens_per_s`` predicted for ``hw`` (``framework``: an engine's learned framework time is
+    in it): (None, None) where ``hw`` is measured."""
     if measured(hw) or tokens_per_s != tokens_per_s:
         return None, None
-    low, high = NAMED_BAND if named else OPERATIONS_BAND
+    low, high = FRAMEWORK_BAND if framework else OPERATIONS_BAND
     return tokens_per_s * low, tokens_per_s * high

@@ -56,6 +56,7 @@ class DesResult:
     model: str                 # the model simulated (the preset, or the trace's own dimensions)
     hardware: str              # the machine simulated (with the link swapped in, if any)
     timed_as: str              # the engine it was timed as (``moesim.sim.engines``)
+    framework_us: float        # ... and the framework time per MoE layer learned for it that the run took (0: none)
     config: Config = field(repr=False)
     tpot_s: float
     tpot_p50_s: float
@@ -534,10 +535,11 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
         return float(x.mean()) if x.size else float("nan")
 
     tokens_per_s = tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan")
-    low, high = interval(tokens_per_s, run.hardware, run.named)
+    low, high = interval(tokens_per_s, run.hardware, run.engine.layer_us > 0)
 
     return DesResult(
-        model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name, config=config,
+        model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name,
+        framework_us=run.engine.layer_us, config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),

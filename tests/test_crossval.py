@@ -12,9 +12,11 @@ from moesim.tracegen.models import get_model
 
 
 def point(name, source, machine, kind="e", base_s=0.01, per_unit=1e-6, constant=0.0, scale=1.0):
-    """A point whose engine really has ``constant`` µs a layer: its measured speed is the model's at that constant
-    (times ``scale``)."""
-    return Point(name, source, machine, kind, scale / (base_s + per_unit * constant), base_s, per_unit)
+    """A point whose engine really has ``constant`` µs a layer, its seconds linear in it: its measured speed is the
+    model's at that constant (times ``scale``)."""
+    grid = (0.0, 1e5)
+    return Point(name, source, machine, kind, scale / (base_s + per_unit * constant), grid,
+                 tuple(base_s + per_unit * c for c in grid))
 
 
 def test_points_that_share_a_source_or_a_machine_are_one_group():

@@ -122,7 +122,7 @@ def test_a_plan_row_is_timed_as_its_engine_and_sim_run_as_the_placement():
     same placement's in ``sim run`` plus that time on each of the model's MoE layers, and its interval is the named
     band; ``sim run`` times the placement's operations alone, with the operations' band."""
     import moesim
-    from moesim.sim.accuracy import NAMED_BAND, OPERATIONS_BAND
+    from moesim.sim.accuracy import FRAMEWORK_BAND, OPERATIONS_BAND
     from moesim.sim.des import simulate_des
 
     p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",))
@@ -130,7 +130,7 @@ def test_a_plan_row_is_timed_as_its_engine_and_sim_run_as_the_placement():
     plain = simulate_des(p.simulated, result.config, p.spec, p.machine_spec)
     layer_s = ENGINES["Mixtral-offloading"].layer_us * 1e-6
     assert layer_s > 0 and row["tpot_s"] == pytest.approx(plain.tpot_s + p.spec.num_layers * layer_s, rel=1e-9)
-    assert row["tokens_per_s_low"] == pytest.approx(row["tokens_per_s"] * NAMED_BAND[0], rel=1e-12)
+    assert row["tokens_per_s_low"] == pytest.approx(row["tokens_per_s"] * FRAMEWORK_BAND[0], rel=1e-12)
     assert plain.timed_as == "Mixtral-offloading"
     assert plain.tokens_per_s_high == pytest.approx(plain.tokens_per_s * OPERATIONS_BAND[1], rel=1e-12)
 
@@ -140,7 +140,7 @@ def test_sim_run_times_a_named_engine_as_plan_does(cli):
     row's number): ``layer_us`` more on each MoE layer of each token than ``auto`` with that kernel; an engine that does not run the strategy, or
     lacks the mechanism the settings ask for, is refused in one line; ``auto`` keeps the ids of runs stored before the
     setting existed."""
-    from moesim.sim.accuracy import NAMED_BAND
+    from moesim.sim.accuracy import FRAMEWORK_BAND
     from moesim.sim.config import config_id
 
     trace = bundled_trace_path()
@@ -157,12 +157,22 @@ def test_sim_run_times_a_named_engine_as_plan_does(cli):
     assert named["timed_as"] == auto["timed_as"] == "Mixtral-offloading" and named["engine"] == "Mixtral-offloading"
     assert named["tpot_s"] == pytest.approx(auto["tpot_s"] + layers * ENGINES["Mixtral-offloading"].layer_us * 1e-6,
                                             rel=1e-9)
-    assert named["tokens_per_s_high"] == pytest.approx(named["tokens_per_s"] * NAMED_BAND[1], rel=1e-12)
+    assert named["tokens_per_s_high"] == pytest.approx(named["tokens_per_s"] * FRAMEWORK_BAND[1], rel=1e-12)
+    assert named["framework_us"] == ENGINES["Mixtral-offloading"].layer_us and auto["framework_us"] == 0
     code, _, err = cli(*run, "--engine", "kTransformers")
     assert code == 1 and err.count("\n") == 1 and "--engine kTransformers does not run strategy gpu-cache" in err
     code, _, err = cli(*run, "--engine", "Mixtral-offloading", "--prefetch", "history")
-    assert code == 1 and "(it fetches nothing ahead); MoE-Infinity does" in err
+    assert code == 1 and "(its cache is LRU and fetches nothing ahead); MoE-Infinity does" in err
     config = Config.build(strategy="gpu-cache")
     assert config_id("des", "t", config) == config_id("des", "t", {k: v for k, v in config.flat().items()
                                                                     if k != "engine"})
     assert config_id("des", "t", config.replace(engine="Mixtral-offloading")) != config_id("des", "t", config)
+
+
+def test_a_kernel_given_to_an_engine_that_runs_its_own_is_refused(cli):
+    """Mixtral-offloading runs one kernel per expert whatever ``--kernel`` says: a kernel typed beside it is read by
+    nothing, one line, exit 1."""
+    code, _, err = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--policy", "lru", "--capacity",
+                       "4", "--engine", "Mixtral-offloading", "--kernel", "fused")
+    assert code == 1 and err.count("\n") == 1
+    assert "--kernel: engine Mixtral-offloading runs its own kind of expert kernel (per-expert)" in err

@@ -6,8 +6,8 @@ from moesim.sim.engines.base import EngineSpec
 
 
 def takes(config) -> bool:
-    """It fetches nothing ahead."""
-    return config.prefetch.prefetcher == "none"
+    """Its cache is LRU and fetches nothing ahead."""
+    return config.cache.policy == "lru" and config.prefetch.prefetcher == "none"
 
 
 def flags(params: dict, config, model, gpu: bool) -> str:
