@@ -4,11 +4,12 @@ speeds of real engines (``benchmarks/published_points.toml``; ``python benchmark
 
 A tokens/s predicted for a machine described by its spec sheet comes with an 80% interval: the prediction times the
 10th and 90th percentiles of those ratios, each predicted without its point's group (no point sharing its source or
-machine in anything it was made from). A run timed as its engine, the framework time learned for it included (a, ``sim run --engine NAME``) where one was learned for it takes ``FRAMEWORK_BAND``; a run without one (the
+machine in anything it was made from). A prediction that includes an engine's learned framework time (a plan's
+row, ``sim run --engine NAME``, where one was learned for the engine) takes ``FRAMEWORK_BAND``; one without (the
 placement's operations: ``sim run``; an engine with none learned), ``OPERATIONS_BAND``. Built the same way for each
 published point from the other groups only, such intervals held ``FRAMEWORK_HELD`` and ``OPERATIONS_HELD`` of the
-points. A machine that carries measured rates (``moesim calibrate``'s: a ``[compute]``
-table, a CPU's unpack rates) gets none: the published spread is a spec sheet's, not a measurement's.
+points. A machine that carries measured rates (``moesim calibrate``'s: a ``[compute]`` table, a CPU's unpack rates)
+gets none: the published spread is a spec sheet's, not a measurement's.
 """
 
 from __future__ import annotations
