@@ -28,7 +28,7 @@ class EngineSpec:
     - ``offload_min_tokens``: a row of at least this many tokens has its CPU layers' experts copied to the GPU and
       run there (None: never);
     - ``kernel``: the kind of GPU expert kernel it runs (``fused``, ``per-expert``; None: the run's setting), which a
-      run timed as it takes;
+      run named for it takes (a plan's row, ``--engine NAME``; ``auto`` keeps the run's setting);
     - ``layer_us``: its framework's time per MoE layer and row, beyond the operations moesim times (interpreter,
       dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
       cross-validation only (``moesim.experiments.crossval``), with its provenance in ``sources``;
