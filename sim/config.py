@@ -723,11 +723,10 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
     unread = _threads_unread(strategies, machines) if strategy_read and "threads" in given else None
     if unread:
         raise MoesimError(f"{option('threads')}: {unread}")
-    fixed = {ENGINES[c.execution.engine].kernel for c in configs if c.execution.engine in ENGINES} - {None}
-    if "kernel" in given and fixed and all(c.execution.engine in ENGINES and ENGINES[c.execution.engine].kernel
-                                           for c in configs):
-        raise MoesimError(f"{option('kernel')}: engine {', '.join(dict.fromkeys(c.execution.engine for c in configs))} "
-                          f"runs its own kind of expert kernel ({', '.join(sorted(fixed))}), so nothing reads it")
+    named = [ENGINES.get(c.execution.engine) for c in configs]  # an engine that runs its own kernel kind reads none
+    if "kernel" in given and all(e is not None and e.kernel for e in named):
+        raise MoesimError(f"{option('kernel')}: engine {', '.join(dict.fromkeys(e.name for e in named))} runs its own "
+                          f"kind of expert kernel ({', '.join(sorted({e.kernel for e in named}))}), so nothing reads it")
     # (a link, a GPU memory: the hardware's)
     if "kernel" in given and all(_has_gpu(m, f) is False for m, f in machines.items()):
         raise MoesimError(f"{option('kernel')}: {' and '.join(machines)} {'has' if len(machines) == 1 else 'have'} no "

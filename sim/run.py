@@ -120,8 +120,7 @@ class Run:
     costs: Costs
     strategy: object            # the strategy's module (``moesim.sim.strategies``)
     strategy_params: dict
-    engine: EngineSpec          # the engine it is timed as (``moesim.sim.engines``)
-    named: bool                 # ... with the framework time learned for it (``engine_for``)
+    engine: EngineSpec          # the engine it is timed as (``moesim.sim.engines``; its ``layer_us``: 0 unless named)
     rows: RowArrays
     rewritten: bool             # the source rewrites the rows before each step (``RowSource.rewritten``)
     state: State = field(repr=False)
@@ -239,7 +238,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     module = get_policy(config.cache.policy)
     policy_state = policy_groups.state(config.cache.policy, module.make_state(
         source.policy_context(config, slots, module_params(module, config.cache.params))))
-    return Run(config, model, hardware, memory, cost, strategy, sparams, engine, named, rows, source.rewritten,
+    return Run(config, model, hardware, memory, cost, strategy, sparams, engine, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
                max(build, build_for(config, model, decisions, source.rewritten)))
 
