@@ -14,7 +14,7 @@ how it consumes a trace. ml-ffn and gamma have no libCacheSim counterpart; their
     python benchmarks/hitrate_vs_libcachesim.py [--accesses 50000000] [--capacity-per-layer 16] [--fullest 1]
         [--experts 64 --top-k 8] [--policies arc,fifo]
 
-``--fullest`` sets the ``fullest`` of every policy's lane paths (``FAST_PATHS``), the share of a
+``--fullest`` sets the ``fullest`` of every policy's lane paths (``fast_paths``), the share of a
 layer's experts above which FIFO, LFU, Belady and (in lanes wider than eight slots) ARC and LeCaR
 leave their lanes for the engine (1: the lanes take every capacity; default: each policy's own). ``--experts`` and
 ``--top-k`` give the trace another router's shape (Mixtral's: 8, 2), ``--policies`` a subset.
@@ -27,6 +27,7 @@ import os
 import sys
 import tempfile
 from dataclasses import replace
+from importlib import import_module
 from pathlib import Path
 
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -48,7 +49,7 @@ POLICIES = ("lru", "fifo", "belady", "lfu", "arc", "lecar", "gamma", "ml-ffn")
 def leaves_engine(policy: str) -> bool:
     """Whether ``simulate`` may take this policy off the engine per layer under sequential semantics: it
     declares fast paths (LRU's ranks, FIFO's, LFU's and Belady's lanes, ARC's and LeCaR's)."""
-    return bool(getattr(get_policy(policy), "FAST_PATHS", ()))
+    return bool(get_policy(policy).fast_paths)
 
 
 def main() -> None:
@@ -65,9 +66,9 @@ def main() -> None:
         ap.error(f"--policies: choose from {','.join(POLICIES)}")
     if args.fullest is not None:
         for name in ALL:
-            module = get_policy(name)
-            module.FAST_PATHS = tuple(replace(path, fullest=args.fullest) if path.kind != "counts" else path
-                                      for path in getattr(module, "FAST_PATHS", ()))
+            spec = get_policy(name)
+            import_module(f"moesim.policies.{name.replace('-', '_')}").SPEC = replace(spec, fast_paths=tuple(
+                replace(path, fullest=args.fullest) if path.kind != "counts" else path for path in spec.fast_paths))
     layers, experts = BENCH_LAYERS, args.experts
     trace = benchmark_trace(args.accesses, experts=experts, top_k=args.top_k)
     cap = args.capacity_per_layer

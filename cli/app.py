@@ -90,7 +90,7 @@ def engines(as_json: Annotated[bool, typer.Option("--json", help="Print JSON ins
              "shared_overlap": e.shared_overlap, "cpu_ops": list(e.cpu_ops), "offload_min_tokens": e.offload_min_tokens,
              "layer_us": e.layer_us, "kernel": e.kernel,
              "threads_flag": e.threads_flag, "sources": dict(e.sources),
-             "computes_on_cpu": any(get_strategy(s).CPU for s in e.runs)} for e in ENGINES.values()]
+             "computes_on_cpu": any(get_strategy(s).cpu for s in e.runs)} for e in ENGINES.values()]
     if as_json:
         emit_json(rows)
         return

@@ -167,7 +167,7 @@ def replay(
 def _placement(strategy, row: dict) -> tuple[list[str], list]:
     """A replayed row's placement, its columns and cells: for a strategy that places experts without a cache, the
     placement as ``sim run``'s table reads it (``layers on CPU 1/16``); for any other, its policy and slots."""
-    placed = getattr(strategy, "PLACES", None)
+    placed = strategy.places
     if placed:
         return ["placement"], [strategy.label({placed: row[placed]}, row["layers"])]
     return ["policy", "C"], [row["policy"], slots_text(row["capacity"])]
@@ -238,7 +238,7 @@ def validate(
     check_given(asked.typed, backend)
     trace = moesim.load_trace(trace_path)
     with working("simulating and replaying"):
-        placing = getattr(get_strategy(config.execution.strategy), "PLACES", None)  # the lists are a cache's runs
+        placing = get_strategy(config.execution.strategy).places  # the lists are a cache's runs
         rows = moesim.validate(trace, config, policies=None if placing else policies,
                                capacities=None if placing else capacities, cpu_layers=cpu_layers,
                                backend=backend, hardware=_hardware(asked), layers=layers, scale=scale, workdir=workdir,
@@ -249,7 +249,7 @@ def validate(
         return
     strategy = get_strategy(config.execution.strategy)
     table(f"{trace_path}: {rows[0]['model']}, {rows[0]['layers']} layers, {backend} ({rows[0]['hardware']}), "
-          f"{strategy.NAME}, experts {rows[0]['dtype']}; TPOT in ms",
+          f"{strategy.name}, experts {rows[0]['dtype']}; TPOT in ms",
           _placement(strategy, rows[0])[0]
           + ["sim TPOT", "real TPOT", "error %", "sim speedup", "real speedup", "hit rate"],
           [_placement(strategy, r)[1]

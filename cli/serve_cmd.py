@@ -19,7 +19,7 @@ from moesim.sim.config import DECLARED, RUN_SETTINGS, SERVE_DEFAULTS, check_mode
        helps={"capacity": "GPU expert slots per layer (or in the pool with scope global); 0: no expert cache; auto: "
                           "as many as GPU memory holds beside the KV cache of max-batch requests.",
               "prefetch": "Prefetcher that predicts the next layer: " + ", ".join(
-                  p for p in PREFETCHERS if p == "none" or get_prefetcher(p).KIND == "next") + ".",
+                  p for p in PREFETCHERS if p == "none" or get_prefetcher(p).kind == "next") + ".",
               # one --force, two things it lets happen
               "force": DECLARED["force"].help + " Typed here, it also replaces an existing --out file."})
 def serve(

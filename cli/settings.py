@@ -23,7 +23,7 @@ import typer
 from moesim.cli.options import PATH
 from moesim.errors import TYPED_AS, MoesimError, option
 from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_cache_read, check_params_used, check_read,
-                               file_settings, on_machine, owner_module)
+                               file_settings, on_machine, owner_spec)
 
 ConfigFile = Annotated[Optional[Path], typer.Option(
     "--config", click_type=PATH, help="Start from this configuration file (TOML: [model] [hardware] [cache] [prefetch] "
@@ -86,7 +86,8 @@ class Asked:
 
 def _takes(owner: str, name: str) -> set:
     """The parameters the policy (prefetcher, strategy) ``name`` takes."""
-    return set(getattr(owner_module(owner, name), "PARAMS", {}))
+    spec = owner_spec(owner, name)
+    return set(spec.params) if spec is not None else set()
 
 
 def option_help(name: str, listed: bool = False, default: str | None = None, help_text: str | None = None) -> str:

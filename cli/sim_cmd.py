@@ -88,15 +88,15 @@ def run(
         return
     ttft = any(r.ttft_s is not None for r in results)
     strategy = get_strategy(base.execution.strategy)
-    uses_cpu = strategy.CPU
+    uses_cpu = strategy.cpu
     scope, prefetch, mode = base.cache.scope, base.prefetch.prefetcher, base.prefetch.mode
-    cached = strategy.CACHE and spec.kind != "mole" and any(r.capacity != 0 for r in results)
+    cached = strategy.cache and spec.kind != "mole" and any(r.capacity != 0 for r in results)
     formats = {f"weights {spec.storage_text}" if c.model.dtype is None and spec.stored_expert_bytes  # the file's
                else f"experts {weights_of(trace, spec, c.model.dtype, c.model.other_dtype).expert_format}"
                for c in configs}
     stored = f", {formats.pop()}" if len(formats) == 1 else ""  # a --dtype list: each row's own
     engines = list(dict.fromkeys(r.timed_as for r in results))  # the engine each row is timed as: one, or a column
-    table(f"{trace_path}: {spec.name} on {hw.name} ({hw.describe()}), strategy {strategy.NAME}"
+    table(f"{trace_path}: {spec.name} on {hw.name} ({hw.describe()}), strategy {strategy.name}"
           + (f" as {engines[0]}" if len(engines) == 1 else "") + stored
           + (f", {scope}, prefetch {prefetch} ({mode})" if cached else "")
           + (f", {base.execution.kernel} kernel" if spec.kind != "mole" else "")
@@ -134,10 +134,10 @@ def _placement(strategy, r, model) -> str:
     a cache, the policy and its slots, or (no slots) where every expert runs."""
     if model.kind == "mole":
         return LOOKUP_TABLES
-    if not strategy.CACHE:
+    if not strategy.cache:
         return strategy.label(r.config.execution.params, model.num_layers)
     if r.capacity == 0:
-        return "no cache: experts on the CPU" if strategy.CPU else "no cache: every expert copied"
+        return "no cache: experts on the CPU" if strategy.cpu else "no cache: every expert copied"
     return f"{r.policy}, C {slots_text(r.capacity)}"
 
 

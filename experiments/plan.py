@@ -204,7 +204,7 @@ def read_by(p: Plan, name: str) -> list[int]:
                 if r["strategy"] != ALL_ON_GPU and r["capacity"] is not None and r["scope"] == "per-layer"]
     if name == "threads":
         return [r["rank"] for r in p.rows
-                if not gpu or (r["strategy"] != ALL_ON_GPU and get_strategy(r["strategy"]).CPU)]
+                if not gpu or (r["strategy"] != ALL_ON_GPU and get_strategy(r["strategy"]).cpu)]
     raise ValueError(f"{name} is not a setting only some rows read ({', '.join(ROW_READ)})")
 
 
@@ -235,12 +235,12 @@ def _prepare(out: Plan, base: Config, formats) -> tuple[list[Prepared], list]:
     split = base.cache.split
     prepared, short = [], []
     # a machine without a GPU runs every expert on its CPU: the candidates that place experts there, not a cache
-    candidates = [(s, c) for s, c in CANDIDATES if hw.gpu is not None or not get_strategy(s).CACHE]
+    candidates = [(s, c) for s, c in CANDIDATES if hw.gpu is not None or not get_strategy(s).cache]
     for dtype in formats:
         name = format_names(spec, dtype)[0]
         bpp = BYTES_PER_PARAM[dtype] if dtype else spec.stored_expert_bytes / spec.expert_params
         for strategy, settings in candidates:
-            if "lowbit_dtype" in get_strategy(strategy).PARAMS:  # a low-bit copy well below the format
+            if "lowbit_dtype" in get_strategy(strategy).params:  # a low-bit copy well below the format
                 settings = {**settings, "lowbit_dtype": "int4" if bpp >= 1 else "int2"}
             scope = settings.get("scope", "per-layer")
             config = base.replace(dtype=dtype, other_dtype=dtype, strategy=strategy,
@@ -313,20 +313,20 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
     to run them (``gpu``: the machine has one)."""
     config = r.config
     strategy = get_strategy(config.execution.strategy)
-    params = {**strategy.PARAMS, **config.execution.params}
+    params = {**{k: p.default for k, p in strategy.params.items()}, **config.execution.params}
     engine = engine_for(config)
-    cached = strategy.CACHE
+    cached = strategy.cache
     place = strategy.placement(spec.num_layers, params)
     slots = config.cache.slots(spec.num_layers) if cached else np.zeros(1, np.int64)
     every = spec.num_experts if config.cache.scope == "per-layer" else spec.num_layers * spec.num_experts
     all_on_gpu = gpu and ((place == ON_GPU).all() or (cached and (place != ON_CPU).all() and (slots >= every).all()))
     name, storage = format_names(spec, config.model.dtype)
-    return {"strategy": strategy.NAME, "dtype": config.model.dtype, "format": name, "storage": storage,
+    return {"strategy": strategy.name, "dtype": config.model.dtype, "format": name, "storage": storage,
             "policy": config.cache.policy if cached else None,
             "prefetch": config.prefetch.prefetcher if cached else None,
             "capacity": config.cache.capacity if cached else None,
             "scope": config.cache.scope if cached else None,
-            "cpu_layers": params.get("cpu_layers"), "layers": spec.num_layers,
+            "cpu_layers": params.get(strategy.places), "layers": spec.num_layers,
             "tokens_per_s": r.tokens_per_s, "tokens_per_s_low": r.tokens_per_s_low,
             "tokens_per_s_high": r.tokens_per_s_high, "tpot_s": r.tpot_s, "ttft_s": r.ttft_s,
             "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hit_rate": r.hit_rate, "cpu_share": r.cpu_share,
@@ -371,14 +371,15 @@ def curves(p: Plan, points: int = CURVE_POINTS) -> list[Curve]:
         if r["strategy"] == ALL_ON_GPU:
             out.append(Curve(r, [own]))
             continue
-        if get_strategy(r["strategy"]).CACHE:
+        strategy = get_strategy(r["strategy"])
+        if strategy.cache:
             slots = result.config.cache.slots(spec.num_layers)  # a split's per-layer mean: its L·C
             top = int(slots.sum()) // slots.size
             low = tr.meta.top_k if top >= tr.meta.top_k else 0
             sizes = [{"capacity": c} for c in _spread(low, top, points) if c < top] + ([{"capacity": 0}] if low else [])
         else:
-            n = result.config.execution.params["cpu_layers"]
-            sizes = [{"cpu_layers": c} for c in _spread(n, spec.num_layers, points) if c > n]
+            n = result.config.execution.params[strategy.places]
+            sizes = [{strategy.places: c} for c in _spread(n, spec.num_layers, points) if c > n]
         line = set()
         for size in sizes:
             try:

@@ -14,7 +14,7 @@ the expert is dropped (it is resident again), REPLACE makes room as for case IV,
 enters T1's MRU end. Its first request is then its first sighting: it moves to T1's MRU end, not to T2.
 
 Per layer under sequential semantics, up to 64 slots, the same rules run with a layer in each SIMD
-lane (``moesim.policies.arc_across``, ``FAST_PATHS``; ``moesim.sim.across``).
+lane (``moesim.policies.arc_across``, ``fast_paths``; ``moesim.sim.across``).
 """
 
 from typing import NamedTuple
@@ -23,16 +23,13 @@ import numpy as np
 from numba import njit
 
 from moesim.policies.arc_across import WIDEST, across_reset, across_step, make_across
-from moesim.policies.base import (TAIL, FastPath, Lists, hooks, list_first_unmarked, list_of, list_push_head,
-                                  list_remove, list_size, list_tail, lists_clear, make_lists)
+from moesim.policies.base import (TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked, list_of,
+                                  list_push_head, list_remove, list_size, list_tail, lists_clear, make_lists)
 
-NAME = "arc"
 T1, T2, B1, B2 = 0, 1, 2, 3
 NO_GHOST = -1
 # up to WIDEST slots per layer with a layer in each SIMD lane; wider than eight slots, up to 3/4 of a
 # layer's experts (the crossover with the engine: docs/benchmarks.md)
-FAST_PATHS = (FastPath("across", make_across, {"across_reset": across_reset, "across_step": across_step},
-                       fullest=0.75, crowded=8, widest=WIDEST),)
 
 
 class State(NamedTuple):
@@ -140,5 +137,9 @@ def on_insert(st, part, slot, obj, t):
     st.unused[obj] = st.filling[part]
 
 
-HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch, choose_victim=choose_victim,
-              on_evict=on_evict, on_insert=on_insert)
+SPEC = PolicySpec("arc", make_state,
+                  hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch,
+                        choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert),
+                  fast_paths=(FastPath("across", make_across,
+                                       {"across_reset": across_reset, "across_step": across_step},
+                                       fullest=0.75, crowded=8, widest=WIDEST),))

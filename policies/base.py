@@ -1,26 +1,11 @@
 """What every policy module shares: its context, the hook contract, how it declares its fast paths,
 no-op hooks and the helpers several policies use.
 
-A policy module defines ``NAME``, ``make_state(ctx)`` returning its state as a ``NamedTuple`` of arrays
-(fields read by name, never by position), ``HOOKS = hooks(...)`` with its njit hooks, which
-``moesim.sim.engine.bind`` compiles into the hit-rate loop and into the discrete-event loop, and may
-declare:
-
-- ``PARAMS`` (name -> default) with ``PARAM_HELP`` (name -> the command line's help of it) and
-  ``PARAM_BOUNDS``: its parameters;
-- ``BYPASSES = True``: it may leave a missed expert uncached (the memory account then keeps a scratch
-  buffer for it);
-- ``READS_ROWS = True``: ``make_state`` reads the rows the run will serve ahead of serving them (Belady's
-  next uses, ML-FFN's predictions), so it cannot serve steps formed while the run goes on
-  (``moesim.sim.serve``);
-- ``RESIZABLE = True``: its ``choose_victim`` ignores the object being placed and its state does not
-  depend on the capacity (it may be sized for the slots the run starts with, and follow them: ``on_move``), so
-  the engine may take slots away between steps (a served stream's KV cache growing:
-  ``moesim.sim.des_loop.fit_live``);
-- ``FAST_PATHS``: ``FastPath``s, the faster backends that give the engine's hits per layer under
-  sequential semantics (tried in order; the first that takes the run runs it);
-- ``STACK``: a ``Stack`` when the policy is a stack algorithm (``moesim.sim.mrc``: its whole miss-ratio
-  curve in one pass).
+A policy module defines ``SPEC``, a ``PolicySpec``: its name, ``make_state(ctx)`` returning its state as a
+``NamedTuple`` of arrays (fields read by name, never by position), its njit hooks (``hooks(...)``), which
+``moesim.sim.engine.bind`` compiles into the hit-rate loop and into the discrete-event loop, its parameters
+(``moesim.params.Param``), and what it declares of itself (``PolicySpec``'s fields). ``moesim.policies.get_policy``
+returns it.
 
 The hooks, reached in a loop's code as ``policy.<hook>`` (``UNBOUND`` until ``bind`` compiles the loop
 with a policy's table); those a policy leaves out are no-ops (``on_miss`` then admits every miss):
@@ -71,6 +56,8 @@ import numpy as np
 from numba import njit, uint64
 from numba.core import types as nbtypes
 from numba.extending import intrinsic
+
+from moesim.params import Param
 
 
 @dataclass(frozen=True)
@@ -165,7 +152,7 @@ UNBOUND = types.ModuleType("moesim.policies.unbound")
 @dataclass(frozen=True)
 class FastPath:
     """A backend that gives a policy's hits per layer faster than the engine, for caches per layer under
-    sequential semantics (``moesim.sim.hits.count_hits`` tries a policy's ``FAST_PATHS`` in order).
+    sequential semantics (``moesim.sim.hits.count_hits`` tries a policy's ``fast_paths`` in order).
 
     ``kind`` names the driver in ``moesim.sim``: ``"counts"`` (``make`` is the policy's own whole-run
     function, ``make(experts, seq_offsets, num_experts, reset, slots) -> hits per layer``), ``"lanes"``
@@ -231,6 +218,36 @@ class Stack:
     semantics: tuple
     histogram: Callable | None = None
     decay: Callable | None = None
+
+
+SEED = Param(0, "seed", "Seed of the policy's random choices (random, lecar).")  # one setting for both
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A replacement policy as the engines, ``mrc``, serving and the command line read it.
+
+    - ``params``: its parameters, name -> ``moesim.params.Param``;
+    - ``bypasses``: it may leave a missed expert uncached (the memory account then keeps a scratch buffer for it);
+    - ``reads_rows``: ``make_state`` reads the rows the run will serve ahead of serving them (Belady's next uses,
+      ML-FFN's predictions), so it cannot serve steps formed while the run goes on (``moesim.sim.serve``);
+    - ``resizable``: its ``choose_victim`` ignores the object being placed and its state does not depend on the
+      capacity (it may be sized for the slots the run starts with, and follow them: ``on_move``), so the engine may
+      take slots away between steps (a served stream's KV cache growing: ``moesim.sim.des_loop.fit_live``);
+    - ``fast_paths``: ``FastPath``s, faster backends that give the engine's hits per layer under sequential
+      semantics (tried in order; the first that takes the run runs it);
+    - ``stack``: a ``Stack`` when it is a stack algorithm (``moesim.sim.mrc``: its whole miss-ratio curve in one
+      pass)."""
+
+    name: str
+    make_state: Callable
+    hooks: dict
+    params: dict = field(default_factory=dict)
+    bypasses: bool = False
+    reads_rows: bool = False
+    resizable: bool = False
+    fast_paths: tuple = ()
+    stack: Stack | None = None
 
 
 @njit(cache=True, inline="always")

@@ -24,12 +24,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, uint64
 
-from moesim.policies.base import NEXT_USE, FastPath, Stack, hooks, min_key_slot
+from moesim.policies.base import NEXT_USE, FastPath, PolicySpec, Stack, hooks, min_key_slot
 from moesim.policies.keyed_slots import keyed_place, keyed_reset, make_keyed
 
-NAME = "belady"
-READS_ROWS = True  # make_state reads the rows ahead of serving them
-STACK = Stack(NEXT_USE, ("sequential", "step"))  # moesim.sim.mrc says why under step semantics too
 NEVER = np.iinfo(np.int64).max
 
 
@@ -120,10 +117,6 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return min_key_slot(st.key, st.key, lo, hi, obj_of, mark, stamp)
 
 
-HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_access, on_prefetch=on_prefetch, choose_victim=choose_victim,
-              on_insert=on_access)
-
-
 class LaneState(NamedTuple):
     """The keyed slots (``moesim.policies.keyed_slots.Keyed``, T as ``extra``) and the next uses."""
 
@@ -155,4 +148,9 @@ def lane_access(st, lane, cap, e, pos, end):
     return hit
 
 
-FAST_PATHS = (FastPath("lanes", make_lanes, {"lane_reset": keyed_reset, "lane_access": lane_access}, fullest=0.75),)
+SPEC = PolicySpec("belady", make_state,
+                  hooks(reset=reset, on_step=on_step, on_hit=on_access, on_prefetch=on_prefetch,
+                        choose_victim=choose_victim, on_insert=on_access), reads_rows=True,
+                  fast_paths=(FastPath("lanes", make_lanes, {"lane_reset": keyed_reset, "lane_access": lane_access},
+                                       fullest=0.75),),
+                  stack=Stack(NEXT_USE, ("sequential", "step")))

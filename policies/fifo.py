@@ -12,15 +12,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, uint64
 
-from moesim.policies.base import FastPath, hooks
+from moesim.policies.base import FastPath, PolicySpec, hooks
 from moesim.policies.lru import State, choose_victim, make_state, on_evict, on_insert, on_move, reset
-
-NAME = "fifo"
-RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
-__all__ = ["NAME", "RESIZABLE", "State", "make_state", "HOOKS", "FAST_PATHS", "LaneState", "make_lanes"]
-
-
-HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert, on_move=on_move)
 
 
 class LaneState(NamedTuple):
@@ -58,4 +51,8 @@ def lane_access(st, lane, cap, e, pos, end):
     return np.int64(hit)
 
 
-FAST_PATHS = (FastPath("lanes", make_lanes, {"lane_reset": lane_reset, "lane_access": lane_access}, fullest=0.75),)
+SPEC = PolicySpec("fifo", make_state,
+                  hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert,
+                        on_move=on_move), resizable=True,
+                  fast_paths=(FastPath("lanes", make_lanes, {"lane_reset": lane_reset, "lane_access": lane_access},
+                                       fullest=0.75),))

@@ -37,16 +37,13 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import (DECAYED_COUNT, Lists, Stack, hooks, list_head, list_next, list_of, list_push_head,
-                                  list_remove, list_size, lists_clear, make_lists, min_key_slot)
+from moesim.params import Param
+from moesim.policies.base import (DECAYED_COUNT, Lists, PolicySpec, Stack, hooks, list_head, list_next, list_of,
+                                  list_push_head, list_remove, list_size, lists_clear, make_lists, min_key_slot)
 
-NAME = "gamma"
-PARAMS = {"gamma": 0.9}  # the decay γ of eq. 8
-BYPASSES = True  # a miss outside Top-C is served without a slot (moesim.sim.memory gives it a scratch buffer)
-PARAM_BOUNDS = {"gamma": (0.0, 1.0)}
-PARAM_HELP = {"gamma": "Decay of the gamma policies (MELINOE's γ)."}
 # control words: experts per layer, service clock, current row, sequential?, step stamp
 C_E, C_CLOCK, C_ROW, C_SEQ, C_STAMP = range(5)
+GAMMA = Param(0.9, "number", "Decay of the gamma policies (MELINOE's γ of eq. 8).", bounds=(0.0, 1.0))
 
 
 def decay_table(params: dict, rows: int) -> np.ndarray:
@@ -55,7 +52,6 @@ def decay_table(params: dict, rows: int) -> np.ndarray:
 
 
 # Definition C.1's cache under sequential semantics is the Top-C of an order that does not depend on C
-STACK = Stack(DECAYED_COUNT, ("sequential",), decay=decay_table)
 
 
 class Counts(NamedTuple):
@@ -226,5 +222,7 @@ def on_insert(st, part, slot, obj, t):
     list_push_head(st.residents, part, 0, obj)
 
 
-HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_miss, choose_victim=choose_victim,
-              on_evict=on_evict, on_insert=on_insert)
+SPEC = PolicySpec("gamma", make_state,
+                  hooks(reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_miss, choose_victim=choose_victim,
+                        on_evict=on_evict, on_insert=on_insert), params={"gamma": GAMMA}, bypasses=True,
+                  stack=Stack(DECAYED_COUNT, ("sequential",), decay=decay_table))

@@ -13,12 +13,9 @@ always admitting. A prefetch or preload is no request (prefetch rule, as in ``ga
 
 from numba import njit
 
-from moesim.policies.base import hooks
+from moesim.policies.base import PolicySpec, hooks
 from moesim.policies import gamma
 from moesim.policies.gamma import C_ROW, Counts, clear_counts, count_request, lowest_resident, make_counts
-
-NAME = "gamma-admit"
-PARAMS, PARAM_BOUNDS, PARAM_HELP = gamma.PARAMS, gamma.PARAM_BOUNDS, gamma.PARAM_HELP  # the same decay as gamma
 
 
 def make_state(ctx) -> Counts:
@@ -51,4 +48,6 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return lowest_resident(st, lo, hi, obj_of, mark, stamp)
 
 
-HOOKS = hooks(reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_miss, choose_victim=choose_victim)
+SPEC = PolicySpec("gamma-admit", make_state,
+                  hooks(reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_miss, choose_victim=choose_victim),
+                  params={"gamma": gamma.GAMMA})

@@ -19,7 +19,7 @@ weights do not move, a history entry of the expert is dropped (it is resident ag
 experts take it in as a load: LRU at its MRU end, LFU at count 0 (see ``lfu``).
 
 Per layer under sequential semantics, up to 32 slots, the same rules run with a layer in each SIMD
-lane (``moesim.policies.lecar_across``, ``FAST_PATHS``; ``moesim.sim.across``).
+lane (``moesim.policies.lecar_across``, ``fast_paths``; ``moesim.sim.across``).
 
 libCacheSim differs in three ways, which is why tests compare hit rates with a tolerance: each
 history holds C/2 ids, an eviction on which both experts agree goes to no history, and its random
@@ -33,15 +33,12 @@ import numpy as np
 from numba import njit
 
 from moesim.policies import lecar_across
-from moesim.policies.base import (TAIL, FastPath, Lists, hooks, list_first_unmarked, list_of, list_push_head,
-                                  list_remove, list_size, list_tail, list_to_head, lists_clear, make_lists, make_rng,
-                                  rng_reset, rng_uniform)
+from moesim.policies.base import (SEED, TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked, list_of,
+                                  list_push_head, list_remove, list_size, list_tail, list_to_head, lists_clear,
+                                  make_lists, make_rng, rng_reset, rng_uniform)
 from moesim.policies.lfu import State as LfuState
 from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_fill_next, lfu_hit, lfu_insert, lfu_victim, make_lfu
 
-NAME = "lecar"
-PARAMS = {"seed": 0}  # of the random choice between its two experts
-PARAM_HELP = {"seed": "Seed of the policy's random choices (random, lecar)."}
 RECENCY, H_LRU, H_LFU = 0, 1, 2
 LEARNING_RATE = 0.45
 
@@ -146,10 +143,6 @@ def on_insert(st, part, slot, obj, t):
     lfu_insert(st.lfu, part, obj, st.clock[part])
 
 
-HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch, choose_victim=choose_victim,
-              on_insert=on_insert)
-
-
 def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
     """The lanes' state (``moesim.policies.lecar_across``), with this run's penalty tables."""
     return lecar_across.make_across(ctx, layers, width, penalty_tables(ctx.slots))
@@ -157,6 +150,11 @@ def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
 
 # up to WIDEST slots per layer with a layer in each SIMD lane; wider than eight slots, up to half a
 # layer's experts (the crossover with the engine: docs/benchmarks.md)
-FAST_PATHS = (FastPath("across", make_across, {"across_reset": lecar_across.across_reset,
-                                               "across_step": lecar_across.across_step},
-                       fullest=0.5, crowded=8, widest=lecar_across.WIDEST),)
+
+
+SPEC = PolicySpec("lecar", make_state,
+                  hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch,
+                        choose_victim=choose_victim, on_insert=on_insert), params={"seed": SEED},
+                  fast_paths=(FastPath("across", make_across, {"across_reset": lecar_across.across_reset,
+                                                                 "across_step": lecar_across.across_step},
+                                       fullest=0.5, crowded=8, widest=lecar_across.WIDEST),))

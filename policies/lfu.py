@@ -21,12 +21,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, uint64
 
-from moesim.policies.base import (TAIL, FastPath, Lists, hooks, list_first_unmarked, list_of, list_push_head,
-                                  list_remove, lists_clear, make_lists, min_key_slot)
+from moesim.policies.base import (TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked, list_of,
+                                  list_push_head, list_remove, lists_clear, make_lists, min_key_slot)
 from moesim.policies.keyed_slots import Keyed, keyed_place, keyed_reset, make_keyed
 
-NAME = "lfu"
-RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
 ONES, ZEROS = 0, 1
 
 
@@ -129,10 +127,6 @@ def on_insert(st, part, slot, obj, t):
     lfu_insert(st, part, obj, t)
 
 
-HOOKS = hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch, choose_victim=choose_victim,
-              on_evict=on_evict, on_insert=on_insert)
-
-
 def make_lanes(ctx, lanes: int) -> Keyed | None:
     """The keyed slots, with the clock's bits as the constant (``extra``): a key is (count, clock, slot)."""
     clock = ctx.experts.size.bit_length()
@@ -149,4 +143,8 @@ def lane_access(st, lane, cap, e, pos, end):
     return hit
 
 
-FAST_PATHS = (FastPath("lanes", make_lanes, {"lane_reset": keyed_reset, "lane_access": lane_access}, fullest=0.75),)
+SPEC = PolicySpec("lfu", make_state,
+                  hooks(reset=reset, on_hit=on_hit, on_miss=on_miss, on_prefetch=on_prefetch,
+                        choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert), resizable=True,
+                  fast_paths=(FastPath("lanes", make_lanes, {"lane_reset": keyed_reset, "lane_access": lane_access},
+                                       fullest=0.75),))

@@ -6,12 +6,8 @@ A prefetched or preloaded expert is a load like any other (prefetch rule).
 
 from numba import njit
 
-from moesim.policies.base import HEAD, hooks, list_first_unmarked
+from moesim.policies.base import HEAD, PolicySpec, hooks, list_first_unmarked
 from moesim.policies.lru import State, make_state, on_evict, on_insert, on_move, reset
-
-NAME = "lifo"
-RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
-__all__ = ["NAME", "RESIZABLE", "State", "make_state", "HOOKS"]
 
 
 @njit(cache=True)
@@ -19,4 +15,6 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return list_first_unmarked(st.order, part, 0, HEAD, mark, stamp, obj_of)
 
 
-HOOKS = hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert, on_move=on_move)
+SPEC = PolicySpec("lifo", make_state,
+                  hooks(reset=reset, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert,
+                        on_move=on_move), resizable=True)

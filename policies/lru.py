@@ -9,23 +9,18 @@ the victim's slot, one read from it, where a list of experts had to look the slo
 expert again before unlinking it (the discrete-event loop ran 10-20% faster); a resident moved to another
 slot (``on_move``) takes its place on the list.
 
-LRU is a stack algorithm under sequential semantics (``STACK``); with a cache per layer there its
+LRU is a stack algorithm under sequential semantics (``stack``); with a cache per layer there its
 hits come from recency ranks in vector registers (``moesim.policies.lru_ranks``), at one capacity
-(``FAST_PATHS``) or all of them.
+(``fast_paths``) or all of them.
 """
 
 from typing import NamedTuple
 
 from numba import njit
 
-from moesim.policies.base import (RECENCY, TAIL, FastPath, Lists, Stack, hooks, list_first_unmarked, list_push_head,
-                                  list_remove, list_rename, list_to_head, lists_clear, make_lists)
+from moesim.policies.base import (RECENCY, TAIL, FastPath, Lists, PolicySpec, Stack, hooks, list_first_unmarked,
+                                  list_push_head, list_remove, list_rename, list_to_head, lists_clear, make_lists)
 from moesim.policies.lru_ranks import rank_counts
-
-NAME = "lru"
-RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
-FAST_PATHS = (FastPath("counts", rank_counts),)
-STACK = Stack(RECENCY, ("sequential",), histogram=rank_counts)
 
 
 class State(NamedTuple):
@@ -66,5 +61,7 @@ def on_move(st, part, src, dst, obj):
     list_rename(st.order, part, src, dst)
 
 
-HOOKS = hooks(reset=reset, on_hit=on_hit, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert,
-              on_move=on_move)
+SPEC = PolicySpec("lru", make_state,
+                  hooks(reset=reset, on_hit=on_hit, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert,
+                        on_move=on_move), resizable=True, fast_paths=(FastPath("counts", rank_counts),),
+                  stack=Stack(RECENCY, ("sequential",), histogram=rank_counts))

@@ -1,5 +1,5 @@
 """LRU with a cache per layer under sequential semantics, as recency ranks: the fast path behind
-``moesim.sim.hitrate.simulate`` (LRU's ``FAST_PATHS``) and ``moesim.sim.mrc.curve`` (its ``STACK``) for
+``moesim.sim.hitrate.simulate`` (LRU's ``fast_paths``) and ``moesim.sim.mrc.curve`` (its ``stack``) for
 that case.
 
 LRU is a stack algorithm (Mattson, Gecsei, Slutz & Traiger, 1970): a cache of C slots holds the C

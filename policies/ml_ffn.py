@@ -31,12 +31,9 @@ import numpy as np
 from numba import njit
 
 from moesim.errors import MoesimError, first_line, option
-from moesim.policies.base import hooks, min_key_slot
+from moesim.params import Param
+from moesim.policies.base import PolicySpec, hooks, min_key_slot
 
-NAME = "ml-ffn"
-READS_ROWS = True  # make_state reads the rows ahead of serving them
-PARAMS = {"ml_model": None}  # the model file from 'moesim train ml-ffn' (required)
-PARAM_HELP = {"ml_model": "Model file from 'moesim train ml-ffn' (needed by ml-ffn)."}
 WEIGHTS = ("w1", "b1", "w2", "b2", "w3", "b3")
 
 
@@ -208,4 +205,7 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return min_key_slot(key, st.served, lo, hi, obj_of, mark, stamp)
 
 
-HOOKS = hooks(on_step=on_step, on_hit=served, choose_victim=choose_victim, on_insert=served)
+SPEC = PolicySpec("ml-ffn", make_state,
+                  hooks(on_step=on_step, on_hit=served, choose_victim=choose_victim, on_insert=served),
+                  params={"ml_model": Param(None, "file", "Model file from 'moesim train ml-ffn' (needed by ml-ffn).")},
+                  reads_rows=True)

@@ -10,12 +10,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moesim.policies.base import hooks, make_rng, rng_reset, rng_uniform
-
-NAME = "random"
-RESIZABLE = True  # its victim ignores the object placed and its state the capacity (serve's dynamic KV)
-PARAMS = {"seed": 0}
-PARAM_HELP = {"seed": "Seed of the policy's random choices (random, lecar)."}
+from moesim.policies.base import SEED, PolicySpec, hooks, make_rng, rng_reset, rng_uniform
 
 
 class State(NamedTuple):
@@ -39,4 +34,5 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
             return slot
 
 
-HOOKS = hooks(reset=reset, choose_victim=choose_victim)
+SPEC = PolicySpec("random", make_state, hooks(reset=reset, choose_victim=choose_victim), params={"seed": SEED},
+                  resizable=True)

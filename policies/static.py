@@ -16,13 +16,9 @@ import numpy as np
 from numba import njit
 
 from moesim.errors import MoesimError
-from moesim.policies.base import hooks, min_key_slot
+from moesim.params import Param
+from moesim.policies.base import PolicySpec, hooks, min_key_slot
 from moesim.tracegen.stats import layer_counts
-
-NAME = "static"
-PARAMS = {"pin_trace": None}  # the trace whose popularity is pinned (None: the simulated one)
-PARAM_HELP = {"pin_trace": "Trace whose popularity the static policy pins (default: the simulated trace)."}
-BYPASSES = True  # an expert that is not pinned is served without a slot
 
 
 class State(NamedTuple):
@@ -53,4 +49,7 @@ def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     return min_key_slot(st.pinned, st.pinned, lo, hi, obj_of, mark, stamp)
 
 
-HOOKS = hooks(choose_victim=choose_victim)
+SPEC = PolicySpec("static", make_state, hooks(choose_victim=choose_victim),
+                  params={"pin_trace": Param(None, "trace", "Trace whose popularity the static policy pins (default: "
+                                                             "the simulated trace).")},
+                  bypasses=True)

@@ -280,12 +280,12 @@ def _executor_overhead(hw: Hardware, model: ModelSpec, backend: str, repeats: in
 
 def _cpu_layer_fit(hw: Hardware, model: ModelSpec, repeats: int, workdir, seed: int) -> Hardware:
     """The executor's cost per CPU layer, from a replay with every layer's experts on the CPU (the strategy that
-    places whole layers there: its ``PLACES`` parameter counts them; ``fit_cpu_layer``)."""
+    places whole layers there: its ``places`` parameter counts them; ``fit_cpu_layer``)."""
     small, trace = _executor_log(model, repeats, seed)
 
     def replayed(machine: Hardware, t) -> tuple:
-        placing = next(m for m in STRATEGIES.values() if m.CPU and getattr(m, "PLACES", None))
-        config = Config.build(strategy=placing.NAME, **{placing.PLACES: small.num_layers})
+        placing = next(m for m in STRATEGIES.values() if m.cpu and m.places)
+        config = Config.build(strategy=placing.name, **{placing.places: small.num_layers})
         r = replay(t, config, machine, "cpu", workdir=workdir, seed=seed, model=small)
         return r.step_times, r.sim_step_times
 

@@ -145,8 +145,8 @@ def check_backend(config: Config, backend: str) -> None:
     if backend != "virtual" and config.cache.dram_capacity is not None:
         raise MoesimError(f"{option('backend', backend)} replays two tiers (slow tier -> fast buffers); the SSD tier "
                           f"({option('dram_capacity')}) is replayed on {option('backend', 'virtual')} only")
-    if backend != "virtual" and backend not in getattr(get_strategy(strategy), "REPLAY", ()):
-        executes = [name for name, m in STRATEGIES.items() if backend in getattr(m, "REPLAY", ())]
+    if backend != "virtual" and backend not in get_strategy(strategy).replay:
+        executes = [name for name, m in STRATEGIES.items() if backend in m.replay]
         raise MoesimError(f"{option('backend', backend)} executes strategies {', '.join(executes)}; "
                           f"{strategy} is replayed on {option('backend', 'virtual')} only (its CPU and GPU work overlap)")
 
@@ -230,7 +230,7 @@ def _result(sim: DesResult, backend: str, model: ModelSpec, scale: float, expert
         raise MoesimError(f"replay hits {hits}/{accesses} differ from the simulator's {sim.hits}/{sim.accesses}")
     tokens = float(sim.decode_tokens)
     execution = sim.config.execution
-    places = getattr(get_strategy(execution.strategy), "PLACES", None)
+    places = get_strategy(execution.strategy).places
     return ReplayResult(sim.model, sim.hardware, sim.policy, sim.capacity, backend, sim.kernel, execution.strategy,
                         execution.params.get(places) if places else None, expert_format, model.num_layers, scale,
                         float(times.mean()),

@@ -16,7 +16,7 @@ def validate(trace: Trace, config: Config, hardware: Hardware, policies: list[st
              model: ModelSpec | None = None, cpu_layers: list[int] | None = None, params: dict | None = None
              ) -> list[dict]:
     """One row per (capacity, policy) of ``config`` — or, for a strategy that places experts without a cache
-    (its ``PLACES`` parameter, the number of layers on the CPU), per value in ``cpu_layers`` — with simulated and
+    (its ``places`` parameter, the number of layers on the CPU), per value in ``cpu_layers`` — with simulated and
     replayed TPOT, the error in percent, each row's speedup over the first of its group (the first policy
     at that capacity; the first placement) in simulation and in replay, and both hit rates. ``params``: policy
     parameters, each given to the policies that take it."""
@@ -43,7 +43,7 @@ def run_groups(config: Config, policies: list[str], capacities: list[int], cpu_l
     cache, and the lists ``listed`` and policy parameters for one that places: nothing reads them). Built (and so
     checked) before anything is measured."""
     strategy = config.execution.strategy
-    places = getattr(get_strategy(strategy), "PLACES", None)
+    places = get_strategy(strategy).places
     if places is not None:
         if params:
             raise MoesimError(f"{', '.join(map(option, params))}: strategy {strategy} keeps no expert cache, so nothing "

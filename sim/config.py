@@ -21,7 +21,7 @@ line's options, the public API's keywords, a sweep spec's keys and the results' 
 declared here and nowhere else: each section field's metadata (``declare``) gives its help, unit and
 the type its text parses to, and ``DECLARED`` holds one ``Setting`` per name, the parameters included,
 from which every command's options are generated (``moesim.cli.settings``). A policy's, prefetcher's or
-strategy's parameters are those its module lists in ``PARAMS`` (their help in ``PARAM_HELP``); any other
+strategy's parameters are those its ``SPEC`` declares (``moesim.params.Param``: kind, bounds, help); any other
 is an error, as is a key no section knows. ``auto`` values (capacity, a strategy's
 ``cpu_layers``) are resolved from memory when a run starts (``moesim.sim.memory``).
 """
@@ -40,6 +40,7 @@ import numpy as np
 
 from moesim.errors import MoesimError, option
 from moesim.files import atomic_output, check_output, read_toml
+from moesim.params import AUTO, INT_MOST, SEED_MOST, Param
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
 from moesim.sim.engines import ENGINES
@@ -56,9 +57,6 @@ SEMANTICS = ("step", "sequential")
 MODES = ("fallback", "commit")
 KERNELS = ("fused", "per-expert")
 DTYPES = tuple(BYTES_PER_PARAM)
-PATH_PARAMS = ("ml_model", "pin_trace", "train_trace")  # parameters that name files
-TRACE_PARAMS = ("pin_trace", "train_trace")  # ... which are traces, loaded when a run starts
-AUTO = "auto"
 
 
 def declare(default, help_text: str, kind: type = str, unit: str = "", auto: bool = False, flag: str | None = None):
@@ -72,10 +70,6 @@ def declare(default, help_text: str, kind: type = str, unit: str = "", auto: boo
 def _choice(section: str, name: str, value, choices) -> None:
     if value not in choices:
         raise MoesimError(f"[{section}] unknown {name} {value!r}; choose from {', '.join(map(str, choices))}")
-
-
-INT_MOST = 2 ** 31 - 1  # the most a count (slots, tokens, requests, threads) may be: past it the arrays' int64 sums
-SEED_MOST = 2 ** 63 - 1  # overflow (a context of 2^64 tokens raised a traceback; one near 2^63 gave wrong times)
 
 
 def _int(obj, section: str, name: str, low: int, optional: bool = False, auto: bool = False,
@@ -118,38 +112,21 @@ def _size(obj, section: str, name: str, what: str = "a size in GiB", most: float
     object.__setattr__(obj, name, float(value))
 
 
-def _params(section: str, owner: str, value, module) -> dict:
-    """A policy's, prefetcher's or strategy's parameters: only those its module lists, of its types."""
+def _params(section: str, owner: str, value, spec) -> dict:
+    """A policy's, prefetcher's or strategy's parameters: only those its ``spec`` declares, each checked by its
+    ``Param``."""
     if not isinstance(value, dict):
         raise MoesimError(f"[{section}] params must be a table, got {value!r}")
-    takes = getattr(module, "PARAMS", {}) if module is not None else {}
+    takes = spec.params if spec is not None else {}
     out = {}
     for key, v in sorted(value.items()):
         if key not in takes:
             raise MoesimError(f"[{section}] {owner} takes no parameter {key!r} "
                               f"({'it takes ' + ', '.join(takes) if takes else 'it takes none'})")
-        choices = getattr(module, "PARAM_CHOICES", {}).get(key)
-        if key in PATH_PARAMS:  # a file, read when the run starts
-            kind, ok, v = "a file", isinstance(v, (str, Path)) and bool(str(v)), str(v)
-        elif choices is not None:
-            kind, ok = f"one of {', '.join(choices)}", v in choices
-        elif key in getattr(module, "AUTO_PARAMS", ()):
-            kind = f"auto or an integer from 0 to {INT_MOST:,}"
-            ok = v == AUTO or isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= INT_MOST
-            v = v if v == AUTO or not ok else int(v)
-        elif isinstance(takes[key], float):
-            kind, ok = "a finite number", isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-            v = float(v) if ok else v
-        else:  # a seed: numpy's generators take none below 0, numba's wrap one past 2^64 to another's
-            kind = f"a whole number from 0 to {SEED_MOST:,}"
-            ok = isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= SEED_MOST
-            v = int(v) if ok else v
-        if not ok:
-            raise MoesimError(f"[{section}] {owner}'s {key} must be {kind}, got {v!r}")
-        low, high = getattr(module, "PARAM_BOUNDS", {}).get(key, (None, None))
-        if low is not None and v != AUTO and not low <= v <= high:
-            raise MoesimError(f"[{section}] {owner}'s {key} must be in [{low}, {high}], got {v!r}")
-        out[key] = v
+        try:
+            out[key] = takes[key].check(v)
+        except MoesimError as exc:
+            raise MoesimError(f"[{section}] {owner}'s {key} {exc}") from None
     return out
 
 
@@ -309,11 +286,12 @@ class PrefetchConfig:
     def __post_init__(self):
         _choice("prefetch", "prefetcher", self.prefetcher, PREFETCHERS)
         _choice("prefetch", "mode", self.mode, MODES)
-        module = get_prefetcher(self.prefetcher)
-        if self.mode == "commit" and (module is None or module.KIND != "next"):
+        prefetcher = get_prefetcher(self.prefetcher)
+        if self.mode == "commit" and (prefetcher is None or prefetcher.kind != "next"):
             raise MoesimError(f"[prefetch] mode commit runs next-layer predictions; prefetcher '{self.prefetcher}' "
                               "makes none (use oracle, speculative or history)")
-        object.__setattr__(self, "params", _params("prefetch", f"prefetcher {self.prefetcher}", self.params, module))
+        object.__setattr__(self, "params",
+                           _params("prefetch", f"prefetcher {self.prefetcher}", self.params, prefetcher))
 
     def __hash__(self):
         return hash(_canonical(self))
@@ -328,8 +306,8 @@ class ExecutionConfig:
     kernel: str = declare("fused", "fused: a layer's experts in one kernel once all are on the GPU (vLLM); "
                                    "per-expert: each as its weights land (Mixtral-offloading).")
     strategy: str = declare("gpu-cache", "Where experts run: " + "; ".join(
-        f"{name} ({module.SUMMARY}: {', '.join(e.name for e in ENGINES.values() if name in e.runs)})"
-        for name, module in STRATEGIES.items()) + ".")
+        f"{name} ({strategy.summary}: {', '.join(e.name for e in ENGINES.values() if name in e.runs)})"
+        for name, strategy in STRATEGIES.items()) + ".")
     engine: str = declare(AUTO, "The engine the run is timed as (moesim engines): auto, the placement's operations with "
                                 "the figures of the first engine that runs it; an engine's name, that engine with its "
                                 "framework time learned from published points, as plan's rows are.")
@@ -434,12 +412,28 @@ SECTIONS = {"model": ModelConfig, "hardware": HardwareConfig, "cache": CacheConf
 _RENAMED = {("model", "name"): "model", ("hardware", "machine"): "hardware", ("prefetch", "prefetcher"): "prefetch"}
 SETTINGS = {_RENAMED.get((s, f.name), f.name): (s, f.name)
             for s, cls in SECTIONS.items() for f in fields(cls) if f.name != "params"}
-CACHE_PARAMS = tuple(dict.fromkeys(k for p in POLICIES for k in getattr(get_policy(p), "PARAMS", {})))
-PREFETCH_PARAMS = tuple(dict.fromkeys(k for p in PREFETCHERS if p != "none"
-                                      for k in getattr(get_prefetcher(p), "PARAMS", {})))
-STRATEGY_PARAMS = tuple(dict.fromkeys(k for m in STRATEGIES.values() for k in m.PARAMS))
-OWNERS = {"cache": ("policy", CACHE_PARAMS), "prefetch": ("prefetch", PREFETCH_PARAMS),
-          "execution": ("strategy", STRATEGY_PARAMS)}  # section -> (the setting that owns its params, their names)
+
+
+def declared_params(owner: str, specs) -> dict[str, Param]:
+    """The parameters ``specs`` (the policies, prefetchers or strategies) declare, by name: one setting each, so two
+    that share a name must share its ``Param``."""
+    out = {}
+    for spec in specs:
+        for name, param in spec.params.items():
+            if out.setdefault(name, param) != param:
+                raise MoesimError(f"{owner} {spec.name} declares parameter {name} unlike another {owner} does (a name "
+                                  "is one setting: declare one Param and share it)")
+    return out
+
+
+# section -> (the setting that owns its parameters, those parameters by name)
+PARAMS_OF = {"cache": ("policy", declared_params("policy", map(get_policy, POLICIES))),
+             "prefetch": ("prefetch", declared_params("prefetcher", map(get_prefetcher, PREFETCHERS[1:]))),
+             "execution": ("strategy", declared_params("strategy", STRATEGIES.values()))}
+CACHE_PARAMS, PREFETCH_PARAMS, STRATEGY_PARAMS = (tuple(PARAMS_OF[s][1]) for s in ("cache", "prefetch", "execution"))
+OWNERS = {section: (owner, tuple(params)) for section, (owner, params) in PARAMS_OF.items()}
+PATH_PARAMS = tuple(n for _, params in PARAMS_OF.values() for n, p in params.items() if p.names_file)  # files
+TRACE_PARAMS = tuple(n for _, params in PARAMS_OF.values() for n, p in params.items() if p.kind == "trace")
 SERVE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "serve")
 NOT_SERVED = ("batch", "warmup", "reset")  # settings a served stream refuses (it forms its batches, shares its cache)
 HITRATE_SETTINGS = tuple(k for k, (s, _) in SETTINGS.items() if s == "cache" and k != "dram_capacity") + CACHE_PARAMS
@@ -455,7 +449,7 @@ RUN_SETTINGS = {"hitrate": HITRATE_SETTINGS, "des": DES_SETTINGS,
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting as it is declared (a section field's ``declare``, or a module's ``PARAMS`` and ``PARAM_HELP``):
+    """One setting as it is declared (a section field's ``declare``, or a plug-in's ``Param``):
     its flat name, where it lives, the type its text parses to, its unit, help and default."""
 
     name: str
@@ -491,17 +485,9 @@ def _declared() -> dict[str, Setting]:
         meta = f.metadata
         out[name] = Setting(name, section, meta["kind"], f.default, meta["help"], meta["unit"], meta["auto"],
                             meta["flag"] or f"--{name.replace('_', '-')}")
-    owned = {"cache": [get_policy(p) for p in POLICIES],
-             "prefetch": [get_prefetcher(p) for p in PREFETCHERS if p != "none"], "execution": STRATEGIES.values()}
-    for section, (owner, names) in OWNERS.items():
-        for name in names:
-            module = next(m for m in owned[section] if name in getattr(m, "PARAMS", {}))
-            default, auto = module.PARAMS[name], name in getattr(module, "AUTO_PARAMS", ())
-            kind = int if auto else str if default is None else type(default)
-            if name not in getattr(module, "PARAM_HELP", {}):
-                raise MoesimError(f"{module.__name__} takes parameter {name} (PARAMS) and says nothing of it in its "
-                                  "PARAM_HELP, which the command line's help is")
-            out[name] = Setting(name, section, kind, default, module.PARAM_HELP[name], auto=auto,
+    for section, (owner, params) in PARAMS_OF.items():
+        for name, param in params.items():
+            out[name] = Setting(name, section, param.parses, param.default, param.help, auto=param.auto,
                                 flag=f"--{name.replace('_', '-')}", owner=owner)
     return out
 
@@ -674,8 +660,8 @@ def config_id(kind: str, trace: str, config: Config | dict) -> str:
     return hashlib.sha1(json.dumps([kind, trace, flat], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def owner_module(owner: str, name: str):
-    """The module whose ``PARAMS`` an ``owner`` setting's value ``name`` takes: the policy, prefetcher (None for
+def owner_spec(owner: str, name: str):
+    """What an ``owner`` setting's value ``name`` names, whose ``params`` it takes: the policy, prefetcher (None for
     "none") or strategy called ``name``."""
     return {"policy": get_policy, "prefetch": get_prefetcher, "strategy": get_strategy}[owner](name)
 
@@ -683,16 +669,17 @@ def owner_module(owner: str, name: str):
 def params_for(name: str, given: dict, owner: str = "policy") -> dict:
     """Of parameters given for several policies (prefetchers, strategies) at once (a command line's ``--gamma``),
     those the policy ``name`` (its ``owner`` setting's value) takes."""
-    takes = getattr(owner_module(owner, name), "PARAMS", {})
+    spec = owner_spec(owner, name)
+    takes = spec.params if spec is not None else {}
     return {k: v for k, v in given.items() if k in takes}
 
 
 def check_params_used(policies: list[str], given: dict, prefetchers: list[str] = ("none",),
                       strategies: list[str] = ("gpu-cache",)) -> None:
     """A parameter that none of ``policies`` (nor of the prefetchers or strategies) takes was given by mistake."""
-    takes = {k for p in policies if p in POLICIES for k in getattr(get_policy(p), "PARAMS", {})}
-    takes |= {k for p in prefetchers if p in PREFETCHERS for k in getattr(get_prefetcher(p), "PARAMS", {})}
-    takes |= {k for p in strategies if p in STRATEGIES for k in STRATEGIES[p].PARAMS}
+    takes = {k for p in policies if p in POLICIES for k in get_policy(p).params}
+    takes |= {k for p in prefetchers if p in PREFETCHERS[1:] for k in get_prefetcher(p).params}
+    takes |= {k for p in strategies if p in STRATEGIES for k in STRATEGIES[p].params}
     unused = sorted(k for k in given if k not in takes)
     if unused:
         placed = list(strategies) != ["gpu-cache"] or any(k in STRATEGY_PARAMS for k in unused)
@@ -711,8 +698,8 @@ def check_read(given: set, configs: list[Config], strategy_read: bool = True) ->
     runs do not read the strategy (a hit-rate run, a plan), so the cache's settings are read whatever it is."""
     unread = [n for n in CACHE_CHOICES if n in given] if strategy_read else []
     strategies = list(dict.fromkeys(c.execution.strategy for c in configs))
-    if unread and not any(STRATEGIES[s].CACHE for s in strategies):
-        places = [option(p) for p in dict.fromkeys(getattr(STRATEGIES[s], "PLACES", None) for s in strategies) if p]
+    if unread and not any(STRATEGIES[s].cache for s in strategies):
+        places = [option(p) for p in dict.fromkeys(STRATEGIES[s].places for s in strategies) if p]
         raise MoesimError(f"{', '.join(map(option, unread))}: strategy {', '.join(strategies)} keeps no expert cache, "
                           f"so nothing reads {'it' if len(unread) == 1 else 'them'}"
                           + (f" (it places experts: {', '.join(places)})" if places else ""))
@@ -779,10 +766,10 @@ def _threads_unread(strategies: list[str], machines: dict) -> str | None:
     """Why threads given for runs of these strategies on these machines would change nothing: no strategy computes an
     expert on the host CPU and every machine (a name: its force) has a GPU (one without runs everything on its CPU).
     None where they are read, or where a name is unknown (the run reports it)."""
-    if any(s not in STRATEGIES or STRATEGIES[s].CPU for s in strategies) or \
+    if any(s not in STRATEGIES or STRATEGIES[s].cpu for s in strategies) or \
             not all(_has_gpu(m, f) for m, f in machines.items()):
         return None  # a machine without a GPU (or one not known) computes on its CPU
-    computes = ", ".join(n for n, m in STRATEGIES.items() if m.CPU)
+    computes = ", ".join(n for n, m in STRATEGIES.items() if m.cpu)
     return (f"strategy {', '.join(strategies)} computes no expert on the host CPU, so nothing reads it (the "
             f"strategies that do: {computes})")
 
@@ -802,12 +789,12 @@ def check_cache_read(given: set, configs: list[Config]) -> None:
                           "makes none, so nothing reads it")
 
 
-def module_params(module, given: dict) -> dict:
-    """The parameters a policy or prefetcher module runs with: its defaults (``PARAMS``), the values given,
-    and the traces that name files loaded (each once per process, the last few kept)."""
-    out = {**getattr(module, "PARAMS", {}), **given}
-    for key in TRACE_PARAMS:
-        if isinstance(out.get(key), (str, Path)):
+def run_params(spec, given: dict) -> dict:
+    """The parameters a policy, prefetcher or strategy runs with: its defaults, the values given, and the traces that
+    name files loaded (each once per process, the last few kept)."""
+    out = {**{k: p.default for k, p in spec.params.items()}, **given}
+    for key, param in spec.params.items():
+        if param.kind == "trace" and isinstance(out[key], (str, Path)):
             out[key] = load_cached_trace(str(out[key]))
     return out
 

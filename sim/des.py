@@ -29,7 +29,7 @@ from moesim.host import usable_cpus
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
 from moesim.sim import blas_probe
-from moesim.sim.config import SERVE_SETTINGS, Config, PrefetchConfig, module_params
+from moesim.sim.config import SERVE_SETTINGS, Config, PrefetchConfig, run_params
 from moesim.sim.costs import Costs, costs
 from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
                                   C_PF_USED, C_PREFILL_LOADS, C_SSD_READS, C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY,
@@ -370,7 +370,7 @@ def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, 
     ``slots`` are each partition's. ``shared`` keeps the predictions (and a preload's scores) for other runs of
     the trace with the same prefetcher."""
     predictor = get_prefetcher(prefetch.prefetcher)
-    params = module_params(predictor, prefetch.params) if predictor is not None else {}
+    params = run_params(predictor, prefetch.params) if predictor is not None else {}
     n_rows, n_layers = req.experts.shape[:2]
     pred = np.full((n_rows, n_layers, 0), -1, np.int16)
     pred_tokens = np.zeros(pred.shape, np.int32)
@@ -378,7 +378,7 @@ def predictions(trace: Trace, req, prefetch: PrefetchConfig, slots: np.ndarray, 
     preload_at = np.full(n_rows, -1, np.int64)
     shared = shared if shared is not None else Shared(trace)
     key = (prefetch.prefetcher, shared.key(params))
-    if predictor is not None and predictor.KIND == "next":
+    if predictor is not None and predictor.kind == "next":
         def union():
             out, tokens = req.union(predictor.predict(trace, params), req.batch * trace.meta.top_k)
             prefill = req.kind == PREFILL
@@ -529,7 +529,7 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
     precision, recall = source.quality
     loads = counters[C_LOADS] + counters[C_PREFILL_LOADS] + counters[C_PF_LOADS] + counters[C_FILLS]
     accesses = int(counters[C_ACCESSES])
-    lowbit = A_LOWBIT in run.strategy.ACTIONS
+    lowbit = A_LOWBIT in run.strategy.actions
 
     def mean(x):
         return float(x.mean()) if x.size else float("nan")

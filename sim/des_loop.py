@@ -160,7 +160,7 @@ def fit_live(s, st, row, stamp):
     """Give back the slots a partition lost (``Cache.live`` lowered between calls: a served stream's KV cache
     grew): the policy's victims leave, nothing protected, and a resident of a slot given back moves into the
     victim's (a copy on the GPU, not timed; the policy is told: ``on_move``). Only a policy whose victim does not
-    depend on the object being placed, nor its state on the capacity, is run this way (``RESIZABLE``)."""
+    depend on the object being placed, nor its state on the capacity, is run this way (``resizable``)."""
     inp, cache = s.inputs, s.cache
     before = clock_row(s, row) * inp.experts.shape[1] * inp.experts.shape[2] - 1  # just before the row
     for part in range(cache.used.shape[0]):

@@ -65,7 +65,7 @@ def source_files(functions) -> list[Path]:
 def bind(loop, name: str, table: dict, helpers: tuple = (), constants: dict | None = None,
          pipeline: type = copy_propagation.Pipeline) -> object:
     """``loop`` (a plain function) compiled with a policy's hooks inlined: ``table`` (hook name -> njit
-    function; a policy's ``HOOKS``, or a ``FastPath``'s ``hooks``) is what ``policy`` means in its code,
+    function; a policy's ``hooks``, or a ``FastPath``'s ``hooks``) is what ``policy`` means in its code,
     ``name`` the policy's. ``constants`` (name: int) are globals of the hooks, of the inlined helpers
     defined beside them, and of the loop, fixed at compile time (``moesim.sim.across``'s lane count and
     slot width): one compilation per set. Numba prunes a branch on such a constant before it inlines what

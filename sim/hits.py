@@ -13,7 +13,7 @@ from moesim.errors import MoesimError, option
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.across import across_runner
-from moesim.sim.config import CacheConfig, module_params
+from moesim.sim.config import CacheConfig, run_params
 from moesim.sim.engine import (bind, engine_args, engine_evictions, engine_hits, hitrate_loop, place,
                                warm_then_time)
 from moesim.sim.lanes import lane_runner
@@ -95,7 +95,7 @@ def check_capacity(meta, cache: CacheConfig) -> None:
 def count_hits(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitRate:
     """Run ``cache.policy`` over ``trace`` at its capacity (each layer's slots as given: ``split`` is the
     caller's) and count hits per layer. With a cache per layer under sequential semantics the policy's
-    ``FAST_PATHS`` are tried in order (``FastPath.takes``); the first that takes the run gives the same
+    ``fast_paths`` are tried in order (``FastPath.takes``); the first that takes the run gives the same
     hits as the engine and logs no evictions. Every other run is the compiled engine with the policy's
     hooks. The seconds are the run's alone: each runner is first compiled (or loaded from numba's cache)
     on the trace's first row (``moesim.sim.engine.warm_then_time``).
@@ -103,29 +103,29 @@ def count_hits(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitR
     ``log_evictions`` > 0 keeps the first that many evictions as (access position, object).
     """
     check_capacity(trace.meta, cache)
-    module = get_policy(cache.policy)
-    params = module_params(module, cache.params)
+    policy = get_policy(cache.policy)
+    params = run_params(policy, cache.params)
     slots = cache.slots(trace.meta.num_layers)
     per_layer_accesses = [trace.num_rows * trace.meta.top_k] * trace.meta.num_layers
     experts, offsets = np.ascontiguousarray(trace.experts, np.int16), trace.seq_offsets.astype(np.int64)
     timed = None
     if (cache.scope, cache.semantics) == ("per-layer", "sequential") and not log_evictions:
-        for path in getattr(module, "FAST_PATHS", ()):
+        for path in policy.fast_paths:
             if path.takes(int(slots.max()), trace.meta.num_experts):
-                runner = RUNNERS[path.kind](path, module.NAME, trace.meta.num_experts, slots, cache.reset, params)
+                runner = RUNNERS[path.kind](path, policy.name, trace.meta.num_experts, slots, cache.reset, params)
                 timed = warm_then_time(runner, experts, offsets)
                 if timed is not None:
                     break
     evictions = None
     if timed is None:
-        run = bind(hitrate_loop, module.NAME, module.HOOKS, (place,))
+        run = bind(hitrate_loop, policy.name, policy.hooks, (place,))
 
         def engine(rows, seq_offsets):
             ctx = Context(rows, seq_offsets, trace.meta.num_experts, slots, cache.scope == "per-layer",
                           cache.semantics == "sequential", cache.reset, params)
             args = engine_args(ctx.experts, ctx.seq_offsets, ctx.slots, ctx.num_experts, ctx.per_layer,
                                ctx.sequential, ctx.reset_each_seq, log_evictions)
-            run(args, module.make_state(ctx))  # the policy's set-up counts: Belady's next uses, ml-ffn's predictions
+            run(args, policy.make_state(ctx))  # the policy's set-up counts: Belady's next uses, ml-ffn's predictions
             return args
 
         args, seconds = warm_then_time(engine, experts, offsets)

@@ -9,7 +9,7 @@ GPU memory holds, in every strategy:
   cached layer, or C in a global pool) and every expert of the layers placed on the GPU;
 - scratch buffers for one layer's experts (the widest request row) where an expert can run on the GPU
   without a slot: no cache (twice with a next-layer prefetcher, whose copies wait staged), a policy
-  that declines misses (``BYPASSES``), a batch union wider than the cache, low-bit copies, and
+  that declines misses (``bypasses``), a batch union wider than the cache, low-bit copies, and
   llama.cpp's offload of prefill rows.
 
 Host RAM holds every expert that is not placed on the GPU, in the expert precision (with an SSD tier,
@@ -19,8 +19,8 @@ on two), the low-bit copies a strategy keeps (``lowbit_dtype``), and ``HOST_RESE
 operating system and the runtime. A machine without a GPU holds everything in its RAM, once: every weight, the KV
 cache and the reserve. A size of 0 (a machine without that memory) is not checked.
 
-``resolve`` turns ``capacity = "auto"`` into the most slots that fit and ``cpu_layers = "auto"`` into the
-fewest CPU layers with which everything fits; a configuration that does not fit is refused with the
+``resolve`` turns ``capacity = "auto"`` into the most slots that fit and a placing strategy's ``auto`` layers
+(``cpu_layers``) into the fewest CPU layers with which everything fits; a configuration that does not fit is refused with the
 numbers. Sizes are GiB (2^30 bytes).
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from moesim.errors import MoesimError, option
 from moesim.policies import get_policy
-from moesim.sim.config import module_params
+from moesim.sim.config import AUTO, run_params
 from moesim.sim.engines import engine_for
 from moesim.sim.machine import PER_SOCKET
 from moesim.sim.strategies import CACHED, ON_CPU, ON_GPU, get_strategy, lowbit_dtype
@@ -139,7 +139,7 @@ def account(fp: Footprint, config) -> Memory:
     """The memory of ``config`` (its ``auto`` values resolved) on the machine ``fp`` describes."""
     model, eb = fp.model, fp.expert_bytes
     strategy = get_strategy(config.execution.strategy)
-    params = module_params(strategy, config.execution.params)
+    params = run_params(strategy, config.execution.params)
     place = strategy.placement(model.num_layers, params)
     cached, on_gpu = int((place == CACHED).sum()), int((place == ON_GPU).sum())
     per_part = config.cache.slots(model.num_layers) if cached else np.zeros(1, np.int64)
@@ -153,13 +153,13 @@ def account(fp: Footprint, config) -> Memory:
                       0.0, 0.0, model.num_layers * model.num_experts * table, HOST_RESERVE_GIB * GIB, fp.vram, fp.ram)
     scratch = 0.0
     if cached:
-        bypass = capacity == 0 or fp.width > capacity or getattr(get_policy(config.cache.policy), "BYPASSES", False)
+        bypass = capacity == 0 or fp.width > capacity or get_policy(config.cache.policy).bypasses
         if bypass:
             twice = capacity == 0 and config.prefetch.prefetcher != "none"
             scratch = fp.width * eb * (2 if twice else 1)
         if lowbit is not None:
             scratch += fp.width * model.expert_params * BYTES_PER_PARAM[lowbit]
-    if (place == ON_CPU).any() and fp.prompt_rows and not strategy.CACHE:
+    if (place == ON_CPU).any() and fp.prompt_rows and not strategy.cache:
         scratch = max(scratch, fp.width * eb)
     copies = fp.sockets if engine_for(config).numa == PER_SOCKET else 1
     if fp.cpu_only:
@@ -186,20 +186,21 @@ def resolve(fp: Footprint, config, top_k: int):
     """``config`` with its ``auto`` values sized from memory, and its Memory; refuses what does not fit."""
     model = fp.model
     strategy = get_strategy(config.execution.strategy)
-    if module_params(strategy, config.execution.params).get("cpu_layers") == "auto":
+    places = strategy.places  # the parameter that places whole layers on the CPU: auto, the fewest that fit
+    if places and run_params(strategy, config.execution.params)[places] == AUTO:
         n = next((n for n in range(model.num_layers + 1) if not fp.cpu_only
-                  and account(fp, config.replace(cpu_layers=n, capacity=0)).fits), model.num_layers)
-        config = config.replace(cpu_layers=n)
-    if not strategy.CACHE and config.cache.capacity != 0:
+                  and account(fp, config.replace(**{places: n}, capacity=0)).fits), model.num_layers)
+        config = config.replace(**{places: n})
+    if not strategy.cache and config.cache.capacity != 0:
         config = config.replace(capacity=0)  # no cache: the layers are placed whole
     if config.cache.capacity == "auto":
         config = config.replace(capacity=0 if fp.cpu_only else _most_slots(fp, config, top_k))
     memory = account(fp, config)
     hint = (f"use {option('capacity', 'auto')}, a smaller {option('dtype')} or another {option('strategy')} (see "
-            f"'moesim plan')" if strategy.CACHE
-            else f"put more layers on the CPU ({option('cpu_layers')}), or use a smaller {option('dtype')}")
+            f"'moesim plan')" if strategy.cache or not places
+            else f"put more layers on the CPU ({option(places)}), or use a smaller {option('dtype')}")
     # an SSD tier backs a GPU cache's misses only (sim.run refuses it elsewhere)
-    ssd = strategy.CACHE and not strategy.CPU and not fp.cpu_only
+    ssd = strategy.cache and not strategy.cpu and not fp.cpu_only
     ram_hint = (f"use a smaller {option('dtype')} or {option('ram')}"
                 + (f", or an SSD tier ({option('ssd')} with {option('dram_capacity')})" if ssd else ""))
     memory.check(model.name, _describe(config, model), hint, ram_hint)
@@ -224,8 +225,8 @@ def _most_slots(fp: Footprint, config, top_k: int) -> int:
 
 def _describe(config, model: ModelSpec) -> str:
     strategy = get_strategy(config.execution.strategy)
-    if not strategy.CACHE:
-        return strategy.describe(module_params(strategy, config.execution.params), model.num_layers)
+    if not strategy.cache:
+        return strategy.describe(run_params(strategy, config.execution.params), model.num_layers)
     capacity = config.cache.capacity
     if isinstance(capacity, tuple):
         return (f"{sum(capacity)} experts over {len(capacity)} layers ({min(capacity)} to {max(capacity)} per layer) "

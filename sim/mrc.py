@@ -9,7 +9,7 @@ whose cache of C holds the first C objects of an order that does not depend on C
 what a cache of C-1 holds (inclusion). An access then hits at C exactly when its stack distance, its
 object's place in the order just before it, is below C; one pass finds every distance and hits(C) is
 the number of distances below C: every capacity for about the price of one. A policy that is one
-declares it (its ``STACK``: the order it keeps and under which semantics, ``moesim.policies.base.Stack``),
+declares it (its ``stack``: the order it keeps and under which semantics, ``moesim.policies.base.Stack``),
 and the order says how an access moves its object up. Under ``sequential`` semantics (a textbook
 cache) three policies here are, and Belady under ``step`` semantics too:
 
@@ -71,7 +71,7 @@ from moesim.errors import MoesimError
 from moesim.policies import get_policy
 from moesim.policies.base import DECAYED_COUNT, NEXT_USE, RECENCY, Stack
 from moesim.policies.belady import NEVER, next_uses
-from moesim.sim.config import CacheConfig, module_params
+from moesim.sim.config import CacheConfig, run_params
 from moesim.sim.engine import warm_then_time
 from moesim.sim.hits import HitRate, check_capacity, count_hits
 from moesim.tracegen.trace import Trace
@@ -83,8 +83,8 @@ RULES = {RECENCY: LRU, NEXT_USE: OPT, DECAYED_COUNT: GAMMA}  # the rule of each 
 
 
 def stack_of(policy: str, semantics: str) -> Stack | None:
-    """The policy's ``STACK`` where it is a stack algorithm under ``semantics`` (its curve is one pass)."""
-    stack = getattr(get_policy(policy), "STACK", None)
+    """The policy's ``stack`` where it is a stack algorithm under ``semantics`` (its curve is one pass)."""
+    stack = get_policy(policy).stack
     return stack if stack is not None and semantics in stack.semantics else None
 
 
@@ -134,7 +134,7 @@ def _stack_curve(trace: Trace, cache: CacheConfig, stack: Stack, sizes: list[int
         hist = np.zeros((m.num_layers, objects + 1), np.int64)  # [layer, distance]; ``objects``: first use
         decay = np.zeros(0)
         if stack.decay is not None:
-            decay = stack.decay(module_params(get_policy(cache.policy), cache.params), rows.shape[0])
+            decay = stack.decay(run_params(get_policy(cache.policy), cache.params), rows.shape[0])
         if stack.histogram is not None and per_layer:
             return stack.histogram(rows, seq_offsets, m.num_experts, cache.reset)
         if stack.order == RECENCY and objects > SCAN_LIMIT:

@@ -55,7 +55,7 @@ def hooks(group: tuple[str, ...]) -> dict:
     if group not in _HOOKS:
         namespace = {"__name__": __name__}
         lines = []
-        tables = [get_policy(member).HOOKS for member in group]
+        tables = [get_policy(member).hooks for member in group]
         for hook, args in {**HOOK_ARGS, "place": PLACE_ARGS}.items():
             rest = f", {args}" if args else ""
             lines.append(f"def {hook}(st{rest}):")
@@ -65,7 +65,7 @@ def hooks(group: tuple[str, ...]) -> dict:
             last = 0 if shared else len(group) - 1
             lines.append(f"    return m{last}_{hook}(st[{last + 1}]{rest})")
             for i, member in enumerate(group):
-                namespace[f"m{i}_{hook}"] = (bind(place, get_policy(member).NAME, tables[i]) if hook == "place" else
+                namespace[f"m{i}_{hook}"] = (bind(place, member, tables[i]) if hook == "place" else
                                              _INLINED.get(tables[i][hook], tables[i][hook]))
         exec(compile("\n".join(lines), __file__, "exec"), namespace)  # named after this file: its digest covers it
         _HOOKS[group] = {hook: njit(inline="always")(namespace[hook]) for hook in (*HOOK_ARGS, "place")}
@@ -83,8 +83,8 @@ def stand_in(policy: str) -> tuple:
     """A state of ``policy``'s types for a trace of one token, one layer and one expert, with its default
     parameters (built once per process)."""
     if policy not in _STAND_INS:
-        module = get_policy(policy)
+        spec = get_policy(policy)
         ctx = Context(np.zeros((1, 1, 1), np.int16), np.array([0, 1], np.int64), 1, np.ones(1, np.int64), True, False,
-                      False, dict(getattr(module, "PARAMS", {})))
-        _STAND_INS[policy] = module.make_state(ctx)
+                      False, {k: p.default for k, p in spec.params.items()})
+        _STAND_INS[policy] = spec.make_state(ctx)
     return _STAND_INS[policy]

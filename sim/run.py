@@ -23,7 +23,7 @@ from moesim.errors import MoesimError, option
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.budget import best_slots
-from moesim.sim.config import Config, module_params
+from moesim.sim.config import Config, run_params
 from moesim.sim.costs import Costs
 from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import C_ACCESSES, C_HITS, Inputs, State, build_state
@@ -33,7 +33,7 @@ from moesim.sim.engines import EngineSpec, engine_for
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
-from moesim.sim.strategies import STRATEGIES, get_strategy, lowbit_dtype
+from moesim.sim.strategies import STRATEGIES, StrategySpec, get_strategy, lowbit_dtype
 from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, CACHED, ON_CPU, Cells
 from moesim.sim.weights import Weights, weights_of
 from moesim.tracegen.models import ModelSpec
@@ -118,7 +118,7 @@ class Run:
     hardware: Hardware
     memory: Memory
     costs: Costs
-    strategy: object            # the strategy's module (``moesim.sim.strategies``)
+    strategy: StrategySpec      # the strategy (``moesim.sim.strategies``)
     strategy_params: dict
     engine: EngineSpec          # the engine it is timed as (``moesim.sim.engines``; its ``layer_us``: 0 unless named)
     rows: RowArrays
@@ -143,7 +143,7 @@ class Run:
         last = self.rows.kind.shape[0] if last is None else last
         state = self.state
         tally, progress, counters = state.tally, state.progress, state.tally.counters
-        if self.rewritten and len(self.strategy.ACTIONS) > 1:
+        if self.rewritten and len(self.strategy.actions) > 1:
             state.inputs.miss_action[first:last] = miss_actions(self.strategy, self.strategy_params, self.engine,
                                                                 self.rows, self.costs, state.inputs, first, last)
         if live_slots is not None:
@@ -206,14 +206,14 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     config, memory = resolve(footprint, config, trace.meta.top_k)
     strategy = get_strategy(config.execution.strategy)
     cache = config.cache
-    if cache.split == "best" and strategy.CACHE and cache.capacity != 0:
+    if cache.split == "best" and strategy.cache and cache.capacity != 0:
         # a cache that holds the widest row whole in every layer needs no scratch buffer: no layer of the split
         # goes below that row, so the memory stays the same
         held = int(cache.slots(trace.meta.num_layers).min()) >= width
         config = replace(config, cache=best_slots(trace, cache, width if held else None))
     config = source.sized(config, footprint, memory)
     slots = config.cache.slots(trace.meta.num_layers)
-    sparams = module_params(strategy, config.execution.params)
+    sparams = run_params(strategy, config.execution.params)
     named = named or config.execution.engine != "auto"  # an engine the configuration names is timed as itself
     engine = engine_for(config, named)
     if named and engine.kernel is not None:  # the engine runs its own kind of expert kernel
@@ -231,13 +231,13 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
         dram_capacity=np.int64(-1 if config.cache.dram_capacity is None else config.cache.dram_capacity),
         placement=strategy.placement(model.num_layers, sparams),
         miss_action=np.zeros(rows.exe.shape, np.int8), cpu_by_tokens=cost.cpu_by_tokens,
-        late_to_cpu=bool(strategy.CPU and strategy.CACHE), handoff_s=rows.handoff_s,
+        late_to_cpu=bool(strategy.cpu and strategy.cache), handoff_s=rows.handoff_s,
         measure_from=np.int64(source.measure_from(config)))
     inputs.miss_action[:] = miss_actions(strategy, sparams, engine, rows, cost, inputs)
     log_rows = log_size(rows) if decisions else 0
-    module = get_policy(config.cache.policy)
-    policy_state = policy_groups.state(config.cache.policy, module.make_state(
-        source.policy_context(config, slots, module_params(module, config.cache.params))))
+    policy = get_policy(config.cache.policy)
+    policy_state = policy_groups.state(config.cache.policy, policy.make_state(
+        source.policy_context(config, slots, run_params(policy, config.cache.params))))
     return Run(config, model, hardware, memory, cost, strategy, sparams, engine, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
                max(build, build_for(config, model, decisions, source.rewritten)))
@@ -246,7 +246,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
 def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
     """Why the GPU's expert kernel kind (``kernel``) is read by nothing in ``run``, whose rows hold at most
     ``most_tokens`` tokens; None where it may be read. Nothing reads it where every expert is computed on the host
-    CPU whatever the kernel: every layer's experts placed there (``cpu_layers``, ``auto`` resolved) and no row of the
+    CPU whatever the kernel: every layer's experts placed there (its ``places`` parameter, ``auto`` resolved) and no row of the
     engine's ``offload_min_tokens`` (the tokens at which it runs them on the GPU), or a strategy whose only
     actions compute on the CPU, with no slot ever to hold an expert and no prefetcher to stage one. ``asked``: the
     configuration as given (its ``auto`` sizes named so). (A strategy that weighs the GPU against the CPU, cpu-miss, reads it even where every
@@ -257,18 +257,19 @@ def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
     placement = strategy.placement(n_layers, run.strategy_params)
     offload = run.engine.offload_min_tokens  # a row this long runs them on the GPU
     if (placement == ON_CPU).all() and (offload is None or most_tokens < offload):
-        placed = run.strategy_params.get("cpu_layers")
-        given = asked.execution.params.get("cpu_layers", strategy.PARAMS.get("cpu_layers"))
-        return (f"strategy {strategy.NAME} puts all {n_layers} layers' experts on the CPU"
-                + ("" if placed is None else f" ({option('cpu_layers', given)}"
+        places = strategy.places
+        placed = run.strategy_params.get(places)
+        given = asked.execution.params.get(places, strategy.params[places].default) if places else None
+        return (f"strategy {strategy.name} puts all {n_layers} layers' experts on the CPU"
+                + ("" if placed is None else f" ({option(places, given)}"
                    + ("" if given == placed else f", resolved to {placed}") + ")")
                 + ("" if offload is None else f" and no step holds the {offload} tokens at which it runs them on the "
                                               f"GPU (at most {most_tokens} here)"))
-    if set(strategy.ACTIONS) <= {A_CPU, A_CPU_FILL} and (placement == CACHED).all() \
+    if set(strategy.actions) <= {A_CPU, A_CPU_FILL} and (placement == CACHED).all() \
             and not np.any(run.config.cache.slots(n_layers)) and run.config.prefetch.prefetcher == "none":
         capacity = asked.cache.capacity
         resolved = " resolved to 0" if capacity == "auto" else ""
-        return (f"strategy {strategy.NAME} with no expert slot ({option('capacity', capacity)}{resolved}) and no "
+        return (f"strategy {strategy.name} with no expert slot ({option('capacity', capacity)}{resolved}) and no "
                 "prefetcher computes every expert on the CPU")
     return None
 
@@ -280,14 +281,14 @@ def check_fills(run: Run, filled: bool | None = None) -> None:
     executed expert would take; a served stream (``moesim.sim.serve``), whose steps are formed as it runs, after it:
     ``filled``, whether it copied any expert into a slot."""
     inputs, config = run.state.inputs, run.config
-    if not (run.strategy.CACHE and run.strategy.CPU and inputs.bounds[-1] > 0 and config.prefetch.prefetcher == "none"):
+    if not (run.strategy.cache and run.strategy.cpu and inputs.bounds[-1] > 0 and config.prefetch.prefetcher == "none"):
         return  # what follows may read every cell: 10-20 ms at 10M accesses
     what = "run" if filled is None else "stream"
     if filled is None:
         actions = inputs.miss_action[inputs.exe >= 0]  # the executed experts' (padding takes any action)
         filled = not actions.size or bool(np.isin(actions, (A_LOAD, A_CPU_FILL)).any())
     if not filled:
-        raise MoesimError(f"strategy {run.strategy.NAME} runs every miss of this {what} on the CPU (the CPU beats the "
+        raise MoesimError(f"strategy {run.strategy.name} runs every miss of this {what} on the CPU (the CPU beats the "
                           f"copy at each of its token counts), so the cache of {option('capacity', config.cache.capacity)}"
                           f" never fills and changes nothing: give a prefetcher ({option('prefetch', 'popular')} with "
                           f"{option('policy', 'static')} is Fiddler's), or {option('capacity', 0)}")
@@ -304,12 +305,12 @@ def miss_actions(strategy, params: dict, engine: EngineSpec, rows: RowArrays, co
                   cpu_s=cost.cpu_by_tokens, gpu_s=cost.gpu_expert_s(inputs.per_expert), copy_s=cost.copy_s, gpu=gpu,
                   offload_tokens=float("inf") if engine.offload_min_tokens is None else engine.offload_min_tokens)
     actions = strategy.miss_actions(cells, params)
-    if getattr(actions, "shape", None) != cells.tokens.shape or not _all_in(actions, strategy.ACTIONS):
-        raise MoesimError(f"strategy {strategy.NAME}: its miss_actions gave an array of shape "
+    if getattr(actions, "shape", None) != cells.tokens.shape or not _all_in(actions, strategy.actions):
+        raise MoesimError(f"strategy {strategy.name}: its miss_actions gave an array of shape "
                           f"{getattr(actions, 'shape', None)} for cells of shape {cells.tokens.shape}, or an action "
-                          f"not among its ACTIONS {strategy.ACTIONS}")
+                          f"not among its actions {strategy.actions}")
     if not gpu and not _all_in(actions[cells.tokens > 0], (A_CPU, A_CPU_FILL)):
-        raise MoesimError(f"the machine has no GPU, and strategy {strategy.NAME} copies experts to one")
+        raise MoesimError(f"the machine has no GPU, and strategy {strategy.name} copies experts to one")
     return actions
 
 
@@ -342,7 +343,7 @@ def build_for(config: Config, model: ModelSpec, decisions: bool = False, served:
     copy; else ``LEAN``."""
     if decisions or served or model.kind == "mole":
         return FULL
-    if config.prefetch.prefetcher != "none" or tuple(get_strategy(config.execution.strategy).ACTIONS) != (A_LOAD,):
+    if config.prefetch.prefetcher != "none" or tuple(get_strategy(config.execution.strategy).actions) != (A_LOAD,):
         return WHOLE
     return LEAN
 
@@ -379,35 +380,35 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     memory is sized: an ``auto`` capacity is checked by ``moesim.sim.memory``)."""
     capacity, dram_capacity = config.cache.capacity, config.cache.dram_capacity
     strategy = get_strategy(config.execution.strategy)
-    name = strategy.NAME
+    name = strategy.name
     if not (trace.phase == DECODE).any():
         raise MoesimError("the trace has no decode steps (every row is a prompt's): tokens/s and TPOT time decoding, "
                           "so there is nothing to time")
-    if strategy.CPU and hardware.cpu is None:
+    if strategy.cpu and hardware.cpu is None:
         raise MoesimError(f"strategy {name} computes experts on the host CPU, and {_machine(hardware)} has no [cpu] "
                           "section (add one: moesim hardware --template shows it)")
     if hardware.gpu is None:
-        if not strategy.CPU or (strategy.CACHE and capacity not in (0, "auto")):
-            placed = _listed(n for n, m in STRATEGIES.items() if m.CPU and getattr(m, "PLACES", None))
+        if not strategy.cpu or (strategy.cache and capacity not in (0, "auto")):
+            placed = _listed(n for n, m in STRATEGIES.items() if m.cpu and m.places)
             all_cpu = _listed(f"{n} with {option('capacity', 0)}" for n, m in STRATEGIES.items()
-                              if m.CACHE and set(m.ACTIONS) <= {A_CPU, A_CPU_FILL})
+                              if m.cache and set(m.actions) <= {A_CPU, A_CPU_FILL})
             raise MoesimError(f"{_machine(hardware)} has no GPU: every expert runs on its CPU; use {option('strategy')} "
                               f"{placed}, or {all_cpu}")
-        places = getattr(strategy, "PLACES", None)
-        placed = module_params(strategy, config.execution.params).get(places) if places else None
+        places = strategy.places
+        placed = run_params(strategy, config.execution.params).get(places) if places else None
         if placed not in (None, "auto") and (strategy.placement(model.num_layers, {places: placed}) != ON_CPU).any():
             raise MoesimError(f"{_machine(hardware)} has no GPU: every layer's experts are on its CPU; use "
                               f"{option(places, 'auto')} (or {model.num_layers})")
-    if model.kind == "mole" and not getattr(strategy, "LOOKUP_TABLES", False):
-        tables = _listed(n for n, m in STRATEGIES.items() if getattr(m, "LOOKUP_TABLES", False))
+    if model.kind == "mole" and not strategy.lookup_tables:
+        tables = _listed(n for n, m in STRATEGIES.items() if m.lookup_tables)
         raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")
-    if not strategy.PREFETCH and config.prefetch.prefetcher != "none":
+    if not strategy.prefetch and config.prefetch.prefetcher != "none":
         raise MoesimError(f"strategy {name} keeps no cache for a prefetcher to fill; use {option('prefetch', 'none')}")
-    if strategy.CPU and dram_capacity is not None:
-        gpu_only = _listed(n for n, m in STRATEGIES.items() if not m.CPU)
+    if strategy.cpu and dram_capacity is not None:
+        gpu_only = _listed(n for n, m in STRATEGIES.items() if not m.cpu)
         raise MoesimError(f"strategy {name} computes experts from host DRAM; an SSD tier ({option('dram_capacity')}) is "
                           f"modelled for {gpu_only} only")
-    if getattr(strategy, "NEEDS_WEIGHTS", False) and trace.weights is None:
+    if strategy.needs_weights and trace.weights is None:
         raise MoesimError(f"strategy {name} judges a miss by its gate weight, and the trace has no weights")
     if config.cache.semantics != "step":
         raise MoesimError("the discrete-event simulator serves a step's experts at once (semantics step); "
@@ -424,7 +425,7 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
                           f"has none; pass {option('ssd', 'pcie5-nvme')} (or another SSD preset)")
     if model.num_layers != trace.meta.num_layers:
         raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
-    if capacity != "auto" and strategy.CACHE:
+    if capacity != "auto" and strategy.cache:
         check_fits_experts(trace.meta, config.cache)
         slots = config.cache.slots(trace.meta.num_layers)
         low = np.where(slots > 0, slots, trace.meta.top_k)  # a layer of 0 slots keeps no cache: it streams

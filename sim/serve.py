@@ -20,7 +20,7 @@ TPOT); throughput is output tokens (and requests) over the span from the first a
 finish; the hit rate is over the accesses of steps that decode, as in ``sim run``.
 
 ``capacity auto`` and the memory check size the KV cache for ``max_batch`` requests of the longest
-sequence. A policy that reads the rows ahead (``READS_ROWS``), a preloading prefetcher, and a cache that
+sequence. A policy that reads the rows ahead (``reads_rows``), a preloading prefetcher, and a cache that
 resets per batch have no meaning here and are refused.
 """
 
@@ -38,7 +38,7 @@ from moesim.host import available_ram
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
-from moesim.sim.config import ARRIVALS, NOT_SERVED, Config, module_params
+from moesim.sim.config import ARRIVALS, NOT_SERVED, Config, run_params
 from moesim.sim.costs import Costs, costs, row_costs
 from moesim.sim.des_state import C_FILLS, C_LOADS, C_LOWBIT, C_PF_LOADS, C_PREFILL_LOADS, C_RECLAIMED
 from moesim.sim.machine import Hardware
@@ -192,7 +192,7 @@ class _KvShare:
         most = int(resolve(replace(fp, kv_tokens=0), asked, top_k)[0].cache.capacity)
         least = int(resolved.cache.capacity)
         strategy = get_strategy(resolved.execution.strategy)
-        placement = strategy.placement(fp.model.num_layers, module_params(strategy, resolved.execution.params))
+        placement = strategy.placement(fp.model.num_layers, run_params(strategy, resolved.execution.params))
         parts = int((placement == CACHED).sum()) if resolved.cache.scope == "per-layer" else 1
         return cls(least, most, parts, memory.gpu - memory.kv - least * parts * fp.expert_bytes, fp)
 
@@ -222,7 +222,7 @@ def _check_clock(arrival: np.ndarray, sv) -> None:
 
 def _check_serve(trace: Trace, config: Config) -> None:
     """What a served stream cannot do (module docstring)."""
-    sv, module = config.serve, get_policy(config.cache.policy)
+    sv, policy = config.serve, get_policy(config.cache.policy)
     if sv.arrivals == "poisson" and sv.rate is None:
         raise MoesimError(f"Poisson arrivals need a rate in requests/s ({option('rate')}), or use "
                           f"{option('arrivals', 'burst')}")
@@ -230,22 +230,22 @@ def _check_serve(trace: Trace, config: Config) -> None:
         raise MoesimError(f"arrivals {sv.arrivals} take no rate: it is for Poisson arrivals")
     if sv.arrivals not in ARRIVALS and sv.requests is not None and Path(sv.arrivals).is_file():  # else: no such file
         raise MoesimError(f"the arrivals file {sv.arrivals} lists the requests: leave requests unset")
-    if getattr(module, "READS_ROWS", False):
-        raise MoesimError(f"policy {module.NAME} reads the rows it will serve ahead of serving them, and a served "
+    if policy.reads_rows:
+        raise MoesimError(f"policy {policy.name} reads the rows it will serve ahead of serving them, and a served "
                           "stream's steps are formed as it runs; use an online policy (lru, lfu, gamma, ...)")
     predictor = get_prefetcher(config.prefetch.prefetcher)
-    if predictor is not None and predictor.KIND != "next":
+    if predictor is not None and predictor.kind != "next":
         raise MoesimError(f"prefetcher {config.prefetch.prefetcher} preloads a batch before it decodes, and a served "
                           "stream has no batches; use one that predicts the next layer (oracle, history, speculative)")
     if config.cache.reset:
         raise MoesimError("a served stream's requests share the cache: reset has no batch to reset at")
     if sv.dynamic_kv:
-        if config.cache.capacity != "auto" or not get_strategy(config.execution.strategy).CACHE \
+        if config.cache.capacity != "auto" or not get_strategy(config.execution.strategy).cache \
                 or config.cache.split != "uniform":
             raise MoesimError("dynamic_kv shares GPU memory between the KV cache and the expert cache: it needs "
                               "capacity auto, split uniform and a strategy with an expert cache")
-        if not getattr(module, "RESIZABLE", False):
-            raise MoesimError(f"dynamic_kv takes slots away as the KV cache grows, and policy {module.NAME}'s state "
+        if not policy.resizable:
+            raise MoesimError(f"dynamic_kv takes slots away as the KV cache grows, and policy {policy.name}'s state "
                               "is sized for its capacity; use lru, fifo, lifo, lfu or random")
     if config.workload.batch != 1 or config.workload.warmup != 0:
         raise MoesimError("a served stream forms its own batches (max_batch) and measures every request: "
@@ -295,7 +295,7 @@ class StreamRows(RowSource):
         self.chosen = expert_choices(trace)
         predictor = get_prefetcher(config.prefetch.prefetcher)
         self.predicted = (None if predictor is None else
-                          np.ascontiguousarray(predictor.predict(trace, module_params(predictor,
+                          np.ascontiguousarray(predictor.predict(trace, run_params(predictor,
                                                                                       config.prefetch.params)),
                                                np.int16))
         self.commit = config.prefetch.mode == "commit" and self.predicted is not None

@@ -1,8 +1,8 @@
 """The shape of the package (DESIGN.md, docs/architecture.md): dependencies point one way —
 cli -> api -> experiments, plots, replay -> sim -> policies -> tracegen (with the model presets) -> errors,
-files, the host's memory and worker pools — so the core never imports the command line, ``policies`` never
-imports ``sim``, no two subpackages import each other, no two modules anywhere import each other in a cycle, and
-no module imports another's private (underscored) name. Every import is counted, at module level or inside a
+files, plug-ins' parameters, the host's memory and worker pools — so the core never imports the command line,
+``policies`` never imports ``sim``, no two subpackages import each other, no two modules anywhere import each other
+in a cycle, and no module imports another's private (underscored) name. Every import is counted, at module level or inside a
 function."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ RANK = {"base": 0, "tracegen": 1, "policies": 2, "sim": 3, "experiments": 4, "pl
 def component(module: str) -> str:
     """The layer a module belongs to."""
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("errors", "files", "host", "workers"):  # the root package holds the version, nothing else
+    if len(parts) == 1 or parts[1] in ("errors", "files", "host", "params", "workers"):  # the root package: the version
         return "base"
     return {"__main__": "cli"}.get(parts[1], parts[1])
 

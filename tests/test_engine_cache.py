@@ -66,13 +66,13 @@ def test_editing_an_inlined_helper_in_another_file_recompiles(tmp_path):
 
 
 def test_the_digest_covers_the_helpers_and_the_policys_neighbours():
-    files = {f.name for f in source_files([des_loop.des_loop, *des_loop.HELPERS, *get_policy("lecar").HOOKS.values()])}
+    files = {f.name for f in source_files([des_loop.des_loop, *des_loop.HELPERS, *get_policy("lecar").hooks.values()])}
     assert {"des_loop.py", "engine.py", "base.py", "lecar.py", "lfu.py"} <= files
     from moesim.sim import policy_groups
 
     group = policy_groups.group_of("lfu")  # a group's hooks, written as source, and each member's placing
     files = {f.name for f in source_files(policy_groups.hooks(group).values())}
-    hooks = {Path(hook.py_func.__code__.co_filename).name for p in group for hook in get_policy(p).HOOKS.values()}
+    hooks = {Path(hook.py_func.__code__.co_filename).name for p in group for hook in get_policy(p).hooks.values()}
     assert {"policy_groups.py", "engine.py", "lfu.py", "gamma.py", "belady.py"} | hooks <= files
 
 

@@ -7,6 +7,7 @@ capacity up to their ``WIDEST`` (ARC 64, LeCaR 32). LeCaR's reference runs whole
 stream, so a layer cut out of the trace would draw from layer 0's."""
 
 from dataclasses import replace
+from importlib import import_module
 from unittest import mock
 
 import numpy as np
@@ -26,19 +27,20 @@ from moesim.tracegen.synth import synth_trace
 LANE_POLICIES = ("fifo", "lfu", "belady", "arc")
 ACROSS_POLICIES = ("arc", "lecar")  # a layer in each SIMD lane
 FAST = ("fifo", "lfu", "belady", "arc", "lecar")  # the policies with lanes of either kind
-FULLEST = {name: get_policy(name).FAST_PATHS[0].fullest for name in FAST}  # the defaults, before the fixture
+FULLEST = {name: get_policy(name).fast_paths[0].fullest for name in FAST}  # the defaults, before the fixture
 WIDEST = {"arc": arc_across.WIDEST, "lecar": lecar_across.WIDEST}  # the slots each one's passes serve
 
 
 def paths_changed(policy: str, **changes):
     """The policy's fast paths with ``changes`` made, for the duration of a ``with``."""
-    module = get_policy(policy)
-    return mock.patch.object(module, "FAST_PATHS", tuple(replace(p, **changes) for p in module.FAST_PATHS))
+    spec = get_policy(policy)
+    return mock.patch.object(import_module(f"moesim.policies.{policy}"), "SPEC",
+                             replace(spec, fast_paths=tuple(replace(p, **changes) for p in spec.fast_paths)))
 
 
 def making(policy: str):
     """The policy's fast paths with their ``make`` recorded: (the patch, the list each state made is added to)."""
-    made, path = [], get_policy(policy).FAST_PATHS[0]
+    made, path = [], get_policy(policy).fast_paths[0]
     return paths_changed(policy, make=lambda *a: made.append(path.make(*a)) or made[-1]), made
 
 
@@ -157,29 +159,29 @@ def test_across_lanes_fill_every_slot_of_each_width(policy, capacity):
 def test_arc_lane_keys_that_would_overflow_are_refused():
     """A key is up to T + WIDTH in magnitude and must stay below 2^31 - 1; the passes serve up to 64
     slots."""
-    module = get_policy("arc")
+    make_across = get_policy("arc").fast_paths[0].make
     slots = np.array([8, 8], np.int64)
     for rows, fits in ((2 ** 31 - 1 - 8) // 4 - 1, True), ((2 ** 31 - 1 - 8) // 4 + 1, False):
         experts = np.lib.stride_tricks.as_strided(np.zeros(1, np.int16), (rows, 2, 2), (0, 0, 0))
         ctx = Context(experts, np.array([0, rows], np.int64), 8, slots, True, True, False)
-        assert (module.make_across(ctx, np.zeros(16, np.int64), 8) is not None) == fits
+        assert (make_across(ctx, np.zeros(16, np.int64), 8) is not None) == fits
     ctx = Context(np.zeros((4, 2, 2), np.int16), np.array([0, 4], np.int64), 64, slots, True, True, False)
-    assert module.make_across(ctx, np.zeros(16, np.int64), 64) is not None
-    assert module.make_across(ctx, np.zeros(16, np.int64), 72) is None  # past the slots its passes serve
+    assert make_across(ctx, np.zeros(16, np.int64), 64) is not None
+    assert make_across(ctx, np.zeros(16, np.int64), 72) is None  # past the slots its passes serve
 
 
 def test_lecar_lane_clocks_that_would_overflow_are_refused():
     """A clock is up to rows * k and, with WIDTH added, must stay below 2^31 - 1; the passes serve up
     to 32 slots."""
-    module = get_policy("lecar")
+    make_across = get_policy("lecar").fast_paths[0].make
     slots = np.array([8, 8], np.int64)
     for rows, fits in ((2 ** 31 - 1 - 8) // 2, True), ((2 ** 31 - 1 - 8) // 2 + 1, False):
         experts = np.lib.stride_tricks.as_strided(np.zeros(1, np.int16), (rows, 2, 2), (0, 0, 0))
         ctx = Context(experts, np.array([0, rows], np.int64), 8, slots, True, True, False, {"seed": 0})
-        assert (module.make_across(ctx, np.zeros(16, np.int64), 8) is not None) == fits
+        assert (make_across(ctx, np.zeros(16, np.int64), 8) is not None) == fits
     ctx = Context(np.zeros((4, 2, 2), np.int16), np.array([0, 4], np.int64), 64, slots, True, True, False, {"seed": 0})
-    assert module.make_across(ctx, np.zeros(16, np.int64), 32) is not None
-    assert module.make_across(ctx, np.zeros(16, np.int64), 40) is None
+    assert make_across(ctx, np.zeros(16, np.int64), 32) is not None
+    assert make_across(ctx, np.zeros(16, np.int64), 40) is None
 
 
 def test_keys_that_would_overflow_are_refused():
@@ -228,7 +230,7 @@ def test_the_probe_reads_the_stack_and_the_block_sits_above_it():
     stack address (the loop's frame) to ``ABOVE_STACK`` above it (the arguments the call passes on the
     stack)."""
     ctx = Context(np.zeros((4, 2, 2), np.int16), np.array([0, 4], np.int64), 64, np.array([16, 16]), True, True, False)
-    state = get_policy("lfu").FAST_PATHS[0].make(ctx, lanes.LANES)
+    state = get_policy("lfu").fast_paths[0].make(ctx, lanes.LANES)
     state = state._replace(key=np.arange(state.key.size, dtype=np.int64).reshape(state.key.shape))
     scratch, hits = np.arange(3 * lanes.LANES, dtype=np.int64).reshape(3, lanes.LANES), np.zeros(8, np.int64)
     stack = lanes.stack_address(ctx.experts, ctx.seq_offsets, ctx.slots, False, state, scratch, hits)

@@ -60,7 +60,7 @@ def test_belady_has_the_most_hits_a_search_finds_and_a_bypassing_policy_no_more_
 @example(seed=729, c=7, semantics="step", scope="per-layer")  # γ bypasses one miss and beats Belady by a hit
 def test_belady_is_best_and_counts_are_sane(seed, c, semantics, scope):
     """Belady (every miss cached) has the fewest misses of every policy that caches every miss too; one that may
-    serve a miss without a slot (``BYPASSES``: the γ-cache) can have fewer: at seed 729 it has 152 hits in layer 2
+    serve a miss without a slot (``bypasses``: the γ-cache) can have fewer: at seed 729 it has 152 hits in layer 2
     where the optimum without bypasses is 151, and with them 152 (the test above searches every choice)."""
     trace = small(seed)
     cap = c if scope == "per-layer" else c * 3
@@ -68,7 +68,7 @@ def test_belady_is_best_and_counts_are_sane(seed, c, semantics, scope):
     for policy in ONLINE:
         r = hitrate(trace, policy, cap, scope, semantics)
         assert 0 <= r.hits <= r.accesses == trace.accesses
-        if not getattr(get_policy(policy), "BYPASSES", False):
+        if not get_policy(policy).bypasses:
             assert best.misses <= r.misses, policy
 
 
@@ -246,15 +246,15 @@ def test_policy_state_is_named(policy, mixtral):
     """A policy's state, and its lanes' state, is a named tuple: fields read by name, never by position."""
     from moesim.policies import get_policy
     from moesim.policies.base import Context
-    from moesim.sim.config import module_params
+    from moesim.sim.config import run_params
 
-    module = get_policy(policy)
+    spec = get_policy(policy)
     slots = np.full(mixtral.meta.num_layers, 4, np.int64)
     ctx = Context(mixtral.experts, mixtral.seq_offsets.astype(np.int64), mixtral.meta.num_experts, slots, True, True,
-                  False, module_params(module, {}))
-    state = module.make_state(ctx)
+                  False, run_params(spec, {}))
+    state = spec.make_state(ctx)
     assert isinstance(state, tuple) and type(state)._fields, policy
-    for path in getattr(module, "FAST_PATHS", ()):
+    for path in spec.fast_paths:
         if path.kind == "lanes":
             lanes = path.make(ctx, 8)
             assert type(lanes)._fields and all(isinstance(getattr(lanes, f), (np.ndarray, np.integer))

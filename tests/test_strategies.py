@@ -321,20 +321,17 @@ def test_a_strategy_is_one_module_registered():
     the registry, with no other change: here one that computes every miss on the host CPU. Its misses run
     as cpu-miss's CPU misses do (the same engine action), so where cpu-miss sends every miss to the CPU
     (its rule: the CPU is faster) the two give the same times."""
-    import types
-
     from moesim.sim.strategies import STRATEGIES
-    from moesim.sim.strategies.base import A_CPU, all_cached
+    from moesim.sim.strategies.base import A_CPU, StrategySpec, all_cached
 
-    module = types.ModuleType("every_miss_on_cpu")
-    module.__dict__.update(NAME="every-miss-on-cpu", SUMMARY="a test's", PARAMS={}, CACHE=True, CPU=True,
-                           PREFETCH=True, ACTIONS=(A_CPU,), placement=all_cached,
-                           miss_actions=lambda cells, params: np.full(cells.tokens.shape, A_CPU, np.int8))
+    spec = StrategySpec("every-miss-on-cpu", "a test's", all_cached,
+                        lambda cells, params: np.full(cells.tokens.shape, A_CPU, np.int8), (A_CPU,), cache=True,
+                        cpu=True, prefetch=True)
     trace = steps(4, experts=((0, 1), (2, 3)))
     fast_cpu = replace(HWC, cpu=replace(CPU_, dram_gbps=2.0 ** 40 / 1e9))  # the CPU beats copy + GPU
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(STRATEGIES, module.NAME, module)
-        mine = simulate(trace, model=MODEL, hardware=fast_cpu, strategy=module.NAME, capacity=0)
+        patch.setitem(STRATEGIES, spec.name, spec)
+        mine = simulate(trace, model=MODEL, hardware=fast_cpu, strategy=spec.name, capacity=0)
     fiddler = simulate(trace, model=MODEL, hardware=fast_cpu, strategy="cpu-miss", capacity=0)  # (a cache: refused)
     assert fiddler.cpu_share == 1.0 and fiddler.loads == 0  # every miss on the CPU under Fiddler's rule too
     assert mine.step_times.tolist() == fiddler.step_times.tolist() and mine.cpu_share == 1.0
@@ -342,19 +339,16 @@ def test_a_strategy_is_one_module_registered():
 
 def test_a_strategys_actions_are_checked_against_what_it_declares():
     """A strategy whose ``miss_actions`` gives an action it does not declare is refused, naming it."""
-    import types
-
     from moesim.sim.strategies import STRATEGIES
-    from moesim.sim.strategies.base import A_CPU_FILL, A_LOAD, all_cached
+    from moesim.sim.strategies.base import A_CPU_FILL, A_LOAD, StrategySpec, all_cached
 
-    module = types.ModuleType("says_one_does_another")
-    module.__dict__.update(NAME="says-one", SUMMARY="a test's", PARAMS={}, CACHE=True, CPU=True, PREFETCH=True,
-                           ACTIONS=(A_LOAD,), placement=all_cached,
-                           miss_actions=lambda cells, params: np.full(cells.tokens.shape, A_CPU_FILL, np.int8))
+    spec = StrategySpec("says-one", "a test's", all_cached,
+                        lambda cells, params: np.full(cells.tokens.shape, A_CPU_FILL, np.int8), (A_LOAD,), cache=True,
+                        cpu=True, prefetch=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(STRATEGIES, module.NAME, module)
+        patch.setitem(STRATEGIES, spec.name, spec)
         with pytest.raises(MoesimError, match="strategy says-one: its miss_actions"):
-            simulate(steps(2), model=MODEL, hardware=HWC, strategy=module.NAME, capacity=2)
+            simulate(steps(2), model=MODEL, hardware=HWC, strategy=spec.name, capacity=2)
 
 
 @pytest.mark.parametrize("allowed", [(0,), (0, 1), (2,), (0, 3), (1, 2), (0, 1, 2, 3)])

@@ -14,11 +14,7 @@ import numpy as np
 from numba import njit
 
 from moesim.errors import MoesimError
-
-NAME = "history"
-PARAMS = {"train_trace": None}  # the trace it learns from (None: the simulated one)
-PARAM_HELP = {"train_trace": "Trace the history and popular prefetchers learn from (default: the simulated trace)."}
-KIND = "next"
+from moesim.policies.prefetch import PrefetcherSpec, TRAIN_TRACE
 
 
 def predict(trace, params) -> np.ndarray:
@@ -100,3 +96,6 @@ def top_k(score, k, top_score, top):
         top_score[i] = s
         top[i] = e
         n = min(n + 1, k)
+
+
+SPEC = PrefetcherSpec("history", "next", predict=predict, params={"train_trace": TRAIN_TRACE})

@@ -7,9 +7,11 @@ history prefetching can gain.
 
 import numpy as np
 
-NAME = "oracle"
-KIND = "next"
+from moesim.policies.prefetch import PrefetcherSpec
 
 
 def predict(trace, params) -> np.ndarray:
     return trace.experts  # read, never written (``moesim.sim.des.predictions``): no copy
+
+
+SPEC = PrefetcherSpec("oracle", "next", predict=predict)

@@ -9,12 +9,8 @@ to pin it instead).
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.policies.prefetch import PrefetcherSpec, TRAIN_TRACE
 from moesim.tracegen.stats import layer_counts
-
-NAME = "popular"
-KIND = "preload"
-PARAMS = {"train_trace": None}  # the trace whose popularity it preloads (None: the simulated one)
-PARAM_HELP = {"train_trace": "Trace the history and popular prefetchers learn from (default: the simulated trace)."}
 
 
 def scores(trace, params) -> np.ndarray:
@@ -25,3 +21,6 @@ def scores(trace, params) -> np.ndarray:
                           f"the simulated trace {n_layers} x {num_experts}")
     counts = layer_counts(train.experts, num_experts)
     return np.broadcast_to(counts.astype(np.float64), (trace.num_sequences, n_layers, num_experts))
+
+
+SPEC = PrefetcherSpec("popular", "preload", scores=scores, params={"train_trace": TRAIN_TRACE})

@@ -10,10 +10,8 @@ trace schema holds no prompt features, so that predictor is not offered.
 import numpy as np
 
 from moesim.errors import MoesimError, option
+from moesim.policies.prefetch import PrefetcherSpec
 from moesim.tracegen.schema import PREFILL
-
-NAME = "prompt"
-KIND = "preload"
 
 
 def scores(trace, params) -> np.ndarray:
@@ -29,3 +27,6 @@ def scores(trace, params) -> np.ndarray:
     flat = (seq[:, None, None] * n_layers + layer) * num_experts + experts
     counts = np.bincount(flat.ravel(), minlength=trace.num_sequences * n_layers * num_experts)
     return counts.reshape(trace.num_sequences, n_layers, num_experts).astype(np.float64)
+
+
+SPEC = PrefetcherSpec("prompt", "preload", scores=scores)

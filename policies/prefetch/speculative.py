@@ -9,9 +9,7 @@ the next token's layer 0.
 import numpy as np
 
 from moesim.errors import MoesimError, option
-
-NAME = "speculative"
-KIND = "next"
+from moesim.policies.prefetch import PrefetcherSpec
 
 
 def predict(trace, params) -> np.ndarray:
@@ -25,3 +23,6 @@ def predict(trace, params) -> np.ndarray:
         repeated = (out[..., :j] == out[..., j:j + 1]).any(axis=-1)
         out[..., j][repeated] = -1
     return out
+
+
+SPEC = PrefetcherSpec("speculative", "next", predict=predict)

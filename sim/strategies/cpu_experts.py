@@ -19,24 +19,14 @@ which everything fits in GPU memory (``moesim.sim.memory``).
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.sim.strategies.base import A_CPU, A_LOAD, ON_CPU, ON_GPU, Cells
-
-NAME = "cpu-experts"
-SUMMARY = "the first N layers' experts on the CPU, the rest on the GPU"
-PARAMS = {"cpu_layers": "auto"}
-AUTO_PARAMS = ("cpu_layers",)
-PARAM_HELP = {"cpu_layers": "The first N MoE layers keep their experts on the CPU; auto: the fewest with which "
-                             "everything fits."}
-PLACES = "cpu_layers"  # the parameter that says where the experts are (``moesim validate`` varies it)
-CACHE, CPU, PREFETCH = False, True, False
-ACTIONS = (A_LOAD, A_CPU)
-REPLAY = ("cpu",)  # a CPU layer and a GPU layer never overlap, so the CPU backend's one compute stream runs it
+from moesim.params import AUTO, Param
+from moesim.sim.strategies.base import A_CPU, A_LOAD, ON_CPU, ON_GPU, Cells, StrategySpec
 
 
 def placement(num_layers: int, params: dict) -> np.ndarray:
     """The first ``cpu_layers`` layers on the CPU, the rest on the GPU."""
     n = params["cpu_layers"]
-    if n == "auto":
+    if n == AUTO:
         raise MoesimError("cpu_layers auto is resolved from memory before placement (moesim.sim.memory)")
     if n > num_layers:
         raise MoesimError(f"cpu_layers {n} is more than the model's {num_layers} MoE layers")
@@ -58,3 +48,12 @@ def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     offload = (cells.row_tokens >= cells.offload_tokens) & cells.gpu
     on_cpu = (cells.placement == ON_CPU)[None, :, None] & ~offload[:, None, None]
     return np.broadcast_to(np.where(on_cpu, A_CPU, A_LOAD), cells.tokens.shape).astype(np.int8)
+
+
+SPEC = StrategySpec("cpu-experts", "the first N layers' experts on the CPU, the rest on the GPU", placement,
+                    miss_actions, (A_LOAD, A_CPU), cache=False, cpu=True, prefetch=False,
+                    params={"cpu_layers": Param(AUTO, "count", "The first N MoE layers keep their experts on the CPU; "
+                                                               "auto: the fewest with which everything fits.",
+                                                auto=True)},
+                    places="cpu_layers", describe=describe, label=label,
+                    replay=("cpu",))  # a CPU layer and a GPU layer never overlap: the CPU backend's one stream runs it

@@ -16,14 +16,7 @@ its layer's routing, runs on the CPU where the CPU would hand it back before the
 
 import numpy as np
 
-from moesim.sim.strategies.base import A_CPU, A_LOAD, Cells, all_cached
-
-NAME = "cpu-miss"
-SUMMARY = "a GPU cache; a miss on the CPU where that is faster than its copy"
-PARAMS: dict = {}
-CACHE, CPU, PREFETCH = True, True, True
-ACTIONS = (A_LOAD, A_CPU)
-placement = all_cached
+from moesim.sim.strategies.base import A_CPU, A_LOAD, Cells, StrategySpec, all_cached
 
 
 def miss_actions(cells: Cells, params: dict) -> np.ndarray:
@@ -31,3 +24,7 @@ def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     token count, then looked up)."""
     by_tokens = np.where(cells.cpu_s < cells.copy_s + cells.gpu_s, A_CPU, A_LOAD).astype(np.int8)
     return by_tokens[cells.tokens]
+
+
+SPEC = StrategySpec("cpu-miss", "a GPU cache; a miss on the CPU where that is faster than its copy", all_cached,
+                    miss_actions, (A_LOAD, A_CPU), cache=True, cpu=True, prefetch=True)

@@ -26,16 +26,13 @@ ones) is the engine's (``moesim.sim.engines``).
 
 import numpy as np
 
-from moesim.sim.strategies.base import A_CPU_FILL, Cells, all_cached
-
-NAME = "hybrid"
-SUMMARY = "a GPU cache; every miss on the CPU"
-PARAMS: dict = {}
-CACHE, CPU, PREFETCH = True, True, True
-ACTIONS = (A_CPU_FILL,)
-placement = all_cached
+from moesim.sim.strategies.base import A_CPU_FILL, Cells, StrategySpec, all_cached
 
 
 def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     """Every miss on the CPU, its slot filled in the background (where there is a cache)."""
     return np.full(cells.tokens.shape, A_CPU_FILL, np.int8)
+
+
+SPEC = StrategySpec("hybrid", "a GPU cache; every miss on the CPU", all_cached, miss_actions, (A_CPU_FILL,), cache=True,
+                    cpu=True, prefetch=True)

@@ -14,19 +14,8 @@ precision (``lowbit_share``, ``lowbit_weight``). Prefetchers fetch full-precisio
 
 import numpy as np
 
-from moesim.sim.strategies.base import A_LOAD, A_LOWBIT, Cells, all_cached
-
-NAME = "lowbit-miss"
-SUMMARY = "a GPU cache; a low-bit copy for a miss of low gate weight"
-PARAMS = {"lowbit_threshold": 0.2, "lowbit_dtype": "int4"}
-PARAM_BOUNDS = {"lowbit_threshold": (0.0, 1.0)}
-PARAM_CHOICES = {"lowbit_dtype": ("int4", "int2")}
-PARAM_HELP = {"lowbit_threshold": "Gate weight below which a miss fetches the low-bit copy.",
-              "lowbit_dtype": "Format of the low-bit copies: int4 or int2."}
-CACHE, CPU, PREFETCH = True, False, True
-ACTIONS = (A_LOAD, A_LOWBIT)
-NEEDS_WEIGHTS = True  # it judges a miss by its gate weight
-placement = all_cached
+from moesim.params import Param
+from moesim.sim.strategies.base import A_LOAD, A_LOWBIT, Cells, StrategySpec, all_cached
 
 
 def lowbit_dtype(params: dict) -> str:
@@ -40,3 +29,12 @@ def miss_actions(cells: Cells, params: dict) -> np.ndarray:
     cheap = cells.decode[:, None, None] & ~cells.committed[:, :, None] & (
         cells.weights < float(params["lowbit_threshold"]) * cells.tokens)
     return np.where(cheap, A_LOWBIT, A_LOAD).astype(np.int8)
+
+
+SPEC = StrategySpec("lowbit-miss", "a GPU cache; a low-bit copy for a miss of low gate weight", all_cached,
+                    miss_actions, (A_LOAD, A_LOWBIT), cache=True, cpu=False, prefetch=True,
+                    params={"lowbit_threshold": Param(0.2, "number", "Gate weight below which a miss fetches the "
+                                                                     "low-bit copy.", bounds=(0.0, 1.0)),
+                            "lowbit_dtype": Param("int4", "choice", "Format of the low-bit copies: int4 or int2.",
+                                                  choices=("int4", "int2"))},
+                    lowbit_dtype=lowbit_dtype, needs_weights=True)  # it judges a miss by its gate weight
