@@ -16,8 +16,9 @@ docs/fidelity.md discusses the result.
     python benchmarks/published_offload.py [--plot docs/figures/published_points.png] [--json out.json]
 
 ``--cv`` predicts every point with the engines' framework time fitted without its group (points sharing a source or
-a machine), gives it an 80% interval from the other groups' held-out errors, and says which learned constants ship
-(``moesim.experiments.crossval``; ``--plot`` then draws those, with their intervals).
+a machine), where the other groups alone show it beats none, gives it an 80% interval from the other groups'
+held-out errors, and says which learned constants ship (``moesim.experiments.crossval``; ``--plot`` then draws those,
+with their intervals).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ import statistics
 import tomllib
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from moesim import simulate
 from moesim.sim import engines
-from moesim.experiments.crossval import Point, cross_validate, fit, groups, interval
+from moesim.experiments.crossval import Point, better_than_none, cross_validate, fit, groups, interval
 from moesim.experiments.plan import plan_trace
 from moesim.sim.engines import ENGINES
 from moesim.sim.cpu_rates import DRAM_EFF, dram_eff_without
@@ -257,30 +259,30 @@ def plot_cv(checked: list, path: Path) -> None:
         ax.scatter(x, [c.predicted for c in mine], s=22, color=colours[kind], zorder=3, label=f"{kind} ({len(mine)})")
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured decode tokens/s (published)",
            ylabel="moesim tokens/s, held out (bar: its 80% interval)")
-    ax.set_title(f"Published MoE decode speeds vs moesim, each point's group left out: {s['points']} points, "
-                 f"{s['groups']} groups\nmedian |error| {100 * s['median_abs_error']:.0f}%, worst {s['worst'][0]} "
-                 f"{100 * s['worst'][1]:+.0f}%; the 80% intervals hold {100 * s['coverage']:.0f}% (median half-width "
-                 f"{100 * s['median_half_width']:.0f}%)\nbatch 1, spec-sheet hardware files, weights as published "
-                 "(GGUF, HQQ, bf16)", fontsize=9)
+    ax.set_title(f"Published MoE decode speeds vs moesim, each point's group left out of every fit and of the choice "
+                 f"of what ships:\n{s['points']} points, {s['groups']} groups, median |error| "
+                 f"{100 * s['median_abs_error']:.0f}%, worst {s['worst'][0]} {100 * s['worst'][1]:+.0f}%; the 80% "
+                 f"intervals hold {100 * s['coverage']:.0f}% (median half-width {100 * s['median_half_width']:.0f}%)\n"
+                 "batch 1, spec-sheet hardware files, weights as published "
+                 "(GGUF, HQQ, bf16)", fontsize=8)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 
 
-def shipped_kinds(plain: list, fitted: list) -> set:
-    """The engines whose framework time, fitted without each point's group, predicts their points better held out
-    than none, and that moesim runs as an engine of its own (``moesim.sim.engines``)."""
-    p, f = cv_summary(plain)["by_engine"], cv_summary(fitted)["by_engine"]
-    learned = {c.point.kind for c in fitted if c.point.kind in c.constants}
-    return {k for k in f if k in learned and k in ENGINES and f[k][1] < p[k][1]}
+def shipped(points: list[Point]) -> set:
+    """Of ``points``' engines, those whose framework time ships: fitted without each point's group, it predicts their
+    points better held out than none, and moesim runs the engine as one of its own (``moesim.sim.engines``)."""
+    return better_than_none(points, LAYER_US_BOUNDS, set(ENGINES))
 
 
 def print_cv(checked: list, plain: list, fitted: list, shipped: dict) -> None:
-    """Every counted point: measured, predicted with the framework times that ship fitted without its group, its 80%
-    interval (from the held-out ratios of the other groups), the error, whether the interval holds it, and the
-    machines of its group (left out of everything its prediction and interval were made from); then each engine's
-    held-out error with a framework time (``fitted``) and without (``plain``), and what ships."""
+    """Every counted point: measured, predicted with the framework times its fold chose to ship, fitted without its
+    group, its 80% interval (from the held-out ratios of the other groups), the error, whether the interval holds it,
+    and the machines of its group (left out of everything its prediction, interval and choice were made from); then
+    each engine's held-out error with a framework time (``fitted``), without (``plain``) and as chosen
+    (``checked``), and what ships."""
     labels = groups([c.point for c in checked])
     machines = {g: sorted({c.point.machine for c, h in zip(checked, labels) if h == g}) for g in set(labels.tolist())}
     print(f"{'id':6} {'engine':18} {'measured':>8} {'moesim':>8} {'80% interval':>15} {'error':>7} in  "
@@ -296,7 +298,8 @@ def print_cv(checked: list, plain: list, fitted: list, shipped: dict) -> None:
     print(f"median |error| {100 * s['median_abs_error']:.0f}% (nothing learned: {100 * p['median_abs_error']:.0f}%), "
           f"worst {s['worst'][0]} {100 * s['worst'][1]:+.0f}%; 80% intervals hold {100 * s['coverage']:.0f}% of the "
           f"points, median half-width {100 * s['median_half_width']:.0f}%")
-    print("an engine's framework time per MoE layer, fitted without each point's group (held out):")
+    print("an engine's framework time per MoE layer, fitted without each point's group (held out); the last figure, as "
+          "each fold chose from its own training groups whether it ships (the choice held out too):")
     for kind, (n, med) in p["by_engine"].items():
         learned = any(kind in c.constants for c in fitted if c.point.kind == kind)
         verdict = ("no other group measured it: nothing to learn held out" if not learned else
@@ -304,7 +307,38 @@ def print_cv(checked: list, plain: list, fitted: list, shipped: dict) -> None:
                    "not shipped: " + ("held out, it does no better than none" if kind in ENGINES
                                       else "moesim runs it as another engine"))
         print(f"  {kind[:18]:18} {n:3} points, median |error| {100 * f['by_engine'][kind][1]:.0f}% with it, "
-              f"{100 * med:.0f}% without; {verdict}")
+              f"{100 * med:.0f}% without, {100 * s['by_engine'][kind][1]:.0f}% as chosen; {verdict}")
+
+
+class Derived(NamedTuple):
+    """What the cross-validation gives: every counted point held out with the framework times that ship
+    (``checked``), with none (``plain``) and with every engine's (``fitted``); the framework times that ship, fitted
+    on all their engines' points (``shipped``, µs a MoE layer); and each band, (low, high, share of points its
+    held-out intervals held), of predictions with those times (``framework``) and without (``operations``)."""
+
+    checked: list
+    plain: list
+    fitted: list
+    shipped: dict
+    framework: tuple
+    operations: tuple
+
+
+def derive(rows: list[dict]) -> Derived:
+    """The learned constants and bands from the points ``run`` simulated at ``LAYER_US_GRID``; what ships in
+    ``moesim.sim.engines`` and ``moesim.sim.accuracy`` (``tests/test_shipped_constants.py`` checks it does)."""
+    cv = cv_points(rows)
+    plain, fitted = cross_validate(cv, (0.0, 0.0)), cross_validate(cv, LAYER_US_BOUNDS)
+    # what ships, chosen again inside each fold from its training groups: those engines' framework times, no other
+    checked = cross_validate(cv, LAYER_US_BOUNDS, shipped)
+
+    def band(held: list) -> tuple:
+        return (*interval([c.point.measured / c.predicted for c in held]), cv_summary(held)["coverage"])
+    return Derived(checked, plain, fitted, fit(cv, LAYER_US_BOUNDS, shipped(cv)), band(checked), band(plain))
+
+
+def load_points() -> list[dict]:
+    return tomllib.loads((HERE / "published_points.toml").read_text())["point"]
 
 
 def main() -> None:
@@ -314,8 +348,7 @@ def main() -> None:
     parser.add_argument("--cv", action="store_true", help="predict each point with the engines' framework time fitted "
                         "without its group, each with its 80%% interval")
     args = parser.parse_args()
-    points = tomllib.loads((HERE / "published_points.toml").read_text())["point"]
-    rows = run(points, LAYER_US_GRID if args.cv else ())
+    rows = run(load_points(), LAYER_US_GRID if args.cv else ())
     if not args.cv:
         s = summary(rows)
         print_table(rows, s)
@@ -324,21 +357,18 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps({"points": rows, "summary": s}, indent=1))
         return
-    cv = cv_points(rows)
-    plain, fitted = cross_validate(cv, (0.0, 0.0)), cross_validate(cv, LAYER_US_BOUNDS)
-    kinds = shipped_kinds(plain, fitted)
-    checked = cross_validate(cv, LAYER_US_BOUNDS, kinds)  # what ships: those engines' framework times, no other
-    shipped = fit(cv, LAYER_US_BOUNDS, kinds)
-    print_cv(checked, plain, fitted, shipped)
+    d = derive(rows)
+    print_cv(d.checked, d.plain, d.fitted, d.shipped)
     if args.plot:
-        plot_cv(checked, args.plot)
-    print("ships: " + "; ".join(f"{k} layer_us = {v:.0f}" for k, v in shipped.items()))
-    for what, rows_ in (("predictions with the framework times that ship (FRAMEWORK_BAND)", checked),
-                        ("predictions with none (OPERATIONS_BAND)", plain)):
-        low, high = interval([c.point.measured / c.predicted for c in rows_])
+        plot_cv(d.checked, args.plot)
+    print("ships: " + "; ".join(f"{k} layer_us = {v:.0f}" for k, v in d.shipped.items()))
+    for what, (low, high, held), rows_ in (
+            ("predictions with the framework times that ship (FRAMEWORK_BAND)", d.framework, d.checked),
+            ("predictions with none (OPERATIONS_BAND)", d.operations, d.plain)):
         print(f"  the band of {what}: measured / predicted over all {len(rows_)} points, 10th and 90th percentiles, "
-              f"({low:.2f}, {high:.2f}); held out, such intervals held {100 * cv_summary(rows_)['coverage']:.0f}%, "
+              f"({low:.2f}, {high:.2f}); held out, such intervals held {100 * held:.0f}%, "
               f"median half-width {100 * cv_summary(rows_)['median_half_width']:.0f}%")
+
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,10 @@ simulated, not extrapolated.
   thread that several machines were measured in, a machine several threads measured, are one group). Each group is
   predicted with constants fitted on every other group (scikit-learn's ``LeaveOneGroupOut``), so no point's own
   source or machine is in its fit; its error is the figure quoted.
+- **Which constants ship** (``better_than_none``): a kind's constant ships where, fitted without each point's group,
+  it predicts that kind's points better (median |error|) than none. Given as a rule (``kinds`` a function of the
+  training points), the choice is made again inside every fold from that fold's training groups alone, so the
+  held-out error of what ships is held out from the choice too.
 - **Interval** (``interval``): the 80% interval of a prediction is the prediction times the 10th and 90th
   percentiles of ``measured / predicted`` over held-out predictions of other groups, of every engine (one engine's
   alone held fewer of the points: too few of its own are left once its group is out). For a held-out point those
@@ -24,6 +28,7 @@ simulated, not extrapolated.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -83,8 +88,32 @@ def fit(points: list[Point], bounds: tuple[float, float], kinds=None) -> dict[st
     return out
 
 
+def chosen(kinds, points: list[Point]):
+    """The kinds whose constants are fitted on ``points``: ``kinds`` itself (None: every kind), or where it is a rule,
+    what it chooses from those points alone."""
+    return kinds(points) if callable(kinds) else kinds
+
+
+def better_than_none(points: list[Point], bounds: tuple[float, float], among=None) -> set:
+    """The kinds (of ``among``; None: any) whose constant, fitted without each point's group, predicts their points
+    better held out (a smaller median |error|) than none; a kind measured in one group only learns nothing."""
+    plain, fitted = held_out(points, (0.0, 0.0)), held_out(points, bounds)
+    out = set()
+    for kind in dict.fromkeys(p.kind for p in points if among is None or p.kind in among):
+        mine = [i for i, p in enumerate(points) if p.kind == kind]
+        if not any(kind in fitted[i][1] for i in mine):
+            continue
+
+        def error(predictions, mine=mine):
+            return float(np.median([abs(predictions[i][0] / points[i].measured - 1) for i in mine]))
+        if error(fitted) < error(plain):
+            out.add(kind)
+    return out
+
+
 def held_out(points: list[Point], bounds: tuple[float, float], kinds=None) -> list[tuple[float, dict]]:
-    """Each point's prediction with constants (of ``kinds``) fitted on the other groups only, and those constants."""
+    """Each point's prediction with constants (of ``kinds``: a set, None for every kind, or a rule that chooses them
+    from the training points, ``chosen``) fitted on the other groups only, and those constants."""
     out: list = [None] * len(points)
     if not points:
         return out
@@ -92,7 +121,8 @@ def held_out(points: list[Point], bounds: tuple[float, float], kinds=None) -> li
     if len(set(labels)) == 1:  # one group: nothing to learn from
         return [(p.predicted(0.0), {}) for p in points]
     for train, test in LeaveOneGroupOut().split(np.zeros(len(points)), groups=labels):
-        constants = fit([points[i] for i in train], bounds, kinds)
+        training = [points[i] for i in train]
+        constants = fit(training, bounds, chosen(kinds, training))
         for i in test:
             out[i] = (points[i].predicted(constants.get(points[i].kind, 0.0)), constants)
     return out
@@ -132,10 +162,10 @@ class Checked:
         return self.low <= self.point.measured <= self.high
 
 
-def cross_validate(points: list[Point], bounds: tuple[float, float], kinds=None,
+def cross_validate(points: list[Point], bounds: tuple[float, float], kinds: set | Callable | None = None,
                    coverage: float = COVERAGE) -> list[Checked]:
-    """Every point predicted with its group left out of the fit of the constants (of ``kinds``; None: every kind's),
-    its interval from the held-out ratios of a cross-validation within the other groups."""
+    """Every point predicted with its group left out of the fit of the constants (of ``kinds``: ``held_out``), its
+    interval from the held-out ratios of a cross-validation within the other groups."""
     labels = groups(points)
     outer = held_out(points, bounds, kinds)
     out: list = [None] * len(points)

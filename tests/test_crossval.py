@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from moesim.experiments.crossval import Point, cross_validate, fit, groups, held_out, interval
+from moesim.experiments.crossval import Point, better_than_none, cross_validate, fit, groups, held_out, interval
 from moesim.sim.engines import ENGINES
 from moesim.tracegen.models import get_model
 
@@ -45,6 +45,25 @@ def test_a_held_out_point_never_sees_its_own_source():
     # one source over every machine: nothing is learned (each point would be in its own fit)
     one = [point(f"p{i}", "s", f"m{i}", constant=5e3) for i in range(3)]
     assert all(c == {} and pred == p.predicted(0.0) for p, (pred, c) in zip(one, held_out(one, (0.0, 1e5))))
+
+
+def test_which_constants_ship_is_chosen_again_without_the_held_out_group():
+    """Kind a, measured in two groups, really has 2000 µs a layer; kind b, in three, none. On all the points a's
+    constant beats none held out, so it ships and b's does not. Chosen inside each fold from the fold's training
+    groups alone, a held-out group of a leaves one group of a, which cannot show held out that a's constant helps:
+    that fold ships none, and the group is predicted at 0; given the choice made on all the points instead, it
+    would be predicted at the other group's fitted 2000, exactly."""
+    pts = [point("a1", "s1", "m1", "a", constant=2e3), point("a2", "s2", "m2", "a", constant=2e3)]
+    pts += [point(f"b{i}", f"t{i}", f"n{i}", "b", base_s=0.02 * (i + 1)) for i in range(3)]
+    bounds = (0.0, 1e5)
+    assert better_than_none(pts, bounds) == {"a"}
+    chosen_on_all = held_out(pts, bounds, {"a"})
+    nested = held_out(pts, bounds, lambda training: better_than_none(training, bounds))
+    for i in (0, 1):
+        assert chosen_on_all[i][0] == pytest.approx(pts[i].measured, rel=1e-6)
+        assert nested[i] == (pts[i].predicted(0.0), {})
+    assert [c.predicted for c in cross_validate(pts, bounds, lambda t: better_than_none(t, bounds))[:2]] == \
+        [p[0] for p in nested[:2]]
 
 
 def test_the_interval_is_the_quantiles_of_the_held_out_ratios():

@@ -1,0 +1,39 @@
+"""The constants learned from published points ship as the cross-validation derives them: each engine's framework
+time per MoE layer (``moesim.sim.engines``) and the two 80% bands with the share of points their held-out intervals
+held (``moesim.sim.accuracy``). A change to the simulator, a machine file or a point that moves them fails here until
+``python benchmarks/published_offload.py --cv`` is rerun and its figures written where they ship."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from moesim.sim import accuracy
+from moesim.sim.engines import ENGINES
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.xdist_group("test_shipped_constants")  # one worker simulates the points once
+
+
+@pytest.fixture(scope="module")
+def derived():
+    spec = importlib.util.spec_from_file_location("published_offload", ROOT / "benchmarks" / "published_offload.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.derive(bench.run(bench.load_points(), bench.LAYER_US_GRID))
+
+
+def test_each_learned_framework_time_is_the_one_derived(derived):
+    """The engines that ship a framework time are those whose fitted time predicts their points better held out, each
+    at its fit on all its points (to the µs); HybriMoE, built on kTransformers, takes kTransformers'."""
+    shipped = {name: round(us) for name, us in derived.shipped.items()}
+    assert shipped == {e.name: e.layer_us for e in ENGINES.values() if e.layer_us and e.name != "HybriMoE"}
+    assert ENGINES["HybriMoE"].layer_us == ENGINES["kTransformers"].layer_us
+
+
+def test_each_band_is_the_one_derived(derived):
+    """A band's ends are the 10th and 90th percentiles of measured / predicted (to two places), and the share its
+    held-out intervals held is the one quoted (to the percent)."""
+    for (low, high, held), band, quoted in ((derived.framework, accuracy.FRAMEWORK_BAND, accuracy.FRAMEWORK_HELD),
+                                            (derived.operations, accuracy.OPERATIONS_BAND, accuracy.OPERATIONS_HELD)):
+        assert (round(low, 2), round(high, 2), round(held, 2)) == (*band, quoted)
