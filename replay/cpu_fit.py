@@ -37,7 +37,7 @@ back the parameters that produced them. Then, everything else as those left it, 
 per thread (``matmul_gflops``) on prompts, and the flash attention's two rates (``fit_attention``) on decodes after
 a long context and on long prompts.
 
-``decode_s`` is the cost model's own step time (``moesim.sim.costs.costs``), the same durations the discrete-event
+``decode_s`` is the cost model's own step time (``moesim.sim.cost_model``), the same durations the discrete-event
 engine strings together, so a fitted file predicts through ``moesim sim run`` what the fit saw.
 """
 
@@ -50,7 +50,8 @@ import numpy as np
 from scipy.optimize import least_squares, minimize_scalar, nnls
 
 from moesim.errors import MoesimError
-from moesim.sim.costs import costs, cpu_expert_s
+from moesim.sim.cost_model import cost_model
+from moesim.sim.costs import cpu_expert_s
 from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS
 from moesim.sim.engines import ENGINES
 from moesim.sim.machine import CPU, Hardware
@@ -136,10 +137,10 @@ def at(cpu: CPU, run) -> Hardware:
 def decode_s(model: ModelSpec, hw: Hardware, ctx: float) -> float:
     """One batch-1 decode step of ``model`` with every weight on ``hw``'s CPU (no GPU), its sequence holding ``ctx``
     KV tokens: each layer's attention, router and fixed costs and its top-k experts on one token, then the row's
-    once-only work (``moesim.sim.costs``)."""
+    once-only work (``moesim.sim.cost_model``)."""
     if hw.gpu is not None:
         raise MoesimError("decode_s times a CPU-only machine")
-    c = costs(model, hw, np.array([1.0]), np.array([float(ctx)]), weights_of_file(model), LLAMA_CPP)
+    c = cost_model(model, hw, weights_of_file(model), LLAMA_CPP).costs(np.array([1.0]), np.array([float(ctx)]))
     layer = c.pre_s[0] + model.top_k * c.cpu_by_tokens[1] + c.cpu_layer_fixed_s
     return float(model.num_layers * layer + c.row_s[0])
 
@@ -154,8 +155,8 @@ def prefill_s(model: ModelSpec, hw: Hardware, prompt: int) -> float:
         raise MoesimError("prefill_s times a CPU-only machine")
     n, experts, k = float(prompt), model.num_experts, model.top_k
     w = weights_of_file(model)
-    c = costs(model, hw, np.array([n]), np.array([n * (n + 1) / 2]), w, LLAMA_CPP, outputs=np.array([1.0]),
-              prefill=np.array([True]))
+    c = cost_model(model, hw, w, LLAMA_CPP).costs(np.array([n]), np.array([n * (n + 1) / 2]), outputs=np.array([1.0]),
+                                                  prefill=np.array([True]))
     used = experts * (1 - (1 - k / experts) ** n)
     expert = cpu_expert_s(hw.cpu, model.expert_params, w.expert_format, w.expert_bytes, n * k / used, mix=w.expert_mix)
     return float(model.num_layers * (c.pre_s[0] + used * expert + c.cpu_layer_fixed_s) + c.row_s[0])

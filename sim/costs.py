@@ -48,11 +48,9 @@ The host CPU (``moesim.sim.machine.CPU``), for strategies that compute experts t
 
 Kernel counts (launch overheads): attention 6, router 2, an FFN (shared expert, dense layer) 3, the fused MoE
 kernel 2, one expert's kernels 4 (two input projections, the gated activation, the output projection), the
-head 2 (final norm, output projection). A hardware file's ``[compute]`` section (measured for one model,
-``moesim.sim.machine.MeasuredCompute``) replaces all of the compute side for that model — ``by_tokens[T] =
-expert_s + expert_token_s · (T − 1)``, ``row_s`` = its ``row_s + row_token_s · T`` (the dense layers and the
-output head, as the replay executes them) — and names the model, so a table measured for another one is refused; transfers stay link
-and SSD arithmetic. The discrete-event engine and the virtual replay backend take their durations from here
+head 2 (final norm, output projection). These are the spec sheets' cost model; a hardware file's ``[compute]`` table
+replaces the compute side (``moesim.sim.cost_model``: one interface, ``SpecSheet`` and ``Measured``, which put these
+formulas together). The discrete-event engine and the virtual replay backend take their durations from here
 (``fused_add``/``fused_kernel_s``, ``expert_kernel_s``), so both run one schedule.
 """
 
@@ -64,13 +62,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, uint64
 
-from moesim.errors import MoesimError
-
-from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS, FA_TILE_Q
+from moesim.sim.cpu_rates import FA_TILE_Q
 from moesim.sim.engines import EngineSpec
 from moesim.sim.machine import ONE_POOL, Hardware
-from moesim.sim.weights import Weights
-from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
+from moesim.tracegen.models import BYTES_PER_PARAM
 
 KERNELS_ATTN, KERNELS_ROUTER, KERNELS_FFN, KERNELS_MOE, KERNELS_EXPERT, KERNELS_HEAD = 6, 2, 3, 2, 4, 2
 KV_BYTES, KV_FORMAT = 2.0, "f16"  # a KV value (llama.cpp's default cache type)
@@ -162,7 +157,7 @@ def cpu_expert_s(cpu, params: int, dtype: str, nbytes: float, tokens, numa: str 
 def device_s(hw: Hardware, weight_bytes, flops, kernels: int, dtype: str, numa: str = ONE_POOL, mix: tuple = (),
              kv_bytes=0.0, kv_flops=0.0, queries=1.0):
     """An operation on the device that holds the non-expert weights (the GPU, or the CPU of a machine without one),
-    with its kernels' launches (a CPU's thread barriers are counted per layer: ``row_costs``), and the products over
+    with its kernels' launches (a CPU's thread barriers are counted per layer: ``moesim.sim.cost_model``), and the products over
     ``kv_bytes`` of KV cache (``kv_flops``; ``queries`` query rows a micro-batch) that follow it: on a GPU in the same
     roofline, on a CPU at the flash attention's own rates (``cpu_attention_s``)."""
     if hw.gpu is not None:
@@ -220,100 +215,3 @@ def kv_reads(hw: Hardware, ctx, prompt_ctx=0.0, prompt_rows=1.0):
     rows_a_read = np.clip(prompt_rows, 1.0, FA_TILE_Q) if hw.gpu is not None else \
         np.where(prompt_rows >= FA_TILE_Q, FA_TILE_Q, 1.0)
     return np.asarray(ctx, np.float64) - prompt_ctx + np.asarray(prompt_ctx, np.float64) / rows_a_read
-
-
-def row_costs(model: ModelSpec, hw: Hardware, tokens, ctx, weights: Weights, engine: EngineSpec, outputs=None,
-              prompt_ctx=0.0, prompt_rows=1.0) -> RowCosts:
-    """What depends on a row's ``tokens`` and the KV tokens ``ctx`` its sequences hold (arrays or scalars): one
-    layer's attention + router (+ shared experts, or apart where the engine overlaps them), the row's
-    once-per-row work (its output head on ``outputs`` tokens: all of them unless given, a prompt's last), MoLE's
-    lookup-row copy and its bytes, and the activations' hand-off to the host, one way. ``prompt_ctx``: the part
-    of ``ctx`` that prompt rows attend to, in pieces of ``prompt_rows`` query rows a sequence (``kv_reads``)."""
-    d, bpp, fmt, numa = model.d_model, weights.other_bpp, weights.other_format, engine.numa
-    tokens = np.asarray(tokens, np.float64)
-    outputs = tokens if outputs is None else np.asarray(outputs, np.float64)
-    ctx = np.asarray(ctx, np.float64)
-    q, attn_w = model.q_dim or d, model.attention_params
-
-    # a sequence's query rows in a micro-batch: a prompt's tokens (up to UBATCH), one at decode (each sequence its
-    # own KV stream, llama.cpp's default since its per-sequence KV cache, however many share the row)
-    queries = np.minimum(tokens / np.maximum(outputs, 1.0), UBATCH)
-
-    def op(params, flops, kernels, kv=0.0, kv_flops=0.0):
-        return device_s(hw, params * bpp, flops, kernels, fmt, numa, weights.other_mix, kv, kv_flops, queries)
-
-    read = kv_reads(hw, ctx, prompt_ctx, prompt_rows)
-    attention = op(attn_w, 2 * attn_w * tokens, KERNELS_ATTN, model.kv_width * read * KV_BYTES, 4 * q * ctx)
-    pre = attention + op(d * model.num_experts, 2 * d * model.num_experts * tokens, KERNELS_ROUTER)
-    shared = np.zeros_like(tokens)
-    if model.shared_experts:
-        shared_w = model.shared_experts * model.ffn_mats * d * model.d_shared
-        shared = shared + op(shared_w, 2 * shared_w * tokens, KERNELS_FFN)
-    if not engine.shared_overlap:
-        pre, shared = pre + shared, np.zeros_like(tokens)
-    pre = pre + engine.layer_us * 1e-6  # the engine's framework time per layer (a measured table has its own)
-    dense_w = model.ffn_mats * d * model.d_dense
-    head = model.vocab * d
-    once = model.dense_layers * (attention + op(dense_w, 2 * dense_w * tokens, KERNELS_FFN))
-    if head:  # a model that states its vocabulary: the embedding rows read, the final norm and the output head
-        once = once + op(tokens * d, 0.0, 0) + op(head, 2 * head * outputs, KERNELS_HEAD)
-    if hw.gpu is None:  # the CPU's thread barriers: a layer's besides its experts', a dense layer's, the head's
-        barrier = hw.cpu.barrier_s()
-        pre = pre + (CPU_LAYER_BARRIERS - engine.expert_barriers(model.top_k)) * barrier
-        once = once + (model.dense_layers * CPU_LAYER_BARRIERS + (KERNELS_HEAD if head else 0)) * barrier
-    measured = hw.compute
-    if measured is not None:
-        # layer_ctx_s is a KV token's read, fitted on decode rows: a prompt's tokens share theirs as above (the table
-        # has no term for a long prompt's attention FLOPs)
-        pre = measured.layer_s + measured.layer_token_s * tokens + measured.layer_ctx_s * read
-        shared, once = np.zeros_like(tokens), measured.row_s + measured.row_token_s * tokens
-    if model.kind == "mole":
-        lut_bytes = tokens * d * model.num_experts * bpp
-        lut_s = np.where(lut_bytes > 0, link_copy_s(hw.link, lut_bytes), 0.0)
-    else:
-        lut_bytes = np.zeros_like(tokens)
-        lut_s = np.zeros_like(tokens)
-    handoff = tokens * d * 2.0 / hw.link.bandwidth if hw.gpu is not None else np.zeros_like(tokens)
-    return RowCosts(pre, shared, once, lut_s, lut_bytes, handoff)
-
-
-def costs(model: ModelSpec, hw: Hardware, tokens: np.ndarray, ctx: np.ndarray, weights: Weights, engine: EngineSpec,
-          max_expert_tokens: int = 1, lowbit_dtype: str | None = None, outputs: np.ndarray | None = None,
-          prefill: np.ndarray | None = None) -> Costs:
-    """Durations for rows of ``tokens`` tokens whose sequences hold ``ctx`` KV tokens in all and which output
-    ``outputs`` tokens' logits (all unless given), experts computing up to ``max_expert_tokens`` tokens each, the
-    weights ``weights`` (``moesim.sim.weights``), on the engine ``engine``. ``lowbit_dtype`` prices low-bit
-    copies. ``prefill`` marks the prompt rows (each wholly a prompt's, of tokens / outputs rows a sequence)."""
-    eb = weights.expert_bytes
-    n_tokens = np.arange(max(int(max_expert_tokens), 1) + 1, dtype=np.float64)
-    cpu = hw.cpu
-    cpu_by_tokens = (cpu_expert_s(cpu, model.expert_params, weights.expert_format, eb, n_tokens, engine.numa,
-                                  weights.expert_mix)
-                     if cpu is not None else np.zeros_like(n_tokens))
-    if hw.gpu is not None:
-        gpu = hw.gpu
-        by_tokens = np.maximum(eb / gpu.mem_bw, 2.0 * model.expert_params * n_tokens / gpu.flops)
-        moe_launch_s, expert_launch_s = gpu.launch_us * 1e-6 * KERNELS_MOE, gpu.launch_us * 1e-6 * KERNELS_EXPERT
-    else:  # an expert "resident on the device" of a CPU-only machine runs on its CPU
-        by_tokens, moe_launch_s, expert_launch_s = cpu_by_tokens, 0.0, 0.0
-    measured = hw.compute
-    if measured is not None:
-        if measured.name != model.name:
-            raise MoesimError(f"{hw.source or hw.name}: its [compute] table was measured for {measured.name}, not "
-                              f"{model.name}; calibrate this model ('moesim calibrate --model ...') or use a "
-                              "hardware file without [compute]")
-        by_tokens = measured.expert_s + measured.expert_token_s * np.maximum(n_tokens - 1, 0)
-        moe_launch_s, expert_launch_s = measured.moe_launch_s, measured.expert_launch_s
-    rows = np.asarray(tokens, np.float64) / np.maximum(tokens if outputs is None else outputs, 1.0)
-    prompt_ctx = 0.0 if prefill is None else np.where(prefill, ctx, 0.0)
-    rc = row_costs(model, hw, tokens, ctx, weights, engine, outputs, prompt_ctx, rows)
-    lowbit_bytes = model.expert_params * BYTES_PER_PARAM[lowbit_dtype] if lowbit_dtype else 0.0
-    f64 = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
-    return Costs(pre_s=f64(rc.pre), shared_s=f64(rc.shared), row_s=f64(rc.once), lut_s=f64(rc.lut),
-                 by_tokens=by_tokens, moe_launch_s=moe_launch_s, expert_launch_s=expert_launch_s,
-                 copy_s=link_copy_s(hw.link, eb),
-                 ssd_s=ssd_read_s(hw.ssd, eb) if hw.ssd is not None else float("nan"), expert_bytes=eb,
-                 lut_bytes=f64(rc.lut_bytes), cpu_by_tokens=cpu_by_tokens, handoff_s=f64(rc.handoff),
-                 cpu_layer_fixed_s=cpu_layer_s(hw, engine, model.top_k),
-                 lowbit_copy_s=link_copy_s(hw.link, lowbit_bytes) if lowbit_dtype else float("nan"),
-                 lowbit_bytes=float(lowbit_bytes))

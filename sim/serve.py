@@ -6,7 +6,7 @@ runs it.
 formed when the one before it ends (``StreamRows.fill``): a step's row is, per layer, the union of the
 experts its requests' rows chose (prompt chunks and decode positions, running requests first, as
 ``moesim.sim.requests`` unites a batch's rows), its cost the attention of its tokens over their KV cache
-(``moesim.sim.costs.row_costs``). The cache, the copy engines, the CPU and the clock carry over from
+(``moesim.sim.cost_model``'s ``row_costs``). The cache, the copy engines, the CPU and the clock carry over from
 step to step, with the configured policy, prefetcher (one that predicts the next cell; a step does not
 prefetch into the next, which is not formed yet) and strategy. With nothing to run the clock moves to
 the next arrival.
@@ -39,7 +39,8 @@ from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
 from moesim.sim.config import ARRIVALS, NOT_SERVED, Config, run_params
-from moesim.sim.costs import Costs, costs, row_costs
+from moesim.sim.cost_model import cost_model
+from moesim.sim.costs import Costs
 from moesim.sim.des_state import C_FILLS, C_LOADS, C_LOWBIT, C_PF_LOADS, C_PREFILL_LOADS, C_RECLAIMED
 from moesim.sim.machine import Hardware
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
@@ -320,7 +321,7 @@ class StreamRows(RowSource):
         return replace(config, cache=replace(config.cache, capacity=self.share.most))
 
     def arrays(self, config, slots, model, hardware, weights, lowbit, engine) -> tuple[RowArrays, Costs]:
-        self.model, self.hardware, self.weights_of_run, self.engine = model, hardware, weights, engine
+        self.costs_of_run = cost_model(model, hardware, weights, engine)
         n_layers, width = self.trace.meta.num_layers, self.footprint(self.trace, config)[1]
         self.experts = np.full((1, n_layers, width), -1, np.int16)
         self.weights = np.zeros(self.experts.shape, np.float32)
@@ -335,7 +336,7 @@ class StreamRows(RowSource):
         self.tokens = np.zeros(1, np.int64)
         self.pre_s, self.shared_s, self.row_s = np.zeros(1), np.zeros(1), np.zeros(1)
         self.lut_s, self.handoff_s = np.zeros(1), np.zeros(1)
-        cost = costs(model, hardware, np.zeros(1), np.zeros(1), weights, engine, self.most_tokens, lowbit)
+        cost = self.costs_of_run.costs(np.zeros(1), np.zeros(1), self.most_tokens, lowbit)
         return RowArrays(experts=self.experts, exe=self.exe, exe_tokens=self.exe_tokens, committed=self.committed,
                          weights=self.weights, pred=self.pred, kind=self.kind, tokens=self.tokens, pre_s=self.pre_s,
                          shared_s=self.shared_s, row_s=self.row_s, lut_s=self.lut_s, handoff_s=self.handoff_s, group_start=np.zeros(1, np.bool_),
@@ -386,8 +387,8 @@ class StreamRows(RowSource):
             self._predict(np.concatenate(decode_rows) if decoding else np.zeros(0, np.int64))
         # logits for every decode position and a prompt's last token (``moesim.sim.requests``)
         outputs = sum(p.n if not p.prefill else p.start + p.n == queue.prompt[p.request] for p in pieces)
-        rc = row_costs(self.model, self.hardware, float(self.tokens[0]), ctx, self.weights_of_run, self.engine,
-                       float(outputs), prompt_ctx, prompt_rows / prompt_ctx if prompt_ctx else 1.0)
+        rc = self.costs_of_run.row_costs(float(self.tokens[0]), ctx, float(outputs), prompt_ctx,
+                                         prompt_rows / prompt_ctx if prompt_ctx else 1.0)
         self.pre_s[0], self.shared_s[0], self.row_s[0] = rc.pre, rc.shared, rc.once
         self.lut_s[0], self.handoff_s[0] = rc.lut, rc.handoff
         self.lut_bytes += float(rc.lut_bytes) * self.experts.shape[1]

@@ -11,7 +11,8 @@ import pytest
 from dyadic import HW, LAT, LINK_BW, MEM_BW, MODEL, US, pre_s, trace_of
 from moesim import simulate
 from moesim.errors import MoesimError
-from moesim.sim.costs import cpu_expert_s, cpu_layer_s, kv_reads, row_costs
+from moesim.sim.cost_model import cost_model
+from moesim.sim.costs import cpu_expert_s, cpu_layer_s, kv_reads
 from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS, WEIGHT_BYTES_PER_CYCLE
 from moesim.sim.engines import ENGINES
 from moesim.sim.machine import ONE_POOL, PER_SOCKET, CPU, Hardware
@@ -21,6 +22,11 @@ from moesim.tracegen.models import ModelSpec
 GIB = 2 ** 30
 # the engines as a sim run times them: their operations, no framework time learned for them
 LLAMA_CPP, KTRANSFORMERS = (replace(ENGINES[name], layer_us=0.0) for name in ("llama.cpp", "kTransformers"))
+
+
+def row_costs(model, hw, tokens, ctx, weights, engine, *rest, **named):
+    """A row's costs from the machine's cost model (``moesim.sim.cost_model``)."""
+    return cost_model(model, hw, weights, engine).row_costs(tokens, ctx, *rest, **named)
 
 
 def cpu(**fields) -> CPU:

@@ -159,16 +159,16 @@ def test_a_token_budget_past_what_a_step_holds_changes_nothing(monkeypatch):
     """A step holds at most max_batch requests, each a prompt chunk or draft_tokens + 1 decode positions: the costs'
     table by tokens is sized by that, not by a budget of 2 billion tokens (which asked for a 16 GB table and was
     killed for memory)."""
-    from moesim.sim import serve
+    from moesim.sim.cost_model import SpecSheet
 
-    sized, real = [], serve.costs
+    sized, real = [], SpecSheet.costs
 
-    def costs(model, hw, tokens, ctx, weights, engine, max_expert_tokens, *rest):
+    def costs(self, tokens, ctx, max_expert_tokens, *rest):
         sized.append(max_expert_tokens)
         assert max_expert_tokens <= 15  # before the table is built: a regression fails here, not for memory
-        return real(model, hw, tokens, ctx, weights, engine, max_expert_tokens, *rest)
+        return real(self, tokens, ctx, max_expert_tokens, *rest)
 
-    monkeypatch.setattr(serve, "costs", costs)
+    monkeypatch.setattr(SpecSheet, "costs", costs)
     trace = small(sequences=3, tokens=3, prompt_tokens=5)
     queue = make_queue(trace, 3, 0, np.zeros(3), None)
     assert [most_step_tokens(queue, b, t, d) for b, t, d in
