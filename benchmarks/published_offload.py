@@ -271,7 +271,7 @@ def plot_cv(checked: list, path: Path) -> None:
     fig.savefig(path, dpi=130)
 
 
-def shipped(points: list[Point]) -> set:
+def ships(points: list[Point]) -> set:
     """Of ``points``' engines, those whose framework time ships: fitted without each point's group, it predicts their
     points better held out than none, and moesim runs the engine as one of its own (``moesim.sim.engines``)."""
     return better_than_none(points, LAYER_US_BOUNDS, set(ENGINES))
@@ -330,11 +330,11 @@ def derive(rows: list[dict]) -> Derived:
     cv = cv_points(rows)
     plain, fitted = cross_validate(cv, (0.0, 0.0)), cross_validate(cv, LAYER_US_BOUNDS)
     # what ships, chosen again inside each fold from its training groups: those engines' framework times, no other
-    checked = cross_validate(cv, LAYER_US_BOUNDS, shipped)
+    checked = cross_validate(cv, LAYER_US_BOUNDS, ships)
 
     def band(held: list) -> tuple:
         return (*interval([c.point.measured / c.predicted for c in held]), cv_summary(held)["coverage"])
-    return Derived(checked, plain, fitted, fit(cv, LAYER_US_BOUNDS, shipped(cv)), band(checked), band(plain))
+    return Derived(checked, plain, fitted, fit(cv, LAYER_US_BOUNDS, ships(cv)), band(checked), band(plain))
 
 
 def load_points() -> list[dict]:

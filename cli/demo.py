@@ -11,6 +11,7 @@ import polars as pl
 from moesim.cli.console import console, table, working
 from moesim.cli.plan_cmd import rate
 from moesim.experiments.plan import ALL_ON_GPU, run_with
+from moesim.experiments.plan_row import PlanRow
 from moesim.files import output_folder
 from moesim.tracegen.io import load_trace
 from moesim.tracegen.trace import bundled_trace_path
@@ -82,11 +83,11 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     with working("planning every strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card"):
         plans = [(moesim.plan(model, DEMO_HARDWARE, dtypes=[dtype]), dtype) for model, dtype in DEMO_PLANS]
     for result, dtype in plans:
-        best = [r for i, r in enumerate(result.rows) if r["strategy"] not in [q["strategy"] for q in result.rows[:i]]]
+        best = [r for i, r in enumerate(result.rows) if r.strategy not in [q.strategy for q in result.rows[:i]]]
         table(f"{result.model}, {dtype} experts, on an RTX 4090 (24 GiB) with a Ryzen 9 7950X (128 GiB DDR5): each "
               f"strategy at its best; {result.trace}; steady state",
               ["strategy", "settings", "tok/s (80% interval)", "TTFT s", "VRAM GiB", "RAM GiB", "run it with"],
-              [[r["strategy"], _settings(r), rate(r), r["ttft_s"], r["vram_gb"], r["ram_gb"], run_with(r)]
+              [[r.strategy, _settings(r), rate(r), r.ttft_s, r.vram_gb, r.ram_gb, run_with(r)]
                for r in best])
         paths.append(plot_plan(result, curves(result), out / f"plan-{result.model}.png"))
     console.print("wrote " + ", ".join(str(p) for p in paths) + f" and {results}")
@@ -95,11 +96,11 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     return paths
 
 
-def _settings(row: dict) -> str:
+def _settings(row: PlanRow) -> str:
     """A plan row's placement in a few words."""
-    if row["strategy"] == ALL_ON_GPU:
+    if row.strategy == ALL_ON_GPU:
         return "every expert on the GPU"
-    if row["cpu_layers"] is not None:
-        return f"{row['cpu_layers']} layers' experts on the CPU"
-    pool = f"{row['capacity']} in one pool" if row["scope"] == "global" else f"{row['capacity']} per layer"
-    return f"{row['policy']}, {pool}" + (f", {row['prefetch']}" if row["prefetch"] != "none" else "")
+    if row.cpu_layers is not None:
+        return f"{row.cpu_layers} layers' experts on the CPU"
+    pool = f"{row.capacity} in one pool" if row.scope == "global" else f"{row.capacity} per layer"
+    return f"{row.policy}, {pool}" + (f", {row.prefetch}" if row.prefetch != "none" else "")

@@ -11,6 +11,7 @@ from moesim.cli.settings import Asked, takes
 from moesim.errors import option
 from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, read_by, run_with
 from moesim.experiments.plan import plan as run_plan
+from moesim.experiments.plan_row import PlanRow
 from moesim.files import check_output
 from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD
 from moesim.sim.config import DTYPES as FORMATS
@@ -73,29 +74,30 @@ def plan(
     if wide:
         table(title, ["#", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s", "TPOT ms", "TTFT",
                       "VRAM", "RAM", "on CPU", "run it with"],
-              [[r["rank"], r["strategy"], shown(r), r["policy"] or "-", r["prefetch"] or "-",
-                "-" if r["capacity"] is None
-                else slots_text(r["capacity"]) + (" in all" if r["scope"] == "global" else ""),
-                "-" if r["cpu_layers"] is None else f"{r['cpu_layers']}/{r['layers']}",
-                rate(r), r["tpot_s"] * 1e3, r["ttft_s"], r["vram_gb"], r["ram_gb"], r["cpu_share"],
+              [[r.rank, r.strategy, shown(r.format, r.dtype), r.policy or "-", r.prefetch or "-",
+                "-" if r.capacity is None
+                else slots_text(r.capacity) + (" in all" if r.scope == "global" else ""),
+                "-" if r.cpu_layers is None else f"{r.cpu_layers}/{r.layers}",
+                rate(r), r.tpot_s * 1e3, r.ttft_s, r.vram_gb, r.ram_gb, r.cpu_share,
                 run_with(r)] for r in result.rows])
     else:
         three = lambda x: "-" if x is None or x != x else f"{x:.3g}"  # noqa: E731  (narrow: seconds and GiB)
         table(title, ["#", "strategy", "format", "experts on GPU", "tok/s", "TTFT", "VRAM", "RAM"],
-              [[r["rank"], r["strategy"] + (f"+{r['prefetch']}" if r["prefetch"] in NEXT_CELL else ""), shown(r),
-                placed(r), rate(r), three(r["ttft_s"]), three(r["vram_gb"]), three(r["ram_gb"])]
+              [[r.rank, r.strategy + (f"+{r.prefetch}" if r.prefetch in NEXT_CELL else ""), shown(r.format, r.dtype),
+                placed(r), rate(r), three(r.ttft_s), three(r.vram_gb), three(r.ram_gb)]
                for r in result.rows])
-    if any(r["tokens_per_s_low"] is not None for r in result.rows):
+    if any(r.tokens_per_s.low is not None for r in result.rows):
         console.print(f"tok/s: as the row's engine runs it, the framework time learned for it from published points "
                       f"included (sim run --engine NAME gives the same); (80% interval): measured / predicted over "
                       f"them, 10th to 90th percentile; each built without its point's source or machine, such "
                       f"intervals held {FRAMEWORK_HELD:.0%} of them with a learned time, {OPERATIONS_HELD:.0%} without "
                       "(docs/fidelity.md)", soft_wrap=True)
-    if any(r["dtype"] is None for r in [*result.rows, *result.skipped]):  # the model file's own storage, in words
+    # the model file's own storage, in words
+    if any(r.dtype is None for r in result.rows) or any(s["dtype"] is None for s in result.skipped):
         console.print(f"{OWN} {result.spec.storage_text}", soft_wrap=True)
     if not wide:
         for r in result.rows[:RUN_LINES]:
-            console.print(f"#{r['rank']}: {run_with(r)}", soft_wrap=True)
+            console.print(f"#{r.rank}: {run_with(r)}", soft_wrap=True)
         console.print("(every row's settings and engine: --wide or --json)")
     for name, value in (("split", config.cache.split), ("threads", config.hardware.threads)):
         readers = read_by(result, name) if name in asked.typed else []
@@ -106,7 +108,7 @@ def plan(
     unrun: dict = {}  # candidates of a format refused for the same reason: one line, each strategy once
     for s in result.skipped:
         named = " + ".join(v for v in (s["policy"], s["prefetch"]) if v and v != "none")
-        unrun.setdefault((shown(s), s["reason"]), {}).setdefault(s["strategy"], []).append(named)
+        unrun.setdefault((shown(s["format"], s["dtype"]), s["reason"]), {}).setdefault(s["strategy"], []).append(named)
     for (name, reason), strategies in unrun.items():
         which = ", ".join(f"{strategy} ({'; '.join(n for n in settings if n)})" if any(settings) else strategy
                           for strategy, settings in strategies.items())
@@ -122,25 +124,25 @@ RUN_LINES = 3  # rows whose engine settings the compact table prints below it
 OWN = "*"  # marks the model file's own storage (a --dtype of the same name is every weight in that format)
 
 
-def rate(r: dict) -> str:
+def rate(r: PlanRow) -> str:
     """A row's tokens/s with its 80% interval."""
-    return with_interval(r["tokens_per_s"], r["tokens_per_s_low"], r["tokens_per_s_high"])
+    return with_interval(*r.tokens_per_s)
 
 
-def shown(r: dict) -> str:
+def shown(fmt: str, dtype: str | None) -> str:
     """A row's (or a skipped candidate's) format as the table names it: the file's own marked ``OWN``."""
-    return r["format"] + (OWN if r["dtype"] is None else "")
+    return fmt + (OWN if dtype is None else "")
 
 
-def placed(r: dict) -> str:
+def placed(r: PlanRow) -> str:
     """Where a row keeps its experts, in a few characters: every one, C per layer (and the policy), a pinned
     pool, the CPU's layers."""
-    if r["strategy"] == ALL_ON_GPU:
+    if r.strategy == ALL_ON_GPU:
         return "all"
-    if r["capacity"] is None:
-        return f"{r['layers'] - r['cpu_layers']}/{r['layers']} layers"
-    if r["scope"] == "global":
-        return f"{slots_text(r['capacity'])} {'pinned' if r['policy'] == 'static' else r['policy']}"
-    c = r["capacity"]
-    return f"{f'{min(c)}-{max(c)}' if isinstance(c, tuple) else c}/layer {r['policy']}"
+    if r.capacity is None:
+        return f"{r.layers - r.cpu_layers}/{r.layers} layers"
+    if r.scope == "global":
+        return f"{slots_text(r.capacity)} {'pinned' if r.policy == 'static' else r.policy}"
+    c = r.capacity
+    return f"{f'{min(c)}-{max(c)}' if isinstance(c, tuple) else c}/layer {r.policy}"
 

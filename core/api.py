@@ -436,13 +436,14 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     (``moesim.experiments.plan.PLAN_SETTINGS``: ``vram``, ``ram``, ``cpu``, ``link``, ``batch``, ``prompt``
     (default 512 tokens, for the TTFT; a trace that records every prompt is timed on those), ``split``, ...); of a
     ``config``, these and its format (the candidates set the rest, as from a configuration file on the command line).
-    Equal tokens/s rank by TTFT; the rows that keep every expert on the GPU are one ``all-on-gpu`` row per format
-    (``same_as``: the candidates it stands for). Where nothing fits, a ``MoesimError`` names the candidate closest to
-    fitting and its memory part by part.
+    Its ``rows`` are ``PlanRow``s (``moesim.experiments.plan_row``: ``tokens_per_s`` an ``Estimate`` with its 80%
+    interval; ``as_dict()`` as ``--json`` gives it). Equal tokens/s rank by TTFT; the rows that keep every expert on the
+    GPU are one ``all-on-gpu`` row per format (``same_as``: the candidates it stands for). Where nothing fits, a
+    ``MoesimError`` names the candidate closest to fitting and its memory part by part.
 
     >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
-    >>> r = next(r for r in p.rows if r["strategy"] == "cpu-experts")
-    >>> round(r["tokens_per_s"], 1), r["engine_flags"], round(r["tokens_per_s_low"]), round(r["tokens_per_s_high"])
+    >>> r = next(r for r in p.rows if r.strategy == "cpu-experts")
+    >>> round(r.tokens_per_s.mid, 1), r.engine_flags, round(r.tokens_per_s.low), round(r.tokens_per_s.high)
     (43.1, '-ngl 99 --n-cpu-moe 4', 11, 60)
     """
     from moesim.experiments.plan import PLAN_PROMPT, PLAN_SETTINGS, plan as run

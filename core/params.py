@@ -3,7 +3,8 @@
 A ``Param`` says what its values are (``kind``), its default, its bounds or named choices, whether it takes
 ``"auto"`` and its help; ``check`` is the one place a value given for it is judged. Its kind is declared, never
 read off its default, so a count is not checked as a seed. Two owners may share a name (``--seed`` for random and
-lecar) only by sharing one ``Param``; ``moesim.sim.config`` refuses two that differ as the package loads.
+lecar) only by declaring it alike (one ``Param``, shared); ``moesim.sim.config.declared_params`` refuses two that
+differ, or one that takes another section's or a setting's name, as the package loads.
 """
 
 from __future__ import annotations

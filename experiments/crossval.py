@@ -97,16 +97,16 @@ def chosen(kinds, points: list[Point]):
 def better_than_none(points: list[Point], bounds: tuple[float, float], among=None) -> set:
     """The kinds (of ``among``; None: any) whose constant, fitted without each point's group, predicts their points
     better held out (a smaller median |error|) than none; a kind measured in one group only learns nothing."""
-    plain, fitted = held_out(points, (0.0, 0.0)), held_out(points, bounds)
+    fitted = held_out(points, bounds)
     out = set()
     for kind in dict.fromkeys(p.kind for p in points if among is None or p.kind in among):
         mine = [i for i, p in enumerate(points) if p.kind == kind]
         if not any(kind in fitted[i][1] for i in mine):
             continue
 
-        def error(predictions, mine=mine):
-            return float(np.median([abs(predictions[i][0] / points[i].measured - 1) for i in mine]))
-        if error(fitted) < error(plain):
+        def error(predicted, mine=mine):
+            return float(np.median([abs(predicted(i) / points[i].measured - 1) for i in mine]))
+        if error(lambda i: fitted[i][0]) < error(lambda i: points[i].predicted(0.0)):
             out.add(kind)
     return out
 

@@ -24,13 +24,15 @@ the simulated trace itself, so those rows are upper bounds for their strategy on
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from moesim.errors import MoesimError, option
+from moesim.experiments.plan_row import PlanRow
+from moesim.sim.accuracy import Estimate
 from moesim.sim.config import Config
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
 from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, engine_for
@@ -61,7 +63,7 @@ CURVE_POINTS = 6
 
 @dataclass
 class Plan:
-    """The ranked rows (``rows``: dicts, best first), the candidates that could not run (``skipped``),
+    """The ranked rows (``rows``: ``PlanRow``s, best first), the candidates that could not run (``skipped``: dicts),
     and what was planned for."""
 
     model: str
@@ -70,7 +72,7 @@ class Plan:
     trace: str
     prompt: int               # prompt tokens the TTFT is timed on (where the trace records them: their median)
     batch: int
-    rows: list = field(default_factory=list)
+    rows: list[PlanRow] = field(default_factory=list)
     skipped: list = field(default_factory=list)
     prompt_recorded: bool = False  # the trace records every sequence's prompt, and the TTFT is timed on those
     results: list = field(default_factory=list, repr=False)  # the DesResult behind each row (an all-on-gpu row:
@@ -82,7 +84,8 @@ class Plan:
 
     def as_dict(self) -> dict:
         return {"model": self.model, "hardware": self.hardware, "machine": self.machine, "trace": self.trace,
-                "prompt": self.prompt, "prompt_recorded": self.prompt_recorded, "batch": self.batch, "rows": self.rows,
+                "prompt": self.prompt, "prompt_recorded": self.prompt_recorded, "batch": self.batch,
+                "rows": [r.as_dict() for r in self.rows],
                 "skipped": self.skipped}
 
 
@@ -159,7 +162,7 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
             "; ".join(f"{', '.join(dict.fromkeys(who))}: {why}" for why, who in list(reasons.items())[:3])))
     out.results.sort(key=rank_key)
     rows, out.results = _fold([row(r, spec, hw.gpu is not None) for r in out.results], out.results)
-    out.rows = [{"rank": i + 1, **r} for i, r in enumerate(rows)]
+    out.rows = [replace(r, rank=i + 1) for i, r in enumerate(rows)]
     check_plan_read(out, given)
     return out
 
@@ -200,11 +203,10 @@ def read_by(p: Plan, name: str) -> list[int]:
     those that compute an expert on the host CPU (every row, on a machine without a GPU)."""
     gpu = p.machine_spec is None or p.machine_spec.gpu is not None
     if name == "split":
-        return [r["rank"] for r in p.rows
-                if r["strategy"] != ALL_ON_GPU and r["capacity"] is not None and r["scope"] == "per-layer"]
+        return [r.rank for r in p.rows
+                if r.strategy != ALL_ON_GPU and r.capacity is not None and r.scope == "per-layer"]
     if name == "threads":
-        return [r["rank"] for r in p.rows
-                if not gpu or (r["strategy"] != ALL_ON_GPU and get_strategy(r["strategy"]).cpu)]
+        return [r.rank for r in p.rows if not gpu or (r.strategy != ALL_ON_GPU and get_strategy(r.strategy).cpu)]
     raise ValueError(f"{name} is not a setting only some rows read ({', '.join(ROW_READ)})")
 
 
@@ -217,14 +219,14 @@ def check_plan_read(p: Plan, given) -> None:
         gpu = p.machine_spec is None or p.machine_spec.gpu is not None
         what = ("no row keeps a per-layer expert cache for it to share out" if name == "split"
                 else "no row computes an expert on the host CPU")
-        formats = list(dict.fromkeys(r["format"] for r in p.rows))
+        formats = list(dict.fromkeys(r.format for r in p.rows))
         if not gpu:  # (threads are read by every row there)
             why = f"{p.hardware} has no GPU: every candidate runs its experts on the CPU and none keeps a cache"
-        elif all(r["strategy"] == ALL_ON_GPU for r in p.rows):
+        elif all(r.strategy == ALL_ON_GPU for r in p.rows):
             where = f"in {formats[0]}" if len(formats) == 1 else f"in each format planned ({', '.join(formats)})"
             why = f"{p.model} fits whole in {p.hardware}'s GPU memory {where}: every row is {ALL_ON_GPU} and {what}"
         else:
-            why = f"{what} (the rows: {', '.join(dict.fromkeys(r['strategy'] for r in p.rows))})"
+            why = f"{what} (the rows: {', '.join(dict.fromkeys(r.strategy for r in p.rows))})"
         raise MoesimError(f"{option(name)}: {why}, so nothing reads it")
 
 
@@ -278,39 +280,41 @@ def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
             f"{least.placement}, which needs " + "; ".join(parts))
 
 
-def _fold(rows: list[dict], results: list) -> tuple[list[dict], list]:
-    """Rows that keep every expert on the GPU are one placement whatever the strategy: per format, the first
-    (the fastest: an engine with no framework time learned for it; the others folded in, ``same_as``, would take
-    theirs) stays, named for what it is, lists the candidates folded into it, and takes the least GPU memory
-    and host RAM of the one of them that needs the least GPU memory (then RAM; the engines differ in what they hold
-    beside the experts: a host copy, scratch buffers). Returns the rows and their results, still side by side."""
-    out, kept = [], {}
-    for r, result in zip(rows, results):
-        whole = r.pop("whole_on_gpu")
+def _fold(rows: list[tuple[PlanRow, str | None]], results: list) -> tuple[list[PlanRow], list]:
+    """Rows that keep every expert on the GPU (each given with the settings that run that placement, else None) are
+    one placement whatever the strategy: per format, the first (the fastest: an engine with no framework time learned
+    for it; the others folded in, ``same_as``, would take theirs) stays, named for what it is, lists the candidates
+    folded into it, and takes the least GPU memory and host RAM of the one of them that needs the least GPU memory
+    (then RAM; the engines differ in what they hold beside the experts: a host copy, scratch buffers). Returns the
+    rows and their results, still side by side."""
+    out, kept = [], {}  # kept: format -> its all-on-gpu row's index in out
+    for (r, whole), result in zip(rows, results):
         if whole is None:
             out.append((r, result))
-        elif r["format"] in kept:  # one placement, one memory: the least any of its engines needs
-            row_kept = kept[r["format"]]
-            row_kept["same_as"].append(_candidate(r))
-            row_kept["vram_gb"], row_kept["ram_gb"] = min((row_kept["vram_gb"], row_kept["ram_gb"]),
-                                                      (r["vram_gb"], r["ram_gb"]))
+        elif r.format in kept:  # one placement, one memory: the least any of its engines needs
+            at = kept[r.format]
+            row_kept = out[at][0]
+            vram, ram = min((row_kept.vram_gb, row_kept.ram_gb), (r.vram_gb, r.ram_gb))
+            out[at] = (replace(row_kept, same_as=(*row_kept.same_as, _candidate(r)), vram_gb=vram, ram_gb=ram),
+                       out[at][1])
         else:
-            kept[r["format"]] = {**r, "strategy": ALL_ON_GPU, "policy": None, "prefetch": None, "capacity": None,
-                                "scope": None, "cpu_layers": 0, "engine": WHOLE_ON_GPU.name,
-                                "engine_flags": whole, "same_as": [_candidate(r)]}
-            out.append((kept[r["format"]], result))
+            kept[r.format] = len(out)
+            out.append((replace(r, strategy=ALL_ON_GPU, policy=None, prefetch=None, capacity=None, scope=None,
+                                cpu_layers=0, engine=WHOLE_ON_GPU.name, engine_flags=whole,
+                                same_as=(_candidate(r),)), result))
     return [r for r, _ in out], [result for _, result in out]
 
 
-def _candidate(r: dict) -> str:
+def _candidate(r: PlanRow) -> str:
     """A row's strategy and the settings that tell it apart."""
-    settings = [v for v in (r["policy"], r["prefetch"]) if v and v != "none"]
-    return r["strategy"] + (f" ({' + '.join(settings)})" if settings else "")
+    settings = [v for v in (r.policy, r.prefetch) if v and v != "none"]
+    return r.strategy + (f" ({' + '.join(settings)})" if settings else "")
 
 
-def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
+def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> tuple[PlanRow, str | None]:
     """A plan's row: the settings, what they give (tokens/s with its 80% interval on a spec sheet's machine), and how
-    to run them (``gpu``: the machine has one)."""
+    to run them (``gpu``: the machine has one); and, where it keeps every expert on the GPU, the settings that run
+    that placement (``_fold``; the CPU's threads read by nothing), else None."""
     config = r.config
     strategy = get_strategy(config.execution.strategy)
     params = {**{k: p.default for k, p in strategy.params.items()}, **config.execution.params}
@@ -321,28 +325,24 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> dict:
     every = spec.num_experts if config.cache.scope == "per-layer" else spec.num_layers * spec.num_experts
     all_on_gpu = gpu and ((place == ON_GPU).all() or (cached and (place != ON_CPU).all() and (slots >= every).all()))
     name, storage = format_names(spec, config.model.dtype)
-    return {"strategy": strategy.name, "dtype": config.model.dtype, "format": name, "storage": storage,
-            "policy": config.cache.policy if cached else None,
-            "prefetch": config.prefetch.prefetcher if cached else None,
-            "capacity": config.cache.capacity if cached else None,
-            "scope": config.cache.scope if cached else None,
-            "cpu_layers": params.get(strategy.places), "layers": spec.num_layers,
-            "tokens_per_s": r.tokens_per_s, "tokens_per_s_low": r.tokens_per_s_low,
-            "tokens_per_s_high": r.tokens_per_s_high, "tpot_s": r.tpot_s, "ttft_s": r.ttft_s,
-            "vram_gb": r.vram_gb, "ram_gb": r.ram_gb, "hit_rate": r.hit_rate, "cpu_share": r.cpu_share,
-            "engine": engine.name, "engine_flags": engine.command(params, config, spec, gpu),
-            "framework_us": r.framework_us,
-            # every expert on the GPU: the settings that run that placement (``_fold``; the CPU's threads read by
-            # nothing), else None
-            "whole_on_gpu": WHOLE_ON_GPU.flags({}, config, spec, gpu) if all_on_gpu else None}
+    return PlanRow(strategy=strategy.name, dtype=config.model.dtype, format=name, storage=storage,
+                   policy=config.cache.policy if cached else None,
+                   prefetch=config.prefetch.prefetcher if cached else None,
+                   capacity=config.cache.capacity if cached else None,
+                   scope=config.cache.scope if cached else None,
+                   cpu_layers=params.get(strategy.places), layers=spec.num_layers,
+                   tokens_per_s=Estimate(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high), tpot_s=r.tpot_s,
+                   ttft_s=r.ttft_s, vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
+                   engine=engine.name, engine_flags=engine.command(params, config, spec, gpu),
+                   framework_us=r.framework_us), WHOLE_ON_GPU.flags({}, config, spec, gpu) if all_on_gpu else None
 
 
-def run_with(row: dict) -> str:
+def run_with(row: PlanRow) -> str:
     """A row's engine and its settings as a person reads them (or why it takes none, or that its defaults run it)."""
-    flags = row["engine_flags"]
+    flags = row.engine_flags
     if flags.startswith("none:"):
-        return f"{row['engine']} (no settings{flags[4:]})"
-    return f"{row['engine']}: {flags}" if flags else f"{row['engine']} (its defaults)"
+        return f"{row.engine} (no settings{flags[4:]})"
+    return f"{row.engine}: {flags}" if flags else f"{row.engine} (its defaults)"
 
 
 def _named(settings: dict) -> dict:
@@ -353,7 +353,7 @@ class Curve(NamedTuple):
     """A strategy's line in a plan's figure: the row it was drawn from, and (VRAM GiB, tokens/s) points, that row's
     settings with less GPU memory and, last, the row's own."""
 
-    row: dict
+    row: PlanRow
     points: list
 
 
@@ -365,13 +365,13 @@ def curves(p: Plan, points: int = CURVE_POINTS) -> list[Curve]:
     tr = p.simulated
     out = []
     for r, result in zip(p.rows, p.results):
-        if any(c.row["strategy"] == r["strategy"] for c in out):
+        if any(c.row.strategy == r.strategy for c in out):
             continue
-        own = (r["vram_gb"], r["tokens_per_s"])
-        if r["strategy"] == ALL_ON_GPU:
+        own = (r.vram_gb, r.tokens_per_s.mid)
+        if r.strategy == ALL_ON_GPU:
             out.append(Curve(r, [own]))
             continue
-        strategy = get_strategy(r["strategy"])
+        strategy = get_strategy(r.strategy)
         if strategy.cache:
             slots = result.config.cache.slots(spec.num_layers)  # a split's per-layer mean: its L·C
             top = int(slots.sum()) // slots.size

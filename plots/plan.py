@@ -16,14 +16,14 @@ def plot_plan(plan, curves: list, out: str | Path) -> Path:
     """``curves`` (``moesim.experiments.plan.curves``): per strategy, the row it was drawn from and its (VRAM GiB,
     tokens/s) points, each line labelled by that row."""
     fig, ax = plt.subplots(figsize=(7.2, 4.6), constrained_layout=True)
-    lines = [(label(c.row), [v for v, _ in c.points], [t for _, t in c.points], c.row["strategy"]) for c in curves]
+    lines = [(label(c.row), [v for v, _ in c.points], [t for _, t in c.points], c.row.strategy) for c in curves]
     for (_, x, y, strategy), name, c in zip(lines, coinciding([line[:3] for line in lines]), curves):
         colour, marker = STYLE.get(strategy, ("grey", "."))
         ax.plot(x, y, marker=marker, color=colour, label=name, markersize=12 if len(x) == 1 else 6)
-        if c.row.get("tokens_per_s_low") is not None:  # the row's 80% interval, at its own point (the line's last)
-            ax.vlines(x[-1], c.row["tokens_per_s_low"], c.row["tokens_per_s_high"], color=colour, linewidth=6,
-                      alpha=0.25, gid="interval")
-    banded = any(c.row.get("tokens_per_s_low") is not None for c in curves)
+        _, low, high = c.row.tokens_per_s
+        if low is not None:  # the row's 80% interval, at its own point (the line's last)
+            ax.vlines(x[-1], low, high, color=colour, linewidth=6, alpha=0.25, gid="interval")
+    banded = any(c.row.tokens_per_s.low is not None for c in curves)
     limit = plan.results[0].vram_limit_gb
     if limit:
         ax.axvline(limit, color="black", linestyle=":", linewidth=1)
@@ -39,7 +39,8 @@ def plot_plan(plan, curves: list, out: str | Path) -> Path:
     return save_figure(fig, out)
 
 
-def label(row: dict) -> str:
-    """A plan row as its line's legend names it: strategy, prefetcher, format, policy."""
-    fetch = f" + {row['prefetch']}" if row["prefetch"] not in (None, "none") else ""
-    return f"{row['strategy']}{fetch} ({row['format']}" + (f", {row['policy']})" if row["policy"] else ")")
+def label(row) -> str:
+    """A plan row (``moesim.experiments.plan_row.PlanRow``) as its line's legend names it: strategy, prefetcher, format,
+    policy."""
+    fetch = f" + {row.prefetch}" if row.prefetch not in (None, "none") else ""
+    return f"{row.strategy}{fetch} ({row.format}" + (f", {row.policy})" if row.policy else ")")

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, uint64
 
 from moesim.policies.base import FastPath, PolicySpec, hooks
-from moesim.policies.lru import State, choose_victim, make_state, on_evict, on_insert, on_move, reset
+from moesim.policies.lru import choose_victim, make_state, on_evict, on_insert, on_move, reset
 
 
 class LaneState(NamedTuple):

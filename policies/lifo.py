@@ -7,7 +7,7 @@ A prefetched or preloaded expert is a load like any other (prefetch rule).
 from numba import njit
 
 from moesim.policies.base import HEAD, PolicySpec, hooks, list_first_unmarked
-from moesim.policies.lru import State, make_state, on_evict, on_insert, on_move, reset
+from moesim.policies.lru import make_state, on_evict, on_insert, on_move, reset
 
 
 @njit(cache=True)

@@ -5,15 +5,19 @@ are what it derives).
 
 A tokens/s predicted for a machine described by its spec sheet comes with an 80% interval: the prediction times the
 10th and 90th percentiles of those ratios, each predicted without its point's group (no point sharing its source or
-machine in anything it was made from, nor in the choice of which engines' learned times ship). A prediction that includes an engine's learned framework time (a plan's
-row, ``sim run --engine NAME``, where one was learned for the engine) takes ``FRAMEWORK_BAND``; one without (the
-placement's operations: ``sim run``; an engine with none learned), ``OPERATIONS_BAND``. Built the same way for each
+machine in anything it was made from, nor in the choice of which engines' learned times ship). A prediction that
+includes an engine's learned framework time (a plan's row, ``sim run --engine NAME``, where one was learned for the
+engine) takes ``FRAMEWORK_BAND``: the spread of the whole procedure, choice included, whose folds shipped no time
+for an engine only one other group measured; one without (the placement's operations: ``sim run``; an engine with
+none learned), ``OPERATIONS_BAND``. Built the same way for each
 published point from the other groups only, such intervals held ``FRAMEWORK_HELD`` and ``OPERATIONS_HELD`` of the
 points. A machine that carries measured rates (``moesim calibrate``'s: a ``[compute]`` table, a CPU's unpack rates)
 gets none: the published spread is a spec sheet's, not a measurement's.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 FRAMEWORK_BAND, FRAMEWORK_HELD = (0.29, 1.58), 0.78
 OPERATIONS_BAND, OPERATIONS_HELD = (0.26, 1.40), 0.64
@@ -31,3 +35,12 @@ def interval(tokens_per_s: float, hw, framework: bool) -> tuple[float | None, fl
         return None, None
     low, high = FRAMEWORK_BAND if framework else OPERATIONS_BAND
     return tokens_per_s * low, tokens_per_s * high
+
+
+class Estimate(NamedTuple):
+    """A predicted figure (``mid``) with its 80% interval (``low``, ``high``; None where none is given: a calibrated
+    machine's)."""
+
+    mid: float
+    low: float | None = None
+    high: float | None = None

@@ -40,9 +40,9 @@ import numpy as np
 
 from moesim.errors import MoesimError, option
 from moesim.files import atomic_output, check_output, read_toml
-from moesim.params import AUTO, INT_MOST, SEED_MOST, Param
+from moesim.params import AUTO, INT_MOST, SEED_MOST
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
-from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
+from moesim.policies.prefetch import FETCHING, PREFETCHERS, get_prefetcher
 from moesim.sim.engines import ENGINES
 from moesim.sim.hardware import LOCAL, get_hardware, is_file_name, with_parts
 from moesim.sim.presets import CPUS, LINKS, SSDS, SYSTEMS
@@ -414,22 +414,27 @@ SETTINGS = {_RENAMED.get((s, f.name), f.name): (s, f.name)
             for s, cls in SECTIONS.items() for f in fields(cls) if f.name != "params"}
 
 
-def declared_params(owner: str, specs) -> dict[str, Param]:
-    """The parameters ``specs`` (the policies, prefetchers or strategies) declare, by name: one setting each, so two
-    that share a name must share its ``Param``."""
-    out = {}
-    for spec in specs:
-        for name, param in spec.params.items():
-            if out.setdefault(name, param) != param:
-                raise MoesimError(f"{owner} {spec.name} declares parameter {name} unlike another {owner} does (a name "
-                                  "is one setting: declare one Param and share it)")
+def declared_params(owned: dict) -> dict:
+    """``owned``: section -> (the setting that owns its parameters, the policies, prefetchers or strategies it names).
+    Their parameters, section -> (that setting, parameters by name). A name is one setting, so plug-ins that share one
+    must declare it alike (one ``Param``, shared) in one section, and none may take a section field's name."""
+    out, seen = {}, {}
+    for section, (owner, specs) in owned.items():
+        params = {}
+        for spec in specs:
+            for name, param in spec.params.items():
+                if seen.setdefault(name, (section, param)) != (section, param) or name in SETTINGS:
+                    raise MoesimError(f"{owner} {spec.name} declares parameter {name} unlike another setting of that "
+                                      "name (a name is one setting: declare one Param and share it)")
+                params[name] = param
+        out[section] = (owner, params)
     return out
 
 
 # section -> (the setting that owns its parameters, those parameters by name)
-PARAMS_OF = {"cache": ("policy", declared_params("policy", map(get_policy, POLICIES))),
-             "prefetch": ("prefetch", declared_params("prefetcher", map(get_prefetcher, PREFETCHERS[1:]))),
-             "execution": ("strategy", declared_params("strategy", STRATEGIES.values()))}
+PARAMS_OF = declared_params({"cache": ("policy", map(get_policy, POLICIES)),
+                             "prefetch": ("prefetch", map(get_prefetcher, FETCHING)),
+                             "execution": ("strategy", STRATEGIES.values())})
 CACHE_PARAMS, PREFETCH_PARAMS, STRATEGY_PARAMS = (tuple(PARAMS_OF[s][1]) for s in ("cache", "prefetch", "execution"))
 OWNERS = {section: (owner, tuple(params)) for section, (owner, params) in PARAMS_OF.items()}
 PATH_PARAMS = tuple(n for _, params in PARAMS_OF.values() for n, p in params.items() if p.names_file)  # files
@@ -678,7 +683,7 @@ def check_params_used(policies: list[str], given: dict, prefetchers: list[str] =
                       strategies: list[str] = ("gpu-cache",)) -> None:
     """A parameter that none of ``policies`` (nor of the prefetchers or strategies) takes was given by mistake."""
     takes = {k for p in policies if p in POLICIES for k in get_policy(p).params}
-    takes |= {k for p in prefetchers if p in PREFETCHERS[1:] for k in get_prefetcher(p).params}
+    takes |= {k for p in prefetchers if p in FETCHING for k in get_prefetcher(p).params}
     takes |= {k for p in strategies if p in STRATEGIES for k in STRATEGIES[p].params}
     unused = sorted(k for k in given if k not in takes)
     if unused:

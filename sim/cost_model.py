@@ -7,12 +7,13 @@ for a run's whole table. Its implementations differ only in where the compute si
 - ``SpecSheet``: every duration from the parts' spec-sheet rates (rooflines on the GPU, DRAM and unpack rates on
   the CPU) and the engine's figures (``moesim.sim.engines``);
 - ``Measured``: a hardware file's ``[compute]`` table, measured for one model (``moesim calibrate``:
-  ``moesim.sim.machine.MeasuredCompute``), replaces the compute side — ``by_tokens[T] = expert_s + expert_token_s ·
-  (T − 1)``, a layer's ``layer_s + layer_token_s · T + layer_ctx_s · KV reads``, ``row_s + row_token_s · T`` — and
-  names its model, so a table measured for another is refused; transfers stay link and SSD arithmetic.
+  ``moesim.sim.machine.MeasuredCompute``), replaces the compute side — an expert's ``by_tokens[T] = expert_s +
+  expert_token_s · (T − 1)``, a layer's ``layer_s + layer_token_s · T + layer_ctx_s · KV reads``, a row's ``row_s +
+  row_token_s · T`` — and names its model, so a table measured for another is refused; transfers stay link and SSD
+  arithmetic.
 
-``cost_model`` picks the one a machine calls for. A model that draws uncertain constants from their distributions
-(intervals) is a third implementation of the same two methods.
+``cost_model`` picks the one a machine calls for. A model that drew uncertain constants from their distributions
+(intervals) would be a third implementation of the same two methods.
 """
 
 from __future__ import annotations

@@ -156,10 +156,10 @@ def cpu_expert_s(cpu, params: int, dtype: str, nbytes: float, tokens, numa: str 
 
 def device_s(hw: Hardware, weight_bytes, flops, kernels: int, dtype: str, numa: str = ONE_POOL, mix: tuple = (),
              kv_bytes=0.0, kv_flops=0.0, queries=1.0):
-    """An operation on the device that holds the non-expert weights (the GPU, or the CPU of a machine without one),
-    with its kernels' launches (a CPU's thread barriers are counted per layer: ``moesim.sim.cost_model``), and the products over
-    ``kv_bytes`` of KV cache (``kv_flops``; ``queries`` query rows a micro-batch) that follow it: on a GPU in the same
-    roofline, on a CPU at the flash attention's own rates (``cpu_attention_s``)."""
+    """An operation on the device that holds the non-expert weights (the GPU, or the CPU of a machine without one), with
+    its kernels' launches (a CPU's thread barriers are counted per layer: ``moesim.sim.cost_model``), and the products
+    over ``kv_bytes`` of KV cache (``kv_flops``; ``queries`` query rows a micro-batch) that follow it: on a GPU in the
+    same roofline, on a CPU at the flash attention's own rates (``cpu_attention_s``)."""
     if hw.gpu is not None:
         return roofline(hw.gpu, weight_bytes + kv_bytes, flops + kv_flops) + kernels * hw.gpu.launch_us * 1e-6
     return cpu_s(hw.cpu, weight_bytes, flops, dtype, numa, mix) + cpu_attention_s(hw.cpu, kv_bytes, kv_flops, queries,

@@ -20,8 +20,8 @@ operating system and the runtime. A machine without a GPU holds everything in it
 cache and the reserve. A size of 0 (a machine without that memory) is not checked.
 
 ``resolve`` turns ``capacity = "auto"`` into the most slots that fit and a placing strategy's ``auto`` layers
-(``cpu_layers``) into the fewest CPU layers with which everything fits; a configuration that does not fit is refused with the
-numbers. Sizes are GiB (2^30 bytes).
+(``cpu_layers``) into the fewest CPU layers with which everything fits; a configuration that does not fit is refused
+with the numbers. Sizes are GiB (2^30 bytes).
 """
 
 from __future__ import annotations

@@ -245,12 +245,12 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
 
 def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
     """Why the GPU's expert kernel kind (``kernel``) is read by nothing in ``run``, whose rows hold at most
-    ``most_tokens`` tokens; None where it may be read. Nothing reads it where every expert is computed on the host
-    CPU whatever the kernel: every layer's experts placed there (its ``places`` parameter, ``auto`` resolved) and no row of the
-    engine's ``offload_min_tokens`` (the tokens at which it runs them on the GPU), or a strategy whose only
-    actions compute on the CPU, with no slot ever to hold an expert and no prefetcher to stage one. ``asked``: the
-    configuration as given (its ``auto`` sizes named so). (A strategy that weighs the GPU against the CPU, cpu-miss, reads it even where every
-    expert ended on the CPU: the kernel's launches are part of what it weighed.)"""
+    ``most_tokens`` tokens; None where it may be read. Nothing reads it where every expert is computed on the host CPU
+    whatever the kernel: every layer's experts placed there (its ``places`` parameter, ``auto`` resolved) and no row of
+    the engine's ``offload_min_tokens`` (the tokens at which it runs them on the GPU), or a strategy whose only actions
+    compute on the CPU, with no slot ever to hold an expert and no prefetcher to stage one. ``asked``: the configuration
+    as given (its ``auto`` sizes named so). (A strategy that weighs the GPU against the CPU, cpu-miss, reads it even
+    where every expert ended on the CPU: the kernel's launches are part of what it weighed.)"""
     if run.hardware.gpu is None:
         return None  # ``check_read`` refuses it by the machine's name
     strategy, n_layers = run.strategy, run.model.num_layers

@@ -1,8 +1,8 @@
 """The shape of the package (DESIGN.md, docs/architecture.md): dependencies point one way —
-cli -> api -> experiments, plots, replay -> sim -> policies -> tracegen (with the model presets) -> errors,
-files, plug-ins' parameters, the host's memory and worker pools — so the core never imports the command line,
-``policies`` never imports ``sim``, no two subpackages import each other, no two modules anywhere import each other
-in a cycle, and no module imports another's private (underscored) name. Every import is counted, at module level or inside a
+cli -> api -> experiments, plots, replay -> sim -> policies -> tracegen (with the model presets) -> errors, files,
+plug-ins' parameters, the host's memory and worker pools — so the core never imports the command line, ``policies``
+never imports ``sim``, no two subpackages import each other, no two modules anywhere import each other in a cycle, and
+no module imports another's private (underscored) name. Every import is counted, at module level or inside a
 function."""
 
 from __future__ import annotations

@@ -238,7 +238,7 @@ def test_a_quantization_moesim_cannot_price_needs_the_formats_named(quantization
         with pytest.raises(MoesimError, match=f"stores its weights as {storage}, a quantization moesim") as err:
             call()
         assert "\n" not in str(err.value) and "dtype" in str(err.value)
-    assert {r["format"] for r in moesim.plan(str(config), "rtx4090", dtypes=["q4_k"]).rows} == {"q4_k"}
+    assert {r.format for r in moesim.plan(str(config), "rtx4090", dtypes=["q4_k"]).rows} == {"q4_k"}
     assert moesim.simulate(trace, **run, dtype="q4_k", other_dtype="q4_k").tpot_s > 0
 
 

@@ -2,6 +2,8 @@
 ``StrategySpec``): a kind is declared, not read off a default; one check judges a value; two owners share a name only
 by sharing its declaration; a spec missing what its roles need is refused as the package loads."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -67,8 +69,12 @@ def test_two_owners_share_a_name_only_by_sharing_its_param():
     assert get_policy("gamma").params["gamma"] is get_policy("gamma-admit").params["gamma"]
     a, b = (StrategySpec(name, name, all_cached, all_loaded, (A_LOAD,), True, False, True,
                          params={"x": Param(0, kind, "x")}) for name, kind in (("a", "seed"), ("b", "count")))
-    with pytest.raises(MoesimError, match="^strategy b declares parameter x unlike another strategy does"):
-        declared_params("strategy", [a, b])
+    with pytest.raises(MoesimError, match="^strategy b declares parameter x unlike another setting of that name"):
+        declared_params({"execution": ("strategy", [a, b])})
+    with pytest.raises(MoesimError, match="^strategy a declares parameter x unlike another"):  # another section's
+        declared_params({"cache": ("policy", [replace(a, name="p")]), "execution": ("strategy", [a])})
+    with pytest.raises(MoesimError, match="^strategy a declares parameter capacity unlike another"):  # a field's
+        declared_params({"execution": ("strategy", [replace(a, params={"capacity": a.params["x"]})])})
 
 
 def test_every_setting_of_a_plug_in_comes_from_its_param():
@@ -105,7 +111,7 @@ def test_a_strategys_roles_are_declared():
 def test_a_strategy_missing_what_its_roles_need_is_refused(kwargs):
     spec = dict(name="t", summary="t", placement=all_cached, miss_actions=all_loaded, actions=(A_LOAD, A_CPU),
                 cache=True, cpu=True, prefetch=True)
-    with pytest.raises(MoesimError, match="^strategy t: it declares actions"):
+    with pytest.raises(MoesimError, match="^strategy t: it must declare (its actions|the parameter|describe)"):
         StrategySpec(**{**spec, **kwargs})
 
 

@@ -100,13 +100,13 @@ def test_plan_with_the_best_split_spends_the_same_memory_better(mixtral_plan):
     split = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",), split="best")
     uniform = {(r["strategy"], r["policy"], r["prefetch"], r["scope"]): r for r in mixtral_plan[0]["rows"]
                if r["dtype"] == "q4_k"}
-    per_layer = [r for r in split.rows if r["scope"] == "per-layer"]
+    per_layer = [r for r in split.rows if r.scope == "per-layer"]
     assert per_layer
     for r in per_layer:
-        before = uniform[(r["strategy"], r["policy"], r["prefetch"], r["scope"])]
-        assert sum(r["capacity"]) == before["capacity"] * 32 and r["vram_gb"] == before["vram_gb"]
-        if (r["strategy"], r["prefetch"]) == ("gpu-cache", "none"):
-            assert r["hit_rate"] >= before["hit_rate"] and r["tokens_per_s"] >= before["tokens_per_s"]
+        before = uniform[(r.strategy, r.policy, r.prefetch, r.scope)]
+        assert sum(r.capacity) == before["capacity"] * 32 and r.vram_gb == before["vram_gb"]
+        if (r.strategy, r.prefetch) == ("gpu-cache", "none"):
+            assert r.hit_rate >= before["hit_rate"] and r.tokens_per_s.mid >= before["tokens_per_s"]
 
 
 def test_candidates_refused_for_one_reason_are_one_line(cli):
@@ -155,12 +155,12 @@ def test_placements_that_keep_every_expert_on_the_gpu_are_one_row():
     import moesim
 
     plan = moesim.plan("qwen3-30b-a3b", "rtx4090", dtypes=("q4_k",))
-    whole = [r for r in plan.rows if r["strategy"] == "all-on-gpu"]
-    assert len(whole) == 1 and whole[0]["engine_flags"] == "-ngl 99" and whole[0]["cpu_layers"] == 0
-    assert "cpu-experts" in whole[0]["same_as"] and len(whole[0]["same_as"]) >= 2
+    whole = [r for r in plan.rows if r.strategy == "all-on-gpu"]
+    assert len(whole) == 1 and whole[0].engine_flags == "-ngl 99" and whole[0].cpu_layers == 0
+    assert "cpu-experts" in whole[0].same_as and len(whole[0].same_as) >= 2
     for r in plan.rows:
-        assert r["cpu_layers"] != 0 or r["strategy"] == "all-on-gpu"
-        assert r["capacity"] is None or (r["capacity"] < 128 if r["scope"] == "per-layer" else r["capacity"] < 48 * 128)
+        assert r.cpu_layers != 0 or r.strategy == "all-on-gpu"
+        assert r.capacity is None or (r.capacity < 128 if r.scope == "per-layer" else r.capacity < 48 * 128)
     # one placement, one memory: the least of its candidates' (it was the fastest one's, so a longer prompt could
     # show less GPU memory, and q4_k more host RAM than bf16)
     cpu_experts = moesim.simulate(plan.simulated, model="qwen3-30b-a3b", hardware="rtx4090", dtype="q4_k",
@@ -168,8 +168,8 @@ def test_placements_that_keep_every_expert_on_the_gpu_are_one_row():
     static = moesim.simulate(plan.simulated, model="qwen3-30b-a3b", hardware="rtx4090", dtype="q4_k", strategy="hybrid",
                              policy="static", capacity="auto", scope="global", prefetch="popular", prompt=plan.prompt,
                              warmup=1)
-    assert whole[0]["vram_gb"] <= min(cpu_experts.vram_gb, static.vram_gb)
-    assert whole[0]["ram_gb"] <= min(cpu_experts.ram_gb, static.ram_gb)
+    assert whole[0].vram_gb <= min(cpu_experts.vram_gb, static.vram_gb)
+    assert whole[0].ram_gb <= min(cpu_experts.ram_gb, static.ram_gb)
 
 
 def test_equal_tokens_per_s_rank_by_time_to_first_token():
@@ -244,14 +244,35 @@ def test_the_plan_figure_says_what_it_shows(drawn, tmp_path):
     (ax,) = fig.axes
     assert "GiB" in ax.get_xlabel() and "tokens/s" in ax.get_ylabel()
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert {label.split(" ")[0] for label in labels} == {r["strategy"] for r in plan.rows}
+    assert {label.split(" ")[0] for label in labels} == {r.strategy for r in plan.rows}
     assert overlapping_texts(fig) == []
     # each line's own row carries its 80% interval as a bar at its point: from low to high, at its GPU memory
     bars = [c for c in ax.collections if c.get_gid() == "interval"]
     drawn_bars = sorted(tuple(np.round(seg, 9).ravel()) for bar in bars for seg in bar.get_segments())
-    want = sorted(tuple(np.round([c.row["vram_gb"], c.row["tokens_per_s_low"], c.row["vram_gb"],
-                                  c.row["tokens_per_s_high"]], 9)) for c in curves(plan))
+    want = sorted(tuple(np.round([c.row.vram_gb, c.row.tokens_per_s.low, c.row.vram_gb,
+                                  c.row.tokens_per_s.high], 9)) for c in curves(plan))
     assert drawn_bars == want and "80% interval" in ax.get_ylabel()
+
+
+def test_a_plan_row_is_typed_and_written_flat():
+    """The API's rows are frozen ``PlanRow``s whose tokens/s is an ``Estimate`` (mid, low, high); ``as_dict()`` (what
+    ``--json`` writes: ``tests/test_api_reliability.py``) gives the estimate as ``tokens_per_s``, ``tokens_per_s_low``
+    and ``tokens_per_s_high``, before ``tpot_s``."""
+    import dataclasses
+
+    import moesim
+    from moesim.experiments.plan_row import PlanRow
+    from moesim.sim.accuracy import Estimate
+
+    rows = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"]).rows
+    assert all(isinstance(r, PlanRow) and isinstance(r.tokens_per_s, Estimate) for r in rows)
+    first = rows[0].as_dict()
+    assert (first["tokens_per_s"], first["tokens_per_s_low"], first["tokens_per_s_high"]) == tuple(rows[0].tokens_per_s)
+    keys = list(first)
+    assert keys[:2] == ["rank", "strategy"] and keys[keys.index("tpot_s") - 3:keys.index("tpot_s")] == \
+        ["tokens_per_s", "tokens_per_s_low", "tokens_per_s_high"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rows[0].rank = 2
 
 
 def test_a_row_s_interval_is_the_published_spread_and_a_calibrated_machine_has_none(mixtral_plan, tmp_path):
@@ -277,7 +298,7 @@ def test_a_row_s_interval_is_the_published_spread_and_a_calibrated_machine_has_n
     machine.write_text('name = "calibrated"\n[cpu]\nname = "c"\ncores = 16\nghz = 4.7\nisa = "avx512-256"\n'
                        'dram_gbps = 83.2\nram_gb = 64\nunpack_gbps = {q4_k = 9.0}\n')
     plan = moesim.plan("olmoe-1b-7b", str(machine), dtypes=("q4_k",))
-    assert all(r["tokens_per_s_low"] is None and r["tokens_per_s_high"] is None for r in plan.rows)
+    assert all(r.tokens_per_s.low is None and r.tokens_per_s.high is None for r in plan.rows)
 
 
 def names(label: str, r: dict) -> bool:
@@ -286,9 +307,9 @@ def names(label: str, r: dict) -> bool:
     from moesim.policies.prefetch import PREFETCHERS
 
     words = set(label.replace("(", " ").replace(")", " ").replace(",", " ").replace("+", " ").split())
-    fetch = r["prefetch"] if r["prefetch"] not in (None, "none") else None
-    return (label.split(" ")[0] == r["strategy"] and r["format"] in words
-            and (r["policy"] is None or r["policy"] in words)
+    fetch = r.prefetch if r.prefetch not in (None, "none") else None
+    return (label.split(" ")[0] == r.strategy and r.format in words
+            and (r.policy is None or r.policy in words)
             and {p for p in PREFETCHERS if p != "none"} & words == ({fetch} if fetch else set()))
 
 
@@ -301,18 +322,18 @@ def test_each_plan_line_is_labelled_by_the_row_it_ends_at(drawn, tmp_path):
     from moesim.plots.plan import plot_plan
 
     plan = moesim.plan("qwen3-30b-a3b", "rtx4080", vram=12, dtypes=("q4_k",))
-    cache = [r for r in plan.rows if r["strategy"] == "gpu-cache"]
-    assert [r["prefetch"] for r in cache] == ["history", "none"]  # the case the figure mislabelled
+    cache = [r for r in plan.rows if r.strategy == "gpu-cache"]
+    assert [r.prefetch for r in cache] == ["history", "none"]  # the case the figure mislabelled
     plot_plan(plan, curves(plan), tmp_path / "plan.png")
     (ax,) = drawn[0].axes
     lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
-    assert len(lines) == len({r["strategy"] for r in plan.rows})
+    assert len(lines) == len({r.strategy for r in plan.rows})
     wrong = []
     for line in lines:
         label = line.get_label().split(" (= ")[0]
         rows = [r for r in plan.rows if names(label, r)]
         end = (line.get_xdata()[-1], line.get_ydata()[-1])
-        if len(rows) != 1 or end != (rows[0]["vram_gb"], rows[0]["tokens_per_s"]):
+        if len(rows) != 1 or end != (rows[0].vram_gb, rows[0].tokens_per_s.mid):
             wrong.append(f"{label!r} ends at {end}; the rows it names end at "
                          f"{[(r['vram_gb'], r['tokens_per_s']) for r in rows]}")
     assert not wrong, "\n".join(wrong)
@@ -334,15 +355,15 @@ def test_a_gguf_is_planned_in_its_own_storage(tmp_path):
     q6_k = E * D_EXPERT * D // 256 * 210  # one layer's down projections: 256-weight blocks of 210 B (Q4_K: 144 B)
     assert extra == q6_k - E * D_EXPERT * D // 256 * 144
     whole = {path: moesim.plan(str(path), "rtx4090").rows for path in (mixed, pure)}
-    assert [(r["strategy"], r["dtype"], r["format"]) for r in whole[mixed]] == [("all-on-gpu", None, "Q4_K_M")]
-    assert [(r["strategy"], r["dtype"], r["format"]) for r in whole[pure]] == [("all-on-gpu", None, "Q4_K")]
-    assert whole[mixed][0]["vram_gb"] - whole[pure][0]["vram_gb"] == pytest.approx(extra / GIB, rel=1e-9)
+    assert [(r.strategy, r.dtype, r.format) for r in whole[mixed]] == [("all-on-gpu", None, "Q4_K_M")]
+    assert [(r.strategy, r.dtype, r.format) for r in whole[pure]] == [("all-on-gpu", None, "Q4_K")]
+    assert whole[mixed][0].vram_gb - whole[pure][0].vram_gb == pytest.approx(extra / GIB, rel=1e-9)
     experts = sum(nbytes for name, nbytes in sizes.items() if "_exps." in name)
-    assert whole[mixed][0]["storage"].startswith(
+    assert whole[mixed][0].storage.startswith(
         f"Q4_K_M (the file's: experts q4_k {1 - q6_k / experts:.0%} + q6_k {q6_k / experts:.0%}; other weights ")
-    between = whole[pure][0]["vram_gb"] + extra / 2 / GIB
-    assert moesim.plan(str(pure), "rtx4090", vram=between).rows[0]["strategy"] == "all-on-gpu"
-    assert "all-on-gpu" not in {r["strategy"] for r in moesim.plan(str(mixed), "rtx4090", vram=between).rows}
+    between = whole[pure][0].vram_gb + extra / 2 / GIB
+    assert moesim.plan(str(pure), "rtx4090", vram=between).rows[0].strategy == "all-on-gpu"
+    assert "all-on-gpu" not in {r.strategy for r in moesim.plan(str(mixed), "rtx4090", vram=between).rows}
 
 
 def test_dtype_on_a_gguf_plans_beside_the_files_storage(cli, tmp_path, monkeypatch):
@@ -386,9 +407,9 @@ def test_a_config_json_that_names_its_quantization_is_planned_in_it():
     from moesim.tracegen.models import MODELS
 
     config = Path(__file__).parent / "data" / "configs" / "openai__gpt-oss-20b.json"
-    assert {(r["dtype"], r["format"]) for r in moesim.plan(str(config), "rtx4080", vram=8).rows} == {(None, "MXFP4")}
-    rows = {r["format"]: r for r in moesim.plan(str(config), "rtx4090", dtypes=["mxfp4"]).rows}
-    assert rows["MXFP4"]["storage"] == "MXFP4 (the file's: experts mxfp4; other weights bf16)"
-    assert (rows["MXFP4"]["vram_gb"] - rows["mxfp4"]["vram_gb"]) * GIB == pytest.approx(
+    assert {(r.dtype, r.format) for r in moesim.plan(str(config), "rtx4080", vram=8).rows} == {(None, "MXFP4")}
+    rows = {r.format: r for r in moesim.plan(str(config), "rtx4090", dtypes=["mxfp4"]).rows}
+    assert rows["MXFP4"].storage == "MXFP4 (the file's: experts mxfp4; other weights bf16)"
+    assert (rows["MXFP4"].vram_gb - rows["mxfp4"].vram_gb) * GIB == pytest.approx(
         MODELS["gpt-oss-20b"].non_expert_params * (2 - 17 / 32), rel=1e-9)
-    assert {r["format"] for r in moesim.plan("gpt-oss-20b", "rtx4080", vram=8).rows} == set(DTYPES)
+    assert {r.format for r in moesim.plan("gpt-oss-20b", "rtx4080", vram=8).rows} == set(DTYPES)

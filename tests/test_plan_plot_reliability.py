@@ -46,7 +46,7 @@ def test_plan_refuses_split_and_threads_where_the_model_fits_whole_on_the_gpu(cl
                          "--dtype", "q4_k", "--json")
     assert code == 0 and all(r["engine_flags"].endswith("-t 4") for r in json.loads(out)["rows"]), err
     # the Python API takes it, as it takes a cache's settings beside capacity 0: a loop over machines passes it to each
-    assert [r["strategy"] for r in moesim.plan("qwen3-30b-a3b", "h100", dtypes=["q4_k"], threads=4).rows] == \
+    assert [r.strategy for r in moesim.plan("qwen3-30b-a3b", "h100", dtypes=["q4_k"], threads=4).rows] == \
         ["all-on-gpu"]
     # not typed: the plan's own uniform split and the machine's threads, nothing to refuse
     code, out, err = cli(*FITS, "--dtype", "q4_k", "--json")

@@ -225,7 +225,7 @@ def test_the_api_takes_a_trace_or_its_file_and_names_what_it_cannot_take(mixtral
         with pytest.raises(MoesimError, match=message):
             call()
     one = moesim.plan("mixtral-8x7b", "rtx4090", dtypes="q4_k", trace=mixtral)
-    assert {r["dtype"] for r in one.rows} == {"q4_k"}
+    assert {r.dtype for r in one.rows} == {"q4_k"}
 
 
 def test_recording_refuses_sampling_values_that_are_no_numbers():
@@ -817,7 +817,7 @@ def test_what_the_review_of_the_second_sweep_found(cli, tmp_path):
     local = Where(tmp_path / "c.toml")
     moesim.Config.build(dtype="q8_0").to_toml(local)
     config = moesim.Config.from_toml(local)
-    assert {r["dtype"] for r in moesim.plan("mixtral-8x7b", "rtx4090", config=config).rows} == {"q8_0"}
+    assert {r.dtype for r in moesim.plan("mixtral-8x7b", "rtx4090", config=config).rows} == {"q8_0"}
 
 
 def test_a_default_that_does_not_fit_the_trace_is_named_as_the_default(cli, tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from moesim.errors import MoesimError
 from moesim.params import Param
 
 PREFETCHERS = ("none", "oracle", "speculative", "history", "prompt", "popular")
+FETCHING = PREFETCHERS[1:]  # every prefetcher but none, each a module
 KINDS = ("next", "preload")
 TRAIN_TRACE = Param(None, "trace", "Trace the history and popular prefetchers learn from (default: the simulated "
                                    "trace).")  # one setting for both

@@ -28,5 +28,5 @@ ENGINE = EngineSpec(
     sources=(("numa", "its NUMA build (USE_NUMA=1) keeps a thread pool and a copy of the experts per socket"),
              ("shared_overlap", "the shared experts run on the GPU while the CPU computes the routed ones"),
              ("cpu_ops", "its MoE operator synchronises once per projection stage"),
-             ("layer_us", "fitted to its 5 published points (2 groups); held out, its median error 40% against 50% "
+             ("layer_us", "fitted to its 5 published points (3 groups); held out, its median error 40% against 50% "
                           "without (python benchmarks/published_offload.py --cv, 2026-12-06)")))

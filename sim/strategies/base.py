@@ -87,9 +87,12 @@ class StrategySpec:
     replay: tuple = ()
 
     def __post_init__(self):
-        if not self.actions or not set(self.actions) <= {A_LOAD, A_CPU, A_CPU_FILL, A_LOWBIT} \
-                or (self.places is not None and self.places not in self.params) \
-                or (not self.cache and (self.describe is None or self.label is None)):
-            raise MoesimError(f"strategy {self.name}: it declares actions among A_LOAD, A_CPU, A_CPU_FILL, A_LOWBIT, "
-                              "the parameter that places layers among its params, and describe and label unless it "
-                              "keeps a cache")
+        wrong = [what for what, bad in (
+            ("its actions, some of A_LOAD, A_CPU, A_CPU_FILL, A_LOWBIT",
+             not self.actions or not set(self.actions) <= {A_LOAD, A_CPU, A_CPU_FILL, A_LOWBIT}),
+            ("the parameter that places layers among its params",
+             self.places is not None and self.places not in self.params),
+            ("describe and label, as it keeps no cache",
+             not self.cache and (self.describe is None or self.label is None))) if bad]
+        if wrong:
+            raise MoesimError(f"strategy {self.name}: it must declare {'; '.join(wrong)}")

@@ -1,0 +1,53 @@
+"""A plan's row: a placement in a format as its engine runs it, what it gives, and how to run it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from moesim.sim.accuracy import Estimate
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """``capacity``: the GPU slots (per layer, or of the pool; a tuple where a split gives each layer its own), None
+    without a cache; ``cpu_layers``: the layers whose experts a placing strategy keeps on the CPU, else None;
+    ``tokens_per_s``: decode tokens/s at the plan's batch with its 80% interval; ``engine_flags``: the engine's
+    settings ("" where its defaults run it, "none: why" where it takes none); ``same_as``: an ``all-on-gpu`` row's
+    candidates folded into it; ``rank``: 1 for the fastest."""
+
+    strategy: str
+    dtype: str | None        # the experts' format as configured (None: the model file's own storage)
+    format: str              # its name in the table
+    storage: str
+    policy: str | None
+    prefetch: str | None
+    capacity: object
+    scope: str | None
+    cpu_layers: int | None
+    layers: int
+    tokens_per_s: Estimate
+    tpot_s: float
+    ttft_s: float | None
+    vram_gb: float
+    ram_gb: float
+    hit_rate: float
+    cpu_share: float
+    engine: str
+    engine_flags: str
+    framework_us: float      # the engine's framework time per MoE layer in the figure (0: none learned)
+    same_as: tuple = ()
+    rank: int = 0
+
+    def as_dict(self) -> dict:
+        """The row as JSON gives it: its rank first, the tokens/s and its interval as ``tokens_per_s``,
+        ``tokens_per_s_low`` and ``tokens_per_s_high`` where the estimate stands, ``same_as`` a list."""
+        out = {"rank": self.rank}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "tokens_per_s":
+                out.update(tokens_per_s=value.mid, tokens_per_s_low=value.low, tokens_per_s_high=value.high)
+            elif f.name == "same_as":
+                out["same_as"] = list(value)
+            elif f.name != "rank":
+                out[f.name] = value
+        return out
