@@ -271,6 +271,14 @@ def plot_cv(checked: list, path: Path) -> None:
     fig.savefig(path, dpi=130)
 
 
+GPU_CACHE = ("Mixtral-offloading", "MoE-Infinity", "MELINOE runtime", "Fiddler")  # the GPU-side engines: a GPU cache
+
+
+def family(point: Point) -> str:
+    """A point's family, by where its engine keeps the experts it computes: a GPU cache, or the CPU."""
+    return "GPU-side" if point.kind in GPU_CACHE else "CPU-side"
+
+
 def ships(points: list[Point]) -> set:
     """Of ``points``' engines, those whose framework time ships: fitted without each point's group, it predicts their
     points better held out than none, and moesim runs the engine as one of its own (``moesim.sim.engines``)."""
@@ -359,6 +367,7 @@ def main() -> None:
         return
     d = derive(rows)
     print_cv(d.checked, d.plain, d.fitted, d.shipped)
+    by_family = cross_validate(cv_points(rows), LAYER_US_BOUNDS, ships, family=family)
     if args.plot:
         plot_cv(d.checked, args.plot)
     print("ships: " + "; ".join(f"{k} layer_us = {v:.0f}" for k, v in d.shipped.items()))
@@ -368,6 +377,10 @@ def main() -> None:
         print(f"  the band of {what}: measured / predicted over all {len(rows_)} points, 10th and 90th percentiles, "
               f"({low:.2f}, {high:.2f}); held out, such intervals held {100 * held:.0f}%, "
               f"median half-width {100 * cv_summary(rows_)['median_half_width']:.0f}%")
+    print("  a band per family instead (each interval from the other groups' points of its own family), held out: " +
+          "; ".join(f"{f} {100 * s['coverage']:.0f}% of {s['points']} points inside, median half-width "
+                    f"{100 * s['median_half_width']:.0f}%" for f, s in
+                    ((f, cv_summary([c for c in by_family if family(c.point) == f])) for f in ("CPU-side", "GPU-side"))))
 
 
 if __name__ == "__main__":

@@ -163,17 +163,19 @@ class Checked:
 
 
 def cross_validate(points: list[Point], bounds: tuple[float, float], kinds: set | Callable | None = None,
-                   coverage: float = COVERAGE) -> list[Checked]:
+                   coverage: float = COVERAGE, family: Callable | None = None) -> list[Checked]:
     """Every point predicted with its group left out of the fit of the constants (of ``kinds``: ``held_out``), its
-    interval from the held-out ratios of a cross-validation within the other groups."""
+    interval from the held-out ratios of a cross-validation within the other groups: of every point there, or with
+    ``family`` (a point's family: its engine's kind of placement), of the points of its own family."""
     labels = groups(points)
     outer = held_out(points, bounds, kinds)
     out: list = [None] * len(points)
     for g in dict.fromkeys(labels.tolist()):
         test = np.flatnonzero(labels == g)
         train = [points[i] for i in np.flatnonzero(labels != g)]
-        low, high = interval(ratios(train, held_out(train, bounds, kinds)), coverage)
+        spread = list(zip(train, ratios(train, held_out(train, bounds, kinds))))
         for i in test:
             pred, constants = outer[i]
+            low, high = interval([r for p, r in spread if family is None or family(p) == family(points[i])], coverage)
             out[i] = Checked(points[i], pred, pred * low, pred * high, constants)
     return out

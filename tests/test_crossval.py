@@ -74,7 +74,8 @@ def test_the_interval_is_the_quantiles_of_the_held_out_ratios():
 
 def test_a_point_s_interval_comes_from_the_other_groups_ratios_only():
     """Every point is off by its own factor; its interval is its prediction times the quantiles of the held-out
-    ratios of the other groups, of every kind (with no constant to learn, those are the other points' factors)."""
+    ratios of the other groups, of every kind (with no constant to learn, those are the other points' factors), or of
+    its own family where families are given."""
     scales = [0.5, 0.8, 1.0, 1.25, 2.0, 4.0]
     pts = [point(f"p{i}", f"s{i}", f"m{i}", kind="ab"[i % 2], scale=s) for i, s in enumerate(scales)]
     checked = cross_validate(pts, (0.0, 0.0))
@@ -83,6 +84,10 @@ def test_a_point_s_interval_comes_from_the_other_groups_ratios_only():
         assert c.predicted == pytest.approx(pts[i].predicted(0.0))
         assert (c.low, c.high) == pytest.approx((c.predicted * low, c.predicted * high))
         assert c.inside == (c.low <= pts[i].measured <= c.high)
+    # a band per family: the other points of the point's own family only (here its kind: a, a, a or b, b, b)
+    for i, c in enumerate(cross_validate(pts, (0.0, 0.0), family=lambda p: p.kind)):
+        low, high = interval([s for j, s in enumerate(scales) if j != i and j % 2 == i % 2])
+        assert (c.low, c.high) == pytest.approx((c.predicted * low, c.predicted * high))
 
 
 def test_an_engine_s_framework_time_adds_once_per_layer_and_token():
