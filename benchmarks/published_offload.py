@@ -279,6 +279,22 @@ def family(point: Point) -> str:
     return "GPU-side" if point.kind in GPU_CACHE else "CPU-side"
 
 
+def same_machine_pairs(rows: list[dict], checked: list) -> list[tuple]:
+    """Every two counted points of one model on one machine (box) that moesim predicts apart, each with (their names,
+    measured ratio, held-out predicted ratio), the first point's over the second's: what a plan's ranking of two rows
+    on a user's machine is checked against. (Two runs of one setting, predicted alike, are not a ranking.)"""
+    predicted = {c.point.name: c.predicted for c in checked}
+    counted = [r for r in rows if r["counted"]]
+    out = []
+    for i, a in enumerate(counted):
+        for c in counted[i + 1:]:
+            ratio = predicted[a["id"]] / predicted[c["id"]]
+            if (a.get("box", a["machine"]), a["model"]) == (c.get("box", c["machine"]), c["model"]) \
+                    and abs(ratio - 1) > 1e-9:
+                out.append((f"{a['id']}/{c['id']}", a["measured"] / c["measured"], ratio))
+    return out
+
+
 def ships(points: list[Point]) -> set:
     """Of ``points``' engines, those whose framework time ships: fitted without each point's group, it predicts their
     points better held out than none, and moesim runs the engine as one of its own (``moesim.sim.engines``)."""
@@ -368,6 +384,8 @@ def main() -> None:
     d = derive(rows)
     print_cv(d.checked, d.plain, d.fitted, d.shipped)
     by_family = cross_validate(cv_points(rows), LAYER_US_BOUNDS, ships, family=family)
+    pairs = same_machine_pairs(rows, d.checked)
+    wrong = [(name, max(p, 1 / p)) for name, m, p in pairs if (m > 1) != (p > 1)]
     if args.plot:
         plot_cv(d.checked, args.plot)
     print("ships: " + "; ".join(f"{k} layer_us = {v:.0f}" for k, v in d.shipped.items()))
@@ -377,10 +395,14 @@ def main() -> None:
         print(f"  the band of {what}: measured / predicted over all {len(rows_)} points, 10th and 90th percentiles, "
               f"({low:.2f}, {high:.2f}); held out, such intervals held {100 * held:.0f}%, "
               f"median half-width {100 * cv_summary(rows_)['median_half_width']:.0f}%")
+    sides = {f: cv_summary([c for c in by_family if family(c.point) == f]) for f in ("CPU-side", "GPU-side")}
     print("  a band per family instead (each interval from the other groups' points of its own family), held out: " +
           "; ".join(f"{f} {100 * s['coverage']:.0f}% of {s['points']} points inside, median half-width "
-                    f"{100 * s['median_half_width']:.0f}%" for f, s in
-                    ((f, cv_summary([c for c in by_family if family(c.point) == f])) for f in ("CPU-side", "GPU-side"))))
+                    f"{100 * s['median_half_width']:.0f}%" for f, s in sides.items()))
+    worst = max(wrong, key=lambda w: w[1])
+    print(f"  two settings on one machine ({len(pairs)} pairs of points of one model on one box): held out, moesim "
+          f"orders {len(pairs) - len(wrong)} of them as measured; the widest it got wrong, {worst[0]}, it predicted "
+          f"{worst[1]:.2f} times apart")
 
 
 if __name__ == "__main__":
