@@ -249,6 +249,10 @@ class PolicySpec:
     fast_paths: tuple = ()
     stack: Stack | None = None
 
+    def __post_init__(self):
+        if set(self.hooks) != set(HOOK_NAMES) or not all(isinstance(p, Param) for p in self.params.values()):
+            raise TypeError(f"policy {self.name}: its hooks come from hooks(...) and its params are Params")
+
 
 @njit(cache=True, inline="always")
 def min_key_slot(key, tie, lo, hi, obj_of, mark, stamp):

@@ -115,6 +115,16 @@ def test_a_strategy_missing_what_its_roles_need_is_refused(kwargs):
         StrategySpec(**{**spec, **kwargs})
 
 
+def test_a_policy_declares_its_hooks_and_params_as_the_contract_says():
+    from moesim.policies.base import PolicySpec, hooks
+
+    lru = get_policy("lru")
+    with pytest.raises(TypeError, match="^policy p: its hooks come from hooks"):
+        PolicySpec("p", lru.make_state, {"choose_victim": lru.hooks["choose_victim"]})  # not through hooks(...)
+    with pytest.raises(TypeError, match="^policy p: its hooks come from hooks"):
+        PolicySpec("p", lru.make_state, hooks(choose_victim=lru.hooks["choose_victim"]), params={"seed": 0})
+
+
 @pytest.mark.parametrize("kind, fns", [("next", {}), ("next", {"scores": len}), ("preload", {"predict": len}),
                                        ("later", {"predict": len})])
 def test_a_prefetcher_has_the_function_its_kind_calls(kind, fns):
