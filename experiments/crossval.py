@@ -79,9 +79,16 @@ def fit(points: list[Point], bounds: tuple[float, float], kinds=None) -> dict[st
     for kind in dict.fromkeys(p.kind for p in points if kinds is None or p.kind in kinds):
         mine = [p for p in points if p.kind == kind]
         measured = np.log([p.measured for p in mine])
+        grid, seconds = np.asarray(mine[0].grid, np.float64), np.array([p.seconds for p in mine], np.float64)
+        if any(p.grid != mine[0].grid for p in mine):
+            raise ValueError(f"the points of {kind} are simulated at different constants")
 
-        def loss(c, mine=mine, measured=measured):
-            return float(np.sum((np.log([p.predicted(c) for p in mine]) - measured) ** 2))
+        def loss(c, grid=grid, seconds=seconds, measured=measured):
+            # every point's seconds at c at once, as ``Point.predicted`` interpolates them (held at the grid's ends)
+            c = min(max(c, grid[0]), grid[-1])
+            j = min(int(np.searchsorted(grid, c, side="right")) - 1, len(grid) - 2)
+            at = seconds[:, j] + (seconds[:, j + 1] - seconds[:, j]) / (grid[j + 1] - grid[j]) * (c - grid[j])
+            return float(np.sum((-np.log(at) - measured) ** 2))
 
         out[kind] = float(minimize_scalar(loss, bounds=bounds, method="bounded",
                                           options={"xatol": 1e-9 * max(1.0, abs(bounds[1]))}).x)
@@ -97,7 +104,7 @@ def chosen(kinds, points: list[Point]):
 def better_than_none(points: list[Point], bounds: tuple[float, float], among=None) -> set:
     """The kinds (of ``among``; None: any) whose constant, fitted without each point's group, predicts their points
     better held out (a smaller median |error|) than none; a kind measured in one group only learns nothing."""
-    fitted = held_out(points, bounds)
+    fitted = held_out(points, bounds, among)  # the kinds it may choose, no other fitted
     out = set()
     for kind in dict.fromkeys(p.kind for p in points if among is None or p.kind in among):
         mine = [i for i, p in enumerate(points) if p.kind == kind]
