@@ -33,7 +33,7 @@ import numpy as np
 from moesim.errors import MoesimError, option
 from moesim.experiments.plan_row import PlanRow
 from moesim.sim.accuracy import Estimate
-from moesim.sim.config import Config
+from moesim.sim.config import Config, run_params
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
 from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, engine_for
 from moesim.sim.machine import Hardware
@@ -317,7 +317,7 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> tuple[PlanRow, str |
     that placement (``_fold``; the CPU's threads read by nothing), else None."""
     config = r.config
     strategy = get_strategy(config.execution.strategy)
-    params = {**{k: p.default for k, p in strategy.params.items()}, **config.execution.params}
+    params = run_params(strategy, config.execution.params)
     engine = engine_for(config)
     cached = strategy.cache
     place = strategy.placement(spec.num_layers, params)

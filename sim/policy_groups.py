@@ -19,6 +19,7 @@ from numba import njit
 
 from moesim.policies import get_policy
 from moesim.policies.base import DEFAULT_HOOKS, HOOK_ARGS, Context
+from moesim.sim.config import run_params
 from moesim.sim.engine import bind, place
 
 GROUPS = (("lru", "static"), ("belady", "lfu", "fifo", "gamma"), ("gamma-admit", "lifo", "random", "arc", "lecar"),
@@ -85,6 +86,6 @@ def stand_in(policy: str) -> tuple:
     if policy not in _STAND_INS:
         spec = get_policy(policy)
         ctx = Context(np.zeros((1, 1, 1), np.int16), np.array([0, 1], np.int64), 1, np.ones(1, np.int64), True, False,
-                      False, {k: p.default for k, p in spec.params.items()})
+                      False, run_params(spec, {}))
         _STAND_INS[policy] = spec.make_state(ctx)
     return _STAND_INS[policy]
