@@ -9,9 +9,8 @@ from pathlib import Path
 import polars as pl
 
 from moesim.cli.console import console, table, working
-from moesim.cli.plan_cmd import rate
-from moesim.experiments.plan import ALL_ON_GPU, run_with
-from moesim.experiments.plan_row import PlanRow
+from moesim.cli.plan_cmd import LEARNED, placed, rate, three
+from moesim.experiments.plan import candidate
 from moesim.files import output_folder
 from moesim.tracegen.io import load_trace
 from moesim.tracegen.trace import bundled_trace_path
@@ -83,24 +82,20 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
     with working("planning every strategy for Mixtral-8x7B and Qwen3-30B-A3B on the card"):
         plans = [(moesim.plan(model, DEMO_HARDWARE, dtypes=[dtype]), dtype) for model, dtype in DEMO_PLANS]
     for result, dtype in plans:
-        best = [r for i, r in enumerate(result.rows) if r.strategy not in [q.strategy for q in result.rows[:i]]]
+        every = [*result.rows, *sorted(result.apart, key=lambda r: -r.tokens_per_s.mid)]
+        best = [r for i, r in enumerate(every) if candidate(r) not in map(candidate, every[:i])]
         table(f"{result.model}, {dtype} experts, on an RTX 4090 (24 GiB) with a Ryzen 9 7950X (128 GiB DDR5): each "
-              f"strategy at its best; {result.trace}; steady state",
-              ["strategy", "settings", "tok/s (80% interval)", "TTFT s", "VRAM GiB", "RAM GiB", "run it with"],
-              [[r.strategy, _settings(r), rate(r), r.ttft_s, r.vram_gb, r.ram_gb, run_with(r)]
-               for r in best])
+              f"placement at its best, those an engine you can run gives first (*: not offered); {result.trace}; "
+              "steady state; memory in GiB", ["engine", "experts on GPU", "tok/s (80% interval)", "VRAM", "RAM"],
+              [[r.engine.split(" (")[0] + ("*" if r.apart else ""),
+                placed(r) + (f" +{r.prefetch}" if r.prefetch == "history" else ""), rate(r), three(r.vram_gb),
+                three(r.ram_gb)] for r in best])
+        for r in best:
+            console.print(f"{r.engine}: " + (f"not offered: {r.apart}" if r.apart else r.command), soft_wrap=True)
         paths.append(plot_plan(result, curves(result), out / f"plan-{result.model}.png"))
+    console.print(f"{LEARNED}: the pinned experts or the prefetcher learned from the trace itself: an upper bound on "
+                  "other prompts", soft_wrap=True)
     console.print("wrote " + ", ".join(str(p) for p in paths) + f" and {results}")
     console.print("next: 'moesim plan --model M --hardware H', 'moesim sim run TRACE --strategy S --capacity auto', "
                   "'moesim sim serve TRACE --rate R', 'moesim sweep SPEC.toml', 'moesim plot' (docs/commands.md)")
     return paths
-
-
-def _settings(row: PlanRow) -> str:
-    """A plan row's placement in a few words."""
-    if row.strategy == ALL_ON_GPU:
-        return "every expert on the GPU"
-    if row.cpu_layers is not None:
-        return f"{row.cpu_layers} layers' experts on the CPU"
-    pool = f"{row.capacity} in one pool" if row.scope == "global" else f"{row.capacity} per layer"
-    return f"{row.policy}, {pool}" + (f", {row.prefetch}" if row.prefetch != "none" else "")

@@ -60,7 +60,8 @@ def mrc(
         if budget is not None:
             from moesim.sim.budget import check_budget
 
-            check_budget(trace.meta, budget)
+            for c in configs:
+                check_budget(trace, c.cache, budget)
         curves = {c.cache.policy: moesim.mrc(trace, config=c, capacities="all" if budget is not None else sizes)
                   for c in configs}
         splits = {c.cache.policy: moesim.best_split(trace, budget, config=c, curve=curves[c.cache.policy])

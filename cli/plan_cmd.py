@@ -9,7 +9,7 @@ from moesim.cli.console import console, emit_json, slots_text, table, with_inter
 from moesim.cli.options import PATH, TRACE
 from moesim.cli.settings import Asked, takes
 from moesim.errors import option
-from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, read_by, run_with
+from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, candidate, read_by
 from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
 from moesim.files import check_output
@@ -18,13 +18,15 @@ from moesim.sim.config import DTYPES as FORMATS
 from moesim.tracegen.trace import trace_file
 
 
-@takes([*PLAN_SETTINGS, "dtype"], listed=("dtype",),
+@takes([*PLAN_SETTINGS, "dtype", "engine"], listed=("dtype", "engine"),
        defaults={"prompt": str(PLAN_PROMPT)},
        helps={"model": "Model preset to plan for (see 'moesim models'), or a model file (config.json, GGUF); required.",
               "prompt": "Prompt tokens: prefilled for the time to first token, then held in the KV cache.",
               "dtype": f"Weight formats to plan (every weight in each) beside a model file's own storage, "
                        f"comma-separated: {', '.join(FORMATS)}. Default: the model file's storage, else "
-                       f"{','.join(DTYPES)}."},
+                       f"{','.join(DTYPES)}.",
+              "engine": "The engines you have, comma-separated (see 'moesim engines'): only the placements they run "
+                        "are planned. Default: every engine."},
        aliases={"prompt": ("--context",)})
 def plan(
     trace: Annotated[Optional[Path], typer.Option(callback=trace_file, click_type=TRACE,
@@ -52,6 +54,7 @@ def plan(
 
         check_output(plot, "figure", inputs=() if trace is None else (trace,), suffixes=SUFFIXES)
     formats = asked.each.pop("dtype", None)  # not typed: a configuration file's, else the plan's
+    engines = asked.each.pop("engine", None)
     config = asked.config("plan")
     # a file's prompt of 0 (every configuration's default, what a saved run holds) asks for none, as in the API
     asked_prompt = "prompt" in asked.typed or ("prompt" in asked.given and config.workload.prompt != 0)
@@ -59,7 +62,7 @@ def plan(
         config = config.replace(prompt=PLAN_PROMPT)
     with working("simulating each strategy (the first run compiles each policy)"):
         # the default prompt gives way to a trace's own prompts; one asked for here or in the file is checked
-        result = run_plan(config, trace, formats, prompt_asked=asked_prompt, given=asked.typed)
+        result = run_plan(config, trace, formats, prompt_asked=asked_prompt, given=asked.typed, engines=engines)
     if plot is not None:
         from moesim.plots.plan import plot_plan
 
@@ -72,20 +75,23 @@ def plan(
     title = (f"{result.model} on {result.hardware}: {result.machine}; {result.trace}; batch {result.batch}, "
              f"{prompt}. Ranked by decode tokens/s (equal: by TTFT); TTFT in s, memory in GiB")
     if wide:
-        table(title, ["#", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s", "TPOT ms", "TTFT",
-                      "VRAM", "RAM", "on CPU", "run it with"],
-              [[r.rank, r.strategy, shown(r.format, r.dtype), r.policy or "-", r.prefetch or "-",
-                "-" if r.capacity is None
-                else slots_text(r.capacity) + (" in all" if r.scope == "global" else ""),
-                "-" if r.cpu_layers is None else f"{r.cpu_layers}/{r.layers}",
-                rate(r), r.tpot_s * 1e3, r.ttft_s, r.vram_gb, r.ram_gb, r.cpu_share,
-                run_with(r)] for r in result.rows])
+        for rows, heading in ((result.rows, title), (result.apart, APART)):
+            if rows:
+                table(heading, ["#", "engine", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s",
+                                "TPOT ms", "TTFT", "VRAM", "RAM", "on CPU", "command" if rows is result.rows else "why"],
+                      [[r.rank or "-", r.engine, r.strategy, shown(r.format, r.dtype), r.policy or "-",
+                        r.prefetch or "-", "-" if r.capacity is None
+                        else slots_text(r.capacity) + (" in all" if r.scope == "global" else ""),
+                        "-" if r.cpu_layers is None else f"{r.cpu_layers}/{r.layers}", rate(r), r.tpot_s * 1e3,
+                        r.ttft_s, r.vram_gb, r.ram_gb, r.cpu_share, r.command if rows is result.rows else r.apart]
+                       for r in rows])
+    elif result.rows:
+        table(title, ["#", "engine", "format", "experts on GPU", "tok/s", "TTFT", "VRAM", "RAM"],
+              [[r.rank, r.engine, shown(r.format, r.dtype), placed(r), rate(r), three(r.ttft_s), three(r.vram_gb),
+                three(r.ram_gb)] for r in result.rows])
     else:
-        three = lambda x: "-" if x is None or x != x else f"{x:.3g}"  # noqa: E731  (narrow: seconds and GiB)
-        table(title, ["#", "strategy", "format", "experts on GPU", "tok/s", "TTFT", "VRAM", "RAM"],
-              [[r.rank, r.strategy + (f"+{r.prefetch}" if r.prefetch in NEXT_CELL else ""), shown(r.format, r.dtype),
-                placed(r), rate(r), three(r.ttft_s), three(r.vram_gb), three(r.ram_gb)]
-               for r in result.rows])
+        console.print(f"{title}\nno engine you can run gives a placement of {result.model} that fits: "
+                      f"{'those you named do not' if engines else 'see below'}", soft_wrap=True)
     if any(r.tokens_per_s.low is not None for r in result.rows):
         console.print(f"tok/s: as the row's engine runs it, the framework time learned for it from published points "
                       f"included (sim run --engine NAME gives the same); (80% interval): measured / predicted over "
@@ -95,10 +101,24 @@ def plan(
     # the model file's own storage, in words
     if any(r.dtype is None for r in result.rows) or any(s["dtype"] is None for s in result.skipped):
         console.print(f"{OWN} {result.spec.storage_text}", soft_wrap=True)
+    if any(r.learned for r in result.rows):
+        console.print(f"{LEARNED} its GPU experts or its prefetcher learned from this trace ({result.trace}): an upper "
+                      f"bound on other prompts", soft_wrap=True)
     if not wide:
-        for r in result.rows[:RUN_LINES]:
-            console.print(f"#{r.rank}: {run_with(r)}", soft_wrap=True)
-        console.print("(every row's settings and engine: --wide or --json)")
+        for r in result.rows:
+            console.print(f"#{r.rank}: {r.command}", soft_wrap=True)
+    if any(r.command.startswith("llama-server") for r in result.rows):
+        console.print(f"-m: a GGUF of the row's format (--model FILE.gguf writes its path); -c: the "
+                      f"{result.context} tokens a sequence memory was sized for (--prompt N plans a longer one)",
+                      soft_wrap=True)
+    if not wide:
+        groups: dict = {}  # the placements set apart, one line per engine and candidate: the fastest, every reason
+        for r in result.apart:
+            groups.setdefault((r.engine, candidate(r)), []).append(r)
+        for (engine, which), rows in groups.items():
+            why = "; ".join(dict.fromkeys(r.apart for r in rows))
+            console.print(f"not offered: {engine}, {which}: {why}; {rate(rows[0])} tok/s at best ({rows[0].format})",
+                          soft_wrap=True)
     for name, value in (("split", config.cache.split), ("threads", config.hardware.threads)):
         readers = read_by(result, name) if name in asked.typed else []
         if 0 < len(readers) < len(result.rows):  # read by some rows only (by none: refused by the plan)
@@ -109,24 +129,33 @@ def plan(
     for s in result.skipped:
         named = " + ".join(v for v in (s["policy"], s["prefetch"]) if v and v != "none")
         unrun.setdefault((shown(s["format"], s["dtype"]), s["reason"]), {}).setdefault(s["strategy"], []).append(named)
+    lines: dict = {}  # the same candidates refused for the same reason in several formats: one line
     for (name, reason), strategies in unrun.items():
         which = ", ".join(f"{strategy} ({'; '.join(n for n in settings if n)})" if any(settings) else strategy
                           for strategy, settings in strategies.items())
-        console.print(f"not run in {name}: {which}: {reason}", soft_wrap=True)
+        lines.setdefault((which, reason), []).append(name)
+    for (which, reason), names in lines.items():
+        console.print(f"not run in {', '.join(names)}: {which}: {reason}", soft_wrap=True)
     if plot is not None:
         console.print(f"wrote {plot}")
 
 
 READ_BY = {"split": "those that keep a per-layer expert cache (the others keep none, or every expert on the GPU)",
            "threads": "those that compute experts on the host CPU (the others compute none there)"}
-NEXT_CELL = ("history", "oracle")  # prefetchers that fetch the next layer's experts (named beside the strategy)
-RUN_LINES = 3  # rows whose engine settings the compact table prints below it
+APART = "Placements no engine you can run gives on this model and format (research code with no release, or an " \
+        "engine that runs neither)"
+LEARNED = "^"  # marks a row whose figure is an upper bound: learned from the trace it is timed on
 OWN = "*"  # marks the model file's own storage (a --dtype of the same name is every weight in that format)
 
 
+def three(x) -> str:
+    """Seconds or GiB in a narrow cell: three significant digits."""
+    return "-" if x is None or x != x else f"{x:.3g}"
+
+
 def rate(r: PlanRow) -> str:
-    """A row's tokens/s with its 80% interval."""
-    return with_interval(*r.tokens_per_s)
+    """A row's tokens/s with its 80% interval (marked where learned from the trace)."""
+    return with_interval(*r.tokens_per_s) + (LEARNED if r.learned else "")
 
 
 def shown(fmt: str, dtype: str | None) -> str:

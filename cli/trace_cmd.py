@@ -86,18 +86,22 @@ def record(
                   f"({summary.seconds:.1f} s)")
 
 
+SYNTH_MODEL = "olmoe-1b-7b"  # the model a synthetic trace is of where nothing says which
+
+
 @app.command()
 def synth(
     out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Trace file to write (Parquet).")],
-    layers: Annotated[Optional[int], typer.Option(help="MoE layers L [default: 16, or --model's / --like's].")] = None,
-    experts: Annotated[Optional[int], typer.Option(help="Experts per layer E [default: 64, or --model's / --like's].")] = None,
-    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Experts per token k [default: 8, or --model's / --like's].")] = None,
+    layers: Annotated[Optional[int], typer.Option(help="MoE layers L [default: --model's / --like's].")] = None,
+    experts: Annotated[Optional[int], typer.Option(help="Experts per layer E [default: --model's / --like's].")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Experts per token k [default: --model's / --like's].")] = None,
     sequences: Annotated[Optional[int], typer.Option(help="Sequences [default: 8, or --like's].")] = None,
     tokens: Annotated[Optional[int], typer.Option(help="Decode tokens per sequence [default: 256, or --like's mean].")] = None,
     prompt_tokens: Annotated[int, typer.Option(help="Prefill tokens per sequence.")] = 0,
     seed: Annotated[int, typer.Option(help="Seed: same arguments, same trace.")] = 0,
     model: Annotated[Optional[str], typer.Option(help="Take L, E, k and dims from a preset, a config.json or a "
-                                                      ".gguf file.")] = None,
+                                                      f".gguf file [default: {SYNTH_MODEL}, where no dimension or "
+                                                      "--like is given].")] = None,
     layer_alpha: Annotated[Optional[float], typer.Option(help="Dirichlet alpha of per-layer popularity (lower: more skew). "
                                                    f"[default: {Locality.layer_alpha:g}; --like fits it]")] = None,
     seq_alpha: Annotated[Optional[float], typer.Option(help="Dirichlet alpha of per-sequence preference (lower: more skew). "
@@ -123,6 +127,8 @@ def synth(
         them = "it" if len(fitted) == 1 else "them"
         raise MoesimError(f"{', '.join(fitted)}: --like fits the locality knobs to {like} and takes its model, so "
                           f"nothing reads {them}; leave {them} out, or --like")
+    if not (like or model or layers or experts or top_k):  # a trace a simulation can time without --model
+        model = SYNTH_MODEL
     real = None
     if like:
         with working(f"reading {like}"):

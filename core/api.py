@@ -194,7 +194,7 @@ def best_split(trace: Trace, budget: int, policy: str | None = None, semantics: 
                                                     else None)
              for name, given in (("policy", policy), ("semantics", semantics))}
     _check_curve(curve, trace, asked["policy"], asked["semantics"])
-    check_budget(trace.meta, budget)
+    check_budget(trace, cache, budget)
     return allocate(hits_table(curve), budget, min(r.capacity for r in curve), curve[0].accesses)
 
 
@@ -426,7 +426,7 @@ def _with_objects(config: Config | None, kind: str, model, hardware, settings: d
 
 
 def plan(model: str | None = None, hardware: str | None = None, *, config: Config | None = None,
-         trace: str | Path | Trace | None = None, dtypes=None, **settings):
+         trace: str | Path | Trace | None = None, dtypes=None, engines=None, **settings):
     """What to put where: every execution strategy for ``model`` on ``hardware``, in the model file's own storage
     (a GGUF's types; a config.json's ``quantization_config``) where it has one and in each format of ``dtypes``
     (every weight in it; default: a ``config``'s dtype, else bf16, q8_0, q4_k where the model has no storage of its
@@ -436,15 +436,18 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     (``moesim.experiments.plan.PLAN_SETTINGS``: ``vram``, ``ram``, ``cpu``, ``link``, ``batch``, ``prompt``
     (default 512 tokens, for the TTFT; a trace that records every prompt is timed on those), ``split``, ...); of a
     ``config``, these and its format (the candidates set the rest, as from a configuration file on the command line).
-    Its ``rows`` are ``PlanRow``s (``moesim.experiments.plan_row``: ``tokens_per_s`` an ``Estimate`` with its 80%
-    interval; ``as_dict()`` as ``--json`` gives it). Equal tokens/s rank by TTFT; the rows that keep every expert on the
+    ``engines``: the engines the user has (a name or a list, ``moesim engines``; default: every one). Its ``rows``
+    are ``PlanRow``s (``moesim.experiments.plan_row``: ``tokens_per_s`` an ``Estimate`` with its 80% interval,
+    ``command`` the engine's command; ``as_dict()`` as ``--json`` gives it), each a placement an engine a user can
+    install runs on the model in that format; ``apart`` holds those none does, each saying why. Equal tokens/s rank
+    by TTFT; the rows that keep every expert on the
     GPU are one ``all-on-gpu`` row per format (``same_as``: the candidates it stands for). Where nothing fits, a
     ``MoesimError`` names the candidate closest to fitting and its memory part by part.
 
     >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
     >>> r = next(r for r in p.rows if r.strategy == "cpu-experts")
-    >>> round(r.tokens_per_s.mid, 1), r.engine_flags, round(r.tokens_per_s.low), round(r.tokens_per_s.high)
-    (43.1, '-ngl 99 --n-cpu-moe 4', 11, 60)
+    >>> round(r.tokens_per_s.mid, 1), r.command, round(r.tokens_per_s.low), round(r.tokens_per_s.high)
+    (43.1, 'llama-server -m Mixtral-8x7B-v0.1-Q4_K.gguf -ngl 99 --n-cpu-moe 4 -t 16 -c 678', 11, 60)
     """
     from moesim.experiments.plan import PLAN_PROMPT, PLAN_SETTINGS, plan as run
 
@@ -464,14 +467,21 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     if not asked:
         settings["prompt"] = PLAN_PROMPT
     named = {k: v for k, v in (("model", model), ("hardware", hardware)) if v is not None}
-    if dtypes is not None:  # None: a configuration's format, as the command line's --config gives it; else the plan's
-        try:
-            if isinstance(dtypes, (dict, set, frozenset)):  # no order, or keys that are not the formats
-                raise TypeError
-            dtypes = [dtypes] if isinstance(dtypes, str) else list(dtypes)  # one, or several
-        except TypeError:
-            raise MoesimError(f"dtypes must be a weight format's name or a list of them, got {dtypes!r}") from None
-    return run(config.replace(**named, **settings), trace, dtypes, asked)
+    # dtypes None: a configuration's format, as the command line's --config gives it; else the plan's
+    dtypes, engines = _names("dtypes", dtypes, "a weight format's"), _names("engines", engines, "an engine's")
+    return run(config.replace(**named, **settings), trace, dtypes, asked, engines=engines)
+
+
+def _names(key: str, value, what: str) -> list | None:
+    """A name or a list of them as a list (None stays None)."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, (dict, set, frozenset)):  # no order, or keys that are not the names
+            raise TypeError
+        return [value] if isinstance(value, str) else list(value)  # one, or several
+    except TypeError:
+        raise MoesimError(f"{key} must be {what} name or a list of them, got {value!r}") from None
 
 
 def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: str = "local",

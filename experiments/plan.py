@@ -32,10 +32,12 @@ import numpy as np
 
 from moesim.errors import MoesimError, option
 from moesim.experiments.plan_row import PlanRow
+from moesim.policies import get_policy
+from moesim.policies.prefetch import TRAIN_TRACE, get_prefetcher
 from moesim.sim.accuracy import Estimate
 from moesim.sim.config import Config, run_params
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
-from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, engine_for
+from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, ENGINES, Launch, engine_for, engine_named
 from moesim.sim.machine import Hardware
 from moesim.sim.memory import GIB, DoesNotFit
 from moesim.sim.requests import check_prompt
@@ -63,8 +65,10 @@ CURVE_POINTS = 6
 
 @dataclass
 class Plan:
-    """The ranked rows (``rows``: ``PlanRow``s, best first), the candidates that could not run (``skipped``: dicts),
-    and what was planned for."""
+    """The ranked rows (``rows``: ``PlanRow``s, best first, each a placement an engine a user can install runs on
+    the model in its format, with its command), the placements simulated that none does (``apart``: research code
+    with no release, an engine that runs neither the model's family nor the format; each row says why), the
+    candidates that could not run (``skipped``: dicts), and what was planned for."""
 
     model: str
     hardware: str
@@ -73,7 +77,9 @@ class Plan:
     prompt: int               # prompt tokens the TTFT is timed on (where the trace records them: their median)
     batch: int
     rows: list[PlanRow] = field(default_factory=list)
+    apart: list[PlanRow] = field(default_factory=list)  # simulated, but no engine a user can run gives them
     skipped: list = field(default_factory=list)
+    context: int = 0          # KV tokens per sequence memory was sized for (the prompt and the decoded tokens)
     prompt_recorded: bool = False  # the trace records every sequence's prompt, and the TTFT is timed on those
     results: list = field(default_factory=list, repr=False)  # the DesResult behind each row (an all-on-gpu row:
     # the fastest of those it folds)
@@ -85,8 +91,8 @@ class Plan:
     def as_dict(self) -> dict:
         return {"model": self.model, "hardware": self.hardware, "machine": self.machine, "trace": self.trace,
                 "prompt": self.prompt, "prompt_recorded": self.prompt_recorded, "batch": self.batch,
-                "rows": [r.as_dict() for r in self.rows],
-                "skipped": self.skipped}
+                "context": self.context, "rows": [r.as_dict() for r in self.rows],
+                "apart": [r.as_dict() for r in self.apart], "skipped": self.skipped}
 
 
 def plan_trace(model: ModelSpec, path: str | Path | Trace | None, batch: int, seed: int = 0) -> tuple[Trace, str]:
@@ -124,19 +130,24 @@ def plan_loops() -> list[tuple[str, str, str]]:
 
 
 def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, prompt_asked: bool = True,
-         given: set | frozenset = frozenset()) -> Plan:
+         given: set | frozenset = frozenset(), engines=None) -> Plan:
     """Simulate every candidate in every format (``planned_formats``; ``dtypes`` None: ``config``'s dtype where it has
     one) on ``config``'s model and machine, for its workload; the fitting ones ranked. ``split`` ``best`` shares each
     per-layer cache's slots out over the layers the best way for the trace (``moesim.sim.budget``). On a trace that
     records every sequence's prompt the TTFT is timed on those, and a prompt asked for (``prompt_asked``; else it is
     the plan's default) is refused. A setting in ``given`` (typed by the user) that no row of the plan reads is
-    refused (``check_plan_read``)."""
+    refused (``check_plan_read``). ``engines``: the names of the engines the user has (``moesim engines``; None:
+    every one); only the placements those run are planned."""
     if config.model.name is None:
         raise MoesimError("a plan is for a model: name one (a preset, see 'moesim models')")
     spec = get_model(config.model.name)
     if spec.kind != "moe":
         raise MoesimError(f"{spec.name} is a MoLE model: its lookup tables have one placement; use 'moesim sim run'")
     formats = planned_formats(spec, [config.model.dtype] if dtypes is None and config.model.dtype else dtypes)
+    kept = None if engines is None else {engine_named(e) for e in engines}
+    unknown = sorted(set(kept or ()) - set(ENGINES))
+    if unknown:
+        raise MoesimError(f"{option('engine', unknown[0])}: no such engine; choose from {', '.join(ENGINES)}")
     # the candidates start from the model, the machine and the workload alone: a configuration file's cache or
     # prefetcher is not theirs
     flat = config.flat()
@@ -149,10 +160,14 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
         own = bool(recorded.min() > 0)  # every sequence's prompt recorded: the TTFT is timed on those
         config = config.replace(prompt=0) if own else config
         out = Plan(spec.name, hw.name, hw.describe(), name, int(np.median(recorded)) if own else wl.prompt,
-                   wl.batch, prompt_recorded=own, simulated=tr, spec=spec, machine_spec=hw, shared=Shared(tr))
+                   wl.batch, prompt_recorded=own, simulated=tr, spec=spec, machine_spec=hw, shared=Shared(tr),
+                   context=wl.context + config.workload.prompt + int(np.diff(tr.seq_offsets).max(initial=0)))
         prepared, short = _prepare(out, config.replace(model=spec.name,
-                                                       warmup=1 if tr.num_sequences > wl.batch else 0), formats)
+                                                       warmup=1 if tr.num_sequences > wl.batch else 0), formats, kept)
     out.results = simulate_all(prepared)
+    if not out.results and not out.skipped:  # (nothing skipped, nothing short: every candidate's engine left out)
+        raise MoesimError(f"{option('engine', ','.join(engines))}: none of them runs a placement a plan simulates "
+                          f"(engines: {', '.join(e.name for e in ENGINES.values() if e.runs)})")
     if not out.results:
         reasons = {}  # each reason once, with the candidates it stopped
         for s in out.skipped:
@@ -161,8 +176,10 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
             next(iter(reasons)) if len(reasons) == 1 else
             "; ".join(f"{', '.join(dict.fromkeys(who))}: {why}" for why, who in list(reasons.items())[:3])))
     out.results.sort(key=rank_key)
-    rows, out.results = _fold([row(r, spec, hw.gpu is not None) for r in out.results], out.results)
-    out.rows = [replace(r, rank=i + 1) for i, r in enumerate(rows)]
+    rows, results = _fold([row(r, spec, hw, out.context, kept) for r in out.results], out.results)
+    out.rows = [replace(r, rank=i + 1) for i, r in enumerate(r for r in rows if not r.apart)]
+    out.results = [result for r, result in zip(rows, results) if not r.apart]
+    out.apart = [r for r in rows if r.apart]
     check_plan_read(out, given)
     return out
 
@@ -197,42 +214,47 @@ def format_names(spec: ModelSpec, dtype: str | None) -> tuple[str, str]:
 ROW_READ = ("split", "threads")
 
 
-def read_by(p: Plan, name: str) -> list[int]:
-    """The ranks of the rows of ``p`` that read the setting ``name`` (one of ``ROW_READ``): ``split``, those that keep a
-    per-layer cache (not every expert on the GPU: there each layer holds all its experts, however shared); ``threads``,
-    those that compute an expert on the host CPU (every row, on a machine without a GPU)."""
+def read_by(p: Plan, name: str, apart: bool = False) -> list[int]:
+    """The ranks of the rows of ``p`` (with ``apart``, of its rows set apart too: rank 0) that read the setting
+    ``name`` (one of ``ROW_READ``): ``split``, those that keep a per-layer cache (not every expert on the GPU: there
+    each layer holds all its experts, however shared); ``threads``, those that compute an expert on the host CPU
+    (every row, on a machine without a GPU)."""
     gpu = p.machine_spec is None or p.machine_spec.gpu is not None
+    rows = p.rows + p.apart if apart else p.rows
     if name == "split":
-        return [r.rank for r in p.rows
+        return [r.rank for r in rows
                 if r.strategy != ALL_ON_GPU and r.capacity is not None and r.scope == "per-layer"]
     if name == "threads":
-        return [r.rank for r in p.rows if not gpu or (r.strategy != ALL_ON_GPU and get_strategy(r.strategy).cpu)]
+        return [r.rank for r in rows if not gpu or (r.strategy != ALL_ON_GPU and get_strategy(r.strategy).cpu)]
     raise ValueError(f"{name} is not a setting only some rows read ({', '.join(ROW_READ)})")
 
 
 def check_plan_read(p: Plan, given) -> None:
-    """Refuse a setting typed (in ``given``) that no row of ``p`` reads: it would change nothing the plan shows. Where
-    every row keeps every expert on the GPU the model fits whole in the machine's GPU memory in each format planned."""
+    """Refuse a setting typed (in ``given``) that no row of ``p``, set apart or not, reads: it would change nothing the
+    plan shows. Where every row keeps every expert on the GPU the model fits whole in the machine's GPU memory in each
+    format planned."""
     for name in ROW_READ:
-        if name not in given or read_by(p, name):
+        if name not in given or read_by(p, name, apart=True):
             continue
         gpu = p.machine_spec is None or p.machine_spec.gpu is not None
         what = ("no row keeps a per-layer expert cache for it to share out" if name == "split"
                 else "no row computes an expert on the host CPU")
-        formats = list(dict.fromkeys(r.format for r in p.rows))
+        every = p.rows + p.apart
+        formats = list(dict.fromkeys(r.format for r in every))
         if not gpu:  # (threads are read by every row there)
             why = f"{p.hardware} has no GPU: every candidate runs its experts on the CPU and none keeps a cache"
-        elif all(r.strategy == ALL_ON_GPU for r in p.rows):
+        elif all(r.strategy == ALL_ON_GPU for r in every):
             where = f"in {formats[0]}" if len(formats) == 1 else f"in each format planned ({', '.join(formats)})"
             why = f"{p.model} fits whole in {p.hardware}'s GPU memory {where}: every row is {ALL_ON_GPU} and {what}"
         else:
-            why = f"{what} (the rows: {', '.join(dict.fromkeys(r.strategy for r in p.rows))})"
+            why = f"{what} (the rows: {', '.join(dict.fromkeys(r.strategy for r in every))})"
         raise MoesimError(f"{option(name)}: {why}, so nothing reads it")
 
 
-def _prepare(out: Plan, base: Config, formats) -> tuple[list[Prepared], list]:
-    """Every candidate in every format assembled on the plan's trace, not yet simulated, and (refusal, format name)
-    for those memory refused; those that cannot run are listed in ``out.skipped``."""
+def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[Prepared], list]:
+    """Every candidate in every format whose engine is ``kept`` (None: any) assembled on the plan's trace, not yet
+    simulated, and (refusal, format name) for those memory refused; those that cannot run are listed in
+    ``out.skipped``."""
     spec, hw, tr = out.spec, out.machine_spec, out.simulated
     split = base.cache.split
     prepared, short = [], []
@@ -248,6 +270,8 @@ def _prepare(out: Plan, base: Config, formats) -> tuple[list[Prepared], list]:
             config = base.replace(dtype=dtype, other_dtype=dtype, strategy=strategy,
                                   **{**settings, "split": split if "capacity" in settings and scope == "per-layer"
                                      else "uniform"})
+            if kept is not None and engine_for(config, named=True).name not in kept:
+                continue
             try:
                 prepared.append(prepare_des(tr, config, spec, hw, shared=out.shared, named=True))
             except DoesNotFit as exc:  # what it needs, without the advice to a 'sim run' user
@@ -280,13 +304,13 @@ def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
             f"{least.placement}, which needs " + "; ".join(parts))
 
 
-def _fold(rows: list[tuple[PlanRow, str | None]], results: list) -> tuple[list[PlanRow], list]:
-    """Rows that keep every expert on the GPU (each given with the settings that run that placement, else None) are
-    one placement whatever the strategy: per format, the first (the fastest: an engine with no framework time learned
-    for it; the others folded in, ``same_as``, would take theirs) stays, named for what it is, lists the candidates
-    folded into it, and takes the least GPU memory and host RAM of the one of them that needs the least GPU memory
-    (then RAM; the engines differ in what they hold beside the experts: a host copy, scratch buffers). Returns the
-    rows and their results, still side by side."""
+def _fold(rows: list[tuple[PlanRow, PlanRow | None]], results: list) -> tuple[list[PlanRow], list]:
+    """Rows that keep every expert on the GPU (each given with the row that names that placement, else None) are one
+    placement whatever the strategy: per format, the first (the fastest: an engine with no framework time learned for
+    it; the others folded in, ``same_as``, would take theirs) stays, named for what it is, lists the candidates folded
+    into it, and takes the least GPU memory and host RAM of the one of them that needs the least GPU memory (then
+    RAM; the engines differ in what they hold beside the experts: a host copy, scratch buffers). Returns the rows and
+    their results, still side by side."""
     out, kept = [], {}  # kept: format -> its all-on-gpu row's index in out
     for (r, whole), result in zip(rows, results):
         if whole is None:
@@ -295,26 +319,27 @@ def _fold(rows: list[tuple[PlanRow, str | None]], results: list) -> tuple[list[P
             at = kept[r.format]
             row_kept = out[at][0]
             vram, ram = min((row_kept.vram_gb, row_kept.ram_gb), (r.vram_gb, r.ram_gb))
-            out[at] = (replace(row_kept, same_as=(*row_kept.same_as, _candidate(r)), vram_gb=vram, ram_gb=ram),
+            out[at] = (replace(row_kept, same_as=(*row_kept.same_as, candidate(r)), vram_gb=vram, ram_gb=ram),
                        out[at][1])
         else:
             kept[r.format] = len(out)
-            out.append((replace(r, strategy=ALL_ON_GPU, policy=None, prefetch=None, capacity=None, scope=None,
-                                cpu_layers=0, engine=WHOLE_ON_GPU.name, engine_flags=whole,
-                                same_as=(_candidate(r),)), result))
+            out.append((replace(whole, same_as=(candidate(r),)), result))
     return [r for r, _ in out], [result for _, result in out]
 
 
-def _candidate(r: PlanRow) -> str:
+def candidate(r: PlanRow) -> str:
     """A row's strategy and the settings that tell it apart."""
     settings = [v for v in (r.policy, r.prefetch) if v and v != "none"]
     return r.strategy + (f" ({' + '.join(settings)})" if settings else "")
 
 
-def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> tuple[PlanRow, str | None]:
-    """A plan's row: the settings, what they give (tokens/s with its 80% interval on a spec sheet's machine), and how
-    to run them (``gpu``: the machine has one); and, where it keeps every expert on the GPU, the settings that run
-    that placement (``_fold``; the CPU's threads read by nothing), else None."""
+def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | None = None
+        ) -> tuple[PlanRow, PlanRow | None]:
+    """A plan's row: the settings, what they give (tokens/s with its 80% interval on a spec sheet's machine), how to
+    run them (the engine's command for ``hw``, with ``context`` KV tokens a sequence) or why no engine a user can
+    run gives them (``apart``); and, where it keeps every expert on the GPU, the row of that placement (``_fold``),
+    named for llama.cpp where it is ``kept`` (None: every engine) and runs the model in the format, else for the
+    row's own engine; else None."""
     config = r.config
     strategy = get_strategy(config.execution.strategy)
     params = run_params(strategy, config.execution.params)
@@ -323,26 +348,38 @@ def row(r: DesResult, spec: ModelSpec, gpu: bool = True) -> tuple[PlanRow, str |
     place = strategy.placement(spec.num_layers, params)
     slots = config.cache.slots(spec.num_layers) if cached else np.zeros(1, np.int64)
     every = spec.num_experts if config.cache.scope == "per-layer" else spec.num_layers * spec.num_experts
+    gpu = hw.gpu is not None
     all_on_gpu = gpu and ((place == ON_GPU).all() or (cached and (place != ON_CPU).all() and (slots >= every).all()))
     name, storage = format_names(spec, config.model.dtype)
-    return PlanRow(strategy=strategy.name, dtype=config.model.dtype, format=name, storage=storage,
-                   policy=config.cache.policy if cached else None,
-                   prefetch=config.prefetch.prefetcher if cached else None,
-                   capacity=config.cache.capacity if cached else None,
-                   scope=config.cache.scope if cached else None,
-                   cpu_layers=params.get(strategy.places), layers=spec.num_layers,
-                   tokens_per_s=Estimate(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high), tpot_s=r.tpot_s,
-                   ttft_s=r.ttft_s, vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
-                   engine=engine.name, engine_flags=engine.command(params, config, spec, gpu),
-                   framework_us=r.framework_us), WHOLE_ON_GPU.flags({}, config, spec, gpu) if all_on_gpu else None
+    fmt = config.model.dtype or spec.expert_format
+    launch = Launch(spec, fmt, config, params.get(strategy.places, 0) if strategy.places else 0, gpu,
+                    hw.cpu.workers if hw.cpu else 0, hw.cpu.sockets if hw.cpu else 1, context,
+                    r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0)
+    out = PlanRow(strategy=strategy.name, dtype=config.model.dtype, format=name, storage=storage,
+                  policy=config.cache.policy if cached else None,
+                  prefetch=config.prefetch.prefetcher if cached else None,
+                  capacity=config.cache.capacity if cached else None,
+                  scope=config.cache.scope if cached else None,
+                  cpu_layers=params.get(strategy.places), layers=spec.num_layers,
+                  tokens_per_s=Estimate(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high), tpot_s=r.tpot_s,
+                  ttft_s=r.ttft_s, vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
+                  engine=engine.name, command=engine.command(launch), apart=engine.refuses(spec, fmt),
+                  learned=cached and learns_from_trace(config), framework_us=r.framework_us)
+    if not all_on_gpu:
+        return out, None
+    whole = WHOLE_ON_GPU if (kept is None or WHOLE_ON_GPU.name in kept) and not WHOLE_ON_GPU.refuses(spec, fmt) \
+        else engine
+    launch = replace(launch, cpu_layers=0)
+    return out, replace(out, strategy=ALL_ON_GPU, policy=None, prefetch=None, capacity=None, scope=None, cpu_layers=0,
+                        engine=whole.name, command=whole.command(launch), apart=whole.refuses(spec, fmt))
 
 
-def run_with(row: PlanRow) -> str:
-    """A row's engine and its settings as a person reads them (or why it takes none, or that its defaults run it)."""
-    flags = row.engine_flags
-    if flags.startswith("none:"):
-        return f"{row.engine} (no settings{flags[4:]})"
-    return f"{row.engine}: {flags}" if flags else f"{row.engine} (its defaults)"
+def learns_from_trace(config: Config) -> bool:
+    """The run's policy reads the rows it will serve (static's popularity), or its prefetcher learns from a training
+    trace and is given none: the simulated trace is its own training set."""
+    prefetcher = get_prefetcher(config.prefetch.prefetcher)
+    return get_policy(config.cache.policy).reads_rows or prefetcher is not None and any(
+        param is TRAIN_TRACE and config.prefetch.params.get(name) is None for name, param in prefetcher.params.items())
 
 
 def _named(settings: dict) -> dict:

@@ -11,9 +11,11 @@ from moesim.sim.accuracy import Estimate
 class PlanRow:
     """``capacity``: the GPU slots (per layer, or of the pool; a tuple where a split gives each layer its own), None
     without a cache; ``cpu_layers``: the layers whose experts a placing strategy keeps on the CPU, else None;
-    ``tokens_per_s``: decode tokens/s at the plan's batch with its 80% interval; ``engine_flags``: the engine's
-    settings ("" where its defaults run it, "none: why" where it takes none); ``same_as``: an ``all-on-gpu`` row's
-    candidates folded into it; ``rank``: 1 for the fastest."""
+    ``tokens_per_s``: decode tokens/s at the plan's batch with its 80% interval; ``command``: the engine's whole
+    command (or configuration) that runs the row, "none: why" where none does; ``apart``: why no engine a user can
+    run gives the row (research code with no release, a family or format the engine does not run), "" for an
+    answer; ``learned``: its pins or its prefetcher learn from the trace simulated (no other given), so its
+    tokens/s is an upper bound on other prompts; ``same_as``: an ``all-on-gpu`` row's candidates folded into it; ``rank``: 1 for the fastest answer."""
 
     strategy: str
     dtype: str | None        # the experts' format as configured (None: the model file's own storage)
@@ -33,7 +35,9 @@ class PlanRow:
     hit_rate: float
     cpu_share: float
     engine: str
-    engine_flags: str
+    command: str
+    apart: str
+    learned: bool
     framework_us: float      # the engine's framework time per MoE layer in the figure (0: none learned)
     same_as: tuple = ()
     rank: int = 0

@@ -55,7 +55,7 @@ import numpy as np
 
 from moesim.errors import MoesimError, option
 from moesim.replay.calibrate_cpu import fit_cpu_layer, host_cpu, mean_se, nonnegative_s
-from moesim.replay.compute import DTYPE, ComputeStream, available_bytes
+from moesim.replay.compute import DTYPE, ComputeStream, available_bytes, require_torch
 from moesim.replay.run import no_gc, replay
 from moesim.replay.scratch import scratch_folder, work_folder
 from moesim.sim.config import Config
@@ -103,6 +103,7 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
     if repeats < 3:
         raise MoesimError(f"{option('repeats')} must be at least 3, got {repeats}")
     if backend == "cpu":
+        require_torch()  # before the expert files are written
         with no_gc():
             link, pageable = _disk_link(model, repeats, workdir, seed), None
         # the compute stream's buffers (the "GPU" of this backend) live in host RAM

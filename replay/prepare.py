@@ -7,6 +7,7 @@ from pathlib import Path
 
 from moesim.errors import MoesimError, option
 from moesim.replay.calibrate import calibrate
+from moesim.replay.compute import require_torch
 from moesim.replay.run import check_backend, check_fits, shrink
 from moesim.replay.scratch import work_folder
 from moesim.sim.config import Config
@@ -41,6 +42,7 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
         if isinstance(hardware, Hardware):
             return trace, spec, config.hardware.spec(hardware)
         return trace, spec, (config if hardware is None else config.replace(hardware=str(hardware))).hardware.spec()
+    require_torch()  # before any expert file is written or this machine calibrated
     per_layer = config.cache.scope == "per-layer"
     capacity = config.cache.capacity if isinstance(config.cache.capacity, int) else spec.top_k
     check_fits(small, capacity * (small.num_layers if per_layer else 1), backend,

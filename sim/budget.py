@@ -75,15 +75,20 @@ def allocate(curves: np.ndarray, budget: int, low: int, accesses: int) -> Alloca
 _TABLES: dict = {}  # (id of a trace, its uniform cache) -> (the trace, hits table, smallest capacity, accesses)
 
 
-def check_budget(meta, budget: int) -> None:
-    """A budget is a whole number of slots, and not above every expert of the trace's layers: then every expert fits,
-    there is nothing to split (``allocate`` would split fewer slots than asked)."""
+def check_budget(trace: Trace, cache: CacheConfig, budget: int) -> None:
+    """A budget is a whole number of slots, not above every expert of the trace's layers (then every expert fits,
+    there is nothing to split: ``allocate`` would split fewer slots than asked) and not below the smallest capacity a
+    run of ``cache`` takes in each layer (``moesim.sim.mrc.capacities``): refused before any curve is simulated."""
+    meta = trace.meta
     if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
         raise MoesimError(f"{option('budget')} must be a whole number of slots, got {budget!r}")
-    most = meta.num_layers * meta.num_experts
+    most, low = meta.num_layers * meta.num_experts, capacities(trace, cache)[0]
     if budget > most:
         raise MoesimError(f"{option('budget', budget)} is more than the {most} experts of the trace's "
                           f"{meta.num_layers} layers")
+    if budget < meta.num_layers * low:
+        raise MoesimError(f"{option('budget', budget)} is below {low} slots (the least a {cache.semantics} run takes) "
+                          f"in each of the trace's {meta.num_layers} layers")
 
 
 def best_split(trace: Trace, cache: CacheConfig, budget: int, low: int | None = None) -> Allocation:
@@ -91,7 +96,7 @@ def best_split(trace: Trace, cache: CacheConfig, budget: int, low: int | None = 
     from its exact hits at every per-layer capacity, each layer given at least ``low`` (default: the
     smallest capacity a run takes). The curves of the last few (trace, policy) pairs are kept, so a
     plan's rows and figure points split the same trace without simulating its curves again."""
-    check_budget(trace.meta, budget)
+    check_budget(trace, cache, budget)
     every = replace(cache, capacity=4, scope="per-layer", split="uniform")
     entry = _TABLES.get((id(trace), every))
     if entry is None or entry[0] is not trace:

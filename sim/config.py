@@ -43,7 +43,7 @@ from moesim.files import atomic_output, check_output, read_toml
 from moesim.params import AUTO, INT_MOST, SEED_MOST
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
 from moesim.policies.prefetch import FETCHING, PREFETCHERS, get_prefetcher
-from moesim.sim.engines import ENGINES
+from moesim.sim.engines import ENGINES, engine_named
 from moesim.sim.hardware import LOCAL, get_hardware, is_file_name, with_parts
 from moesim.sim.presets import CPUS, LINKS, SSDS, SYSTEMS
 from moesim.sim.machine import Hardware
@@ -314,6 +314,7 @@ class ExecutionConfig:
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        object.__setattr__(self, "engine", engine_named(self.engine))
         _choice("execution", "kernel kind", self.kernel, KERNELS)
         _choice("execution", "strategy", self.strategy, STRATEGIES)
         _choice("execution", "engine", self.engine, (AUTO, *ENGINES))

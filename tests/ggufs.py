@@ -20,12 +20,12 @@ def write_gguf(path, blocks=("dense", "moe", "moe"), top_k=2, down_kinds=(Q.Q4_K
     with Q4_K gate/up experts and down experts whose format differs by layer (as a Q4_K_M file's), Q8_0
     attention, an F32 router, a shared expert, and ``general.file_type`` where one is given (a
     ``gguf.LlamaFileType``); returns every tensor's bytes, by name."""
-    w = gguf.GGUFWriter(str(path), "testmoe")
+    w = gguf.GGUFWriter(str(path), "qwen2moe")
     w.add_block_count(len(blocks))
     if file_type is not None:
         w.add_file_type(file_type)
-    w.add_uint32("testmoe.expert_used_count", top_k)
-    w.add_uint32("testmoe.expert_count", E)
+    w.add_uint32("qwen2moe.expert_used_count", top_k)
+    w.add_uint32("qwen2moe.expert_count", E)
     w.add_name("Test-MoE")
     sizes = {}
 

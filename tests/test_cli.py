@@ -74,6 +74,19 @@ def test_synth_then_info(cli, tmp_path, monkeypatch):
     assert "mean reuse distance (tokens)" in table and "optional columns" in table and "None" not in table
 
 
+def test_the_readme_forms_run_on_a_synthetic_trace_made_with_no_model(cli, tmp_path):
+    """``trace synth`` with nothing said of the model makes an OLMoE-1B-7B trace (the README's form), whose widths
+    ``sim run`` reads without --model, and the README's hit-rate capacities are at least its top-k."""
+    out = tmp_path / "t.parquet"
+    code, _, err = cli("trace", "synth", "--sequences", "2", "--tokens", "16", "--out", out)
+    assert code == 0, err
+    assert json.loads(cli("trace", "info", out, "--json")[1])["model"] == "synthetic-olmoe-1b-7b"
+    code, _, err = cli("sim", "hitrate", out, "--policy", "lru,belady", "--capacity", "8,16,32")
+    assert code == 0, err
+    code, text, err = cli("sim", "run", out, "--hardware", "rtx4090", "--policy", "lru", "--capacity", "8", "--json")
+    assert code == 0 and json.loads(text)["results"][0]["model"] == "olmoe-1b-7b", err
+
+
 def test_synth_like_reports_the_comparison(cli, tmp_path):
     from moesim.tracegen.trace import bundled_trace_path
 

@@ -3,15 +3,14 @@ one module (``moesim.sim.engines``)."""
 
 import json
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 
-from moesim.experiments.plan import CANDIDATES, run_with
+from moesim.experiments.plan import CANDIDATES
 from moesim.sim import engines
 from moesim.sim.accuracy import OPERATIONS_BAND
 from moesim.sim.config import Config
-from moesim.sim.engines import ENGINES, UNNAMED, engine_for
+from moesim.sim.engines import ENGINES, UNNAMED, Launch, engine_for
 from moesim.sim.machine import PER_SOCKET
 from moesim.sim.strategies import STRATEGIES
 from moesim.tracegen.models import get_model
@@ -56,11 +55,43 @@ def test_hybrid_without_a_cache_is_named_for_the_engine_that_times_it():
     assert engine_for(none) == replace(ENGINES["kTransformers"], layer_us=0.0)  # sim run: its operations alone
     assert engine_for(Config.build(strategy="hybrid", policy="static", capacity=2)).name == "kTransformers"
     assert engine_for(Config.build(strategy="hybrid", policy="lru", capacity=2)).name == "HybriMoE"
-    spec = get_model("mixtral-8x7b")
-    assert ENGINES["kTransformers"].command({}, none, spec) == ""
-    assert ENGINES["kTransformers"].command({}, none.replace(threads=6), spec) == "--cpu_infer 6"
-    assert run_with(SimpleNamespace(engine="kTransformers", engine_flags="")) == "kTransformers (its defaults)"
-    assert ENGINES["HybriMoE"].command({}, none.replace(threads=6), spec) == "none: research code"
+    spec = get_model("qwen3-30b-a3b")
+    launch = Launch(spec, "q4_k", none, 0, True, 6, 2, 640, 0.9)
+    assert ENGINES["kTransformers"].command(launch) == (
+        "python -m sglang.launch_server --model Qwen/Qwen3-30B-A3B --kt-weight-path Qwen3-30B-A3B-Q4_K.gguf "
+        "--kt-method LLAMAFILE --kt-cpuinfer 6 --kt-threadpool-count 2 --kt-num-gpu-experts 0 --max-total-tokens 640")
+    assert ENGINES["HybriMoE"].command(launch).startswith("none: research code")
+
+
+def test_each_engine_writes_the_command_of_a_placement_and_says_what_it_runs():
+    """A command is the whole line its engine takes: llama.cpp's server with the GGUF, the layers whose experts stay on
+    the CPU (``--cpu-moe`` for all of them), the threads where it computes there and the context memory was sized for
+    (``-np`` sequences sharing it); kTransformers' N experts a layer from a pool of L·N + r (the r left over unused),
+    placed by frequency; Mixtral-offloading's OffloadConfig; MoE-Infinity's server with the share of GPU memory
+    (rounded down). An engine refuses a family or a format it does not run, and research code has no release."""
+    mixtral, qwen = get_model("mixtral-8x7b"), get_model("qwen3-30b-a3b")
+    llama, kt = ENGINES["llama.cpp"], ENGINES["kTransformers"]
+    batch2 = Config.build(strategy="cpu-experts", batch=2)
+    assert llama.command(Launch(mixtral, "q8_0", batch2, 4, True, 8, 1, 700, 0.5)) == \
+        "llama-server -m Mixtral-8x7B-v0.1-Q8_0.gguf -ngl 99 --n-cpu-moe 4 -t 8 -c 1400 -np 2"
+    assert llama.command(Launch(mixtral, "q8_0", Config(), 32, True, 8, 1, 700, 0.5)).endswith("--cpu-moe -t 8 -c 700")
+    assert llama.command(Launch(mixtral, "bf16", Config(), 0, False, 8, 1, 700, 0.0)) == \
+        "llama-server -m Mixtral-8x7B-v0.1-BF16.gguf -ngl 0 -t 8 -c 700"
+    pool = Config.build(strategy="hybrid", policy="static", scope="global", capacity=48 * 116 + 47)
+    assert "--kt-num-gpu-experts 116 --kt-expert-placement-strategy frequency --init-expert-location stats.pt" in \
+        kt.command(Launch(qwen, "bf16", pool, 0, True, 16, 1, 640, 1.0))
+    assert "--kt-weight-path Qwen/Qwen3-30B-A3B --kt-method BF16" in kt.command(Launch(qwen, "bf16", pool, 0, True, 16,
+                                                                                       1, 640, 1.0))
+    cache = Config.build(strategy="gpu-cache", policy="lru", capacity=3)
+    assert ENGINES["Mixtral-offloading"].command(Launch(mixtral, "int2", cache, 0, True, 16, 1, 640, 1.0)) == \
+        "OffloadConfig(main_size=96, offload_size=160, buffer_size=4, offload_per_layer=5)"
+    assert ENGINES["MoE-Infinity"].command(Launch(mixtral, "bf16", cache, 0, True, 16, 1, 640, 0.979)).endswith(
+        "--model mistralai/Mixtral-8x7B-v0.1 --offload-dir ./offload --device-memory-ratio 0.97")
+    assert llama.refuses(qwen, "q4_k") == "" and kt.refuses(qwen, "q4_k") == ""
+    assert kt.refuses(mixtral, "q4_k").startswith("kTransformers runs no mixtral model")
+    assert ENGINES["Fiddler"].refuses(mixtral, "q4_k") == "Fiddler runs experts in bf16, f16 only"
+    assert ENGINES["Fiddler"].refuses(mixtral, "bf16") == ""
+    assert ENGINES["HOBBIT (llama.cpp fork)"].refuses(mixtral, "bf16") == "research code with no release to run"
 
 
 def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):
@@ -73,8 +104,8 @@ def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):
     machine.write_text(TWO_SOCKETS)
     trace = bundled_trace_path()
     llama = ENGINES["llama.cpp"]
-    toy = replace(llama, name="toy", source="this test", numa=PER_SOCKET, threads_flag="--toy-threads",
-                  flags=lambda params, config, model, gpu: f"--toy-cpu-layers {params['cpu_layers']}")
+    toy = replace(llama, name="toy", source="this test", numa=PER_SOCKET,
+                  command=lambda launch: f"toy --cpu-layers {launch.cpu_layers} --threads {launch.threads}")
     run = ("sim", "run", trace, "--hardware", machine, "--strategy", "cpu-experts", "--cpu-layers", "20", "--dtype",
            "q4_k", "--json")
 
@@ -103,7 +134,7 @@ def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):
                   "--json")["rows"]
     placed = next(r for r in rows if r["strategy"] == "cpu-experts")
     assert placed["engine"] == "toy"
-    assert placed["engine_flags"] == f"--toy-cpu-layers {placed['cpu_layers']} --toy-threads 4"
+    assert placed["command"] == f"toy --cpu-layers {placed['cpu_layers']} --threads 4" and not placed["apart"]
 
 
 def test_moesim_engines_lists_each_engine_with_its_figures(cli):
@@ -126,7 +157,7 @@ def test_a_plan_row_is_timed_as_its_engine_and_sim_run_as_the_placement():
     from moesim.sim.accuracy import FRAMEWORK_BAND, OPERATIONS_BAND
     from moesim.sim.des import simulate_des
 
-    p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",))
+    p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("int2",), vram=8)  # its format: its rows are answers
     row, result = next((r, res) for r, res in zip(p.rows, p.results) if r.engine == "Mixtral-offloading")
     plain = simulate_des(p.simulated, result.config, p.spec, p.machine_spec)
     layer_s = ENGINES["Mixtral-offloading"].layer_us * 1e-6
@@ -177,3 +208,48 @@ def test_a_kernel_given_to_an_engine_that_runs_its_own_is_refused(cli):
                        "4", "--engine", "Mixtral-offloading", "--kernel", "fused")
     assert code == 1 and err.count("\n") == 1
     assert "--kernel: engine Mixtral-offloading runs its own kind of expert kernel (per-expert)" in err
+
+
+# each engine's program and the options it takes, value-taking (True) or not, as its own source names them:
+# llama.cpp common/arg.cpp (llama-server), kt-kernel's SGLang arguments (kt-kernel/README.md), MoE-Infinity's
+# moe_infinity/entrypoints/openai/api_server_v2.py, Fiddler's src/fiddler/infer.py
+PROGRAMS = {
+    ("llama-server",): {"-m": True, "-ngl": True, "--n-cpu-moe": True, "--cpu-moe": False, "-t": True, "-c": True,
+                        "-np": True},
+    ("python", "-m", "sglang.launch_server"): {
+        "--model": True, "--kt-weight-path": True, "--kt-method": True, "--kt-cpuinfer": True,
+        "--kt-threadpool-count": True, "--kt-num-gpu-experts": True, "--kt-expert-placement-strategy": True,
+        "--init-expert-location": True, "--max-total-tokens": True},
+    ("python", "-m", "moe_infinity.entrypoints.openai.api_server_v2"): {
+        "--model": True, "--offload-dir": True, "--device-memory-ratio": True},
+    ("python", "src/fiddler/infer.py"): {"--model": True, "--cpu-offload": True},
+}
+KT_METHODS = ("AMXINT4", "AMXINT8", "LLAMAFILE", "BF16", "FP8")
+
+
+@pytest.mark.parametrize("model, hardware, batch", [("qwen3-30b-a3b", "rtx4080", 1), ("mixtral-8x7b", "rtx4090", 2),
+                                                    ("qwen3-30b-a3b", "ryzen-7950x", 1)])
+def test_every_command_a_plan_offers_parses_under_its_engines_options(model, hardware, batch):
+    """Each offered row's command is its engine's program with options it takes, each given a value where it takes
+    one (and numbers where it counts), nothing else."""
+    import shlex
+
+    import moesim
+
+    plan = moesim.plan(model, hardware, dtypes=["bf16", "q4_k"], batch=batch)
+    assert plan.rows
+    for row in plan.rows:
+        words = shlex.split(row.command)
+        program = next(p for p in PROGRAMS if tuple(words[:len(p)]) == p)
+        options, rest = PROGRAMS[program], words[len(program):]
+        while rest:
+            flag = rest.pop(0)
+            assert flag in options, (row.command, flag)
+            if options[flag]:
+                value = rest.pop(0)
+                assert not value.startswith("-"), (row.command, flag)
+                if flag in ("-ngl", "--n-cpu-moe", "-t", "-c", "-np", "--kt-cpuinfer", "--kt-num-gpu-experts",
+                            "--max-total-tokens"):
+                    assert int(value) >= 0, (row.command, flag)
+                if flag == "--kt-method":
+                    assert value in KT_METHODS, row.command

@@ -23,7 +23,7 @@ def test_a_gguf_header_gives_the_shape_and_every_tensors_bytes(tmp_path):
     m = get_model(str(path))
     assert (m.num_layers, m.num_experts, m.top_k, m.d_model, m.d_expert) == (2, E, 2, D, D_EXPERT)
     assert (m.dense_layers, m.d_dense, m.shared_experts, m.d_shared, m.vocab) == (1, D_DENSE, SHARED, D_EXPERT, VOCAB)
-    assert not m.tied_embeddings and m.architecture == "testmoe" and m.name == "test-moe"
+    assert not m.tied_embeddings and m.architecture == "qwen2moe" and m.family == "qwen2_moe" and m.name == "test-moe"
     experts = sum(v for k, v in sizes.items() if "_exps." in k)
     assert m.stored_expert_bytes == experts / (2 * E)
     assert m.stored_other_bytes == sum(sizes.values()) - experts

@@ -203,6 +203,24 @@ def test_mrc_budget_and_errors(cli, tmp_path):
     assert code == 1 and "missing.parquet" in err
 
 
+def test_a_budget_below_the_least_a_run_takes_is_refused_before_any_curve(cli, monkeypatch):
+    """Under step semantics each layer takes top-k slots at least: a budget below that over the layers is refused
+    before a curve is simulated (it took 17 s on OLMoE); under sequential semantics one slot a layer is enough."""
+    import moesim
+    from moesim.tracegen.trace import bundled_trace_path
+
+    def no_curve(*args, **kwargs):
+        raise AssertionError("a curve was simulated")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(moesim, "mrc", no_curve)
+        code, _, err = cli("sim", "mrc", bundled_trace_path(), "--budget", "63")
+    assert code == 1 and err == ("moesim: error: --budget 63 is below 2 slots (the least a step run takes) in each of "
+                                 "the trace's 32 layers\n")
+    code, _, err = cli("sim", "mrc", bundled_trace_path(), "--budget", "40", "--semantics", "sequential", "--json")
+    assert code == 0, err
+
+
 def test_mrc_figure_says_the_trace_scope_and_semantics_once(cli, drawn, tmp_path):
     from moesim.tracegen.trace import bundled_trace_path
 

@@ -29,15 +29,22 @@ def mixtral_plan(tmp_path_factory):
 def test_plan_ranks_every_strategy_within_the_gpu_memory(mixtral_plan):
     out, figure = mixtral_plan
     rows = out["rows"]
-    assert {r["strategy"] for r in rows} == {s for s, _ in CANDIDATES}
+    assert {r["strategy"] for r in rows + out["apart"]} == {s for s, _ in CANDIDATES}
     assert [r["tokens_per_s"] for r in rows] == sorted((r["tokens_per_s"] for r in rows), reverse=True)
     assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
-    for r in rows:
-        assert {"strategy", "tokens_per_s", "ttft_s", "vram_gb", "ram_gb", "engine_flags"} <= set(r)
+    for r in rows + out["apart"]:
+        assert {"strategy", "tokens_per_s", "ttft_s", "vram_gb", "ram_gb", "command", "apart"} <= set(r)
         assert 0 < r["vram_gb"] <= 24 and 0 < r["ram_gb"] <= 128 and r["ttft_s"] > 0
         assert r["tpot_s"] == pytest.approx(1 / r["tokens_per_s"])
     for r in (r for r in rows if r["strategy"] == "cpu-experts"):
-        assert r["engine"] == "llama.cpp" and r["engine_flags"] == f"-ngl 99 --n-cpu-moe {r['cpu_layers']}"
+        assert r["engine"] == "llama.cpp" and r["command"] == (
+            f"llama-server -m Mixtral-8x7B-v0.1-{r['format'].upper()}.gguf -ngl 99 --n-cpu-moe {r['cpu_layers']} "
+            f"-t 16 -c {out['context']}")
+    # the bundled trace's longest sequence and the plan's prompt: the KV tokens memory holds for one
+    from moesim.tracegen.io import load_trace
+    from moesim.tracegen.trace import bundled_trace_path
+
+    assert out["context"] == 512 + int(np.diff(load_trace(bundled_trace_path()).seq_offsets).max())
     assert out["skipped"] == []  # the real trace has gate weights, every candidate fits some way
     assert figure.read_bytes()[:8] == PNG
 
@@ -98,9 +105,9 @@ def test_plan_with_the_best_split_spends_the_same_memory_better(mixtral_plan):
     assert len(moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k", "q4_k")).rows) == \
         len(moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",)).rows)  # a format listed twice is planned once
     split = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("q4_k",), split="best")
-    uniform = {(r["strategy"], r["policy"], r["prefetch"], r["scope"]): r for r in mixtral_plan[0]["rows"]
-               if r["dtype"] == "q4_k"}
-    per_layer = [r for r in split.rows if r.scope == "per-layer"]
+    uniform = {(r["strategy"], r["policy"], r["prefetch"], r["scope"]): r
+               for r in mixtral_plan[0]["rows"] + mixtral_plan[0]["apart"] if r["dtype"] == "q4_k"}
+    per_layer = [r for r in split.rows + split.apart if r.scope == "per-layer"]
     assert per_layer
     for r in per_layer:
         before = uniform[(r.strategy, r.policy, r.prefetch, r.scope)]
@@ -137,8 +144,7 @@ def test_threads_reach_the_cpu_model_and_the_engines_flags(cli):
                          "--vram", "3", "--threads", "2", "--json")
     assert code == 0, err
     rows = json.loads(out)["rows"]
-    assert all(r["engine_flags"].endswith("-t 2") for r in rows if r["strategy"] == "cpu-experts")
-    assert all(r["engine_flags"].endswith("--cpu_infer 2") for r in rows if r["engine"].startswith("kTransformers"))
+    assert all(f" -t 2 -c " in r["command"] for r in rows if r["strategy"] == "cpu-experts")
     trace = synth_trace(16, 64, 8, 1, 4, seed=0, model="olmoe-1b-7b")
     hw = get_hardware("ryzen-7950x")
     two = moesim.simulate(trace, hardware=replace(hw, cpu=replace(hw.cpu, threads=2)), strategy="cpu-experts",
@@ -156,7 +162,8 @@ def test_placements_that_keep_every_expert_on_the_gpu_are_one_row():
 
     plan = moesim.plan("qwen3-30b-a3b", "rtx4090", dtypes=("q4_k",))
     whole = [r for r in plan.rows if r.strategy == "all-on-gpu"]
-    assert len(whole) == 1 and whole[0].engine_flags == "-ngl 99" and whole[0].cpu_layers == 0
+    assert len(whole) == 1 and whole[0].command == f"llama-server -m Qwen3-30B-A3B-Q4_K.gguf -ngl 99 -c {plan.context}"
+    assert whole[0].cpu_layers == 0
     assert "cpu-experts" in whole[0].same_as and len(whole[0].same_as) >= 2
     for r in plan.rows:
         assert r.cpu_layers != 0 or r.strategy == "all-on-gpu"
@@ -185,20 +192,32 @@ def test_equal_tokens_per_s_rank_by_time_to_first_token():
         (20.05, 30.0), (20.001, 1.0), (20.004, 13.2), (19.0, 0.1)]
 
 
-def test_every_row_says_how_to_run_it(mixtral_plan):
-    """Each row names its engine with the settings it takes, 'none: why', or none where its defaults run it
-    (kTransformers with no GPU cache: its default rule puts every routed expert on the CPU)."""
-    rows = mixtral_plan[0]["rows"]
-    assert all(r["engine"] and (r["engine_flags"] or r["engine"] == "kTransformers" and not r["capacity"])
-               for r in rows)
-    flags = {r["engine"]: r["engine_flags"] for r in rows}
-    assert flags["Fiddler"] == "--cpu-offload 1"
-    assert all(r["engine_flags"] == ("--optimize_config_path rules.yaml" if r["capacity"] else "")
-               for r in rows if r["engine"] == "kTransformers")
-    assert flags["HybriMoE"].startswith("none: ") and flags["HOBBIT (llama.cpp fork)"].startswith("none: ")
-    cache = next(r for r in rows if r["engine"] == "Mixtral-offloading")
-    assert cache["engine_flags"] == f"offload_per_layer={8 - cache['capacity']}" and cache["prefetch"] == "none"
-    assert flags["MoE-Infinity"].startswith("none: ")  # gpu-cache with the history prefetcher
+def test_every_row_is_a_command_an_engine_a_user_can_run_takes(mixtral_plan, cli):
+    """Mixtral-8x7B on an RTX 4090: a row is a placement an engine with a release runs on the model in that format,
+    with its command; the others are apart, each saying why: Fiddler and MoE-Infinity load 16-bit checkpoints, so
+    their q8_0 and q4_k placements are apart and their bf16 ones answers; kTransformers' release runs no Mixtral;
+    HybriMoE and HOBBIT are research code. ``--engine`` keeps the engines named (in any case) and refuses one that is
+    none, in one line. The rows whose pins or prefetcher learn from the trace say so."""
+    out = mixtral_plan[0]
+    rows, apart = out["rows"], out["apart"]
+    assert {r["engine"] for r in rows} == {"llama.cpp", "Fiddler", "MoE-Infinity"}
+    assert all(not r["apart"] and not r["command"].startswith("none:") for r in rows)
+    assert {r["format"] for r in rows if r["engine"] != "llama.cpp"} == {"bf16"}
+    fiddler = next(r for r in rows if r["engine"] == "Fiddler")
+    assert fiddler["command"] == "python src/fiddler/infer.py --model mistralai/Mixtral-8x7B-v0.1 --cpu-offload 1"
+    assert fiddler["learned"] and not next(r for r in rows if r["engine"] == "llama.cpp")["learned"]
+    why = {(r["engine"], r["format"]): r["apart"] for r in apart}
+    assert why[("Fiddler", "q4_k")] == "Fiddler runs experts in bf16, f16 only"
+    assert why[("kTransformers", "q4_k")].startswith("kTransformers runs no mixtral model")
+    assert why[("HybriMoE", "q4_k")] == why[("HOBBIT (llama.cpp fork)", "q4_k")] == \
+        "research code with no release to run"
+    code, text, err = cli("plan", "--model", "mixtral-8x7b", "--hardware", "rtx4090", "--dtype", "bf16", "--engine",
+                          "FIDDLER,llama.cpp", "--json")
+    assert code == 0, err
+    kept = json.loads(text)
+    assert {r["engine"] for r in kept["rows"]} == {"Fiddler", "llama.cpp"} and not kept["apart"]
+    code, _, err = cli("plan", "--model", "mixtral-8x7b", "--hardware", "rtx4090", "--engine", "vllm")
+    assert code == 1 and err.count("\n") == 1 and "--engine vllm: no such engine; choose from llama.cpp" in err
 
 
 def test_when_nothing_fits_plan_says_the_least_it_needs_and_exits_1(cli):
@@ -222,9 +241,9 @@ def test_the_plan_table_fits_80_columns(cli, monkeypatch):
     drawn = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
     assert drawn and max(map(len, drawn)) <= 80
     assert sum("tok/s" in line for line in drawn) == 1  # one header: not split into parts
-    assert "#1: " in out and "--wide" in out
+    assert "#1: llama-server -m OLMoE-1B-7B-0924-Q4_K.gguf" in out
     code, wide, err = cli("plan", "--model", "olmoe-1b-7b", "--hardware", "rtx5070ti", "--dtype", "q4_k", "--wide")
-    assert code == 0 and "TPOT" in wide and "run it with" in " ".join(wide.split())
+    assert code == 0 and "TPOT" in wide
 
 
 def test_the_plan_figure_says_what_it_shows(drawn, tmp_path):
@@ -314,16 +333,15 @@ def names(label: str, r: dict) -> bool:
 
 
 def test_each_plan_line_is_labelled_by_the_row_it_ends_at(drawn, tmp_path):
-    """Qwen3-30B-A3B in q4_k on a 12 GiB card: gpu-cache with the history prefetcher outruns plain gpu-cache, and its
-    curve is the one drawn. Each line's label names one row of the plan, and the line ends at that row's own GPU
-    memory and tokens/s (the gpu-cache line, labelled as plain gpu-cache, ended at the history row's)."""
+    """Qwen3-30B-A3B in bf16 on a 12 GiB card: each line's label names one row of the plan, and the line ends at that
+    row's own GPU memory and tokens/s (a gpu-cache line, labelled as plain gpu-cache, once ended at the history
+    row's)."""
     import moesim
     from moesim.experiments.plan import curves
     from moesim.plots.plan import plot_plan
 
-    plan = moesim.plan("qwen3-30b-a3b", "rtx4080", vram=12, dtypes=("q4_k",))
-    cache = [r for r in plan.rows if r.strategy == "gpu-cache"]
-    assert [r.prefetch for r in cache] == ["history", "none"]  # the case the figure mislabelled
+    plan = moesim.plan("qwen3-30b-a3b", "rtx4080", vram=12, dtypes=("bf16",))
+    assert [r.prefetch for r in plan.rows if r.strategy == "gpu-cache"] == ["history"]
     plot_plan(plan, curves(plan), tmp_path / "plan.png")
     (ax,) = drawn[0].axes
     lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]

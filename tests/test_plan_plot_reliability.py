@@ -44,7 +44,8 @@ def test_plan_refuses_split_and_threads_where_the_model_fits_whole_on_the_gpu(cl
         "nothing reads it")
     code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "ryzen-7950x", "--threads", "4",
                          "--dtype", "q4_k", "--json")
-    assert code == 0 and all(r["engine_flags"].endswith("-t 4") for r in json.loads(out)["rows"]), err
+    assert code == 0 and all(" -t 4 " in r["command"] or "--kt-cpuinfer 4 " in r["command"]
+                             for r in json.loads(out)["rows"]), err
     # the Python API takes it, as it takes a cache's settings beside capacity 0: a loop over machines passes it to each
     assert [r.strategy for r in moesim.plan("qwen3-30b-a3b", "h100", dtypes=["q4_k"], threads=4).rows] == \
         ["all-on-gpu"]
@@ -58,22 +59,22 @@ def test_plan_notes_split_and_threads_that_only_some_rows_read(cli):
     rows the setting reached."""
     from moesim.experiments.plan import read_by
 
-    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--hardware", "rtx4090", "--dtype", "q4_k",
+    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--hardware", "rtx4090", "--dtype", "bf16",
                          "--split", "best", "--threads", "4", "--json")
     assert code == 0, err
     rows = json.loads(out)["rows"]
     split = [r["rank"] for r in rows if r["capacity"] is not None and r["scope"] == "per-layer"]
     cpu = [r["rank"] for r in rows if r["strategy"] in ("cpu-experts", "cpu-miss", "hybrid")]
     assert 0 < len(split) < len(rows) and 0 < len(cpu) < len(rows)
-    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--hardware", "rtx4090", "--dtype", "q4_k",
+    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--hardware", "rtx4090", "--dtype", "bf16",
                          "--split", "best", "--threads", "4")
     assert code == 0, err
     text = " ".join(out.split())
-    assert (f"--split best: read by rows {', '.join(f'#{n}' for n in split)} only, those that keep a per-layer "
+    assert (f"--split best: read by row{'s' * (len(split) > 1)} {', '.join(f'#{n}' for n in split)} only, those that keep a per-layer "
             "expert cache (the others keep none, or every expert on the GPU)") in text, text
-    assert (f"--threads 4: read by rows {', '.join(f'#{n}' for n in cpu)} only, those that compute experts on the "
+    assert (f"--threads 4: read by row{'s' * (len(cpu) > 1)} {', '.join(f'#{n}' for n in cpu)} only, those that compute experts on the "
             "host CPU (the others compute none there)") in text, text
-    plan = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"], split="best", threads=4)
+    plan = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["bf16"], split="best", threads=4)
     assert read_by(plan, "split") == split and read_by(plan, "threads") == cpu
 
 

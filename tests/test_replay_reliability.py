@@ -282,3 +282,18 @@ def test_a_placing_strategy_shows_what_it_placed(cli, olmoe):
     assert code == 0 and "layers on CPU 0/16" in out and "layers on CPU 1/16" in out and "lru" not in out, err
     rows = run(cli, "validate", *args[:-1], "0,1")["rows"]
     assert [(r["strategy"], r["cpu_layers"]) for r in rows] == [("cpu-experts", 0), ("cpu-experts", 1)]
+
+
+def test_without_torch_a_real_backend_is_refused_before_any_file_is_written(cli, olmoe, tmp_path, monkeypatch):
+    """The README's replay, validate and calibrate forms on a CPU, without torch: one line saying how to install it,
+    before this machine is calibrated or an expert file written (it took 25-55 s, writing files, to say so)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # an import of torch fails, as where it is not installed
+    work = tmp_path / "work"
+    work.mkdir()
+    for args in (("replay", olmoe, "--model", "olmoe-1b-7b", "--policy", "lru", "--capacity", "16"),
+                 ("validate", olmoe, "--model", "olmoe-1b-7b"),
+                 ("calibrate", "--model", "olmoe-1b-7b", "--out", tmp_path / "hw.toml")):
+        assert one_line_error(cli, *args, "--workdir", work) == "replay computes with torch: pip install 'moesim[torch]'"
+        assert not any(work.iterdir()) and not (tmp_path / "hw.toml").exists()

@@ -3,6 +3,7 @@ line naming the slip it likely is (12288 "GiB" of GPU memory: MiB?); ten times p
 wrong by orders of magnitude, it is refused unless forced (--force, ``force=True``); no preset and no shipped machine
 is either. The bounds and their sources: ``moesim.sim.hardware.PLAUSIBLE``, docs/hardware.md."""
 
+import json
 import re
 import warnings
 from dataclasses import replace
@@ -158,8 +159,9 @@ def test_a_refused_machine_writes_nothing_and_force_takes_it(cli, tmp_path):
     for out, args in runs.items():
         code, _, err = cli(*args, "--force")
         assert code == 0 and out.exists() and warned in err.splitlines(), (args, err)
-    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--hardware", path, "--dtype", "bf16", "--force")
-    assert code == 0 and "all-on-gpu" in out and warned in err.splitlines(), err  # what the issue saw, now asked for
+    code, out, err = cli("plan", "--model", "mixtral-8x7b", "--hardware", path, "--dtype", "bf16", "--force", "--json")
+    rows = json.loads(out)["rows"]  # what the issue saw, now asked for
+    assert code == 0 and rows[0]["strategy"] == "all-on-gpu" and warned in err.splitlines(), err
     assert Config.from_toml(saved).hardware.force is True
     code, _, err = cli("sim", "run", "bundled", "--config", saved)
     assert code == 0 and warned in err.splitlines(), err

@@ -93,6 +93,12 @@ def model_file_of(source: str) -> str:
     return source[at + len(MODEL_FILE) + 2:] if at >= 0 else ""
 
 
+# a GGUF's general.architecture -> the family's transformers model_type, where they differ: llama.cpp converts
+# Mixtral to its llama architecture with stacked experts, and DeepSeek-V2 and V3 to deepseek2
+GGUF_FAMILIES = {"llama": "mixtral", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "deepseek2": "deepseek_v2",
+                 "gpt-oss": "gpt_oss", "glm4moe": "glm4_moe"}
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -130,6 +136,11 @@ class ModelSpec:
     @property
     def expert_params(self) -> int:
         return self.ffn_mats * self.d_model * self.d_expert
+
+    @property
+    def family(self) -> str:
+        """The family engines list the models they run by: the transformers ``model_type`` (``GGUF_FAMILIES``)."""
+        return GGUF_FAMILIES.get(self.architecture, self.architecture)
 
     @property
     def mla(self) -> bool:

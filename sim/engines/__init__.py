@@ -1,7 +1,7 @@
 """Engines: the programs a placement is run with. A strategy (``moesim.sim.strategies``) says where experts are and
 what a miss does; the engine that runs it says what changes its durations (how it uses sockets, shared experts
-beside the routed ones, barriers per CPU layer, when it copies a CPU layer's experts to the GPU) and how to write
-its settings. One module per engine, each an ``EngineSpec`` (``moesim.sim.engines.base``), registered in
+beside the routed ones, barriers per CPU layer, when it copies a CPU layer's experts to the GPU), which models and
+formats it runs, and the command that runs the placement. One module per engine, each an ``EngineSpec`` (``moesim.sim.engines.base``), registered in
 ``ENGINES``, whose order is the order of preference: a run is timed as the first engine that runs its strategy and
 takes its settings (``engine_for``), and a plan's row names that engine and its command.
 
@@ -13,14 +13,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from moesim.sim.engines import fiddler, hobbit, hybrimoe, ktransformers, llama_cpp, mixtral_offloading, moe_infinity
-from moesim.sim.engines.base import EngineSpec
+from moesim.sim.engines.base import EngineSpec, Launch
 
 ENGINES = {e.name: e for e in (m.ENGINE for m in (llama_cpp, ktransformers, hybrimoe, fiddler, mixtral_offloading,
                                                   moe_infinity, hobbit))}
 UNNAMED = EngineSpec(name="no engine", summary="a placement no engine runs", source="", runs=(),
-                     flags=lambda params, config, model, gpu: "none: no engine runs this placement")
+                     command=lambda launch: "none: no engine runs this placement")
 ALL_ON_GPU = llama_cpp.ENGINE  # every expert on the GPU: a placement any engine runs; a plan names this one's command
-__all__ = ["ALL_ON_GPU", "ENGINES", "EngineSpec", "UNNAMED", "engine_for"]
+__all__ = ["ALL_ON_GPU", "ENGINES", "EngineSpec", "Launch", "UNNAMED", "engine_for", "engine_named"]
+
+
+def engine_named(name):
+    """An engine's name as registered, from one typed in any case (ktransformers is kTransformers); anything else as
+    given (the caller refuses it)."""
+    return {e.lower(): e for e in ENGINES}.get(name.lower(), name) if isinstance(name, str) else name
 
 
 def engine_for(config, named: bool = False) -> EngineSpec:

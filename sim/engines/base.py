@@ -1,12 +1,20 @@
-"""What an engine is to moesim: the program a user runs a placement with, what of it changes durations, and how
-to write its settings. One module per engine (``moesim.sim.engines``) holds one ``EngineSpec``."""
+"""What an engine is to moesim: the program a user runs a placement with, what of it changes durations, which
+models and formats it runs, and the command that runs a placement with it. One module per engine
+(``moesim.sim.engines``) holds one ``EngineSpec``."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from moesim.sim.machine import ONE_POOL
+
+# the expert formats a GGUF holds (llama.cpp's types), and a transformers checkpoint's 16-bit ones
+GGUF_FORMATS = ("fp32", "bf16", "f16", "q8_0", "q6_k", "q5_k", "q4_k", "q4_k_m", "q4_0", "iq4_xs", "iq4_nl", "q3_k",
+                "q2_k", "mxfp4")
+CHECKPOINT_FORMATS = ("bf16", "f16")
 
 
 def every_setting(config) -> bool:
@@ -15,11 +23,59 @@ def every_setting(config) -> bool:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """What an engine's command is written from: the ``model`` and its experts' format (``fmt``), the run's
+    ``config``, the layers whose experts it keeps on the CPU (``cpu_layers``: the placing strategy's parameter, 0 where
+    none), and what of the machine and the run the command sets: a GPU or none, the CPU ``threads`` the run computes
+    with and its ``sockets``, the KV tokens per sequence memory was sized for (``context``), and the share of the
+    GPU's memory the run uses (``vram_share``)."""
+
+    model: object
+    fmt: str
+    config: object
+    cpu_layers: int
+    gpu: bool
+    threads: int
+    sockets: int
+    context: int
+    vram_share: float
+
+    @property
+    def batch(self) -> int:
+        return self.config.workload.batch
+
+    @property
+    def gguf(self) -> str:
+        """The GGUF a llama.cpp-family command loads: the model file planned for, else one named for the model and the
+        format (the user's own file of that format goes there), quoted for a shell."""
+        model = self.model
+        if model.file.endswith(".gguf") and self.config.model.dtype is None:
+            return shlex.quote(model.file)
+        return f"{(model.hf_id.rsplit('/', 1)[-1] or model.name)}-{self.fmt.upper()}.gguf"
+
+    @property
+    def checkpoint(self) -> str:
+        """The transformers checkpoint a Python engine loads: the config.json's folder, else the Hugging Face id."""
+        model = self.model
+        if model.file and not model.file.endswith(".gguf"):
+            return shlex.quote(str(Path(model.file).parent))
+        return model.hf_id or model.name
+
+    @property
+    def capacity(self) -> int:
+        """The GPU's expert slots (per layer, or in the pool), 0 without a cache."""
+        capacity = self.config.cache.capacity
+        return sum(capacity) if isinstance(capacity, tuple) else int(capacity)
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """An engine: its ``name`` as its users write it, ``summary`` and ``source`` (where it is published); the
     placements it runs (``runs``: strategy names, ``moesim.sim.strategies``) and, of those runs, the settings it
-    has the mechanism for (``takes(config)``: a prefetcher, a cache that changes); what it does that changes
-    durations, each with where the figure comes from (``sources``: (field, source) pairs):
+    has the mechanism for (``takes(config)``: a prefetcher, a cache that changes); the model families
+    (``families``: transformers ``model_type``s, ``ModelSpec.family``) and expert formats (``formats``) it runs;
+    ``release``: where a user gets it ("" for research code with no release a user can run); what it does that
+    changes durations, each with where the figure comes from (``sources``: (field, source) pairs):
 
     - ``numa``: how it spreads CPU work over sockets (``moesim.sim.machine.ONE_POOL``: one thread pool reading one
       socket's DRAM; ``PER_SOCKET``: a pool and a copy of the experts per socket);
@@ -33,16 +89,17 @@ class EngineSpec:
       dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
       cross-validation only (``moesim.experiments.crossval``), with its provenance in ``sources``;
 
-    and how to write its settings for a run: ``threads_flag``, the option that sets its CPU threads (None: it has
-    none), and ``flags(params, config, model, gpu)``: its options for the run's placement (``params``: the
-    strategy's, resolved; ``gpu``: the machine has one), "" where its defaults run it, or "none: why" where no
-    setting of it does."""
+    and ``command(launch)``: the whole command (or configuration) that runs a placement with it (``Launch``), or
+    "none: why" where none does."""
 
     name: str
     summary: str
     source: str
     runs: tuple
-    flags: Callable
+    command: Callable
+    families: tuple = ()
+    formats: tuple = ()
+    release: str = ""
     takes: Callable = every_setting
     numa: str = ONE_POOL
     shared_overlap: bool = False
@@ -50,17 +107,19 @@ class EngineSpec:
     offload_min_tokens: int | None = None
     kernel: str | None = None
     layer_us: float = 0.0
-    threads_flag: str | None = None
     sources: tuple = ()
 
     def expert_barriers(self, top_k: int) -> int:
         """The thread barriers of one CPU layer's routed experts."""
         return self.cpu_ops[0] + self.cpu_ops[1] * top_k
 
-    def command(self, params: dict, config, model, gpu: bool = True) -> str:
-        """Its settings for a run (``flags``), with the CPU threads the run was given where it takes them."""
-        flags = self.flags(params, config, model, gpu)
-        threads = config.hardware.threads
-        if threads is None or self.threads_flag is None or flags.startswith("none:"):
-            return flags
-        return f"{flags} {self.threads_flag} {threads}".strip()
+    def refuses(self, model, fmt: str) -> str:
+        """Why a user cannot run ``model`` with its experts in ``fmt`` on this engine ("" where they can): it has no
+        release, or runs neither the model's family nor the format."""
+        if not self.release:
+            return "research code with no release to run"
+        if model.family not in self.families:
+            return f"{self.name} runs no {model.family} model (it runs {', '.join(self.families)})"
+        if fmt not in self.formats:
+            return f"{self.name} runs experts in {', '.join(self.formats)} only"
+        return ""

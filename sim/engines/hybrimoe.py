@@ -1,5 +1,7 @@
-"""HybriMoE (Zhong et al., 2025): kTransformers with a GPU cache that changes as it runs (any policy but
-``static``), research code with no settings to give. Built on kTransformers, it times as kTransformers does."""
+"""HybriMoE (Zhong et al., 2025; github.com/PKU-SEC-Lab/HybriMoE): kTransformers with a GPU cache that changes as it
+runs (any policy but ``static``). Its repository is research code whose rules keep 25, 50 or 75% of the experts of
+DeepSeek-V2, Mixtral or Qwen2-MoE on the GPU, not a cache of a size asked for, so moesim gives no command. Built on
+kTransformers, it times as kTransformers does."""
 
 from dataclasses import replace
 
@@ -7,6 +9,7 @@ from moesim.sim.engines.base import every_setting
 from moesim.sim.engines.ktransformers import ENGINE as KTRANSFORMERS
 
 ENGINE = replace(KTRANSFORMERS, name="HybriMoE", summary="kTransformers with a dynamic GPU cache",
-                 source="arXiv:2504.05897", takes=every_setting, threads_flag=None,
-                 flags=lambda params, config, model, gpu: "none: research code",
+                 source="arXiv:2504.05897", release="", takes=every_setting,
+                 families=("deepseek_v2", "mixtral", "qwen2_moe"),
+                 command=lambda launch: "none: research code, its rules fixed shares of the experts",
                  sources=(("numa, shared_overlap, cpu_ops, layer_us", "built on kTransformers: its figures"),))

@@ -1,9 +1,16 @@
 """kTransformers (github.com/kvcache-ai/ktransformers): attention and shared experts on the GPU, routed experts on
-the CPU (``KExpertsCPU``), the hottest experts placed on the GPU by an optimize rule (a YAML of ``match`` /
-``replace`` entries whose rules place whole layers: a pin set is written as the layers that hold it)."""
+the CPU, the most used experts placed on the GPU. Its current release is kt-kernel under SGLang
+(``kt-kernel/README.md``): ``--kt-num-gpu-experts N`` keeps N experts a layer on the GPU, N times the MoE layers in
+all, which ``--kt-expert-placement-strategy frequency`` takes as the most activated (layer, expert) pairs of a
+recorded distribution (``--init-expert-location``): the pinned global pool moesim simulates, rounded down to a
+whole number a layer (up to layers - 1 slots of the simulated pool unused). Its families are the models that
+release lists; the archived local_chat stack's rules (Mixtral, Qwen2-MoE) place whole layers, not a pool."""
 
-from moesim.sim.engines.base import EngineSpec
+from moesim.sim.engines.base import GGUF_FORMATS, EngineSpec, Launch
 from moesim.sim.machine import PER_SOCKET
+
+# an expert format -> its --kt-method (a GGUF's types: LLAMAFILE, its llamafile kernels on the GGUF)
+METHODS = {"bf16": "BF16", "fp8": "FP8", "int8": "AMXINT8", "int4": "AMXINT4"}
 
 
 def takes(config) -> bool:
@@ -16,17 +23,26 @@ def _has_cache(config) -> bool:
     return capacity == "auto" or bool(sum(capacity) if isinstance(capacity, tuple) else capacity)
 
 
-def flags(params: dict, config, model, gpu: bool) -> str:
-    """Its default rule for the model (every routed expert on the CPU), or a rule file of the pinned experts."""
-    return "--optimize_config_path rules.yaml" if _has_cache(config) else ""
+def command(launch: Launch) -> str:
+    """SGLang with kt-kernel: the CPU's experts in the format's method, a thread pool a socket, the pool's experts a
+    layer placed by frequency, and the KV tokens memory was sized for."""
+    method = METHODS.get(launch.fmt, "LLAMAFILE")
+    weights = launch.gguf if method == "LLAMAFILE" else launch.checkpoint
+    per_layer = launch.capacity // launch.model.num_layers if launch.capacity else 0
+    placed = " --kt-expert-placement-strategy frequency --init-expert-location stats.pt" if per_layer else ""
+    return (f"python -m sglang.launch_server --model {launch.checkpoint} --kt-weight-path {weights} --kt-method "
+            f"{method} --kt-cpuinfer {launch.threads} --kt-threadpool-count {launch.sockets} --kt-num-gpu-experts "
+            f"{per_layer}{placed} --max-total-tokens {launch.batch * launch.context}")
 
 
 ENGINE = EngineSpec(
-    name="kTransformers", summary="routed experts on the CPU, hot ones pinned on the GPU", flags=flags, takes=takes,
-    source="github.com/kvcache-ai/ktransformers", runs=("hybrid",), numa=PER_SOCKET, shared_overlap=True,
-    cpu_ops=(3, 0), threads_flag="--cpu_infer", layer_us=840.0,
+    name="kTransformers", summary="routed experts on the CPU, hot ones pinned on the GPU", command=command,
+    takes=takes, source="github.com/kvcache-ai/ktransformers", release="pip install kt-kernel", runs=("hybrid",),
+    families=("deepseek_v3", "qwen3_moe", "qwen3_next", "glm4_moe", "kimi_k2", "minimax_m2"),
+    formats=(*GGUF_FORMATS, *METHODS), numa=PER_SOCKET, shared_overlap=True, cpu_ops=(3, 0), layer_us=840.0,
     sources=(("numa", "its NUMA build (USE_NUMA=1) keeps a thread pool and a copy of the experts per socket"),
              ("shared_overlap", "the shared experts run on the GPU while the CPU computes the routed ones"),
              ("cpu_ops", "its MoE operator synchronises once per projection stage"),
+             ("families", "kt-kernel's README: DeepSeek-V3/R1/V3.2, GLM-4.7, Kimi-K2, MiniMax-M2, Qwen3, Qwen3-Next"),
              ("layer_us", "fitted to its 5 published points (3 groups); held out, its median error 40% against 50% "
                           "without (python benchmarks/published_offload.py --cv, 2026-12-06)")))

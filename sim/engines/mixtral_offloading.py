@@ -1,8 +1,9 @@
 """Mixtral-offloading (Eliseev and Mazur, 2023; github.com/dvmazur/mixtral-offloading): an LRU cache of E -
-``offload_per_layer`` experts in every layer on the GPU, nothing fetched ahead, each expert its own kernels. Its
-``OffloadConfig`` is a Python object, with no command line."""
+``offload_per_layer`` experts in every layer on the GPU, nothing fetched ahead, each expert its own kernels. It runs
+Mixtral-8x7B with HQQ 2-bit experts (``int2``) from its notebook, configured by an ``OffloadConfig`` (no command
+line): ``main_size`` experts on the GPU, ``offload_size`` in host RAM, ``buffer_size`` 4 as its demo sets it."""
 
-from moesim.sim.engines.base import EngineSpec
+from moesim.sim.engines.base import EngineSpec, Launch
 
 
 def takes(config) -> bool:
@@ -10,17 +11,21 @@ def takes(config) -> bool:
     return config.cache.policy == "lru" and config.prefetch.prefetcher == "none"
 
 
-def flags(params: dict, config, model, gpu: bool) -> str:
-    """``offload_per_layer``: the experts of a layer that are not on the GPU."""
-    cache = config.cache
+def command(launch: Launch) -> str:
+    """Its ``OffloadConfig``: one cache size for every layer."""
+    cache = launch.config.cache
     if isinstance(cache.capacity, tuple) or cache.scope != "per-layer":
         return "none: its OffloadConfig takes one size for every layer"
-    return f"offload_per_layer={model.num_experts - cache.capacity}"
+    layers, off = launch.model.num_layers, launch.model.num_experts - cache.capacity
+    return (f"OffloadConfig(main_size={layers * cache.capacity}, offload_size={layers * off}, buffer_size=4, "
+            f"offload_per_layer={off})")
 
 
 ENGINE = EngineSpec(name="Mixtral-offloading", summary="an LRU expert cache on the GPU",
-                    source="github.com/dvmazur/mixtral-offloading", runs=("gpu-cache",), flags=flags, takes=takes,
-                    kernel="per-expert", layer_us=12205.0,
+                    source="github.com/dvmazur/mixtral-offloading",
+                    release="github.com/dvmazur/mixtral-offloading (a notebook)", runs=("gpu-cache",),
+                    command=command, takes=takes, families=("mixtral",), formats=("int2",), kernel="per-expert",
+                    layer_us=12205.0,
                     sources=(("kernel", "each expert runs on its own as its cache loads it: the per-expert kind "
                                         "--kernel describes"),
                              ("layer_us", "fitted to its 6 published points (2 groups: its paper's 4 GPUs, Fiddler's "
