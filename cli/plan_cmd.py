@@ -6,14 +6,15 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.cli.console import console, emit_json, slots_text, table, with_interval, working
+from moesim.cli.explain_view import show
 from moesim.cli.options import PATH, TRACE
 from moesim.cli.settings import Asked, takes
-from moesim.errors import option
+from moesim.errors import MoesimError, option
 from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, candidate, read_by
 from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
 from moesim.files import check_output
-from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD
+from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD, TIE_RATIO
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.tracegen.trace import trace_file
 
@@ -38,6 +39,10 @@ def plan(
     = False,
     wide: Annotated[bool, typer.Option("--wide", help="Every column: policy, prefetch, slots, CPU layers, TPOT, the "
                                                      "CPU's share, the engine and its settings.")] = False,
+    explain: Annotated[Optional[int], typer.Option(help="Every step of row N's time per token: the parts that add "
+                                                        "up to its TPOT, what the link and the CPU did beside them, "
+                                                        "what binds, and the constants behind them with their "
+                                                        "sources.", min=1)] = None,
     *,
     asked: Asked,
 ) -> None:
@@ -63,12 +68,19 @@ def plan(
     with working("simulating each strategy (the first run compiles each policy)"):
         # the default prompt gives way to a trace's own prompts; one asked for here or in the file is checked
         result = run_plan(config, trace, formats, prompt_asked=asked_prompt, given=asked.typed, engines=engines)
+    if explain is not None and explain > len(result.rows):
+        raise MoesimError(f"--explain {explain}: the plan has {len(result.rows)} row(s)")
     if plot is not None:
         from moesim.plots.plan import plot_plan
 
         plot_plan(result, curves(result), plot)
+    explained = None
+    if explain is not None:
+        from moesim.sim.explain import explain as explain_row
+
+        explained = explain_row(result.results[explain - 1], result.spec, result.machine_spec)
     if as_json:
-        emit_json(result.as_dict())
+        emit_json({**result.as_dict(), **({"explain": explained.as_dict()} if explained else {})})
         return
     prompt = (f"its own prompts ({result.prompt} tokens, the median)" if result.prompt_recorded
               else f"prompt {result.prompt} tokens")
@@ -101,6 +113,11 @@ def plan(
     # the model file's own storage, in words
     if any(r.dtype is None for r in result.rows) or any(s["dtype"] is None for s in result.skipped):
         console.print(f"{OWN} {result.spec.storage_text}", soft_wrap=True)
+    close = [f"#{r.rank}" for r in result.rows if r.tied]
+    if close:
+        console.print(f"{', '.join(close)}: within x{TIE_RATIO:g} of #1's tokens/s; held out, moesim ordered wrong "
+                      "pairs of settings on one machine it predicted up to that far apart (docs/fidelity.md), so these "
+                      "are not ranked apart from #1", soft_wrap=True)
     if any(r.learned for r in result.rows):
         console.print(f"{LEARNED} its GPU experts or its prefetcher learned from this trace ({result.trace}): an upper "
                       f"bound on other prompts", soft_wrap=True)
@@ -136,6 +153,9 @@ def plan(
         lines.setdefault((which, reason), []).append(name)
     for (which, reason), names in lines.items():
         console.print(f"not run in {', '.join(names)}: {which}: {reason}", soft_wrap=True)
+    if explained is not None:
+        row = result.rows[explain - 1]
+        show(f"#{explain} {row.engine}, {row.format}, {placed(row)}", explained)
     if plot is not None:
         console.print(f"wrote {plot}")
 

@@ -9,6 +9,7 @@ import typer
 
 import moesim
 from moesim.cli.console import console, emit_json, slots_text, table, with_interval, working
+from moesim.cli.explain_view import show
 from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError, option
@@ -54,6 +55,10 @@ def run(
                                                         "files it names (--hardware a.toml) as absolute paths, once "
                                                         "every run is done.")] = None,
     as_json: AsJson = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Every step of each run's time per token: the parts "
+                                                            "that add up to TPOT, what the link and the CPU did "
+                                                            "beside them, what binds, and the constants behind "
+                                                            "them with their sources.")] = False,
     *,
     asked: Asked,
 ) -> None:
@@ -83,8 +88,13 @@ def run(
         results = [moesim.simulate(trace, config, model=spec, hardware=hw) for config in configs]
         if save_config is not None:  # after the runs: one refused (a model that does not fit) writes no file
             configs[0].to_toml(save_config, absolute=True)  # read from any folder as from this one
+    if explain:
+        from moesim.sim.explain import explain as explain_run
+    explained = [explain_run(r, spec, hw) for r in results] if explain else []
     if as_json:
-        emit_json({"trace": str(trace_path), "results": [r.as_dict() for r in results]})
+        emit_json({"trace": str(trace_path), "results": [
+            {**r.as_dict(), **({"explain": e.as_dict()} if explain else {})}
+            for r, e in zip(results, explained or [None] * len(results))]})
         return
     ttft = any(r.ttft_s is not None for r in results)
     strategy = get_strategy(base.execution.strategy)
@@ -124,6 +134,8 @@ def run(
                           "used by a GPU kernel"
                           + (f"; {r.substitutions} substitutions carrying {r.substituted_weight:.3f} router weight "
                              f"per layer and step" if mode == "commit" else ""))
+    for r, e in zip(results, explained):
+        show(_placement(strategy, r, spec), e)
 
 
 LOOKUP_TABLES = "lookup tables on the host"  # where a MoLE model's experts are, in a table

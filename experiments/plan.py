@@ -34,7 +34,7 @@ from moesim.errors import MoesimError, option
 from moesim.experiments.plan_row import PlanRow
 from moesim.policies import get_policy
 from moesim.policies.prefetch import TRAIN_TRACE, get_prefetcher
-from moesim.sim.accuracy import Estimate
+from moesim.sim.accuracy import Estimate, tied
 from moesim.sim.config import Config, run_params
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
 from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, ENGINES, Launch, engine_for, engine_named
@@ -177,7 +177,9 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
             "; ".join(f"{', '.join(dict.fromkeys(who))}: {why}" for why, who in list(reasons.items())[:3])))
     out.results.sort(key=rank_key)
     rows, results = _fold([row(r, spec, hw, out.context, kept) for r in out.results], out.results)
-    out.rows = [replace(r, rank=i + 1) for i, r in enumerate(r for r in rows if not r.apart)]
+    answers = [r for r in rows if not r.apart]
+    out.rows = [replace(r, rank=i + 1, tied=i > 0 and tied(r.tokens_per_s.mid, answers[0].tokens_per_s.mid))
+                for i, r in enumerate(answers)]
     out.results = [result for r, result in zip(rows, results) if not r.apart]
     out.apart = [r for r in rows if r.apart]
     check_plan_read(out, given)

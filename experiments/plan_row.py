@@ -14,7 +14,8 @@ class PlanRow:
     ``tokens_per_s``: decode tokens/s at the plan's batch with its 80% interval; ``command``: the engine's whole
     command (or configuration) that runs the row, "none: why" where none does; ``apart``: why no engine a user can
     run gives the row (research code with no release, a family or format the engine does not run), "" for an
-    answer; ``learned``: its pins or its prefetcher learn from the trace simulated (no other given), so its
+    answer; ``tied``: a row after the first whose tokens/s the published pairs do not tell apart from the first's
+    (``moesim.sim.accuracy.tied``); ``learned``: its pins or its prefetcher learn from the trace simulated (no other given), so its
     tokens/s is an upper bound on other prompts; ``same_as``: an ``all-on-gpu`` row's candidates folded into it; ``rank``: 1 for the fastest answer."""
 
     strategy: str
@@ -41,6 +42,7 @@ class PlanRow:
     framework_us: float      # the engine's framework time per MoE layer in the figure (0: none learned)
     same_as: tuple = ()
     rank: int = 0
+    tied: bool = False       # the first answer's tokens/s is less than TIE_RATIO times this one's: not told apart
 
     def as_dict(self) -> dict:
         """The row as JSON gives it: its rank first, the tokens/s and its interval as ``tokens_per_s``,

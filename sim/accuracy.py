@@ -13,6 +13,10 @@ none learned), ``OPERATIONS_BAND``. Built the same way for each
 published point from the other groups only, such intervals held ``FRAMEWORK_HELD`` and ``OPERATIONS_HELD`` of the
 points. A machine that carries measured rates (``moesim calibrate``'s: a ``[compute]`` table, a CPU's unpack rates)
 gets none: the published spread is a spec sheet's, not a measurement's.
+
+Of every two published points of one model on one machine that moesim predicts apart, each held out, those it
+orders wrong it predicted at most ``TIE_RATIO`` times apart: two plan rows closer than that are not told apart by
+the evidence (``tied``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,12 @@ from typing import NamedTuple
 
 FRAMEWORK_BAND, FRAMEWORK_HELD = (0.29, 1.58), 0.78
 OPERATIONS_BAND, OPERATIONS_HELD = (0.26, 1.40), 0.64
+TIE_RATIO = 1.83
+
+
+def tied(a: float, b: float) -> bool:
+    """Whether tokens/s ``a`` and ``b`` are closer than the published pairs tell apart (``TIE_RATIO``)."""
+    return max(a, b) < TIE_RATIO * min(a, b)
 
 
 def measured(hw) -> bool:

@@ -411,6 +411,11 @@ def executed(req, pred: np.ndarray, pred_tokens: np.ndarray, commit: bool) -> tu
     return exe, tokens, committed
 
 
+def measured_decode(req, warmup: int) -> np.ndarray:
+    """bool [rows]: the decode rows a result measures (those of the batches after the ``warmup`` ones)."""
+    return (req.kind == DECODE) & (np.arange(req.num_rows) >= _measure_from(req, warmup))
+
+
 def _measure_from(req, warmup: int) -> int:
     """The first request row measured: that of batch ``warmup`` (the batches before it warm the caches up)."""
     groups = req.group_offsets.size - 1
@@ -522,7 +527,7 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
     layer_hits, layer_accesses = tally.layer_hits - tally.warm_hits, tally.layer_accesses - tally.warm_accesses
     rows = tally.rows
     measured = np.arange(req.num_rows) >= _measure_from(req, config.workload.warmup)
-    decode = (req.kind == DECODE) & measured
+    decode = measured_decode(req, config.workload.warmup)
     step_times = rows[decode, R_TIME]
     n_steps = int(decode.sum())
     tokens = float(req.tokens[decode].sum())

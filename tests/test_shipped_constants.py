@@ -1,6 +1,6 @@
 """The constants learned from published points ship as the cross-validation derives them: each engine's framework
-time per MoE layer (``moesim.sim.engines``) and the two 80% bands with the share of points their held-out intervals
-held (``moesim.sim.accuracy``). A change to the simulator, a machine file or a point that moves them fails here until
+time per MoE layer (``moesim.sim.engines``), the two 80% bands with the share of points their held-out intervals
+held, and the ratio below which two settings on one machine are not told apart (``moesim.sim.accuracy``). A change to the simulator, a machine file or a point that moves them fails here until
 ``python benchmarks/published_offload.py --cv`` is rerun and its figures written where they ship."""
 
 import importlib.util
@@ -37,3 +37,10 @@ def test_each_band_is_the_one_derived(derived):
     for (low, high, held), band, quoted in ((derived.framework, accuracy.FRAMEWORK_BAND, accuracy.FRAMEWORK_HELD),
                                             (derived.operations, accuracy.OPERATIONS_BAND, accuracy.OPERATIONS_HELD)):
         assert (round(low, 2), round(high, 2), round(held, 2)) == (*band, quoted)
+
+
+def test_the_tie_ratio_is_the_one_derived(derived):
+    """Of the pairs of one model on one machine predicted apart, the widest apart it orders wrong (to two places) is
+    what a plan quotes as the ratio below which rows are not told apart."""
+    assert round(derived.tie, 2) == accuracy.TIE_RATIO
+    assert len(derived.pairs) == 60 and sum((m > 1) == (p > 1) for _, m, p in derived.pairs) == 49

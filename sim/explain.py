@@ -1,0 +1,127 @@
+"""A run's decode step, part by part, as a spreadsheet user would check it (``moesim plan --explain N``, ``moesim
+sim run --explain``; ``--json`` carries the same).
+
+The GPU's stream runs each layer's attention and router (with the shared experts, unless the engine overlaps them
+with the CPU's routed experts), the engine's framework time, the experts' kernels, then once a step the embeddings,
+dense layers and output head; where an expert's copy or the CPU's experts are not back when the stream needs them,
+it waits. Those parts, the means over the measured decode steps of what the discrete-event loop added up
+(``moesim.sim.des_loop``), sum to the step's time (TPOT) exactly, up to rounding. Beside the stream the host link
+copies experts and the CPU computes its experts: their busy seconds a step, what they moved, and which of the three
+binds (the stream's own work, where it never waited; else the busier of the link and the CPU). Then the constants
+the durations came from, each with its source: the machine's (its spec sheet, and the shares of it a kernel reaches,
+docs/hardware.md), the engine's (``moesim.sim.engines``), each expert's durations (``moesim.sim.costs``), and the
+tokens/s interval (``moesim.sim.accuracy``: the published points' spread; no constant has an interval of its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from moesim.sim.accuracy import FRAMEWORK_BAND, FRAMEWORK_HELD, OPERATIONS_BAND, OPERATIONS_HELD
+from moesim.sim.des import DesResult, measured_decode
+from moesim.sim.engines import ENGINES, UNNAMED
+from moesim.sim.machine import Hardware
+from moesim.tracegen.models import ModelSpec
+
+SHEET = "the machine's spec sheet: its preset or hardware file"
+REACHED = "the share a kernel reaches (docs/hardware.md)"
+FIGURE = "the machine's figure (docs/hardware.md: its default and source)"
+
+
+@dataclass(frozen=True)
+class Line:
+    what: str
+    value: float
+    unit: str
+    source: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "value", float(self.value))  # numpy's means become Python's (JSON)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """``step``: the GPU stream's parts of a decode step (ms), which add up to ``tpot_ms``; ``beside``: the host
+    link's and the CPU's work a step; ``binds``: what limits the step; ``constants``: what the durations came from."""
+
+    tpot_ms: float
+    step: tuple
+    beside: tuple
+    binds: str
+    constants: tuple
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def explain(r: DesResult, model: ModelSpec, hw: Hardware) -> Explanation:
+    """``r``'s decode step part by part, on ``model`` and ``hw`` (those it was simulated on)."""
+    cost, layers = r.costs, model.num_layers
+    rows = measured_decode(r.requests, r.config.workload.warmup)
+    framework = r.framework_us * 1e-3 * layers
+    before = cost.pre_s[rows].mean() * layers * 1e3 - framework
+    shared = cost.shared_s[rows].mean() * layers * 1e3
+    once = cost.row_s[rows].mean() * 1e3
+    compute, stall = r.compute_s * 1e3, r.stall_s * 1e3
+    steps = max(r.decode_steps, 1)
+    step = (Line("attention and router" + ("" if shared else ", shared experts"), before, "ms", "every layer"),
+            Line(f"{r.timed_as}'s framework time", framework, "ms", f"{r.framework_us:g} us a layer"),
+            Line("shared experts beside the CPU's routed ones", shared, "ms", "every layer"),
+            Line("expert kernels" + (" on the GPU" if hw.gpu is not None else ""), compute - before - framework - shared - once, "ms",
+                 f"{(1 - r.cpu_share) * r.accesses / steps:.1f} experts a step"),
+            Line("embeddings, dense layers, output head", once, "ms", "once a step"),
+            Line("waiting on copies or the CPU's experts", stall, "ms", ""))
+    link, cpu = r.copy_s * 1e3, r.cpu_s * 1e3
+    beside = (Line("host link busy", link, "ms", f"{r.loads / steps:.1f} experts copied on demand a step, "
+                                                 f"{cost.expert_bytes / 1e6:.1f} MB each"),
+              Line("host CPU computing experts", cpu, "ms", f"{r.cpu_share * r.accesses / steps:.1f} experts a step"))
+    if stall <= 1e-3 * r.tpot_s * 1e3:
+        binds = "the GPU's own work: nothing waited on a copy or the CPU"
+    else:
+        binds = "the host link's copies" if link >= cpu else "the CPU's experts"
+    return Explanation(r.tpot_s * 1e3, step, beside, binds, _constants(r, model, hw))
+
+
+def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
+    cost, out = r.costs, []
+    if hw.gpu is not None:
+        g = hw.gpu
+        out += [Line(f"{g.name} memory bandwidth", g.hbm_gbps, "GB/s", SHEET),
+                Line("... of it reached", g.mem_eff, "share", REACHED),
+                Line(f"{g.name} dense bf16", g.tflops, "TFLOP/s", SHEET),
+                Line("... of it reached", g.flop_eff, "share", REACHED),
+                Line("a kernel launch", g.launch_us, "us", FIGURE)]
+    if hw.link is not None:
+        out += [Line(f"{hw.link.name} link", hw.link.gbps, "GB/s", SHEET),
+                Line("... of it a pinned copy reaches", hw.link.efficiency, "share", REACHED),
+                Line("... latency of a copy", hw.link.latency_us, "us", FIGURE)]
+    on_cpu = hw.cpu is not None and (r.cpu_share > 0 or hw.gpu is None)
+    if on_cpu:
+        c = hw.cpu
+        out += [Line(f"{c.name} DRAM, a socket", c.dram_gbps, "GB/s", SHEET),
+                Line("... of it a streaming read reaches", c.dram_eff, "share", REACHED),
+                Line("threads computing", c.workers, "threads", "--threads, else every core"),
+                Line("a barrier of those threads", c.barrier_s() * 1e6, "us", FIGURE),
+                Line("a layer handed to the CPU", c.sync_us, "us", FIGURE)]
+    engine = ENGINES.get(r.timed_as, UNNAMED)
+    sources = dict(engine.sources)
+    if r.framework_us:
+        out.append(Line(f"{engine.name}'s framework time a layer", r.framework_us, "us", sources["layer_us"]))
+    if on_cpu:
+        out.append(Line(f"{engine.name}'s barriers a CPU layer", engine.expert_barriers(model.top_k), "barriers",
+                        sources.get("cpu_ops", "llama.cpp's figure")))
+    out.append(Line("an expert's weights", cost.expert_bytes / 1e6, "MB", "the format's bits a weight"))
+    if hw.gpu is not None:
+        out.append(Line("an expert on the GPU, one token", cost.by_tokens[1] * 1e6, "us",
+                        "its bytes at the memory rate, its FLOPs at the compute rate, the slower"))
+    if hw.link is not None:
+        out.append(Line("an expert's copy", cost.copy_s * 1e6, "us", "latency + bytes at the link's rate"))
+    if on_cpu:
+        out.append(Line("an expert on the CPU, one token", cost.cpu_by_tokens[1] * 1e6, "us",
+                        "its bytes at the DRAM or unpack rate, the slower"))
+    if r.tokens_per_s_low is not None:
+        band, held = (FRAMEWORK_BAND, FRAMEWORK_HELD) if r.framework_us else (OPERATIONS_BAND, OPERATIONS_HELD)
+        out.append(Line(f"tokens/s, its 80% interval x{band[0]:.2f} to x{band[1]:.2f} of it", r.tokens_per_s, "tokens/s",
+                        f"the published points' spread held out; such intervals held {held:.0%} "
+                        "(docs/fidelity.md)"))
+    return tuple(out)
