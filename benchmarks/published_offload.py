@@ -34,8 +34,9 @@ from typing import NamedTuple
 
 from moesim import simulate
 from moesim.sim import engines
-from moesim.experiments.crossval import Point, better_than_none, cross_validate, fit, groups, interval
+from moesim.experiments.crossval import Point, better_than_none, cross_validate, fit, groups
 from moesim.experiments.plan import plan_trace
+from moesim.sim.accuracy import quantile_band
 from moesim.sim.engines import ENGINES
 from moesim.sim.cpu_rates import DRAM_EFF, dram_eff_without
 from moesim.sim.hardware import load_hardware
@@ -362,7 +363,7 @@ def derive(rows: list[dict]) -> Derived:
     checked = cross_validate(cv, LAYER_US_BOUNDS, ships)
 
     def band(held: list) -> tuple:
-        return (*interval([c.point.measured / c.predicted for c in held]), cv_summary(held)["coverage"])
+        return (*quantile_band([c.point.measured / c.predicted for c in held]), cv_summary(held)["coverage"])
     pairs = same_machine_pairs(rows, checked)
     tie = max((max(p, 1 / p) for _, m, p in pairs if (m > 1) != (p > 1)), default=1.0)
     return Derived(checked, plain, fitted, fit(cv, LAYER_US_BOUNDS, ships(cv)), band(checked), band(plain), pairs,

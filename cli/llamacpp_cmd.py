@@ -94,16 +94,37 @@ def _on_cores(chosen: list[int]) -> list[int]:
     return chosen
 
 
+BAND_NOTE = "moesim validate --engine llama.cpp: this machine's 80% decode interval"  # the band's note in a file
+
+
 def validate(hardware: str | None, model: str | None, layers: int | None, dtypes: list[str] | None,
              threads: list[int] | None, contexts: str | None, prompts: str | None, runs: int, workdir: Path | None,
-             as_json: bool, force: bool = False) -> None:
-    """Predict and measure the held-out configurations; print the table and the summary."""
+             as_json: bool, force: bool = False, out: Path | None = None) -> None:
+    """Predict and measure the held-out configurations; print the table and the summary; with ``out`` (not the
+    ``hardware`` file itself), write the calibrated machine with its own decode band (``decode_band``)."""
+    from dataclasses import replace
+
+    from moesim.files import check_output
     from moesim.replay.llamacpp_calibrate import PROMPT, calibrate_llamacpp
+    from moesim.sim.accuracy import measured
     from moesim.sim.local_machine import thread_counts
-    from moesim.replay.llamacpp_validate import (HEADERS, SHAPES, cells, model_shape, summary, summary_line,
-                                                 validate_llamacpp)
-    from moesim.sim.hardware import get_hardware
+    from moesim.replay.llamacpp_validate import (HEADERS, SHAPES, cells, decode_band, model_shape, summary,
+                                                 summary_line, validate_llamacpp)
+    from moesim.sim.hardware import get_hardware, write_hardware
     from moesim.tracegen.models import get_model
+
+    notes: tuple = ()
+    if out is not None:
+        check_output(out, "hardware file", inputs=(hardware,), suffixes=(".toml",))
+        if hardware is not None:
+            given = get_hardware(hardware, force=force)
+            if not measured(given):
+                raise MoesimError(f"--out: {hardware} is a spec sheet's machine, whose interval is the published "
+                                  "points'; a band measured here is a calibrated machine's (moesim calibrate "
+                                  "--engine llama.cpp, or leave --hardware out)")
+            if Path(hardware).is_file():  # its calibration's notes kept, an earlier band's left behind
+                notes = tuple(line[1:].strip() for line in Path(hardware).read_text().splitlines()
+                              if line.startswith("#") and not line[1:].strip().startswith(BAND_NOTE))
 
     shapes = SHAPES
     if model is not None:
@@ -119,12 +140,20 @@ def validate(hardware: str | None, model: str | None, layers: int | None, dtypes
         task = bar.add_task("validating", total=len(shapes) * len(formats) * len(chosen) * (len(ctxs) + len(pps)))
         if hardware is None:
             bar.update(task, description="calibrating this machine first (no --hardware)")
-            hw, _ = calibrate_llamacpp(chosen, runs, workdir)
+            hw, calibrated = calibrate_llamacpp(chosen, runs, workdir)
+            notes = tuple(calibrated)
         else:
             hw = get_hardware(hardware, force=force)
         rows = validate_llamacpp(hw, shapes, formats, chosen, ctxs, runs, workdir,
                                  lambda what: bar.update(task, description=what, advance=1), pps)
     s = summary(rows)
+    if out is not None:
+        low, high, held = decode_band(rows)
+        s["band"] = {"low": low, "high": high, "held": held}
+        decodes = sum(not r.measured.prompt for r in rows)
+        write_hardware(replace(hw, cpu=replace(hw.cpu, band_low=low, band_high=high, band_held=held)), out,
+                       notes + (f"{BAND_NOTE} x{low:.3f} to x{high:.3f}, measured / predicted over {decodes} decodes "
+                                f"calibration did not run; each left out, such intervals held {held:.0%} of them",))
     if as_json:
         emit_json({"engine": "llama.cpp", "hardware": hw.source or hw.name, "rows": [r.as_dict() for r in rows],
                    "summary": s})
@@ -132,3 +161,7 @@ def validate(hardware: str | None, model: str | None, layers: int | None, dtypes
     table(f"llama.cpp decode on this machine against moesim ({hw.source or hw.name}); median of {runs} runs; error "
           "with the DRAM rate probed beside each run, and from the file as it is", HEADERS, [cells(r) for r in rows])
     console.print(summary_line(s))
+    if out is not None:
+        console.print(f"wrote {out}: this machine's 80% decode interval x{s['band']['low']:.2f} to "
+                      f"x{s['band']['high']:.2f} of a prediction; each left out, such intervals held "
+                      f"{s['band']['held']:.0%} of these decodes")

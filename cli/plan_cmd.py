@@ -14,7 +14,7 @@ from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTIN
 from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
 from moesim.files import check_output
-from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD, TIE_RATIO
+from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD, TIE_RATIO, interval_words, measured
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.tracegen.trace import trace_file
 
@@ -105,11 +105,13 @@ def plan(
         console.print(f"{title}\nno engine you can run gives a placement of {result.model} that fits: "
                       f"{'those you named do not' if engines else 'see below'}", soft_wrap=True)
     if any(r.tokens_per_s.low is not None for r in result.rows):
-        console.print(f"tok/s: as the row's engine runs it, the framework time learned for it from published points "
-                      f"included (sim run --engine NAME gives the same); (80% interval): measured / predicted over "
-                      f"them, 10th to 90th percentile; each built without its point's source or machine, such "
-                      f"intervals held {FRAMEWORK_HELD:.0%} of them with a learned time, {OPERATIONS_HELD:.0%} without "
-                      "(docs/fidelity.md)", soft_wrap=True)
+        hw = result.machine_spec
+        console.print("tok/s: as the row's engine runs it, the framework time learned for it from published points "
+                      "included (sim run --engine NAME gives the same); " + (
+                          interval_words(hw, True) if measured(hw) else
+                          "(80% interval): measured / predicted over them, 10th to 90th percentile; each built without "
+                          f"its point's source or machine, such intervals held {FRAMEWORK_HELD:.0%} of them with a "
+                          f"learned time, {OPERATIONS_HELD:.0%} without (docs/fidelity.md)"), soft_wrap=True)
     # the model file's own storage, in words
     if any(r.dtype is None for r in result.rows) or any(s["dtype"] is None for s in result.skipped):
         console.print(f"{OWN} {result.spec.storage_text}", soft_wrap=True)

@@ -201,12 +201,16 @@ def validate(
     prompts: Annotated[Optional[str], typer.Option(help="--engine llama.cpp: comma-separated prompt lengths whose "
                                                         "processing is timed too (default 256; 0: none).")] = None,
     runs: Runs = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", click_type=PATH, help="--engine llama.cpp: write the "
+                                                "calibrated hardware file with this machine's own 80% decode "
+                                                "interval, measured here (band_low, band_high, band_held), which plan "
+                                                "and sim run then give on it (not the --hardware file itself).")] = None,
     *,
     asked: Asked,
 ) -> None:
     """Simulate and replay each configuration; print simulated against measured TPOT and the error. With --engine
     llama.cpp: predict and time llama.cpp's CPU decode of models, formats, thread counts and contexts that
-    calibration did not run.
+    calibration did not run, and (--out) write this machine's own interval from them.
 
     Example: moesim validate t.parquet --model olmoe-1b-7b --layers 4 --scale 0.5 --policies lru,belady --capacity 16,32
 
@@ -221,12 +225,13 @@ def validate(
         llamacpp_cmd.refuse_replay_options(asked, backend != "cpu", scale != 1.0)
         llamacpp_cmd.validate(_hardware(asked), asked.base.model.name if "model" in asked.given else None, layers,
                               asked.each.get("dtype"), asked.each.get("threads"), contexts, prompts, runs or RUNS,
-                              workdir, as_json, asked.base.hardware.force)
+                              workdir, as_json, asked.base.hardware.force, out)
         return
     threads = asked.each.get("threads", [])  # the replay's one thread count, as sim run's; a list is llama.cpp's
     listed = len(threads) > 1
     _engine_only("; it takes one thread count, as sim run does" if listed else "",
-                 threads=",".join(map(str, threads)) if listed else None, contexts=contexts, prompts=prompts, runs=runs)
+                 threads=",".join(map(str, threads)) if listed else None, contexts=contexts, prompts=prompts, runs=runs,
+                 out=out)
     if trace_path is None:
         raise MoesimError("validate needs a trace (or --engine llama.cpp)")
     # each listed, else the configuration file's (the command's own defaults apply where the file sets none)

@@ -14,7 +14,7 @@ from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError, option
 from moesim.files import check_output
-from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD
+from moesim.sim.accuracy import interval_words
 from moesim.sim.config import RUN_SETTINGS, check_model_read
 from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import get_strategy
@@ -124,9 +124,7 @@ def run(
         console.print(("tok/s: as the engine runs it, the framework time learned for it from published points "
                        "included" if framework else "tok/s: the placement's operations, no engine's framework time "
                        "(--engine NAME, as moesim plan, adds one where it was learned)")
-                      + "; (80% interval): measured / predicted over published points of real engines (docs/"
-                      f"fidelity.md; such intervals held {FRAMEWORK_HELD if framework else OPERATIONS_HELD:.0%} of "
-                      "them)", soft_wrap=True)
+                      + "; " + interval_words(hw, framework), soft_wrap=True)
     if prefetch != "none":
         for r in results:
             console.print(f"{r.policy} @ {slots_text(r.capacity)}: predictions' precision {_pct(r.prefetch_precision)}, "

@@ -18,12 +18,11 @@ simulated, not extrapolated.
   it predicts that kind's points better (median |error|) than none. Given as a rule (``kinds`` a function of the
   training points), the choice is made again inside every fold from that fold's training groups alone, so the
   held-out error of what ships is held out from the choice too.
-- **Interval** (``interval``): the 80% interval of a prediction is the prediction times the 10th and 90th
-  percentiles of ``measured / predicted`` over held-out predictions of other groups, of every engine (one engine's
-  alone held fewer of the points: too few of its own are left once its group is out). For a held-out point those
-  ratios come from a second cross-validation inside its training groups, so the interval never sees the point
-  either, and its **coverage** (the share of held-out points inside their interval) is measured, not assumed.
-"""
+- **Interval** (``moesim.sim.accuracy.quantile_band``): the 80% interval of a prediction is the prediction times the
+  10th and 90th percentiles of ``measured / predicted`` over held-out predictions of other groups, of every engine (one
+  engine's alone held fewer of the points: too few of its own are left once its group is out). For a held-out point
+  those ratios come from a second cross-validation inside its training groups, so the interval never sees the point
+  either, and its **coverage** (the share of held-out points inside their interval) is measured, not assumed."""
 
 from __future__ import annotations
 
@@ -34,7 +33,8 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from sklearn.model_selection import LeaveOneGroupOut
 
-COVERAGE = 0.8  # an interval holds this share of measurements: its ends are the (1 ± COVERAGE) / 2 quantiles
+from moesim.sim.accuracy import COVERAGE, quantile_band
+
 
 
 @dataclass(frozen=True)
@@ -135,16 +135,6 @@ def held_out(points: list[Point], bounds: tuple[float, float], kinds=None) -> li
     return out
 
 
-def interval(ratios, coverage: float = COVERAGE) -> tuple[float, float]:
-    """The factors (low, high) a prediction is multiplied by for its interval: the (1 − coverage) / 2 and (1 +
-    coverage) / 2 quantiles of ``measured / predicted`` over held-out predictions (linear interpolation between
-    order statistics)."""
-    ratios = np.asarray(ratios, np.float64)
-    if ratios.size == 0:
-        return (float("nan"), float("nan"))
-    return (float(np.quantile(ratios, (1 - coverage) / 2)), float(np.quantile(ratios, (1 + coverage) / 2)))
-
-
 def ratios(points: list[Point], predictions) -> list[float]:
     """``measured / predicted`` of each held-out prediction."""
     return [p.measured / pred for p, (pred, _) in zip(points, predictions)]
@@ -183,6 +173,6 @@ def cross_validate(points: list[Point], bounds: tuple[float, float], kinds: set 
         spread = list(zip(train, ratios(train, held_out(train, bounds, kinds))))
         for i in test:
             pred, constants = outer[i]
-            low, high = interval([r for p, r in spread if family is None or family(p) == family(points[i])], coverage)
+            low, high = quantile_band([r for p, r in spread if family is None or family(p) == family(points[i])], coverage)
             out[i] = Checked(points[i], pred, pred * low, pred * high, constants)
     return out

@@ -13,6 +13,7 @@ between two DRAM bandwidth probes, and moesim predicts it on the hardware given:
   to several times from minute to minute; this one separates the model's error from the host's swing).
 
 Both errors are reported, each run's spread, and the probes. The files live in a scratch folder removed after.
+``decode_band`` is this machine's own 80% interval from the decode rows, as ``moesim.sim.accuracy`` takes it.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from moesim.errors import MoesimError
 from moesim.replay.llamacpp_calibrate import CALIBRATION_SHAPES, OVERHEAD_SHAPE, Measured, measure, model_file
 from moesim.replay.cpu_fit import Run
 from moesim.replay.llamacpp_model import HEAD_DIM
 from moesim.replay.llamacpp_run import LlamaCpp
 from moesim.replay.scratch import scratch_folder, work_folder
+from moesim.sim.accuracy import quantile_band
 from moesim.sim.machine import Hardware
 from moesim.tracegen.model_files import load_model_file
 from moesim.tracegen.models import ModelSpec
@@ -39,6 +43,7 @@ SHAPES = {  # (layers, experts, top_k, d_model, expert width, vocab): 0.2-0.45 B
     "mixtral": (4, 8, 2, 1024, 2048, 4096),
 }
 FORMATS = ("bf16", "q8_0", "q4_k_m", "q4_0", "mxfp4")
+BAND_ROWS = 10  # the fewest decode configurations a machine's band is taken from
 MAX_FILE_GB = 4.0  # a model asked for is cut to the layers whose bf16 file stays under this
 
 
@@ -136,6 +141,19 @@ def validate_llamacpp(hw: Hardware, shapes: dict, formats: list[str], threads: l
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return rows
+
+
+def decode_band(rows: list[Row]) -> tuple[float, float, float]:
+    """This machine's 80% decode interval, from the hardware file as it is (what a user's run gets): the 10th and
+    90th percentiles of measured / predicted over the decode rows (``moesim.sim.accuracy.quantile_band``), and the
+    share of those rows an interval from the other rows held (each left out in turn)."""
+    ratios = np.array([r.measured.tok_s / r.predicted_file for r in rows if not r.measured.prompt])
+    if ratios.size < BAND_ROWS:
+        raise MoesimError(f"a machine's band is taken from at least {BAND_ROWS} decode configurations, this validation "
+                          f"ran {ratios.size}: give more --threads, --contexts or --dtype")
+    low, high = quantile_band(ratios)
+    held = [lo <= x <= hi for i, x in enumerate(ratios) for lo, hi in (quantile_band(np.delete(ratios, i)),)]
+    return low, high, float(np.mean(held))
 
 
 def summary(rows: list[Row]) -> dict:

@@ -10,14 +10,15 @@ copies experts and the CPU computes its experts: their busy seconds a step, what
 binds (the stream's own work, where it never waited; else the busier of the link and the CPU). Then the constants
 the durations came from, each with its source: the machine's (its spec sheet, and the shares of it a kernel reaches,
 docs/hardware.md), the engine's (``moesim.sim.engines``), each expert's durations (``moesim.sim.costs``), and the
-tokens/s interval (``moesim.sim.accuracy``: the published points' spread; no constant has an interval of its own).
+tokens/s interval (``moesim.sim.accuracy``: the published points' spread, or a validated machine's own; no constant
+has an interval of its own).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from moesim.sim.accuracy import FRAMEWORK_BAND, FRAMEWORK_HELD, OPERATIONS_BAND, OPERATIONS_HELD
+from moesim.sim.accuracy import band, measured
 from moesim.sim.des import DesResult, measured_decode
 from moesim.sim.engines import ENGINES, UNNAMED
 from moesim.sim.machine import Hardware
@@ -120,8 +121,8 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
         out.append(Line("an expert on the CPU, one token", cost.cpu_by_tokens[1] * 1e6, "us",
                         "its bytes at the DRAM or unpack rate, the slower"))
     if r.tokens_per_s_low is not None:
-        band, held = (FRAMEWORK_BAND, FRAMEWORK_HELD) if r.framework_us else (OPERATIONS_BAND, OPERATIONS_HELD)
-        out.append(Line(f"tokens/s, its 80% interval x{band[0]:.2f} to x{band[1]:.2f} of it", r.tokens_per_s, "tokens/s",
-                        f"the published points' spread held out; such intervals held {held:.0%} "
-                        "(docs/fidelity.md)"))
+        low, high, held = band(hw, bool(r.framework_us))
+        out.append(Line(f"tokens/s, its 80% interval x{low:.2f} to x{high:.2f} of it", r.tokens_per_s, "tokens/s",
+                        ("this machine's validation" if measured(hw) else "the published points' spread (docs/"
+                         "fidelity.md)") + f", held out; such intervals held {held:.0%}"))
     return tuple(out)

@@ -226,7 +226,8 @@ RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "positive", "me
          "flop_eff": "fraction", "launch_us": "non-negative", "gbps": "positive", "efficiency": "fraction",
          "latency_us": "non-negative", "engines": "engines", "layer_s": "positive", "expert_s": "positive",
          "cores": "cores", "ghz": "positive", "dram_gbps": "positive", "ram_gb": "positive",
-         "dram_eff": "fraction", "kernel_eff": "fraction", "isa": "isa", "sockets": "sockets", "threads": "threads"}
+         "dram_eff": "fraction", "kernel_eff": "fraction", "isa": "isa", "sockets": "sockets", "threads": "threads",
+         "band_low": "non-negative", "band_high": "non-negative", "band_held": "non-negative"}
 # ... and the range it must lie in, checked after its rule: (lowest, highest, unit). No real machine comes near either
 # end; past them the model's times overflow to inf or NaN (a link of 1e-310 GB/s, a launch of 1e308 us, a clock of
 # 1e-320 GHz) or are absurd without a warning (1e300 s a token), and a memory of 1e300 GiB reads as no limit at all.
@@ -237,6 +238,8 @@ RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "positive", "me
 #   ghz                                                                                1e-2 .. 100
 #   shares (mem_eff, flop_eff, efficiency, dram_eff, kernel_eff)                      1e-3 .. 1
 #   fixed costs, us (launch_us, latency_us, task_us, sync_us, barrier_*_us)           0 .. 1e6 (1 s)
+#   a measured band's factors (band_low, band_high; where not 0)                       1e-3 .. 1e3
+#   ... and the share it held (band_held, where not 0)                                 1e-3 .. 1
 #   [compute] times, s                                                                 0 .. 1
 BANDWIDTH, SIZE, SHARE, MICROS, SECONDS = (1e-3, 1e6, "GB/s"), (1e-3, 1e6, "GiB"), (1e-3, 1, ""), (0, 1e6, "us"), \
     (0, 1, "s")
@@ -245,7 +248,8 @@ RANGES = {"hbm_gbps": BANDWIDTH, "gbps": BANDWIDTH, "dram_gbps": BANDWIDTH, "unp
           "attn_gflops": (1e-3, 1e6, "GFLOP/s"), "attn_tiled_gflops": (1e-3, 1e6, "GFLOP/s"),
           "ghz": (1e-2, 100, "GHz"), "mem_eff": SHARE, "flop_eff": SHARE, "efficiency": SHARE, "dram_eff": SHARE,
           "kernel_eff": SHARE, "launch_us": MICROS, "latency_us": MICROS, "task_us": MICROS, "sync_us": MICROS,
-          "barrier_base_us": MICROS, "barrier_thread_us": MICROS,
+          "barrier_base_us": MICROS, "barrier_thread_us": MICROS, "band_low": (1e-3, 1e3, ""),
+          "band_high": (1e-3, 1e3, ""), "band_held": SHARE,
           **{f.name: SECONDS for f in fields(MeasuredCompute) if f.name != "name"}}
 # ... and the most a real part has, with headroom (what has the most beside each). Past it a number is most likely in
 # another unit: a warning (``MoesimWarning``) names the key, the value and the unit slip that would make it one a real
@@ -286,7 +290,7 @@ PLAUSIBLE = {("gpu", "hbm_gb"): Bound(0.5, 512, "GiB", "more GPU memory than any
              ("cpu", "ram_gb"): Bound(0.5, 8192, "GiB", "more RAM than any CPU socket holds", MIB),
              ("cpu", "ghz"): Bound(0.5, 7, "GHz", "a faster clock than any CPU runs at", CLOCK)}
 REFUSED = 10
-UNSET = ("attn_gflops", "attn_tiled_gflops")  # 0 is their "not measured: the table's rate"
+UNSET = ("attn_gflops", "attn_tiled_gflops", "band_low", "band_high", "band_held")  # 0: not measured
 RATE_TABLES = ("unpack_gbps", "matmul_gflops")
 RETIRED = ("fp32_gflops", "bf16_gflops", "int8_gflops", "int4_gflops")  # per-class rates, now per format  # [cpu] keys whose value is a table of format = rate per thread
 MAX_ENGINES = 64
@@ -500,6 +504,9 @@ ram_gb = 32              # all sockets, GiB (required)
 # matmul_gflops = {q4_0 = 60}            # GFLOP/s one thread reaches in prefill's products, by format (measured)
 # attn_gflops = 10.7                     # GFLOP/s one thread reaches in attention over the KV cache at decode
 # attn_tiled_gflops = 28.6               # ... and on a prompt (llama.cpp's flash attention in tiles; measured)
+# band_low = 0.85                        # this machine's 80% decode interval, measured / predicted held out, and
+# band_high = 1.21                       # the share such intervals held (moesim validate --engine llama.cpp --out)
+# band_held = 0.8
 
 # [ssd]                  # or, at the top: ssd = "pcie4-nvme"; experts beyond DRAM (--dram-capacity)
 # name = "PCIe 4 NVMe"

@@ -86,6 +86,12 @@ class CPU:
     # paths (``moesim.sim.cpu_rates``): a query row at a time (decode), tiles of query rows (prompts); 0: the table's
     attn_gflops: float = 0.0
     attn_tiled_gflops: float = 0.0
+    # this machine's own 80% decode interval (``moesim validate --engine llama.cpp --out``): measured / predicted over
+    # llama.cpp decodes calibration did not run, 10th and 90th percentiles, and the share of them an interval from
+    # the others held; 0: none measured (``moesim.sim.accuracy.interval``)
+    band_low: float = 0.0
+    band_high: float = 0.0
+    band_held: float = 0.0
 
     @property
     def workers(self) -> int:

@@ -6,7 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from moesim.experiments.crossval import Point, better_than_none, cross_validate, fit, groups, held_out, interval
+from moesim.experiments.crossval import Point, better_than_none, cross_validate, fit, groups, held_out
+from moesim.sim.accuracy import quantile_band
 from moesim.sim.engines import ENGINES
 from moesim.tracegen.models import get_model
 
@@ -68,8 +69,8 @@ def test_which_constants_ship_is_chosen_again_without_the_held_out_group():
 
 def test_the_interval_is_the_quantiles_of_the_held_out_ratios():
     """80%: the 10th and 90th percentiles, by linear interpolation between order statistics: of 1..11, 2 and 10."""
-    assert interval(np.arange(1.0, 12.0)) == pytest.approx((2.0, 10.0))
-    assert interval([0.5, 2.0], 0.5) == pytest.approx((0.5 + 0.25 * 1.5, 0.5 + 0.75 * 1.5))
+    assert quantile_band(np.arange(1.0, 12.0)) == pytest.approx((2.0, 10.0))
+    assert quantile_band([0.5, 2.0], 0.5) == pytest.approx((0.5 + 0.25 * 1.5, 0.5 + 0.75 * 1.5))
 
 
 def test_a_point_s_interval_comes_from_the_other_groups_ratios_only():
@@ -80,13 +81,13 @@ def test_a_point_s_interval_comes_from_the_other_groups_ratios_only():
     pts = [point(f"p{i}", f"s{i}", f"m{i}", kind="ab"[i % 2], scale=s) for i, s in enumerate(scales)]
     checked = cross_validate(pts, (0.0, 0.0))
     for i, c in enumerate(checked):
-        low, high = interval([s for j, s in enumerate(scales) if j != i])
+        low, high = quantile_band([s for j, s in enumerate(scales) if j != i])
         assert c.predicted == pytest.approx(pts[i].predicted(0.0))
         assert (c.low, c.high) == pytest.approx((c.predicted * low, c.predicted * high))
         assert c.inside == (c.low <= pts[i].measured <= c.high)
     # a band per family: the other points of the point's own family only (here its kind: a, a, a or b, b, b)
     for i, c in enumerate(cross_validate(pts, (0.0, 0.0), family=lambda p: p.kind)):
-        low, high = interval([s for j, s in enumerate(scales) if j != i and j % 2 == i % 2])
+        low, high = quantile_band([s for j, s in enumerate(scales) if j != i and j % 2 == i % 2])
         assert (c.low, c.high) == pytest.approx((c.predicted * low, c.predicted * high))
 
 
