@@ -19,9 +19,10 @@ from moesim.sim.config import DTYPES as FORMATS
 from moesim.tracegen.trace import trace_file
 
 
-@takes([*PLAN_SETTINGS, "dtype", "engine"], listed=("dtype", "engine"),
+@takes([*PLAN_SETTINGS, "dtype", "engine"], listed=("model", "dtype", "engine"),
        defaults={"prompt": str(PLAN_PROMPT)},
-       helps={"model": "Model preset to plan for (see 'moesim models'), or a model file (config.json, GGUF); required.",
+       helps={"model": "Model to plan for: a preset (see 'moesim models') or its Hugging Face id, or a model file "
+                       "(config.json, GGUF); required. Comma-separated: each planned, their rows ranked together.",
               "prompt": "Prompt tokens: prefilled for the time to first token, then held in the KV cache.",
               "dtype": f"Weight formats to plan (every weight in each) beside a model file's own storage, "
                        f"comma-separated: {', '.join(FORMATS)}. Default: the model file's storage, else "
@@ -60,11 +61,19 @@ def plan(
         check_output(plot, "figure", inputs=() if trace is None else (trace,), suffixes=SUFFIXES)
     formats = asked.each.pop("dtype", None)  # not typed: a configuration file's, else the plan's
     engines = asked.each.pop("engine", None)
-    config = asked.config("plan")
+    models = asked.each.pop("model", [])
+    config = asked.config("plan").replace(**({"model": models[0]} if models else {}))
     # a file's prompt of 0 (every configuration's default, what a saved run holds) asks for none, as in the API
     asked_prompt = "prompt" in asked.typed or ("prompt" in asked.given and config.workload.prompt != 0)
     if not asked_prompt:
         config = config.replace(prompt=PLAN_PROMPT)
+    if len(models) > 1:
+        if trace is not None or plot is not None:
+            raise MoesimError(f"{'--trace' if trace is not None else '--plot'} is one model's: with several models "
+                              "(--model A,B) each plans on its own synthetic or bundled trace; plan one at a time")
+        several([config.replace(model=m) for m in models], formats, engines, asked_prompt, asked.typed, explain,
+                as_json)
+        return
     with working("simulating each strategy (the first run compiles each policy)"):
         # the default prompt gives way to a trace's own prompts; one asked for here or in the file is checked
         result = run_plan(config, trace, formats, prompt_asked=asked_prompt, given=asked.typed, engines=engines)
@@ -78,7 +87,8 @@ def plan(
     if explain is not None:
         from moesim.sim.explain import explain as explain_row
 
-        explained = explain_row(result.results[explain - 1], result.spec, result.machine_spec)
+        chosen = result.results[explain - 1]
+        explained = explain_row(chosen, result.spec, result.machine_of(chosen))
     if as_json:
         emit_json({**result.as_dict(), **({"explain": explained.as_dict()} if explained else {})})
         return
@@ -104,25 +114,11 @@ def plan(
     else:
         console.print(f"{title}\nno engine you can run gives a placement of {result.model} that fits: "
                       f"{'those you named do not' if engines else 'see below'}", soft_wrap=True)
-    if any(r.tokens_per_s.low is not None for r in result.rows):
-        hw = result.machine_spec
-        console.print("tok/s: as the row's engine runs it, the framework time learned for it from published points "
-                      "included (sim run --engine NAME gives the same); " + (
-                          interval_words(hw, True) if measured(hw) else
-                          "(80% interval): measured / predicted over them, 10th to 90th percentile; each built without "
-                          f"its point's source or machine, such intervals held {FRAMEWORK_HELD:.0%} of them with a "
-                          f"learned time, {OPERATIONS_HELD:.0%} without (docs/fidelity.md)"), soft_wrap=True)
+    interval_note(result.rows, result.machine_spec)
     # the model file's own storage, in words
     if any(r.dtype is None for r in result.rows) or any(s["dtype"] is None for s in result.skipped):
         console.print(f"{OWN} {result.spec.storage_text}", soft_wrap=True)
-    close = [f"#{r.rank}" for r in result.rows if r.tied]
-    if close:
-        console.print(f"{', '.join(close)}: within x{TIE_RATIO:g} of #1's tokens/s; held out, moesim ordered wrong "
-                      "pairs of settings on one machine it predicted up to that far apart (docs/fidelity.md), so these "
-                      "are not ranked apart from #1", soft_wrap=True)
-    if any(r.learned for r in result.rows):
-        console.print(f"{LEARNED} its GPU experts or its prefetcher learned from this trace ({result.trace}): an upper "
-                      f"bound on other prompts", soft_wrap=True)
+    rank_notes(result.rows, result.trace)
     if not wide:
         for r in result.rows:
             console.print(f"#{r.rank}: {r.command}", soft_wrap=True)
@@ -170,6 +166,69 @@ LEARNED = "^"  # marks a row whose figure is an upper bound: learned from the tr
 OWN = "*"  # marks the model file's own storage (a --dtype of the same name is every weight in that format)
 
 
+def interval_note(rows: list, hw) -> None:
+    """Where the rows' intervals come from and how often such intervals held."""
+    if any(r.tokens_per_s.low is not None for r in rows):
+        console.print("tok/s: as the row's engine runs it, the framework time learned for it from published points "
+                      "included (sim run --engine NAME gives the same); " + (
+                          interval_words(hw, True) if measured(hw) else
+                          "(80% interval): measured / predicted over them, 10th to 90th percentile; each built without "
+                          f"its point's source or machine, such intervals held {FRAMEWORK_HELD:.0%} of them with a "
+                          f"learned time, {OPERATIONS_HELD:.0%} without (docs/fidelity.md)"), soft_wrap=True)
+
+
+def rank_notes(rows: list, trace: str) -> None:
+    """Which rows the published pairs do not tell apart from #1, and which learned from the trace they are timed on."""
+    close = [f"#{r.rank}" for r in rows if r.tied]
+    if close:
+        console.print(f"{', '.join(close)}: within x{TIE_RATIO:g} of #1's tokens/s; held out, moesim ordered wrong "
+                      "pairs of settings on one machine it predicted up to that far apart (docs/fidelity.md), so these "
+                      "are not ranked apart from #1", soft_wrap=True)
+    if any(r.learned for r in rows):
+        console.print(f"{LEARNED} its GPU experts or its prefetcher learned from {trace}: an upper bound on other "
+                      "prompts", soft_wrap=True)
+
+
+def several(configs: list, formats, engines, asked_prompt: bool, typed, explain: int | None, as_json: bool) -> None:
+    """Each model of ``configs`` planned on the same machine, their rows ranked together (``ranked``): which model,
+    format and placement to run."""
+    from moesim.experiments.plan import ranked, row_key
+
+    with working(f"planning {len(configs)} models (the first run compiles each policy)"):
+        plans = [run_plan(c, None, formats, prompt_asked=asked_prompt, given=typed, engines=engines) for c in configs]
+    by_row = sorted(((r, p, res) for p in plans for r, res in zip(p.rows, p.results)), key=lambda t: row_key(t[0]))
+    rows = ranked([r for r, _, _ in by_row])
+    if explain is not None and explain > len(rows):
+        raise MoesimError(f"--explain {explain}: the plans have {len(rows)} row(s)")
+    explained = None
+    if explain is not None:
+        from moesim.sim.explain import explain as explain_row
+
+        _, p, result = by_row[explain - 1]
+        explained = explain_row(result, p.spec, p.machine_of(result))
+    if as_json:
+        emit_json({"rows": [r.as_dict() for r in rows], "plans": [p.as_dict() for p in plans],
+                   **({"explain": explained.as_dict()} if explained else {})})
+        return
+    first = plans[0]
+    table(f"{', '.join(p.model for p in plans)} on {first.hardware}: {first.machine}; batch {first.batch}, prompt "
+          f"{first.prompt} tokens. Every model's rows ranked together by decode tokens/s; memory in GiB",
+          ["#", "model", "engine", "format", "experts on GPU", "tok/s", "VRAM", "RAM"],
+          [[r.rank, r.model, r.engine, shown(r.format, r.dtype), placed(r), rate(r), three(r.vram_gb), three(r.ram_gb)]
+           for r in rows])
+    interval_note(rows, first.machine_spec)
+    rank_notes(rows, "each model's trace")
+    for r in rows:
+        console.print(f"#{r.rank}: {r.command}", soft_wrap=True)
+    for p in plans:
+        if p.apart:
+            console.print(f"{p.model}: {len(p.apart)} placement(s) not offered ('moesim plan --model {p.model}' says "
+                          "why)", soft_wrap=True)
+    if explained is not None:
+        r = rows[explain - 1]
+        show(f"#{explain} {r.model}, {r.engine}, {r.format}, {placed(r)}", explained)
+
+
 def three(x) -> str:
     """Seconds or GiB in a narrow cell: three significant digits."""
     return "-" if x is None or x != x else f"{x:.3g}"
@@ -190,6 +249,8 @@ def placed(r: PlanRow) -> str:
     pool, the CPU's layers."""
     if r.strategy == ALL_ON_GPU:
         return "all"
+    if not r.gpu:
+        return "none: CPU only"
     if r.capacity is None:
         return f"{r.layers - r.cpu_layers}/{r.layers} layers"
     if r.scope == "global":

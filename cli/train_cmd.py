@@ -1,7 +1,7 @@
 """`moesim train ...`: fit learned policies from a routing trace."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -22,7 +22,8 @@ def ml_ffn(
     out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Model file to write (.npz, plain arrays).")],
     layers: Annotated[str, typer.Option("--layers", help="per-layer: one FFN per layer (FlashMoE); shared: "
                                                          "one for all layers.")] = "per-layer",
-    capacity: Annotated[int, typer.Option(help="Cache size per layer for the validation report.")] = 4,
+    capacity: Annotated[Optional[int], typer.Option(help="Cache size per layer for the validation report [default: "
+                                                         "the trace's top-k, the least a step takes].")] = None,
     val_fraction: Annotated[float, typer.Option(help="Share of sequences (the last ones) held out.")] = 0.2,
     horizon: Annotated[int, typer.Option(help="Distances beyond this many tokens count as this many.")] = 64,
     seed: Annotated[int, typer.Option(help="Seed of initialisation and batch order.")] = 0,
@@ -41,6 +42,7 @@ def ml_ffn(
         raise MoesimError(f"--layers must be per-layer or shared, got {layers!r}")
     check_output(out, "model", force=force, inputs=(train_trace,), suffixes=(".npz",))
     trace = moesim.load_trace(train_trace)
+    capacity = trace.meta.top_k if capacity is None else capacity
     if capacity < 0:  # named as typed, as sim hitrate names it (the configuration's reader names its field)
         raise MoesimError(f"--capacity must be at least 0, got {capacity}")
     cache, top_k = CacheConfig(policy="ml-ffn", capacity=capacity), trace.meta.top_k

@@ -1,24 +1,24 @@
 """``moesim plan``: what to put where for a model on a machine — every execution strategy, ranked.
 
 In each weight format — the model file's own storage (a GGUF's types, tensor by tensor; a config.json's
-``quantization_config``) where it has one, and each of ``dtypes`` (every weight in it; default, where the model has
-no storage of its own: ``DTYPES``) — it simulates each candidate of ``CANDIDATES`` — a strategy with the
-settings that make it what engines deploy — with its size taken from memory (``capacity = "auto"``:
-the most GPU slots that fit; ``cpu_layers = "auto"``: the fewest CPU layers that fit), on a trace:
-the one given, the bundled real one for Mixtral-8x7B, else a synthetic trace of the model's
-dimensions. The first batch of sequences warms the caches up and the rest are measured (steady
-state, as a running server sees it). The rows that fit rank by decode tokens/s (equal ones by TTFT:
-``rank_key``); each gives its tokens/s's 80% interval on a spec sheet's machine (the published points' spread:
-``moesim.sim.accuracy``), TPOT, the time to first token of a ``prompt``-token prompt, GPU memory and
-host RAM used, the format (``format``, and in words ``storage``) and the engine settings that reproduce it (or why
-it has none). Candidates that keep
-every expert on the GPU are one placement: one ``all-on-gpu`` row per format (``_fold``). A candidate
-that cannot fit, or cannot run on the trace (lowbit-miss needs gate weights), is listed with the
-reason; where none fits, the plan is an error naming the one closest to fitting. ``curves`` steps the
-GPU memory of each strategy's best row down, for a figure of tokens/s against VRAM.
+``quantization_config``) where it has one, and each of ``dtypes`` (every weight in it; default, where the model has no
+storage of its own: ``DTYPES``) — it simulates each candidate of ``CANDIDATES`` — a strategy with the settings that
+make it what engines deploy — with its size taken from memory (``capacity = "auto"``: the most GPU slots that fit;
+``cpu_layers = "auto"``: the fewest CPU layers that fit), on a trace: the one given, the bundled real one for
+Mixtral-8x7B, else a synthetic trace of the model's dimensions. The first batch of sequences warms the caches up and
+the rest are measured (steady state, as a running server sees it). The rows that fit rank by decode tokens/s (equal
+ones by TTFT: ``rank_key``); each gives its tokens/s's 80% interval on a spec sheet's machine (the published points'
+spread: ``moesim.sim.accuracy``), TPOT, the time to first token of a ``prompt``-token prompt, GPU memory and host RAM
+used, the format (``format``, and in words ``storage``) and the engine's whole command that runs it. A row is offered
+where an engine a user can install runs the model's family in that format (``moesim.sim.engines``); the others are set
+apart, each saying why. On a machine with a GPU, llama.cpp with every layer on the CPU and the GPU left out (``-ngl
+0``) is planned too. Candidates that keep every expert on the GPU are one placement: one ``all-on-gpu`` row per format
+(``_fold``). A candidate that cannot fit, or cannot run on the trace (lowbit-miss needs gate weights), is listed with
+the reason; where none fits, the plan is an error naming the one closest to fitting. ``curves`` steps the GPU memory
+of each strategy's best row down, for a figure of tokens/s against VRAM.
 
-Popularity (``static`` pins, the ``popular`` preload) and the ``history`` prefetcher are learned from
-the simulated trace itself, so those rows are upper bounds for their strategy on unseen prompts.
+Popularity (``static`` pins, the ``popular`` preload) and the ``history`` prefetcher are learned from the simulated
+trace itself, so those rows are upper bounds for their strategy on unseen prompts.
 """
 
 from __future__ import annotations
@@ -87,6 +87,12 @@ class Plan:
     spec: ModelSpec | None = field(default=None, repr=False)  # the model planned for
     machine_spec: Hardware | None = field(default=None, repr=False)  # and the machine (``local``: detected once)
     shared: Shared | None = field(default=None, repr=False)  # what its runs on the trace share (``moesim.sim.des``)
+    cpu_only: Hardware | None = field(default=None, repr=False)  # the machine without its GPU (llama.cpp -ngl 0)
+
+    def machine_of(self, result: DesResult) -> Hardware:
+        """The machine ``result`` was simulated on: the plan's, or it without its GPU (``cpu_only``)."""
+        return self.cpu_only if self.cpu_only is not None and result.hardware == self.cpu_only.name else \
+            self.machine_spec
 
     def as_dict(self) -> dict:
         return {"model": self.model, "hardware": self.hardware, "machine": self.machine, "trace": self.trace,
@@ -161,7 +167,9 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
         config = config.replace(prompt=0) if own else config
         out = Plan(spec.name, hw.name, hw.describe(), name, int(np.median(recorded)) if own else wl.prompt,
                    wl.batch, prompt_recorded=own, simulated=tr, spec=spec, machine_spec=hw, shared=Shared(tr),
-                   context=wl.context + config.workload.prompt + int(np.diff(tr.seq_offsets).max(initial=0)))
+                   context=wl.context + config.workload.prompt + int(np.diff(tr.seq_offsets).max(initial=0)),
+                   cpu_only=replace(hw, name=f"{hw.name} CPU only", gpu=None, link=None)
+                   if hw.gpu is not None and hw.cpu is not None else None)
         prepared, short = _prepare(out, config.replace(model=spec.name,
                                                        warmup=1 if tr.num_sequences > wl.batch else 0), formats, kept)
     out.results = simulate_all(prepared)
@@ -176,10 +184,8 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
             next(iter(reasons)) if len(reasons) == 1 else
             "; ".join(f"{', '.join(dict.fromkeys(who))}: {why}" for why, who in list(reasons.items())[:3])))
     out.results.sort(key=rank_key)
-    rows, results = _fold([row(r, spec, hw, out.context, kept) for r in out.results], out.results)
-    answers = [r for r in rows if not r.apart]
-    out.rows = [replace(r, rank=i + 1, tied=i > 0 and tied(r.tokens_per_s.mid, answers[0].tokens_per_s.mid))
-                for i, r in enumerate(answers)]
+    rows, results = _fold([row(r, spec, out.machine_of(r), out.context, kept) for r in out.results], out.results)
+    out.rows = ranked([r for r in rows if not r.apart])  # (in the order they came: sorted by the same key)
     out.results = [result for r, result in zip(rows, results) if not r.apart]
     out.apart = [r for r in rows if r.apart]
     check_plan_read(out, given)
@@ -245,18 +251,20 @@ def check_plan_read(p: Plan, given) -> None:
         formats = list(dict.fromkeys(r.format for r in every))
         if not gpu:  # (threads are read by every row there)
             why = f"{p.hardware} has no GPU: every candidate runs its experts on the CPU and none keeps a cache"
-        elif all(r.strategy == ALL_ON_GPU for r in every):
+        elif all(r.strategy == ALL_ON_GPU for r in every if r.gpu):
             where = f"in {formats[0]}" if len(formats) == 1 else f"in each format planned ({', '.join(formats)})"
-            why = f"{p.model} fits whole in {p.hardware}'s GPU memory {where}: every row is {ALL_ON_GPU} and {what}"
+            why = (f"{p.model} fits whole in {p.hardware}'s GPU memory {where}: every row on the GPU is {ALL_ON_GPU} "
+                   f"and {what}")
         else:
             why = f"{what} (the rows: {', '.join(dict.fromkeys(r.strategy for r in every))})"
         raise MoesimError(f"{option(name)}: {why}, so nothing reads it")
 
 
 def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[Prepared], list]:
-    """Every candidate in every format whose engine is ``kept`` (None: any) assembled on the plan's trace, not yet
-    simulated, and (refusal, format name) for those memory refused; those that cannot run are listed in
-    ``out.skipped``."""
+    """Every candidate in every format whose engine is ``kept`` (None: any), and on a machine with a GPU, llama.cpp with
+    every layer on its CPU (``out.cpu_only``: the GPU left out), assembled on the plan's trace, not yet simulated,
+    and (refusal, format name) for those memory refused (the CPU-only runs aside: they are not the machine's
+    placements); those that cannot run are listed in ``out.skipped``."""
     spec, hw, tr = out.spec, out.machine_spec, out.simulated
     split = base.cache.split
     prepared, short = [], []
@@ -283,6 +291,14 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
             except MoesimError as exc:
                 out.skipped.append({"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
                                     "reason": str(exc)})
+        if out.cpu_only is not None and (kept is None or WHOLE_ON_GPU.name in kept):  # llama.cpp -ngl 0
+            config = base.replace(dtype=dtype, other_dtype=dtype, strategy="cpu-experts", cpu_layers="auto")
+            try:
+                prepared.append(prepare_des(tr, config, spec, out.cpu_only, shared=out.shared, named=True))
+            except MoesimError as exc:
+                out.skipped.append({"strategy": "cpu-experts", "dtype": dtype, "format": name, "policy": None,
+                                    "prefetch": None, "reason": f"needs {exc.parts}" if isinstance(exc, DoesNotFit)
+                                    else str(exc)})
     return prepared, short
 
 
@@ -290,6 +306,19 @@ def rank_key(r: DesResult) -> tuple[float, float]:
     """Faster first; equal tokens/s (to the 4 significant digits a table shows) by the time to first token (none
     timed, with no prompt: last)."""
     return -float(f"{r.tokens_per_s:.4g}"), math.inf if r.ttft_s is None else r.ttft_s
+
+
+def row_key(r: PlanRow) -> tuple[float, float]:
+    """``rank_key`` of a plan's row."""
+    return -float(f"{r.tokens_per_s.mid:.4g}"), math.inf if r.ttft_s is None else r.ttft_s
+
+
+def ranked(rows: list[PlanRow]) -> list[PlanRow]:
+    """``rows`` (of one plan, or of several models') fastest first (``row_key``), numbered from 1, each after the first
+    marked where the published pairs do not tell it apart from the first (``tied``)."""
+    rows = sorted(rows, key=row_key)
+    return [replace(r, rank=i + 1, tied=i > 0 and tied(r.tokens_per_s.mid, rows[0].tokens_per_s.mid))
+            for i, r in enumerate(rows)]
 
 
 def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
@@ -357,7 +386,7 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
     launch = Launch(spec, fmt, config, params.get(strategy.places, 0) if strategy.places else 0, gpu,
                     hw.cpu.workers if hw.cpu else 0, hw.cpu.sockets if hw.cpu else 1, context,
                     r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0)
-    out = PlanRow(strategy=strategy.name, dtype=config.model.dtype, format=name, storage=storage,
+    out = PlanRow(model=spec.name, strategy=strategy.name, dtype=config.model.dtype, format=name, storage=storage,
                   policy=config.cache.policy if cached else None,
                   prefetch=config.prefetch.prefetcher if cached else None,
                   capacity=config.cache.capacity if cached else None,
@@ -366,7 +395,7 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
                   tokens_per_s=Estimate(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high), tpot_s=r.tpot_s,
                   ttft_s=r.ttft_s, vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
                   engine=engine.name, command=engine.command(launch), apart=engine.refuses(spec, fmt),
-                  learned=cached and learns_from_trace(config), framework_us=r.framework_us)
+                  learned=cached and learns_from_trace(config), framework_us=r.framework_us, gpu=gpu)
     if not all_on_gpu:
         return out, None
     whole = WHOLE_ON_GPU if (kept is None or WHOLE_ON_GPU.name in kept) and not WHOLE_ON_GPU.refuses(spec, fmt) \
@@ -399,12 +428,12 @@ class Curve(NamedTuple):
 def curves(p: Plan, points: int = CURVE_POINTS) -> list[Curve]:
     """Per strategy, its best row with the GPU memory it uses stepped down on the plan's trace, from the smallest
     placement up to the row (up to ``points`` points, and a cache of no slots); the best all-on-gpu row (if any) is
-    one point."""
+    one point. The rows that leave the GPU out (``Plan.cpu_only``) are not the machine's placements: not drawn."""
     spec = p.spec if p.spec is not None else get_model(p.model)
     tr = p.simulated
     out = []
     for r, result in zip(p.rows, p.results):
-        if any(c.row.strategy == r.strategy for c in out):
+        if any(c.row.strategy == r.strategy for c in out) or not r.gpu:
             continue
         own = (r.vram_gb, r.tokens_per_s.mid)
         if r.strategy == ALL_ON_GPU:

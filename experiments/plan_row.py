@@ -18,6 +18,7 @@ class PlanRow:
     (``moesim.sim.accuracy.tied``); ``learned``: its pins or its prefetcher learn from the trace simulated (no other given), so its
     tokens/s is an upper bound on other prompts; ``same_as``: an ``all-on-gpu`` row's candidates folded into it; ``rank``: 1 for the fastest answer."""
 
+    model: str               # the model planned (several are ranked together: ``moesim.experiments.plan.ranked``)
     strategy: str
     dtype: str | None        # the experts' format as configured (None: the model file's own storage)
     format: str              # its name in the table
@@ -40,6 +41,7 @@ class PlanRow:
     apart: str
     learned: bool
     framework_us: float      # the engine's framework time per MoE layer in the figure (0: none learned)
+    gpu: bool = True         # it uses the machine's GPU (False: llama.cpp with the GPU left out, -ngl 0)
     same_as: tuple = ()
     rank: int = 0
     tied: bool = False       # the first answer's tokens/s is less than TIE_RATIO times this one's: not told apart

@@ -46,7 +46,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +56,7 @@ from moesim.errors import MoesimError, option
 from moesim.replay.calibrate_cpu import fit_cpu_layer, host_cpu, mean_se, nonnegative_s
 from moesim.replay.compute import DTYPE, ComputeStream, available_bytes, require_torch
 from moesim.replay.run import no_gc, replay
-from moesim.replay.scratch import scratch_folder, work_folder
+from moesim.replay.scratch import scratch, work_folder
 from moesim.sim.config import Config
 from moesim.sim.strategies import STRATEGIES
 from moesim.sim.costs import link_copy_s
@@ -348,8 +347,7 @@ def _disk_link(model: ModelSpec, repeats: int, workdir, seed: int) -> Link:
     # sequential or repeated reads of a few experts are served by read-ahead and the host's caches
     layers = int(max(1, min(model.num_layers, 4e9 // (expert_bytes * model.num_experts))))
     shape = ModelSpec(model.name, "", "", layers, model.num_experts, 1, model.d_model, model.d_expert)
-    tmp = scratch_folder(folder, "calibrate")
-    try:
+    with scratch(folder, "calibrate") as tmp:
         files = ExpertFiles(tmp, shape)
         files.write(seed)
         size = files.expert_bytes
@@ -373,8 +371,6 @@ def _disk_link(model: ModelSpec, repeats: int, workdir, seed: int) -> Link:
         finally:
             for fd in fds:
                 os.close(fd)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     latency = min(page, full)
     bandwidth = (size - PAGE) / max(full - latency, 1e-9)
     return Link("disk reads", gbps=bandwidth / 1e9, efficiency=1.0, latency_us=latency * 1e6, engines=1)

@@ -28,7 +28,7 @@ from moesim.errors import MoesimError, option
 from moesim.host import available_ram
 from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
-from moesim.replay.scratch import scratch_folder
+from moesim.replay.scratch import kills_held, scratch_folder
 from moesim.tracegen.models import ModelSpec
 
 # the reader needs the GIL back after each read: at Python's default 5 ms switch interval the compute
@@ -154,10 +154,12 @@ class CpuBackend(Backend):
 
     def __init__(self, model: ModelSpec, n_buffers: int, folder: Path, seed: int = 0, host_layers: int = 0):
         self.torch = require_torch()
-        self.tmp = scratch_folder(folder, "replay")
+        self.tmp: Path | None = None
         self.reader: Reader | None = None
         self.switch = sys.getswitchinterval()
         try:
+            with kills_held():
+                self.tmp = scratch_folder(folder, "replay")
             self.files = ExpertFiles(self.tmp, model)
             self.files.write(seed)
             # written once before the clock starts, so no read pays for faulting its buffer's pages
@@ -198,4 +200,5 @@ class CpuBackend(Backend):
             self.reader.close()
             self.reader = None
         sys.setswitchinterval(self.switch)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)

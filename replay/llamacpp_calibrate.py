@@ -29,7 +29,6 @@ folder removed afterwards.
 from __future__ import annotations
 
 import datetime
-import shutil
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,7 +38,7 @@ from moesim.errors import MoesimError
 from moesim.replay.cpu_fit import ROUNDS, Run, fit, fit_attention, fit_matmul
 from moesim.replay.llamacpp_model import GGML_TYPES, qwen3_moe, write_gguf
 from moesim.replay.llamacpp_run import LlamaCpp
-from moesim.replay.scratch import scratch_folder, work_folder
+from moesim.replay.scratch import scratch, work_folder
 from moesim.sim.machine import Hardware
 from moesim.tracegen.model_files import load_model_file
 from moesim.tracegen.models import ModelSpec
@@ -130,8 +129,7 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
     from moesim.sim.hardware import this_machine
 
     machine = this_machine()
-    folder = scratch_folder(work_folder(workdir), "llamacpp")
-    try:
+    with scratch(work_folder(workdir), "llamacpp") as folder:
         with LlamaCpp() as engine:
             progress(PROBING)
             engine.probe(folder)
@@ -157,8 +155,6 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
         if mixed:  # the fit takes each file for its one format
             raise MoesimError(f"{mixed[0][0].name}: llama.cpp stored its experts in several types "
                               f"({', '.join(f for f, _ in mixed[0][1])}); calibration needs one")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     progress("fitting")
     everything = [m for ms in [overhead, *by_format.values(), *prefill.values(), attention] for m in ms]
     probes = [p for m in everything for p in m.probe]

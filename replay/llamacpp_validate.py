@@ -18,7 +18,6 @@ Both errors are reported, each run's spread, and the probes. The files live in a
 
 from __future__ import annotations
 
-import shutil
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,7 +30,7 @@ from moesim.replay.llamacpp_calibrate import CALIBRATION_SHAPES, OVERHEAD_SHAPE,
 from moesim.replay.cpu_fit import Run
 from moesim.replay.llamacpp_model import HEAD_DIM
 from moesim.replay.llamacpp_run import LlamaCpp
-from moesim.replay.scratch import scratch_folder, work_folder
+from moesim.replay.scratch import scratch, work_folder
 from moesim.sim.accuracy import quantile_band
 from moesim.sim.machine import Hardware
 from moesim.tracegen.model_files import load_model_file
@@ -121,9 +120,8 @@ def validate_llamacpp(hw: Hardware, shapes: dict, formats: list[str], threads: l
     taken = {shape for shape in shapes.values() if shape in (OVERHEAD_SHAPE, *CALIBRATION_SHAPES.values())}
     if taken:
         raise MoesimError("validation would run calibration's own shape; choose others")
-    folder = scratch_folder(work_folder(workdir), "llamacpp")
     rows = []
-    try:
+    with scratch(work_folder(workdir), "llamacpp") as folder:
         with LlamaCpp() as engine:
             engine.probe(folder)
             for name, shape in shapes.items():
@@ -138,8 +136,6 @@ def validate_llamacpp(hw: Hardware, shapes: dict, formats: list[str], threads: l
                             run = m.run(spec)
                             rows.append(Row(name, fmt, m, predict(run, hw, False), predict(run, hw, True)))
                     path.unlink()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     return rows
 
 

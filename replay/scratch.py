@@ -4,10 +4,13 @@ starts in the same place: that one removes the folders of processes that no long
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
 from moesim.errors import MoesimError, option
@@ -43,3 +46,37 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+@contextlib.contextmanager
+def kills_held():
+    """SIGTERM and SIGINT held back while a scratch folder is made and handed to its owner, then delivered: a kill
+    landing between the two would leave the folder behind (its owner's clean-up not yet holding it). Python runs signal
+    handlers in the main thread only: in another, nothing is held (nor can a handler there be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held, before = [], {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        before[sig] = signal.signal(sig, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        if held:
+            os.kill(os.getpid(), held[0])
+
+
+@contextlib.contextmanager
+def scratch(where: Path, kind: str):
+    """A scratch folder (``scratch_folder``) for the ``with`` block, removed after it however the block ends, a kill
+    included (``kills_held``)."""
+    folder = None
+    try:
+        with kills_held():
+            folder = scratch_folder(where, kind)
+        yield folder
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -9,6 +9,8 @@ import os
 import numpy as np
 import pytest
 
+from moesim.errors import MoesimError
+
 from moesim.sim.config import Config
 from moesim.tracegen.io import load_trace
 
@@ -188,6 +190,22 @@ def test_train_ml_ffn_names_only_its_own_options(cli, tmp_path):
                        "resident at once; give --capacity 2 or more")
     assert refused(cli, tmp_path, "train", "ml-ffn", "bundled", "--out", tmp_path / "m.npz", "--capacity", "9") == \
         "capacity 9 is more than the 8 experts per layer"
+
+
+def test_train_ml_ffn_on_a_top_8_trace_takes_a_capacity_nobody_typed_that_runs(cli, tmp_path, monkeypatch):
+    """Untyped, the report's capacity is the trace's top-k (it was 4, refused on an OLMoE trace's top-8 as a --capacity
+    nobody typed): training is reached (stood in for here)."""
+    import moesim
+    from moesim.policies import ml_ffn_train
+
+    olmoe = tmp_path / "olmoe.parquet"
+    moesim.write_trace(moesim.synth_trace(16, 64, 8, sequences=2, tokens=8, seed=0, model="olmoe-1b-7b"), olmoe)
+
+    def reached(*args, **kwargs):
+        raise MoesimError("training reached")
+
+    monkeypatch.setattr(ml_ffn_train, "train", reached)
+    assert refused(cli, tmp_path, "train", "ml-ffn", olmoe, "--out", tmp_path / "m.npz") == "training reached"
 
 
 def test_a_saved_configuration_starts_the_same_run_from_any_folder(cli, tmp_path, monkeypatch):

@@ -34,12 +34,13 @@ def test_plan_ranks_every_strategy_within_the_gpu_memory(mixtral_plan):
     assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
     for r in rows + out["apart"]:
         assert {"strategy", "tokens_per_s", "ttft_s", "vram_gb", "ram_gb", "command", "apart"} <= set(r)
-        assert 0 < r["vram_gb"] <= 24 and 0 < r["ram_gb"] <= 128 and r["ttft_s"] > 0
+        assert (0 < r["vram_gb"] <= 24 or not r["gpu"]) and 0 < r["ram_gb"] <= 128 and r["ttft_s"] > 0
         assert r["tpot_s"] == pytest.approx(1 / r["tokens_per_s"])
     for r in (r for r in rows if r["strategy"] == "cpu-experts"):
+        place = f"-ngl 99 --n-cpu-moe {r['cpu_layers']}" if r["gpu"] else "-ngl 0"  # (-ngl 0: the GPU left out)
         assert r["engine"] == "llama.cpp" and r["command"] == (
-            f"llama-server -m Mixtral-8x7B-v0.1-{r['format'].upper()}.gguf -ngl 99 --n-cpu-moe {r['cpu_layers']} "
-            f"-t 16 -c {out['context']}")
+            f"llama-server -m Mixtral-8x7B-v0.1-{r['format'].upper()}.gguf {place} -t 16 -c {out['context']}")
+    assert sum(not r["gpu"] for r in rows) == 3  # llama.cpp with the GPU left out, in each format
     # the bundled trace's longest sequence and the plan's prompt: the KV tokens memory holds for one
     from moesim.tracegen.io import load_trace
     from moesim.tracegen.trace import bundled_trace_path
@@ -288,7 +289,7 @@ def test_a_plan_row_is_typed_and_written_flat():
     first = rows[0].as_dict()
     assert (first["tokens_per_s"], first["tokens_per_s_low"], first["tokens_per_s_high"]) == tuple(rows[0].tokens_per_s)
     keys = list(first)
-    assert keys[:2] == ["rank", "strategy"] and keys[keys.index("tpot_s") - 3:keys.index("tpot_s")] == \
+    assert keys[:3] == ["rank", "model", "strategy"] and keys[keys.index("tpot_s") - 3:keys.index("tpot_s")] == \
         ["tokens_per_s", "tokens_per_s_low", "tokens_per_s_high"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         rows[0].rank = 2
@@ -345,15 +346,15 @@ def test_each_plan_line_is_labelled_by_the_row_it_ends_at(drawn, tmp_path):
     plot_plan(plan, curves(plan), tmp_path / "plan.png")
     (ax,) = drawn[0].axes
     lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
-    assert len(lines) == len({r.strategy for r in plan.rows})
+    assert len(lines) == len({r.strategy for r in plan.rows if r.gpu})  # (llama.cpp's -ngl 0 row is not drawn)
     wrong = []
     for line in lines:
         label = line.get_label().split(" (= ")[0]
-        rows = [r for r in plan.rows if names(label, r)]
+        rows = [r for r in plan.rows if r.gpu and names(label, r)]
         end = (line.get_xdata()[-1], line.get_ydata()[-1])
         if len(rows) != 1 or end != (rows[0].vram_gb, rows[0].tokens_per_s.mid):
             wrong.append(f"{label!r} ends at {end}; the rows it names end at "
-                         f"{[(r['vram_gb'], r['tokens_per_s']) for r in rows]}")
+                         f"{[(r.vram_gb, r.tokens_per_s.mid) for r in rows]}")
     assert not wrong, "\n".join(wrong)
 
 
@@ -372,7 +373,7 @@ def test_a_gguf_is_planned_in_its_own_storage(tmp_path):
     extra = sum(sizes.values()) - sum(write_gguf(pure, down_kinds=(Q.Q4_K,)).values())
     q6_k = E * D_EXPERT * D // 256 * 210  # one layer's down projections: 256-weight blocks of 210 B (Q4_K: 144 B)
     assert extra == q6_k - E * D_EXPERT * D // 256 * 144
-    whole = {path: moesim.plan(str(path), "rtx4090").rows for path in (mixed, pure)}
+    whole = {path: [r for r in moesim.plan(str(path), "rtx4090").rows if r.gpu] for path in (mixed, pure)}
     assert [(r.strategy, r.dtype, r.format) for r in whole[mixed]] == [("all-on-gpu", None, "Q4_K_M")]
     assert [(r.strategy, r.dtype, r.format) for r in whole[pure]] == [("all-on-gpu", None, "Q4_K")]
     assert whole[mixed][0].vram_gb - whole[pure][0].vram_gb == pytest.approx(extra / GIB, rel=1e-9)
@@ -382,6 +383,8 @@ def test_a_gguf_is_planned_in_its_own_storage(tmp_path):
     between = whole[pure][0].vram_gb + extra / 2 / GIB
     assert moesim.plan(str(pure), "rtx4090", vram=between).rows[0].strategy == "all-on-gpu"
     assert "all-on-gpu" not in {r.strategy for r in moesim.plan(str(mixed), "rtx4090", vram=between).rows}
+    assert [r.command for r in moesim.plan(str(pure), "rtx4090").rows if not r.gpu] == [
+        f"llama-server -m {pure} -ngl 0 -t 16 -c 640"]  # llama.cpp with the GPU left out, the file as given
 
 
 def test_dtype_on_a_gguf_plans_beside_the_files_storage(cli, tmp_path, monkeypatch):
@@ -426,7 +429,7 @@ def test_a_config_json_that_names_its_quantization_is_planned_in_it():
 
     config = Path(__file__).parent / "data" / "configs" / "openai__gpt-oss-20b.json"
     assert {(r.dtype, r.format) for r in moesim.plan(str(config), "rtx4080", vram=8).rows} == {(None, "MXFP4")}
-    rows = {r.format: r for r in moesim.plan(str(config), "rtx4090", dtypes=["mxfp4"]).rows}
+    rows = {r.format: r for r in moesim.plan(str(config), "rtx4090", dtypes=["mxfp4"]).rows if r.gpu}
     assert rows["MXFP4"].storage == "MXFP4 (the file's: experts mxfp4; other weights bf16)"
     assert (rows["MXFP4"].vram_gb - rows["mxfp4"].vram_gb) * GIB == pytest.approx(
         MODELS["gpt-oss-20b"].non_expert_params * (2 - 17 / 32), rel=1e-9)
@@ -449,3 +452,55 @@ def test_rows_closer_to_the_first_than_the_published_pairs_tell_apart_say_so(cli
     assert close  # Fiddler's and llama.cpp's bf16 rows: 3.65 and 3.17 tokens/s
     code, out, err = cli(*args)
     assert code == 0 and f"{', '.join(close)}: within x1.83 of #1's tokens/s" in " ".join(out.split()), err
+
+
+def test_several_models_are_ranked_together_on_one_machine(cli):
+    """``--model A,B,C`` (a preset by its Hugging Face id too): each model planned on its own trace, every offered
+    row of all of them ranked by tokens/s, each naming its model, the same rows each model's own plan gives; ``--explain
+    N`` explains the Nth of them; ``--trace`` with several is refused in one line."""
+    import moesim
+
+    args = ("plan", "--model", "Qwen/Qwen3-30B-A3B,olmoe-1b-7b", "--hardware", "rtx4080", "--dtype", "q4_k")
+    code, out, err = cli(*args, "--explain", "2", "--json")
+    assert code == 0, err
+    both = json.loads(out)
+    rows = both["rows"]
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    assert [r["tokens_per_s"] for r in rows] == sorted((r["tokens_per_s"] for r in rows), reverse=True)
+    for name in ("qwen3-30b-a3b", "olmoe-1b-7b"):
+        alone = moesim.plan(name, "rtx4080", dtypes=["q4_k"]).rows
+        assert [(r["engine"], r["tokens_per_s"]) for r in rows if r["model"] == name] == [
+            (r.engine, r.tokens_per_s.mid) for r in alone]
+    assert sum(line["value"] for line in both["explain"]["step"]) == pytest.approx(rows[1]["tpot_s"] * 1e3, rel=1e-9)
+    code, _, err = cli(*args, "--trace", "bundled")
+    assert code == 1 and err.count("\n") == 1 and "--trace is one model's" in err
+
+
+def test_a_model_is_found_by_its_hugging_face_id_and_a_slip_is_answered_with_the_nearest():
+    from moesim.errors import MoesimError
+    from moesim.tracegen.models import get_model
+
+    assert get_model("Qwen/Qwen3-30B-A3B") is get_model("qwen3-30b-a3b")
+    assert get_model("mistralai/mixtral-8x7b-v0.1").name == "mixtral-8x7b"
+    with pytest.raises(MoesimError, match=r"unknown model 'qwen3-30b-a3': did you mean qwen3-30b-a3b or "):
+        get_model("qwen3-30b-a3")
+    with pytest.raises(MoesimError, match=r"unknown model 'gpt-5': \(presets: "):
+        get_model("gpt-5")
+
+
+def test_a_gpu_too_small_for_anything_still_gets_llama_cpps_cpu_only_row(cli):
+    """Qwen3-30B-A3B on an RTX 4080 given 0.5 GiB of GPU memory: nothing fits on the GPU, but llama.cpp with the GPU
+    left out (-ngl 0) runs, and is the one row: the same tokens/s as the plan for the 4080's CPU alone (the
+    ryzen-7950x preset), none of it on the GPU; the plan's figure leaves it out."""
+    import moesim
+    from moesim.experiments.plan import curves
+
+    small = moesim.plan("qwen3-30b-a3b", "rtx4080", dtypes=["q4_k"], vram=0.5)
+    (row,) = small.rows
+    alone = next(r for r in moesim.plan("qwen3-30b-a3b", "ryzen-7950x", dtypes=["q4_k"]).rows
+                 if r.strategy == "cpu-experts")
+    assert row.command == "llama-server -m Qwen3-30B-A3B-Q4_K.gguf -ngl 0 -t 16 -c 640" and row.vram_gb == 0
+    assert row.tokens_per_s.mid == alone.tokens_per_s.mid and row.cpu_layers == 48
+    assert curves(small) == []
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--vram", "0.5", "--dtype", "q4_k")
+    assert code == 0 and "none: CPU only" in out, err

@@ -27,16 +27,18 @@ FITS = ("plan", "--model", "qwen3-30b-a3b", "--hardware", "h100")  # fits whole 
 
 
 def test_plan_refuses_split_and_threads_where_the_model_fits_whole_on_the_gpu(cli, tmp_path):
-    """Every row is all-on-gpu (-ngl 99): no row keeps a cache for --split to share out, none computes on the CPU
-    with --threads; both were accepted and changed nothing. Refused after the plan, before any figure is written."""
+    """Every row on the GPU is all-on-gpu (-ngl 99): no row keeps a cache for --split to share out; it was accepted and
+    changed nothing. Refused after the plan, before any figure is written. --threads is read there by llama.cpp's row
+    with the GPU left out (-ngl 0), which computes every expert on the CPU."""
     figure = tmp_path / "plan.png"
     assert one_line_error(cli, *FITS, "--split", "best", "--plot", figure) == (
         "--split: qwen3-30b-a3b fits whole in h100's GPU memory in each format planned (q4_k, q8_0, bf16): every "
-        "row is all-on-gpu and no row keeps a per-layer expert cache for it to share out, so nothing reads it")
-    assert one_line_error(cli, *FITS, "--threads", "4", "--dtype", "q4_k", "--json") == (
-        "--threads: qwen3-30b-a3b fits whole in h100's GPU memory in q4_k: every row is all-on-gpu and no row "
-        "computes an expert on the host CPU, so nothing reads it")
+        "row on the GPU is all-on-gpu and no row keeps a per-layer expert cache for it to share out, so nothing "
+        "reads it")
     assert not figure.exists()
+    code, out, err = cli(*FITS, "--threads", "4", "--dtype", "q4_k", "--json")
+    assert code == 0 and [(r["strategy"], r["gpu"], " -t 4 " in r["command"]) for r in json.loads(out)["rows"]] == [
+        ("all-on-gpu", True, False), ("cpu-experts", False, True)], err
     # a machine without a GPU: no candidate keeps a cache (its threads are read by every row)
     assert one_line_error(cli, "plan", "--model", "qwen3-30b-a3b", "--hardware", "ryzen-7950x", "--split", "best",
                           "--dtype", "q4_k") == (
@@ -48,10 +50,10 @@ def test_plan_refuses_split_and_threads_where_the_model_fits_whole_on_the_gpu(cl
                              for r in json.loads(out)["rows"]), err
     # the Python API takes it, as it takes a cache's settings beside capacity 0: a loop over machines passes it to each
     assert [r.strategy for r in moesim.plan("qwen3-30b-a3b", "h100", dtypes=["q4_k"], threads=4).rows] == \
-        ["all-on-gpu"]
+        ["all-on-gpu", "cpu-experts"]
     # not typed: the plan's own uniform split and the machine's threads, nothing to refuse
     code, out, err = cli(*FITS, "--dtype", "q4_k", "--json")
-    assert code == 0 and [r["strategy"] for r in json.loads(out)["rows"]] == ["all-on-gpu"], err
+    assert code == 0 and [r["strategy"] for r in json.loads(out)["rows"]] == ["all-on-gpu", "cpu-experts"], err
 
 
 def test_plan_notes_split_and_threads_that_only_some_rows_read(cli):

@@ -385,3 +385,31 @@ def test_replay_virtual_equals_sim_run_from_the_command_line(cli, mixtral, tmp_p
         simulated = json.loads(out)["results"][0]
         assert replayed["tpot_s"] == replayed["sim_tpot_s"] == simulated["tpot_s"]
         assert replayed["hit_rate"] == simulated["hit_rate"] and replayed["kernel"] == kernel
+
+
+def test_a_kill_while_the_scratch_folder_is_made_still_removes_it(tmp_path):
+    """A SIGTERM that lands the moment the folder exists (before its owner's clean-up holds it) is delivered once the
+    ``with`` block holds it: the folder is removed, and the kill still ends the block (SystemExit, as ``unwind``
+    raises it)."""
+    import signal
+
+    from moesim.errors import unwind
+    from moesim.replay import scratch
+
+    made = scratch.scratch_folder
+
+    def killed_after_making(where, kind):
+        folder = made(where, kind)
+        os.kill(os.getpid(), signal.SIGTERM)  # the kill lands here: the folder made, not yet handed back
+        return folder
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        scratch.scratch_folder = killed_after_making
+        with pytest.raises(SystemExit):
+            with scratch.scratch(tmp_path, "replay"):
+                pass
+    finally:
+        scratch.scratch_folder = made
+        signal.signal(signal.SIGTERM, previous)
+    assert list(tmp_path.iterdir()) == []

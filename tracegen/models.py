@@ -25,6 +25,7 @@ GPT-OSS-20B's dimensions; the presets follow the public configs of both models.
 
 from __future__ import annotations
 
+import difflib
 import os
 
 from moesim.errors import MoesimError, option
@@ -146,14 +147,22 @@ def _check_own_model(meta: TraceMeta) -> None:
                       f"its attention, vocabulary or dense layers: pass {again} to simulate it")
 
 
+# a preset by its Hugging Face id too, as a user copies it from the hub (Qwen/Qwen3-30B-A3B), in any case
+BY_HF_ID = {m.hf_id.lower(): m for m in MODELS.values() if m.hf_id}
+
+
 def get_model(name: str) -> ModelSpec:
-    """A preset by name (case-insensitive), or the model a config.json or GGUF file describes."""
+    """A preset by name or Hugging Face id (case-insensitive), or the model a config.json or GGUF file describes; an
+    unknown name is refused with the presets nearest to it."""
     if not isinstance(name, (str, os.PathLike)):
         raise MoesimError(f"a model is a preset's name or a config.json or .gguf file, got {name!r}")
     if is_model_file(name):
         return load_model_file(name)
-    try:
-        return MODELS[name.lower()]
-    except KeyError:
-        raise MoesimError(f"unknown model '{name}' (presets: {', '.join(MODELS)}; or a config.json or .gguf "
-                          "file)") from None
+    found = MODELS.get(name.lower()) or BY_HF_ID.get(name.lower())
+    if found is None:
+        near = difflib.get_close_matches(name.lower(), [*MODELS, *BY_HF_ID], n=3, cutoff=0.6)
+        guess = f"did you mean {' or '.join(dict.fromkeys(MODELS.get(n, BY_HF_ID.get(n)).name for n in near))}? " \
+            if near else ""
+        raise MoesimError(f"unknown model '{name}': {guess}(presets: {', '.join(MODELS)}, or their Hugging Face ids; "
+                          "or a config.json or .gguf file)")
+    return found
