@@ -108,7 +108,7 @@ def validate(hardware: str | None, model: str | None, layers: int | None, dtypes
     from moesim.replay.llamacpp_calibrate import PROMPT, calibrate_llamacpp
     from moesim.sim.accuracy import measured
     from moesim.sim.local_machine import thread_counts
-    from moesim.replay.llamacpp_validate import (HEADERS, SHAPES, cells, decode_band, model_shape, summary,
+    from moesim.replay.llamacpp_validate import (BAND_ROWS, HEADERS, SHAPES, cells, decode_band, model_shape, summary,
                                                  summary_line, validate_llamacpp)
     from moesim.sim.hardware import get_hardware, write_hardware
     from moesim.tracegen.models import get_model
@@ -136,6 +136,10 @@ def validate(hardware: str | None, model: str | None, layers: int | None, dtypes
     ctxs = counts(contexts, "--contexts", [0], low=0)
     pps = [p for p in counts(prompts, "--prompts", [PROMPT], low=0) if p]
     formats = llamacpp_formats(dtypes)
+    decodes = len(shapes) * len(formats) * len(chosen) * len(ctxs)
+    if out is not None and decodes < BAND_ROWS:
+        raise MoesimError(f"--out: a machine's band is taken from at least {BAND_ROWS} decode configurations, these "
+                          f"options give {decodes}: give more --threads, --contexts or --dtype")
     with _bar() as bar:
         task = bar.add_task("validating", total=len(shapes) * len(formats) * len(chosen) * (len(ctxs) + len(pps)))
         if hardware is None:
@@ -150,7 +154,6 @@ def validate(hardware: str | None, model: str | None, layers: int | None, dtypes
     if out is not None:
         low, high, held = decode_band(rows)
         s["band"] = {"low": low, "high": high, "held": held}
-        decodes = sum(not r.measured.prompt for r in rows)
         write_hardware(replace(hw, cpu=replace(hw.cpu, band_low=low, band_high=high, band_held=held)), out,
                        notes + (f"{BAND_NOTE} x{low:.3f} to x{high:.3f}, measured / predicted over {decodes} decodes "
                                 f"calibration did not run; each left out, such intervals held {held:.0%} of them",))

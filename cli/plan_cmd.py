@@ -9,7 +9,7 @@ from moesim.cli.console import console, emit_json, slots_text, table, with_inter
 from moesim.cli.explain_view import show
 from moesim.cli.options import PATH, TRACE
 from moesim.cli.settings import Asked, takes
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, first_line, option
 from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, candidate, read_by
 from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
@@ -68,9 +68,10 @@ def plan(
     if not asked_prompt:
         config = config.replace(prompt=PLAN_PROMPT)
     if len(models) > 1:
-        if trace is not None or plot is not None:
-            raise MoesimError(f"{'--trace' if trace is not None else '--plot'} is one model's: with several models "
-                              "(--model A,B) each plans on its own synthetic or bundled trace; plan one at a time")
+        one = [flag for flag, given in (("--trace", trace), ("--plot", plot), ("--wide", wide or None)) if given]
+        if one:
+            raise MoesimError(f"{one[0]} is one model's: with several models (--model A,B) each plans on its own "
+                              "synthetic or bundled trace, in one table; plan one at a time")
         several([config.replace(model=m) for m in models], formats, engines, asked_prompt, asked.typed, explain,
                 as_json)
         return
@@ -99,8 +100,9 @@ def plan(
     if wide:
         for rows, heading in ((result.rows, title), (result.apart, APART)):
             if rows:
+                last = "command" if rows is result.rows else "why"
                 table(heading, ["#", "engine", "strategy", "format", "policy", "prefetch", "C", "CPU layers", "tok/s",
-                                "TPOT ms", "TTFT", "VRAM", "RAM", "on CPU", "command" if rows is result.rows else "why"],
+                                "TPOT ms", "TTFT", "VRAM", "RAM", "on CPU", last],
                       [[r.rank or "-", r.engine, r.strategy, shown(r.format, r.dtype), r.policy or "-",
                         r.prefetch or "-", "-" if r.capacity is None
                         else slots_text(r.capacity) + (" in all" if r.scope == "global" else ""),
@@ -124,8 +126,9 @@ def plan(
             console.print(f"#{r.rank}: {r.command}", soft_wrap=True)
     if any(r.command.startswith("llama-server") for r in result.rows):
         console.print(f"-m: a GGUF of the row's format (--model FILE.gguf writes its path); -c: the "
-                      f"{result.context} tokens a sequence memory was sized for (--prompt N plans a longer one)",
-                      soft_wrap=True)
+                      f"{result.context} tokens a sequence memory was sized for"
+                      + (f", times the {result.batch} sequences (-np)" if result.batch > 1 else "")
+                      + " (--prompt N plans a longer one)", soft_wrap=True)
     if not wide:
         groups: dict = {}  # the placements set apart, one line per engine and candidate: the fastest, every reason
         for r in result.apart:
@@ -194,8 +197,15 @@ def several(configs: list, formats, engines, asked_prompt: bool, typed, explain:
     format and placement to run."""
     from moesim.experiments.plan import ranked, row_key
 
+    plans, failed = [], []
     with working(f"planning {len(configs)} models (the first run compiles each policy)"):
-        plans = [run_plan(c, None, formats, prompt_asked=asked_prompt, given=typed, engines=engines) for c in configs]
+        for c in configs:
+            try:
+                plans.append(run_plan(c, None, formats, prompt_asked=asked_prompt, given=typed, engines=engines))
+            except MoesimError as exc:  # (nothing fits it, say: the other models still answer)
+                failed.append(f"{c.model.name}: {first_line(exc)}")
+    if not plans:
+        raise MoesimError("; ".join(failed))
     by_row = sorted(((r, p, res) for p in plans for r, res in zip(p.rows, p.results)), key=lambda t: row_key(t[0]))
     rows = ranked([r for r, _, _ in by_row])
     if explain is not None and explain > len(rows):
@@ -207,7 +217,7 @@ def several(configs: list, formats, engines, asked_prompt: bool, typed, explain:
         _, p, result = by_row[explain - 1]
         explained = explain_row(result, p.spec, p.machine_of(result))
     if as_json:
-        emit_json({"rows": [r.as_dict() for r in rows], "plans": [p.as_dict() for p in plans],
+        emit_json({"rows": [r.as_dict() for r in rows], "plans": [p.as_dict() for p in plans], "failed": failed,
                    **({"explain": explained.as_dict()} if explained else {})})
         return
     first = plans[0]
@@ -224,6 +234,8 @@ def several(configs: list, formats, engines, asked_prompt: bool, typed, explain:
         if p.apart:
             console.print(f"{p.model}: {len(p.apart)} placement(s) not offered ('moesim plan --model {p.model}' says "
                           "why)", soft_wrap=True)
+    for line in failed:
+        console.print(f"not planned: {line}", soft_wrap=True)
     if explained is not None:
         r = rows[explain - 1]
         show(f"#{explain} {r.model}, {r.engine}, {r.format}, {placed(r)}", explained)

@@ -127,7 +127,8 @@ def synth(
         them = "it" if len(fitted) == 1 else "them"
         raise MoesimError(f"{', '.join(fitted)}: --like fits the locality knobs to {like} and takes its model, so "
                           f"nothing reads {them}; leave {them} out, or --like")
-    if not (like or model or layers or experts or top_k):  # a trace a simulation can time without --model
+    # nothing says which model: an OLMoE-shaped one, with the widths a simulation times it by without --model
+    if like is None and model is None and layers is None and experts is None and top_k is None:
         model = SYNTH_MODEL
     real = None
     if like:

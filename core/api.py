@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import numbers
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -194,7 +195,7 @@ def best_split(trace: Trace, budget: int, policy: str | None = None, semantics: 
                                                     else None)
              for name, given in (("policy", policy), ("semantics", semantics))}
     _check_curve(curve, trace, asked["policy"], asked["semantics"])
-    check_budget(trace, cache, budget)
+    check_budget(trace, replace(cache, semantics=curve[0].semantics), budget)  # the curve's own smallest capacity
     return allocate(hits_table(curve), budget, min(r.capacity for r in curve), curve[0].accesses)
 
 

@@ -59,6 +59,7 @@ CANDIDATES = (
 )
 DTYPES = ("bf16", "q8_0", "q4_k")
 ALL_ON_GPU = "all-on-gpu"  # the row of a format whose every expert fits on the GPU, whichever strategy gave it
+CPU_ONLY = "cpu-experts (GPU left out)"  # llama.cpp -ngl 0 on a machine with a GPU, where it is refused
 SYNTH_TOKENS = 128  # decode tokens per sequence of a synthetic trace
 CURVE_POINTS = 6
 
@@ -185,8 +186,8 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
             "; ".join(f"{', '.join(dict.fromkeys(who))}: {why}" for why, who in list(reasons.items())[:3])))
     out.results.sort(key=rank_key)
     rows, results = _fold([row(r, spec, out.machine_of(r), out.context, kept) for r in out.results], out.results)
-    out.rows = ranked([r for r in rows if not r.apart])  # (in the order they came: sorted by the same key)
-    out.results = [result for r, result in zip(rows, results) if not r.apart]
+    offered = sorted(((r, result) for r, result in zip(rows, results) if not r.apart), key=lambda t: row_key(t[0]))
+    out.rows, out.results = ranked([r for r, _ in offered]), [result for _, result in offered]
     out.apart = [r for r in rows if r.apart]
     check_plan_read(out, given)
     return out
@@ -296,7 +297,7 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
             try:
                 prepared.append(prepare_des(tr, config, spec, out.cpu_only, shared=out.shared, named=True))
             except MoesimError as exc:
-                out.skipped.append({"strategy": "cpu-experts", "dtype": dtype, "format": name, "policy": None,
+                out.skipped.append({"strategy": CPU_ONLY, "dtype": dtype, "format": name, "policy": None,
                                     "prefetch": None, "reason": f"needs {exc.parts}" if isinstance(exc, DoesNotFit)
                                     else str(exc)})
     return prepared, short
@@ -338,7 +339,8 @@ def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
 def _fold(rows: list[tuple[PlanRow, PlanRow | None]], results: list) -> tuple[list[PlanRow], list]:
     """Rows that keep every expert on the GPU (each given with the row that names that placement, else None) are one
     placement whatever the strategy: per format, the first (the fastest: an engine with no framework time learned for
-    it; the others folded in, ``same_as``, would take theirs) stays, named for what it is, lists the candidates folded
+    it; the others folded in, ``same_as``, would take theirs; the first whose engine a user can run, where the fastest's
+    cannot) stays, named for what it is, lists the candidates folded
     into it, and takes the least GPU memory and host RAM of the one of them that needs the least GPU memory (then
     RAM; the engines differ in what they hold beside the experts: a host copy, scratch buffers). Returns the rows and
     their results, still side by side."""
@@ -348,10 +350,12 @@ def _fold(rows: list[tuple[PlanRow, PlanRow | None]], results: list) -> tuple[li
             out.append((r, result))
         elif r.format in kept:  # one placement, one memory: the least any of its engines needs
             at = kept[r.format]
-            row_kept = out[at][0]
+            row_kept, result_kept = out[at]
             vram, ram = min((row_kept.vram_gb, row_kept.ram_gb), (r.vram_gb, r.ram_gb))
+            if row_kept.apart and not whole.apart:  # the first whose engine a user can run names the row
+                row_kept, result_kept = replace(whole, same_as=row_kept.same_as), result
             out[at] = (replace(row_kept, same_as=(*row_kept.same_as, candidate(r)), vram_gb=vram, ram_gb=ram),
-                       out[at][1])
+                       result_kept)
         else:
             kept[r.format] = len(out)
             out.append((replace(whole, same_as=(candidate(r),)), result))
@@ -383,6 +387,7 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
     all_on_gpu = gpu and ((place == ON_GPU).all() or (cached and (place != ON_CPU).all() and (slots >= every).all()))
     name, storage = format_names(spec, config.model.dtype)
     fmt = config.model.dtype or spec.expert_format
+    own_gguf = config.model.dtype is None and spec.file.endswith(".gguf")
     launch = Launch(spec, fmt, config, params.get(strategy.places, 0) if strategy.places else 0, gpu,
                     hw.cpu.workers if hw.cpu else 0, hw.cpu.sockets if hw.cpu else 1, context,
                     r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0)
@@ -394,15 +399,15 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
                   cpu_layers=params.get(strategy.places), layers=spec.num_layers,
                   tokens_per_s=Estimate(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high), tpot_s=r.tpot_s,
                   ttft_s=r.ttft_s, vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
-                  engine=engine.name, command=engine.command(launch), apart=engine.refuses(spec, fmt),
+                  engine=engine.name, command=engine.command(launch), apart=engine.refuses(spec, fmt, own_gguf),
                   learned=cached and learns_from_trace(config), framework_us=r.framework_us, gpu=gpu)
     if not all_on_gpu:
         return out, None
-    whole = WHOLE_ON_GPU if (kept is None or WHOLE_ON_GPU.name in kept) and not WHOLE_ON_GPU.refuses(spec, fmt) \
-        else engine
+    whole = WHOLE_ON_GPU if (kept is None or WHOLE_ON_GPU.name in kept) and \
+        not WHOLE_ON_GPU.refuses(spec, fmt, own_gguf) else engine
     launch = replace(launch, cpu_layers=0)
     return out, replace(out, strategy=ALL_ON_GPU, policy=None, prefetch=None, capacity=None, scope=None, cpu_layers=0,
-                        engine=whole.name, command=whole.command(launch), apart=whole.refuses(spec, fmt))
+                        engine=whole.name, command=whole.command(launch), apart=whole.refuses(spec, fmt, own_gguf))
 
 
 def learns_from_trace(config: Config) -> bool:

@@ -70,8 +70,9 @@ def kills_held():
 
 @contextlib.contextmanager
 def scratch(where: Path, kind: str):
-    """A scratch folder (``scratch_folder``) for the ``with`` block, removed after it however the block ends, a kill
-    included (``kills_held``)."""
+    """A scratch folder (``scratch_folder``) for the ``with`` block, removed after it however the block ends: a kill
+    too, where SIGTERM unwinds (the command line's ``moesim.errors.unwind``; ``kills_held``). Without such a handler a
+    kill ends the process on the spot, and the next scratch folder made there removes this one."""
     folder = None
     try:
         with kills_held():

@@ -59,14 +59,17 @@ def explain(r: DesResult, model: ModelSpec, hw: Hardware) -> Explanation:
     """``r``'s decode step part by part, on ``model`` and ``hw`` (those it was simulated on)."""
     cost, layers = r.costs, model.num_layers
     rows = measured_decode(r.requests, r.config.workload.warmup)
-    framework = r.framework_us * 1e-3 * layers
+    # (a measured [compute] table's layer time is the engine's own: no framework time is added to it)
+    framework = r.framework_us * 1e-3 * layers if hw.compute is None else 0.0
     before = cost.pre_s[rows].mean() * layers * 1e3 - framework
     shared = cost.shared_s[rows].mean() * layers * 1e3
     once = cost.row_s[rows].mean() * 1e3
     compute, stall = r.compute_s * 1e3, r.stall_s * 1e3
     steps = max(r.decode_steps, 1)
-    step = (Line("attention and router" + ("" if shared else ", shared experts"), before, "ms", "every layer"),
-            Line(f"{r.timed_as}'s framework time", framework, "ms", f"{r.framework_us:g} us a layer"),
+    beside_cpu = bool(model.shared_experts) and bool(shared)  # the engine runs them beside the CPU's routed ones
+    step = (Line("attention and router" + (", shared experts" if model.shared_experts and not beside_cpu else ""),
+                 before, "ms", "every layer"),
+            Line(f"{r.timed_as}'s framework time", framework, "ms", f"{framework / layers * 1e3:g} us a layer"),
             Line("shared experts beside the CPU's routed ones", shared, "ms", "every layer"),
             Line("expert kernels" + (" on the GPU" if hw.gpu is not None else ""), compute - before - framework - shared - once, "ms",
                  f"{(1 - r.cpu_share) * r.accesses / steps:.1f} experts a step"),
@@ -106,7 +109,7 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
                 Line("a layer handed to the CPU", c.sync_us, "us", FIGURE)]
     engine = ENGINES.get(r.timed_as, UNNAMED)
     sources = dict(engine.sources)
-    if r.framework_us:
+    if r.framework_us and hw.compute is None:
         out.append(Line(f"{engine.name}'s framework time a layer", r.framework_us, "us", sources["layer_us"]))
     if on_cpu:
         out.append(Line(f"{engine.name}'s barriers a CPU layer", engine.expert_barriers(model.top_k), "barriers",

@@ -111,3 +111,11 @@ def test_a_split_is_free_where_the_uniform_cache_already_had_a_scratch_buffer(mi
     kw = dict(policy="lru", capacity=7, hardware="rtx4090", dtype="q4_k", other_dtype="q4_k", prompt=512)
     uniform, best = moesim.simulate(mixtral, **kw), moesim.simulate(mixtral, split="best", **kw)
     assert min(best.config.cache.capacity) < 7 and best.vram_gb == uniform.vram_gb
+
+
+def test_a_split_of_a_sequential_curve_takes_its_own_least_capacity(mixtral):
+    """A curve simulated under sequential semantics runs from one slot a layer: its split of 40 slots over the 32
+    layers is taken (under step semantics, two a layer, it would be refused), as it was before the budget's check."""
+    curve = moesim.mrc(mixtral, "lru", semantics="sequential")
+    allocation = moesim.best_split(mixtral, 40, curve=curve)
+    assert sum(allocation.slots) == 40 and min(allocation.slots) >= 1

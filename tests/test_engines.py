@@ -76,7 +76,7 @@ def test_each_engine_writes_the_command_of_a_placement_and_says_what_it_runs():
         "llama-server -m Mixtral-8x7B-v0.1-Q8_0.gguf -ngl 99 --n-cpu-moe 4 -t 8 -c 1400 -np 2"
     assert llama.command(Launch(mixtral, "q8_0", Config(), 32, True, 8, 1, 700, 0.5)).endswith("--cpu-moe -t 8 -c 700")
     assert llama.command(Launch(mixtral, "bf16", Config(), 0, False, 8, 1, 700, 0.0)) == \
-        "llama-server -m Mixtral-8x7B-v0.1-BF16.gguf -ngl 0 -t 8 -c 700"
+        "llama-server -m Mixtral-8x7B-v0.1-BF16.gguf -ngl 0 --no-op-offload -t 8 -c 700"
     pool = Config.build(strategy="hybrid", policy="static", scope="global", capacity=48 * 116 + 47)
     assert "--kt-num-gpu-experts 116 --kt-expert-placement-strategy frequency --init-expert-location stats.pt" in \
         kt.command(Launch(qwen, "bf16", pool, 0, True, 16, 1, 640, 1.0))
@@ -92,6 +92,12 @@ def test_each_engine_writes_the_command_of_a_placement_and_says_what_it_runs():
     assert ENGINES["Fiddler"].refuses(mixtral, "q4_k") == "Fiddler runs experts in bf16, f16 only"
     assert ENGINES["Fiddler"].refuses(mixtral, "bf16") == ""
     assert ENGINES["HOBBIT (llama.cpp fork)"].refuses(mixtral, "bf16") == "research code with no release to run"
+    # a GGUF's own storage, whatever types it holds, is run by the engines that load GGUFs as they are
+    assert llama.refuses(qwen, "iq2_xxs", own_gguf=True) == "" and llama.refuses(qwen, "iq2_xxs") != ""
+    assert ENGINES["MoE-Infinity"].refuses(qwen, "iq2_xxs", own_gguf=True) != ""
+    # a GGUF's deepseek2 architecture (DeepSeek-V2, V3, R1, Kimi-K2) is the family the engines list as V3's
+    deepseek = replace(get_model("deepseek-v3"), architecture="deepseek2")
+    assert deepseek.family == "deepseek_v3" and kt.refuses(deepseek, "q4_k", own_gguf=True) == ""
 
 
 def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):
@@ -215,7 +221,7 @@ def test_a_kernel_given_to_an_engine_that_runs_its_own_is_refused(cli):
 # moe_infinity/entrypoints/openai/api_server_v2.py, Fiddler's src/fiddler/infer.py
 PROGRAMS = {
     ("llama-server",): {"-m": True, "-ngl": True, "--n-cpu-moe": True, "--cpu-moe": False, "-t": True, "-c": True,
-                        "-np": True},
+                        "-np": True, "--no-op-offload": False},
     ("python", "-m", "sglang.launch_server"): {
         "--model": True, "--kt-weight-path": True, "--kt-method": True, "--kt-cpuinfer": True,
         "--kt-threadpool-count": True, "--kt-num-gpu-experts": True, "--kt-expert-placement-strategy": True,

@@ -97,3 +97,7 @@ def test_validate_out_writes_the_band_where_plan_and_sim_run_give_it(cli, tmp_pa
     assert code == 1 and "is also an input of this command" in err
     code, _, err = cli("validate", "--engine", "llama.cpp", "--hardware", "ryzen-7950x", "--out", tmp_path / "x.toml")
     assert code == 1 and err.count("\n") == 1 and "a spec sheet's machine" in err
+    monkeypatch.setattr(llamacpp_validate, "validate_llamacpp", lambda *args, **kwargs: pytest.fail("it ran"))
+    code, _, err = cli("validate", "--engine", "llama.cpp", "--hardware", here, "--threads", "1", "--dtype", "q8_0",
+                       "--out", tmp_path / "y.toml")  # 3 shapes x 1 format x 1 thread count x 1 context: 3 decodes
+    assert code == 1 and "at least 10 decode configurations, these options give 3" in err

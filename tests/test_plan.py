@@ -37,7 +37,8 @@ def test_plan_ranks_every_strategy_within_the_gpu_memory(mixtral_plan):
         assert (0 < r["vram_gb"] <= 24 or not r["gpu"]) and 0 < r["ram_gb"] <= 128 and r["ttft_s"] > 0
         assert r["tpot_s"] == pytest.approx(1 / r["tokens_per_s"])
     for r in (r for r in rows if r["strategy"] == "cpu-experts"):
-        place = f"-ngl 99 --n-cpu-moe {r['cpu_layers']}" if r["gpu"] else "-ngl 0"  # (-ngl 0: the GPU left out)
+        # (-ngl 0: the GPU left out)
+        place = f"-ngl 99 --n-cpu-moe {r['cpu_layers']}" if r["gpu"] else "-ngl 0 --no-op-offload"
         assert r["engine"] == "llama.cpp" and r["command"] == (
             f"llama-server -m Mixtral-8x7B-v0.1-{r['format'].upper()}.gguf {place} -t 16 -c {out['context']}")
     assert sum(not r["gpu"] for r in rows) == 3  # llama.cpp with the GPU left out, in each format
@@ -145,7 +146,7 @@ def test_threads_reach_the_cpu_model_and_the_engines_flags(cli):
                          "--vram", "3", "--threads", "2", "--json")
     assert code == 0, err
     rows = json.loads(out)["rows"]
-    assert all(f" -t 2 -c " in r["command"] for r in rows if r["strategy"] == "cpu-experts")
+    assert all(" -t 2 -c " in r["command"] for r in rows if r["strategy"] == "cpu-experts")
     trace = synth_trace(16, 64, 8, 1, 4, seed=0, model="olmoe-1b-7b")
     hw = get_hardware("ryzen-7950x")
     two = moesim.simulate(trace, hardware=replace(hw, cpu=replace(hw.cpu, threads=2)), strategy="cpu-experts",
@@ -384,7 +385,7 @@ def test_a_gguf_is_planned_in_its_own_storage(tmp_path):
     assert moesim.plan(str(pure), "rtx4090", vram=between).rows[0].strategy == "all-on-gpu"
     assert "all-on-gpu" not in {r.strategy for r in moesim.plan(str(mixed), "rtx4090", vram=between).rows}
     assert [r.command for r in moesim.plan(str(pure), "rtx4090").rows if not r.gpu] == [
-        f"llama-server -m {pure} -ngl 0 -t 16 -c 640"]  # llama.cpp with the GPU left out, the file as given
+        f"llama-server -m {pure} -ngl 0 --no-op-offload -t 16 -c 640"]  # the GPU left out, the file as given
 
 
 def test_dtype_on_a_gguf_plans_beside_the_files_storage(cli, tmp_path, monkeypatch):
@@ -474,6 +475,15 @@ def test_several_models_are_ranked_together_on_one_machine(cli):
     assert sum(line["value"] for line in both["explain"]["step"]) == pytest.approx(rows[1]["tpot_s"] * 1e3, rel=1e-9)
     code, _, err = cli(*args, "--trace", "bundled")
     assert code == 1 and err.count("\n") == 1 and "--trace is one model's" in err
+    code, _, err = cli(*args, "--wide")
+    assert code == 1 and err.count("\n") == 1 and "--wide is one model's" in err
+    # a model that fits nowhere on the machine is one line; the others still answer
+    code, out, err = cli("plan", "--model", "olmoe-1b-7b,qwen3-235b-a22b", "--hardware", "rtx4080", "--dtype", "bf16",
+                         "--json")
+    assert code == 0, err
+    both = json.loads(out)
+    assert {r["model"] for r in both["rows"]} == {"olmoe-1b-7b"}
+    assert [f.split(":")[0] for f in both["failed"]] == ["qwen3-235b-a22b"] and "nothing fits" in both["failed"][0]
 
 
 def test_a_model_is_found_by_its_hugging_face_id_and_a_slip_is_answered_with_the_nearest():
@@ -499,8 +509,20 @@ def test_a_gpu_too_small_for_anything_still_gets_llama_cpps_cpu_only_row(cli):
     (row,) = small.rows
     alone = next(r for r in moesim.plan("qwen3-30b-a3b", "ryzen-7950x", dtypes=["q4_k"]).rows
                  if r.strategy == "cpu-experts")
-    assert row.command == "llama-server -m Qwen3-30B-A3B-Q4_K.gguf -ngl 0 -t 16 -c 640" and row.vram_gb == 0
+    assert row.command == "llama-server -m Qwen3-30B-A3B-Q4_K.gguf -ngl 0 --no-op-offload -t 16 -c 640"
+    assert row.vram_gb == 0
     assert row.tokens_per_s.mid == alone.tokens_per_s.mid and row.cpu_layers == 48
     assert curves(small) == []
-    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--vram", "0.5", "--dtype", "q4_k")
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--vram", "0.5", "--dtype",
+                         "q4_k")
     assert code == 0 and "none: CPU only" in out, err
+
+
+def test_where_the_fastest_of_one_placement_cannot_be_run_the_row_names_an_engine_that_can():
+    """Qwen3-30B-A3B in int4 fits an H100 whole: llama.cpp (whose rows of that placement are the fastest) runs no int4
+    experts, kTransformers does (AMXINT4): the all-on-gpu row is offered, named for kTransformers with its command."""
+    import moesim
+
+    (whole,) = [r for r in moesim.plan("qwen3-30b-a3b", "h100", dtypes=["int4"]).rows if r.strategy == "all-on-gpu"]
+    assert whole.engine == "kTransformers" and not whole.apart and "--kt-method AMXINT4" in whole.command
+    assert "--kt-num-gpu-experts 128" in whole.command and "cpu-experts" in whole.same_as

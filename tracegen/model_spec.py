@@ -94,9 +94,10 @@ def model_file_of(source: str) -> str:
 
 
 # a GGUF's general.architecture -> the family's transformers model_type, where they differ: llama.cpp converts
-# Mixtral to its llama architecture with stacked experts, and DeepSeek-V2 and V3 to deepseek2
-GGUF_FAMILIES = {"llama": "mixtral", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "deepseek2": "deepseek_v2",
-                 "gpt-oss": "gpt_oss", "glm4moe": "glm4_moe"}
+# Mixtral to its llama architecture with stacked experts, and DeepSeek-V2, V3, R1 and Kimi-K2 alike to deepseek2,
+# taken as V3's family (the one the engines that load GGUFs list)
+GGUF_FAMILIES = {"llama": "mixtral", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "qwen3next": "qwen3_next",
+                 "deepseek2": "deepseek_v3", "gpt-oss": "gpt_oss", "glm4moe": "glm4_moe"}
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,8 @@ class EngineSpec:
     """An engine: its ``name`` as its users write it, ``summary`` and ``source`` (where it is published); the
     placements it runs (``runs``: strategy names, ``moesim.sim.strategies``) and, of those runs, the settings it
     has the mechanism for (``takes(config)``: a prefetcher, a cache that changes); the model families
-    (``families``: transformers ``model_type``s, ``ModelSpec.family``) and expert formats (``formats``) it runs;
+    (``families``: transformers ``model_type``s, ``ModelSpec.family``) and expert formats (``formats``) it runs, and
+    whether it loads a GGUF file as it is, whatever types its tensors hold (``loads_gguf``);
     ``release``: where a user gets it ("" for research code with no release a user can run); what it does that
     changes durations, each with where the figure comes from (``sources``: (field, source) pairs):
 
@@ -99,6 +100,7 @@ class EngineSpec:
     command: Callable
     families: tuple = ()
     formats: tuple = ()
+    loads_gguf: bool = False
     release: str = ""
     takes: Callable = every_setting
     numa: str = ONE_POOL
@@ -113,13 +115,14 @@ class EngineSpec:
         """The thread barriers of one CPU layer's routed experts."""
         return self.cpu_ops[0] + self.cpu_ops[1] * top_k
 
-    def refuses(self, model, fmt: str) -> str:
+    def refuses(self, model, fmt: str, own_gguf: bool = False) -> str:
         """Why a user cannot run ``model`` with its experts in ``fmt`` on this engine ("" where they can): it has no
-        release, or runs neither the model's family nor the format."""
+        release, or runs neither the model's family nor the format (``own_gguf``: ``fmt`` is a GGUF file's own
+        storage, which an engine that ``loads_gguf`` runs as it is)."""
         if not self.release:
             return "research code with no release to run"
         if model.family not in self.families:
             return f"{self.name} runs no {model.family} model (it runs {', '.join(self.families)})"
-        if fmt not in self.formats:
+        if fmt not in self.formats and not (own_gguf and self.loads_gguf):
             return f"{self.name} runs experts in {', '.join(self.formats)} only"
         return ""

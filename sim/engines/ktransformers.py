@@ -39,7 +39,7 @@ ENGINE = EngineSpec(
     name="kTransformers", summary="routed experts on the CPU, hot ones pinned on the GPU", command=command,
     takes=takes, source="github.com/kvcache-ai/ktransformers", release="pip install kt-kernel", runs=("hybrid",),
     families=("deepseek_v3", "qwen3_moe", "qwen3_next", "glm4_moe", "kimi_k2", "minimax_m2"),
-    formats=(*GGUF_FORMATS, *METHODS), numa=PER_SOCKET, shared_overlap=True, cpu_ops=(3, 0), layer_us=840.0,
+    formats=(*GGUF_FORMATS, *METHODS), loads_gguf=True, numa=PER_SOCKET, shared_overlap=True, cpu_ops=(3, 0), layer_us=840.0,
     sources=(("numa", "its NUMA build (USE_NUMA=1) keeps a thread pool and a copy of the experts per socket"),
              ("shared_overlap", "the shared experts run on the GPU while the CPU computes the routed ones"),
              ("cpu_ops", "its MoE operator synchronises once per projection stage"),

@@ -1,6 +1,7 @@
 """llama.cpp (github.com/ggml-org/llama.cpp): the routed experts of the first N layers in host RAM, computed by
 its CPU backend (``--n-cpu-moe N``, or ``-ot "blk\\.(0|...|N-1)\\.ffn_(up|down|gate)_exps=CPU"``); everything else
-on the GPU (``-ngl 99``); on a machine without a GPU its CPU build runs every layer (``-ngl 0``). Its families are
+on the GPU (``-ngl 99``); on a machine without a GPU, or with it left out, every layer on the CPU (``-ngl 0
+--no-op-offload``). Its families are
 the MoE architectures ``src/llama-arch.cpp`` loads, as transformers names them (Mixtral converts to its llama
 architecture; DeepSeek-V2, V3 and GLM-4.7-Flash to deepseek2)."""
 
@@ -9,10 +10,11 @@ from moesim.sim.machine import ONE_POOL
 
 
 def command(launch: Launch) -> str:
-    """``llama-server`` with the GGUF, every layer on the GPU but the first N's experts (``-ngl 0`` without a GPU),
+    """``llama-server`` with the GGUF, every layer on the GPU but the first N's experts (without a GPU, or with it left
+    out, ``-ngl 0 --no-op-offload``: a CUDA build would still run a prompt's large products on the GPU),
     the threads where it computes on the CPU, and the context memory was sized for (``-np`` sequences sharing it)."""
     n, layers = launch.cpu_layers, launch.model.num_layers
-    place = "-ngl 0" if not launch.gpu else "-ngl 99" + (
+    place = "-ngl 0 --no-op-offload" if not launch.gpu else "-ngl 99" + (
         "" if n == 0 else " --cpu-moe" if n == layers else f" --n-cpu-moe {n}")
     threads = f" -t {launch.threads}" if n or not launch.gpu else ""
     slots = f" -np {launch.batch}" if launch.batch > 1 else ""
@@ -24,7 +26,7 @@ ENGINE = EngineSpec(
     source="github.com/ggml-org/llama.cpp", release="github.com/ggml-org/llama.cpp/releases", runs=("cpu-experts",),
     families=("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe", "gpt_oss",
               "glm4_moe", "glm4_moe_lite", "dbrx", "granitemoe", "llama4"),
-    formats=GGUF_FORMATS, numa=ONE_POOL, cpu_ops=(5, 1), offload_min_tokens=32,
+    formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=(5, 1), offload_min_tokens=32,
     sources=(("numa", "one thread pool over every socket; a page lands in the DRAM of the thread that first "
                       "touched it (the loader), without --numa"),
              ("cpu_ops", "src/llama-graph.cpp build_moe_ffn on the CPU: gate, up, activation, down, the weights, "
