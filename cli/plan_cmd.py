@@ -195,7 +195,7 @@ def rank_notes(rows: list, trace: str) -> None:
 def several(configs: list, formats, engines, asked_prompt: bool, typed, explain: int | None, as_json: bool) -> None:
     """Each model of ``configs`` planned on the same machine, their rows ranked together (``ranked``): which model,
     format and placement to run."""
-    from moesim.experiments.plan import ranked, row_key
+    from moesim.experiments.plan import rank_key, ranked
 
     plans, failed = [], []
     with working(f"planning {len(configs)} models (the first run compiles each policy)"):
@@ -206,7 +206,7 @@ def several(configs: list, formats, engines, asked_prompt: bool, typed, explain:
                 failed.append(f"{c.model.name}: {first_line(exc)}")
     if not plans:
         raise MoesimError("; ".join(failed))
-    by_row = sorted(((r, p, res) for p in plans for r, res in zip(p.rows, p.results)), key=lambda t: row_key(t[0]))
+    by_row = sorted(((r, p, res) for p in plans for r, res in zip(p.rows, p.results)), key=lambda t: rank_key(t[0]))
     rows = ranked([r for r, _, _ in by_row])
     if explain is not None and explain > len(rows):
         raise MoesimError(f"--explain {explain}: the plans have {len(rows)} row(s)")

@@ -184,9 +184,10 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
         raise MoesimError(_nothing_fits(spec, hw, short) if short else f"no strategy runs {spec.name}: " + (
             next(iter(reasons)) if len(reasons) == 1 else
             "; ".join(f"{', '.join(dict.fromkeys(who))}: {why}" for why, who in list(reasons.items())[:3])))
-    out.results.sort(key=rank_key)
-    rows, results = _fold([row(r, spec, out.machine_of(r), out.context, kept) for r in out.results], out.results)
-    offered = sorted(((r, result) for r, result in zip(rows, results) if not r.apart), key=lambda t: row_key(t[0]))
+    built = sorted(((row(r, spec, out.machine_of(r), out.context, kept), r) for r in out.results),
+                   key=lambda t: rank_key(t[0][0]))
+    rows, results = _fold([b for b, _ in built], [r for _, r in built])
+    offered = sorted(((r, result) for r, result in zip(rows, results) if not r.apart), key=lambda t: rank_key(t[0]))
     out.rows, out.results = ranked([r for r, _ in offered]), [result for _, result in offered]
     out.apart = [r for r in rows if r.apart]
     check_plan_read(out, given)
@@ -303,21 +304,16 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
     return prepared, short
 
 
-def rank_key(r: DesResult) -> tuple[float, float]:
+def rank_key(r: PlanRow) -> tuple[float, float]:
     """Faster first; equal tokens/s (to the 4 significant digits a table shows) by the time to first token (none
     timed, with no prompt: last)."""
-    return -float(f"{r.tokens_per_s:.4g}"), math.inf if r.ttft_s is None else r.ttft_s
-
-
-def row_key(r: PlanRow) -> tuple[float, float]:
-    """``rank_key`` of a plan's row."""
     return -float(f"{r.tokens_per_s.mid:.4g}"), math.inf if r.ttft_s is None else r.ttft_s
 
 
 def ranked(rows: list[PlanRow]) -> list[PlanRow]:
-    """``rows`` (of one plan, or of several models') fastest first (``row_key``), numbered from 1, each after the first
+    """``rows`` (of one plan, or of several models') fastest first (``rank_key``), numbered from 1, each after the first
     marked where the published pairs do not tell it apart from the first (``tied``)."""
-    rows = sorted(rows, key=row_key)
+    rows = sorted(rows, key=rank_key)
     return [replace(r, rank=i + 1, tied=i > 0 and tied(r.tokens_per_s.mid, rows[0].tokens_per_s.mid))
             for i, r in enumerate(rows)]
 

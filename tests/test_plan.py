@@ -187,10 +187,11 @@ def test_equal_tokens_per_s_rank_by_time_to_first_token():
     from types import SimpleNamespace as Row
 
     from moesim.experiments.plan import rank_key
+    from moesim.sim.accuracy import Estimate
 
-    rows = [Row(tokens_per_s=20.004, ttft_s=13.2), Row(tokens_per_s=20.001, ttft_s=1.0),
-            Row(tokens_per_s=20.05, ttft_s=30.0), Row(tokens_per_s=19.0, ttft_s=0.1)]
-    assert [(r.tokens_per_s, r.ttft_s) for r in sorted(rows, key=rank_key)] == [
+    rows = [Row(tokens_per_s=Estimate(20.004), ttft_s=13.2), Row(tokens_per_s=Estimate(20.001), ttft_s=1.0),
+            Row(tokens_per_s=Estimate(20.05), ttft_s=30.0), Row(tokens_per_s=Estimate(19.0), ttft_s=0.1)]
+    assert [(r.tokens_per_s.mid, r.ttft_s) for r in sorted(rows, key=rank_key)] == [
         (20.05, 30.0), (20.001, 1.0), (20.004, 13.2), (19.0, 0.1)]
 
 
