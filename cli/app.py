@@ -141,7 +141,7 @@ def _with_rates(part) -> dict:
     return {**asdict(part), **rates(part)}
 
 
-def _show(name: str, save: Path | None, as_json: bool, force: bool = False) -> None:
+def _show(name: str, save: Path | None, as_json: bool, force: bool = False, remeasure: bool = False) -> None:
     """One machine (a preset, a file or ``local``), part by part, with what the model derives from each (or its
     fields as JSON), its numbers far past every real part's taken with ``force``; ``save``: written as a hardware file
     too (``local`` measured once, then reused; an existing file only with ``force``: a hand-edited machine is not lost
@@ -149,10 +149,12 @@ def _show(name: str, save: Path | None, as_json: bool, force: bool = False) -> N
     from dataclasses import asdict
 
     from moesim.files import check_output
-    from moesim.sim.hardware import get_hardware, write_hardware
+    from moesim.sim.hardware import get_hardware, this_machine, write_hardware
 
     if save is not None:
         check_output(save, "hardware file", force=force, inputs=(name,), suffixes=(".toml",))
+    if remeasure:
+        this_machine(remeasure=True)
     hw = get_hardware(name, force=force)
     if save is not None:
         write_hardware(hw, save, force=force)
@@ -185,13 +187,17 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
              force: Annotated[bool, typer.Option("--force", help="With --show: take a machine whose numbers are far "
                                                  "past every real part's (12288 GiB of GPU memory: MiB?), refused "
                                                  "otherwise as a likely unit slip; with --save too: replace the file "
-                                                 "if it exists.")] = False) -> None:
+                                                 "if it exists.")] = False,
+             remeasure: Annotated[bool, typer.Option("--remeasure", help="With --show local: measure this machine's "
+                                                     "DRAM read and clock again (they are measured once per machine "
+                                                     "and kept for every later --hardware local).")] = False) -> None:
     """List the hardware presets: machines (GPU + host link + host CPU), GPUs, links, CPUs, SSDs.
 
     Use a machine with 'moesim sim run --hardware NAME', describe your own in a TOML file ('moesim hardware
     --template > box.toml'; every key, its unit, default and source: docs/hardware.md), or pass --hardware local
-    (this machine, detected, its DRAM bandwidth measured). Swap a machine's link with --link, its CPU with --cpu,
-    add an SSD with --ssd, and set its memory with --vram / --ram.
+    (this machine, detected, its DRAM bandwidth measured once and kept; --show local --remeasure measures again).
+    Swap a machine's link with --link, its CPU with --cpu, add an SSD with --ssd, and set its memory with --vram /
+    --ram.
 
     Example: moesim hardware --template > box.toml; moesim hardware --show local --save here.toml
     """
@@ -200,6 +206,8 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
     from moesim.sim.hardware import TEMPLATE
     from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS
 
+    if remeasure and (show or "").lower() != "local":
+        raise MoesimError("--remeasure measures this machine again: give --show local")
     if force and show is None:
         raise MoesimError("--force takes the machine --show names (and replaces the file --save names); give --show "
                           "too")
@@ -210,7 +218,7 @@ def hardware(as_json: Annotated[bool, typer.Option("--json", help="Print JSON in
         print(TEMPLATE, end="")
         return
     if show is not None:
-        _show(show, save, as_json, force)
+        _show(show, save, as_json, force, remeasure)
         return
     if save is not None:
         raise MoesimError("--save writes the machine --show names; give --show too")

@@ -128,7 +128,7 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
     ones)."""
     from moesim.sim.hardware import this_machine
 
-    machine = this_machine()
+    machine = this_machine(remeasure=True)  # a calibration measures now, and keeps it for --hardware local
     with scratch(work_folder(workdir), "llamacpp") as folder:
         with LlamaCpp() as engine:
             progress(PROBING)

@@ -28,7 +28,8 @@ from typing import NamedTuple
 from moesim.errors import MoesimError, MoesimWarning, option, switch
 from moesim.files import atomic_output, read_toml
 from moesim.sim.cpu_rates import ISA_FLOP_PER_CYCLE
-from moesim.sim.local_machine import detect
+from moesim.sim import local_kept
+from moesim.sim.local_machine import detect, measure_clock_ghz, measure_dram_gbps, read_text
 from moesim.sim.machine import CPU, GPU, SSD, Hardware, Link, MeasuredCompute
 from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS
 from moesim.tracegen.model_spec import FORMATS
@@ -49,11 +50,21 @@ def is_file_name(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def this_machine() -> Hardware:
-    """``--hardware local``: detected and measured once per process, so every run of a command (a sweep's, a
-    served stream's rates) sees the same machine; ``moesim hardware --show local --save F`` keeps it across
-    processes."""
-    return detect()
+def this_machine(remeasure: bool = False) -> Hardware:
+    """``--hardware local``: detected once per process, its DRAM read and clock measured once per machine and kept
+    (``moesim.sim.local_kept``), so every run of a command and every later command sees the same machine;
+    ``remeasure`` measures again and keeps that."""
+    path, key = local_kept.folder() / local_kept.FILE_NAME, local_kept.identity(read_text)
+    kept = None if remeasure else local_kept.load(path, key)
+    if kept is not None:
+        hw = detect(measure=lambda nbytes: kept.dram_gbps, clock=lambda isa: kept.ghz)
+        return replace(hw, source=f"{hw.source}; measured {kept.measured_at or 'earlier'}, kept in {path} (moesim "
+                                  "hardware --show local --remeasure measures again)")
+    measured = {}
+    hw = detect(measure=lambda nbytes: measured.setdefault("dram", measure_dram_gbps(nbytes)),
+                clock=lambda isa: measured.setdefault("ghz", measure_clock_ghz(isa)))
+    stored = "dram" in measured and local_kept.keep(path, key, measured["dram"], measured.get("ghz"))
+    return replace(hw, source=f"{hw.source}; kept in {path} for later runs" if stored else hw.source)
 
 
 def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu: str | None = None,

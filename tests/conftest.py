@@ -9,6 +9,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
 
+# ``--hardware local`` keeps what it measured per machine (``moesim.sim.local_kept``): the suite keeps it in a folder
+# of its own, removed at exit, never the user's (each worker process its own)
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+os.environ["MOESIM_CACHE"] = tempfile.mkdtemp(prefix="moesim-test-cache-")
+atexit.register(shutil.rmtree, os.environ["MOESIM_CACHE"], ignore_errors=True)
+
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 

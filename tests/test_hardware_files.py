@@ -146,7 +146,7 @@ def test_local_is_measured_once_per_process(monkeypatch):
 
     calls = []
     machine = get_hardware("ryzen-7950x")
-    monkeypatch.setattr(hardware, "detect", lambda: calls.append(1) or machine)
+    monkeypatch.setattr(hardware, "detect", lambda **measures: calls.append(1) or machine)
     hardware.this_machine.cache_clear()
     try:
         first, second = get_hardware("local"), get_hardware("local", ram=8)
