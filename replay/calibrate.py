@@ -96,6 +96,16 @@ def _median(fn, repeats: int) -> float:
     return float(np.median(_times(fn, repeats)))
 
 
+def device_memory_gb(backend: str) -> float:
+    """The memory of the calibrated machine's simulated GPU, GiB: the CUDA device's, or on the cpu backend host RAM,
+    where the compute stream's buffers (this backend's "GPU") live."""
+    if backend == "cpu":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+    from moesim.replay.cuda import require_cuda
+
+    return require_cuda().cuda.get_device_properties(0).total_memory / 2 ** 30
+
+
 def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir: str | Path | None = None,
               seed: int = 0) -> Calibration:
     """Measure copies, compute and the executor for ``model`` on ``backend``; a Hardware with a [compute] table."""
@@ -105,8 +115,7 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
         require_torch()  # before the expert files are written
         with no_gc():
             link, pageable = _disk_link(model, repeats, workdir, seed), None
-        # the compute stream's buffers (the "GPU" of this backend) live in host RAM
-        memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+        memory_gb = device_memory_gb(backend)
         device, name, cache = "cpu", f"cpu-{os.uname().nodename}", last_level_cache()
         free = available_bytes(None, "cpu")
 
@@ -119,7 +128,7 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
         props = torch.cuda.get_device_properties(0)
         with no_gc():
             link, pageable = _copy_link(model, repeats, seed, torch)
-        device, memory_gb, name = props.name, props.total_memory / 2 ** 30, f"cuda-{props.name.replace(' ', '-')}"
+        device, memory_gb, name = props.name, device_memory_gb(backend), f"cuda-{props.name.replace(' ', '-')}"
         cache, free = getattr(props, "L2_cache_size", 0), torch.cuda.mem_get_info()[0]
         sync = torch.cuda.synchronize
     else:

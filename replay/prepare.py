@@ -6,13 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from moesim.errors import MoesimError, option
-from moesim.replay.calibrate import calibrate
+from moesim.replay.calibrate import calibrate, device_memory_gb
 from moesim.replay.compute import require_torch
-from moesim.replay.run import check_backend, check_fits, shrink
+from moesim.replay.run import check_backend, check_fits, in_backend_format, shrink
 from moesim.replay.scratch import work_folder
 from moesim.sim.config import Config
 from moesim.sim.hardware import check_hardware, get_hardware
-from moesim.sim.machine import Hardware
+from moesim.sim.des import prepare_des
+from moesim.sim.machine import GPU, Hardware
+from moesim.sim.memory import DoesNotFit
+from moesim.sim.presets import LINKS
 from moesim.tracegen.models import ModelSpec, check_fits_trace
 from moesim.tracegen.trace import Trace
 
@@ -34,7 +37,7 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
     if model is not None:  # one built in code (a name is matched to the trace where it is looked up)
         check_fits_trace(model, trace.meta)
     spec = model if model is not None else config.model.spec(trace.meta)
-    small = shrink(trace, spec, layers, scale)[1]
+    small_trace, small = shrink(trace, spec, layers, scale)
     if backend == "virtual":
         if workdir is not None:
             raise MoesimError(f"{option('workdir')}: backend virtual replays the simulator's own times and writes no "
@@ -48,6 +51,7 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
     check_fits(small, capacity * (small.num_layers if per_layer else 1), backend,
                work_folder(workdir))
     if hardware is None:
+        check_memory(small_trace, config, small, backend)
         return trace, spec, calibrate(small, backend, workdir=workdir).hardware
     hw = hardware if isinstance(hardware, Hardware) else get_hardware(hardware, force=config.hardware.force)
     if hw.compute is None or hw.compute.name != small.name:
@@ -55,3 +59,16 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
                           f"{small.name}; run 'moesim calibrate "
                           "--model ...' with the same layers and scale, or leave the hardware out")
     return trace, spec, hw
+
+
+def check_memory(trace: Trace, config: Config, model: ModelSpec, backend: str) -> None:
+    """Refuse, before minutes of calibration, a run the calibrated machine could not hold: the run sized (its memory
+    accounted, its ``auto`` values resolved, nothing simulated) on a machine with the memory calibration will give
+    it (``device_memory_gb``: on the cpu backend, host RAM holds the simulated GPU's experts)."""
+    provisional = Hardware(f"{backend} (before calibration)", GPU(backend, 1.0, 1.0, device_memory_gb(backend)),
+                           LINKS["pcie4"])
+    try:
+        prepare_des(trace, in_backend_format(config, backend), model, provisional)
+    except DoesNotFit as exc:
+        where = "host RAM holds what the simulated GPU would" if backend == "cpu" else "the GPU holds it"
+        raise MoesimError(f"backend {backend} ({where}): {exc}") from None

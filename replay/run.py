@@ -151,6 +151,12 @@ def check_backend(config: Config, backend: str) -> None:
                           f"{strategy} is replayed on {option('backend', 'virtual')} only (its CPU and GPU work overlap)")
 
 
+def in_backend_format(config: Config, backend: str) -> Config:
+    """A real backend's run of ``config``: every weight in the backend's own format (``DTYPE``; a configuration file's
+    other format unread too)."""
+    return config.replace(dtype=DTYPE[backend], other_dtype=None)
+
+
 def check_fits(model: ModelSpec, n_buffers: int, backend: str, folder: Path, placed_layers: int = 0) -> None:
     """Refuse up front a model whose experts or buffers (and the experts of ``placed_layers`` layers placed
     whole) would not fit on ``backend``."""
@@ -190,8 +196,8 @@ def replay(trace: Trace, config: Config, hardware: Hardware, backend: str = "cpu
     check_backend(config, backend)
     dram_capacity = config.cache.dram_capacity
     trace, model = shrink(trace, model, layers, scale)
-    if real:  # in the backend's own format (a configuration file's other format unread too)
-        config = config.replace(dtype=DTYPE[backend], other_dtype=None)
+    if real:
+        config = in_backend_format(config, backend)
     sim = simulate_des(trace, config, model, hardware, decisions=True)
     n_slots = int(sim.config.cache.slots(model.num_layers).sum())
     placed_layers = model.num_layers if (sim.placement != CACHED).any() else 0

@@ -671,6 +671,26 @@ def test_validate_checks_every_configuration_before_it_measures(cli, monkeypatch
         cli, "validate", "bundled", "--policies", "lru,nope", "--layers", "2", "--scale", "0.05")
 
 
+def test_a_replay_that_will_not_fit_is_refused_before_calibration(cli, monkeypatch):
+    """The README's replay without a hardware file calibrated this machine for minutes, then said the run needs more
+    memory than the calibrated machine has: sized first on a machine with the memory calibration would give it (here
+    half a GiB of host RAM for the cpu backend), it is refused before anything is measured or written, in the
+    backend's words, naming the option as typed."""
+    import moesim.replay.prepare as prepare
+
+    def measured(*args, **kwargs):
+        raise AssertionError("calibrated before the memory was checked")
+
+    monkeypatch.setattr(prepare, "calibrate", measured)
+    monkeypatch.setattr(prepare, "device_memory_gb", lambda backend: 0.5)
+    line = one_line_error(cli, "replay", "bundled", "--policy", "lru", "--capacity", "8", "--backend", "cpu",
+                          "--layers", "2", "--scale", "0.1")
+    assert line.startswith("moesim: error: backend cpu (host RAM holds what the simulated GPU would): mixtral-8x7b@x0.1 "
+                           "with 8 experts per layer on the GPU (gpu-cache) needs ")
+    assert line.endswith("the GPU has 0.5 GiB; use --capacity auto, a smaller --dtype or another --strategy (see "
+                         "'moesim plan')\n")
+
+
 def test_an_option_given_twice_is_refused_not_overwritten(cli, tmp_path, monkeypatch):
     """click keeps the last of an option given twice and says nothing: `--capacity 4 --capacity 8` ran at 8 alone.
     Refused as a usage error (status 2), naming both values; an alias and a switch's --no- form count as the same
