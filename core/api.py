@@ -22,6 +22,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.files import check_output
+from moesim.frames import Drawn, Table, from_pandas, is_pandas
 from moesim.sim.config import (CACHE_PARAMS, LOOKUP_UNREAD, RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read,
                                check_read, on_machine)
 from moesim.sim.des import DesResult, simulate_des
@@ -141,9 +142,10 @@ def hitrate(trace: Trace, policy: str | None = None, capacity=None, scope: str |
 
 
 def mrc(trace: Trace, policy: str | None = None, scope: str | None = None, semantics: str | None = None, *,
-        capacities=None, config: Config | None = None, **settings) -> list[HitRate]:
+        capacities=None, config: Config | None = None, **settings) -> Table:
     """A policy's exact hits at every capacity (or at ``capacities``): one ``HitRate`` each, equal to
-    ``hitrate`` at that capacity; a stack algorithm in one pass (``moesim.sim.mrc``). The settings are
+    ``hitrate`` at that capacity, in a list that is also a table (``.to_polars()``, ``.to_pandas()``: a row each;
+    ``moesim.frames``); a stack algorithm in one pass (``moesim.sim.mrc``). The settings are
     ``hitrate``'s but ``capacity`` and ``split``, refused (every layer runs each capacity; ``best_split`` splits
     slots from a curve); ``capacities="all"``: every one, however many.
 
@@ -161,9 +163,8 @@ def mrc(trace: Trace, policy: str | None = None, scope: str | None = None, seman
                           "budget, curve=...) splits slots over the layers from a curve")
     if capacities is not None and not (isinstance(capacities, str) and capacities == "all"):
         capacities = _runs("capacities", capacities, 'or "all"')
-    return curve(_trace(trace), _configured(config, "hitrate", settings, policy=policy, scope=scope,
-                                           semantics=semantics).cache,
-                 capacities)
+    return Table(curve(_trace(trace), _configured(config, "hitrate", settings, policy=policy, scope=scope,
+                                                 semantics=semantics).cache, capacities))
 
 
 def best_split(trace: Trace, budget: int, policy: str | None = None, semantics: str | None = None, *,
@@ -281,7 +282,7 @@ def run_replay(trace: Trace, config: Config | None = None, *, backend: str = "cp
 def validate(trace: Trace, config: Config | None = None, *, policies=None, capacities=None,
              cpu_layers=(0,), backend: str = "cpu", hardware: str | Hardware | None = None, layers: int | None = None,
              scale: float = 1.0, workdir: str | Path | None = None, model: str | ModelSpec | None = None,
-             **settings) -> list[dict]:
+             **settings) -> Table:
     """``run_replay`` of every policy at every capacity (or, for a strategy that places experts without a cache, at
     every number of ``cpu_layers``): one row each with simulated and measured TPOT, the error and the
     speedups over the first of its group (``moesim.replay.validate``). Each of the three is a list (``policies`` one
@@ -312,8 +313,8 @@ def validate(trace: Trace, config: Config | None = None, *, policies=None, capac
     most = max(numbers_of, key=lambda c: max(c) if isinstance(c, (list, tuple)) else c, default="auto")  # of a layer
     trace, spec, hw = prepare(_trace(trace), config.replace(capacity=most), backend, hardware, layers, scale, workdir,
                               objects.get("model"))
-    return run(trace, config, hw, policies, capacities, backend, layers, scale, workdir, model=spec,
-               cpu_layers=cpu_layers, params=params)
+    return Table(run(trace, config, hw, policies, capacities, backend, layers, scale, workdir, model=spec,
+                     cpu_layers=cpu_layers, params=params))
 
 
 def _runs(name: str, values, other: str = "", one: type | None = None) -> list:
@@ -510,16 +511,17 @@ def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: 
                      progress=progress)
 
 
-def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baseline: str | None = None,
-         capacity: int | None = None, source: str | None = None) -> Path:
-    """A figure from sweep results — a results file or its frame — (``hitrate-vs-capacity``,
+def plot(results, kind: str, out: str | Path, baseline: str | None = None,
+         capacity: int | None = None, source: str | None = None) -> Drawn:
+    """A figure from sweep results — a results file or its frame, polars or pandas — (``hitrate-vs-capacity``,
     ``tpot-vs-capacity``, ``speedup-heatmap``, ``per-layer-hitrate``; of a serve sweep
-    ``latency-vs-throughput``, ``hitrate-vs-batch``); returns its path. ``source`` names the results in
-    the figure (default: the file's name); ``baseline`` (speedup-heatmap, default lru) and ``capacity``
-    (per-layer-hitrate, default the middle one) are refused by a kind that does not read them.
+    ``latency-vs-throughput``, ``hitrate-vs-batch``); returns its path, which a notebook shows inline
+    (``moesim.frames.Drawn``). ``source`` names the results in the figure (default: the file's name); ``baseline``
+    (speedup-heatmap, default lru) and ``capacity`` (per-layer-hitrate, default the middle one) are refused by a kind
+    that does not read them.
 
     >>> moesim.plot("fig6.parquet", "hitrate-vs-capacity", "fig6.png")
-    PosixPath('fig6.png')
+    Drawn('fig6.png')
     """
     import polars as pl
 
@@ -527,9 +529,11 @@ def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baselin
     from moesim.plots.results import RESULT_KINDS, plot_results, read_results
     from moesim.plots.serving import SERVE_KINDS, plot_serving
 
+    if is_pandas(results):
+        results = from_pandas(results)
     if not isinstance(results, (str, os.PathLike, pl.DataFrame)):
-        raise MoesimError(f"results must be a results file's path (a str or Path) or its polars DataFrame, got "
-                          f"{type(results).__name__}")
+        raise MoesimError(f"results must be a results file's path (a str or Path) or its DataFrame (polars or pandas), "
+                          f"got {type(results).__name__}")
     out = _path(out, "out")
     kinds = RESULT_KINDS + SERVE_KINDS
     if kind not in kinds:
@@ -542,9 +546,9 @@ def plot(results: str | Path | pl.DataFrame, kind: str, out: str | Path, baselin
     baseline = baseline or "lru"
     frame = results if isinstance(results, pl.DataFrame) else read_results(results)
     source = source or ("results" if isinstance(results, pl.DataFrame) else str(results))
-    if kind in SERVE_KINDS:
-        return plot_serving(frame, kind, out, source)
-    return plot_results(frame, kind, out, baseline, capacity, source)
+    drawn = plot_serving(frame, kind, out, source) if kind in SERVE_KINDS else \
+        plot_results(frame, kind, out, baseline, capacity, source)
+    return Drawn(drawn)
 
 
 def _plot_capacity(capacity) -> int | None:

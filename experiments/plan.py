@@ -32,6 +32,7 @@ import numpy as np
 
 from moesim.errors import MoesimError, option
 from moesim.experiments.plan_row import PlanRow
+from moesim.frames import Tabular
 from moesim.policies import get_policy
 from moesim.policies.prefetch import TRAIN_TRACE, get_prefetcher
 from moesim.sim.accuracy import Estimate, tied
@@ -65,7 +66,7 @@ CURVE_POINTS = 6
 
 
 @dataclass
-class Plan:
+class Plan(Tabular):
     """The ranked rows (``rows``: ``PlanRow``s, best first, each a placement an engine a user can install runs on
     the model in its format, with its command), the placements simulated that none does (``apart``: research code
     with no release, an engine that runs neither the model's family nor the format; each row says why), the
@@ -94,6 +95,10 @@ class Plan:
         """The machine ``result`` was simulated on: the plan's, or it without its GPU (``cpu_only``)."""
         return self.cpu_only if self.cpu_only is not None and result.hardware == self.cpu_only.name else \
             self.machine_spec
+
+    def table_rows(self) -> list[dict]:
+        """A row per ranked placement (``PlanRow.as_dict``: the ``--json`` row)."""
+        return [r.as_dict() for r in self.rows]
 
     def as_dict(self) -> dict:
         return {"model": self.model, "hardware": self.hardware, "machine": self.machine, "trace": self.trace,

@@ -48,6 +48,7 @@ import polars as pl
 
 from moesim.errors import READER, MoesimError, MoesimWarning, first_line, option, switch
 from moesim.files import atomic_output, check_output, read_toml
+from moesim.frames import Tabular
 from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim import blas_probe
@@ -329,7 +330,7 @@ def _metrics(kind: str, config: dict) -> dict:
 
 
 @dataclass
-class SweepSummary:
+class SweepSummary(Tabular):
     total: int
     skipped: int
     ran: int
@@ -337,6 +338,14 @@ class SweepSummary:
     seconds: float
     other: int = 0  # rows of a resumed file that this spec does not name (another spec's settings), kept
     workers: int = 1  # the local worker processes (``jobs``, at most one per usable CPU), or Ray's in-flight limit
+    out: str = ""  # the results file: its rows are the sweep's table (``to_polars``)
+
+    def to_polars(self) -> pl.DataFrame:
+        """The results file: a row per configuration."""
+        return pl.read_parquet(self.out)
+
+    def table_rows(self) -> list[dict]:
+        return self.to_polars().to_dicts()
 
 
 EXECUTORS = ("local", "ray")
@@ -437,7 +446,7 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
         raise MoesimError(f"{out}: sweep stopped after {len(rows)} of {len(todo)} configuration(s); "
                           f"run it again with {switch('resume')} to finish")
     return SweepSummary(len(there) + len(todo), len(there), len(rows), failed, time.perf_counter() - start,
-                        len(have - there), jobs)
+                        len(have - there), jobs, str(out))
 
 
 def _compile_first(todo: list[tuple[str, dict]], kind: str) -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError, option, unwind
+from moesim.frames import Tabular
 from moesim.replay.compute import DTYPE, ComputeStream, row_shape
 from moesim.replay.scratch import work_folder
 from moesim.replay.virtual import VirtualBackend
@@ -57,7 +58,7 @@ MACHINE = ("cpu", "vram", "ram", "threads")  # ... and its calibrated hardware f
 
 
 @dataclass
-class ReplayResult:
+class ReplayResult(Tabular):
     model: str             # as replayed: cut and scaled
     hardware: str          # the machine the simulator described
     policy: str

@@ -25,17 +25,22 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from moesim.errors import MoesimError, option
+from moesim.frames import Tabular
 from moesim.sim.config import CacheConfig
 from moesim.sim.mrc import capacities, curve, hits_table
 from moesim.tracegen.trace import Trace
 
 
 @dataclass
-class Allocation:
+class Allocation(Tabular):
     slots: list        # per layer
     hits: int          # the total hits it gives
     uniform_hits: int  # hits of budget // L slots in every layer
     accesses: int
+
+    def table_rows(self) -> list[dict]:
+        """A row per layer: its slots."""
+        return [{"layer": layer, "slots": int(n)} for layer, n in enumerate(self.slots)]
 
     @property
     def gain(self) -> float:

@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from moesim.errors import MoesimError
+from moesim.frames import Tabular
 from moesim.host import usable_cpus
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)  # compile_loops' notes: ``extra["activity"]``
 
 
 @dataclass
-class DesResult:
+class DesResult(Tabular):
     """One simulated configuration. Times in seconds; per-step figures are means over decode steps."""
 
     model: str                 # the model simulated (the preset, or the trace's own dimensions)

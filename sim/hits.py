@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from moesim.errors import MoesimError, option
+from moesim.frames import Tabular
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.across import across_runner
@@ -21,7 +22,7 @@ from moesim.tracegen.trace import Trace
 
 
 @dataclass
-class HitRate:
+class HitRate(Tabular):
     """One simulated configuration and what it measured (``seconds`` excludes compilation)."""
 
     policy: str

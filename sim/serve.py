@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from moesim.errors import READER, MoesimError, option
+from moesim.frames import Tabular
 from moesim.host import available_ram
 from moesim.policies import get_policy
 from moesim.policies.base import Context
@@ -57,8 +58,9 @@ QUANTILES = (50, 90, 99)
 
 
 @dataclass
-class ServeResult:
-    """One served stream: the summary, every request and every step."""
+class ServeResult(Tabular):
+    """One served stream: the summary, every request and every step. As a table (``to_polars``): one row, the
+    summary with every setting; ``requests`` and ``steps`` are its tables per request and per step."""
 
     model: str
     hardware: str
@@ -72,6 +74,9 @@ class ServeResult:
         return (self.steps.filter(pl.col("accesses") > 0).group_by("running").agg(
             pl.len().alias("steps"), pl.col("hits").sum(), pl.col("accesses").sum())
             .with_columns(hit_rate=pl.col("hits") / pl.col("accesses")).sort("running"))
+
+    def table_rows(self) -> list[dict]:
+        return [self.as_dict()["summary"]]
 
     def as_dict(self) -> dict:
         """The model, machine and every setting beside the summary's metrics; per request; by batch size."""
