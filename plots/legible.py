@@ -4,6 +4,7 @@ labels placed where they print over no other (left out where there is no such pl
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.transforms import Bbox
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")  # told apart where colours are not
 
@@ -22,26 +23,37 @@ def coinciding(series: list[tuple[str, list, list]]) -> list[str]:
 
 
 OFFSETS = ((4, 3), (4, -3), (-4, 3), (-4, -3), (4, 11), (-4, 11), (4, -11), (-4, -11))  # points from the point
+MARKER_PT = 7.0  # a marker's size, points (matplotlib's default 6, and its edge)
 
 
-def label_points(ax, labels, **style) -> int:
+def label_points(ax, labels, marker_pt: float = MARKER_PT, **style) -> int:
     """Put each of ``labels`` (x, y in data units, its text, its own style: a dict) at the first of ``OFFSETS``
-    from its point where it prints over no label placed before it; one with no such place is left out. Draws
-    the figure first (a box is where it prints; the labels take no part in the layout). Returns how many were
-    left out."""
+    from its point where it prints inside the axes, over no label placed before it and over no labelled point's
+    marker (a square of ``marker_pt`` points around each, of every series: a label on another line's marker reads
+    as that one's);
+    one with no such place is left out. Draws the figure first (a box is where it prints; the labels take no
+    part in the layout). Returns how many were left out."""
     fig = ax.figure
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    kept, left_out = [], 0
+    half = marker_pt / 2 * fig.dpi / 72
+    markers = [Bbox.from_extents(px - half, py - half, px + half, py + half)
+               for px, py in ax.transData.transform([(x, y) for x, y, _, _ in labels]) if np.isfinite(px + py)]
+    kept, left_out, frame = list(markers), 0, ax.get_window_extent(renderer)
     for x, y, text, own in labels:
         for dx, dy in OFFSETS:
             label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), in_layout=False,
                                 ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top", **{**style, **own})
             box = label.get_window_extent(renderer)
-            if not any(box.overlaps(other) for other in kept):
+            if inside(box, frame) and not any(box.overlaps(other) for other in kept):
                 kept.append(box)
                 break
             label.remove()
         else:
             left_out += 1
     return left_out
+
+
+def inside(box, frame) -> bool:
+    """Whether ``box`` lies within ``frame`` (display units): a label past the axes prints over the tick labels."""
+    return frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1

@@ -114,7 +114,9 @@ def source_line(frame: pl.DataFrame, source: str) -> str:
                         ("scope", "{} cache"), ("semantics", "{} semantics")):
         if column in frame.columns and frame[column].n_unique() == 1 and frame[column][0] is not None:
             parts.append(fmt.format(frame[column][0]))
-    return textwrap.fill(Path(source).name + (": " + ", ".join(parts) if parts else ""), 80)
+    # lines break between the parts, never inside one ("max batch" / "8")
+    whole = [part.replace(" ", "\u00a0") for part in parts]
+    return textwrap.fill(Path(source).name + (": " + ", ".join(whole) if parts else ""), 80).replace("\u00a0", " ")
 
 
 def _traced_model(frame: pl.DataFrame) -> list[str]:

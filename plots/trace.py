@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from moesim.errors import MoesimError, option  # noqa: E402
 from moesim.files import atomic_output, check_output  # noqa: E402
@@ -129,7 +130,9 @@ def plot_eviction_timeline(trace: Trace, out: str | Path, capacity: int = 4, lay
                      f"{result.per_layer_hit_rate[layer]:.3f}", fontsize="medium", loc="left")
         ax.set_yticks(range(0, num_experts, max(1, num_experts // 8)))
     axes[-1, 0].set_xlabel("token (decode step)")
-    axes[0, 0].legend(loc="upper right", fontsize="small")
+    # the key above the panels, where it covers no cell
+    fig.legend(handles=[Patch(color="lightgrey", label="routed"), *axes[0, 0].get_legend_handles_labels()[0]],
+               loc="outside upper right", ncols=2, fontsize="small")
     fig.suptitle(f"{trace.meta.model}: evictions with {capacity} GPU slots, layer {layer}, sequence "
-                 f"{int(trace.seq_ids[seq_index])} (grey: the expert was routed)", fontsize="medium")
+                 f"{int(trace.seq_ids[seq_index])}", fontsize="medium")
     return save_figure(fig, out)

@@ -22,3 +22,23 @@ def overlapping_texts(fig) -> list[tuple[str, str]]:
         Text.draw = draw
     return [(a, b) for i, (a, box) in enumerate(drawn) for b, other in drawn[i + 1:]
             if box.width and other.width and box.overlaps(other)]
+
+
+def labels_off_the_data(ax, marker_pt: float = 6.0) -> list[str]:
+    """The point labels (annotations) of ``ax`` that print over a marker of any of its lines (a square of
+    ``marker_pt`` points around each point) or past the axes: a label on another line's marker reads as that one's."""
+    fig = ax.figure
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    half = marker_pt / 2 * fig.dpi / 72
+    points = [ax.transData.transform(xy) for line in ax.get_lines() if line.get_marker() not in (None, "None", "")
+              for xy in line.get_xydata()]
+    frame = ax.get_window_extent(renderer)
+    wrong = []
+    for text in ax.texts:
+        box = text.get_window_extent(renderer)
+        past = box.x0 < frame.x0 or box.x1 > frame.x1 or box.y0 < frame.y0 or box.y1 > frame.y1
+        if past or any(box.x0 < px + half and px - half < box.x1 and box.y0 < py + half and py - half < box.y1
+                       for px, py in points):
+            wrong.append(text.get_text())
+    return wrong

@@ -100,6 +100,11 @@ def test_trace_plots(cli, drawn, tmp_path, kind):
     assert overlapping_texts(fig) == []
     share, colours = ink(fig)
     assert share > 0.02 and colours > 10, (share, colours)
+    if kind == "eviction-timeline":  # the key is the figure's, above the panels: it covers no cell
+        (key,) = fig.legends
+        assert [t.get_text() for t in key.get_texts()] == ["routed", "eviction"]
+        box = key.get_window_extent(fig.canvas.get_renderer())
+        assert not any(box.overlaps(ax.get_window_extent()) for ax in axes)
 
 
 def test_eviction_log_matches_the_misses():

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from figures import overlapping_texts
+from figures import labels_off_the_data, overlapping_texts
 from moesim.errors import MoesimError
 from moesim.sim.config import Config
 from moesim.sim.des import simulate_des
@@ -332,6 +332,8 @@ def test_a_rate_by_strategy_sweep_runs_and_plots(cli, drawn, tmp_path):
         axes = fig.axes
         if kind == "latency-vs-throughput":  # TPOT in ms, plain numbers on the log axes
             assert "(ms" in axes[1].get_ylabel() and "(s" in axes[0].get_ylabel()
+            # each rate's label is beside its own point, on no other line's marker and inside its panel
+            assert all(ax.texts and labels_off_the_data(ax) == [] for ax in axes[:2])
             assert not any("10^" in t.get_text() or "times" in t.get_text() for ax in axes
                            for t in ax.get_yticklabels())
         else:  # a hit rate from 0, not an axis cut to exaggerate
