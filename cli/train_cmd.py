@@ -12,7 +12,8 @@ from moesim.cli.options import PATH, TRACE, Force
 from moesim.files import check_output
 import moesim
 
-app = typer.Typer(help="Train learned eviction policies.", no_args_is_help=True, rich_markup_mode="markdown")
+app = typer.Typer(help="Train learned policies: an eviction model (ml-ffn) and a prefetcher (prefetcher).",
+                  no_args_is_help=True, rich_markup_mode="markdown")
 
 
 @app.command("ml-ffn")
@@ -66,3 +67,35 @@ def ml_ffn(
     console.print(f"wrote {out}: {layers} model, {log['epochs']} epochs, validation MSE {log['val_mse']:.4g}")
     table(f"validation: sequences {log['val_sequences']}, C={capacity}",
           ["policy", "hit rate"], [[r.policy, r.hit_rate] for r in rows])
+
+
+@app.command("prefetcher")
+def prefetcher(
+    train_trace: Annotated[Path, typer.Argument(metavar="TRAIN_TRACE", callback=trace_file, click_type=TRACE,
+                                                help="Trace to learn from (Parquet; bundled: the shipped one).")],
+    out: Annotated[Path, typer.Option("--out", "-o", click_type=PATH, help="Model file to write (.npz, plain arrays).")],
+    val_fraction: Annotated[float, typer.Option(help="Share of sequences (the last ones) held out.")] = 0.2,
+    c: Annotated[float, typer.Option("--c", help="Inverse L2 regularisation strength of each regression.")] = 1.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    force: Force = False,
+) -> None:
+    """Train the learned prefetcher (scikit-learn: a logistic regression per layer and expert on the routing of the
+    layer before and of the previous token); report its held-out precision and recall beside history's.
+
+    Simulate it with --prefetch learned --prefetch-model FILE.
+
+    Example: moesim train prefetcher bundled --out prefetcher.npz --val-fraction 0.5
+    """
+    check_output(out, "model", force=force, inputs=(train_trace,), suffixes=(".npz",))
+    trace = moesim.load_trace(train_trace)
+    with working(f"training the learned prefetcher on {train_trace.name} (scikit-learn), then scoring it on the "
+                 "held-out sequences"):
+        log = moesim.train_prefetcher(trace, out, val_fraction=val_fraction, c=c)
+    if as_json:
+        emit_json({"model": str(out), **log})
+        return
+    console.print(f"wrote {out}: a logistic regression per layer and expert on the {log['features']} of the layer "
+                  f"before and of the previous token, trained on sequences {log['train_sequences']}")
+    table(f"held out: sequences {log['val_sequences']}, decode tokens, mean over the layers",
+          ["prefetcher", "precision", "recall"],
+          [[name, log[name]["precision"], log[name]["recall"]] for name in ("learned", "history")])

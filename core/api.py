@@ -35,6 +35,7 @@ from moesim.tracegen.synth import Locality
 from moesim.tracegen.trace import Trace
 
 if TYPE_CHECKING:
+    import pandas as pd
     import polars as pl
 
 
@@ -103,6 +104,26 @@ def train_ml_ffn(trace: Trace, out: str | Path, per_layer: bool = False, **optio
         raise MoesimError(f"{', '.join(unknown)}: train_ml_ffn takes {', '.join(takes)}")
     out = check_output(_path(out, "out"), "model", suffixes=(".npz",))
     arrays, log = train(_trace(trace), _yes_no(per_layer, "per_layer"), **options)
+    save_model(arrays, out)
+    return log
+
+
+def train_prefetcher(trace: Trace, out: str | Path, *, val_fraction: float = 0.2, c: float = 1.0) -> dict:
+    """Train the learned prefetcher (a logistic regression per layer and expert, scikit-learn) on ``trace``'s first
+    sequences and save it to ``out`` (the ``prefetch_model`` of prefetcher ``learned``); the last ``val_fraction`` of
+    the sequences are held out. Returns the log: the train and validation sequences, what the features hold, and
+    the held-out precision and recall (mean and per layer) of the model and of ``history`` trained alike
+    (``moesim.policies.prefetch.learned_train``). Needs scikit-learn.
+
+    >>> log = moesim.train_prefetcher(trace, "prefetcher.npz", val_fraction=0.5)
+    >>> log["val_sequences"]
+    [1]
+    """
+    from moesim.policies.ml_ffn_train import save_model
+    from moesim.policies.prefetch.learned_train import train
+
+    out = check_output(_path(out, "out"), "model", suffixes=(".npz",))
+    arrays, log = train(_trace(trace), val_fraction=val_fraction, c=c)
     save_model(arrays, out)
     return log
 
@@ -511,7 +532,7 @@ def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: 
                      progress=progress)
 
 
-def plot(results, kind: str, out: str | Path, baseline: str | None = None,
+def plot(results: str | Path | pl.DataFrame | pd.DataFrame, kind: str, out: str | Path, baseline: str | None = None,
          capacity: int | None = None, source: str | None = None) -> Drawn:
     """A figure from sweep results — a results file or its frame, polars or pandas — (``hitrate-vs-capacity``,
     ``tpot-vs-capacity``, ``speedup-heatmap``, ``per-layer-hitrate``; of a serve sweep

@@ -58,8 +58,9 @@ class Param:
         what it must be (its caller names the parameter)."""
         if self.auto and value == AUTO:
             return value
-        if self.names_file:
-            what, ok, value = "a file", isinstance(value, (str, Path)) and bool(str(value)), str(value)
+        if self.names_file:  # (a trace or model in memory is written to a file first: the setting names one)
+            what, ok = "a file's path", isinstance(value, (str, Path)) and bool(str(value))
+            value = str(value) if ok else value
         elif self.kind == "choice":
             what, ok = f"one of {', '.join(self.choices)}", value in self.choices
         elif self.kind == "number":
@@ -72,7 +73,13 @@ class Param:
             ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value <= most
             value = int(value) if ok else value
         if not ok:
-            raise MoesimError(f"must be {what}, got {value!r}")
+            raise MoesimError(f"must be {what}, got {shown(value)}")
         if self.bounds is not None and not self.bounds[0] <= value <= self.bounds[1]:
             raise MoesimError(f"must be in [{self.bounds[0]}, {self.bounds[1]}], got {value!r}")
         return value
+
+
+def shown(value) -> str:
+    """A value as an error names it: its repr where that is short, else its type (a Trace's repr runs to pages)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"a {type(value).__name__}"

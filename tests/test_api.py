@@ -46,7 +46,7 @@ def test_the_docstring_examples_run(tmp_path, monkeypatch, mixtral):
         runner.run(test)
     documented = {t.name.rsplit(".", 1)[-1] for t in tests}
     assert {"load_trace", "hitrate", "mrc", "best_split", "simulate", "serve", "plan", "run_replay", "validate", "sweep",
-            "plot", "models", "hardware", "build"} <= documented
+            "plot", "models", "hardware", "build", "train_ml_ffn", "train_prefetcher"} <= documented
     assert runner.summarize(verbose=False).failed == 0
 
 

@@ -58,7 +58,7 @@ def test_every_setting_has_one_flat_name_and_round_trips():
     assert type(flat["capacity"]) is int and flat["capacity"] == 6
     assert Config.build(**flat) == config
     assert config.cache.params == {"gamma": 0.8} and config.prefetch.params == {"train_trace": "train.parquet"}
-    assert set(CACHE_PARAMS) == {"gamma", "seed", "ml_model", "pin_trace"} and PREFETCH_PARAMS == ("train_trace",)
+    assert set(CACHE_PARAMS) == {"gamma", "seed", "ml_model", "pin_trace"} and PREFETCH_PARAMS == ("train_trace", "prefetch_model")
 
 
 def test_a_new_policy_drops_the_old_ones_parameters():

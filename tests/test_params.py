@@ -38,7 +38,9 @@ def test_a_value_is_taken_as_the_run_takes_it(param, value, want):
     (Param(0.5, "number", "n", bounds=(0.0, 1.0)), float("nan"), "must be a finite number, got nan"),
     (Param(0.5, "number", "n", bounds=(0.0, 1.0)), 1.5, "must be in [0.0, 1.0], got 1.5"),
     (Param("a", "choice", "c", choices=("a", "b")), "c", "must be one of a, b, got 'c'"),
-    (Param(None, "file", "f"), "", "must be a file, got ''"),
+    (Param(None, "file", "f"), "", "must be a file's path, got ''"),
+    # a value whose repr runs long (a trace in memory) is named by its type
+    (Param(None, "trace", "t"), list(range(100)), "must be a file's path, got a list"),
 ])
 def test_a_wrong_value_is_refused_saying_what_it_must_be(param, value, message):
     with pytest.raises(MoesimError) as exc:

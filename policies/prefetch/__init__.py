@@ -17,7 +17,7 @@ from typing import Callable
 from moesim.errors import MoesimError
 from moesim.params import Param
 
-PREFETCHERS = ("none", "oracle", "speculative", "history", "prompt", "popular")
+PREFETCHERS = ("none", "oracle", "speculative", "history", "learned", "prompt", "popular")
 FETCHING = PREFETCHERS[1:]  # every prefetcher but none, each a module
 KINDS = ("next", "preload")
 TRAIN_TRACE = Param(None, "trace", "Trace the history and popular prefetchers learn from (default: the simulated "
