@@ -11,10 +11,12 @@ takes a pandas frame of results as it takes a polars one (``from_pandas``).
 from __future__ import annotations
 
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 class Tabular:
@@ -25,6 +27,8 @@ class Tabular:
         return [self.as_dict()]
 
     def to_polars(self) -> pl.DataFrame:
+        import polars as pl  # (imported by what makes a table: a command's start goes without it)
+
         return pl.DataFrame(self.table_rows(), strict=False, infer_schema_length=None)
 
     def to_pandas(self):
@@ -53,6 +57,8 @@ def is_pandas(frame) -> bool:
 def from_pandas(frame) -> pl.DataFrame:
     """A pandas DataFrame (a sweep's results a notebook changed) as the polars frame moesim reads, column by column:
     no pyarrow needed, whatever pandas stores its strings as."""
+    import polars as pl
+
     return pl.DataFrame({str(c): frame[c].tolist() for c in frame.columns}, strict=False)
 
 

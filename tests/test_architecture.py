@@ -20,7 +20,7 @@ RANK = {"base": 0, "tracegen": 1, "policies": 2, "sim": 3, "experiments": 4, "pl
 def component(module: str) -> str:
     """The layer a module belongs to."""
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("errors", "files", "host", "params", "workers"):  # the root package: the version
+    if len(parts) == 1 or parts[1] in ("errors", "files", "frames", "host", "params", "workers"):  # the root package: the version
         return "base"
     return {"__main__": "cli"}.get(parts[1], parts[1])
 

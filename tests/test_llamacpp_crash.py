@@ -119,7 +119,7 @@ def crashing_worker(monkeypatch):
     from moesim.sim import hardware
 
     monkeypatch.setattr(llamacpp_run, "WORKER", fake("SIGILL", "prefill"))
-    monkeypatch.setattr(hardware, "this_machine", lambda: hardware.get_hardware("ryzen-7950x"))
+    monkeypatch.setattr(hardware, "this_machine", lambda remeasure=False: hardware.get_hardware("ryzen-7950x"))
 
 
 def test_calibrate_exits_1_in_one_line_leaving_no_scratch_and_no_file(cli, tmp_path, crashing_worker):
