@@ -71,3 +71,41 @@ def test_every_shown_command_parses():
             if not hasattr(exc, "format_message"):
                 raise
             raise AssertionError(f"{where}: moesim ... {name} {shlex.join(args)}: {exc.format_message()}") from None
+
+
+README_RUNS = {  # the README's shell lines, by how each starts: the test that runs it, or why none does
+    "python3 -m venv": "installs: CI runs the tests' line on a clean clone (.ci/run); the demo it ends with is "
+                       "test_cli's test_demo_writes_its_table_and_plots",
+    "moesim demo": "test_cli's test_demo_writes_its_table_and_plots",
+    "moesim plan": "test_the_readme_plan_commands_run_as_written",
+}
+
+
+def test_every_readme_shell_line_is_run_or_says_why_not():
+    readme = [line.strip() for where, code in blocks("bash") if where.startswith("README.md")
+              for line in code.replace("\\\n", " ").splitlines() if line.strip()]
+    assert len(readme) >= 5 and [line for line in readme if not line.startswith(tuple(README_RUNS))] == []
+
+
+def test_the_readme_plan_commands_run_as_written(cli, tmp_path, monkeypatch):
+    """In a folder holding the files the README's plan lines name (a config.json of Qwen3-30B-A3B at
+    path/to/config.json, the hardware template as box.toml, a small MoE as model.gguf), each line runs as printed,
+    on this machine where it says --hardware local, and ranks rows with a command each."""
+    import shutil
+
+    from ggufs import write_gguf
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "path" / "to").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "data" / "configs" / "Qwen__Qwen3-30B-A3B.json", tmp_path / "path/to/config.json")
+    code, template, _ = cli("hardware", "--template")
+    assert code == 0
+    (tmp_path / "box.toml").write_text(template)
+    write_gguf(tmp_path / "model.gguf")
+    shown = [args for where, args in commands() if where.startswith("README.md") and args[:1] == ["plan"]]
+    assert len(shown) == 3
+    for args in shown:
+        code, out, err = cli(*args)
+        assert code == 0, (args, err)
+        assert "llama-server -m " in " ".join(out.split()), (args, out[-2000:])  # a row's command
+    assert (tmp_path / "plan.png").read_bytes()[:4] == b"\x89PNG"
