@@ -63,9 +63,11 @@ def model_for(point: dict):
 
 
 def machine_for(point: dict):
-    """The point's hardware file, its threads as the point ran them and its DRAM fraction held out (the files leave
-    ``dram_eff`` at the default, the median of every published read)."""
+    """The point's hardware file, its threads as the point ran them (or as its engine fixes them: Fiddler's 16) and
+    its DRAM fraction held out (the files leave ``dram_eff`` at the default, the median of every published read)."""
     hw = load_hardware(HERE / "machines" / f"{point['machine']}.toml")
+    if point["engine"] in ENGINES:
+        hw = ENGINES[point["engine"]].machine(hw)
     if hw.cpu is None:
         return hw
     if hw.cpu.dram_eff != DRAM_EFF:

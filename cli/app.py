@@ -88,7 +88,7 @@ def engines(as_json: Annotated[bool, typer.Option("--json", help="Print JSON ins
 
     rows = [{"name": e.name, "runs": list(e.runs), "summary": e.summary, "source": e.source, "numa": e.numa,
              "shared_overlap": e.shared_overlap, "cpu_ops": list(e.cpu_ops), "offload_min_tokens": e.offload_min_tokens,
-             "layer_us": e.layer_us, "kernel": e.kernel,
+             "layer_us": e.layer_us, "kernel": e.kernel, "threads": e.threads,
              "families": list(e.families), "formats": list(e.formats), "release": e.release,
              "sources": dict(e.sources),
              "computes_on_cpu": any(get_strategy(s).cpu for s in e.runs)} for e in ENGINES.values()]
@@ -98,12 +98,14 @@ def engines(as_json: Annotated[bool, typer.Option("--json", help="Print JSON ins
     table("Engines, in the order a strategy's run is timed as the first that runs it and takes its settings; "
           "framework time per MoE layer: learned from published points by cross-validation, in plan's rows (sim run "
           "times the placement's operations alone); barriers per CPU layer a + b x top_k; offload at: the tokens of a "
-          "row whose CPU layers' experts it runs on the GPU (- : where it computes nothing on the CPU)",
+          "row whose CPU layers' experts it runs on the GPU (- : where it computes nothing on the CPU); threads: where "
+          "it fixes them",
           ["name", "runs", "framework µs/layer", "GPU kernel", "sockets", "shared experts", "barriers a, b",
            "offload at", "release"],
           [[r["name"], ", ".join(r["runs"]), f"{r['layer_us']:.0f}" if r["layer_us"] else "-",
             r["kernel"] or "the run's"]
-           + ([r["numa"], "beside the CPU's" if r["shared_overlap"] else "before the CPU's",
+           + ([r["numa"] + (f", {r['threads']} threads" if r["threads"] else ""),
+               "beside the CPU's" if r["shared_overlap"] else "before the CPU's",
                f"{r['cpu_ops'][0]}, {r['cpu_ops'][1]}", r["offload_min_tokens"] or "never"]
               if r["computes_on_cpu"] else ["-"] * 4) + [r["release"] or f"none ({r['source']})"] for r in rows])
     for r in rows:

@@ -218,6 +218,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     engine = engine_for(config, named)
     if named and engine.kernel is not None:  # the engine runs its own kind of expert kernel
         config = config.replace(kernel=engine.kernel)
+    if named:  # and on its own threads, where it fixes them
+        hardware = engine.machine(hardware)
     rows, cost = source.arrays(config, slots, model, hardware, weights, lowbit_dtype(strategy, sparams), engine)
     per_expert = config.execution.kernel == "per-expert"
     inputs = Inputs(

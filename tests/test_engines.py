@@ -207,6 +207,27 @@ def test_sim_run_times_a_named_engine_as_plan_does(cli):
     assert config_id("des", "t", config.replace(engine="Mixtral-offloading")) != config_id("des", "t", config)
 
 
+def test_an_engine_that_fixes_its_threads_is_timed_on_them():
+    """Fiddler computes its CPU experts on 16 threads whatever the machine has (``torch.set_num_threads(16)``): a run
+    named for it is timed as the same placement with --threads 16 on a machine of more cores, and on every core of one
+    with fewer; an engine that fixes none keeps the machine's."""
+    import moesim
+    from moesim.sim.hardware import get_hardware
+
+    big, small = get_hardware("h100", cpu="xeon-8470"), get_hardware("h100", cpu="ryzen-7950x")
+    fiddler = ENGINES["Fiddler"]
+    assert (fiddler.threads, fiddler.machine(big).cpu.workers, fiddler.machine(small).cpu.workers) == (16, 16, 16)
+    assert fiddler.machine(replace(small, cpu=replace(small.cpu, cores=8))).cpu.workers == 8
+    assert ENGINES["llama.cpp"].machine(big) is big
+    trace = moesim.load_trace(bundled_trace_path())
+    settings = dict(strategy="cpu-miss", policy="static", prefetch="popular", capacity=2, dtype="bf16")
+    named = moesim.simulate(trace, hardware=big, engine="Fiddler", **settings)
+    by_hand = moesim.simulate(trace, hardware=big, threads=16, **settings)
+    every_core = moesim.simulate(trace, hardware=big, **settings)
+    assert named.tpot_s == pytest.approx(by_hand.tpot_s + trace.meta.num_layers * fiddler.layer_us * 1e-6, rel=1e-9)
+    assert named.tpot_s != every_core.tpot_s
+
+
 def test_a_kernel_given_to_an_engine_that_runs_its_own_is_refused(cli):
     """Mixtral-offloading runs one kernel per expert whatever ``--kernel`` says: a kernel typed beside it is read by
     nothing, one line, exit 1."""

@@ -4,6 +4,8 @@ models and formats it runs, and the command that runs a placement with it. One m
 
 from __future__ import annotations
 
+import dataclasses
+
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +88,8 @@ class EngineSpec:
       run there (None: never);
     - ``kernel``: the kind of GPU expert kernel it runs (``fused``, ``per-expert``; None: the run's setting), which a
       run named for it takes (a plan's row, ``--engine NAME``; ``auto`` keeps the run's setting);
+    - ``threads``: the CPU threads it computes with whatever a user sets (0: the machine's, or ``--threads``), at
+      most one a core, which a run named for it takes;
     - ``layer_us``: its framework's time per MoE layer and row, beyond the operations moesim times (interpreter,
       dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
       cross-validation only (``moesim.experiments.crossval``), with its provenance in ``sources``;
@@ -108,8 +112,16 @@ class EngineSpec:
     cpu_ops: tuple = (5, 1)
     offload_min_tokens: int | None = None
     kernel: str | None = None
+    threads: int = 0
     layer_us: float = 0.0
     sources: tuple = ()
+
+    def machine(self, hw):
+        """``hw`` as this engine uses it: its CPU computing on the engine's own ``threads`` where it fixes them."""
+        if not self.threads or hw.cpu is None:
+            return hw
+        cpu = dataclasses.replace(hw.cpu, threads=min(self.threads, hw.cpu.cores * hw.cpu.sockets))
+        return dataclasses.replace(hw, cpu=cpu)
 
     def expert_barriers(self, top_k: int) -> int:
         """The thread barriers of one CPU layer's routed experts."""

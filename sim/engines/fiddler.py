@@ -1,8 +1,8 @@
 """Fiddler (Kamahori et al., ICLR 2025; github.com/efeslab/fiddler): a GPU cache of the most popular experts, a miss
 run on the CPU where that beats copying it. ``infer.py --cpu-offload 1`` keeps as many experts on the GPU as its
 memory holds, chosen from a popularity profile, and sets no count. Its README: a 16-bit Mixtral-8x7B only. Its CPU
-experts are PyTorch's at 16 threads (``torch.set_num_threads(16)``, no option), where moesim times the machine's
-threads; no figure of their barriers is published, and llama.cpp's stand in."""
+experts are PyTorch's at 16 threads (``torch.set_num_threads(16)``, no option), as its rows are timed (fewer on a
+machine of fewer cores); no figure of their barriers is published, and llama.cpp's stand in."""
 
 from moesim.sim.engines.base import CHECKPOINT_FORMATS, EngineSpec, Launch
 
@@ -14,5 +14,6 @@ def command(launch: Launch) -> str:
 ENGINE = EngineSpec(
     name="Fiddler", summary="CPU for a miss where that is faster", source="github.com/efeslab/fiddler",
     release="github.com/efeslab/fiddler (research code with a command line)", runs=("cpu-miss",), command=command,
-    families=("mixtral",), formats=CHECKPOINT_FORMATS,
-    sources=(("cpu_ops", "not published: llama.cpp's figure"),))
+    families=("mixtral",), formats=CHECKPOINT_FORMATS, threads=16,
+    sources=(("cpu_ops", "not published: llama.cpp's figure"),
+             ("threads", "src/fiddler/mixtral.py: torch.set_num_threads(16)")))
