@@ -190,6 +190,9 @@ def rank_notes(rows: list, trace: str) -> None:
     if any(r.learned for r in rows):
         console.print(f"{LEARNED} its GPU experts or its prefetcher learned from {trace}: an upper bound on other "
                       "prompts", soft_wrap=True)
+    for r in rows:  # a model larger than RAM: the engine maps its file and reads the rest from the SSD
+        if r.from_ssd:
+            console.print(f"#{r.rank} ({SSD_MARK}): {r.from_ssd}", soft_wrap=True)
 
 
 def several(configs: list, formats, engines, asked_prompt: bool, typed, explain: int | None, as_json: bool) -> None:
@@ -256,15 +259,19 @@ def shown(fmt: str, dtype: str | None) -> str:
     return fmt + (OWN if dtype is None else "")
 
 
+SSD_MARK = "SSD"  # a row that reads the CPU layers' experts from the SSD (RAM smaller than the model)
+
+
 def placed(r: PlanRow) -> str:
     """Where a row keeps its experts, in a few characters: every one, C per layer (and the policy), a pinned
-    pool, the CPU's layers."""
+    pool, the CPU's layers; marked where those are read from the SSD."""
     if r.strategy == ALL_ON_GPU:
         return "all"
+    ssd = f", {SSD_MARK}" if r.from_ssd else ""
     if not r.gpu:
-        return "none: CPU only"
+        return "none: CPU only" + ssd
     if r.capacity is None:
-        return f"{r.layers - r.cpu_layers}/{r.layers} layers"
+        return f"{r.layers - r.cpu_layers}/{r.layers} layers" + ssd
     if r.scope == "global":
         return f"{slots_text(r.capacity)} {'pinned' if r.policy == 'static' else r.policy}"
     c = r.capacity

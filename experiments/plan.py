@@ -40,6 +40,7 @@ from moesim.sim.config import Config, run_params
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
 from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, ENGINES, Launch, engine_for, engine_named
 from moesim.sim.machine import Hardware
+from moesim.sim.presets import SSDS
 from moesim.sim.memory import GIB, DoesNotFit
 from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import ON_CPU, ON_GPU, get_strategy
@@ -61,6 +62,7 @@ CANDIDATES = (
 DTYPES = ("bf16", "q8_0", "q4_k")
 ALL_ON_GPU = "all-on-gpu"  # the row of a format whose every expert fits on the GPU, whichever strategy gave it
 CPU_ONLY = "cpu-experts (GPU left out)"  # llama.cpp -ngl 0 on a machine with a GPU, where it is refused
+SSD_ASSUMED = "pcie4-nvme"  # the drive a plan reads a model larger than RAM from, where the machine names none
 SYNTH_TOKENS = 128  # decode tokens per sequence of a synthetic trace
 CURVE_POINTS = 6
 
@@ -295,6 +297,8 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
                 out.skipped.append({"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
                                     "reason": f"needs {exc.parts}"})
                 short.append((exc, name))
+                if get_strategy(strategy).places and exc.memory.ram and exc.memory.host > exc.memory.ram:
+                    _from_ssd(out, config, name, prepared, short)
             except MoesimError as exc:
                 out.skipped.append({"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
                                     "reason": str(exc)})
@@ -307,6 +311,22 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
                                     "prefetch": None, "reason": f"needs {exc.parts}" if isinstance(exc, DoesNotFit)
                                     else str(exc)})
     return prepared, short
+
+
+def _from_ssd(out: Plan, config: Config, name: str, prepared: list, short: list) -> None:
+    """A placement of whole layers that host RAM cannot hold, run as llama.cpp runs a model file larger than RAM: the
+    file mapped, the CPU layers' experts read from the SSD through the page cache (as many held in RAM as fit beside
+    everything else, ``dram_capacity`` ``auto``), on the machine's SSD, else a PCIe 4 drive (``SSD_ASSUMED``)."""
+    hw = out.machine_spec
+    tiered = config.replace(dram_capacity="auto")
+    try:
+        prepared.append(prepare_des(out.simulated, tiered, out.spec,
+                                    hw if hw.ssd is not None else replace(hw, ssd=SSDS[SSD_ASSUMED]),
+                                    shared=out.shared, named=True))
+    except DoesNotFit as exc:
+        out.skipped.append({"strategy": f"{config.execution.strategy} (from the SSD)", "dtype": config.model.dtype,
+                            "format": name, "policy": None, "prefetch": None, "reason": f"needs {exc.parts}"})
+        short.append((exc, name))
 
 
 def rank_key(r: PlanRow) -> tuple[float, float]:
@@ -401,7 +421,8 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
                   tokens_per_s=Estimate(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high), tpot_s=r.tpot_s,
                   ttft_s=r.ttft_s, vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
                   engine=engine.name, command=engine.command(launch), apart=engine.refuses(spec, fmt, own_gguf),
-                  learned=cached and learns_from_trace(config), framework_us=r.framework_us, gpu=gpu)
+                  learned=cached and learns_from_trace(config), framework_us=r.framework_us, gpu=gpu,
+                  from_ssd=_ssd_words(config, spec, place, hw))
     if not all_on_gpu:
         return out, None
     whole = WHOLE_ON_GPU if (kept is None or WHOLE_ON_GPU.name in kept) and \
@@ -409,6 +430,17 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
     launch = replace(launch, cpu_layers=0)
     return out, replace(out, strategy=ALL_ON_GPU, policy=None, prefetch=None, capacity=None, scope=None, cpu_layers=0,
                         engine=whole.name, command=whole.command(launch), apart=whole.refuses(spec, fmt, own_gguf))
+
+
+def _ssd_words(config: Config, spec: ModelSpec, place, hw: Hardware) -> str:
+    """Where a row reads experts from the SSD: how many RAM holds of those on the CPU, and the drive ("" where every
+    expert is in memory)."""
+    held = config.cache.dram_capacity
+    if held is None:
+        return ""
+    drive = hw.ssd.name if hw.ssd is not None else f"{SSD_ASSUMED}, assumed"
+    return (f"{held:,} of the CPU layers' {int((place == ON_CPU).sum()) * spec.num_experts:,} experts in RAM, the "
+            f"rest read from the SSD ({drive}) as the mapped file is")
 
 
 def learns_from_trace(config: Config) -> bool:

@@ -146,6 +146,9 @@ def check_backend(config: Config, backend: str) -> None:
     if backend != "virtual" and config.cache.dram_capacity is not None:
         raise MoesimError(f"{option('backend', backend)} replays two tiers (slow tier -> fast buffers); the SSD tier "
                           f"({option('dram_capacity')}) is replayed on {option('backend', 'virtual')} only")
+    if config.cache.dram_capacity is not None and get_strategy(strategy).cpu:
+        raise MoesimError(f"strategy {strategy} computes experts on the CPU, whose reads from the SSD tier "
+                          f"({option('dram_capacity')}) are simulated ('moesim sim run'), not replayed")
     if backend != "virtual" and backend not in get_strategy(strategy).replay:
         executes = [name for name, m in STRATEGIES.items() if backend in m.replay]
         raise MoesimError(f"{option('backend', backend)} executes strategies {', '.join(executes)}; "

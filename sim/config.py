@@ -210,7 +210,8 @@ class CacheConfig:
     over them the way that maximises the policy's hits on the trace (``moesim.sim.budget``);
     ``semantics`` of a step's accesses (the hit-rate engine; the discrete-event engine serves a step
     at once); ``reset`` empties it at each sequence (batch); ``dram_capacity`` experts host DRAM
-    caches in front of an SSD (None: every expert in DRAM); ``params`` of the policy."""
+    caches in front of an SSD (None: every expert in DRAM; ``auto``: as many as host RAM holds, the page cache of
+    a model file mapped from the SSD); ``params`` of the policy."""
 
     policy: str = declare(DEFAULT_POLICY, f"Replacement policy: {', '.join(POLICIES)}.")
     capacity: int | str | tuple = declare(4, "GPU expert slots per layer (or in the pool with scope global); 0: no "
@@ -223,8 +224,9 @@ class CacheConfig:
     semantics: str = declare("step", "step: a step's k experts arrive at once and are never evicted for each other; "
                                      "sequential: one by one, a textbook cache.")
     reset: bool = declare(False, "Empty the cache at every new sequence (batch).", bool)
-    dram_capacity: int | None = declare(None, "Experts host DRAM caches in front of the SSD (needs ssd; default: "
-                                              "every expert in DRAM).", int, "experts")
+    dram_capacity: int | str | None = declare(None, "Experts host DRAM caches in front of the SSD (needs ssd; "
+                                                    "default: every expert in DRAM; auto: as many as host RAM "
+                                                    "holds beside everything else).", int, "experts", auto=True)
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -242,7 +244,7 @@ class CacheConfig:
                               "per-layer")
         _choice("cache", "semantics", self.semantics, SEMANTICS)
         _flag(self, "cache", "reset")
-        _int(self, "cache", "dram_capacity", 0, optional=True)
+        _int(self, "cache", "dram_capacity", 0, optional=True, auto=True)
         object.__setattr__(self, "params", _params("cache", f"policy {self.policy}", self.params,
                                                    get_policy(self.policy)))
 

@@ -73,7 +73,7 @@ from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C
                                   C_PF_LOADS, C_PF_USED, C_PREFILL_LOADS, C_RECLAIMED, C_SUBS, C_SUBS_MASS, COPY_BUSY,
                                   CPU_FREE, EV_CPU, EV_FILL, EV_HIT, EV_LOAD, EV_LOWBIT, EV_PREFETCH, EV_PRELOAD,
                                   R_COMPUTE, R_COPY, R_CPU, R_STALL, R_TIME)
-from moesim.sim.des_tiers import cpu_run, queue_copy, transfer
+from moesim.sim.des_tiers import cpu_run, queue_copy, through_dram, transfer
 from moesim.sim.engine import empty
 from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, ON_GPU
 from moesim.tracegen.schema import DECODE
@@ -349,7 +349,11 @@ def to_cpu(s, row, layer, obj, tokens, route_at):
     CPU results are back on the GPU after the last one (hand-off and sync)."""
     inp, tally = s.inputs, s.tally
     run = inp.cpu_by_tokens[tokens]
-    done = cpu_run(s.tiers, route_at + inp.handoff_s[row], run)
+    at = route_at + inp.handoff_s[row]
+    if inp.dram_capacity >= 0:  # mapped from the SSD: a page the cache lacks is read when the CPU's threads reach it
+        at = through_dram(s.tiers, obj, max(at, s.tiers.clocks[CPU_FREE]), inp.times, inp.dram_capacity,
+                          tally.counters)
+    done = cpu_run(s.tiers, at, run)
     tally.rows[row, R_CPU] += run
     s.kernels.cpu_ready[0] = done + inp.handoff_s[row] + inp.times[T_CPU_LAYER_FIXED]
     if inp.kind[row] == DECODE:

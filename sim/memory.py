@@ -162,9 +162,10 @@ def account(fp: Footprint, config) -> Memory:
     if (place == ON_CPU).any() and fp.prompt_rows and not strategy.cache:
         scratch = max(scratch, fp.width * eb)
     copies = fp.sockets if engine_for(config).numa == PER_SOCKET else 1
-    if fp.cpu_only:
+    if fp.cpu_only:  # every expert in DRAM, or those an SSD tier's DRAM cache holds (the page cache of a mapped file)
+        held = model.num_layers * model.num_experts if config.cache.dram_capacity is None else config.cache.dram_capacity
         return Memory(weights=0.0, kv=0.0, reserve=0.0, experts=0.0, scratch=0.0,
-                      host_experts=copies * model.num_layers * model.num_experts * eb,
+                      host_experts=copies * held * eb,
                       host_reserve=HOST_RESERVE_GIB * GIB, vram=0.0, ram=fp.ram,
                       host_other=model.non_expert_params * fp.weight_bytes + model.kv_bytes(fp.kv_tokens),
                       host_copies=copies)
@@ -187,6 +188,8 @@ def resolve(fp: Footprint, config, top_k: int):
     model = fp.model
     strategy = get_strategy(config.execution.strategy)
     places = strategy.places  # the parameter that places whole layers on the CPU: auto, the fewest that fit
+    in_dram = config.cache.dram_capacity  # auto: sized last, from what the GPU's placement leaves in host RAM
+    config = config.replace(dram_capacity=0) if in_dram == AUTO else config
     if places and run_params(strategy, config.execution.params)[places] == AUTO:
         n = next((n for n in range(model.num_layers + 1) if not fp.cpu_only
                   and account(fp, config.replace(**{places: n}, capacity=0)).fits), model.num_layers)
@@ -195,16 +198,30 @@ def resolve(fp: Footprint, config, top_k: int):
         config = config.replace(capacity=0)  # no cache: the layers are placed whole
     if config.cache.capacity == "auto":
         config = config.replace(capacity=0 if fp.cpu_only else _most_slots(fp, config, top_k))
+    if in_dram == AUTO:
+        config = config.replace(dram_capacity=_most_in_dram(fp, config))
     memory = account(fp, config)
     hint = (f"use {option('capacity', 'auto')}, a smaller {option('dtype')} or another {option('strategy')} (see "
             f"'moesim plan')" if strategy.cache or not places
             else f"put more layers on the CPU ({option(places)}), or use a smaller {option('dtype')}")
-    # an SSD tier backs a GPU cache's misses only (sim.run refuses it elsewhere)
-    ssd = strategy.cache and not strategy.cpu and not fp.cpu_only
+    # an SSD tier backs a GPU cache's misses, and the experts of the layers placed whole on the CPU (sim.run refuses
+    # it elsewhere)
+    ssd = not (strategy.cache and strategy.cpu) and (strategy.cpu or not fp.cpu_only)
     ram_hint = (f"use a smaller {option('dtype')} or {option('ram')}"
                 + (f", or an SSD tier ({option('ssd')} with {option('dram_capacity')})" if ssd else ""))
     memory.check(model.name, _describe(config, model), hint, ram_hint)
     return config, memory
+
+
+def _most_in_dram(fp: Footprint, config) -> int | None:
+    """``dram_capacity`` ``auto``: the most experts host RAM holds beside everything else the run keeps there (each
+    once per copy the engine keeps), at least 0 (then the host's shortfall is refused as any other); None where
+    every expert a tier in front of the SSD could hold fits (nothing is read from the SSD)."""
+    none, every = account(fp, config.replace(dram_capacity=0)), account(fp, config.replace(dram_capacity=None))
+    per = fp.expert_bytes * none.host_copies
+    if per <= 0 or every.host <= fp.ram:
+        return None
+    return min(max(0, int((fp.ram - none.host) // per)), round(every.host_experts / per))
 
 
 def _most_slots(fp: Footprint, config, top_k: int) -> int:

@@ -23,7 +23,7 @@ from moesim.errors import MoesimError, option
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.budget import best_slots
-from moesim.sim.config import Config, run_params
+from moesim.sim.config import AUTO, Config, run_params
 from moesim.sim.costs import Costs
 from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import C_ACCESSES, C_HITS, Inputs, State, build_state
@@ -406,10 +406,11 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
         raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")
     if not strategy.prefetch and config.prefetch.prefetcher != "none":
         raise MoesimError(f"strategy {name} keeps no cache for a prefetcher to fill; use {option('prefetch', 'none')}")
-    if strategy.cpu and dram_capacity is not None:
-        gpu_only = _listed(n for n, m in STRATEGIES.items() if not m.cpu)
-        raise MoesimError(f"strategy {name} computes experts from host DRAM; an SSD tier ({option('dram_capacity')}) is "
-                          f"modelled for {gpu_only} only")
+    if strategy.cpu and strategy.cache and dram_capacity is not None:  # (a CPU layer's experts mapped from the SSD:
+        # cpu-experts; a CPU beside a GPU cache weighs its misses against copies that take no SSD read)
+        tiered = _listed(n for n, m in STRATEGIES.items() if not (m.cpu and m.cache))
+        raise MoesimError(f"strategy {name} weighs a miss on the CPU against its copy; an SSD tier "
+                          f"({option('dram_capacity')}) is modelled for {tiered}")
     if strategy.needs_weights and trace.weights is None:
         raise MoesimError(f"strategy {name} judges a miss by its gate weight, and the trace has no weights")
     if config.cache.semantics != "step":
@@ -417,14 +418,15 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
                           "sequential semantics is the hit-rate engine's")
     if config.workload.batch > trace.num_sequences:
         raise MoesimError(f"batch {config.workload.batch} is more than the trace's {trace.num_sequences} sequence(s)")
-    if dram_capacity is not None and dram_capacity > model.num_layers * model.num_experts:
+    if isinstance(dram_capacity, int) and dram_capacity > model.num_layers * model.num_experts:
         every = model.num_layers * model.num_experts
         raise MoesimError(f"{option('dram_capacity', dram_capacity)} is more than the {every:,} experts of {model.name} "
                           f"({model.num_layers} layers of {model.num_experts}): host RAM would be charged for slots "
                           "nothing fills")
     if dram_capacity is not None and hardware.ssd is None:
-        raise MoesimError(f"a DRAM cache of {dram_capacity} experts sits in front of an SSD, and {_machine(hardware)} "
-                          f"has none; pass {option('ssd', 'pcie5-nvme')} (or another SSD preset)")
+        held = "as many experts as host RAM holds" if dram_capacity == AUTO else f"{dram_capacity} experts"
+        raise MoesimError(f"a DRAM cache of {held} sits in front of an SSD, and {_machine(hardware)} has none; pass "
+                          f"{option('ssd', 'pcie5-nvme')} (or another SSD preset)")
     if model.num_layers != trace.meta.num_layers:
         raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
     if capacity != "auto" and strategy.cache:

@@ -527,3 +527,24 @@ def test_where_the_fastest_of_one_placement_cannot_be_run_the_row_names_an_engin
     (whole,) = [r for r in moesim.plan("qwen3-30b-a3b", "h100", dtypes=["int4"]).rows if r.strategy == "all-on-gpu"]
     assert whole.engine == "kTransformers" and not whole.apart and "--kt-method AMXINT4" in whole.command
     assert "--kt-num-gpu-experts 128" in whole.command and "cpu-experts" in whole.same_as
+
+
+def test_a_model_larger_than_ram_is_planned_from_the_ssd(cli):
+    """Where host RAM cannot hold the CPU layers' experts, the plan offers llama.cpp mapping the file as it does: as
+    many experts held in RAM as fit beside everything else, the rest read from the SSD (the machine's, else a PCIe 4
+    drive, said to be assumed), each row saying so; where they fit, no row reads the SSD."""
+    import moesim
+    from moesim.sim.memory import GIB
+
+    p = moesim.plan("qwen3-30b-a3b", "ryzen-7950x", ram=12)  # its experts alone take 15 GiB in q4_k
+    assert p.rows and all(r.from_ssd.endswith("read from the SSD (pcie4-nvme, assumed) as the mapped file is")
+                          for r in p.rows)
+    for r, result in zip(p.rows, p.results):
+        held = result.config.cache.dram_capacity
+        assert 0 < held < 48 * 128 and r.from_ssd.startswith(f"{held:,} of the CPU layers' 6,144 experts in RAM")
+        assert r.ram_gb <= 12 and result.bytes_ssd > 0 and r.command.startswith("llama-server")
+        assert r.ram_gb + p.spec.expert_bytes(r.dtype) / GIB > 12  # the most RAM holds: one more would not fit
+    assert not any(r.from_ssd for r in moesim.plan("qwen3-30b-a3b", "ryzen-7950x").rows)
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "ryzen-7950x", "--ram", "12")
+    assert code == 0, err
+    assert "CPU only, SSD" in out and "#1 (SSD): " in " ".join(out.split())

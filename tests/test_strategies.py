@@ -12,7 +12,7 @@ import pytest
 from moesim import simulate
 from moesim.errors import MoesimError
 from moesim.sim.hardware import get_hardware
-from moesim.sim.machine import CPU
+from moesim.sim.machine import CPU, SSD
 from moesim.sim.config import Config
 from moesim.sim.memory import GIB, GPU_RESERVE_GIB, DoesNotFit, Footprint, account, resolve
 from moesim.tracegen.models import get_model
@@ -42,6 +42,42 @@ def test_all_experts_on_the_cpu_cost_the_dram_bound_time_per_layer():
         assert r.step_times[step] == 2 * (pre_s(step + 1) + HANDOFF + 2 * CPU_EXPERT + HANDOFF + SYNC)
     assert r.cpu_share == 1.0 and r.hit_rate == 0.0 and r.loads == 0 and r.bytes_h2d == 0
     assert r.cpu_s == 2 * 2 * CPU_EXPERT
+
+
+def test_cpu_experts_read_from_the_ssd_what_the_page_cache_does_not_hold():
+    """A model file larger than RAM, mapped as llama.cpp maps it: a CPU layer's expert the page cache (``dram_capacity``
+    experts, LRU) lacks is read from the SSD when the CPU's threads reach it, then computed. None held: every expert
+    is read every time, one after another with the compute; all four held: each is read once, on its first use,
+    then runs as from DRAM."""
+    hw = replace(HWC, ssd=SSD("test-ssd", gbps=1.073741824 / 4, latency_us=US))
+    read = LAT + EXPERT_BYTES / 2.0 ** 28
+    run = dict(model=MODEL, hardware=hw, strategy="cpu-experts", cpu_layers=2)
+    none_held = simulate(steps(3), **run, dram_capacity=0)
+    for step in range(3):
+        assert none_held.step_times[step] == 2 * (pre_s(step + 1) + HANDOFF + 2 * (read + CPU_EXPERT) + HANDOFF + SYNC)
+    assert none_held.bytes_ssd == 3 * 4 * EXPERT_BYTES
+    held = simulate(steps(3), **run, dram_capacity=4)
+    assert held.step_times[0] == none_held.step_times[0] and held.bytes_ssd == 4 * EXPERT_BYTES
+    for step in (1, 2):
+        assert held.step_times[step] == 2 * (pre_s(step + 1) + HANDOFF + 2 * CPU_EXPERT + HANDOFF + SYNC)
+    with pytest.raises(MoesimError, match="strategy hybrid weighs a miss on the CPU against its copy"):
+        simulate(steps(3), model=MODEL, hardware=hw, strategy="hybrid", capacity=2, dram_capacity=2)
+
+
+def test_dram_capacity_auto_fills_host_ram_with_experts():
+    """``auto``: the most experts host RAM holds beside what else it keeps (here 2.5 experts' room: 2); None where
+    every expert fits (nothing is read from the SSD)."""
+    model = get_model("olmoe-1b-7b")
+    eb = model.expert_params * 2.0
+    config = Config.build(strategy="cpu-experts", cpu_layers=model.num_layers, dram_capacity="auto")
+
+    def fp(ram):
+        return Footprint(model, 2.0, eb, 1024, 8, False, 0.0, ram, cpu_only=True)
+
+    others = account(fp(0.0), config.replace(dram_capacity=0)).host
+    assert resolve(fp(others + 2.5 * eb), config, model.top_k)[0].cache.dram_capacity == 2
+    every = account(fp(0.0), config.replace(dram_capacity=None)).host
+    assert resolve(fp(every), config, model.top_k)[0].cache.dram_capacity is None
 
 
 def test_cpu_experts_places_the_first_layers_on_the_cpu_and_the_rest_on_the_gpu():
