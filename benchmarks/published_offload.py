@@ -43,7 +43,7 @@ from moesim.sim.hardware import load_hardware
 from moesim.tracegen.models import get_model
 
 HERE = Path(__file__).parent
-SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel")
+SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel", "dram_capacity")
 
 
 def model_for(point: dict):
