@@ -426,8 +426,9 @@ def pcie_link(gen: int | None, width: int | None) -> Link:
     if gen not in (3, 4, 5):
         return LINKS["pcie4"]
     link = LINKS[f"pcie{gen}"]
-    if width is not None and width < 16:
-        link = replace(link, name=f"{link.name}-x{width}", gbps=link.gbps * width / 16)
+    if width is not None and width < 16:  # a preset's width (x8, x4), else the same share of the lanes
+        link = LINKS.get(f"{link.name}-x{width}") or replace(link, name=f"{link.name}-x{width}",
+                                                              gbps=link.gbps * width / 16)
     return link
 
 

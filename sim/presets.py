@@ -9,6 +9,8 @@ the CPU's in ``moesim.sim.cpu_rates``), not fitted to any point they are checked
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from moesim.sim.machine import CPU, GPU, SSD, Link
 
 GPUS = {g.name.lower().replace(" ", ""): g for g in [
@@ -21,6 +23,12 @@ GPUS = {g.name.lower().replace(" ", ""): g for g in [
     GPU("RTX2080", 448, 40.3, 8),
     GPU("RTX2080Ti", 616, 53.8, 11),              # fp16 tensor cores with fp32 accumulate (no bf16)
     GPU("RTX5070Ti", 896, 175.8, 16),             # GDDR7; bf16 dense from the Blackwell whitepaper
+    # the cards MoE offloading runs on at home (docs/hardware.md, "GPU presets", gives each figure's source): dense
+    # fp16/bf16 tensor with fp32 accumulate, which a GeForce card runs at half its fp16-accumulate rate
+    GPU("RTX3060", 360, 25.5, 12),                # 12 GB: 192-bit at 15 Gbps; 28 SM x 512 FLOP/clk x 1.777 GHz
+    GPU("RTX3090", 936, 71.0, 24),                # 384-bit at 19.5 Gbps; 71 TFLOPS (GA102 whitepaper)
+    GPU("RTX4060Ti", 288, 44.1, 16),              # the 16 GB card (the 8 GB one: --vram 8); 34 SM x 512 x 2.535 GHz
+    GPU("RTX5090", 1792, 209.5, 32),              # GDDR7, 512-bit at 28 Gbps; 209.5 TFLOPS (RTX Blackwell whitepaper)
     GPU("GH200", 4000, 989, 96),                  # H100 with HBM3 96 GB
 ]}
 LINKS = {lk.name: lk for lk in [
@@ -29,6 +37,13 @@ LINKS = {lk.name: lk for lk in [
     Link("pcie5", 64, 0.85, 10),
     Link("nvlink-c2c", 450, 0.9, 5),              # GH200 CPU-GPU, 450 GB/s each way
 ]}
+# narrower slots, each generation at x8 (a second card's slot; the RTX 4060 Ti's own width) and x4 (chipset lanes, an
+# OCuLink eGPU): the lanes' share of the x16 rate (PCIe's rate is per lane)
+LINKS.update({f"{x16}-x{lanes}": replace(LINKS[x16], name=f"{x16}-x{lanes}", gbps=LINKS[x16].gbps * lanes / 16)
+              for x16 in ("pcie3", "pcie4", "pcie5") for lanes in (8, 4)})
+# a Thunderbolt 3/4 eGPU: its PCIe 3.0 x4 tunnel (32 Gbit/s) reaches 19-22 Gbit/s host to device (docs/hardware.md);
+# an OCuLink eGPU is pcie4-x4
+LINKS["thunderbolt"] = Link("thunderbolt", 4.0, 0.65, 10)
 SSDS = {s.name: s for s in [
     SSD("pcie5-nvme", 7.4, 80),                   # FlashMoE Tab. 2: SK hynix P51
     SSD("pcie4-nvme", 7.0, 80),                   # a typical PCIe 4 drive (Samsung 990 Pro class)
@@ -61,6 +76,10 @@ SYSTEMS = {
     "rtx2080": ("rtx2080", "pcie3", "i9-10900x"),
     "rtx2080ti": ("rtx2080ti", "pcie3", "xeon-e5-2680v4"),  # CommitMoE's PCIe Gen3 environment
     "rtx5070ti": ("rtx5070ti", "pcie5", "ryzen-9600x"),   # FlashMoE Tab. 2 desktop
+    "rtx3060": ("rtx3060", "pcie4", "ryzen-7950x"),       # the home cards, in a desktop (the CPU: --cpu)
+    "rtx3090": ("rtx3090", "pcie4", "ryzen-7950x"),
+    "rtx4060ti": ("rtx4060ti", "pcie4-x8", "ryzen-7950x"),  # an x8 card: eight lanes whatever the slot
+    "rtx5090": ("rtx5090", "pcie5", "ryzen-9950x"),
     "gh200": ("gh200", "nvlink-c2c", "grace"),            # Speculating Experts Tab. 3
     "ryzen-7950x": (None, None, "ryzen-7950x"),           # CPU-only desktops
     "ryzen-9950x": (None, None, "ryzen-9950x"),

@@ -37,7 +37,7 @@ CPU = '[cpu]\nname = "c"\ncores = 8\nghz = 4.0\nisa = "avx2"\ndram_gbps = 51.2\n
     (CPU + "ram_gb = 32\nthreads = 2.5\n", r"\[cpu\] threads must be a whole number"),
     (CPU + "ram_gb = nan\n", r"\[cpu\] ram_gb must be a finite number > 0"),
     (CPU.replace('"avx2"', '["avx2"]') + "ram_gb = 32\n", r"\[cpu\] isa must be one of"),
-    ('gpu = "rtx3060"\nlink = "pcie4"\n', r"unknown gpu 'rtx3060'"),
+    ('gpu = "rtx3070"\nlink = "pcie4"\n', r"unknown gpu 'rtx3070'"),
     (CPU + "ram_gb = 32\nfp32_gflops = 70.0\n", r"unknown key\(s\) fp32_gflops .*an older moesim calibrate wrote it"),
 ])
 def test_a_bad_file_is_one_line_naming_it(tmp_path, text, message):
@@ -153,3 +153,21 @@ def test_local_is_measured_once_per_process(monkeypatch):
     finally:
         hardware.this_machine.cache_clear()
     assert calls == [1] and first.cpu == CPUS[SYSTEMS["ryzen-7950x"][2]] and second.cpu.ram_gb == 8.0
+
+
+@pytest.mark.parametrize("x16, lanes", [("pcie3", 8), ("pcie3", 4), ("pcie4", 8), ("pcie4", 4), ("pcie5", 8),
+                                        ("pcie5", 4)])
+def test_a_narrow_slot_is_its_lanes_share_of_x16(x16, lanes):
+    """PCIe's rate is per lane: x8 is half of x16's nominal rate, x4 a quarter, at the same copy efficiency and
+    latency; --link takes each, and a copy over it takes that much longer."""
+    from moesim.sim.costs import link_copy_s
+    from moesim.sim.hardware import get_hardware
+    from moesim.sim.presets import LINKS
+
+    narrow = LINKS[f"{x16}-x{lanes}"]
+    assert (narrow.gbps, narrow.efficiency, narrow.latency_us) == (LINKS[x16].gbps * lanes / 16, LINKS[x16].efficiency,
+                                                                   LINKS[x16].latency_us)
+    hw = get_hardware("rtx4090", link=narrow.name)
+    nbytes = 1e9
+    assert link_copy_s(hw.link, nbytes) - narrow.latency_us * 1e-6 == pytest.approx(
+        16 / lanes * (link_copy_s(LINKS[x16], nbytes) - LINKS[x16].latency_us * 1e-6), rel=1e-12)

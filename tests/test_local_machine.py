@@ -194,7 +194,7 @@ def test_nvidia_smi():
     ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-40GB", "a100-40g"), ("NVIDIA RTX A6000", "a6000"),
     ("NVIDIA GH200 480GB", "gh200"),
     ("NVIDIA H100 PCIe", None), ("NVIDIA A100-SXM4-80GB", None), ("NVIDIA GeForce RTX 4080 SUPER", None),
-    ("NVIDIA GeForce RTX 3060", None),
+    ("NVIDIA GeForce RTX 3070", None),
 ])
 def test_gpu_names(name, preset):
     assert lm.match_gpu(name) == preset
@@ -296,7 +296,7 @@ def test_gpus_and_links(name, pcie, preset, link):
 
 
 def test_a_gpu_not_among_the_presets():
-    read, run = _machine(ZEN4, smi="NVIDIA GeForce RTX 3060, 12288\n")
+    read, run = _machine(ZEN4, smi="NVIDIA GeForce RTX 3070, 12288\n")
     asked = []
 
     def unknown(name, hbm_gb):
@@ -305,7 +305,7 @@ def test_a_gpu_not_among_the_presets():
         return lm.gpu_from_properties(name, hbm_gb, props, 20.5)
 
     hw = detect(measure=Measure(), run=run, read=read, unknown_gpu=unknown)
-    assert asked == [("NVIDIA GeForce RTX 3060", 12.0)]
+    assert asked == [("NVIDIA GeForce RTX 3070", 12.0)]
     assert (hw.gpu.hbm_gbps, hw.gpu.tflops, hw.gpu.flop_eff, hw.gpu.hbm_gb) == (360.0, 20.5, 1.0, 12.0)
     with pytest.raises(MoesimError, match="moesim hardware --template"):
         lm.gpu_from_properties("X", 12.0, SimpleNamespace(name="X"), 20.5)  # no memory clock in these properties
@@ -315,22 +315,22 @@ def test_torch_gpu_without_cuda_asks_for_a_hardware_file(monkeypatch):
     cuda = SimpleNamespace(is_available=lambda: False)
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
     with pytest.raises(MoesimError, match="moesim hardware --template") as exc:
-        lm.torch_gpu("NVIDIA GeForce RTX 3060", 12.0)
+        lm.torch_gpu("NVIDIA GeForce RTX 3070", 12.0)
     assert "\n" not in str(exc.value)
-    read, run = _machine(ZEN4, smi="NVIDIA GeForce RTX 3060, 12288\n")
-    with pytest.raises(MoesimError, match="RTX 3060"):
+    read, run = _machine(ZEN4, smi="NVIDIA GeForce RTX 3070, 12288\n")
+    with pytest.raises(MoesimError, match="RTX 3070"):
         detect(measure=Measure(), run=run, read=read)
 
 
 def test_torch_gpu_reads_the_properties(monkeypatch):
-    props = SimpleNamespace(name="NVIDIA GeForce RTX 3060", total_memory=12 << 30, memory_clock_rate=7_501_000,
+    props = SimpleNamespace(name="NVIDIA GeForce RTX 3070", total_memory=12 << 30, memory_clock_rate=7_501_000,
                             memory_bus_width=192)
     cuda = SimpleNamespace(is_available=lambda: True, get_device_properties=lambda i: props)
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
     monkeypatch.setattr(lm, "_gemm_tflops", lambda torch: 19.0)
-    gpu = lm.torch_gpu("NVIDIA GeForce RTX 3060", 11.9)
+    gpu = lm.torch_gpu("NVIDIA GeForce RTX 3070", 11.9)
     assert (gpu.hbm_gbps, gpu.tflops, gpu.hbm_gb, gpu.flop_eff) == (360.0, 19.0, 11.9, 1.0)
-    assert gpu.name == "NVIDIA GeForce RTX 3060 (measured 19 TFLOP/s)"
+    assert gpu.name == "NVIDIA GeForce RTX 3070 (measured 19 TFLOP/s)"
 
 
 def test_detect_refuses_what_it_cannot_read():
