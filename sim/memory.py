@@ -242,11 +242,13 @@ def _most_slots(fp: Footprint, config, top_k: int) -> int:
 
 def _describe(config, model: ModelSpec) -> str:
     strategy = get_strategy(config.execution.strategy)
+    held = config.cache.dram_capacity
+    tier = "" if held is None else f", {held:,} experts in host RAM in front of the SSD"
     if not strategy.cache:
-        return strategy.describe(run_params(strategy, config.execution.params), model.num_layers)
+        return strategy.describe(run_params(strategy, config.execution.params), model.num_layers) + tier
     capacity = config.cache.capacity
     if isinstance(capacity, tuple):
         return (f"{sum(capacity)} experts over {len(capacity)} layers ({min(capacity)} to {max(capacity)} per layer) "
-                f"on the GPU ({config.execution.strategy})")
+                f"on the GPU ({config.execution.strategy}){tier}")
     scope = "per layer" if config.cache.scope == "per-layer" else "in one pool"
-    return f"{capacity} experts {scope} on the GPU ({config.execution.strategy})"
+    return f"{capacity} experts {scope} on the GPU ({config.execution.strategy}){tier}"

@@ -289,6 +289,13 @@ def test_plan_names_an_object_it_cannot_take_and_each_memory_short():
         assert str(refused.value) == message
     with pytest.raises(MoesimError) as refused:
         moesim.plan("deepseek-v3", "rtx4090", dtypes=["bf16"])
-    # 53.9 GiB of GPU memory against 24.0; 1222.0 GiB of host RAM against 128.0
+    # the experts read from the SSD, the host holds the rest; 53.9 GiB of GPU memory against 24.0
+    assert str(refused.value).startswith("nothing fits deepseek-v3 on rtx4090; closest (29.9 GiB of GPU memory short): "
+                                         "bf16 with 58 of 58 layers' experts on the CPU, 1,511 experts in host RAM in "
+                                         "front of the SSD, which needs 53.9 GiB of GPU memory")
+    with pytest.raises(MoesimError) as refused:
+        moesim.plan("deepseek-v3", "rtx4090", dtypes=["bf16"], ram=2)
+    # and with 2 GiB of RAM, below the host's reserve, both short, each named
     assert str(refused.value).startswith("nothing fits deepseek-v3 on rtx4090; closest (29.9 GiB of GPU memory and "
-                                         "1094.0 GiB of host RAM short): bf16 with 0 experts per layer on the GPU")
+                                         "2.0 GiB of host RAM short): bf16 with 58 of 58 layers' experts on the CPU, 0 "
+                                         "experts in host RAM in front of the SSD")
