@@ -81,10 +81,50 @@ README_RUNS = {  # the README's shell lines, by how each starts: the test that r
 }
 
 
+# the docs' shell lines, by how each starts: the tests that run that command (on the bundled trace, tiny models and
+# files of their own, where a line names a user's files, a download or minutes of measuring), or why none does
+DOCS_RUNS = {
+    "moesim trace synth": "test_cli, test_replay (as the docs' lines, on smaller shapes)",
+    "moesim trace import": "test_cli, test_import_reliability (the docs' lines name a user's logs)",
+    "moesim trace info": "test_cli",
+    "moesim trace record": "test_record, on tiny random-initialised models (the docs' lines download real ones)",
+    "moesim sim hitrate": "test_cli, test_sim_cli",
+    "moesim sim mrc": "test_mrc",
+    "moesim sim run": "test_cli, test_sim_cli, test_strategies (the docs' lines name a user's trace, t.parquet, $T)",
+    "moesim sim serve": "test_serve",
+    "moesim sweep": "test_sweep, test_api's docstring run of examples/flashmoe_fig6.toml",
+    "moesim plot": "test_plot, test_serve (on the results those tests write)",
+    "moesim plan": "test_plan, test_the_readme_plan_commands_run_as_written",
+    "moesim hardware": "test_hardware_files, test_local_kept",
+    "moesim train ml-ffn": "test_sim_cli (needs torch)",
+    "moesim train prefetcher": "test_learned_prefetcher",
+    "moesim calibrate": "test_replay, test_llamacpp_model, on tiny models: a real calibration measures for minutes",
+    "moesim replay": "test_replay, on a cut model: the docs' lines replay the full one for minutes",
+    "moesim validate": "test_replay, test_llamacpp_model, on tiny models: the docs' lines run for minutes",
+    "python benchmarks/": "not run by the tests: benchmarks take minutes and print timings (docs/benchmarks.md)",
+    "python examples/vllm_routing_log.py": "test_vllm_recipe",
+    "printf ": "makes a prompts file for trace record's line after it",
+    "pip install": "installs: CI installs the test extra on a clean clone (.ci/run)",
+    "CMAKE_ARGS=": "installs llama.cpp for this CPU: CI's install line",
+}
+
+
+def shell_lines(page: str) -> list[str]:
+    """The commands of a page's shell blocks, continuation lines joined, comments left out."""
+    return [line.strip() for where, code in blocks("bash") if where.startswith(page)
+            for line in code.replace("\\\n", " ").splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
 def test_every_readme_shell_line_is_run_or_says_why_not():
-    readme = [line.strip() for where, code in blocks("bash") if where.startswith("README.md")
-              for line in code.replace("\\\n", " ").splitlines() if line.strip()]
+    readme = shell_lines("README.md")
     assert len(readme) >= 5 and [line for line in readme if not line.startswith(tuple(README_RUNS))] == []
+
+
+def test_every_docs_shell_line_is_run_or_says_why_not():
+    """Each shell line of docs/ starts as a command ``DOCS_RUNS`` names the tests of, or says why none runs it; a new
+    kind of line is added there, with its test or its reason, before it is shown."""
+    lines = [line for page in PAGES[1:] for line in shell_lines(page.name)]
+    assert len(lines) > 80 and [line for line in lines if not line.startswith(tuple(DOCS_RUNS))] == []
 
 
 def test_the_readme_plan_commands_run_as_written(cli, tmp_path, monkeypatch):
