@@ -1,5 +1,6 @@
 """`moesim plan`: each execution strategy for a model on a machine, ranked by tokens/s within its memory."""
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,9 +14,10 @@ from moesim.errors import MoesimError, first_line, option
 from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, candidate, read_by
 from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
-from moesim.files import check_output
+from moesim.files import atomic_output, check_output
 from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD, TIE_RATIO, interval_words, measured
 from moesim.sim.config import DTYPES as FORMATS
+from moesim.sim.engines.ktransformers import EXPERT_COUNTS
 from moesim.tracegen.trace import trace_file
 
 
@@ -44,6 +46,9 @@ def plan(
                                                         "up to its TPOT, what the link and the CPU did beside them, "
                                                         "what binds, and the constants behind them with their "
                                                         "sources.", min=1)] = None,
+    expert_counts: Annotated[Optional[Path], typer.Option(click_type=PATH, help="Write the trace's routing counts "
+                                                          "per layer and expert here (JSON), the file a kTransformers "
+                                                          "row's --init-expert-location reads.")] = None,
     *,
     asked: Asked,
 ) -> None:
@@ -59,6 +64,9 @@ def plan(
         from moesim.plots.trace import SUFFIXES
 
         check_output(plot, "figure", inputs=() if trace is None else (trace,), suffixes=SUFFIXES)
+    if expert_counts is not None:
+        check_output(expert_counts, "expert counts file", inputs=() if trace is None else (trace,),
+                     suffixes=(".json",))
     formats = asked.each.pop("dtype", None)  # not typed: a configuration file's, else the plan's
     engines = asked.each.pop("engine", None)
     models = asked.each.pop("model", [])
@@ -68,7 +76,8 @@ def plan(
     if not asked_prompt:
         config = config.replace(prompt=PLAN_PROMPT)
     if len(models) > 1:
-        one = [flag for flag, given in (("--trace", trace), ("--plot", plot), ("--wide", wide or None)) if given]
+        one = [flag for flag, given in (("--trace", trace), ("--plot", plot), ("--wide", wide or None),
+                                        ("--expert-counts", expert_counts)) if given]
         if one:
             raise MoesimError(f"{one[0]} is one model's: with several models (--model A,B) each plans on its own "
                               "synthetic or bundled trace, in one table; plan one at a time")
@@ -84,6 +93,11 @@ def plan(
         from moesim.plots.plan import plot_plan
 
         plot_plan(result, curves(result), plot)
+    if expert_counts is not None:
+        from moesim.experiments.plan import expert_counts as counts_of
+
+        with atomic_output(expert_counts) as tmp:
+            tmp.write_text(json.dumps({"logical_count": counts_of(result)}) + "\n")
     explained = None
     if explain is not None:
         from moesim.sim.explain import explain as explain_row
@@ -124,6 +138,10 @@ def plan(
     if not wide:
         for r in result.rows:
             console.print(f"#{r.rank}: {r.command}", soft_wrap=True)
+    if any(f"--init-expert-location {EXPERT_COUNTS}" in r.command for r in result.rows):
+        console.print(f"--init-expert-location {EXPERT_COUNTS}: the routing counts of the plan's trace per layer and "
+                      f"expert, SGLang's expert-distribution file (--expert-counts {EXPERT_COUNTS} writes it)",
+                      soft_wrap=True)
     if any(r.command.startswith("llama-server") for r in result.rows):
         console.print(f"-m: a GGUF of the row's format (--model FILE.gguf writes its path); -c: the "
                       f"{result.context} tokens a sequence memory was sized for"

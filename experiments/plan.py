@@ -443,6 +443,16 @@ def _ssd_words(config: Config, spec: ModelSpec, place, hw: Hardware) -> str:
             f"rest read from the SSD ({drive}) as the mapped file is")
 
 
+def expert_counts(p: Plan) -> list[list[int]]:
+    """How often the plan's trace routes each expert, per layer of the model (a dense layer's none; they come first,
+    as DeepSeek's and GLM's first_k_dense_replace place them): what a frequency placement reads (SGLang's
+    ``logical_count``)."""
+    experts = p.simulated.experts
+    counts = [np.bincount(experts[:, layer].ravel().astype(np.int64), minlength=p.spec.num_experts).tolist()
+              for layer in range(p.spec.num_layers)]
+    return [[0] * p.spec.num_experts] * p.spec.dense_layers + counts
+
+
 def learns_from_trace(config: Config) -> bool:
     """The run's policy reads the rows it will serve (static's popularity), or its prefetcher learns from a training
     trace and is given none: the simulated trace is its own training set."""

@@ -78,7 +78,7 @@ def test_each_engine_writes_the_command_of_a_placement_and_says_what_it_runs():
     assert llama.command(Launch(mixtral, "bf16", Config(), 0, False, 8, 1, 700, 0.0)) == \
         "llama-server -m Mixtral-8x7B-v0.1-BF16.gguf -ngl 0 --no-op-offload -t 8 -c 700"
     pool = Config.build(strategy="hybrid", policy="static", scope="global", capacity=48 * 116 + 47)
-    assert "--kt-num-gpu-experts 116 --kt-expert-placement-strategy frequency --init-expert-location stats.pt" in \
+    assert "--kt-num-gpu-experts 116 --kt-expert-placement-strategy frequency --init-expert-location expert-counts.json" in \
         kt.command(Launch(qwen, "bf16", pool, 0, True, 16, 1, 640, 1.0))
     assert "--kt-weight-path Qwen/Qwen3-30B-A3B --kt-method BF16" in kt.command(Launch(qwen, "bf16", pool, 0, True, 16,
                                                                                        1, 640, 1.0))

@@ -548,3 +548,29 @@ def test_a_model_larger_than_ram_is_planned_from_the_ssd(cli):
     code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "ryzen-7950x", "--ram", "12")
     assert code == 0, err
     assert "CPU only, SSD" in out and "#1 (SSD): " in " ".join(out.split())
+
+
+def test_expert_counts_are_the_file_a_ktransformers_row_reads(cli, tmp_path):
+    """``--expert-counts F`` writes SGLang's expert-distribution JSON (``logical_count``: a row per layer of the model,
+    a dense layer's zeros first, then each MoE layer's routing counts over the plan's trace), the file the
+    kTransformers row's ``--init-expert-location`` names."""
+    import moesim
+    from moesim.experiments.plan import expert_counts
+    from moesim.sim.engines.ktransformers import EXPERT_COUNTS
+
+    out = tmp_path / "counts.json"
+    code, text, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--dtype", "q4_k",
+                          "--expert-counts", out)
+    assert code == 0, err
+    assert f"--init-expert-location {EXPERT_COUNTS}" in " ".join(text.split())
+    p = moesim.plan("deepseek-v2-lite", "rtx4080", dtypes=["q4_k"])
+    assert json.loads(out.read_text())["logical_count"] == expert_counts(moesim.plan("qwen3-30b-a3b", "rtx4080",
+                                                                                     dtypes=["q4_k"]))
+    counts, spec, trace = expert_counts(p), p.spec, p.simulated
+    assert spec.dense_layers == 1 and len(counts) == spec.dense_layers + spec.num_layers
+    assert counts[0] == [0] * spec.num_experts
+    for layer in range(spec.num_layers):  # an independent count: each routed expert of the layer's rows
+        expected = [0] * spec.num_experts
+        for e in trace.experts[:, layer].ravel().tolist():
+            expected[e] += 1
+        assert counts[1 + layer] == expected

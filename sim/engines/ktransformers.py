@@ -9,6 +9,10 @@ release lists; the archived local_chat stack's rules (Mixtral, Qwen2-MoE) place 
 from moesim.sim.engines.base import GGUF_FORMATS, EngineSpec, Launch
 from moesim.sim.machine import PER_SOCKET
 
+# the expert distribution the frequency placement reads: SGLang's --init-expert-location takes a JSON file holding
+# {"logical_count": [[count per expert] per layer]} (sglang/srt/eplb/expert_location.py, init_by_eplb);
+# moesim plan --expert-counts FILE writes the plan's trace's
+EXPERT_COUNTS = "expert-counts.json"
 # an expert format -> its --kt-method (a GGUF's types: LLAMAFILE, its llamafile kernels on the GGUF)
 METHODS = {"bf16": "BF16", "fp8": "FP8", "int8": "AMXINT8", "int4": "AMXINT4"}
 
@@ -29,7 +33,7 @@ def command(launch: Launch) -> str:
     method = METHODS.get(launch.fmt, "LLAMAFILE")
     weights = launch.gguf if method == "LLAMAFILE" else launch.checkpoint
     per_layer = launch.capacity // launch.model.num_layers if launch.capacity else 0
-    placed = " --kt-expert-placement-strategy frequency --init-expert-location stats.pt" if per_layer else ""
+    placed = f" --kt-expert-placement-strategy frequency --init-expert-location {EXPERT_COUNTS}" if per_layer else ""
     return (f"python -m sglang.launch_server --model {launch.checkpoint} --kt-weight-path {weights} --kt-method "
             f"{method} --kt-cpuinfer {launch.threads} --kt-threadpool-count {launch.sockets} --kt-num-gpu-experts "
             f"{per_layer}{placed} --max-total-tokens {launch.batch * launch.context}")
