@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from moesim.errors import MoesimError, switch
+from moesim.errors import MoesimError, first_line, switch
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -104,3 +104,25 @@ def _as_path(path, what: str) -> Path:
     if not isinstance(path, (str, os.PathLike)):
         raise MoesimError(f"the {what}'s path must be a str or Path, got {type(path).__name__}")
     return Path(path)
+
+
+def read_arrays(path: str | Path, what: str, writer: str, needs: tuple) -> dict:
+    """The arrays of a model file in npz form (plain arrays: never unpickled), with every key of ``needs``; else one
+    line naming ``path``, the ``what`` it should be and the command that writes one (``writer``)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            if not hasattr(f, "files"):
+                raise ValueError("a single array, not an npz archive")
+            arrays = {k: f[k] for k in f.files}
+    except FileNotFoundError:
+        raise MoesimError(f"{path}: no such {what} file") from None
+    except Exception as exc:  # numpy and zipfile raise many kinds for a damaged file
+        # numpy takes a file it does not know for a pickle and suggests unpickling it: never
+        why = f"an npz archive of arrays, as '{writer}' writes" if "pickle" in str(exc) else first_line(exc)
+        raise MoesimError(f"{path}: not a readable {what} file ({why})") from None
+    missing = [k for k in needs if k not in arrays]
+    if missing:
+        raise MoesimError(f"{path}: holds no {', '.join(missing)}, which '{writer}' writes: not its model file")
+    return arrays

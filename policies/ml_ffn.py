@@ -30,7 +30,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moesim.errors import MoesimError, first_line, option
+from moesim.errors import MoesimError, option
+from moesim.files import read_arrays
 from moesim.params import Param
 from moesim.policies.base import PolicySpec, hooks, min_key_slot
 
@@ -41,20 +42,7 @@ def load_model(path: str | Path) -> dict:
     """The arrays of a model file written by ``moesim train ml-ffn`` (plain npz, no pickles), checked: the
     networks' shapes fit each other and ``num_experts`` (m networks of 2E → H → H → E), the weights are
     finite floats."""
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            if not hasattr(f, "files"):
-                raise ValueError("a single array, not an npz archive")
-            model = {k: f[k] for k in f.files}
-    except FileNotFoundError:
-        raise MoesimError(f"{path}: no such ml-ffn model file") from None
-    except Exception as exc:  # numpy and zipfile raise many kinds for a damaged file
-        # numpy takes a file it does not know for a pickle and suggests unpickling it: never
-        why = "an npz archive of arrays, as 'moesim train ml-ffn' writes" if "pickle" in str(exc) else first_line(exc)
-        raise MoesimError(f"{path}: not a readable ml-ffn model file ({why})") from None
-    missing = [k for k in WEIGHTS + ("num_experts",) if k not in model]
-    if missing:
-        raise MoesimError(f"{path}: not an ml-ffn model file (missing {', '.join(missing)})")
+    model = read_arrays(path, "ml-ffn model", "moesim train ml-ffn", WEIGHTS + ("num_experts",))
     e = model["num_experts"]
     if e.shape != () or e.dtype.kind not in "iu" or not 1 <= int(e) < 2 ** 15:
         raise MoesimError(f"{path}: num_experts must be one integer in 1..32767, got {e.dtype} of shape {e.shape}")

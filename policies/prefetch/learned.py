@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError, first_line, option
+from moesim.errors import MoesimError, option
+from moesim.files import read_arrays
 from moesim.params import Param
 from moesim.policies.prefetch import PrefetcherSpec
 
@@ -34,20 +35,7 @@ FEATURES = ("chosen", "weights", "probs")  # what each feature vector holds, as 
 def load_model(path: str | Path) -> dict:
     """The arrays of a model file ``moesim train prefetcher`` wrote, checked: ``coef`` float [L, E, 2E],
     ``intercept`` float [L, E], both finite, ``features`` an index of ``FEATURES``."""
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            if not hasattr(f, "files"):
-                raise ValueError("a single array, not an npz archive")
-            model = {k: f[k] for k in f.files}
-    except FileNotFoundError:
-        raise MoesimError(f"{path}: no such prefetcher model file") from None
-    except Exception as exc:  # numpy and zipfile raise many kinds for a damaged file
-        why = "an npz archive of arrays, as 'moesim train prefetcher' writes" if "pickle" in str(exc) \
-            else first_line(exc)
-        raise MoesimError(f"{path}: not a readable prefetcher model file ({why})") from None
-    missing = [k for k in ("coef", "intercept", "features") if k not in model]
-    if missing:
-        raise MoesimError(f"{path}: not a prefetcher model file (missing {', '.join(missing)})")
+    model = read_arrays(path, "prefetcher model", "moesim train prefetcher", ("coef", "intercept", "features"))
     coef, intercept, features = model["coef"], model["intercept"], model["features"]
     if coef.ndim != 3 or coef.dtype.kind != "f" or min(coef.shape, default=0) < 1 or coef.shape[2] != 2 * coef.shape[1]:
         raise MoesimError(f"{path}: coef has shape {coef.shape} and dtype {coef.dtype}; a model of L layers and E "
