@@ -4,14 +4,16 @@ side for Mixtral-8x7B and Qwen3-30B-A3B on it, and the pictures."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 
 from moesim.cli.console import console, table, working
 from moesim.cli.plan_cmd import LEARNED, placed, rate, three
-from moesim.experiments.plan import candidate
+from moesim.experiments.plan import candidate, expert_counts
 from moesim.files import output_folder
+from moesim.sim.engines.ktransformers import EXPERT_COUNTS
 from moesim.tracegen.io import load_trace
 from moesim.tracegen.trace import bundled_trace_path
 from moesim.plots.trace import plot_activations
@@ -92,6 +94,11 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
                 three(r.ram_gb)] for r in best])
         for r in best:
             console.print(f"{r.engine}: " + (f"not offered: {r.apart}" if r.apart else r.command), soft_wrap=True)
+        if any(EXPERT_COUNTS in r.command for r in result.rows):  # the file that command reads
+            counts = out / f"{EXPERT_COUNTS.removesuffix('.json')}-{result.model}.json"
+            counts.write_text(json.dumps({"logical_count": expert_counts(result)}) + "\n")
+            console.print(f"kTransformers' --init-expert-location {EXPERT_COUNTS}: the trace's routing counts, "
+                          f"written as {counts}", soft_wrap=True)
         paths.append(plot_plan(result, curves(result), out / f"plan-{result.model}.png"))
     console.print(f"{LEARNED}: the pinned experts or the prefetcher learned from the trace itself: an upper bound on "
                   "other prompts", soft_wrap=True)
