@@ -314,15 +314,17 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
 
 
 def _from_ssd(out: Plan, config: Config, name: str, prepared: list, short: list) -> None:
-    """A placement of whole layers that host RAM cannot hold, run as llama.cpp runs a model file larger than RAM: the
-    file mapped, the CPU layers' experts read from the SSD through the page cache (as many held in RAM as fit beside
-    everything else, ``dram_capacity`` ``auto``), on the machine's SSD, else a PCIe 4 drive (``SSD_ASSUMED``)."""
+    """A placement of whole layers that host RAM cannot hold (the last of ``out.skipped``, whose reason then says so),
+    run as llama.cpp runs a model file larger than RAM: the file mapped, the CPU layers' experts read from the SSD
+    through the page cache (as many held in RAM as fit beside everything else, ``dram_capacity`` ``auto``), on the
+    machine's SSD, else a PCIe 4 drive (``SSD_ASSUMED``)."""
     hw = out.machine_spec
     tiered = config.replace(dram_capacity="auto")
     try:
         prepared.append(prepare_des(out.simulated, tiered, out.spec,
                                     hw if hw.ssd is not None else replace(hw, ssd=SSDS[SSD_ASSUMED]),
                                     shared=out.shared, named=True))
+        out.skipped[-1]["reason"] += "; run instead with the experts read from the SSD (the rows marked SSD)"
     except DoesNotFit as exc:
         out.skipped.append({"strategy": f"{config.execution.strategy} (from the SSD)", "dtype": config.model.dtype,
                             "format": name, "policy": None, "prefetch": None, "reason": f"needs {exc.parts}"})
