@@ -92,13 +92,12 @@ def run_demo(out: Path, jobs: int = 2) -> list[Path]:
               [[r.engine.split(" (")[0] + ("*" if r.apart else ""),
                 placed(r) + (f" +{r.prefetch}" if r.prefetch == "history" else ""), rate(r), three(r.vram_gb),
                 three(r.ram_gb)] for r in best])
-        for r in best:
-            console.print(f"{r.engine}: " + (f"not offered: {r.apart}" if r.apart else r.command), soft_wrap=True)
-        if any(EXPERT_COUNTS in r.command for r in result.rows):  # the file that command reads
-            counts = out / f"{EXPERT_COUNTS.removesuffix('.json')}-{result.model}.json"
+        counts = out / f"{EXPERT_COUNTS.removesuffix('.json')}-{result.model}.json"
+        for r in best:  # a kTransformers command names the routing counts the demo writes beside the figures
+            command = r.command.replace(f" {EXPERT_COUNTS} ", f" {counts} ")
+            console.print(f"{r.engine}: " + (f"not offered: {r.apart}" if r.apart else command), soft_wrap=True)
+        if any(f" {EXPERT_COUNTS} " in r.command for r in best if not r.apart):
             counts.write_text(json.dumps({"logical_count": expert_counts(result)}) + "\n")
-            console.print(f"kTransformers' --init-expert-location {EXPERT_COUNTS}: the trace's routing counts, "
-                          f"written as {counts}", soft_wrap=True)
         paths.append(plot_plan(result, curves(result), out / f"plan-{result.model}.png"))
     console.print(f"{LEARNED}: the pinned experts or the prefetcher learned from the trace itself: an upper bound on "
                   "other prompts", soft_wrap=True)

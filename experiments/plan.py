@@ -62,7 +62,8 @@ CANDIDATES = (
 DTYPES = ("bf16", "q8_0", "q4_k")
 ALL_ON_GPU = "all-on-gpu"  # the row of a format whose every expert fits on the GPU, whichever strategy gave it
 CPU_ONLY = "cpu-experts (GPU left out)"  # llama.cpp -ngl 0 on a machine with a GPU, where it is refused
-SSD_ASSUMED = "pcie4-nvme"  # the drive a plan reads a model larger than RAM from, where the machine names none
+# the drive a plan reads a model larger than RAM from, where the machine names none
+SSD_ASSUMED = replace(SSDS["pcie4-nvme"], name="pcie4-nvme, assumed")
 SYNTH_TOKENS = 128  # decode tokens per sequence of a synthetic trace
 CURVE_POINTS = 6
 
@@ -94,9 +95,16 @@ class Plan(Tabular):
     cpu_only: Hardware | None = field(default=None, repr=False)  # the machine without its GPU (llama.cpp -ngl 0)
 
     def machine_of(self, result: DesResult) -> Hardware:
-        """The machine ``result`` was simulated on: the plan's, or it without its GPU (``cpu_only``)."""
-        return self.cpu_only if self.cpu_only is not None and result.hardware == self.cpu_only.name else \
-            self.machine_spec
+        """The machine ``result`` was simulated on: the plan's, it without its GPU (``cpu_only``), or it with a drive
+        to read experts from (``with_ssd``)."""
+        if self.cpu_only is not None and result.hardware == self.cpu_only.name:
+            return self.cpu_only
+        return self.with_ssd() if result.config.cache.dram_capacity is not None else self.machine_spec
+
+    def with_ssd(self) -> Hardware:
+        """The plan's machine with its SSD, else a PCIe 4 drive (``SSD_ASSUMED``)."""
+        hw = self.machine_spec
+        return hw if hw.ssd is not None else replace(hw, ssd=SSD_ASSUMED)
 
     def table_rows(self) -> list[dict]:
         """A row per ranked placement (``PlanRow.as_dict``: the ``--json`` row)."""
@@ -318,12 +326,9 @@ def _from_ssd(out: Plan, config: Config, name: str, prepared: list, short: list)
     run as llama.cpp runs a model file larger than RAM: the file mapped, the CPU layers' experts read from the SSD
     through the page cache (as many held in RAM as fit beside everything else, ``dram_capacity`` ``auto``), on the
     machine's SSD, else a PCIe 4 drive (``SSD_ASSUMED``)."""
-    hw = out.machine_spec
     tiered = config.replace(dram_capacity="auto")
     try:
-        prepared.append(prepare_des(out.simulated, tiered, out.spec,
-                                    hw if hw.ssd is not None else replace(hw, ssd=SSDS[SSD_ASSUMED]),
-                                    shared=out.shared, named=True))
+        prepared.append(prepare_des(out.simulated, tiered, out.spec, out.with_ssd(), shared=out.shared, named=True))
         out.skipped[-1]["reason"] += "; run instead with the experts read from the SSD (the rows marked SSD)"
     except DoesNotFit as exc:
         out.skipped.append({"strategy": f"{config.execution.strategy} (from the SSD)", "dtype": config.model.dtype,
@@ -440,9 +445,8 @@ def _ssd_words(config: Config, spec: ModelSpec, place, hw: Hardware) -> str:
     held = config.cache.dram_capacity
     if held is None:
         return ""
-    drive = hw.ssd.name if hw.ssd is not None else f"{SSD_ASSUMED}, assumed"
     return (f"{held:,} of the CPU layers' {int((place == ON_CPU).sum()) * spec.num_experts:,} experts in RAM, the "
-            f"rest read from the SSD ({drive}) as the mapped file is")
+            f"rest read from the SSD ({hw.ssd.name}) as the mapped file is")
 
 
 def expert_counts(p: Plan) -> list[list[int]]:

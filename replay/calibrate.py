@@ -96,11 +96,16 @@ def _median(fn, repeats: int) -> float:
     return float(np.median(_times(fn, repeats)))
 
 
+def host_memory_gb() -> float:
+    """This host's RAM, GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+
+
 def device_memory_gb(backend: str) -> float:
     """The memory of the calibrated machine's simulated GPU, GiB: the CUDA device's, or on the cpu backend host RAM,
     where the compute stream's buffers (this backend's "GPU") live."""
     if backend == "cpu":
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+        return host_memory_gb()
     from moesim.replay.cuda import require_cuda
 
     return require_cuda().cuda.get_device_properties(0).total_memory / 2 ** 30

@@ -3,17 +3,18 @@ puts ``moesim.replay.run`` and ``moesim.replay.calibrate`` together for the publ
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from moesim.errors import MoesimError, option
-from moesim.replay.calibrate import calibrate, device_memory_gb
+from moesim.replay.calibrate import calibrate, device_memory_gb, host_memory_gb
 from moesim.replay.compute import require_torch
 from moesim.replay.run import check_backend, check_fits, in_backend_format, shrink
 from moesim.replay.scratch import work_folder
 from moesim.sim.config import Config
 from moesim.sim.hardware import check_hardware, get_hardware
 from moesim.sim.des import prepare_des
-from moesim.sim.machine import GPU, Hardware
+from moesim.sim.machine import CPU, GPU, Hardware
 from moesim.sim.memory import DoesNotFit
 from moesim.sim.presets import LINKS
 from moesim.tracegen.models import ModelSpec, check_fits_trace
@@ -64,9 +65,11 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
 def check_memory(trace: Trace, config: Config, model: ModelSpec, backend: str) -> None:
     """Refuse, before minutes of calibration, a run the calibrated machine could not hold: the run sized (its memory
     accounted, its ``auto`` values resolved, nothing simulated) on a machine with the memory calibration will give
-    it (``device_memory_gb``: on the cpu backend, host RAM holds the simulated GPU's experts)."""
+    it (``device_memory_gb``: on the cpu backend, host RAM holds the simulated GPU's experts) and this host's RAM
+    (the strategies that compute on the CPU; its rates are not read)."""
+    host = CPU("host (before calibration)", max(1, os.cpu_count() or 1), 1.0, "avx2", 1.0, host_memory_gb())
     provisional = Hardware(f"{backend} (before calibration)", GPU(backend, 1.0, 1.0, device_memory_gb(backend)),
-                           LINKS["pcie4"])
+                           LINKS["pcie4"], cpu=host)
     try:
         prepare_des(trace, in_backend_format(config, backend), model, provisional)
     except DoesNotFit as exc:

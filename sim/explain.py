@@ -71,18 +71,22 @@ def explain(r: DesResult, model: ModelSpec, hw: Hardware) -> Explanation:
                  before, "ms", "every layer"),
             Line(f"{r.timed_as}'s framework time", framework, "ms", f"{framework / layers * 1e3:g} us a layer"),
             Line("shared experts beside the CPU's routed ones", shared, "ms", "every layer"),
-            Line("expert kernels" + (" on the GPU" if hw.gpu is not None else ""), compute - before - framework - shared - once, "ms",
+            Line("expert kernels" + (" on the GPU" if hw.gpu is not None else ""),
+                 max(0.0, compute - before - framework - shared - once), "ms",  # (0 to rounding where none ran)
                  f"{(1 - r.cpu_share) * r.accesses / steps:.1f} experts a step"),
             Line("embeddings, dense layers, output head", once, "ms", "once a step"),
-            Line("waiting on copies or the CPU's experts", stall, "ms", ""))
+            Line("waiting on copies, the CPU's experts or the SSD's reads", stall, "ms", ""))
     link, cpu = r.copy_s * 1e3, r.cpu_s * 1e3
+    reads = r.bytes_ssd / cost.expert_bytes / steps if r.bytes_ssd else 0.0  # experts read from the SSD a step
+    ssd = reads * cost.ssd_s * 1e3
     beside = (Line("host link busy", link, "ms", f"{r.loads / steps:.1f} experts copied on demand a step, "
                                                  f"{cost.expert_bytes / 1e6:.1f} MB each"),
-              Line("host CPU computing experts", cpu, "ms", f"{r.cpu_share * r.accesses / steps:.1f} experts a step"))
+              Line("host CPU computing experts", cpu, "ms", f"{r.cpu_share * r.accesses / steps:.1f} experts a step"),
+              *((Line("SSD reading experts", ssd, "ms", f"{reads:.1f} experts read a step"),) if reads else ()))
     if stall <= 1e-3 * r.tpot_s * 1e3:
         binds = "the GPU's own work: nothing waited on a copy or the CPU"
     else:
-        binds = "the host link's copies" if link >= cpu else "the CPU's experts"
+        binds = max(((link, "the host link's copies"), (cpu, "the CPU's experts"), (ssd, "the SSD's reads")))[1]
     return Explanation(r.tpot_s * 1e3, step, beside, binds, _constants(r, model, hw))
 
 
@@ -120,6 +124,10 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
                         "its bytes at the memory rate, its FLOPs at the compute rate, the slower"))
     if hw.link is not None:
         out.append(Line("an expert's copy", cost.copy_s * 1e6, "us", "latency + bytes at the link's rate"))
+    if hw.ssd is not None and r.bytes_ssd:
+        out += [Line(f"SSD {hw.ssd.name}: its read rate", hw.ssd.gbps, "GB/s",
+                     SHEET + " (the rate a read reaches: docs/hardware.md)"),
+                Line("an expert's read from the SSD", cost.ssd_s * 1e6, "us", "latency + bytes at the drive's rate")]
     if on_cpu:
         out.append(Line("an expert on the CPU, one token", cost.cpu_by_tokens[1] * 1e6, "us",
                         "its bytes at the DRAM or unpack rate, the slower"))

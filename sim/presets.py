@@ -22,7 +22,7 @@ GPUS = {g.name.lower().replace(" ", ""): g for g in [
     GPU("RTX4080", 716.8, 97.5, 16),
     GPU("RTX2080", 448, 40.3, 8),
     GPU("RTX2080Ti", 616, 53.8, 11),              # fp16 tensor cores with fp32 accumulate (no bf16)
-    GPU("RTX5070Ti", 896, 175.8, 16),             # GDDR7; bf16 dense from the Blackwell whitepaper
+    GPU("RTX5070Ti", 896, 87.9, 16),              # GDDR7; 70 SM x 512 FLOP/clk x 2.452 GHz (as the cards below)
     # the cards MoE offloading runs on at home (docs/hardware.md, "GPU presets", gives each figure's source): dense
     # fp16/bf16 tensor with fp32 accumulate, which a GeForce card runs at half its fp16-accumulate rate
     GPU("RTX3060", 360, 25.5, 12),                # 12 GB: 192-bit at 15 Gbps; 28 SM x 512 FLOP/clk x 1.777 GHz

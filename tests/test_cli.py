@@ -112,7 +112,8 @@ def test_demo_writes_its_table_and_plots(cli, tmp_path):
     # the file Qwen3's kTransformers command reads, written beside the figures: a row of counts per layer
     counts = json.loads((tmp_path / "demo" / "expert-counts-qwen3-30b-a3b.json").read_text())["logical_count"]
     assert len(counts) == 48 and all(len(row) == 128 for row in counts)
-    assert sum(counts[0]) == sum(counts[47]) > 0 and "expert-counts-qwen3-30b-a3b.json" in " ".join(out.split())
+    named = f"--init-expert-location {tmp_path / 'demo' / 'expert-counts-qwen3-30b-a3b.json'} "
+    assert sum(counts[0]) == sum(counts[47]) > 0 and named in " ".join(out.split())
     results = pl.read_parquet(tmp_path / "demo" / "demo-results.parquet")
     assert results.height == 30 and results["error"].is_null().all()
     assert (results["vram_gb"] <= 24).all()  # only what fits the card

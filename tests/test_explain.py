@@ -28,7 +28,7 @@ def test_every_expert_on_the_gpu_is_its_kernels_and_nothing_waits():
     expert_s = 3 * 4096 * 14336 * 4.5 / 8 / (hw.gpu.hbm_gbps * 1e9 * hw.gpu.mem_eff) + 4 * hw.gpu.launch_us * 1e-6
     assert r.hit_rate == 1.0
     assert parts(e)["expert kernels on the GPU"] == pytest.approx(32 * 2 * expert_s * 1e3, rel=1e-9)
-    assert parts(e)["waiting on copies or the CPU's experts"] == 0
+    assert parts(e)["waiting on copies, the CPU's experts or the SSD's reads"] == 0
     assert e.binds.startswith("the GPU's own work")
     assert sum(parts(e).values()) == pytest.approx(e.tpot_ms, rel=1e-12) == r.tpot_s * 1e3
 
@@ -69,3 +69,21 @@ def test_plan_explains_a_row_and_refuses_one_it_does_not_have(cli):
     assert code == 0 and "a decode step, part by part" in out and "binds: " in out, err
     code, _, err = cli(*args, "--explain", "99")
     assert code == 1 and err.count("\n") == 1 and "--explain 99: the plan has" in err
+
+
+def test_a_row_read_from_the_ssd_names_the_reads_and_the_drive():
+    """A plan's row that reads experts from the SSD (RAM smaller than the model): beside the step, the SSD's busy time
+    is its reads a step times one read (latency + an expert's bytes at the drive's rate), the reads bind where the
+    step waits longest on them, and the drive is among the constants, said to be assumed where the machine has none."""
+    p = moesim.plan("qwen3-30b-a3b", "ryzen-7950x", ram=12, dtypes=["q4_k"])
+    row, result = p.rows[0], p.results[0]
+    assert row.from_ssd
+    e = explain(result, p.spec, p.machine_of(result))
+    steps = result.decode_steps
+    reads = result.bytes_ssd / result.costs.expert_bytes / steps
+    one_read = 80e-6 + result.costs.expert_bytes / 7.0e9  # the pcie4-nvme preset: 7.0 GB/s, 80 us
+    beside = {line.what: line.value for line in e.beside}
+    assert beside["SSD reading experts"] == pytest.approx(reads * one_read * 1e3, rel=1e-9)
+    assert e.binds == "the SSD's reads" and beside["SSD reading experts"] > beside["host CPU computing experts"]
+    assert {line.what: line.value for line in e.constants}["SSD pcie4-nvme, assumed: its read rate"] == 7.0
+    assert sum(parts(e).values()) == pytest.approx(e.tpot_ms, rel=1e-9)

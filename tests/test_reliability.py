@@ -691,6 +691,23 @@ def test_a_replay_that_will_not_fit_is_refused_before_calibration(cli, monkeypat
                          "'moesim plan')\n")
 
 
+def test_a_replay_of_cpu_layers_that_fits_goes_on_to_calibrate(cli, monkeypatch):
+    """The check before calibration sizes a strategy that computes on the CPU too (on this host's RAM): one that fits
+    goes on to calibrate, as before the check was there."""
+    import moesim.replay.prepare as prepare
+
+    class Calibrating(Exception):
+        pass
+
+    def measured(*args, **kwargs):
+        raise Calibrating
+
+    monkeypatch.setattr(prepare, "calibrate", measured)
+    with pytest.raises(Calibrating):
+        cli("replay", "bundled", "--strategy", "cpu-experts", "--cpu-layers", "1", "--backend", "cpu", "--layers",
+            "2", "--scale", "0.05")
+
+
 def test_an_option_given_twice_is_refused_not_overwritten(cli, tmp_path, monkeypatch):
     """click keeps the last of an option given twice and says nothing: `--capacity 4 --capacity 8` ran at 8 alone.
     Refused as a usage error (status 2), naming both values; an alias and a switch's --no- form count as the same
