@@ -103,7 +103,7 @@ def plan(
         from moesim.sim.explain import explain as explain_row
 
         chosen = result.results[explain - 1]
-        explained = explain_row(chosen, result.spec, result.machine_of(chosen))
+        explained = explain_row(chosen, result.spec)
     if as_json:
         emit_json({**result.as_dict(), **({"explain": explained.as_dict()} if explained else {})})
         return
@@ -236,7 +236,7 @@ def several(configs: list, formats, engines, asked_prompt: bool, typed, explain:
         from moesim.sim.explain import explain as explain_row
 
         _, p, result = by_row[explain - 1]
-        explained = explain_row(result, p.spec, p.machine_of(result))
+        explained = explain_row(result, p.spec)
     if as_json:
         emit_json({"rows": [r.as_dict() for r in rows], "plans": [p.as_dict() for p in plans], "failed": failed,
                    **({"explain": explained.as_dict()} if explained else {})})

@@ -90,7 +90,7 @@ def run(
             configs[0].to_toml(save_config, absolute=True)  # read from any folder as from this one
     if explain:
         from moesim.sim.explain import explain as explain_run
-    explained = [explain_run(r, spec, hw) for r in results] if explain else []
+    explained = [explain_run(r, spec) for r in results] if explain else []
     if as_json:
         emit_json({"trace": str(trace_path), "results": [
             {**r.as_dict(), **({"explain": e.as_dict()} if explain else {})}

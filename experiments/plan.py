@@ -94,13 +94,6 @@ class Plan(Tabular):
     shared: Shared | None = field(default=None, repr=False)  # what its runs on the trace share (``moesim.sim.des``)
     cpu_only: Hardware | None = field(default=None, repr=False)  # the machine without its GPU (llama.cpp -ngl 0)
 
-    def machine_of(self, result: DesResult) -> Hardware:
-        """The machine ``result`` was simulated on: the plan's, it without its GPU (``cpu_only``), or it with a drive
-        to read experts from (``with_ssd``)."""
-        if self.cpu_only is not None and result.hardware == self.cpu_only.name:
-            return self.cpu_only
-        return self.with_ssd() if result.config.cache.dram_capacity is not None else self.machine_spec
-
     def with_ssd(self) -> Hardware:
         """The plan's machine with its SSD, else a PCIe 4 drive (``SSD_ASSUMED``)."""
         hw = self.machine_spec
@@ -199,7 +192,7 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
         raise MoesimError(_nothing_fits(spec, hw, short) if short else f"no strategy runs {spec.name}: " + (
             next(iter(reasons)) if len(reasons) == 1 else
             "; ".join(f"{', '.join(dict.fromkeys(who))}: {why}" for why, who in list(reasons.items())[:3])))
-    built = sorted(((row(r, spec, out.machine_of(r), out.context, kept), r) for r in out.results),
+    built = sorted(((row(r, spec, r.machine, out.context, kept), r) for r in out.results),
                    key=lambda t: rank_key(t[0][0]))
     rows, results = _fold([b for b, _ in built], [r for _, r in built])
     offered = sorted(((r, result) for r, result in zip(rows, results) if not r.apart), key=lambda t: rank_key(t[0]))

@@ -102,6 +102,7 @@ class DesResult(Tabular):
     executed: tuple = field(repr=False, default=None)  # (experts, tokens) each cell ran, see ``executed``
     placement: np.ndarray = field(repr=False, default=None)  # int8 [L]: each layer's placement (strategies)
     costs: Costs | None = field(repr=False, default=None)  # the durations the engine strung together
+    machine: Hardware | None = field(repr=False, default=None)  # the machine as simulated (its engine's own threads)
 
     @property
     def policy(self) -> str:
@@ -122,7 +123,7 @@ class DesResult(Tabular):
         return {"model": self.model, "hardware": self.hardware, "timed_as": self.timed_as, **settings,
                 **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in
                    ("model", "hardware", "timed_as", "config", "step_times", "decisions", "requests", "executed",
-                    "costs")}}
+                    "costs", "machine")}}
 
 
 def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
@@ -545,7 +546,7 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
     low, high = interval(tokens_per_s, run.hardware, run.engine.layer_us > 0)
 
     return DesResult(
-        model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name,
+        model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name, machine=run.hardware,
         framework_us=run.engine.layer_us, config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),

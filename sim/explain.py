@@ -55,9 +55,10 @@ class Explanation:
         return asdict(self)
 
 
-def explain(r: DesResult, model: ModelSpec, hw: Hardware) -> Explanation:
-    """``r``'s decode step part by part, on ``model`` and ``hw`` (those it was simulated on)."""
-    cost, layers = r.costs, model.num_layers
+def explain(r: DesResult, model: ModelSpec) -> Explanation:
+    """``r``'s decode step part by part, on ``model`` (the one it was simulated on) and the machine as it was
+    simulated (``DesResult.machine``: the engine's own threads, a drive a plan assumed)."""
+    cost, layers, hw = r.costs, model.num_layers, r.machine
     rows = measured_decode(r.requests, r.config.workload.warmup)
     # (a measured [compute] table's layer time is the engine's own: no framework time is added to it)
     framework = r.framework_us * 1e-3 * layers if hw.compute is None else 0.0

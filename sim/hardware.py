@@ -61,8 +61,16 @@ def this_machine(remeasure: bool = False) -> Hardware:
         return replace(hw, source=f"{hw.source}; measured {kept.measured_at or 'earlier'}, kept in {path} (moesim "
                                   "hardware --show local --remeasure measures again)")
     measured = {}
-    hw = detect(measure=lambda nbytes: measured.setdefault("dram", measure_dram_gbps(nbytes)),
-                clock=lambda isa: measured.setdefault("ghz", measure_clock_ghz(isa)))
+
+    def dram(nbytes: int) -> float:
+        measured["dram"] = measure_dram_gbps(nbytes)
+        return measured["dram"]
+
+    def clock(isa: str) -> float | None:
+        measured["ghz"] = measure_clock_ghz(isa)
+        return measured["ghz"]
+
+    hw = detect(measure=dram, clock=clock)
     stored = "dram" in measured and local_kept.keep(path, key, measured["dram"], measured.get("ghz"))
     return replace(hw, source=f"{hw.source}; kept in {path} for later runs" if stored else hw.source)
 

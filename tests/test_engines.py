@@ -226,6 +226,8 @@ def test_an_engine_that_fixes_its_threads_is_timed_on_them():
     every_core = moesim.simulate(trace, hardware=big, **settings)
     assert named.tpot_s == pytest.approx(by_hand.tpot_s + trace.meta.num_layers * fiddler.layer_us * 1e-6, rel=1e-9)
     assert named.tpot_s != every_core.tpot_s
+    # the result carries the machine as simulated, which --explain shows
+    assert (named.machine.cpu.workers, every_core.machine.cpu.workers) == (16, big.cpu.cores)
 
 
 def test_a_kernel_given_to_an_engine_that_runs_its_own_is_refused(cli):

@@ -24,7 +24,7 @@ def test_every_expert_on_the_gpu_is_its_kernels_and_nothing_waits():
     hw, model = get_hardware("h100"), get_model("mixtral-8x7b")
     r = moesim.simulate(moesim.load_trace(bundled_trace_path()), hardware=hw, policy="lru", capacity=8, dtype="q4_k",
                         kernel="per-expert", warmup=1)
-    e = explain(r, model, hw)
+    e = explain(r, model)
     expert_s = 3 * 4096 * 14336 * 4.5 / 8 / (hw.gpu.hbm_gbps * 1e9 * hw.gpu.mem_eff) + 4 * hw.gpu.launch_us * 1e-6
     assert r.hit_rate == 1.0
     assert parts(e)["expert kernels on the GPU"] == pytest.approx(32 * 2 * expert_s * 1e3, rel=1e-9)
@@ -78,7 +78,7 @@ def test_a_row_read_from_the_ssd_names_the_reads_and_the_drive():
     p = moesim.plan("qwen3-30b-a3b", "ryzen-7950x", ram=12, dtypes=["q4_k"])
     row, result = p.rows[0], p.results[0]
     assert row.from_ssd
-    e = explain(result, p.spec, p.machine_of(result))
+    e = explain(result, p.spec)
     steps = result.decode_steps
     reads = result.bytes_ssd / result.costs.expert_bytes / steps
     one_read = 80e-6 + result.costs.expert_bytes / 7.0e9  # the pcie4-nvme preset: 7.0 GB/s, 80 us
