@@ -55,7 +55,11 @@ def targets(experts, seq_offsets, num_experts, horizon):
 
 
 def split(trace: Trace, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """Train and validation sequence indices: the last ceil(fraction * S) sequences validate."""
+    """Train and validation sequence indices: the last ceil(fraction * S) sequences validate (a fraction above 0 and
+    below 1: ``val_fraction`` of both trainers, ml-ffn's and the learned prefetcher's)."""
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
+        raise MoesimError(f"{option('val_fraction', val_fraction)}: the share of sequences held out must be above 0 "
+                          "and below 1")  # NaN too
     s = trace.num_sequences
     if s < 2:
         raise MoesimError(f"training needs at least 2 sequences for a train/validation split; the trace has {s}")
@@ -69,9 +73,7 @@ def train(trace: Trace, per_layer: bool, *, horizon: int = 64, val_fraction: flo
     for name, value in (("horizon", horizon), ("epochs", epochs), ("patience", patience), ("batch", batch)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise MoesimError(f"{option(name, value)}: must be a whole number, 1 or more")
-    if not 0 < val_fraction < 1:  # NaN too
-        raise MoesimError(f"{option('val_fraction', val_fraction)}: the share of sequences held out must be above 0 "
-                          "and below 1")
+    train_seq, val_seq = split(trace, val_fraction)
     try:
         import torch
     except ImportError:
@@ -79,7 +81,6 @@ def train(trace: Trace, per_layer: bool, *, horizon: int = 64, val_fraction: flo
     torch.manual_seed(seed)
     e, n_layers = trace.meta.num_experts, trace.meta.num_layers
     x, y = dataset(trace.experts, trace.seq_offsets.astype(np.int64), e, horizon)
-    train_seq, val_seq = split(trace, val_fraction)
     rows = lambda seqs: np.concatenate([np.arange(trace.seq_offsets[s], trace.seq_offsets[s + 1]) for s in seqs])
 
     def stack(idx):  # -> [models, samples, features]

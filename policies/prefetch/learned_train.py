@@ -70,12 +70,9 @@ def train(trace: Trace, *, val_fraction: float = 0.2, c: float = 1.0) -> tuple[d
     """The model fitted on the training sequences, and the log: which sequences trained and validated, what the
     features hold, and per layer the held-out precision and recall of the model and of ``history`` (trained on the
     same sequences)."""
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
-        raise MoesimError(f"{option('val_fraction', val_fraction)}: the share of sequences held out must be above 0 "
-                          "and below 1")
     if isinstance(c, bool) or not isinstance(c, (int, float)) or not np.isfinite(c) or c <= 0:
         raise MoesimError(f"{option('c', c)}: the inverse regularisation strength must be a number above 0")
-    train_idx, val_idx = split(trace, val_fraction)
+    train_idx, val_idx = split(trace, val_fraction)  # (its fraction checked, before any fit)
     train_trace, val = trace.select(train_idx), trace.select(val_idx)
     arrays = fit(train_trace, float(c))
     kind = learned.FEATURES[int(arrays["features"])]
