@@ -165,12 +165,11 @@ def _show(name: str, save: Path | None, as_json: bool, force: bool = False, reme
                                     if getattr(hw, k) is not None}})
         return
     console.print(f"{hw.name}: {hw.describe()} (from {hw.source})", soft_wrap=True)
-    if hw.gpu is not None:
-        g, lk = hw.gpu, hw.link
-        table("GPU and link", ["GPU", "HBM GB/s", "reached", "TFLOP/s", "GiB", "link", "GB/s effective",
-                               "latency us", "engines"],
+    if hw.gpu is not None:  # a row a GPU, in device order
+        table("GPUs and links" if hw.more_gpus else "GPU and link",
+              ["GPU", "HBM GB/s", "reached", "TFLOP/s", "GiB", "link", "GB/s effective", "latency us", "engines"],
               [[g.name, g.hbm_gbps, g.hbm_gbps * g.mem_eff, g.tflops, g.hbm_gb, lk.name, lk.bandwidth / 1e9,
-                lk.latency_us, lk.engines]])
+                lk.latency_us, lk.engines] for g, lk in hw.gpus])
     if hw.cpu is not None:
         table("CPU: a decode kernel reads weights at the lower of DRAM reached (one pool: one socket's; a pool per "
               "socket: each its own) and what its threads unpack", CPU_COLUMNS, [_cpu_row(hw.cpu.name, hw.cpu)])

@@ -211,6 +211,9 @@ def rank_notes(rows: list, trace: str) -> None:
     for r in rows:  # a model larger than RAM: the engine maps its file and reads the rest from the SSD
         if r.from_ssd:
             console.print(f"#{r.rank} ({SSD_MARK}): {r.from_ssd}", soft_wrap=True)
+    for r in rows:  # several GPUs: the layers each holds
+        if r.on_gpus:
+            console.print(f"#{r.rank} on the GPUs: {r.on_gpus}", soft_wrap=True)
 
 
 def several(configs: list, formats, engines, asked_prompt: bool, typed, explain: int | None, as_json: bool) -> None:

@@ -39,6 +39,7 @@ from moesim.sim.accuracy import Estimate, tied
 from moesim.sim.config import Config, run_params
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
 from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, ENGINES, Launch, engine_for, engine_named
+from moesim.sim.layer_split import describe
 from moesim.sim.machine import Hardware
 from moesim.sim.presets import SSDS
 from moesim.sim.memory import GIB, DoesNotFit
@@ -177,7 +178,7 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
         out = Plan(spec.name, hw.name, hw.describe(), name, int(np.median(recorded)) if own else wl.prompt,
                    wl.batch, prompt_recorded=own, simulated=tr, spec=spec, machine_spec=hw, shared=Shared(tr),
                    context=wl.context + config.workload.prompt + int(np.diff(tr.seq_offsets).max(initial=0)),
-                   cpu_only=replace(hw, name=f"{hw.name} CPU only", gpu=None, link=None)
+                   cpu_only=hw.without_gpus(f"{hw.name} CPU only")
                    if hw.gpu is not None and hw.cpu is not None else None)
         prepared, short = _prepare(out, config.replace(model=spec.name,
                                                        warmup=1 if tr.num_sequences > wl.batch else 0), formats, kept)
@@ -348,11 +349,11 @@ def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
     part by part."""
     least, name = min(short, key=lambda refused: refused[0].memory.short())
     m = least.memory
-    parts = [m.gpu_parts()] if m.vram and m.gpu > m.vram else []
+    parts = [m.gpu_parts()] if m.gpu_short else []
     parts += [m.host_parts()] if m.ram and m.host > m.ram else []
-    missing = [f"{(need - has) / GIB:.1f} GiB {what}" for need, has, what in ((m.gpu, m.vram, "of GPU memory"),
-                                                                              (m.host, m.ram, "of host RAM"))
-               if has and need > has]
+    missing = [f"{short / GIB:.1f} GiB {what}" for short, what in ((m.gpu_short, "of GPU memory"),
+                                                                    (max(m.host - m.ram, 0.0) if m.ram else 0.0,
+                                                                     "of host RAM")) if short]
     return (f"nothing fits {spec.name} on {hw.name}; closest ({' and '.join(missing)} short): {name} with "
             f"{least.placement}, which needs " + "; ".join(parts))
 
@@ -411,7 +412,7 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
     own_gguf = config.model.dtype is None and spec.file.endswith(".gguf")
     launch = Launch(spec, fmt, config, params.get(strategy.places, 0) if strategy.places else 0, gpu,
                     hw.cpu.workers if hw.cpu else 0, hw.cpu.sockets if hw.cpu else 1, context,
-                    r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0)
+                    r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0, hw.split)
     out = PlanRow(model=spec.name, strategy=strategy.name, dtype=config.model.dtype, format=name, storage=storage,
                   policy=config.cache.policy if cached else None,
                   prefetch=config.prefetch.prefetcher if cached else None,
@@ -422,7 +423,9 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
                   ttft_s=r.ttft_s, vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
                   engine=engine.name, command=engine.command(launch), apart=engine.refuses(spec, fmt, own_gguf),
                   learned=cached and learns_from_trace(config), framework_us=r.framework_us, gpu=gpu,
-                  from_ssd=_ssd_words(config, spec, place, hw))
+                  from_ssd=_ssd_words(config, spec, place, hw),
+                  on_gpus=describe(hw.split, params.get(strategy.places) or 0, spec.dense_layers) if hw.more_gpus
+                  else "")
     if not all_on_gpu:
         return out, None
     whole = WHOLE_ON_GPU if (kept is None or WHOLE_ON_GPU.name in kept) and \

@@ -807,6 +807,13 @@ def run_params(spec, given: dict) -> dict:
     return out
 
 
+def placement_of(config: Config, num_layers: int) -> np.ndarray:
+    """int8 [L]: where ``config``'s strategy places each layer's experts (``moesim.sim.strategies``: CACHED, ON_GPU,
+    ON_CPU), its ``auto`` sizes resolved."""
+    strategy = get_strategy(config.execution.strategy)
+    return strategy.placement(num_layers, run_params(strategy, config.execution.params))
+
+
 @functools.lru_cache(maxsize=4)
 def load_cached_trace(path: str):
     """A trace file, loaded once per process while it is among the last few asked for."""

@@ -18,6 +18,7 @@ for a run's whole table. Its implementations differ only in where the compute si
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Protocol
 
 import numpy as np
@@ -28,7 +29,9 @@ from moesim.sim.costs import (KERNELS_ATTN, KERNELS_EXPERT, KERNELS_FFN, KERNELS
                               link_copy_s, ssd_read_s)
 from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS
 from moesim.sim.engines import EngineSpec
+from moesim.sim.layer_split import layer_devices
 from moesim.sim.machine import Hardware
+from moesim.sim.strategies import ON_CPU, ON_GPU
 from moesim.sim.weights import Weights
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 
@@ -161,6 +164,70 @@ class Measured(SpecSheet):
                 m.row_s + m.row_token_s * tokens)
 
 
-def cost_model(model: ModelSpec, hw: Hardware, weights: Weights, engine: EngineSpec) -> CostModel:
-    """The cost model ``hw`` calls for: its measured ``[compute]`` table where it has one, else its spec sheets."""
+class LayerSplit:
+    """Several GPUs, each holding whole layers (``moesim.sim.layer_split``, the split in ``hw.split``): each duration
+    is its GPU's (``SpecSheet`` on that GPU and its link) in the share of the layers it concerns — a layer's
+    attention over every MoE layer, a GPU-resident expert over the layers whose experts are on the GPUs, a CPU layer's
+    hand-off over the CPU layers, the row's once-per-row work over the dense layers and the output layer — so a
+    row's sum over its layers is exact wherever each layer's experts are alike; and once per row, the activations
+    (``ACTIVATION_BYTES`` a value) cross each boundary between two GPUs: a copy to the host and one on to the next
+    GPU (consumer cards without peer-to-peer access go through host memory), each its link's latency and bandwidth.
+    Where the layers' order changes what overlaps (copies beside compute) this mean is not exact; the placements run
+    over several GPUs keep no cache and copy only a prompt's CPU experts (``moesim.sim.run``)."""
+
+    def __init__(self, model: ModelSpec, hw: Hardware, weights: Weights, engine: EngineSpec, placement: np.ndarray):
+        self.model, self.hw = model, hw
+        self.parts = [SpecSheet(model, hw.device(i), weights, engine) for i in range(len(hw.gpus))]
+        device = layer_devices(hw.split)
+        moe = device[model.dense_layers:model.dense_layers + model.num_layers]
+        self.share = {"layers": _share(moe, len(self.parts), moe)}
+        self.share["gpu"] = _share(moe[placement == ON_GPU], len(self.parts), moe)
+        self.share["cpu"] = _share(moe[placement == ON_CPU], len(self.parts), moe)
+        self.share["once"] = _share(np.r_[device[:model.dense_layers], device[-1:]], len(self.parts), moe)
+        self.crossings = [(a, b) for a, b in zip(device[:-1], device[1:]) if a != b]
+
+    def crossing_s(self, tokens) -> np.ndarray:
+        """A row's activations across every boundary between two GPUs."""
+        nbytes = np.asarray(tokens, np.float64) * self.model.d_model * ACTIVATION_BYTES
+        links = [self.hw.gpus[g][1] for pair in self.crossings for g in pair]
+        return sum((link.latency_us * 1e-6 + nbytes / link.bandwidth for link in links), np.zeros_like(nbytes))
+
+    def _mixed(self, parts: list[dict], kind: dict) -> dict:
+        """Each field of ``parts`` (one a GPU) weighted by its GPU's share of what it concerns (``kind``: field ->
+        share; the others alike on every GPU: the first's)."""
+        return {name: sum(w * p[name] for w, p in zip(self.share[kind[name]], parts)) if name in kind else value
+                for name, value in parts[0].items()}
+
+    def row_costs(self, tokens, ctx, outputs=None, prompt_ctx=0.0, prompt_rows=1.0) -> RowCosts:
+        parts = [p.row_costs(tokens, ctx, outputs, prompt_ctx, prompt_rows)._asdict() for p in self.parts]
+        mixed = self._mixed(parts, ROW_SHARES)
+        return RowCosts(**{**mixed, "once": mixed["once"] + self.crossing_s(tokens)})
+
+    def costs(self, tokens: np.ndarray, ctx: np.ndarray, max_expert_tokens: int = 1, lowbit_dtype: str | None = None,
+              outputs: np.ndarray | None = None, prefill: np.ndarray | None = None) -> Costs:
+        parts = [p.costs(tokens, ctx, max_expert_tokens, lowbit_dtype, outputs, prefill) for p in self.parts]
+        mixed = self._mixed([{f.name: getattr(p, f.name) for f in fields(p)} for p in parts], COST_SHARES)
+        mixed["row_s"] = np.ascontiguousarray(mixed["row_s"] + self.crossing_s(tokens))
+        return Costs(**mixed)
+
+
+ACTIVATION_BYTES = 4.0  # a value of the activations handed between GPUs (ggml's f32)
+ROW_SHARES = {"pre": "layers", "shared": "layers", "once": "once", "handoff": "cpu"}
+COST_SHARES = {"pre_s": "layers", "shared_s": "layers", "row_s": "once", "by_tokens": "gpu", "moe_launch_s": "gpu",
+               "expert_launch_s": "gpu", "copy_s": "cpu", "handoff_s": "cpu", "lowbit_copy_s": "cpu"}
+
+
+def _share(devices: np.ndarray, gpus: int, fallback: np.ndarray) -> np.ndarray:
+    """Each GPU's share of ``devices`` (the GPU of each item counted), or of ``fallback``'s where there is none."""
+    counts = np.bincount(devices if devices.size else fallback, minlength=gpus).astype(np.float64)
+    return counts / counts.sum()
+
+
+def cost_model(model: ModelSpec, hw: Hardware, weights: Weights, engine: EngineSpec,
+               placement: np.ndarray | None = None) -> CostModel:
+    """The cost model ``hw`` calls for: over several GPUs, each layer's (``LayerSplit``, which needs the run's
+    ``placement``: each layer's experts on the GPU or the CPU); else its measured ``[compute]`` table where it has
+    one, else its spec sheets."""
+    if hw.more_gpus:
+        return LayerSplit(model, hw, weights, engine, placement)
     return (SpecSheet if hw.compute is None else Measured)(model, hw, weights, engine)

@@ -30,7 +30,7 @@ from moesim.host import usable_cpus
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
 from moesim.sim import blas_probe
-from moesim.sim.config import SERVE_SETTINGS, Config, PrefetchConfig, run_params
+from moesim.sim.config import SERVE_SETTINGS, Config, PrefetchConfig, placement_of, run_params
 from moesim.sim.cost_model import cost_model
 from moesim.sim.costs import Costs
 from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
@@ -242,8 +242,8 @@ class BatchRows(RowSource):
         self.pred = pred
         exe, exe_tokens, committed = executed(req, pred, pred_tokens, config.prefetch.mode == "commit")
         self.exe = exe
-        cost = cost_model(model, hardware, weights, engine).costs(req.tokens, req.ctx, int(exe_tokens.max(initial=1)),
-                                                                  lowbit, req.outputs, req.kind == PREFILL)
+        cost = cost_model(model, hardware, weights, engine, placement_of(config, model.num_layers)).costs(
+            req.tokens, req.ctx, int(exe_tokens.max(initial=1)), lowbit, req.outputs, req.kind == PREFILL)
         group_start = np.zeros(req.num_rows, np.bool_)
         group_start[req.group_offsets[:-1][req.group_offsets[:-1] < req.num_rows]] = True
         return RowArrays(experts=req.experts, exe=exe, exe_tokens=exe_tokens, committed=committed, weights=req.weights,

@@ -75,7 +75,8 @@ def explain(r: DesResult, model: ModelSpec) -> Explanation:
             Line("expert kernels" + (" on the GPU" if hw.gpu is not None else ""),
                  max(0.0, compute - before - framework - shared - once), "ms",  # (0 to rounding where none ran)
                  f"{(1 - r.cpu_share) * r.accesses / steps:.1f} experts a step"),
-            Line("embeddings, dense layers, output head", once, "ms", "once a step"),
+            Line("embeddings, dense layers, output head" + (", activations between GPUs" if hw.more_gpus else ""),
+                 once, "ms", "once a step"),
             Line("waiting on copies, the CPU's experts or the SSD's reads", stall, "ms", ""))
     link, cpu = r.copy_s * 1e3, r.cpu_s * 1e3
     reads = r.bytes_ssd / cost.expert_bytes / steps if r.bytes_ssd else 0.0  # experts read from the SSD a step
@@ -93,17 +94,18 @@ def explain(r: DesResult, model: ModelSpec) -> Explanation:
 
 def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
     cost, out = r.costs, []
-    if hw.gpu is not None:
-        g = hw.gpu
+    for i, (g, link) in enumerate(dict.fromkeys(hw.gpus)):  # each kind of GPU once
         out += [Line(f"{g.name} memory bandwidth", g.hbm_gbps, "GB/s", SHEET),
                 Line("... of it reached", g.mem_eff, "share", REACHED),
                 Line(f"{g.name} dense bf16", g.tflops, "TFLOP/s", SHEET),
                 Line("... of it reached", g.flop_eff, "share", REACHED),
-                Line("a kernel launch", g.launch_us, "us", FIGURE)]
-    if hw.link is not None:
-        out += [Line(f"{hw.link.name} link", hw.link.gbps, "GB/s", SHEET),
-                Line("... of it a pinned copy reaches", hw.link.efficiency, "share", REACHED),
-                Line("... latency of a copy", hw.link.latency_us, "us", FIGURE)]
+                Line("a kernel launch", g.launch_us, "us", FIGURE),
+                Line(f"{link.name} link", link.gbps, "GB/s", SHEET),
+                Line("... of it a pinned copy reaches", link.efficiency, "share", REACHED),
+                Line("... latency of a copy", link.latency_us, "us", FIGURE)]
+    for i, layers in enumerate(hw.split):  # several GPUs: the layers each holds
+        out.append(Line(f"CUDA{i}'s layers (-ts), the output layer counted", layers, "layers",
+                        "moesim.sim.layer_split: each GPU filled to the same share of its memory"))
     on_cpu = hw.cpu is not None and (r.cpu_share > 0 or hw.gpu is None)
     if on_cpu:
         c = hw.cpu

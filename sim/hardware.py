@@ -99,8 +99,8 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
 def with_parts(hw: Hardware, link: str | None = None, ssd: str | None = None, cpu: str | None = None,
                vram: float | None = None, ram: float | None = None, threads: int | None = None,
                force: bool = False) -> Hardware:
-    """``hw`` with ``link`` / ``ssd`` / ``cpu`` swapped for presets, ``vram`` / ``ram`` (GiB) replacing the GPU's
-    and the host's memory sizes (each held to its range and, ``force`` aside, to the most a real part has:
+    """``hw`` with ``link`` / ``ssd`` / ``cpu`` swapped for presets (``link``: every GPU's), ``vram`` / ``ram`` (GiB)
+    replacing every GPU's and the host's memory sizes (each held to its range and, ``force`` aside, to the most a real part has:
     ``PLAUSIBLE``), ``threads`` the threads the engine computes with on the CPU: a preset's, a file's or a machine
     built in code alike (``moesim.simulate(..., hardware=Hardware(...), link="pcie3")``)."""
     for part, value in (("link", link), ("ssd", ssd), ("cpu", cpu)):
@@ -112,14 +112,16 @@ def with_parts(hw: Hardware, link: str | None = None, ssd: str | None = None, cp
             raise MoesimError(f"{option(part)} {wrong}")
     if hw.gpu is None and (link is not None or vram is not None):
         raise MoesimError(f"hardware '{hw.name}' has no GPU: {option('link')} and {option('vram')} do not apply")
-    if link is not None:
-        hw = replace(hw, link=_pick(LINKS, link, "link"), name=f"{hw.name}+{link}")
+    if link is not None:  # every GPU's
+        swapped = _pick(LINKS, link, "link")
+        hw = replace(hw, link=swapped, more_gpus=tuple((g, swapped) for g, _ in hw.more_gpus), name=f"{hw.name}+{link}")
     if ssd is not None:
         hw = replace(hw, ssd=_pick(SSDS, ssd, "ssd"))
     if cpu is not None:
         hw = replace(hw, cpu=_pick(CPUS, cpu, "cpu"), name=f"{hw.name}+{cpu}")
-    if vram is not None:
-        hw = replace(hw, gpu=replace(hw.gpu, hbm_gb=float(vram)))
+    if vram is not None:  # every GPU's
+        hw = replace(hw, gpu=replace(hw.gpu, hbm_gb=float(vram)),
+                     more_gpus=tuple((replace(g, hbm_gb=float(vram)), lk) for g, lk in hw.more_gpus))
         _check_plausible(_typed("vram", vram), "gpu", "hbm_gb", vram, hw.gpu, force)
     if ram is not None:
         if hw.cpu is None:
@@ -144,6 +146,7 @@ def _check_threads(cpu, where: str) -> None:
 
 SECTIONS = {"gpu": (GPU, GPUS), "link": (Link, LINKS), "ssd": (SSD, SSDS), "cpu": (CPU, CPUS),
             "compute": (MeasuredCompute, None)}
+SEVERAL = ("gpu", "link")  # the sections a file may list, one a GPU: several GPUs, each on its own link
 
 
 def load_hardware(path: Path, force: bool = False) -> Hardware:
@@ -165,17 +168,18 @@ def load_hardware(path: Path, force: bool = False) -> Hardware:
     parts = {}
     for key, (cls, presets) in SECTIONS.items():
         value = data.get(key)
-        if value is None:
-            parts[key] = None
-        elif isinstance(value, str) and presets:
-            try:
-                parts[key] = _pick(presets, value, key)
-            except MoesimError as exc:
-                raise MoesimError(f"{path}: {exc}") from None
-        elif isinstance(value, dict):
-            parts[key] = _section(path, key, cls, value)
+        if isinstance(value, list) and key in SEVERAL and value:  # [[gpu]] tables, or a list of presets' names
+            parts[key] = [_part(path, key, cls, presets, item) for item in value]
         else:
-            raise MoesimError(f"{path}: '{key}' must be {'a preset name or ' if presets else ''}a table")
+            parts[key] = None if value is None else _part(path, key, cls, presets, value)
+    gpus, links = (parts[key] if isinstance(parts[key], list) else [parts[key]] for key in SEVERAL)
+    if len(links) == 1:  # one link named for every GPU
+        links = links * len(gpus)
+    if len(links) != len(gpus) or (len(gpus) > 1 and parts["compute"] is not None):
+        raise MoesimError(f"{path}: {len(gpus)} [[gpu]] and {len(links)} [[link]]: give one link for every GPU, "
+                          "in the same order, or one for all" if len(links) != len(gpus) else
+                          f"{path}: a [compute] table is measured on one GPU, and the file has {len(gpus)}")
+    parts["gpu"], parts["link"] = gpus[0], links[0]
     if parts["gpu"] is None:
         if parts["cpu"] is None:
             raise MoesimError(f"{path}: a machine needs a [gpu] section, a [cpu] section, or both (CPU only)")
@@ -184,9 +188,22 @@ def load_hardware(path: Path, force: bool = False) -> Hardware:
     elif parts["link"] is None:
         raise MoesimError(f"{path}: missing [link] section (how experts reach the GPU: e.g. link = \"pcie4\")")
     hw = Hardware(str(data.get("name", path.stem)), parts["gpu"], parts["link"], parts["ssd"], source=str(path),
-                  compute=parts["compute"], cpu=parts["cpu"])
+                  compute=parts["compute"], cpu=parts["cpu"], more_gpus=tuple(zip(gpus[1:], links[1:])))
     check_hardware(hw, path, force)
     return hw
+
+
+def _part(path: Path, key: str, cls, presets, value):
+    """One part of a hardware file: a preset's name, or a table of its fields."""
+    if isinstance(value, str) and presets:
+        try:
+            return _pick(presets, value, key)
+        except MoesimError as exc:
+            raise MoesimError(f"{path}: {exc}") from None
+    if isinstance(value, dict):
+        return _section(path, key, cls, value)
+    several = " (or a list of them, one a GPU)" if key in SEVERAL else ""
+    raise MoesimError(f"{path}: '{key}' must be {'a preset name or ' if presets else ''}a table{several}")
 
 
 def check_hardware(hw: Hardware, where, force: bool = False) -> None:
@@ -207,10 +224,18 @@ def check_hardware(hw: Hardware, where, force: bool = False) -> None:
     if (hw.gpu is None and hw.cpu is None) or (hw.gpu is not None and hw.link is None):
         raise MoesimError(f"{where}: a machine needs a GPU with its link, a CPU, or both (CPU only: gpu and link "
                           "None)")
-    if hw.gpu is None and (hw.link is not None or hw.compute is not None):
-        raise MoesimError(f"{where}: a link and a compute table describe a GPU, and the machine has none")
-    for key in SECTIONS:
-        part = getattr(hw, key)
+    if hw.gpu is None and (hw.link is not None or hw.compute is not None or hw.more_gpus):
+        raise MoesimError(f"{where}: a link, a compute table and more GPUs describe a GPU, and the machine has none")
+    if not isinstance(hw.more_gpus, tuple) or not all(
+            isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], GPU) and isinstance(pair[1], Link)
+            for pair in hw.more_gpus):
+        raise MoesimError(f"{where}: more_gpus must be a tuple of (GPU, Link) pairs, got {hw.more_gpus!r}")
+    if hw.more_gpus and hw.compute is not None:
+        raise MoesimError(f"{where}: a compute table is measured on one GPU, and the machine has "
+                          f"{len(hw.gpus)}")
+    every = [(key, getattr(hw, key)) for key in SECTIONS] + [
+        (key, part) for pair in hw.more_gpus for key, part in zip(SEVERAL, pair)]
+    for key, part in every:
         if part is None:
             continue
         for name, value in asdict(part).items():
@@ -221,8 +246,8 @@ def check_hardware(hw: Hardware, where, force: bool = False) -> None:
     if hw.cpu is not None:
         _check_threads(hw.cpu, f"{where}: [cpu] threads = {hw.cpu.threads}")
     for key, name in PLAUSIBLE:  # after every rule: a machine refused for one is not warned of first
-        part = getattr(hw, key) if key in SECTIONS else None  # ("pcie": a link, held to it by its name)
-        if part is not None:
+        # ("pcie": a link, held to it by its name)
+        for part in dict.fromkeys(part for k, part in every if k == key and part is not None):
             _check_plausible(f"{where}: [{key}] {name} = {_shown(getattr(part, name))}", key, name,
                              getattr(part, name), part, force)
     _checked(hw, force)
@@ -467,15 +492,15 @@ def write_hardware(hw: Hardware, path: Path, notes: tuple = (), force: bool = Fa
     check_hardware(hw, path, force)
     lines = [f"# {' '.join(note.split())}" for note in notes] + [f"name = {json.dumps(hw.name)}"]
     for key in SECTIONS:
-        part = getattr(hw, key)
-        if part is None:
-            continue
-        lines.append(f"\n[{key}]")
-        for name, value in asdict(part).items():
-            # a fit's numbers are often numpy scalars, whose repr (np.float64(...)) is no TOML
-            value = tuple((f, _plain(rate)) for f, rate in value) if name in RATE_TABLES else _plain(value)
-            if value != ():  # an empty rate table is left out
-                lines.append(f"{name} = {_toml(value)}")
+        several = key in SEVERAL and hw.more_gpus  # [[gpu]] and [[link]] tables, one a GPU in device order
+        parts = [pair[SEVERAL.index(key)] for pair in hw.gpus] if several else [getattr(hw, key)]
+        for part in (p for p in parts if p is not None):
+            lines.append(f"\n[[{key}]]" if several else f"\n[{key}]")
+            for name, value in asdict(part).items():
+                # a fit's numbers are often numpy scalars, whose repr (np.float64(...)) is no TOML
+                value = tuple((f, _plain(rate)) for f, rate in value) if name in RATE_TABLES else _plain(value)
+                if value != ():  # an empty rate table is left out
+                    lines.append(f"{name} = {_toml(value)}")
     with atomic_output(path) as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n")
 
@@ -486,6 +511,8 @@ TEMPLATE = """\
 # A number past every real part's (12288 GiB of GPU memory: MiB?) is warned of; ten times past it, refused unless
 # --force (the bounds: docs/hardware.md).
 # A part may be a preset instead of a table: write e.g. link = "pcie4" here, above the first [table].
+# Several GPUs: a [[gpu]] table each (or gpu = ["rtx3090", "rtx3090"]) in the engine's device order, and one link for
+# all or a [[link]] each in the same order (llama.cpp's layer split: docs/hardware.md).
 name = "my-desktop"
 
 [gpu]                    # or, at the top: gpu = "rtx4090" (a preset: moesim hardware)

@@ -399,23 +399,27 @@ def match_gpu(name: str) -> str | None:
     return key if key in GPUS else None
 
 
-def parse_nvidia_smi(text: str) -> tuple[str, float, int]:
-    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits``: the first GPU's name, its
-    memory in MiB, and how many GPUs are listed; a MoesimError where the first line is not that."""
+def parse_nvidia_smi(text: str) -> tuple[tuple[str, float], ...]:
+    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits``: each GPU's name and memory in MiB,
+    in nvidia-smi's order; a MoesimError where a line is not that."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         raise MoesimError("nvidia-smi listed no GPU")
-    name, sep, mib = lines[0].rpartition(",")
-    name, memory = _clean(name), _positive(mib.strip())
-    if not sep or not name or memory is None:
-        raise MoesimError(f"nvidia-smi gave {_clean(lines[0])[:80]!r}, not 'name, memory MiB'; {TEMPLATE_HINT}")
-    return name, memory, len(lines)
+    out = []
+    for line in lines:
+        name, sep, mib = line.rpartition(",")
+        name, memory = _clean(name), _positive(mib.strip())
+        if not sep or not name or memory is None:
+            raise MoesimError(f"nvidia-smi gave {_clean(line)[:80]!r}, not 'name, memory MiB'; {TEMPLATE_HINT}")
+        out.append((name, memory))
+    return tuple(out)
 
 
-def parse_pcie(text: str) -> tuple[int | None, int | None]:
-    """``nvidia-smi --query-gpu=pcie.link.gen.max,pcie.link.width.max``'s first line: generation and lanes (None
-    where not given, as "[N/A]")."""
-    line = next((line for line in text.splitlines() if line.strip()), "")
+def parse_pcie(text: str, index: int = 0) -> tuple[int | None, int | None]:
+    """``nvidia-smi --query-gpu=pcie.link.gen.max,pcie.link.width.max``'s line ``index`` (a GPU's): generation and
+    lanes (None where not given, as "[N/A]", or where there is no such line)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    line = lines[index] if index < len(lines) else ""
     parts = [_int(p.strip()) for p in line.split(",")] + [None, None]
     gen, width = parts[0], parts[1]
     return (gen if gen is not None and 1 <= gen <= 16 else None, width if width is not None and 1 <= width <= 32 else None)
@@ -496,29 +500,40 @@ def _output(run, args: list) -> str | None:
 
 
 def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = torch_gpu
-               ) -> tuple[GPU | None, Link | None, str]:
-    """The first GPU nvidia-smi lists, its link, and a line on where they came from; (None, None, why) where
-    nvidia-smi is absent, fails or lists none."""
+               ) -> tuple[tuple, str]:
+    """Every GPU nvidia-smi lists with its link, (GPU, Link) pairs in its order, and a line on where they came from;
+    ((), why) where nvidia-smi is absent, fails or lists none. A GPU not among the presets is read by
+    ``unknown_gpu`` where it is the first (or named as the first); another is refused (a hardware file describes
+    it)."""
     out = _output(run, [NVIDIA_SMI, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"])
     if out is None or not out.strip():
-        return None, None, "no GPU (nvidia-smi absent, failing or listing none)"
-    name, mib, count = parse_nvidia_smi(out)
-    hbm_gb = _sig(mib / 1024)
-    key = match_gpu(name)
-    if key is not None:
-        gpu, how = replace(GPUS[key], name=name, hbm_gb=hbm_gb), f"bandwidth and FLOP/s of preset {key}"
-    else:
-        gpu = unknown_gpu(name, hbm_gb)
-        how = "bandwidth from its memory clock, FLOP/s measured"
-    if key is not None and key in SYSTEMS and SYSTEMS[key][1] == "nvlink-c2c":
-        link, link_how = LINKS["nvlink-c2c"], "its preset's"
-    else:
-        gen, width = parse_pcie(_output(run, [NVIDIA_SMI, "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
-                                              "--format=csv,noheader,nounits"]) or "")
-        link = pcie_link(gen, width)
-        link_how = "read by nvidia-smi" if gen in (3, 4, 5) else "assumed, nvidia-smi did not say"
-    first = f"first of {count} GPUs, " if count > 1 else ""
-    return gpu, link, f"{gpu.name} ({first}{gpu.hbm_gb:g} GiB, {how}), link {link.name} ({link_how})"
+        return (), "no GPU (nvidia-smi absent, failing or listing none)"
+    listed = parse_nvidia_smi(out)
+    pcie = _output(run, [NVIDIA_SMI, "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
+                         "--format=csv,noheader,nounits"]) or ""
+    gpus, words, first = [], [], None
+    for index, (name, mib) in enumerate(listed):
+        hbm_gb = _sig(mib / 1024)
+        key = match_gpu(name)
+        if key is not None:
+            gpu, how = replace(GPUS[key], name=name, hbm_gb=hbm_gb), f"bandwidth and FLOP/s of preset {key}"
+        elif first is None or name != listed[0][0]:
+            if first is not None:
+                raise MoesimError(f"GPU {index} '{name}' is not a preset, and only the first GPU is read by torch; "
+                                  f"{TEMPLATE_HINT}")
+            gpu, how = unknown_gpu(name, hbm_gb), "bandwidth from its memory clock, FLOP/s measured"
+        else:  # the first's kind, read once
+            gpu, how = replace(first, hbm_gb=hbm_gb), "as GPU 0"
+        first = first or gpu
+        if key is not None and key in SYSTEMS and SYSTEMS[key][1] == "nvlink-c2c":
+            link, link_how = LINKS["nvlink-c2c"], "its preset's"
+        else:
+            gen, width = parse_pcie(pcie, index)
+            link = pcie_link(gen, width)
+            link_how = "read by nvidia-smi" if gen in (3, 4, 5) else "assumed, nvidia-smi did not say"
+        gpus.append((gpu, link))
+        words.append(f"{gpu.name} ({gpu.hbm_gb:g} GiB, {how}), link {link.name} ({link_how})")
+    return tuple(gpus), "; ".join(f"GPU {i}: {w}" if len(words) > 1 else w for i, w in enumerate(words))
 
 
 # ---------------------------------------------------------------- the machine
@@ -564,8 +579,10 @@ def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.r
            read: Callable[[str], str | None] = read_text,
            unknown_gpu: Callable[[str, float], GPU] = torch_gpu,
            clock: Callable[[str], float | None] = measure_clock_ghz) -> Hardware:
-    """This machine: its CPU (``detect_cpu``), its GPU and link from nvidia-smi (``run``; a GPU not among the
+    """This machine: its CPU (``detect_cpu``), its GPUs and their links from nvidia-smi (``run``; a GPU not among the
     presets: ``unknown_gpu``)."""
     cpu, cpu_line = detect_cpu(measure, run, read, clock)
-    gpu, link, gpu_line = detect_gpu(run, unknown_gpu)
-    return Hardware("local", gpu, link, cpu=cpu, source=f"local: detected {cpu_line}; {gpu_line}")
+    gpus, gpu_line = detect_gpu(run, unknown_gpu)
+    gpu, link = gpus[0] if gpus else (None, None)
+    return Hardware("local", gpu, link, cpu=cpu, source=f"local: detected {cpu_line}; {gpu_line}",
+                    more_gpus=gpus[1:])

@@ -8,7 +8,7 @@ its unit, default and source in docs/hardware.md.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -165,7 +165,9 @@ class MeasuredCompute:
 @dataclass(frozen=True)
 class Hardware:
     """A machine; ``gpu`` (and its ``link``) None: CPU only, every weight on the host CPU (llama.cpp without a
-    GPU)."""
+    GPU). Several GPUs: ``gpu`` and ``link`` are the first (llama.cpp's CUDA0), ``more_gpus`` the others in device
+    order, each a (GPU, Link) pair; ``split``: the layers a run places on each (``moesim.sim.layer_split``; the
+    machine as a run simulated it), () before a run places them."""
 
     name: str
     gpu: GPU | None
@@ -174,13 +176,36 @@ class Hardware:
     source: str = field(default="", compare=False)
     compute: MeasuredCompute | None = None
     cpu: CPU | None = None
+    more_gpus: tuple = ()
+    split: tuple = ()
+
+    @property
+    def gpus(self) -> tuple:
+        """Every GPU with its link, (GPU, Link) pairs in device order; () without a GPU."""
+        return () if self.gpu is None else ((self.gpu, self.link), *self.more_gpus)
+
+    def device(self, i: int) -> "Hardware":
+        """The machine with its ``i``-th GPU (and that GPU's link) as its only one."""
+        gpu, link = self.gpus[i]
+        return replace(self, gpu=gpu, link=link, more_gpus=(), split=())
+
+    def without_gpus(self, name: str) -> "Hardware":
+        """The machine with its GPUs left out (llama.cpp ``-ngl 0``), named ``name``."""
+        return replace(self, name=name, gpu=None, link=None, more_gpus=(), split=())
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def describe(self) -> str:
-        """The machine in a line: GPU and memory, link, CPU and RAM."""
-        parts = [f"{self.gpu.name} ({self.gpu.hbm_gb:g} GiB)", self.link.name] if self.gpu is not None else ["no GPU"]
+        """The machine in a line: GPUs and memory, links, CPU and RAM."""
+        if self.gpu is None:
+            parts = ["no GPU"]
+        elif len(set(self.gpus)) == 1:
+            count = f"{len(self.gpus)} x " if self.more_gpus else ""
+            each = " each" if self.more_gpus else ""
+            parts = [f"{count}{self.gpu.name} ({self.gpu.hbm_gb:g} GiB{each})", self.link.name]
+        else:
+            parts = [" + ".join(f"{g.name} ({g.hbm_gb:g} GiB, {lk.name})" for g, lk in self.gpus)]
         if self.cpu is not None:
             c = self.cpu
             sockets = f"{c.sockets} x " if c.sockets > 1 else ""

@@ -27,7 +27,7 @@ with the numbers. Sizes are GiB (2^30 bytes).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from moesim.errors import MoesimError, option
 from moesim.policies import get_policy
 from moesim.sim.config import AUTO, run_params
 from moesim.sim.engines import engine_for
+from moesim.sim.layer_split import balance, layer_bytes
 from moesim.sim.machine import PER_SOCKET
 from moesim.sim.strategies import CACHED, ON_CPU, ON_GPU, get_strategy, lowbit_dtype
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
@@ -59,6 +60,11 @@ class Memory:
     ram: float           # the host's RAM
     host_other: float = 0.0  # a machine without a GPU: its other weights and KV cache
     host_copies: int = 1     # copies of the host's experts (one per socket for a NUMA engine)
+    # several GPUs (``moesim.sim.layer_split``): the layers each holds, the bytes it holds and its memory; ``vram``
+    # their sum
+    split: tuple = ()
+    per_gpu: tuple = ()
+    gpu_limits: tuple = ()
 
     @property
     def gpu(self) -> float:
@@ -69,8 +75,15 @@ class Memory:
         return self.host_experts + self.host_other + self.host_reserve
 
     @property
+    def gpu_short(self) -> float:
+        """Bytes of GPU memory missing (0 where it fits): on each GPU, with several."""
+        if self.per_gpu:
+            return sum(max(used - has, 0.0) for used, has in zip(self.per_gpu, self.gpu_limits))
+        return max(self.gpu - self.vram, 0.0) if self.vram else 0.0
+
+    @property
     def fits(self) -> bool:
-        return (not self.vram or self.gpu <= self.vram) and (not self.ram or self.host <= self.ram)
+        return not self.gpu_short and (not self.ram or self.host <= self.ram)
 
     def fields(self) -> dict:
         """What a result reports: GiB used and available (None where the machine does not say)."""
@@ -80,7 +93,7 @@ class Memory:
     def check(self, model: str, placement: str, hint: str, ram_hint: str) -> None:
         """Refuse, with the numbers, ``model`` with ``placement`` (in words) where it does not fit (``hint``: what
         to change where the GPU's memory is short, ``ram_hint`` where the host's RAM is)."""
-        if self.vram and self.gpu > self.vram:
+        if self.gpu_short:
             raise DoesNotFit(f"{model} with {placement}", placement, self.gpu_parts(), hint, self)
         if self.ram and self.host > self.ram:
             raise DoesNotFit(f"{model} with {placement}", placement, self.host_parts(), ram_hint, self)
@@ -88,9 +101,13 @@ class Memory:
     def gpu_parts(self) -> str:
         """GPU memory needed, part by part, and what the GPU has."""
         g = lambda x: f"{x / GIB:.1f}"  # noqa: E731
-        return (f"{g(self.gpu)} GiB of GPU memory ({g(self.experts)} experts + {g(self.weights)} other weights + "
-                f"{g(self.kv)} KV cache + {g(self.scratch)} scratch + {g(self.reserve)} reserve), the GPU has "
-                f"{g(self.vram)} GiB")
+        parts = (f"{g(self.gpu)} GiB of GPU memory ({g(self.experts)} experts + {g(self.weights)} other weights + "
+                 f"{g(self.kv)} KV cache + {g(self.scratch)} scratch + {g(self.reserve)} reserve)")
+        if self.per_gpu:
+            return parts + ", over its GPUs " + ", ".join(
+                f"{i}: {g(used)} of {g(has)} GiB ({n} layers)"
+                for i, (n, used, has) in enumerate(zip(self.split, self.per_gpu, self.gpu_limits)))
+        return parts + f", the GPU has {g(self.vram)} GiB"
 
     def host_parts(self) -> str:
         """Host RAM needed, part by part, and what the host has."""
@@ -101,8 +118,7 @@ class Memory:
 
     def short(self) -> float:
         """GiB missing, GPU and host together (0 where it fits)."""
-        return (max(self.gpu - self.vram, 0.0) if self.vram else 0.0) / GIB + \
-            (max(self.host - self.ram, 0.0) if self.ram else 0.0) / GIB
+        return self.gpu_short / GIB + (max(self.host - self.ram, 0.0) if self.ram else 0.0) / GIB
 
 
 class DoesNotFit(MoesimError):
@@ -133,6 +149,7 @@ class Footprint:
     ram: float
     cpu_only: bool = False  # no GPU: every weight on the host CPU
     sockets: int = 1        # the host CPU's sockets
+    gpus: tuple = ()        # several GPUs: each one's memory, bytes, in device order (``vram`` their sum)
 
 
 def account(fp: Footprint, config) -> Memory:
@@ -177,10 +194,24 @@ def account(fp: Footprint, config) -> Memory:
     host *= copies
     if lowbit is not None:
         host += cached * model.num_experts * model.expert_params * BYTES_PER_PARAM[lowbit]
-    return Memory(weights=model.non_expert_params * fp.weight_bytes, kv=model.kv_bytes(fp.kv_tokens),
-                  reserve=GPU_RESERVE_GIB * GIB, experts=(slots + on_gpu * model.num_experts) * eb, scratch=scratch,
-                  host_experts=host, host_reserve=HOST_RESERVE_GIB * GIB, vram=fp.vram, ram=fp.ram,
-                  host_copies=copies)
+    memory = Memory(weights=model.non_expert_params * fp.weight_bytes, kv=model.kv_bytes(fp.kv_tokens),
+                    reserve=GPU_RESERVE_GIB * GIB, experts=(slots + on_gpu * model.num_experts) * eb, scratch=scratch,
+                    host_experts=host, host_reserve=HOST_RESERVE_GIB * GIB, vram=fp.vram, ram=fp.ram,
+                    host_copies=copies)
+    return _over_gpus(fp, memory, np.r_[np.zeros(model.dense_layers, bool), place == ON_GPU]) if len(fp.gpus) > 1 \
+        else memory
+
+
+def _over_gpus(fp: Footprint, memory: Memory, gpu_experts: np.ndarray) -> Memory:
+    """``memory`` of whole layers placed over several GPUs (``moesim.sim.layer_split``; ``gpu_experts``: each layer's
+    experts on the GPU, the dense layers first): the split that fills each to the same share of its memory, what
+    each holds, and a reserve on each GPU that holds a layer."""
+    model = fp.model
+    head = model.vocab * model.d_model * fp.weight_bytes
+    items = layer_bytes(memory.weights - head, head, memory.kv, gpu_experts, model.num_experts * fp.expert_bytes)
+    split, used = balance(items, np.array(fp.gpus), memory.reserve, memory.scratch)
+    return replace(memory, reserve=memory.reserve * int((split > 0).sum()), split=tuple(split.tolist()),
+                   per_gpu=tuple(used.tolist()), gpu_limits=fp.gpus)
 
 
 def resolve(fp: Footprint, config, top_k: int):

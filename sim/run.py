@@ -29,7 +29,7 @@ from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import C_ACCESSES, C_HITS, Inputs, State, build_state
 from moesim.sim import field_loads, policy_groups
 from moesim.sim.engine import bind, on_disk, part_bounds
-from moesim.sim.engines import EngineSpec, engine_for
+from moesim.sim.engines import ENGINES, EngineSpec, engine_for
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
@@ -201,9 +201,12 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     kv_tokens, width, prompt_rows = source.footprint(trace, config)
     cpu = hardware.cpu
     footprint = Footprint(model, weights.other_bpp, weights.expert_bytes, kv_tokens, width, prompt_rows,
-                          hardware.gpu.hbm_gb * GIB if hardware.gpu else 0.0, cpu.ram_gb * GIB if cpu else 0.0,
-                          cpu_only=hardware.gpu is None, sockets=cpu.sockets if cpu else 1)
+                          sum(g.hbm_gb for g, _ in hardware.gpus) * GIB, cpu.ram_gb * GIB if cpu else 0.0,
+                          cpu_only=hardware.gpu is None, sockets=cpu.sockets if cpu else 1,
+                          gpus=tuple(g.hbm_gb * GIB for g, _ in hardware.gpus) if hardware.more_gpus else ())
     config, memory = resolve(footprint, config, trace.meta.top_k)
+    if memory.split:  # the layers each GPU holds: the machine as the run places the model on it
+        hardware = replace(hardware, split=memory.split)
     strategy = get_strategy(config.execution.strategy)
     cache = config.cache
     if cache.split == "best" and strategy.cache and cache.capacity != 0:
@@ -377,6 +380,21 @@ def _machine(hw: Hardware) -> str:
     return hw.source if hw.source.endswith(".toml") else f"hardware '{hw.name}'"
 
 
+def _check_gpus(hardware: Hardware, strategy: StrategySpec, engine: EngineSpec) -> None:
+    """Several GPUs take whole layers each (``moesim.sim.layer_split``): a placement of whole layers (no GPU cache)
+    by an engine that splits a model's layers over that many."""
+    count = len(hardware.gpus)
+    placing = _listed(n for n, m in STRATEGIES.items() if m.places and not m.cache)
+    if strategy.cache:
+        raise MoesimError(f"{_machine(hardware)} has {count} GPUs, which moesim models as an engine's layer split "
+                          f"(whole layers on each: {option('strategy')} {placing}); a GPU expert cache over several "
+                          "GPUs is not modelled")
+    if engine.gpus < count:
+        raise MoesimError(f"{_machine(hardware)} has {count} GPUs, and {engine.name} places a model on "
+                          f"{engine.gpus}; the engines that split its layers over them: "
+                          f"{_listed(e.name for e in ENGINES.values() if e.gpus >= count) or 'none'}")
+
+
 def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) -> None:
     """What the configuration alone cannot tell: whether it suits this trace, model and machine (before
     memory is sized: an ``auto`` capacity is checked by ``moesim.sim.memory``)."""
@@ -401,6 +419,8 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
         if placed not in (None, "auto") and (strategy.placement(model.num_layers, {places: placed}) != ON_CPU).any():
             raise MoesimError(f"{_machine(hardware)} has no GPU: every layer's experts are on its CPU; use "
                               f"{option(places, 'auto')} (or {model.num_layers})")
+    if hardware.more_gpus:
+        _check_gpus(hardware, strategy, engine_for(config, named=True))
     if model.kind == "mole" and not strategy.lookup_tables:
         tables = _listed(n for n, m in STRATEGIES.items() if m.lookup_tables)
         raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")

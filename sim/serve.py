@@ -39,7 +39,7 @@ from moesim.host import available_ram
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
-from moesim.sim.config import ARRIVALS, NOT_SERVED, Config, run_params
+from moesim.sim.config import ARRIVALS, NOT_SERVED, Config, placement_of, run_params
 from moesim.sim.cost_model import cost_model
 from moesim.sim.costs import Costs
 from moesim.sim.des_state import C_FILLS, C_LOADS, C_LOWBIT, C_PF_LOADS, C_PREFILL_LOADS, C_RECLAIMED
@@ -326,7 +326,7 @@ class StreamRows(RowSource):
         return replace(config, cache=replace(config.cache, capacity=self.share.most))
 
     def arrays(self, config, slots, model, hardware, weights, lowbit, engine) -> tuple[RowArrays, Costs]:
-        self.costs_of_run = cost_model(model, hardware, weights, engine)
+        self.costs_of_run = cost_model(model, hardware, weights, engine, placement_of(config, model.num_layers))
         n_layers, width = self.trace.meta.num_layers, self.footprint(self.trace, config)[1]
         self.experts = np.full((1, n_layers, width), -1, np.int16)
         self.weights = np.zeros(self.experts.shape, np.float32)

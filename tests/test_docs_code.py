@@ -129,8 +129,8 @@ def test_every_docs_shell_line_is_run_or_says_why_not():
 
 def test_the_readme_plan_commands_run_as_written(cli, tmp_path, monkeypatch):
     """In a folder holding the files the README's plan lines name (a config.json of Qwen3-30B-A3B at
-    path/to/config.json, the hardware template as box.toml, a small MoE as model.gguf), each line runs as printed,
-    on this machine where it says --hardware local, and ranks rows with a command each."""
+    path/to/config.json, the hardware template as box.toml, a small MoE as model.gguf, the two-GPU example), each line
+    runs as printed, on this machine where it says --hardware local, and ranks rows with a command each."""
     import shutil
 
     from ggufs import write_gguf
@@ -142,8 +142,10 @@ def test_the_readme_plan_commands_run_as_written(cli, tmp_path, monkeypatch):
     assert code == 0
     (tmp_path / "box.toml").write_text(template)
     write_gguf(tmp_path / "model.gguf")
+    (tmp_path / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "two-3090.toml", tmp_path / "examples")
     shown = [args for where, args in commands() if where.startswith("README.md") and args[:1] == ["plan"]]
-    assert len(shown) == 3
+    assert len(shown) == 4
     for args in shown:
         code, out, err = cli(*args)
         assert code == 0, (args, err)

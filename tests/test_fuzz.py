@@ -326,6 +326,31 @@ def test_hardware_files(data):
 
 @FUZZ
 @given(data=st.data())
+def test_hardware_files_with_several_gpus(data):
+    """[[gpu]] and [[link]] lists: their counts, and their tables mutated; a machine that loads places whole layers
+    over its GPUs with finite, positive times."""
+    from moesim import simulate
+    from moesim.sim.hardware import load_hardware
+    from moesim.tracegen.synth import synth_trace
+
+    gpus = [mutate_mapping(HARDWARE["gpu"], data.draw) if data.draw(st.booleans()) else HARDWARE["gpu"]
+            for _ in range(data.draw(st.integers(0, 3)))]
+    links = [mutate_mapping(HARDWARE["link"], data.draw) if data.draw(st.booleans()) else HARDWARE["link"]
+             for _ in range(data.draw(st.sampled_from([1, 2, len(gpus)])))]
+    machine = {"name": "box", "gpu": gpus, "link": links[0] if len(links) == 1 else links, "cpu": HARDWARE["cpu"]}
+    with _folder() as tmp:
+        path = Path(tmp) / "hw.toml"
+        path.write_text(toml_text(machine))
+        hw = outcome(lambda: load_hardware(path))
+        if hw is not None:
+            trace = synth_trace(16, 64, 8, 1, 3, seed=0, model="olmoe-1b-7b")
+            r = outcome(lambda: simulate(trace, hardware=hw, strategy="cpu-experts", cpu_layers="auto",
+                                         dtype="q8_0"))
+            assert r is None or (math.isfinite(r.tpot_s) and r.tpot_s > 0 and r.vram_gb > 0)
+
+
+@FUZZ
+@given(data=st.data())
 def test_gguf_model_files(data):
     """A GGUF file's header, bytes flipped or cut: a model whose every dimension is a positive number, or an
     error naming the file."""

@@ -179,13 +179,15 @@ def test_cache_and_buffer():
 
 
 def test_nvidia_smi():
-    assert lm.parse_nvidia_smi(SMI_4090) == ("NVIDIA GeForce RTX 4090", 24564.0, 1)
-    assert lm.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 81559\nNVIDIA H100 80GB HBM3, 81559\n")[2] == 2
+    assert lm.parse_nvidia_smi(SMI_4090) == (("NVIDIA GeForce RTX 4090", 24564.0),)
+    assert lm.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 81559\nNVIDIA GeForce RTX 3090, 24576\n") == (
+        ("NVIDIA H100 80GB HBM3", 81559.0), ("NVIDIA GeForce RTX 3090", 24576.0))
     for bad in ("", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090, [N/A]", ", 1024"):
         with pytest.raises(MoesimError):
             lm.parse_nvidia_smi(bad)
     assert lm.parse_pcie("4, 16\n") == (4, 16) and lm.parse_pcie("[N/A], [N/A]") == (None, None)
-    assert lm.parse_pcie("") == (None, None)
+    assert lm.parse_pcie("") == (None, None) and lm.parse_pcie("4, 16\n4, 8\n", 1) == (4, 8)
+    assert lm.parse_pcie("4, 16\n", 1) == (None, None)
 
 
 @pytest.mark.parametrize("name, preset", [
@@ -249,6 +251,16 @@ def test_xeon_with_an_rtx4090():
     assert hw.link == LINKS["pcie4"]
     assert hw.source.startswith("local: detected 2 x Intel(R) Xeon(R) Platinum 8470")
     assert "preset rtx4090" in hw.source and "read by nvidia-smi" in hw.source
+
+
+def test_two_gpus_each_on_its_link():
+    """nvidia-smi lists an RTX 4090 in an x16 slot and an RTX 3060 in an x4 one: both, each with its link."""
+    read, run = _machine(ZEN4, llc=("32768K", "0-7"), smi=SMI_4090 + "NVIDIA GeForce RTX 3060, 12288\n",
+                         pcie="4, 16\n4, 4\n")
+    hw = detect(measure=Measure(61.2), run=run, read=read)
+    assert [(g.name, g.hbm_gb, lk) for g, lk in hw.gpus] == [
+        ("NVIDIA GeForce RTX 4090", 23.99, LINKS["pcie4"]), ("NVIDIA GeForce RTX 3060", 12.0, LINKS["pcie4-x4"])]
+    assert "GPU 1: NVIDIA GeForce RTX 3060 (12 GiB, bandwidth and FLOP/s of preset rtx3060)" in hw.source
 
 
 def test_zen4_desktop_without_a_gpu():
@@ -439,8 +451,8 @@ def test_fuzz_meminfo(text):
 @FUZZ
 @given(text=texts([SMI_4090, "NVIDIA H100 80GB HBM3, 81559\nNVIDIA H100 80GB HBM3, 81559\n", "4, 16\n"]))
 def test_fuzz_nvidia_smi(text):
-    gpu = outcome(lambda: lm.parse_nvidia_smi(text))
-    assert gpu is None or (gpu[0] and math.isfinite(gpu[1]) and gpu[1] > 0 and gpu[2] >= 1)
+    gpus = outcome(lambda: lm.parse_nvidia_smi(text))
+    assert gpus is None or (gpus and all(name and math.isfinite(mib) and mib > 0 for name, mib in gpus))
     gen, width = lm.parse_pcie(text)
     assert lm.pcie_link(gen, width).gbps > 0
     lm.match_gpu(text)

@@ -172,8 +172,10 @@ def test_a_machine_built_in_code_is_checked_as_a_file_is():
                                                                       "or both (CPU only: gpu and link None)"),
                          (replace(hw, link=None), "a machine needs a GPU with its link, a CPU, or both (CPU only: "
                                                   "gpu and link None)"),
-                         (replace(hw, gpu=None), "a link and a compute table describe a GPU, and the machine has "
-                                                 "none"),  # what load_hardware refuses in a file, so write_hardware
+                         (replace(hw, gpu=None), "a link, a compute table and more GPUs describe a GPU, and the "
+                                                 "machine has none"),  # what load_hardware refuses in a file
+                         (replace(hw, more_gpus=(hw.gpu,)), "more_gpus must be a tuple of (GPU, Link) pairs, got "
+                                                            f"({hw.gpu!r},)"),
                          (replace(hw, ssd="pcie5-nvme"), "ssd must be SSD or None, got str")):
         for run in (lambda: moesim.simulate(trace, hardware=bad, capacity=8),
                     lambda: moesim.serve(trace, hardware=bad, capacity=8, requests=2),

@@ -29,8 +29,8 @@ class Launch:
     """What an engine's command is written from: the ``model`` and its experts' format (``fmt``), the run's
     ``config``, the layers whose experts it keeps on the CPU (``cpu_layers``: the placing strategy's parameter, 0 where
     none), and what of the machine and the run the command sets: a GPU or none, the CPU ``threads`` the run computes
-    with and its ``sockets``, the KV tokens per sequence memory was sized for (``context``), and the share of the
-    GPU's memory the run uses (``vram_share``)."""
+    with and its ``sockets``, the KV tokens per sequence memory was sized for (``context``), the share of the
+    GPU's memory the run uses (``vram_share``), and on several GPUs the layers each holds (``split``)."""
 
     model: object
     fmt: str
@@ -41,6 +41,7 @@ class Launch:
     sockets: int
     context: int
     vram_share: float
+    split: tuple = ()  # several GPUs: the layers each holds, the output layer counted (``moesim.sim.layer_split``)
 
     @property
     def batch(self) -> int:
@@ -90,6 +91,7 @@ class EngineSpec:
       run named for it takes (a plan's row, ``--engine NAME``; ``auto`` keeps the run's setting);
     - ``threads``: the CPU threads it computes with whatever a user sets (0: the machine's, or ``--threads``), at
       most one a core, which a run named for it takes;
+    - ``gpus``: the most GPUs it places a model's layers over (``moesim.sim.layer_split``; 1: one GPU);
     - ``layer_us``: its framework's time per MoE layer and row, beyond the operations moesim times (interpreter,
       dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
       cross-validation only (``moesim.experiments.crossval``), with its provenance in ``sources``;
@@ -113,6 +115,7 @@ class EngineSpec:
     offload_min_tokens: int | None = None
     kernel: str | None = None
     threads: int = 0
+    gpus: int = 1
     layer_us: float = 0.0
     sources: tuple = ()
 

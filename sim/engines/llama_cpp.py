@@ -1,9 +1,9 @@
-"""llama.cpp (github.com/ggml-org/llama.cpp): the routed experts of the first N layers in host RAM, computed by
-its CPU backend (``--n-cpu-moe N``, or ``-ot "blk\\.(0|...|N-1)\\.ffn_(up|down|gate)_exps=CPU"``); everything else
-on the GPU (``-ngl 99``); on a machine without a GPU, or with it left out, every layer on the CPU (``-ngl 0
---no-op-offload``). Its families are
-the MoE architectures ``src/llama-arch.cpp`` loads, as transformers names them (Mixtral converts to its llama
-architecture; DeepSeek-V2, V3 and GLM-4.7-Flash to deepseek2)."""
+"""llama.cpp (github.com/ggml-org/llama.cpp): the routed experts of the first N layers in host RAM, computed by its CPU
+backend (``--n-cpu-moe N``, or ``-ot "blk\\.(0|...|N-1)\\.ffn_(up|down|gate)_exps=CPU"``); everything else on the GPU
+(``-ngl 99``), over several GPUs as ``-ts`` splits the layers (``moesim.sim.layer_split``); on a machine without a GPU,
+or with it left out, every layer on the CPU (``-ngl 0 --no-op-offload``). Its families are the MoE architectures
+``src/llama-arch.cpp`` loads, as transformers names them (Mixtral converts to its llama architecture; DeepSeek-V2, V3
+and GLM-4.7-Flash to deepseek2)."""
 
 from moesim.sim.engines.base import GGUF_FORMATS, EngineSpec, Launch
 from moesim.sim.machine import ONE_POOL
@@ -14,8 +14,11 @@ def command(launch: Launch) -> str:
     out, ``-ngl 0 --no-op-offload``: a CUDA build would still run a prompt's large products on the GPU),
     the threads where it computes on the CPU, and the context memory was sized for (``-np`` sequences sharing it)."""
     n, layers = launch.cpu_layers, launch.model.num_layers
+    # --n-cpu-moe counts llama.cpp's blocks, the dense ones before the MoE layers (DeepSeek's) included
     place = "-ngl 0 --no-op-offload" if not launch.gpu else "-ngl 99" + (
-        "" if n == 0 else " --cpu-moe" if n == layers else f" --n-cpu-moe {n}")
+        "" if n == 0 else " --cpu-moe" if n == layers else f" --n-cpu-moe {n + launch.model.dense_layers}")
+    if launch.gpu and len(launch.split) > 1:  # several GPUs: the layers each holds, the output layer counted
+        place += f" -ts {','.join(map(str, launch.split))}"
     threads = f" -t {launch.threads}" if n or not launch.gpu else ""
     slots = f" -np {launch.batch}" if launch.batch > 1 else ""
     return f"llama-server -m {launch.gguf} {place}{threads} -c {launch.batch * launch.context}{slots}"
@@ -26,9 +29,11 @@ ENGINE = EngineSpec(
     source="github.com/ggml-org/llama.cpp", release="github.com/ggml-org/llama.cpp/releases", runs=("cpu-experts",),
     families=("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe", "gpt_oss",
               "glm4_moe", "glm4_moe_lite", "dbrx", "granitemoe", "llama4"),
-    formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=(5, 1), offload_min_tokens=32,
+    formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=(5, 1), offload_min_tokens=32, gpus=16,
     sources=(("numa", "one thread pool over every socket; a page lands in the DRAM of the thread that first "
                       "touched it (the loader), without --numa"),
              ("cpu_ops", "src/llama-graph.cpp build_moe_ffn on the CPU: gate, up, activation, down, the weights, "
                          "and an add per expert"),
-             ("offload_min_tokens", "ggml-cuda.cu ggml_backend_cuda_device_offload_op: min_batch_size 32")))
+             ("offload_min_tokens", "ggml-cuda.cu ggml_backend_cuda_device_offload_op: min_batch_size 32"),
+             ("gpus", "--split-mode layer (the default) over up to GGML_CUDA_MAX_DEVICES = 16 GPUs, -ts the share of "
+                      "layers each takes (src/llama-model.cpp load_tensors)")))

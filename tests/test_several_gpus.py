@@ -1,0 +1,185 @@
+"""Several GPUs in one host (``moesim.sim.layer_split``): the split against a brute-force reference and llama.cpp's
+own rule, the files that describe them, the memory each GPU holds, the time a boundary between two costs, and the
+plan's command."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import moesim
+from moesim.errors import MoesimError
+from moesim.sim.layer_split import balance, describe, layer_devices
+from moesim.sim.explain import explain
+from moesim.sim.machine import CPU, GPU, Hardware, Link
+from moesim.tracegen.models import get_model
+from moesim.tracegen.synth import synth_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+LINK = Link("L", gbps=32.0)
+HOST = CPU("C", cores=8, ghz=4.0, isa="avx2", dram_gbps=50.0, ram_gb=128.0)
+
+
+def _gpu(gib: float, gbps: float = 1000.0) -> GPU:
+    return GPU("G", hbm_gbps=gbps, tflops=100.0, hbm_gb=gib)
+
+
+def _machine(*gpus: GPU) -> Hardware:
+    return Hardware("box", gpus[0], LINK, cpu=HOST, more_gpus=tuple((g, LINK) for g in gpus[1:]))
+
+
+@pytest.fixture(scope="module")
+def olmoe_trace():
+    return synth_trace(16, 64, 8, 2, 8, seed=0, model="olmoe-1b-7b")
+
+
+def _reference(items, vram, reserve, first):
+    """The least fullest share over every contiguous split, enumerated."""
+    n, gpus, best = len(items), len(vram), np.inf
+    for cuts in itertools.combinations_with_replacement(range(n + 1), gpus - 1):
+        bounds = (0, *cuts, n)
+        held = [sum(items[a:b]) + (reserve if b > a else 0.0) + (first if g == 0 else 0.0)
+                for g, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+        best = min(best, max(h / v for h, v in zip(held, vram)))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_balance_is_the_least_fullest_split(seed):
+    rng = np.random.default_rng(seed)
+    items = rng.uniform(0.5, 3.0, rng.integers(3, 9))
+    vram = rng.uniform(4.0, 12.0, rng.integers(2, 4))
+    counts, used = balance(items, vram, 0.7, 0.3)
+    assert counts.sum() == items.size
+    bounds = np.concatenate(([0], np.cumsum(counts)))
+    held = [items[a:b].sum() + (0.7 if b > a else 0) + (0.3 if g == 0 else 0)
+            for g, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+    np.testing.assert_allclose(used, held)
+    assert max(used / vram) == pytest.approx(_reference(list(items), vram, 0.7, 0.3))
+
+
+def test_balance_halves_equal_layers_on_equal_gpus():
+    counts, used = balance(np.ones(10), np.array([8.0, 8.0]), 1.0, 0.0)
+    assert counts.tolist() == [5, 5] and used.tolist() == [6.0, 6.0]
+
+
+@pytest.mark.parametrize("counts", [(23, 14), (0, 37), (5, 5, 6, 21), (36, 1)])
+def test_layer_devices_follow_llama_cpps_rule(counts):
+    """llama.cpp: layer il of n goes to the first device whose cumulative share of -ts exceeds il / n."""
+    n = sum(counts)
+    splits = np.cumsum(counts) / n
+    rule = [int(np.searchsorted(splits, il / n, side="right")) for il in range(n)]
+    assert layer_devices(counts).tolist() == rule
+
+
+def test_describe_in_llama_cpps_numbering():
+    assert describe((23, 14), 11, 0) == ("CUDA0: layers 0-22 (the experts of layers 0-10 on the CPU); CUDA1: layers "
+                                         "23-35 and the output")
+    assert describe((0, 4, 1), 1, 1) == "CUDA1: layers 0-3 (the experts of layer 1 on the CPU); CUDA2: the output"
+
+
+def test_files_list_gpus_and_links(tmp_path):
+    from moesim.sim.hardware import load_hardware
+
+    path = tmp_path / "box.toml"
+    path.write_text('gpu = ["rtx3090", "rtx3060"]\nlink = ["pcie4-x8", "pcie4-x4"]\ncpu = "ryzen-7950x"\n')
+    hw = load_hardware(path)
+    assert [(g.name, lk.name) for g, lk in hw.gpus] == [("RTX3090", "pcie4-x8"), ("RTX3060", "pcie4-x4")]
+    path.write_text('link = "pcie4"\ncpu = "ryzen-7950x"\n[[gpu]]\nname = "A"\nhbm_gbps = 900\ntflops = 70\n'
+                    'hbm_gb = 24\n[[gpu]]\nname = "B"\nhbm_gbps = 360\ntflops = 25\nhbm_gb = 12\n')
+    hw = load_hardware(path)
+    assert [g.name for g, _ in hw.gpus] == ["A", "B"] and {lk.name for _, lk in hw.gpus} == {"pcie4"}
+    assert hw.describe().startswith("A (24 GiB, pcie4) + B (12 GiB, pcie4)")
+    for text, said in (('gpu = ["rtx3090", "rtx3090"]\nlink = ["pcie4", "pcie4", "pcie4"]\ncpu = "ryzen-7950x"\n',
+                        "2 [[gpu]] and 3 [[link]]"),
+                       ('gpu = ["rtx3090", 7]\nlink = "pcie4"\n', "'gpu' must be a preset name or a table"),
+                       ('gpu = ["rtx3090", "rtx9999"]\nlink = "pcie4"\n', "unknown gpu 'rtx9999'")):
+        path.write_text(text)
+        with pytest.raises(MoesimError, match=re.escape(said)) as exc:
+            load_hardware(path)
+        assert str(path) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_each_gpu_holds_its_layers(olmoe_trace):
+    """OLMoE in bf16 (12 GiB of experts) on two 7 GiB GPUs: the fewest CPU layers that fit both, and what each
+    holds; on one of them it needs more CPU layers."""
+    two = moesim.simulate(olmoe_trace, hardware=_machine(_gpu(7), _gpu(7)), strategy="cpu-experts",
+                          cpu_layers="auto", dtype="bf16")
+    one = moesim.simulate(olmoe_trace, hardware=_machine(_gpu(7)), strategy="cpu-experts", cpu_layers="auto",
+                          dtype="bf16")
+    n_two, n_one = (r.config.execution.params["cpu_layers"] for r in (two, one))
+    assert n_two < n_one and sum(two.machine.split) == 16 + 1 and 0 < n_two and two.vram_gb <= 14
+    lines = {line.what: line.value for line in explain(two, get_model("olmoe-1b-7b")).constants}
+    assert [lines[f"CUDA{i}'s layers (-ts), the output layer counted"] for i in (0, 1)] == list(two.machine.split)
+    # one CPU layer fewer fits no split
+    with pytest.raises(MoesimError, match="over its GPUs 0: .* GiB"):
+        moesim.simulate(olmoe_trace, hardware=_machine(_gpu(7), _gpu(7)), strategy="cpu-experts",
+                        cpu_layers=n_two - 1, dtype="bf16")
+
+
+def test_a_boundary_costs_its_two_copies(olmoe_trace):
+    """Two GPUs against one of their summed memory and the same bandwidth, the same layers on the CPU: a token
+    differs by the activations' two copies across the boundary, d_model f32 values each at the link's rate and
+    latency."""
+    settings = dict(strategy="cpu-experts", cpu_layers=8, dtype="bf16")
+    two = moesim.simulate(olmoe_trace, hardware=_machine(_gpu(8), _gpu(8)), **settings)
+    one = moesim.simulate(olmoe_trace, hardware=_machine(_gpu(16)), **settings)
+    crossing = 2 * (LINK.latency_us * 1e-6 + 2048 * 4.0 / LINK.bandwidth)
+    assert two.tpot_s - one.tpot_s == pytest.approx(crossing, rel=1e-9)
+
+
+def test_a_slower_gpu_slows_its_share(olmoe_trace):
+    """A second GPU of half the bandwidth: slower than two fast ones, faster than two slow ones."""
+    settings = dict(strategy="cpu-experts", cpu_layers=8, dtype="bf16")
+    fast, slow = _gpu(8), _gpu(8, 500.0)
+    times = [moesim.simulate(olmoe_trace, hardware=_machine(*pair), **settings).tpot_s
+             for pair in ((fast, fast), (fast, slow), (slow, slow))]
+    assert times[0] < times[1] < times[2]
+
+
+def test_a_gpu_cache_over_several_gpus_is_refused(olmoe_trace):
+    with pytest.raises(MoesimError, match="has 2 GPUs, which moesim models as an engine's layer split"):
+        moesim.simulate(olmoe_trace, hardware=_machine(_gpu(8), _gpu(8)), policy="lru", capacity=8)
+    with pytest.raises(MoesimError, match="compute table is measured on one GPU"):
+        from moesim.sim.hardware import check_hardware
+        from moesim.sim.machine import MeasuredCompute
+
+        check_hardware(replace(_machine(_gpu(8), _gpu(8)), compute=MeasuredCompute("olmoe-1b-7b", 1e-4, 1e-5)),
+                       "box")
+
+
+def test_llama_cpp_counts_dense_blocks():
+    """--n-cpu-moe N counts llama.cpp's blocks, DeepSeek-V2-Lite's dense first one included."""
+    from moesim.sim.engines import ENGINES, Launch
+    from moesim.sim.config import Config
+
+    spec = get_model("deepseek-v2-lite")
+    launch = Launch(spec, "q4_k", Config(), 10, True, 16, 1, 512, 0.9, (20, 8))
+    assert "-ngl 99 --n-cpu-moe 11 -ts 20,8 " in ENGINES["llama.cpp"].command(launch)
+
+
+def test_plan_on_two_3090s_prints_each_gpus_layers(cli):
+    """The acceptance: gpt-oss-120b on two RTX 3090s at x8/x8, each GPU's layers and the flags that make them."""
+    code, out, err = cli("plan", "--model", "gpt-oss-120b", "--hardware", ROOT / "examples" / "two-3090.toml",
+                         "--dtype", "q4_k", "--json")
+    assert code == 0, err
+    best = json.loads(out)["rows"][0]
+    split = [int(n) for n in re.search(r" -ts (\d+),(\d+) ", best["command"]).groups()]
+    assert sum(split) == 36 + 1 and f"--n-cpu-moe {best['cpu_layers']} " in best["command"]
+    assert best["on_gpus"].startswith(f"CUDA0: layers 0-{split[0] - 1} ")
+    assert best["on_gpus"].endswith(f"CUDA1: layers {split[0]}-35 and the output")
+    assert best["vram_gb"] <= 48
+
+
+def test_a_written_file_keeps_every_gpu(tmp_path):
+    from moesim.sim.hardware import load_hardware, write_hardware
+
+    hw = replace(_machine(_gpu(24), _gpu(12, 360.0)), more_gpus=((_gpu(12, 360.0), Link("x4", gbps=8.0)),))
+    write_hardware(hw, tmp_path / "box.toml")
+    assert load_hardware(tmp_path / "box.toml") == hw
