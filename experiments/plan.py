@@ -12,7 +12,7 @@ spread: ``moesim.sim.accuracy``), TPOT, the time to first token of a ``prompt``-
 used, the format (``format``, and in words ``storage``) and the engine's whole command that runs it. A row is offered
 where an engine a user can install runs the model's family in that format (``moesim.sim.engines``); the others are set
 apart, each saying why. On a machine with a GPU, llama.cpp with every layer on the CPU and the GPU left out (``-ngl
-0``) is planned too. Candidates that keep every expert on the GPU are one placement: one ``all-on-gpu`` row per format
+0``) is planned too, unless the GPU shares the host's memory (it reads the same memory faster). Candidates that keep every expert on the GPU are one placement: one ``all-on-gpu`` row per format
 (``_fold``). A candidate that cannot fit, or cannot run on the trace (lowbit-miss needs gate weights), is listed with
 the reason; where none fits, the plan is an error naming the one closest to fitting. ``curves`` steps the GPU memory
 of each strategy's best row down, for a figure of tokens/s against VRAM.
@@ -179,7 +179,7 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
                    wl.batch, prompt_recorded=own, simulated=tr, spec=spec, machine_spec=hw, shared=Shared(tr),
                    context=wl.context + config.workload.prompt + int(np.diff(tr.seq_offsets).max(initial=0)),
                    cpu_only=hw.without_gpus(f"{hw.name} CPU only")
-                   if hw.gpu is not None and hw.cpu is not None else None)
+                   if hw.gpu is not None and not hw.gpu.unified and hw.cpu is not None else None)
         prepared, short = _prepare(out, config.replace(model=spec.name,
                                                        warmup=1 if tr.num_sequences > wl.batch else 0), formats, kept)
     out.results = simulate_all(prepared)

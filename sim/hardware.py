@@ -173,6 +173,8 @@ def load_hardware(path: Path, force: bool = False) -> Hardware:
         else:
             parts[key] = None if value is None else _part(path, key, cls, presets, value)
     gpus, links = (parts[key] if isinstance(parts[key], list) else [parts[key]] for key in SEVERAL)
+    if links == [None] and gpus[0] is not None and gpus[0].unified:  # its memory is the host's: nothing crosses a link
+        links = [LINKS["unified"]]
     if len(links) == 1:  # one link named for every GPU
         links = links * len(gpus)
     if len(links) != len(gpus) or (len(gpus) > 1 and parts["compute"] is not None):
@@ -186,7 +188,8 @@ def load_hardware(path: Path, force: bool = False) -> Hardware:
         if parts["link"] is not None or parts["compute"] is not None:
             raise MoesimError(f"{path}: [link] and [compute] describe a GPU, and the file has no [gpu] section")
     elif parts["link"] is None:
-        raise MoesimError(f"{path}: missing [link] section (how experts reach the GPU: e.g. link = \"pcie4\")")
+        raise MoesimError(f"{path}: missing [link] section (how experts reach the GPU: e.g. link = \"pcie4\"; "
+                          "a GPU whose memory is the host's: unified = true in [gpu])")
     hw = Hardware(str(data.get("name", path.stem)), parts["gpu"], parts["link"], parts["ssd"], source=str(path),
                   compute=parts["compute"], cpu=parts["cpu"], more_gpus=tuple(zip(gpus[1:], links[1:])))
     check_hardware(hw, path, force)
@@ -271,7 +274,7 @@ RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "positive", "me
          "latency_us": "non-negative", "engines": "engines", "layer_s": "positive", "expert_s": "positive",
          "cores": "cores", "ghz": "positive", "dram_gbps": "positive", "ram_gb": "positive",
          "dram_eff": "fraction", "kernel_eff": "fraction", "isa": "isa", "sockets": "sockets", "threads": "threads",
-         "band_low": "non-negative", "band_high": "non-negative", "band_held": "non-negative"}
+         "band_low": "non-negative", "band_high": "non-negative", "band_held": "non-negative", "unified": "flag"}
 # ... and the range it must lie in, checked after its rule: (lowest, highest, unit). No real machine comes near either
 # end; past them the model's times overflow to inf or NaN (a link of 1e-310 GB/s, a launch of 1e308 us, a clock of
 # 1e-320 GHz) or are absurd without a warning (1e300 s a token), and a memory of 1e300 GiB reads as no limit at all.
@@ -387,12 +390,13 @@ def _plain(value):
 
 
 def _toml(value) -> str:
-    """A value as TOML writes it: a string quoted, a rate table's pairs an inline table, a number as Python's."""
+    """A value as TOML writes it: a string quoted, a rate table's pairs an inline table, a flag lower case, a number as
+    Python's."""
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, (tuple, list)):
         return "{" + ", ".join(f"{name} = {rate!r}" for name, rate in value) + "}"
-    return repr(value)
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 WANT = {"positive": "a finite number > 0", "non-negative": "a finite number >= 0",
@@ -404,6 +408,10 @@ WANT = {"positive": "a finite number > 0", "non-negative": "a finite number >= 0
 def _check_number(path: Path, key: str, name: str, v, rule: str, part=None) -> None:
     """One value of a hardware file (of ``part``) against its rule (``RULES``) and range (``RANGES``); a one-line
     error naming file, table and key."""
+    if rule == "flag":
+        if not isinstance(v, bool):
+            raise MoesimError(f"{path}: [{key}] {name} must be true or false, got {v!r}")
+        return
     if rule == "isa":
         if not isinstance(v, str) or v not in ISA_FLOP_PER_CYCLE:
             raise MoesimError(f"{path}: [{key}] isa must be one of {', '.join(ISA_FLOP_PER_CYCLE)}, got {v!r}")
@@ -512,7 +520,8 @@ TEMPLATE = """\
 # --force (the bounds: docs/hardware.md).
 # A part may be a preset instead of a table: write e.g. link = "pcie4" here, above the first [table].
 # Several GPUs: a [[gpu]] table each (or gpu = ["rtx3090", "rtx3090"]) in the engine's device order, and one link for
-# all or a [[link]] each in the same order (llama.cpp's layer split: docs/hardware.md).
+# all or a [[link]] each in the same order (llama.cpp's layer split: docs/hardware.md). A GPU that shares the host's
+# memory (Apple M-series, Strix Halo, DGX Spark): unified = true in [gpu], hbm_gb the share it may map, no [link].
 name = "my-desktop"
 
 [gpu]                    # or, at the top: gpu = "rtx4090" (a preset: moesim hardware)

@@ -30,6 +30,9 @@ class GPU:
     mem_eff: float = 0.8     # fraction of HBM bandwidth a decode kernel reaches
     flop_eff: float = 0.6    # fraction of peak FLOP/s a GEMM reaches
     launch_us: float = 5.0   # per kernel launch
+    # its memory is the host's (Apple M-series, AMD Strix Halo, NVIDIA DGX Spark): hbm_gb is the share of it the GPU may
+    # map, hbm_gbps the memory's bandwidth, which the CPU shares; nothing is copied to it
+    unified: bool = False
 
     @property
     def mem_bw(self) -> float:

@@ -65,6 +65,7 @@ class Memory:
     split: tuple = ()
     per_gpu: tuple = ()
     gpu_limits: tuple = ()
+    unified: bool = False    # the GPU's memory is the host's: what it holds counts against the RAM too
 
     @property
     def gpu(self) -> float:
@@ -72,7 +73,7 @@ class Memory:
 
     @property
     def host(self) -> float:
-        return self.host_experts + self.host_other + self.host_reserve
+        return self.host_experts + self.host_other + self.host_reserve + (self.gpu if self.unified else 0.0)
 
     @property
     def gpu_short(self) -> float:
@@ -114,6 +115,7 @@ class Memory:
         return (f"{self.host / GIB:.1f} GiB of host RAM ({self.host_experts / GIB:.1f} experts"
                 + (f" ({self.host_copies} copies, one per socket)" if self.host_copies > 1 else "") + " + "
                 + (f"{self.host_other / GIB:.1f} other weights and KV cache + " if self.host_other else "")
+                + (f"{self.gpu / GIB:.1f} the GPU's, in the same memory + " if self.unified else "")
                 + f"{self.host_reserve / GIB:.1f} reserve), the host has {self.ram / GIB:.1f} GiB")
 
     def short(self) -> float:
@@ -150,6 +152,7 @@ class Footprint:
     cpu_only: bool = False  # no GPU: every weight on the host CPU
     sockets: int = 1        # the host CPU's sockets
     gpus: tuple = ()        # several GPUs: each one's memory, bytes, in device order (``vram`` their sum)
+    unified: bool = False   # the GPU's memory is the host's (``vram``: the share of ``ram`` it may map)
 
 
 def account(fp: Footprint, config) -> Memory:
@@ -197,7 +200,7 @@ def account(fp: Footprint, config) -> Memory:
     memory = Memory(weights=model.non_expert_params * fp.weight_bytes, kv=model.kv_bytes(fp.kv_tokens),
                     reserve=GPU_RESERVE_GIB * GIB, experts=(slots + on_gpu * model.num_experts) * eb, scratch=scratch,
                     host_experts=host, host_reserve=HOST_RESERVE_GIB * GIB, vram=fp.vram, ram=fp.ram,
-                    host_copies=copies)
+                    host_copies=copies, unified=fp.unified)
     return _over_gpus(fp, memory, np.r_[np.zeros(model.dense_layers, bool), place == ON_GPU]) if len(fp.gpus) > 1 \
         else memory
 

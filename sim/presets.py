@@ -30,6 +30,14 @@ GPUS = {g.name.lower().replace(" ", ""): g for g in [
     GPU("RTX4060Ti", 288, 44.1, 16),              # the 16 GB card (the 8 GB one: --vram 8); 34 SM x 512 x 2.535 GHz
     GPU("RTX5090", 1792, 209.5, 32),              # GDDR7, 512-bit at 28 Gbps; 209.5 TFLOPS (RTX Blackwell whitepaper)
     GPU("GH200", 4000, 989, 96),                  # H100 with HBM3 96 GB
+    # GPUs that share the host's memory (docs/hardware.md, "Unified memory", gives each figure's source): the memory's
+    # bandwidth; hbm_gb the share of it the GPU may map by default
+    GPU("GB10", 273, 62.5, 128, unified=True),    # DGX Spark: 128 GB LPDDR5X; 1 PFLOP FP4 sparse / 16 (RTX Blackwell's
+                                                  # ratio of FP4 sparse to dense fp16 with fp32 accumulate)
+    GPU("Radeon8060S", 256, 59.4, 96, unified=True),  # Ryzen AI Max+ 395: 256-bit LPDDR5X-8000; 40 CU x 512 x 2.9 GHz;
+                                                      # 96 GB: AMD's most Variable Graphics Memory of 128
+    GPU("M2Ultra", 800, 27.2, 144, unified=True),  # 76-core GPU: 21.47 TFLOPS at 60 cores x 76/60; 3/4 of 192 GB, macOS's
+                                                   # default GPU share above 36 GB
 ]}
 LINKS = {lk.name: lk for lk in [
     Link("pcie3", 16, 0.8, 10),
@@ -44,6 +52,8 @@ LINKS.update({f"{x16}-x{lanes}": replace(LINKS[x16], name=f"{x16}-x{lanes}", gbp
 # a Thunderbolt 3/4 eGPU: its PCIe 3.0 x4 tunnel (32 Gbit/s) reaches 19-22 Gbit/s host to device (docs/hardware.md);
 # an OCuLink eGPU is pcie4-x4
 LINKS["thunderbolt"] = Link("thunderbolt", 4.0, 0.65, 10)
+# a GPU that shares the host's memory: nothing is copied; the activations handed to the CPU stay where they are
+LINKS["unified"] = Link("unified", 1000.0, 1.0, 0.0)
 SSDS = {s.name: s for s in [
     SSD("pcie5-nvme", 7.4, 80),                   # FlashMoE Tab. 2: SK hynix P51
     SSD("pcie4-nvme", 7.0, 80),                   # a typical PCIe 4 drive (Samsung 990 Pro class)
@@ -63,6 +73,11 @@ CPUS = {c.name.lower().replace(" ", "-"): c for c in [
     CPU("EPYC-7J13", 64, 2.45, "avx2", 204.8, 216),            # base 2.45; MELINOE Tab. 9 (A100 host): 8 x DDR4-3200
     CPU("EPYC-7B13", 64, 2.25, "avx2", 204.8, 270),            # base 2.25; MELINOE Tab. 9 (4090 host): 8 x DDR4-3200
     CPU("Grace", 72, 3.1, "neon", 512.0, 480),                 # NVIDIA's 3.1 GHz; GH200: 480 GB LPDDR5X, 512 GB/s
+    # the CPUs of the unified-memory machines: DRAM is the memory the GPU shares (its full bandwidth, more than their
+    # cores reach: docs/hardware.md)
+    CPU("GB10", 20, 2.6, "neon", 273.0, 128),                  # DGX Spark: 10 Cortex-X925 + 10 A725
+    CPU("Ryzen-AI-Max-395", 16, 3.0, "avx512", 256.0, 128),    # Strix Halo: 16 Zen 5, base 3.0 GHz
+    CPU("M2-Ultra", 24, 3.5, "neon", 800.0, 192),              # 16 performance + 8 efficiency cores
 ]}
 # machines as the papers ran them: GPU, its host link, its host CPU. The rtx4090 machine is a desktop
 # (MELINOE's RTX 4090 sits in an EPYC 7B13 server: --cpu epyc-7b13 gives that); the a6000's CPU is assumed
@@ -81,6 +96,9 @@ SYSTEMS = {
     "rtx4060ti": ("rtx4060ti", "pcie4-x8", "ryzen-7950x"),  # an x8 card: eight lanes whatever the slot
     "rtx5090": ("rtx5090", "pcie5", "ryzen-9950x"),
     "gh200": ("gh200", "nvlink-c2c", "grace"),            # Speculating Experts Tab. 3
+    "dgx-spark": ("gb10", "unified", "gb10"),             # one memory, GPU and CPU
+    "strix-halo": ("radeon8060s", "unified", "ryzen-ai-max-395"),
+    "m2-ultra": ("m2ultra", "unified", "m2-ultra"),
     "ryzen-7950x": (None, None, "ryzen-7950x"),           # CPU-only desktops
     "ryzen-9950x": (None, None, "ryzen-9950x"),
 }

@@ -203,7 +203,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     footprint = Footprint(model, weights.other_bpp, weights.expert_bytes, kv_tokens, width, prompt_rows,
                           sum(g.hbm_gb for g, _ in hardware.gpus) * GIB, cpu.ram_gb * GIB if cpu else 0.0,
                           cpu_only=hardware.gpu is None, sockets=cpu.sockets if cpu else 1,
-                          gpus=tuple(g.hbm_gb * GIB for g, _ in hardware.gpus) if hardware.more_gpus else ())
+                          gpus=tuple(g.hbm_gb * GIB for g, _ in hardware.gpus) if hardware.more_gpus else (),
+                          unified=hardware.gpu is not None and hardware.gpu.unified)
     config, memory = resolve(footprint, config, trace.meta.top_k)
     if memory.split:  # the layers each GPU holds: the machine as the run places the model on it
         hardware = replace(hardware, split=memory.split)
@@ -421,6 +422,11 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
                               f"{option(places, 'auto')} (or {model.num_layers})")
     if hardware.more_gpus:
         _check_gpus(hardware, strategy, engine_for(config, named=True))
+    if hardware.gpu is not None and hardware.gpu.unified and strategy.cache:
+        placing = _listed(n for n, m in STRATEGIES.items() if m.places and not m.cache)
+        raise MoesimError(f"the GPU of {_machine(hardware)} shares the host's memory and reads every weight where it "
+                          f"lies: nothing is copied to it, so an expert cache has nothing to keep; use "
+                          f"{option('strategy')} {placing}")
     if model.kind == "mole" and not strategy.lookup_tables:
         tables = _listed(n for n, m in STRATEGIES.items() if m.lookup_tables)
         raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")
