@@ -172,18 +172,22 @@ class LayerSplit:
     row's sum over its layers is exact wherever each layer's experts are alike; and once per row, the activations
     (``ACTIVATION_BYTES`` a value) cross each boundary between two GPUs: a copy to the host and one on to the next
     GPU (consumer cards without peer-to-peer access go through host memory), each its link's latency and bandwidth.
-    Where the layers' order changes what overlaps (copies beside compute) this mean is not exact; the placements run
-    over several GPUs keep no cache and copy only a prompt's CPU experts (``moesim.sim.run``)."""
+    An expert copied to a GPU (a prompt's CPU experts, llama.cpp's offload) goes to the first, over its link. Where the
+    layers' order changes what overlaps (copies beside compute) this mean is not exact; the placements run over
+    several GPUs keep no cache and copy only a prompt's CPU experts (``moesim.sim.run``)."""
 
     def __init__(self, model: ModelSpec, hw: Hardware, weights: Weights, engine: EngineSpec, placement: np.ndarray):
         self.model, self.hw = model, hw
         self.parts = [SpecSheet(model, hw.device(i), weights, engine) for i in range(len(hw.gpus))]
+        if sum(hw.split) != model.dense_layers + model.num_layers + 1:
+            raise ValueError(f"a split of {hw.split} layers is not {model.name}'s layers and its output layer")
         device = layer_devices(hw.split)
         moe = device[model.dense_layers:model.dense_layers + model.num_layers]
         self.share = {"layers": _share(moe, len(self.parts), moe)}
         self.share["gpu"] = _share(moe[placement == ON_GPU], len(self.parts), moe)
         self.share["cpu"] = _share(moe[placement == ON_CPU], len(self.parts), moe)
         self.share["once"] = _share(np.r_[device[:model.dense_layers], device[-1:]], len(self.parts), moe)
+        self.share["first"] = _share(np.zeros(1, np.int64), len(self.parts), moe)
         self.crossings = [(a, b) for a, b in zip(device[:-1], device[1:]) if a != b]
 
     def crossing_s(self, tokens) -> np.ndarray:
@@ -213,8 +217,10 @@ class LayerSplit:
 
 ACTIVATION_BYTES = 4.0  # a value of the activations handed between GPUs (ggml's f32)
 ROW_SHARES = {"pre": "layers", "shared": "layers", "once": "once", "handoff": "cpu"}
+# an expert copied to a GPU (a prompt's CPU experts, llama.cpp's offload) goes to the first: ggml's scheduler gives an op
+# whose weights are in host memory to the first backend that takes it
 COST_SHARES = {"pre_s": "layers", "shared_s": "layers", "row_s": "once", "by_tokens": "gpu", "moe_launch_s": "gpu",
-               "expert_launch_s": "gpu", "copy_s": "cpu", "handoff_s": "cpu", "lowbit_copy_s": "cpu"}
+               "expert_launch_s": "gpu", "copy_s": "first", "handoff_s": "cpu", "lowbit_copy_s": "first"}
 
 
 def _share(devices: np.ndarray, gpus: int, fallback: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from moesim.sim.cpu_rates import ISA_FLOP_PER_CYCLE
 from moesim.sim import local_kept
 from moesim.sim.local_machine import detect, measure_clock_ghz, measure_dram_gbps, read_text
 from moesim.sim.machine import CPU, GPU, SSD, Hardware, Link, MeasuredCompute
-from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS
+from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS, UNIFIED, unified_link
 from moesim.tracegen.model_spec import FORMATS
 
 LOCAL = "local"  # ``--hardware local``: this machine, detected and measured (``moesim.sim.local_machine``)
@@ -91,8 +91,8 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
         hw = this_machine()
     else:
         gpu, default_link, default_cpu = _pick(SYSTEMS, name, "hardware")
-        hw = Hardware(name.lower(), GPUS[gpu] if gpu else None, LINKS[default_link] if default_link else None,
-                      source="preset", cpu=CPUS[default_cpu])
+        own = None if not default_link else unified_link(GPUS[gpu]) if default_link == UNIFIED else LINKS[default_link]
+        hw = Hardware(name.lower(), GPUS[gpu] if gpu else None, own, source="preset", cpu=CPUS[default_cpu])
     return _checked(with_parts(hw, link, ssd, cpu, vram, ram, threads, force), force)
 
 
@@ -112,6 +112,9 @@ def with_parts(hw: Hardware, link: str | None = None, ssd: str | None = None, cp
             raise MoesimError(f"{option(part)} {wrong}")
     if hw.gpu is None and (link is not None or vram is not None):
         raise MoesimError(f"hardware '{hw.name}' has no GPU: {option('link')} and {option('vram')} do not apply")
+    if link is not None and hw.gpu.unified:
+        raise MoesimError(f"hardware '{hw.name}': its GPU shares the host's memory, so no link reaches it: "
+                          f"{option('link')} does not apply")
     if link is not None:  # every GPU's
         swapped = _pick(LINKS, link, "link")
         hw = replace(hw, link=swapped, more_gpus=tuple((g, swapped) for g, _ in hw.more_gpus), name=f"{hw.name}+{link}")
@@ -174,7 +177,7 @@ def load_hardware(path: Path, force: bool = False) -> Hardware:
             parts[key] = None if value is None else _part(path, key, cls, presets, value)
     gpus, links = (parts[key] if isinstance(parts[key], list) else [parts[key]] for key in SEVERAL)
     if links == [None] and gpus[0] is not None and gpus[0].unified:  # its memory is the host's: nothing crosses a link
-        links = [LINKS["unified"]]
+        links = [unified_link(gpus[0])]
     if len(links) == 1:  # one link named for every GPU
         links = links * len(gpus)
     if len(links) != len(gpus) or (len(gpus) > 1 and parts["compute"] is not None):
@@ -236,6 +239,9 @@ def check_hardware(hw: Hardware, where, force: bool = False) -> None:
     if hw.more_gpus and hw.compute is not None:
         raise MoesimError(f"{where}: a compute table is measured on one GPU, and the machine has "
                           f"{len(hw.gpus)}")
+    if any(g.unified for g, _ in hw.gpus) and (hw.more_gpus or hw.link.name != UNIFIED):
+        raise MoesimError(f"{where}: a GPU that shares the host's memory (unified) is the machine's only GPU, and "
+                          "takes no link (nothing is copied to it); leave [link] out")
     every = [(key, getattr(hw, key)) for key in SECTIONS] + [
         (key, part) for pair in hw.more_gpus for key, part in zip(SEVERAL, pair)]
     for key, part in every:

@@ -9,8 +9,9 @@ expert ``--n-cpu-moe`` moves to the CPU, so its first GPU, whose layers lose the
 the last overflows; moesim chooses the counts itself (``balance``) and writes them as ``-ts``.
 
 The split ``balance`` chooses fills every GPU to the same share of its memory, as nearly as whole layers allow: of
-all contiguous splits, the one whose fullest GPU is least full (exact, by dynamic programming over the layers). Each
-GPU that holds a layer keeps its own reserve (CUDA context, workspaces); the first holds the scratch buffers.
+all contiguous splits, the one whose fullest GPU is least full, and of those the most even (exact, by dynamic
+programming over the layers). Each GPU keeps its own reserve (CUDA context, workspaces); the first holds the scratch
+buffers.
 """
 
 from __future__ import annotations
@@ -18,42 +19,41 @@ from __future__ import annotations
 import numpy as np
 
 
-def layer_bytes(other: float, head: float, kv: float, gpu_experts: np.ndarray, expert_layer: float) -> np.ndarray:
-    """float64 [L + 1]: the GPU memory of each layer and, last, of the output layer: every weight but the routed
-    experts and the output head (``other``) and the KV cache (``kv``) shared evenly over the L layers, the whole
-    experts of a layer the placement keeps on the GPU (``gpu_experts``: bool [L]; ``expert_layer`` bytes a layer),
-    and the head (``head``) on the output layer."""
-    layers = gpu_experts.size
-    out = np.full(layers + 1, (other + kv) / layers)
-    out[:-1] += np.where(gpu_experts, expert_layer, 0.0)
-    out[-1] = head
+def layer_bytes(weights: np.ndarray, kv: float, gpu_experts: np.ndarray, expert_layer: float) -> np.ndarray:
+    """float64 [L + 1]: the GPU memory of each layer and, last, of the output layer: its weights but the routed experts
+    (``weights``, the output layer's included), the KV cache (``kv``) shared evenly over the L layers, and the whole
+    experts of a layer the placement keeps on the GPU (``gpu_experts``: bool [L]; ``expert_layer`` bytes a layer)."""
+    out = np.asarray(weights, np.float64).copy()
+    out[:-1] += kv / gpu_experts.size + np.where(gpu_experts, expert_layer, 0.0)
     return out
 
 
 def balance(items: np.ndarray, vram: np.ndarray, reserve: float, first: float) -> tuple[np.ndarray, np.ndarray]:
     """(int64 [G] layers per GPU, float64 [G] bytes each GPU holds): the contiguous split of ``items`` (the output layer
-    last) over GPUs of ``vram`` bytes each, in device order, whose fullest GPU is the least full share of its memory. A
-    GPU holding a layer adds ``reserve``; the first holds ``first`` besides, whatever it holds (scratch). A GPU may hold
-    none (``-ts`` 0). Exact: over every split point by dynamic programming."""
+    last) over GPUs of ``vram`` bytes each, in device order, whose fullest GPU is the least full share of its memory,
+    and of those the most even (the least sum of squared shares). Every GPU holds ``reserve`` (llama.cpp opens each
+    device it sees), the first ``first`` besides (scratch); a GPU may hold no layer (``-ts`` 0). Exact: two passes of
+    dynamic programming over the split points."""
     n, gpus = items.size, vram.size
     ends = np.concatenate(([0.0], np.cumsum(items)))
-    span = ends[None, :] - ends[:, None]  # [i, j]: items i..j-1
-    held = np.triu(span + reserve, 1)  # a GPU with no layer holds nothing
-    best = np.full((gpus, n + 1), np.inf)  # best[g, j]: the least fullest share with items 0..j-1 on GPUs 0..g
-    came = np.zeros((gpus, n + 1), np.int64)
-    best[0] = (held[0] + first) / vram[0]
+    within = np.triu(np.ones((n + 1, n + 1), bool))  # [i, j], i <= j: the GPU holds items i..j-1
+    held = np.where(within, ends[None, :] - ends[:, None], 0.0) + reserve
+    share = np.stack([np.where(within, (held + (first if g == 0 else 0.0)) / vram[g], np.inf) for g in range(gpus)])
+    fullest = share[0, 0]  # [j]: the least fullest share with items 0..j-1 on the GPUs so far
     for g in range(1, gpus):
-        share = np.where(np.triu(np.ones((n + 1, n + 1), bool)), np.maximum(best[g - 1][:, None], held / vram[g]),
-                         np.inf)
-        came[g] = share.argmin(axis=0)
-        best[g] = share.min(axis=0)
+        fullest = np.maximum(fullest[:, None], share[g]).min(axis=0)
+    squares = np.where(share <= fullest[n] * (1 + 1e-9), share ** 2, np.inf)
+    total, came = squares[0, 0], []
+    for g in range(1, gpus):
+        paths = total[:, None] + squares[g]
+        came.append(paths.argmin(axis=0))
+        total = paths.min(axis=0)
     cuts = [n]
-    for g in range(gpus - 1, 0, -1):
-        cuts.append(int(came[g, cuts[-1]]))
+    for back in reversed(came):
+        cuts.append(int(back[cuts[-1]]))
     cuts = np.array([0, *reversed(cuts)])
-    counts = np.diff(cuts)
     used = np.array([held[cuts[g], cuts[g + 1]] for g in range(gpus)]) + np.where(np.arange(gpus) == 0, first, 0.0)
-    return counts, used
+    return np.diff(cuts), used
 
 
 def layer_devices(counts) -> np.ndarray:

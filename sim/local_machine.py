@@ -54,7 +54,7 @@ from moesim.errors import MoesimError, option
 from moesim.host import MEMINFO, parse_meminfo, usable_cpus
 from moesim.sim.cpu_rates import ISA_FAMILY
 from moesim.sim.machine import CPU, GPU, Hardware, Link
-from moesim.sim.presets import GPUS, LINKS, SYSTEMS
+from moesim.sim.presets import GPUS, LINKS, SYSTEMS, unified_link
 
 CPUINFO = "/proc/cpuinfo"
 MAX_FREQ = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"  # kHz
@@ -399,9 +399,10 @@ def match_gpu(name: str) -> str | None:
     return key if key in GPUS else None
 
 
-def parse_nvidia_smi(text: str) -> tuple[tuple[str, float], ...]:
-    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits``: each GPU's name and memory in MiB,
-    in nvidia-smi's order; a MoesimError where a line is not that."""
+def parse_nvidia_smi(text: str) -> tuple[tuple[str, float | None], ...]:
+    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits``: each GPU's name and memory in MiB
+    (None where it says "[N/A]": a GPU that shares the host's memory, as a DGX Spark's), in nvidia-smi's order; a
+    MoesimError where a line is not that."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         raise MoesimError("nvidia-smi listed no GPU")
@@ -409,7 +410,7 @@ def parse_nvidia_smi(text: str) -> tuple[tuple[str, float], ...]:
     for line in lines:
         name, sep, mib = line.rpartition(",")
         name, memory = _clean(name), _positive(mib.strip())
-        if not sep or not name or memory is None:
+        if not sep or not name or (memory is None and mib.strip() != "[N/A]"):
             raise MoesimError(f"nvidia-smi gave {_clean(line)[:80]!r}, not 'name, memory MiB'; {TEMPLATE_HINT}")
         out.append((name, memory))
     return tuple(out)
@@ -499,12 +500,13 @@ def _output(run, args: list) -> str | None:
     return done.stdout if done.returncode == 0 and isinstance(done.stdout, str) else None
 
 
-def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = torch_gpu
+def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = torch_gpu, host_gb: float = 0.0
                ) -> tuple[tuple, str]:
     """Every GPU nvidia-smi lists with its link, (GPU, Link) pairs in its order, and a line on where they came from;
     ((), why) where nvidia-smi is absent, fails or lists none. A GPU not among the presets is read by
     ``unknown_gpu`` where it is the first (or named as the first); another is refused (a hardware file describes
-    it)."""
+    it). A preset's GPU that shares the host's memory maps what nvidia-smi says, else the host's ``host_gb``, and
+    takes no link (``unified_link``)."""
     out = _output(run, [NVIDIA_SMI, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"])
     if out is None or not out.strip():
         return (), "no GPU (nvidia-smi absent, failing or listing none)"
@@ -513,8 +515,10 @@ def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = to
                          "--format=csv,noheader,nounits"]) or ""
     gpus, words, first = [], [], None
     for index, (name, mib) in enumerate(listed):
-        hbm_gb = _sig(mib / 1024)
         key = match_gpu(name)
+        if mib is None and not (key is not None and GPUS[key].unified and host_gb):
+            raise MoesimError(f"nvidia-smi gave no memory for GPU {index} '{name}'; {TEMPLATE_HINT}")
+        hbm_gb = _sig(mib / 1024) if mib is not None else host_gb
         if key is not None:
             gpu, how = replace(GPUS[key], name=name, hbm_gb=hbm_gb), f"bandwidth and FLOP/s of preset {key}"
         elif first is None or name != listed[0][0]:
@@ -525,7 +529,9 @@ def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = to
         else:  # the first's kind, read once
             gpu, how = replace(first, hbm_gb=hbm_gb), "as GPU 0"
         first = first or gpu
-        if key is not None and key in SYSTEMS and SYSTEMS[key][1] == "nvlink-c2c":
+        if gpu.unified:
+            link, link_how = unified_link(gpu), "none: it shares the host's memory"
+        elif key is not None and key in SYSTEMS and SYSTEMS[key][1] == "nvlink-c2c":
             link, link_how = LINKS["nvlink-c2c"], "its preset's"
         else:
             gen, width = parse_pcie(pcie, index)
@@ -582,7 +588,7 @@ def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.r
     """This machine: its CPU (``detect_cpu``), its GPUs and their links from nvidia-smi (``run``; a GPU not among the
     presets: ``unknown_gpu``)."""
     cpu, cpu_line = detect_cpu(measure, run, read, clock)
-    gpus, gpu_line = detect_gpu(run, unknown_gpu)
+    gpus, gpu_line = detect_gpu(run, unknown_gpu, cpu.ram_gb)
     gpu, link = gpus[0] if gpus else (None, None)
     return Hardware("local", gpu, link, cpu=cpu, source=f"local: detected {cpu_line}; {gpu_line}",
                     more_gpus=gpus[1:])

@@ -203,6 +203,8 @@ class Hardware:
         """The machine in a line: GPUs and memory, links, CPU and RAM."""
         if self.gpu is None:
             parts = ["no GPU"]
+        elif self.gpu.unified:
+            parts = [f"{self.gpu.name} (up to {self.gpu.hbm_gb:g} GiB of the host's memory)"]
         elif len(set(self.gpus)) == 1:
             count = f"{len(self.gpus)} x " if self.more_gpus else ""
             each = " each" if self.more_gpus else ""

@@ -106,7 +106,7 @@ class Memory:
                  f"{g(self.kv)} KV cache + {g(self.scratch)} scratch + {g(self.reserve)} reserve)")
         if self.per_gpu:
             return parts + ", over its GPUs " + ", ".join(
-                f"{i}: {g(used)} of {g(has)} GiB ({n} layers)"
+                f"CUDA{i} {g(used)} of {g(has)} GiB ({n} layers, the output layer counted)"
                 for i, (n, used, has) in enumerate(zip(self.split, self.per_gpu, self.gpu_limits)))
         return parts + f", the GPU has {g(self.vram)} GiB"
 
@@ -208,13 +208,30 @@ def account(fp: Footprint, config) -> Memory:
 def _over_gpus(fp: Footprint, memory: Memory, gpu_experts: np.ndarray) -> Memory:
     """``memory`` of whole layers placed over several GPUs (``moesim.sim.layer_split``; ``gpu_experts``: each layer's
     experts on the GPU, the dense layers first): the split that fills each to the same share of its memory, what
-    each holds, and a reserve on each GPU that holds a layer."""
+    each holds, and a reserve on each GPU (``layer_weights``)."""
     model = fp.model
-    head = model.vocab * model.d_model * fp.weight_bytes
-    items = layer_bytes(memory.weights - head, head, memory.kv, gpu_experts, model.num_experts * fp.expert_bytes)
+    items = layer_bytes(layer_weights(model) * fp.weight_bytes, memory.kv, gpu_experts,
+                        model.num_experts * fp.expert_bytes)
     split, used = balance(items, np.array(fp.gpus), memory.reserve, memory.scratch)
-    return replace(memory, reserve=memory.reserve * int((split > 0).sum()), split=tuple(split.tolist()),
+    return replace(memory, reserve=memory.reserve * len(fp.gpus), split=tuple(split.tolist()),
                    per_gpu=tuple(used.tolist()), gpu_limits=fp.gpus)
+
+
+def layer_weights(model: ModelSpec) -> np.ndarray:
+    """float64 [D + L + 1]: the weights but the routed experts of each dense layer, each MoE layer and the output
+    layer, in parameters (``ModelSpec.non_expert_parts``): every layer's attention and norms; a dense layer's FFN, a
+    MoE layer's router and shared experts; the input embeddings with the first layer (llama.cpp keeps them on the CPU;
+    a run on one GPU counts them on it too), the output head and the final norm with the output layer."""
+    parts, d = model.non_expert_parts, model.d_model
+    dense, layers = model.dense_layers, model.dense_layers + model.num_layers
+    head = model.vocab * d
+    out = np.full(layers + 1, (parts["attention"] + parts["norms"] - d) / layers)
+    out[dense:layers] += (parts["routers"] + parts["shared experts"]) / model.num_layers
+    if dense:
+        out[:dense] += parts["dense FFNs"] / dense
+    out[0] += parts["embeddings"] - head
+    out[-1] = head + d
+    return out
 
 
 def resolve(fp: Footprint, config, top_k: int):

@@ -52,8 +52,14 @@ LINKS.update({f"{x16}-x{lanes}": replace(LINKS[x16], name=f"{x16}-x{lanes}", gbp
 # a Thunderbolt 3/4 eGPU: its PCIe 3.0 x4 tunnel (32 Gbit/s) reaches 19-22 Gbit/s host to device (docs/hardware.md);
 # an OCuLink eGPU is pcie4-x4
 LINKS["thunderbolt"] = Link("thunderbolt", 4.0, 0.65, 10)
-# a GPU that shares the host's memory: nothing is copied; the activations handed to the CPU stay where they are
-LINKS["unified"] = Link("unified", 1000.0, 1.0, 0.0)
+UNIFIED = "unified"  # a machine's link where its GPU shares the host's memory (``unified_link``)
+
+
+def unified_link(gpu: GPU) -> Link:
+    """What stands for the link of a GPU that shares the host's memory: no expert crosses one at decode, and the one
+    copy an engine may make (llama.cpp's prompt-time copy of the CPU layers' experts) is within that memory, which
+    reads and writes each byte: half its bandwidth, at the share a kernel reaches."""
+    return Link(UNIFIED, gpu.hbm_gbps / 2, gpu.mem_eff, 0.0)
 SSDS = {s.name: s for s in [
     SSD("pcie5-nvme", 7.4, 80),                   # FlashMoE Tab. 2: SK hynix P51
     SSD("pcie4-nvme", 7.0, 80),                   # a typical PCIe 4 drive (Samsung 990 Pro class)
@@ -96,9 +102,9 @@ SYSTEMS = {
     "rtx4060ti": ("rtx4060ti", "pcie4-x8", "ryzen-7950x"),  # an x8 card: eight lanes whatever the slot
     "rtx5090": ("rtx5090", "pcie5", "ryzen-9950x"),
     "gh200": ("gh200", "nvlink-c2c", "grace"),            # Speculating Experts Tab. 3
-    "dgx-spark": ("gb10", "unified", "gb10"),             # one memory, GPU and CPU
-    "strix-halo": ("radeon8060s", "unified", "ryzen-ai-max-395"),
-    "m2-ultra": ("m2ultra", "unified", "m2-ultra"),
+    "dgx-spark": ("gb10", UNIFIED, "gb10"),             # one memory, GPU and CPU
+    "strix-halo": ("radeon8060s", UNIFIED, "ryzen-ai-max-395"),
+    "m2-ultra": ("m2ultra", UNIFIED, "m2-ultra"),
     "ryzen-7950x": (None, None, "ryzen-7950x"),           # CPU-only desktops
     "ryzen-9950x": (None, None, "ryzen-9950x"),
 }

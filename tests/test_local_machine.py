@@ -182,9 +182,14 @@ def test_nvidia_smi():
     assert lm.parse_nvidia_smi(SMI_4090) == (("NVIDIA GeForce RTX 4090", 24564.0),)
     assert lm.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 81559\nNVIDIA GeForce RTX 3090, 24576\n") == (
         ("NVIDIA H100 80GB HBM3", 81559.0), ("NVIDIA GeForce RTX 3090", 24576.0))
-    for bad in ("", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090, [N/A]", ", 1024"):
+    for bad in ("", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090, N/A", ", 1024"):
         with pytest.raises(MoesimError):
             lm.parse_nvidia_smi(bad)
+    # no memory: a GPU that shares the host's (a DGX Spark's); only such a preset is taken without it
+    assert lm.parse_nvidia_smi("NVIDIA GB10, [N/A]\n") == (("NVIDIA GB10", None),)
+    _, run = _machine(ZEN4, smi="NVIDIA GeForce RTX 4090, [N/A]\n")
+    with pytest.raises(MoesimError, match="nvidia-smi gave no memory for GPU 0 'NVIDIA GeForce RTX 4090'"):
+        lm.detect_gpu(run, host_gb=64.0)
     assert lm.parse_pcie("4, 16\n") == (4, 16) and lm.parse_pcie("[N/A], [N/A]") == (None, None)
     assert lm.parse_pcie("") == (None, None) and lm.parse_pcie("4, 16\n4, 8\n", 1) == (4, 8)
     assert lm.parse_pcie("4, 16\n", 1) == (None, None)

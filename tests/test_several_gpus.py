@@ -40,28 +40,36 @@ def olmoe_trace():
 
 
 def _reference(items, vram, reserve, first):
-    """The least fullest share over every contiguous split, enumerated."""
-    n, gpus, best = len(items), len(vram), np.inf
+    """(the least fullest share, the least sum of squared shares among the splits with it), over every contiguous
+    split, enumerated."""
+    n, gpus, splits = len(items), len(vram), []
     for cuts in itertools.combinations_with_replacement(range(n + 1), gpus - 1):
         bounds = (0, *cuts, n)
-        held = [sum(items[a:b]) + (reserve if b > a else 0.0) + (first if g == 0 else 0.0)
-                for g, (a, b) in enumerate(zip(bounds, bounds[1:]))]
-        best = min(best, max(h / v for h, v in zip(held, vram)))
-    return best
+        shares = [(sum(items[a:b]) + reserve + (first if g == 0 else 0.0)) / vram[g]
+                  for g, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+        splits.append((max(shares), sum(x * x for x in shares)))
+    fullest = min(m for m, _ in splits)
+    return fullest, min(q for m, q in splits if m <= fullest * (1 + 1e-9))
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_balance_is_the_least_fullest_split(seed):
+def test_balance_is_the_least_fullest_then_most_even_split(seed):
     rng = np.random.default_rng(seed)
     items = rng.uniform(0.5, 3.0, rng.integers(3, 9))
     vram = rng.uniform(4.0, 12.0, rng.integers(2, 4))
     counts, used = balance(items, vram, 0.7, 0.3)
     assert counts.sum() == items.size
     bounds = np.concatenate(([0], np.cumsum(counts)))
-    held = [items[a:b].sum() + (0.7 if b > a else 0) + (0.3 if g == 0 else 0)
-            for g, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+    held = [items[a:b].sum() + 0.7 + (0.3 if g == 0 else 0) for g, (a, b) in enumerate(zip(bounds, bounds[1:]))]
     np.testing.assert_allclose(used, held)
-    assert max(used / vram) == pytest.approx(_reference(list(items), vram, 0.7, 0.3))
+    fullest, squares = _reference(list(items), vram, 0.7, 0.3)
+    assert max(used / vram) == pytest.approx(fullest) and ((used / vram) ** 2).sum() == pytest.approx(squares)
+
+
+def test_a_full_first_gpu_does_not_strand_the_others():
+    """The first GPU's scratch fixes the fullest share; the layers still spread evenly over the other two."""
+    counts, _ = balance(np.ones(10), np.array([24.0, 24.0, 24.0]), 0.5, 15.0)
+    assert counts.tolist() == [0, 5, 5]
 
 
 def test_balance_halves_equal_layers_on_equal_gpus():
@@ -118,7 +126,7 @@ def test_each_gpu_holds_its_layers(olmoe_trace):
     lines = {line.what: line.value for line in explain(two, get_model("olmoe-1b-7b")).constants}
     assert [lines[f"CUDA{i}'s layers (-ts), the output layer counted"] for i in (0, 1)] == list(two.machine.split)
     # one CPU layer fewer fits no split
-    with pytest.raises(MoesimError, match="over its GPUs 0: .* GiB"):
+    with pytest.raises(MoesimError, match="over its GPUs CUDA0 .* GiB"):
         moesim.simulate(olmoe_trace, hardware=_machine(_gpu(7), _gpu(7)), strategy="cpu-experts",
                         cpu_layers=n_two - 1, dtype="bf16")
 
@@ -169,9 +177,12 @@ def test_plan_on_two_3090s_prints_each_gpus_layers(cli):
     code, out, err = cli("plan", "--model", "gpt-oss-120b", "--hardware", ROOT / "examples" / "two-3090.toml",
                          "--dtype", "q4_k", "--json")
     assert code == 0, err
-    best = json.loads(out)["rows"][0]
+    plan = json.loads(out)
+    best = plan["rows"][0]
     split = [int(n) for n in re.search(r" -ts (\d+),(\d+) ", best["command"]).groups()]
-    assert sum(split) == 36 + 1 and f"--n-cpu-moe {best['cpu_layers']} " in best["command"]
+    assert sum(split) == 36 + 1 and best["command"] == (
+        f"CUDA_DEVICE_ORDER=PCI_BUS_ID llama-server -m gpt-oss-120b-Q4_K.gguf -ngl 99 --n-cpu-moe {best['cpu_layers']} "
+        f"-ts {split[0]},{split[1]} -t 16 -c {plan['context']}")
     assert best["on_gpus"].startswith(f"CUDA0: layers 0-{split[0] - 1} ")
     assert best["on_gpus"].endswith(f"CUDA1: layers {split[0]}-35 and the output")
     assert best["vram_gb"] <= 48
@@ -183,3 +194,21 @@ def test_a_written_file_keeps_every_gpu(tmp_path):
     hw = replace(_machine(_gpu(24), _gpu(12, 360.0)), more_gpus=((_gpu(12, 360.0), Link("x4", gbps=8.0)),))
     write_hardware(hw, tmp_path / "box.toml")
     assert load_hardware(tmp_path / "box.toml") == hw
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v2-lite", "gpt-oss-120b", "qwen3-235b-a22b"])
+def test_each_layer_holds_its_own_weights(name):
+    """The weights but the routed experts, layer by layer: they add up to the model's; a dense layer holds its FFN,
+    a MoE layer its router and shared experts, the output layer the head and the final norm."""
+    from moesim.sim.memory import layer_weights
+
+    model = get_model(name)
+    w, d, dense = layer_weights(model), model.d_model, model.dense_layers
+    assert w.size == dense + model.num_layers + 1 and w.sum() == pytest.approx(model.non_expert_params, rel=1e-12)
+    assert w[-1] == model.vocab * d + d
+    attention = model.attention_params + 2 * d
+    moe = attention + d * model.num_experts + model.shared_experts * model.ffn_mats * d * model.d_shared
+    assert w[-2] == pytest.approx(moe)
+    if dense:  # (the first layer holds the input embeddings too)
+        embeddings = model.vocab * d if dense == 1 and not model.tied_embeddings else 0
+        assert w[dense - 1] == pytest.approx(attention + model.ffn_mats * d * model.d_dense + embeddings)

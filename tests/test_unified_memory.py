@@ -9,7 +9,7 @@ import moesim
 from moesim.errors import MoesimError
 from moesim.sim.hardware import load_hardware, write_hardware
 from moesim.sim.memory import GIB, HOST_RESERVE_GIB
-from moesim.sim.presets import LINKS
+from moesim.sim.presets import unified_link
 from moesim.tracegen.synth import synth_trace
 
 
@@ -23,7 +23,7 @@ def test_a_unified_gpu_needs_no_link_and_its_file_round_trips(tmp_path):
     path.write_text('cpu = "ryzen-ai-max-395"\n[gpu]\nname = "iGPU"\nunified = true\nhbm_gb = 96\nhbm_gbps = 256\n'
                     'tflops = 59.4\n')
     hw = load_hardware(path)
-    assert hw.gpu.unified and hw.link == LINKS["unified"]
+    assert hw.gpu.unified and hw.link == unified_link(hw.gpu) and hw.link.gbps == 128  # half of 256 GB/s
     write_hardware(hw, tmp_path / "again.toml")
     assert "unified = true" in (tmp_path / "again.toml").read_text()
     assert load_hardware(tmp_path / "again.toml") == hw
@@ -53,3 +53,29 @@ def test_a_plan_on_one_memory_leaves_no_cpu_only_row():
     plan = moesim.plan(model="qwen3-30b-a3b", hardware="strix-halo", dtypes=["q4_k"])
     assert plan.rows and all(r.gpu and "-ngl 99" in r.command for r in plan.rows)
     assert all(r.vram_gb * GIB <= 96 * GIB for r in plan.rows)
+
+
+def test_a_unified_gpu_is_the_only_one_and_takes_no_link(tmp_path):
+    path = tmp_path / "apu.toml"
+    for text, said in (('gpu = ["gb10", "rtx3090"]\ncpu = "gb10"\n', "is the machine's only GPU, and takes no link"),
+                       ('gpu = "gb10"\nlink = "pcie4"\ncpu = "gb10"\n', "is the machine's only GPU, and takes no link")):
+        path.write_text(text)
+        with pytest.raises(MoesimError, match=said):
+            load_hardware(path)
+    with pytest.raises(MoesimError, match="no link reaches it: link does not apply"):  # (the API names no flag)
+        moesim.hardware("dgx-spark", link="pcie4")
+
+
+def test_local_finds_a_dgx_spark():
+    """nvidia-smi names a GB10 and gives no memory for it: the GPU maps the host's memory, and no link reaches it."""
+    import subprocess
+
+    from moesim.sim import local_machine as lm
+
+    def run(args, **kwargs):
+        out = "NVIDIA GB10, [N/A]\n" if "name,memory.total" in args[1] else "[N/A], [N/A]\n"
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+    gpus, line = lm.detect_gpu(run, host_gb=119.7)
+    ((gpu, link),) = gpus
+    assert gpu.unified and gpu.hbm_gb == 119.7 and link.name == "unified" and "shares the host's memory" in line

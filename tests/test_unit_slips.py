@@ -17,7 +17,7 @@ from moesim.errors import MoesimError, MoesimWarning
 from moesim.sim.config import Config, config_id
 from moesim.sim.hardware import TEMPLATE, check_hardware, get_hardware, load_hardware
 from moesim.sim.machine import Hardware
-from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS
+from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS, unified_link
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_MIB = "is more GPU memory than any GPU has (at most ~512 GiB); 12288 MiB would be 12 GiB: is it MiB?"
@@ -117,8 +117,8 @@ def test_no_preset_and_no_shipped_machine_is_past_a_real_parts(tmp_path):
         warnings.simplefilter("error")
         for name in SYSTEMS:
             check_hardware(replace(get_hardware(name)), name)
-        for gpu, link, cpu in product(GPUS.values(), LINKS.values(), CPUS.values()):
-            check_hardware(Hardware("x", gpu, link, cpu=cpu), "x")
+        for gpu, link, cpu in product(GPUS.values(), LINKS.values(), CPUS.values()):  # (a unified GPU takes its own)
+            check_hardware(Hardware("x", gpu, unified_link(gpu) if gpu.unified else link, cpu=cpu), "x")
         for ssd, cpu in product(SSDS.values(), CPUS.values()):
             check_hardware(Hardware("x", None, None, ssd, cpu=replace(cpu, sockets=2)), "x")
         for path in shipped:

@@ -17,11 +17,18 @@ def command(launch: Launch) -> str:
     # --n-cpu-moe counts llama.cpp's blocks, the dense ones before the MoE layers (DeepSeek's) included
     place = "-ngl 0 --no-op-offload" if not launch.gpu else "-ngl 99" + (
         "" if n == 0 else " --cpu-moe" if n == layers else f" --n-cpu-moe {n + launch.model.dense_layers}")
-    if launch.gpu and len(launch.split) > 1:  # several GPUs: the layers each holds, the output layer counted
+    # several GPUs: the layers each holds, the output layer counted, on the GPUs in the order nvidia-smi lists them (CUDA
+    # numbers them fastest first unless told)
+    several = launch.gpu and len(launch.split) > 1
+    if several:
         place += f" -ts {','.join(map(str, launch.split))}"
     threads = f" -t {launch.threads}" if n or not launch.gpu else ""
     slots = f" -np {launch.batch}" if launch.batch > 1 else ""
-    return f"llama-server -m {launch.gguf} {place}{threads} -c {launch.batch * launch.context}{slots}"
+    return (f"{ORDER + ' ' if several else ''}llama-server -m {launch.gguf} {place}{threads} "
+            f"-c {launch.batch * launch.context}{slots}")
+
+
+ORDER = "CUDA_DEVICE_ORDER=PCI_BUS_ID"  # CUDA's devices in PCI bus order, as nvidia-smi and a hardware file list them
 
 
 ENGINE = EngineSpec(
