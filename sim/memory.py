@@ -19,6 +19,10 @@ on two), the low-bit copies a strategy keeps (``lowbit_dtype``), and ``HOST_RESE
 operating system and the runtime. A machine without a GPU holds everything in its RAM, once: every weight, the KV
 cache and the reserve. A size of 0 (a machine without that memory) is not checked.
 
+Several GPUs each hold their own layers (``moesim.sim.layer_split``): each its layers' weights, KV cache and experts,
+a reserve on every GPU, the scratch on the first, and each must fit its own memory. A GPU that shares the host's
+memory (``unified``) holds what it holds within its share of that memory, and it counts against the RAM too.
+
 ``resolve`` turns ``capacity = "auto"`` into the most slots that fit and a placing strategy's ``auto`` layers
 (``cpu_layers``) into the fewest CPU layers with which everything fits; a configuration that does not fit is refused
 with the numbers. Sizes are GiB (2^30 bytes).
@@ -208,7 +212,7 @@ def account(fp: Footprint, config) -> Memory:
 def _over_gpus(fp: Footprint, memory: Memory, gpu_experts: np.ndarray) -> Memory:
     """``memory`` of whole layers placed over several GPUs (``moesim.sim.layer_split``; ``gpu_experts``: each layer's
     experts on the GPU, the dense layers first): the split that fills each to the same share of its memory, what
-    each holds, and a reserve on each GPU (``layer_weights``)."""
+    each holds (its layers' own weights, ``layer_weights``), and a reserve on every GPU."""
     model = fp.model
     items = layer_bytes(layer_weights(model) * fp.weight_bytes, memory.kv, gpu_experts,
                         model.num_experts * fp.expert_bytes)
