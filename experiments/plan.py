@@ -12,10 +12,11 @@ spread: ``moesim.sim.accuracy``), TPOT, the time to first token of a ``prompt``-
 used, the format (``format``, and in words ``storage``) and the engine's whole command that runs it. A row is offered
 where an engine a user can install runs the model's family in that format (``moesim.sim.engines``); the others are set
 apart, each saying why. On a machine with a GPU, llama.cpp with every layer on the CPU and the GPU left out (``-ngl
-0``) is planned too, unless the GPU shares the host's memory (it reads the same memory faster). Candidates that keep every expert on the GPU are one placement: one ``all-on-gpu`` row per format
-(``_fold``). A candidate that cannot fit, or cannot run on the trace (lowbit-miss needs gate weights), is listed with
-the reason; where none fits, the plan is an error naming the one closest to fitting. ``curves`` steps the GPU memory
-of each strategy's best row down, for a figure of tokens/s against VRAM.
+0``) is planned too, unless the GPU shares the host's memory (it reads the same memory faster). Candidates that keep
+every expert on the GPU are one placement: one ``all-on-gpu`` row per format (``_fold``). A candidate that cannot
+fit, or cannot run on the trace (lowbit-miss needs gate weights), is listed with the reason; where none fits, the plan
+is an error naming the one closest to fitting. ``curves`` steps the GPU memory of each strategy's best row down, for a
+figure of tokens/s against VRAM.
 
 Popularity (``static`` pins, the ``popular`` preload) and the ``history`` prefetcher are learned from the simulated
 trace itself, so those rows are upper bounds for their strategy on unseen prompts.

@@ -217,8 +217,8 @@ class LayerSplit:
 
 ACTIVATION_BYTES = 4.0  # a value of the activations handed between GPUs (ggml's f32)
 ROW_SHARES = {"pre": "layers", "shared": "layers", "once": "once", "handoff": "cpu"}
-# an expert copied to a GPU (a prompt's CPU experts, llama.cpp's offload) goes to the first: ggml's scheduler gives an op
-# whose weights are in host memory to the first backend that takes it
+# an expert copied to a GPU (a prompt's CPU experts, llama.cpp's offload) goes to the first: ggml's scheduler gives an
+# op whose weights are in host memory to the first backend that takes it
 COST_SHARES = {"pre_s": "layers", "shared_s": "layers", "row_s": "once", "by_tokens": "gpu", "moe_launch_s": "gpu",
                "expert_launch_s": "gpu", "copy_s": "first", "handoff_s": "cpu", "lowbit_copy_s": "first"}
 

@@ -94,13 +94,15 @@ def explain(r: DesResult, model: ModelSpec) -> Explanation:
 
 def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
     cost, out = r.costs, []
-    for i, (g, link) in enumerate(dict.fromkeys(hw.gpus)):  # each kind of GPU once
+    for g, link in dict.fromkeys(hw.gpus):  # each kind of GPU once
+        # (a GPU that shares the host's memory: its "link" is a copy within that memory)
+        rate = "a copy within the shared memory: half its bandwidth" if g.unified else SHEET
         out += [Line(f"{g.name} memory bandwidth", g.hbm_gbps, "GB/s", SHEET),
                 Line("... of it reached", g.mem_eff, "share", REACHED),
                 Line(f"{g.name} dense bf16", g.tflops, "TFLOP/s", SHEET),
                 Line("... of it reached", g.flop_eff, "share", REACHED),
                 Line("a kernel launch", g.launch_us, "us", FIGURE),
-                Line(f"{link.name} link", link.gbps, "GB/s", SHEET),
+                Line(f"{link.name} link", link.gbps, "GB/s", rate),
                 Line("... of it a pinned copy reaches", link.efficiency, "share", REACHED),
                 Line("... latency of a copy", link.latency_us, "us", FIGURE)]
     for i, layers in enumerate(hw.split):  # several GPUs: the layers each holds

@@ -91,7 +91,8 @@ def get_hardware(name: str, link: str | None = None, ssd: str | None = None, cpu
         hw = this_machine()
     else:
         gpu, default_link, default_cpu = _pick(SYSTEMS, name, "hardware")
-        own = None if not default_link else unified_link(GPUS[gpu]) if default_link == UNIFIED else LINKS[default_link]
+        own = None if not default_link else \
+            unified_link(GPUS[gpu]) if default_link == UNIFIED else LINKS[default_link]
         hw = Hardware(name.lower(), GPUS[gpu] if gpu else None, own, source="preset", cpu=CPUS[default_cpu])
     return _checked(with_parts(hw, link, ssd, cpu, vram, ram, threads, force), force)
 
@@ -100,9 +101,9 @@ def with_parts(hw: Hardware, link: str | None = None, ssd: str | None = None, cp
                vram: float | None = None, ram: float | None = None, threads: int | None = None,
                force: bool = False) -> Hardware:
     """``hw`` with ``link`` / ``ssd`` / ``cpu`` swapped for presets (``link``: every GPU's), ``vram`` / ``ram`` (GiB)
-    replacing every GPU's and the host's memory sizes (each held to its range and, ``force`` aside, to the most a real part has:
-    ``PLAUSIBLE``), ``threads`` the threads the engine computes with on the CPU: a preset's, a file's or a machine
-    built in code alike (``moesim.simulate(..., hardware=Hardware(...), link="pcie3")``)."""
+    replacing every GPU's and the host's memory sizes (each held to its range and, ``force`` aside, to the most a real
+    part has: ``PLAUSIBLE``), ``threads`` the threads the engine computes with on the CPU: a preset's, a file's or a
+    machine built in code alike (``moesim.simulate(..., hardware=Hardware(...), link="pcie3")``)."""
     for part, value in (("link", link), ("ssd", ssd), ("cpu", cpu)):
         if value is not None and not isinstance(value, str):
             raise MoesimError(f"{part} must be a {part} preset's name, got {type(value).__name__}")
@@ -180,10 +181,9 @@ def load_hardware(path: Path, force: bool = False) -> Hardware:
         links = [unified_link(gpus[0])]
     if len(links) == 1:  # one link named for every GPU
         links = links * len(gpus)
-    if len(links) != len(gpus) or (len(gpus) > 1 and parts["compute"] is not None):
+    if len(links) != len(gpus):
         raise MoesimError(f"{path}: {len(gpus)} [[gpu]] and {len(links)} [[link]]: give one link for every GPU, "
-                          "in the same order, or one for all" if len(links) != len(gpus) else
-                          f"{path}: a [compute] table is measured on one GPU, and the file has {len(gpus)}")
+                          "in the same order, or one for all")
     parts["gpu"], parts["link"] = gpus[0], links[0]
     if parts["gpu"] is None:
         if parts["cpu"] is None:

@@ -513,7 +513,7 @@ def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = to
     listed = parse_nvidia_smi(out)
     pcie = _output(run, [NVIDIA_SMI, "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
                          "--format=csv,noheader,nounits"]) or ""
-    gpus, words, first = [], [], None
+    gpus, words = [], []
     for index, (name, mib) in enumerate(listed):
         key = match_gpu(name)
         if mib is None and not (key is not None and GPUS[key].unified and host_gb):
@@ -521,14 +521,13 @@ def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = to
         hbm_gb = _sig(mib / 1024) if mib is not None else host_gb
         if key is not None:
             gpu, how = replace(GPUS[key], name=name, hbm_gb=hbm_gb), f"bandwidth and FLOP/s of preset {key}"
-        elif first is None or name != listed[0][0]:
-            if first is not None:
-                raise MoesimError(f"GPU {index} '{name}' is not a preset, and only the first GPU is read by torch; "
-                                  f"{TEMPLATE_HINT}")
+        elif index == 0:
             gpu, how = unknown_gpu(name, hbm_gb), "bandwidth from its memory clock, FLOP/s measured"
-        else:  # the first's kind, read once
-            gpu, how = replace(first, hbm_gb=hbm_gb), "as GPU 0"
-        first = first or gpu
+        elif name == listed[0][0]:  # the first's kind, read once
+            gpu, how = replace(gpus[0][0], hbm_gb=hbm_gb), "as GPU 0"
+        else:
+            raise MoesimError(f"GPU {index} '{name}' is not a preset, and only the first GPU is read by torch; "
+                              f"{TEMPLATE_HINT}")
         if gpu.unified:
             link, link_how = unified_link(gpu), "none: it shares the host's memory"
         elif key is not None and key in SYSTEMS and SYSTEMS[key][1] == "nvlink-c2c":

@@ -36,8 +36,8 @@ GPUS = {g.name.lower().replace(" ", ""): g for g in [
                                                   # ratio of FP4 sparse to dense fp16 with fp32 accumulate)
     GPU("Radeon8060S", 256, 59.4, 96, unified=True),  # Ryzen AI Max+ 395: 256-bit LPDDR5X-8000; 40 CU x 512 x 2.9 GHz;
                                                       # 96 GB: AMD's most Variable Graphics Memory of 128
-    GPU("M2Ultra", 800, 27.2, 144, unified=True),  # 76-core GPU: 21.47 TFLOPS at 60 cores x 76/60; 3/4 of 192 GB, macOS's
-                                                   # default GPU share above 36 GB
+    GPU("M2Ultra", 800, 27.2, 144, unified=True),  # 76-core GPU: 21.47 TFLOPS at 60 cores x 76/60; 3/4 of 192 GB,
+                                                   # macOS's default GPU share above 36 GB
 ]}
 LINKS = {lk.name: lk for lk in [
     Link("pcie3", 16, 0.8, 10),

@@ -381,15 +381,18 @@ def _machine(hw: Hardware) -> str:
     return hw.source if hw.source.endswith(".toml") else f"hardware '{hw.name}'"
 
 
-def _check_gpus(hardware: Hardware, strategy: StrategySpec, engine: EngineSpec) -> None:
-    """Several GPUs take whole layers each (``moesim.sim.layer_split``): a placement of whole layers (no GPU cache)
-    by an engine that splits a model's layers over that many."""
+def _check_whole_layers(hardware: Hardware, strategy: StrategySpec, engine: EngineSpec) -> None:
+    """Several GPUs take whole layers each (``moesim.sim.layer_split``), and a GPU that shares the host's memory reads
+    every weight where it lies: a placement of whole layers (no GPU cache), by an engine that splits a model's layers
+    over that many GPUs."""
     count = len(hardware.gpus)
-    placing = _listed(n for n, m in STRATEGIES.items() if m.places and not m.cache)
     if strategy.cache:
-        raise MoesimError(f"{_machine(hardware)} has {count} GPUs, which moesim models as an engine's layer split "
-                          f"(whole layers on each: {option('strategy')} {placing}); a GPU expert cache over several "
-                          "GPUs is not modelled")
+        placing = _listed(n for n, m in STRATEGIES.items() if m.places and not m.cache)
+        why = (f"has {count} GPUs, which moesim models as an engine's layer split (whole layers on each)"
+               if hardware.more_gpus else
+               "has a GPU that shares the host's memory and reads every weight where it lies")
+        raise MoesimError(f"{_machine(hardware)} {why}: nothing is copied to a GPU, so an expert cache is not "
+                          f"modelled; use {option('strategy')} {placing}")
     if engine.gpus < count:
         raise MoesimError(f"{_machine(hardware)} has {count} GPUs, and {engine.name} places a model on "
                           f"{engine.gpus}; the engines that split its layers over them: "
@@ -420,13 +423,8 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
         if placed not in (None, "auto") and (strategy.placement(model.num_layers, {places: placed}) != ON_CPU).any():
             raise MoesimError(f"{_machine(hardware)} has no GPU: every layer's experts are on its CPU; use "
                               f"{option(places, 'auto')} (or {model.num_layers})")
-    if hardware.more_gpus:
-        _check_gpus(hardware, strategy, engine_for(config, named=True))
-    if hardware.gpu is not None and hardware.gpu.unified and strategy.cache:
-        placing = _listed(n for n, m in STRATEGIES.items() if m.places and not m.cache)
-        raise MoesimError(f"the GPU of {_machine(hardware)} shares the host's memory and reads every weight where it "
-                          f"lies: nothing is copied to it, so an expert cache has nothing to keep; use "
-                          f"{option('strategy')} {placing}")
+    if hardware.more_gpus or (hardware.gpu is not None and hardware.gpu.unified):
+        _check_whole_layers(hardware, strategy, engine_for(config, named=True))
     if model.kind == "mole" and not strategy.lookup_tables:
         tables = _listed(n for n, m in STRATEGIES.items() if m.lookup_tables)
         raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")

@@ -57,10 +57,9 @@ def test_a_plan_on_one_memory_leaves_no_cpu_only_row():
 
 def test_a_unified_gpu_is_the_only_one_and_takes_no_link(tmp_path):
     path = tmp_path / "apu.toml"
-    for text, said in (('gpu = ["gb10", "rtx3090"]\ncpu = "gb10"\n', "is the machine's only GPU, and takes no link"),
-                       ('gpu = "gb10"\nlink = "pcie4"\ncpu = "gb10"\n', "is the machine's only GPU, and takes no link")):
+    for text in ('gpu = ["gb10", "rtx3090"]\ncpu = "gb10"\n', 'gpu = "gb10"\nlink = "pcie4"\ncpu = "gb10"\n'):
         path.write_text(text)
-        with pytest.raises(MoesimError, match=said):
+        with pytest.raises(MoesimError, match="is the machine's only GPU, and takes no link"):
             load_hardware(path)
     with pytest.raises(MoesimError, match="no link reaches it: link does not apply"):  # (the API names no flag)
         moesim.hardware("dgx-spark", link="pcie4")

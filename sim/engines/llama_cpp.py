@@ -17,8 +17,8 @@ def command(launch: Launch) -> str:
     # --n-cpu-moe counts llama.cpp's blocks, the dense ones before the MoE layers (DeepSeek's) included
     place = "-ngl 0 --no-op-offload" if not launch.gpu else "-ngl 99" + (
         "" if n == 0 else " --cpu-moe" if n == layers else f" --n-cpu-moe {n + launch.model.dense_layers}")
-    # several GPUs: the layers each holds, the output layer counted, on the GPUs in the order nvidia-smi lists them (CUDA
-    # numbers them fastest first unless told)
+    # several GPUs: the layers each holds, the output layer counted, on the GPUs in the order nvidia-smi lists them
+    # (CUDA numbers them fastest first unless told)
     several = launch.gpu and len(launch.split) > 1
     if several:
         place += f" -ts {','.join(map(str, launch.split))}"
