@@ -90,7 +90,7 @@ def predict(point: dict, grid: tuple = ()) -> dict:
         settings["vram"] = point["vram_gb"]
     settings.update(model=spec, strategy=point["strategy"], warmup=1, dtype=None if stored else point["format"],
                     other_dtype=point.get("other", None if "file_gib" in point else point["format"]))
-    r = simulate(trace, hardware=hw, **settings)
+    r = simulate(trace, hardware=hw, engine=timed_as(point), **settings)
     out = {"predicted": r.tokens_per_s, "tpot_s": r.tpot_s, "vram_gb": r.vram_gb, "ram_gb": r.ram_gb,
            "hardware": hw.describe(), "dram_eff": hw.cpu.dram_eff if hw.cpu else None, "barrier_share": 0.0,
            "timed_as": r.timed_as}
@@ -99,8 +99,19 @@ def predict(point: dict, grid: tuple = ()) -> dict:
                           for us in grid]
     if hw.cpu is not None:
         free = replace(hw, cpu=replace(hw.cpu, barrier_base_us=0.0, barrier_thread_us=0.0))
-        out["barrier_share"] = 1 - simulate(trace, hardware=free, **settings).tpot_s / r.tpot_s
+        out["barrier_share"] = 1 - simulate(trace, hardware=free, engine=timed_as(point), **settings).tpot_s / r.tpot_s
     return out
+
+
+def timed_as(point: dict) -> str:
+    """The engine a point is timed as: ik_llama.cpp's points as ik_llama.cpp where the run fused its MoE ops
+    (``fused_moe``), else as llama.cpp, whose graph of the routed experts ik_llama.cpp runs unfused; any other
+    point as the first engine that runs its placement (``auto``: no framework time, as every point's ``predicted``)."""
+    if point["engine"] != "ik_llama.cpp":
+        return "auto"
+    if "fused_moe" not in point:
+        raise SystemExit(f"point {point['id']}: an ik_llama.cpp point says whether its run fused MoE (fused_moe)")
+    return "ik_llama.cpp" if point["fused_moe"] else "llama.cpp"
 
 
 def framework_tpot(trace, settings: dict, hw, name: str, layer_us: float) -> float:

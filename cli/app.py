@@ -88,6 +88,7 @@ def engines(as_json: Annotated[bool, typer.Option("--json", help="Print JSON ins
 
     rows = [{"name": e.name, "runs": list(e.runs), "summary": e.summary, "source": e.source, "numa": e.numa,
              "shared_overlap": e.shared_overlap, "cpu_ops": list(e.cpu_ops), "offload_min_tokens": e.offload_min_tokens,
+             "offload_per_expert": e.offload_per_expert,
              "layer_us": e.layer_us, "kernel": e.kernel, "threads": e.threads,
              "families": list(e.families), "formats": list(e.formats), "release": e.release,
              "sources": dict(e.sources),
@@ -106,7 +107,9 @@ def engines(as_json: Annotated[bool, typer.Option("--json", help="Print JSON ins
             r["kernel"] or "the run's"]
            + ([r["numa"] + (f", {r['threads']} threads" if r["threads"] else ""),
                "beside the CPU's" if r["shared_overlap"] else "before the CPU's",
-               f"{r['cpu_ops'][0]}, {r['cpu_ops'][1]}", r["offload_min_tokens"] or "never"]
+               f"{r['cpu_ops'][0]}, {r['cpu_ops'][1]}",
+               f"{r['offload_min_tokens']}{' an expert' if r['offload_per_expert'] else ''}"
+               if r["offload_min_tokens"] else "never"]
               if r["computes_on_cpu"] else ["-"] * 4) + [r["release"] or f"none ({r['source']})"] for r in rows])
     for r in rows:
         console.print(f"{r['name']} runs: {', '.join(r['families']) or 'no family'}; experts in "

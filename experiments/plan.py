@@ -153,8 +153,9 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
     per-layer cache's slots out over the layers the best way for the trace (``moesim.sim.budget``). On a trace that
     records every sequence's prompt the TTFT is timed on those, and a prompt asked for (``prompt_asked``; else it is
     the plan's default) is refused. A setting in ``given`` (typed by the user) that no row of the plan reads is
-    refused (``check_plan_read``). ``engines``: the names of the engines the user has (``moesim engines``; None:
-    every one); only the placements those run are planned."""
+    refused (``check_plan_read``). ``engines``: the names of the engines the user has (``moesim engines``), each
+    placement planned once for each of them that runs it (``each_engine``); None: every engine, each placement timed
+    as the first that runs it."""
     if config.model.name is None:
         raise MoesimError("a plan is for a model: name one (a preset, see 'moesim models')")
     spec = get_model(config.model.name)
@@ -292,28 +293,44 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
             config = base.replace(dtype=dtype, other_dtype=dtype, strategy=strategy,
                                   **{**settings, "split": split if "capacity" in settings and scope == "per-layer"
                                      else "uniform"})
-            if kept is not None and engine_for(config, named=True).name not in kept:
-                continue
-            try:
-                prepared.append(prepare_des(tr, config, spec, hw, shared=out.shared, named=True))
-            except DoesNotFit as exc:  # what it needs, without the advice to a 'sim run' user
-                out.skipped.append({"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
-                                    "reason": f"needs {exc.parts}"})
-                short.append((exc, name))
-                if get_strategy(strategy).places and exc.memory.ram and exc.memory.host > exc.memory.ram:
-                    _from_ssd(out, config, name, prepared, short)
-            except MoesimError as exc:
-                out.skipped.append({"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
-                                    "reason": str(exc)})
-        if out.cpu_only is not None and (kept is None or WHOLE_ON_GPU.name in kept):  # llama.cpp -ngl 0
-            config = base.replace(dtype=dtype, other_dtype=dtype, strategy="cpu-experts", cpu_layers="auto")
+            for config in each_engine(config, kept):
+                try:
+                    prepared.append(prepare_des(tr, config, spec, hw, shared=out.shared, named=True))
+                except DoesNotFit as exc:  # what it needs, without the advice to a 'sim run' user
+                    _skip(out, {"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
+                                "reason": f"needs {exc.parts}"})
+                    short.append((exc, name))
+                    if get_strategy(strategy).places and exc.memory.ram and exc.memory.host > exc.memory.ram:
+                        _from_ssd(out, config, name, prepared, short)
+                except MoesimError as exc:
+                    _skip(out, {"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
+                                "reason": str(exc)})
+        if out.cpu_only is None:
+            continue
+        for config in each_engine(base.replace(dtype=dtype, other_dtype=dtype, strategy="cpu-experts",
+                                               cpu_layers="auto"), kept):  # llama.cpp -ngl 0
             try:
                 prepared.append(prepare_des(tr, config, spec, out.cpu_only, shared=out.shared, named=True))
             except MoesimError as exc:
-                out.skipped.append({"strategy": CPU_ONLY, "dtype": dtype, "format": name, "policy": None,
-                                    "prefetch": None, "reason": f"needs {exc.parts}" if isinstance(exc, DoesNotFit)
-                                    else str(exc)})
+                _skip(out, {"strategy": CPU_ONLY, "dtype": dtype, "format": name, "policy": None, "prefetch": None,
+                            "reason": f"needs {exc.parts}" if isinstance(exc, DoesNotFit) else str(exc)})
     return prepared, short
+
+
+def each_engine(config: Config, kept: set | None) -> list[Config]:
+    """``config`` once for each engine the user has (``kept``) that runs its placement and takes its settings, named
+    for it (the first, the engine a run of it is timed as, left as it is); with ``kept`` None, the first alone."""
+    first = engine_for(config, named=True).name
+    if kept is None:
+        return [config]
+    return [config if e.name == first else config.replace(engine=e.name) for e in ENGINES.values()
+            if e.name in kept and config.execution.strategy in e.runs and e.takes(config)]
+
+
+def _skip(out: Plan, skipped: dict) -> None:
+    """A candidate that cannot run, listed once however many engines ran into it."""
+    if skipped not in out.skipped:
+        out.skipped.append(skipped)
 
 
 def _from_ssd(out: Plan, config: Config, name: str, prepared: list, short: list) -> None:

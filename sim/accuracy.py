@@ -28,9 +28,9 @@ from typing import NamedTuple
 import numpy as np
 
 COVERAGE = 0.8  # an interval holds this share of measurements: its ends are the (1 ± COVERAGE) / 2 quantiles
-FRAMEWORK_BAND, FRAMEWORK_HELD = (0.34, 1.40), 0.81
-OPERATIONS_BAND, OPERATIONS_HELD = (0.33, 1.36), 0.62
-TIE_RATIO = 1.83
+FRAMEWORK_BAND, FRAMEWORK_HELD = (0.34, 1.39), 0.79
+OPERATIONS_BAND, OPERATIONS_HELD = (0.33, 1.33), 0.68
+TIE_RATIO = 1.68
 
 
 def tied(a: float, b: float) -> bool:

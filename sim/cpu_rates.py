@@ -25,9 +25,10 @@ barrier with n threads costs ``BARRIER_BASE_US + BARRIER_THREAD_US · (n − 1)`
 EPYC (PR #9598, its threadpool: 1.96 us a graph node with 4 threads, 3.04 with 8), a line through those two
 (``moesim calibrate --engine llama.cpp`` fits this machine's own). A MoE
 layer's decode graph on the CPU has ``CPU_LAYER_BARRIERS`` of them (llama.cpp issue #26200: about 2,000 barriers
-a token for Qwen3-30B-A3B's 48 layers); its routed experts alone (llama.cpp's ``build_moe_ffn``: gate, up, the
-gated activation, down, the router weights and one add per chosen expert) 5 + k, kTransformers' MoE operator 3
-(the strategy's ``CPU_OPS``).
+a token for Qwen3-30B-A3B's 48 layers); of them its routed experts' (llama.cpp's ``build_moe_ffn``: gate, up, the
+gated activation, down, the router weights and one add per chosen expert) ``EXPERT_BARRIERS``, 5 + k. An engine's own
+graph of the routed experts (its ``cpu_ops``: ik_llama.cpp's fused MoE 3, kTransformers' MoE operator 3) replaces
+those, the rest of the layer's staying.
 
 A layer handed from the GPU to the CPU and back costs ``SYNC_US`` besides its experts: ik_llama.cpp PR #232
 timed its parts on a Ryzen 9 7950X + RTX 4080 (DeepSeek-V2-Lite, experts on the CPU, 5 x tg128): 1.88 s of
@@ -74,6 +75,7 @@ DRAM_EFF = dram_eff_without()
 SYNC_US = 113.0
 BARRIER_BASE_US, BARRIER_THREAD_US = 1.15, 0.27  # one thread's cost, and each further thread's
 CPU_LAYER_BARRIERS = 42
+EXPERT_BARRIERS = (5, 1)  # a + b x top_k of them
 FA_TILE_Q = 64
 ATTN_FLOP_PER_CYCLE = {"one": 3.0, "tiled": 8.0}  # per thread; this machine's calibration (docstring)
 

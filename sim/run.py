@@ -128,6 +128,11 @@ class Run:
     build: int                  # the least build of the loop it needs (``build_for``)
     rows_run: int = 0           # rows stepped so far: the run's row number of the next step's first row
 
+    @property
+    def offload(self) -> float:
+        """The fewest tokens of a row whose CPU layers' experts the engine runs on the GPU."""
+        return self.engine.offload_tokens(self.model.num_experts, self.model.top_k)
+
     @cached_property
     def loop(self):
         """The compiled loop it runs (``loop_for``), chosen when it first steps (``moesim.sim.des.simulate_all``
@@ -144,7 +149,7 @@ class Run:
         state = self.state
         tally, progress, counters = state.tally, state.progress, state.tally.counters
         if self.rewritten and len(self.strategy.actions) > 1:
-            state.inputs.miss_action[first:last] = miss_actions(self.strategy, self.strategy_params, self.engine,
+            state.inputs.miss_action[first:last] = miss_actions(self.strategy, self.strategy_params, self.offload,
                                                                 self.rows, self.costs, state.inputs, first, last)
         if live_slots is not None:
             if self.build < FULL:  # only the full build gives slots back
@@ -239,7 +244,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
         miss_action=np.zeros(rows.exe.shape, np.int8), cpu_by_tokens=cost.cpu_by_tokens,
         late_to_cpu=bool(strategy.cpu and strategy.cache), handoff_s=rows.handoff_s,
         measure_from=np.int64(source.measure_from(config)))
-    inputs.miss_action[:] = miss_actions(strategy, sparams, engine, rows, cost, inputs)
+    inputs.miss_action[:] = miss_actions(strategy, sparams, engine.offload_tokens(model.num_experts, model.top_k), rows,
+                                         cost, inputs)
     log_rows = log_size(rows) if decisions else 0
     policy = get_policy(config.cache.policy)
     policy_state = policy_groups.state(config.cache.policy, policy.make_state(
@@ -261,15 +267,15 @@ def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
         return None  # ``check_read`` refuses it by the machine's name
     strategy, n_layers = run.strategy, run.model.num_layers
     placement = strategy.placement(n_layers, run.strategy_params)
-    offload = run.engine.offload_min_tokens  # a row this long runs them on the GPU
-    if (placement == ON_CPU).all() and (offload is None or most_tokens < offload):
+    offload = run.offload  # a row this long runs them on the GPU
+    if (placement == ON_CPU).all() and most_tokens < offload:
         places = strategy.places
         placed = run.strategy_params.get(places)
         given = asked.execution.params.get(places, strategy.params[places].default) if places else None
         return (f"strategy {strategy.name} puts all {n_layers} layers' experts on the CPU"
                 + ("" if placed is None else f" ({option(places, given)}"
                    + ("" if given == placed else f", resolved to {placed}") + ")")
-                + ("" if offload is None else f" and no step holds the {offload} tokens at which it runs them on the "
+                + ("" if offload == float("inf") else f" and no step holds the {offload} tokens at which it runs them on the "
                                               f"GPU (at most {most_tokens} here)"))
     if set(strategy.actions) <= {A_CPU, A_CPU_FILL} and (placement == CACHED).all() \
             and not np.any(run.config.cache.slots(n_layers)) and run.config.prefetch.prefetcher == "none":
@@ -300,16 +306,17 @@ def check_fills(run: Run, filled: bool | None = None) -> None:
                           f"{option('policy', 'static')} is Fiddler's), or {option('capacity', 0)}")
 
 
-def miss_actions(strategy, params: dict, engine: EngineSpec, rows: RowArrays, cost: Costs, inputs: Inputs,
+def miss_actions(strategy, params: dict, offload: float, rows: RowArrays, cost: Costs, inputs: Inputs,
                  first: int = 0, last: int | None = None) -> np.ndarray:
-    """The strategy's action for each executed expert of rows ``first .. last - 1`` should it miss, run by
-    ``engine``, checked to be one of those it declares (``ACTIONS``)."""
+    """The strategy's action for each executed expert of rows ``first .. last - 1`` should it miss, run by an engine
+    that runs a row of ``offload`` tokens or more on the GPU (``EngineSpec.offload_tokens``), checked to be one of
+    those the strategy declares (``ACTIONS``)."""
     span = slice(first, last)
     gpu = bool(np.isfinite(cost.copy_s))
     cells = Cells(tokens=rows.exe_tokens[span], weights=rows.weights[span], decode=rows.kind[span] == DECODE,
                   committed=rows.committed[span], row_tokens=rows.tokens[span], placement=inputs.placement,
                   cpu_s=cost.cpu_by_tokens, gpu_s=cost.gpu_expert_s(inputs.per_expert), copy_s=cost.copy_s, gpu=gpu,
-                  offload_tokens=float("inf") if engine.offload_min_tokens is None else engine.offload_min_tokens)
+                  offload_tokens=offload)
     actions = strategy.miss_actions(cells, params)
     if getattr(actions, "shape", None) != cells.tokens.shape or not _all_in(actions, strategy.actions):
         raise MoesimError(f"strategy {strategy.name}: its miss_actions gave an array of shape "

@@ -100,6 +100,57 @@ def test_each_engine_writes_the_command_of_a_placement_and_says_what_it_runs():
     assert deepseek.family == "deepseek_v3" and kt.refuses(deepseek, "q4_k", own_gguf=True) == ""
 
 
+def test_ik_llama_cpp_fuses_a_cpu_layers_experts_and_offloads_by_tokens_an_expert(monkeypatch):
+    """ik_llama.cpp runs llama.cpp's placement with its fused MoE: 3 barriers a CPU layer's routed experts whatever
+    top_k, against llama.cpp's 5 + k, so a decode token on Mixtral (k = 2) with all 32 layers' experts on the CPU
+    takes exactly 32 x 4 barriers less; its CUDA backend runs a CPU layer's experts on the GPU for a row where each
+    expert averages 32 tokens (ceil(32 E / k): Mixtral 128, Qwen3-30B-A3B 512), so a 100-token prompt stays on the
+    CPU (as if it never offloaded) and a 200-token one does not; its command is llama.cpp's, with its own switch
+    for a CUDA build's products on a run without the GPU."""
+    from moesim import simulate
+    from moesim.sim.hardware import get_hardware
+
+    ik, llama = ENGINES["ik_llama.cpp"], ENGINES["llama.cpp"]
+    assert [ik.expert_barriers(k) for k in (1, 2, 8)] == [3, 3, 3] and llama.expert_barriers(8) == 13
+    mixtral, qwen = get_model("mixtral-8x7b"), get_model("qwen3-30b-a3b")
+    assert ik.offload_tokens(mixtral.num_experts, mixtral.top_k) == 128
+    assert ik.offload_tokens(qwen.num_experts, qwen.top_k) == 512 and llama.offload_tokens(128, 8) == 32
+    trace, all_cpu = bundled_trace_path(), {"strategy": "cpu-experts", "cpu_layers": 32}
+    tpot = {e: simulate(trace, hardware="rtx4090", engine=e, prompt=0, **all_cpu).tpot_s for e in ENGINES if
+            e in ("llama.cpp", "ik_llama.cpp")}
+    barrier = get_hardware("rtx4090").cpu.barrier_s()
+    assert tpot["llama.cpp"] - tpot["ik_llama.cpp"] == pytest.approx(32 * (7 - 3) * barrier, rel=1e-9)
+
+    def ttft(prompt):
+        return simulate(trace, hardware="rtx4090", engine="ik_llama.cpp", prompt=prompt, **all_cpu).ttft_s
+
+    offloading = {prompt: ttft(prompt) for prompt in (100, 200)}
+    monkeypatch.setitem(engines.ENGINES, "ik_llama.cpp", replace(ik, offload_min_tokens=None))
+    assert ttft(100) == offloading[100] and ttft(200) != offloading[200]
+    cpu_only = Launch(mixtral, "bf16", Config(), 0, False, 8, 1, 700, 0.0)
+    assert ik.command(cpu_only) == "llama-server -m Mixtral-8x7B-v0.1-BF16.gguf -ngl 0 -op -1,0 -t 8 -c 700"
+    assert ik.command(replace(cpu_only, gpu=True, cpu_layers=4)) == \
+        llama.command(replace(cpu_only, gpu=True, cpu_layers=4))
+    assert ik.refuses(get_model("olmoe-1b-7b"), "q4_k").startswith("ik_llama.cpp runs no olmoe model")
+
+
+def test_a_plan_gives_a_row_per_engine_the_user_has_that_runs_a_placement(cli):
+    """``--engine llama.cpp,ik_llama.cpp``: the placement both run is planned once for each, every row naming its
+    engine and its command; the default, every engine, times each placement as the first that runs it (llama.cpp)."""
+    args = ("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--dtype", "q4_k", "--json")
+    code, out, err = cli(*args, "--engine", "llama.cpp,ik_llama.cpp")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    by_engine = {(r["strategy"], r["engine"], r["gpu"]): r for r in rows}  # gpu false: the GPU left out
+    assert {(engine, gpu) for _, engine, gpu in by_engine} == {(e, g) for e in ("llama.cpp", "ik_llama.cpp")
+                                                                for g in (True, False)}
+    ik, llama = by_engine[("cpu-experts", "ik_llama.cpp", True)], by_engine[("cpu-experts", "llama.cpp", True)]
+    assert ik["cpu_layers"] == llama["cpu_layers"] > 0 and ik["tokens_per_s"] > llama["tokens_per_s"]
+    assert "-ngl 0 -op -1,0" in by_engine[("cpu-experts", "ik_llama.cpp", False)]["command"]
+    code, out, err = cli(*args)
+    assert code == 0 and "ik_llama.cpp" not in {r["engine"] for r in json.loads(out)["rows"]}, err
+
+
 def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):
     """The recipe in docs/architecture.md, followed: an engine written in this test — llama.cpp's figures but a thread
     pool and a copy of the experts per socket, and its own options — registered ahead of llama.cpp for cpu-experts,
@@ -240,42 +291,50 @@ def test_a_kernel_given_to_an_engine_that_runs_its_own_is_refused(cli):
 
 
 # each engine's program and the options it takes, value-taking (True) or not, as its own source names them:
-# llama.cpp common/arg.cpp (llama-server), kt-kernel's SGLang arguments (kt-kernel/README.md), MoE-Infinity's
-# moe_infinity/entrypoints/openai/api_server_v2.py, Fiddler's src/fiddler/infer.py
+# llama.cpp common/arg.cpp (llama-server), ik_llama.cpp common/common.cpp, kt-kernel's SGLang arguments
+# (kt-kernel/README.md), MoE-Infinity's moe_infinity/entrypoints/openai/api_server_v2.py, Fiddler's src/fiddler/infer.py
+LLAMA_SERVER = {"-m": True, "-ngl": True, "--n-cpu-moe": True, "--cpu-moe": False, "-t": True, "-c": True, "-np": True}
+SGLANG = {"--model": True, "--kt-weight-path": True, "--kt-method": True, "--kt-cpuinfer": True,
+          "--kt-threadpool-count": True, "--kt-num-gpu-experts": True, "--kt-expert-placement-strategy": True,
+          "--init-expert-location": True, "--max-total-tokens": True}
 PROGRAMS = {
-    ("llama-server",): {"-m": True, "-ngl": True, "--n-cpu-moe": True, "--cpu-moe": False, "-t": True, "-c": True,
-                        "-np": True, "--no-op-offload": False},
-    ("python", "-m", "sglang.launch_server"): {
-        "--model": True, "--kt-weight-path": True, "--kt-method": True, "--kt-cpuinfer": True,
-        "--kt-threadpool-count": True, "--kt-num-gpu-experts": True, "--kt-expert-placement-strategy": True,
-        "--init-expert-location": True, "--max-total-tokens": True},
-    ("python", "-m", "moe_infinity.entrypoints.openai.api_server_v2"): {
-        "--model": True, "--offload-dir": True, "--device-memory-ratio": True},
-    ("python", "src/fiddler/infer.py"): {"--model": True, "--cpu-offload": True},
+    "llama.cpp": (("llama-server",), {**LLAMA_SERVER, "--no-op-offload": False}),
+    "ik_llama.cpp": (("llama-server",), {**LLAMA_SERVER, "-op": True}),
+    "kTransformers": (("python", "-m", "sglang.launch_server"), SGLANG),
+    "MoE-Infinity": (("python", "-m", "moe_infinity.entrypoints.openai.api_server_v2"),
+                     {"--model": True, "--offload-dir": True, "--device-memory-ratio": True}),
+    "Fiddler": (("python", "src/fiddler/infer.py"), {"--model": True, "--cpu-offload": True}),
 }
 KT_METHODS = ("AMXINT4", "AMXINT8", "LLAMAFILE", "BF16", "FP8")
 
 
-@pytest.mark.parametrize("model, hardware, batch", [("qwen3-30b-a3b", "rtx4080", 1), ("mixtral-8x7b", "rtx4090", 2),
-                                                    ("qwen3-30b-a3b", "ryzen-7950x", 1)])
-def test_every_command_a_plan_offers_parses_under_its_engines_options(model, hardware, batch):
+@pytest.mark.parametrize("model, hardware, batch, kept", [("qwen3-30b-a3b", "rtx4080", 1, None),
+                                                          ("mixtral-8x7b", "rtx4090", 2, None),
+                                                          ("qwen3-30b-a3b", "ryzen-7950x", 1, None),
+                                                          ("qwen3-30b-a3b", "rtx4080", 1, ["ik_llama.cpp"])])
+def test_every_command_a_plan_offers_parses_under_its_engines_options(model, hardware, batch, kept):
     """Each offered row's command is its engine's program with options it takes, each given a value where it takes
     one (and numbers where it counts), nothing else."""
+    import re
     import shlex
 
     import moesim
 
-    plan = moesim.plan(model, hardware, dtypes=["bf16", "q4_k"], batch=batch)
+    plan = moesim.plan(model, hardware, dtypes=["bf16", "q4_k"], batch=batch, engines=kept)
     assert plan.rows
     for row in plan.rows:
         words = shlex.split(row.command)
-        program = next(p for p in PROGRAMS if tuple(words[:len(p)]) == p)
-        options, rest = PROGRAMS[program], words[len(program):]
+        program, options = PROGRAMS[row.engine]
+        assert tuple(words[:len(program)]) == program, row.command
+        rest = words[len(program):]
         while rest:
             flag = rest.pop(0)
             assert flag in options, (row.command, flag)
             if options[flag]:
                 value = rest.pop(0)
+                if flag == "-op":  # an op's number (-1: every op) and 0 or 1
+                    assert re.fullmatch(r"-?\d+,[01]", value), row.command
+                    continue
                 assert not value.startswith("-"), (row.command, flag)
                 if flag in ("-ngl", "--n-cpu-moe", "-t", "-c", "-np", "--kt-cpuinfer", "--kt-num-gpu-experts",
                             "--max-total-tokens"):

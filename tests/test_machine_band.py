@@ -13,7 +13,7 @@ import pytest
 from moesim.errors import MoesimError
 from moesim.replay.llamacpp_calibrate import Measured
 from moesim.replay.llamacpp_validate import BAND_ROWS, Row, decode_band
-from moesim.sim.accuracy import interval
+from moesim.sim.accuracy import OPERATIONS_BAND, interval
 from moesim.sim.hardware import get_hardware, load_hardware, write_hardware
 
 
@@ -53,7 +53,7 @@ def test_a_calibrated_machine_gives_its_own_band_and_none_without_one(tmp_path):
     bare = replace(hw, cpu=replace(hw.cpu, band_low=0.0, band_high=0.0, band_held=0.0))
     assert interval(40.0, bare, True) == (None, None)
     sheet = replace(hw, cpu=replace(hw.cpu, unpack_gbps=()))
-    assert interval(40.0, sheet, False) == pytest.approx((40 * 0.33, 40 * 1.36))
+    assert interval(40.0, sheet, False) == pytest.approx((40 * OPERATIONS_BAND[0], 40 * OPERATIONS_BAND[1]))
 
 
 @pytest.mark.parametrize("key, value", [("band_low", -0.5), ("band_high", 1e9), ("band_held", 2.0)])

@@ -5,12 +5,13 @@ models and formats it runs, and the command that runs a placement with it. One m
 from __future__ import annotations
 
 import dataclasses
-
+import math
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from moesim.sim.cpu_rates import EXPERT_BARRIERS
 from moesim.sim.machine import ONE_POOL
 
 # the expert formats a GGUF holds (llama.cpp's types), and a transformers checkpoint's 16-bit ones
@@ -86,7 +87,8 @@ class EngineSpec:
     - ``shared_overlap``: it computes the shared experts on the GPU while the CPU computes the routed ones;
     - ``cpu_ops``: thread barriers a CPU layer's routed experts take, ``a + b · top_k`` (``expert_barriers``);
     - ``offload_min_tokens``: a row of at least this many tokens has its CPU layers' experts copied to the GPU and
-      run there (None: never);
+      run there (None: never); with ``offload_per_expert``, this many tokens for each expert on average, so a row of
+      ``offload_tokens(E, k)``;
     - ``kernel``: the kind of GPU expert kernel it runs (``fused``, ``per-expert``; None: the run's setting), which a
       run named for it takes (a plan's row, ``--engine NAME``; ``auto`` keeps the run's setting);
     - ``threads``: the CPU threads it computes with whatever a user sets (0: the machine's, or ``--threads``), at
@@ -111,8 +113,9 @@ class EngineSpec:
     takes: Callable = every_setting
     numa: str = ONE_POOL
     shared_overlap: bool = False
-    cpu_ops: tuple = (5, 1)
+    cpu_ops: tuple = EXPERT_BARRIERS
     offload_min_tokens: int | None = None
+    offload_per_expert: bool = False
     kernel: str | None = None
     threads: int = 0
     gpus: int = 1
@@ -129,6 +132,13 @@ class EngineSpec:
     def expert_barriers(self, top_k: int) -> int:
         """The thread barriers of one CPU layer's routed experts."""
         return self.cpu_ops[0] + self.cpu_ops[1] * top_k
+
+    def offload_tokens(self, num_experts: int, top_k: int) -> float:
+        """The fewest tokens of a row whose CPU layers' experts the engine runs on the GPU (inf: never)."""
+        if self.offload_min_tokens is None:
+            return float("inf")
+        return math.ceil(self.offload_min_tokens * num_experts / top_k) if self.offload_per_expert \
+            else self.offload_min_tokens
 
     def refuses(self, model, fmt: str, own_gguf: bool = False) -> str:
         """Why a user cannot run ``model`` with its experts in ``fmt`` on this engine ("" where they can): it has no

@@ -5,17 +5,18 @@ or with it left out, every layer on the CPU (``-ngl 0 --no-op-offload``). Its fa
 ``src/llama-arch.cpp`` loads, as transformers names them (Mixtral converts to its llama architecture; DeepSeek-V2, V3
 and GLM-4.7-Flash to deepseek2)."""
 
+from moesim.sim.cpu_rates import EXPERT_BARRIERS
 from moesim.sim.engines.base import GGUF_FORMATS, EngineSpec, Launch
 from moesim.sim.machine import ONE_POOL
 
 
-def command(launch: Launch) -> str:
+def command(launch: Launch, cpu_only: str = "-ngl 0 --no-op-offload") -> str:
     """``llama-server`` with the GGUF, every layer on the GPU but the first N's experts (without a GPU, or with it left
-    out, ``-ngl 0 --no-op-offload``: a CUDA build would still run a prompt's large products on the GPU),
+    out, ``cpu_only``: a CUDA build would still run a prompt's large products on the GPU without its switch),
     the threads where it computes on the CPU, and the context memory was sized for (``-np`` sequences sharing it)."""
     n, layers = launch.cpu_layers, launch.model.num_layers
     # --n-cpu-moe counts llama.cpp's blocks, the dense ones before the MoE layers (DeepSeek's) included
-    place = "-ngl 0 --no-op-offload" if not launch.gpu else "-ngl 99" + (
+    place = cpu_only if not launch.gpu else "-ngl 99" + (
         "" if n == 0 else " --cpu-moe" if n == layers else f" --n-cpu-moe {n + launch.model.dense_layers}")
     # several GPUs: the layers each holds, the output layer counted, on the GPUs in the order nvidia-smi lists them
     # (CUDA numbers them fastest first unless told)
@@ -36,7 +37,7 @@ ENGINE = EngineSpec(
     source="github.com/ggml-org/llama.cpp", release="github.com/ggml-org/llama.cpp/releases", runs=("cpu-experts",),
     families=("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe", "gpt_oss",
               "glm4_moe", "glm4_moe_lite", "dbrx", "granitemoe", "llama4"),
-    formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=(5, 1), offload_min_tokens=32, gpus=16,
+    formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=EXPERT_BARRIERS, offload_min_tokens=32, gpus=16,
     sources=(("numa", "one thread pool over every socket; a page lands in the DRAM of the thread that first "
                       "touched it (the loader), without --numa"),
              ("cpu_ops", "src/llama-graph.cpp build_moe_ffn on the CPU: gate, up, activation, down, the weights, "
