@@ -28,6 +28,7 @@ import json
 import re
 import statistics
 import tomllib
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
@@ -93,7 +94,7 @@ def predict(point: dict, grid: tuple = ()) -> dict:
     r = simulate(trace, hardware=hw, engine=timed_as(point), **settings)
     out = {"predicted": r.tokens_per_s, "tpot_s": r.tpot_s, "vram_gb": r.vram_gb, "ram_gb": r.ram_gb,
            "hardware": hw.describe(), "dram_eff": hw.cpu.dram_eff if hw.cpu else None, "barrier_share": 0.0,
-           "timed_as": r.timed_as}
+           "timed_as": r.timed_as, "kind": kind_of(point["engine"], hw)}
     if grid:  # a token's seconds timed as its engine with each framework time of the grid (a prefetcher may hide some)
         out["seconds"] = [framework_tpot(trace, settings, hw, r.timed_as, us) if r.timed_as in ENGINES else r.tpot_s
                           for us in grid]
@@ -103,21 +104,54 @@ def predict(point: dict, grid: tuple = ()) -> dict:
     return out
 
 
+# ik_llama.cpp's graph of a CPU layer's routed experts when the published runs were made (every one before its PR
+# #858, 2025-10-24, which fused the router weights' product into the sum: the 3 nodes of moesim's module): with fused
+# MoE (-fmoe), moe_up_gate, down, mul, multi_add; without, up, gate, fused_mul_unary, down, mul, multi_add (its
+# multi_add sums the k experts in one node since PR #112, 2024-10-31)
+IK_NODES = {True: 4, False: 6}
+
+
+@contextmanager
+def as_run(point: dict):
+    """The engines as the point's run had them: an ik_llama.cpp point's graph of the routed experts as its build and
+    flags made it (``fused_moe``, ``IK_NODES``), with no framework time; the others as they are."""
+    saved = engines.ENGINES
+    if point["engine"] == "ik_llama.cpp":
+        if "fused_moe" not in point:
+            raise SystemExit(f"point {point['id']}: an ik_llama.cpp point says whether its run fused MoE (fused_moe)")
+        ik = replace(saved["ik_llama.cpp"], cpu_ops=(IK_NODES[point["fused_moe"]], 0), layer_us=0.0, gpu_layer_us=())
+        engines.ENGINES = {**saved, "ik_llama.cpp": ik}
+    try:
+        yield
+    finally:
+        engines.ENGINES = saved
+
+
 def timed_as(point: dict) -> str:
-    """The engine a point is timed as: ik_llama.cpp's points as ik_llama.cpp where the run fused its MoE ops
-    (``fused_moe``), else as llama.cpp, whose graph of the routed experts ik_llama.cpp runs unfused; any other
-    point as the first engine that runs its placement (``auto``: no framework time, as every point's ``predicted``)."""
-    if point["engine"] != "ik_llama.cpp":
-        return "auto"
-    if "fused_moe" not in point:
-        raise SystemExit(f"point {point['id']}: an ik_llama.cpp point says whether its run fused MoE (fused_moe)")
-    return "ik_llama.cpp" if point["fused_moe"] else "llama.cpp"
+    """The engine a point is timed as: ik_llama.cpp's as ik_llama.cpp (``as_run``: its graph at the time); any other
+    as the first engine that runs its placement (``auto``: no framework time, as every point's ``predicted``)."""
+    return "ik_llama.cpp" if point["engine"] == "ik_llama.cpp" else "auto"
+
+
+def kind_of(engine: str, hw) -> str:
+    """Which learned constant a point takes: its engine's framework time per layer, or where the engine ran on a GPU
+    not NVIDIA's, that engine's on that maker's GPUs (``EngineSpec.gpu_layer_us``: its Metal, ROCm/Vulkan, SYCL
+    builds)."""
+    vendor = hw.gpu.vendor if hw.gpu is not None else "nvidia"
+    return engine if vendor == "nvidia" else f"{engine} on {vendor} GPUs"
+
+
+def shipped_as(kind: str) -> tuple[str, str | None]:
+    """The engine and the GPU maker (None: its own ``layer_us``) whose constant a kind's learned time is."""
+    engine, _, rest = kind.partition(" on ")
+    return engine, rest.removesuffix(" GPUs") or None
 
 
 def framework_tpot(trace, settings: dict, hw, name: str, layer_us: float) -> float:
     """A token's seconds timed as the engine ``name`` (its kernel kind included) taking ``layer_us`` a MoE layer."""
     saved = engines.ENGINES
-    engines.ENGINES = {n: replace(e, layer_us=layer_us) if n == name else e for n, e in saved.items()}
+    # the grid's time is the whole of it (no maker's shipped on top: ``EngineSpec.on``)
+    engines.ENGINES = {n: replace(e, layer_us=layer_us, gpu_layer_us=()) if n == name else e for n, e in saved.items()}
     if ENGINES[name].kernel is not None:  # the engine runs its own kernel kind (the point's, where it says one)
         settings = {k: v for k, v in settings.items() if k != "kernel"}
     try:
@@ -140,7 +174,8 @@ def placement(point: dict, spec) -> str:
 def run(points: list[dict], grid: tuple = ()) -> list[dict]:
     rows = []
     for p in points:
-        out = predict(p, grid if p.get("counted", True) else ())
+        with as_run(p):
+            out = predict(p, grid if p.get("counted", True) else ())
         error = (out["predicted"] - p["measured"]) / p["measured"]
         rows.append({**p, **out, "error": error, "counted": p.get("counted", True),
                      "placement": placement(p, get_model(p["model"]))})
@@ -212,7 +247,7 @@ def plot(rows: list[dict], s: dict, path: Path) -> None:
 LAYER_US_BOUNDS = (0.0, 1e5)  # an engine's framework time per layer, µs: none, up to 0.1 s
 
 
-SAME_SOURCE = ((r"^(ikawrakow|kvcache-ai)/", ""), (r"^melinoe\b.*", "melinoe"), (r"^moe-infinity readme.*", "moe-infinity readme"),
+SAME_SOURCE = ((r"^(ikawrakow|kvcache-ai)/", ""), (r"^kyuz0/.*", "kyuz0"), (r"^geerlingguy/.*", "geerlingguy"), (r"^melinoe\b.*", "melinoe"), (r"^moe-infinity readme.*", "moe-infinity readme"),
                (r"^efeslab/fiddler\b.*", "fiddler repository"), (r"^llmfit pr #\d+", "llmfit"))
 
 
@@ -232,7 +267,7 @@ LAYER_US_GRID = (0.0, 250.0, 500.0, 1000.0, 2000.0, 4000.0, 8000.0, 12000.0, 160
 def cv_points(rows: list[dict]) -> list[Point]:
     """The counted points as the cross-validation sees them: a token's seconds simulated at each framework time of
     ``LAYER_US_GRID``."""
-    return [Point(r["id"], source_of(r), r.get("box", r["machine"]), r["engine"], r["measured"], LAYER_US_GRID,
+    return [Point(r["id"], source_of(r), r.get("box", r["machine"]), r["kind"], r["measured"], LAYER_US_GRID,
                   tuple(r["seconds"])) for r in rows if r["counted"]]
 
 
@@ -312,7 +347,7 @@ def same_machine_pairs(rows: list[dict], checked: list) -> list[tuple]:
 def ships(points: list[Point]) -> set:
     """Of ``points``' engines, those whose framework time ships: fitted without each point's group, it predicts their
     points better held out than none, and moesim runs the engine as one of its own (``moesim.sim.engines``)."""
-    return better_than_none(points, LAYER_US_BOUNDS, set(ENGINES))
+    return better_than_none(points, LAYER_US_BOUNDS, {p.kind for p in points if shipped_as(p.kind)[0] in ENGINES})
 
 
 def print_cv(checked: list, plain: list, fitted: list, shipped: dict) -> None:
@@ -323,11 +358,11 @@ def print_cv(checked: list, plain: list, fitted: list, shipped: dict) -> None:
     (``checked``), and what ships."""
     labels = groups([c.point for c in checked])
     machines = {g: sorted({c.point.machine for c, h in zip(checked, labels) if h == g}) for g in set(labels.tolist())}
-    print(f"{'id':6} {'engine':18} {'measured':>8} {'moesim':>8} {'80% interval':>15} {'error':>7} in  "
+    print(f"{'id':6} {'engine':23} {'measured':>8} {'moesim':>8} {'80% interval':>15} {'error':>7} in  "
           f"{'µs/layer':>8}  left out with it: its group's machines")
     for c, g in zip(checked, labels):
         used = c.constants.get(c.point.kind)
-        print(f"{c.point.name:6} {c.point.kind[:18]:18} {c.point.measured:8.2f} {c.predicted:8.2f} "
+        print(f"{c.point.name:6} {c.point.kind[:23]:23} {c.point.measured:8.2f} {c.predicted:8.2f} "
               f"{c.low:7.2f}-{c.high:<7.2f} {100 * c.error:+6.0f}% {'yes' if c.inside else 'no':3} "
               f"{'-' if used is None else f'{used:.0f}':>8}  {', '.join(machines[g])}")
     s, p, f = cv_summary(checked), cv_summary(plain), cv_summary(fitted)
@@ -342,9 +377,9 @@ def print_cv(checked: list, plain: list, fitted: list, shipped: dict) -> None:
         learned = any(kind in c.constants for c in fitted if c.point.kind == kind)
         verdict = ("no other group measured it: nothing to learn held out" if not learned else
                    f"ships, {shipped[kind]:.0f} µs a layer (fitted on all its points)" if kind in shipped else
-                   "not shipped: " + ("held out, it does no better than none" if kind in ENGINES
+                   "not shipped: " + ("held out, it does no better than none" if shipped_as(kind)[0] in ENGINES
                                       else "moesim runs it as another engine"))
-        print(f"  {kind[:18]:18} {n:3} points, median |error| {100 * f['by_engine'][kind][1]:.0f}% with it, "
+        print(f"  {kind[:23]:23} {n:3} points, median |error| {100 * f['by_engine'][kind][1]:.0f}% with it, "
               f"{100 * med:.0f}% without, {100 * s['by_engine'][kind][1]:.0f}% as chosen; {verdict}")
 
 

@@ -89,7 +89,7 @@ def engines(as_json: Annotated[bool, typer.Option("--json", help="Print JSON ins
     rows = [{"name": e.name, "runs": list(e.runs), "summary": e.summary, "source": e.source, "numa": e.numa,
              "shared_overlap": e.shared_overlap, "cpu_ops": list(e.cpu_ops), "offload_min_tokens": e.offload_min_tokens,
              "offload_per_expert": e.offload_per_expert,
-             "layer_us": e.layer_us, "kernel": e.kernel, "threads": e.threads,
+             "layer_us": e.layer_us, "gpu_layer_us": dict(e.gpu_layer_us), "kernel": e.kernel, "threads": e.threads,
              "families": list(e.families), "formats": list(e.formats), "release": e.release,
              "sources": dict(e.sources),
              "computes_on_cpu": any(get_strategy(s).cpu for s in e.runs)} for e in ENGINES.values()]
@@ -103,12 +103,13 @@ def engines(as_json: Annotated[bool, typer.Option("--json", help="Print JSON ins
           "it fixes them",
           ["name", "runs", "framework µs/layer", "GPU kernel", "sockets", "shared experts", "barriers a, b",
            "offload at", "release"],
-          [[r["name"], ", ".join(r["runs"]), f"{r['layer_us']:.0f}" if r["layer_us"] else "-",
+          [[r["name"], ", ".join(r["runs"]), "; ".join([f"{r['layer_us']:.0f}"] * bool(r["layer_us"]) + [
+              f"{us:.0f} on {maker} GPUs" for maker, us in r["gpu_layer_us"].items()]) or "-",
             r["kernel"] or "the run's"]
            + ([r["numa"] + (f", {r['threads']} threads" if r["threads"] else ""),
                "beside the CPU's" if r["shared_overlap"] else "before the CPU's",
                f"{r['cpu_ops'][0]}, {r['cpu_ops'][1]}",
-               f"{r['offload_min_tokens']}{' an expert' if r['offload_per_expert'] else ''}"
+               f"{r['offload_min_tokens']}{' per expert' if r['offload_per_expert'] else ''}"
                if r["offload_min_tokens"] else "never"]
               if r["computes_on_cpu"] else ["-"] * 4) + [r["release"] or f"none ({r['source']})"] for r in rows])
     for r in rows:

@@ -459,7 +459,9 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     (``moesim.experiments.plan.PLAN_SETTINGS``: ``vram``, ``ram``, ``cpu``, ``link``, ``batch``, ``prompt``
     (default 512 tokens, for the TTFT; a trace that records every prompt is timed on those), ``split``, ...); of a
     ``config``, these and its format (the candidates set the rest, as from a configuration file on the command line).
-    ``engines``: the engines the user has (a name or a list, ``moesim engines``; default: every one). Its ``rows``
+    ``engines``: the engines the user has (a name or a list, ``moesim engines``), each placement once for every one of
+    them that runs it (``engines=["llama.cpp", "ik_llama.cpp"]``: a row as each); default: every engine, each
+    placement timed as the first that runs it. Its ``rows``
     are ``PlanRow``s (``moesim.experiments.plan_row``: ``tokens_per_s`` an ``Estimate`` with its 80% interval,
     ``command`` the engine's command; ``as_dict()`` as ``--json`` gives it), each a placement an engine a user can
     install runs on the model in that format; ``apart`` holds those none does, each saying why. Equal tokens/s rank
@@ -470,7 +472,7 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
     >>> r = next(r for r in p.rows if r.strategy == "cpu-experts")
     >>> round(r.tokens_per_s.mid, 1), r.command, round(r.tokens_per_s.low), round(r.tokens_per_s.high)
-    (43.1, 'llama-server -m Mixtral-8x7B-v0.1-Q4_K.gguf -ngl 99 --n-cpu-moe 4 -t 16 -c 678', 14, 57)
+    (43.1, 'llama-server -m Mixtral-8x7B-v0.1-Q4_K.gguf -ngl 99 --n-cpu-moe 4 -t 16 -c 678', 12, 56)
     """
     from moesim.experiments.plan import PLAN_PROMPT, PLAN_SETTINGS, plan as run
 

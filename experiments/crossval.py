@@ -26,6 +26,7 @@ simulated, not extrapolated.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -75,24 +76,28 @@ def groups(points: list[Point]) -> np.ndarray:
 def fit(points: list[Point], bounds: tuple[float, float], kinds=None) -> dict[str, float]:
     """Per kind (of ``kinds``; None: every kind), the constant in ``bounds`` with the least squared log error over
     that kind's points."""
-    out = {}
-    for kind in dict.fromkeys(p.kind for p in points if kinds is None or p.kind in kinds):
-        mine = [p for p in points if p.kind == kind]
-        measured = np.log([p.measured for p in mine])
-        grid, seconds = np.asarray(mine[0].grid, np.float64), np.array([p.seconds for p in mine], np.float64)
-        if any(p.grid != mine[0].grid for p in mine):
-            raise ValueError(f"the points of {kind} are simulated at different constants")
+    return {kind: fit_kind(tuple(p for p in points if p.kind == kind), tuple(bounds))
+            for kind in dict.fromkeys(p.kind for p in points if kinds is None or p.kind in kinds)}
 
-        def loss(c, grid=grid, seconds=seconds, measured=measured):
-            # every point's seconds at c at once, as ``Point.predicted`` interpolates them (held at the grid's ends)
-            c = min(max(c, grid[0]), grid[-1])
-            j = min(int(np.searchsorted(grid, c, side="right")) - 1, len(grid) - 2)
-            at = seconds[:, j] + (seconds[:, j + 1] - seconds[:, j]) / (grid[j + 1] - grid[j]) * (c - grid[j])
-            return float(np.sum((-np.log(at) - measured) ** 2))
 
-        out[kind] = float(minimize_scalar(loss, bounds=bounds, method="bounded",
-                                          options={"xatol": 1e-9 * max(1.0, abs(bounds[1]))}).x)
-    return out
+@functools.lru_cache(maxsize=None)
+def fit_kind(mine: tuple[Point, ...], bounds: tuple[float, float]) -> float:
+    """The constant in ``bounds`` with the least squared log error over ``mine``, points of one kind (kept: the folds
+    of a cross-validation fit the same points again wherever the groups they leave out hold none of that kind)."""
+    measured = np.log([p.measured for p in mine])
+    grid, seconds = np.asarray(mine[0].grid, np.float64), np.array([p.seconds for p in mine], np.float64)
+    if any(p.grid != mine[0].grid for p in mine):
+        raise ValueError(f"the points of {mine[0].kind} are simulated at different constants")
+
+    def loss(c):
+        # every point's seconds at c at once, as ``Point.predicted`` interpolates them (held at the grid's ends)
+        c = min(max(c, grid[0]), grid[-1])
+        j = min(int(np.searchsorted(grid, c, side="right")) - 1, len(grid) - 2)
+        at = seconds[:, j] + (seconds[:, j + 1] - seconds[:, j]) / (grid[j + 1] - grid[j]) * (c - grid[j])
+        return float(np.sum((-np.log(at) - measured) ** 2))
+
+    return float(minimize_scalar(loss, bounds=bounds, method="bounded",
+                                 options={"xatol": 1e-9 * max(1.0, abs(bounds[1]))}).x)
 
 
 def chosen(kinds, points: list[Point]):
@@ -104,7 +109,13 @@ def chosen(kinds, points: list[Point]):
 def better_than_none(points: list[Point], bounds: tuple[float, float], among=None) -> set:
     """The kinds (of ``among``; None: any) whose constant, fitted without each point's group, predicts their points
     better held out (a smaller median |error|) than none; a kind measured in one group only learns nothing."""
-    fitted = held_out(points, bounds, among)  # the kinds it may choose, no other fitted
+    return set(_better_than_none(tuple(points), tuple(bounds), None if among is None else frozenset(among)))
+
+
+@functools.lru_cache(maxsize=None)
+def _better_than_none(points: tuple[Point, ...], bounds: tuple[float, float], among: frozenset | None) -> frozenset:
+    """``better_than_none``, kept: the intervals' inner cross-validations ask it of each training set twice."""
+    fitted = held_out(list(points), bounds, among)  # the kinds it may choose, no other fitted
     out = set()
     for kind in dict.fromkeys(p.kind for p in points if among is None or p.kind in among):
         mine = [i for i, p in enumerate(points) if p.kind == kind]
@@ -115,7 +126,7 @@ def better_than_none(points: list[Point], bounds: tuple[float, float], among=Non
             return float(np.median([abs(predicted(i) / points[i].measured - 1) for i in mine]))
         if error(lambda i: fitted[i][0]) < error(lambda i: points[i].predicted(0.0)):
             out.add(kind)
-    return out
+    return frozenset(out)
 
 
 def held_out(points: list[Point], bounds: tuple[float, float], kinds=None) -> list[tuple[float, dict]]:

@@ -39,9 +39,9 @@ from moesim.policies.prefetch import TRAIN_TRACE, get_prefetcher
 from moesim.sim.accuracy import Estimate, tied
 from moesim.sim.config import Config, run_params
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
-from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, ENGINES, Launch, engine_for, engine_named
+from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, ENGINES, Launch, engine_for, engine_named, engines_for
 from moesim.sim.layer_split import describe
-from moesim.sim.machine import Hardware
+from moesim.sim.machine import VENDORS, Hardware
 from moesim.sim.presets import SSDS
 from moesim.sim.memory import GIB, DoesNotFit
 from moesim.sim.requests import check_prompt
@@ -297,11 +297,15 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
                 try:
                     prepared.append(prepare_des(tr, config, spec, hw, shared=out.shared, named=True))
                 except DoesNotFit as exc:  # what it needs, without the advice to a 'sim run' user
-                    _skip(out, {"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
-                                "reason": f"needs {exc.parts}"})
                     short.append((exc, name))
-                    if get_strategy(strategy).places and exc.memory.ram and exc.memory.host > exc.memory.ram:
-                        _from_ssd(out, config, name, prepared, short)
+                    mapped = get_strategy(strategy).places and exc.memory.ram and exc.memory.host > exc.memory.ram
+                    ran, refused = _from_ssd(out, config, name, prepared, short) if mapped else (False, None)
+                    _skip(out, {"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
+                                "reason": f"needs {exc.parts}" + (
+                                    "; run instead with the experts read from the SSD (the rows marked SSD)"
+                                    if ran else "")})
+                    if refused:
+                        _skip(out, refused)
                 except MoesimError as exc:
                     _skip(out, {"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
                                 "reason": str(exc)})
@@ -320,11 +324,10 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
 def each_engine(config: Config, kept: set | None) -> list[Config]:
     """``config`` once for each engine the user has (``kept``) that runs its placement and takes its settings, named
     for it (the first, the engine a run of it is timed as, left as it is); with ``kept`` None, the first alone."""
-    first = engine_for(config, named=True).name
     if kept is None:
         return [config]
-    return [config if e.name == first else config.replace(engine=e.name) for e in ENGINES.values()
-            if e.name in kept and config.execution.strategy in e.runs and e.takes(config)]
+    runs = engines_for(config)
+    return [config if e is runs[0] else config.replace(engine=e.name) for e in runs if e.name in kept]
 
 
 def _skip(out: Plan, skipped: dict) -> None:
@@ -333,19 +336,19 @@ def _skip(out: Plan, skipped: dict) -> None:
         out.skipped.append(skipped)
 
 
-def _from_ssd(out: Plan, config: Config, name: str, prepared: list, short: list) -> None:
-    """A placement of whole layers that host RAM cannot hold (the last of ``out.skipped``, whose reason then says so),
-    run as llama.cpp runs a model file larger than RAM: the file mapped, the CPU layers' experts read from the SSD
-    through the page cache (as many held in RAM as fit beside everything else, ``dram_capacity`` ``auto``), on the
-    machine's SSD, else a PCIe 4 drive (``SSD_ASSUMED``)."""
+def _from_ssd(out: Plan, config: Config, name: str, prepared: list, short: list) -> tuple[bool, dict | None]:
+    """A placement of whole layers that host RAM cannot hold, run as llama.cpp runs a model file larger than RAM: the
+    file mapped, the CPU layers' experts read from the SSD through the page cache (as many held in RAM as fit beside
+    everything else, ``dram_capacity`` ``auto``), on the machine's SSD, else a PCIe 4 drive (``SSD_ASSUMED``). Returns
+    whether it ran, and where it does not fit either, its line of what was skipped."""
     tiered = config.replace(dram_capacity="auto")
     try:
         prepared.append(prepare_des(out.simulated, tiered, out.spec, out.with_ssd(), shared=out.shared, named=True))
-        out.skipped[-1]["reason"] += "; run instead with the experts read from the SSD (the rows marked SSD)"
     except DoesNotFit as exc:
-        out.skipped.append({"strategy": f"{config.execution.strategy} (from the SSD)", "dtype": config.model.dtype,
-                            "format": name, "policy": None, "prefetch": None, "reason": f"needs {exc.parts}"})
         short.append((exc, name))
+        return False, {"strategy": f"{config.execution.strategy} (from the SSD)", "dtype": config.model.dtype,
+                       "format": name, "policy": None, "prefetch": None, "reason": f"needs {exc.parts}"}
+    return True, None
 
 
 def rank_key(r: PlanRow) -> tuple[float, float]:
@@ -394,8 +397,8 @@ def _fold(rows: list[tuple[PlanRow, PlanRow | None]], results: list) -> tuple[li
             vram, ram = min((row_kept.vram_gb, row_kept.ram_gb), (r.vram_gb, r.ram_gb))
             if row_kept.apart and not whole.apart:  # the first whose engine a user can run names the row
                 row_kept, result_kept = replace(whole, same_as=row_kept.same_as), result
-            out[at] = (replace(row_kept, same_as=(*row_kept.same_as, candidate(r)), vram_gb=vram, ram_gb=ram),
-                       result_kept)
+            same_as = tuple(dict.fromkeys((*row_kept.same_as, candidate(r))))  # (several engines run one candidate)
+            out[at] = (replace(row_kept, same_as=same_as, vram_gb=vram, ram_gb=ram), result_kept)
         else:
             kept[r.format] = len(out)
             out.append((replace(whole, same_as=(candidate(r),)), result))
@@ -428,9 +431,10 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
     name, storage = format_names(spec, config.model.dtype)
     fmt = config.model.dtype or spec.expert_format
     own_gguf = config.model.dtype is None and spec.file.endswith(".gguf")
+    vendor = hw.gpu.vendor if gpu else None
     launch = Launch(spec, fmt, config, params.get(strategy.places, 0) if strategy.places else 0, gpu,
                     hw.cpu.workers if hw.cpu else 0, hw.cpu.sockets if hw.cpu else 1, context,
-                    r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0, hw.split)
+                    r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0, hw.split, vendor or "nvidia")
     out = PlanRow(model=spec.name, strategy=strategy.name, dtype=config.model.dtype, format=name, storage=storage,
                   policy=config.cache.policy if cached else None,
                   prefetch=config.prefetch.prefetcher if cached else None,
@@ -439,18 +443,21 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
                   cpu_layers=params.get(strategy.places), layers=spec.num_layers,
                   tokens_per_s=Estimate(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high), tpot_s=r.tpot_s,
                   ttft_s=r.ttft_s, vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
-                  engine=engine.name, command=engine.command(launch), apart=engine.refuses(spec, fmt, own_gguf),
+                  engine=engine.name, command=engine.command(launch),
+                  apart=engine.refuses(spec, fmt, own_gguf, vendor),
                   learned=cached and learns_from_trace(config), framework_us=r.framework_us, gpu=gpu,
                   from_ssd=_ssd_words(config, spec, place, hw),
-                  on_gpus=describe(hw.split, params.get(strategy.places) or 0, spec.dense_layers) if hw.more_gpus
+                  on_gpus=describe(hw.split, params.get(strategy.places) or 0, spec.dense_layers,
+                                   VENDORS[vendor]) if hw.more_gpus
                   else "")
     if not all_on_gpu:
         return out, None
     whole = WHOLE_ON_GPU if (kept is None or WHOLE_ON_GPU.name in kept) and \
-        not WHOLE_ON_GPU.refuses(spec, fmt, own_gguf) else engine
+        not WHOLE_ON_GPU.refuses(spec, fmt, own_gguf, vendor) else engine
     launch = replace(launch, cpu_layers=0)
     return out, replace(out, strategy=ALL_ON_GPU, policy=None, prefetch=None, capacity=None, scope=None, cpu_layers=0,
-                        engine=whole.name, command=whole.command(launch), apart=whole.refuses(spec, fmt, own_gguf))
+                        engine=whole.name, command=whole.command(launch),
+                        apart=whole.refuses(spec, fmt, own_gguf, vendor))
 
 
 def _ssd_words(config: Config, spec: ModelSpec, place, hw: Hardware) -> str:

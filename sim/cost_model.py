@@ -27,7 +27,7 @@ from moesim.errors import MoesimError
 from moesim.sim.costs import (KERNELS_ATTN, KERNELS_EXPERT, KERNELS_FFN, KERNELS_HEAD, KERNELS_MOE, KERNELS_ROUTER,
                               KV_BYTES, UBATCH, Costs, RowCosts, cpu_expert_s, cpu_layer_s, device_s, kv_reads,
                               link_copy_s, ssd_read_s)
-from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS, EXPERT_BARRIERS
+from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS, expert_barriers
 from moesim.sim.engines import EngineSpec
 from moesim.sim.layer_split import layer_devices
 from moesim.sim.machine import Hardware
@@ -89,8 +89,7 @@ class SpecSheet:
             once = once + op(tokens * d, 0.0, 0) + op(head, 2 * head * outputs, KERNELS_HEAD)
         if hw.gpu is None:  # the CPU's thread barriers: a layer's besides its experts' (the engine's own, counted with
             barrier = hw.cpu.barrier_s()  # them), a dense layer's, the head's
-            others = CPU_LAYER_BARRIERS - EXPERT_BARRIERS[0] - EXPERT_BARRIERS[1] * model.top_k
-            pre = pre + others * barrier
+            pre = pre + (CPU_LAYER_BARRIERS - expert_barriers(model.top_k)) * barrier
             once = once + (model.dense_layers * CPU_LAYER_BARRIERS + (KERNELS_HEAD if head else 0)) * barrier
         return pre, shared, once
 

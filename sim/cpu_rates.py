@@ -76,6 +76,12 @@ SYNC_US = 113.0
 BARRIER_BASE_US, BARRIER_THREAD_US = 1.15, 0.27  # one thread's cost, and each further thread's
 CPU_LAYER_BARRIERS = 42
 EXPERT_BARRIERS = (5, 1)  # a + b x top_k of them
+
+
+def expert_barriers(top_k: int, ops: tuple = EXPERT_BARRIERS) -> int:
+    """The barriers of a CPU layer's routed experts, ``a + b · top_k`` (``ops``: an engine's graph of them; the
+    default llama.cpp's)."""
+    return ops[0] + ops[1] * top_k
 FA_TILE_Q = 64
 ATTN_FLOP_PER_CYCLE = {"one": 3.0, "tiled": 8.0}  # per thread; this machine's calibration (docstring)
 

@@ -30,7 +30,7 @@ from moesim.files import atomic_output, read_toml
 from moesim.sim.cpu_rates import ISA_FLOP_PER_CYCLE
 from moesim.sim import local_kept
 from moesim.sim.local_machine import detect, measure_clock_ghz, measure_dram_gbps, read_text
-from moesim.sim.machine import CPU, GPU, SSD, Hardware, Link, MeasuredCompute
+from moesim.sim.machine import CPU, GPU, SSD, VENDORS, Hardware, Link, MeasuredCompute
 from moesim.sim.presets import CPUS, GPUS, LINKS, SSDS, SYSTEMS, UNIFIED, unified_link
 from moesim.tracegen.model_spec import FORMATS
 
@@ -239,6 +239,9 @@ def check_hardware(hw: Hardware, where, force: bool = False) -> None:
     if hw.more_gpus and hw.compute is not None:
         raise MoesimError(f"{where}: a compute table is measured on one GPU, and the machine has "
                           f"{len(hw.gpus)}")
+    if len({g.vendor for g, _ in hw.gpus}) > 1:
+        raise MoesimError(f"{where}: GPUs of several makers ({', '.join(g.vendor for g, _ in hw.gpus)}); an engine "
+                          "places a model over one maker's GPUs (llama.cpp's Vulkan build mixes them: not modelled)")
     if any(g.unified for g, _ in hw.gpus) and (hw.more_gpus or hw.link.name != UNIFIED):
         raise MoesimError(f"{where}: a GPU that shares the host's memory (unified) is the machine's only GPU, and "
                           "takes no link (nothing is copied to it); leave [link] out")
@@ -280,7 +283,8 @@ RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "positive", "me
          "latency_us": "non-negative", "engines": "engines", "layer_s": "positive", "expert_s": "positive",
          "cores": "cores", "ghz": "positive", "dram_gbps": "positive", "ram_gb": "positive",
          "dram_eff": "fraction", "kernel_eff": "fraction", "isa": "isa", "sockets": "sockets", "threads": "threads",
-         "band_low": "non-negative", "band_high": "non-negative", "band_held": "non-negative", "unified": "flag"}
+         "band_low": "non-negative", "band_high": "non-negative", "band_held": "non-negative", "unified": "flag",
+         "vendor": "vendor"}
 # ... and the range it must lie in, checked after its rule: (lowest, highest, unit). No real machine comes near either
 # end; past them the model's times overflow to inf or NaN (a link of 1e-310 GB/s, a launch of 1e308 us, a clock of
 # 1e-320 GHz) or are absurd without a warning (1e300 s a token), and a memory of 1e300 GiB reads as no limit at all.
@@ -418,9 +422,10 @@ def _check_number(path: Path, key: str, name: str, v, rule: str, part=None) -> N
         if not isinstance(v, bool):
             raise MoesimError(f"{path}: [{key}] {name} must be true or false, got {v!r}")
         return
-    if rule == "isa":
-        if not isinstance(v, str) or v not in ISA_FLOP_PER_CYCLE:
-            raise MoesimError(f"{path}: [{key}] isa must be one of {', '.join(ISA_FLOP_PER_CYCLE)}, got {v!r}")
+    if rule in ("isa", "vendor"):
+        names = ISA_FLOP_PER_CYCLE if rule == "isa" else VENDORS
+        if not isinstance(v, str) or v not in names:
+            raise MoesimError(f"{path}: [{key}] {name} must be one of {', '.join(names)}, got {v!r}")
         return
     number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     whole = number and isinstance(v, int)
@@ -538,6 +543,7 @@ tflops = 25.6            # dense bf16 tensor FLOP/s (fp32 accumulate), 1e12 (spe
 # mem_eff = 0.8          # share of hbm_gbps a decode kernel reaches
 # flop_eff = 0.6         # share of tflops a GEMM reaches
 # launch_us = 5          # per kernel launch
+# vendor = "nvidia"      # nvidia, amd, intel or apple: the engines whose GPU backend runs on it
 
 [link]                   # or, at the top: link = "pcie4"
 name = "PCIe 4 x16"

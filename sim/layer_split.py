@@ -63,10 +63,10 @@ def layer_devices(counts) -> np.ndarray:
     return np.repeat(np.arange(counts.size), counts)
 
 
-def describe(counts, cpu_layers: int, dense: int) -> str:
+def describe(counts, cpu_layers: int, dense: int, backend: str = "CUDA") -> str:
     """Where a split puts each layer, in llama.cpp's numbering (its blocks, the ``dense`` ones first; the output
-    layer last), the experts of the first ``cpu_layers`` MoE layers on the CPU: "CUDA0: layers 0-19 (the experts
-    of 0-10 on the CPU); CUDA1: layers 20-35 and the output"."""
+    layer last; its devices named by their ``backend``), the experts of the first ``cpu_layers`` MoE layers on the
+    CPU: "CUDA0: layers 0-19 (the experts of 0-10 on the CPU); CUDA1: layers 20-35 and the output"."""
     counts = list(counts)
     on_cpu = range(dense, dense + cpu_layers)
     out, start, last = [], 0, sum(counts) - 1  # the last item is the output layer
@@ -79,7 +79,7 @@ def describe(counts, cpu_layers: int, dense: int) -> str:
         held += ["the output"] if end == last else []
         cpu = [i for i in on_cpu if start <= i <= layers]
         experts = "" if not cpu else f" (the experts of {_span(cpu)} on the CPU)"
-        out.append(f"CUDA{gpu}: {' and '.join(held)}{experts}")
+        out.append(f"{backend}{gpu}: {' and '.join(held)}{experts}")
         start = end + 1
     return "; ".join(out)
 

@@ -19,6 +19,8 @@ from moesim.sim.cpu_rates import (ATTN_FLOP_PER_CYCLE, BARRIER_BASE_US, BARRIER_
 # one socket's DRAM (llama.cpp: pages land where the loader touched them), or a pool per socket, each keeping a
 # copy of the experts in its local DRAM and computing its half of each expert (kTransformers' NUMA build)
 ONE_POOL, PER_SOCKET = "one-pool", "per-socket"
+# a GPU's maker, and the backend llama.cpp runs on it (its devices' names: CUDA0, ROCm0, SYCL0, Metal)
+VENDORS = {"nvidia": "CUDA", "amd": "ROCm", "intel": "SYCL", "apple": "Metal"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class GPU:
     # its memory is the host's (Apple M-series, AMD Strix Halo, NVIDIA DGX Spark): hbm_gb is the share of it the GPU may
     # map, hbm_gbps the memory's bandwidth, which the CPU shares; nothing is copied to it
     unified: bool = False
+    vendor: str = "nvidia"   # who makes it (``VENDORS``): which engines' GPU backends run on it
 
     @property
     def mem_bw(self) -> float:

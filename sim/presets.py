@@ -34,10 +34,18 @@ GPUS = {g.name.lower().replace(" ", ""): g for g in [
     # bandwidth; hbm_gb the share of it the GPU may map by default
     GPU("GB10", 273, 62.5, 128, unified=True),    # DGX Spark: 128 GB LPDDR5X; 1 PFLOP FP4 sparse / 16 (RTX Blackwell's
                                                   # ratio of FP4 sparse to dense fp16 with fp32 accumulate)
-    GPU("Radeon8060S", 256, 59.4, 96, unified=True),  # Ryzen AI Max+ 395: 256-bit LPDDR5X-8000; 40 CU x 512 x 2.9 GHz;
-                                                      # 96 GB: AMD's most Variable Graphics Memory of 128
-    GPU("M2Ultra", 800, 27.2, 144, unified=True),  # 76-core GPU: 21.47 TFLOPS at 60 cores x 76/60; 3/4 of 192 GB,
-                                                   # macOS's default GPU share above 36 GB
+    GPU("Radeon8060S", 256, 59.4, 96, unified=True, vendor="amd"),  # Ryzen AI Max+ 395: 256-bit LPDDR5X-8000; 40 CU
+                                                                    # x 512 x 2.9 GHz; 96 GB: AMD's most Variable
+                                                                    # Graphics Memory of 128
+    GPU("M2Ultra", 800, 27.2, 144, unified=True, vendor="apple"),  # 76-core GPU: 21.47 TFLOPS at 60 cores x 76/60;
+                                                                   # 3/4 of 192 GB, macOS's default GPU share above
+                                                                   # 36 GB
+    GPU("M3Ultra", 819, 28.4, 464, unified=True, vendor="apple"),  # 80-core GPU, 512 GB: 464 GiB its default share
+    GPU("M4Max", 546, 18.4, 107.5, unified=True, vendor="apple"),  # 40-core GPU, 128 GB: 107.5 GiB its default share
+    # discrete AMD and Intel cards (docs/hardware.md, "GPU presets"): dense fp16 matrix rate
+    GPU("RX7900XTX", 960, 122.8, 24, vendor="amd"),     # 384-bit at 20 Gbps; 96 CU x 512 FLOP/clk x 2.5 GHz
+    GPU("ArcB580", 456, 109.4, 12, vendor="intel"),     # 192-bit at 19 Gbps; 160 XMX x 256 FLOP/clk x 2.67 GHz
+    GPU("ArcProB70", 608, 183.5, 32, vendor="intel"),   # 256-bit at 19 Gbps; 367 INT8 TOPS / 2
 ]}
 LINKS = {lk.name: lk for lk in [
     Link("pcie3", 16, 0.8, 10),
@@ -84,6 +92,8 @@ CPUS = {c.name.lower().replace(" ", "-"): c for c in [
     CPU("GB10", 20, 2.6, "neon", 273.0, 128),                  # DGX Spark: 10 Cortex-X925 + 10 A725
     CPU("Ryzen-AI-Max-395", 16, 3.0, "avx512", 256.0, 128),    # Strix Halo: 16 Zen 5, base 3.0 GHz
     CPU("M2-Ultra", 24, 3.5, "neon", 800.0, 192),              # 16 performance + 8 efficiency cores
+    CPU("M3-Ultra", 32, 3.5, "neon", 819.0, 512),              # 24 performance + 8 efficiency cores
+    CPU("M4-Max", 16, 3.5, "neon", 546.0, 128),                # 12 performance + 4 efficiency cores
 ]}
 # machines as the papers ran them: GPU, its host link, its host CPU. The rtx4090 machine is a desktop
 # (MELINOE's RTX 4090 sits in an EPYC 7B13 server: --cpu epyc-7b13 gives that); the a6000's CPU is assumed
@@ -105,6 +115,11 @@ SYSTEMS = {
     "dgx-spark": ("gb10", UNIFIED, "gb10"),             # one memory, GPU and CPU
     "strix-halo": ("radeon8060s", UNIFIED, "ryzen-ai-max-395"),
     "m2-ultra": ("m2ultra", UNIFIED, "m2-ultra"),
+    "m3-ultra": ("m3ultra", UNIFIED, "m3-ultra"),
+    "m4-max": ("m4max", UNIFIED, "m4-max"),
+    "rx7900xtx": ("rx7900xtx", "pcie4", "ryzen-7950x"),   # AMD and Intel cards in the same desktop
+    "arc-b580": ("arcb580", "pcie4-x8", "ryzen-7950x"),   # an x8 card
+    "arc-pro-b70": ("arcprob70", "pcie5", "ryzen-9950x"),
     "ryzen-7950x": (None, None, "ryzen-7950x"),           # CPU-only desktops
     "ryzen-9950x": (None, None, "ryzen-9950x"),
 }

@@ -13,6 +13,7 @@ policy may read ahead — is their ``RowSource``'s.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import NamedTuple
@@ -227,8 +228,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     engine = engine_for(config, named)
     if named and engine.kernel is not None:  # the engine runs its own kind of expert kernel
         config = config.replace(kernel=engine.kernel)
-    if named:  # and on its own threads, where it fixes them
-        hardware = engine.machine(hardware)
+    if named:  # on its own threads, where it fixes them, and with its framework time on the machine's GPU
+        hardware, engine = engine.machine(hardware), engine.on(hardware)
     rows, cost = source.arrays(config, slots, model, hardware, weights, lowbit_dtype(strategy, sparams), engine)
     per_expert = config.execution.kernel == "per-expert"
     inputs = Inputs(
@@ -259,7 +260,7 @@ def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
     """Why the GPU's expert kernel kind (``kernel``) is read by nothing in ``run``, whose rows hold at most
     ``most_tokens`` tokens; None where it may be read. Nothing reads it where every expert is computed on the host CPU
     whatever the kernel: every layer's experts placed there (its ``places`` parameter, ``auto`` resolved) and no row of
-    the engine's ``offload_min_tokens`` (the tokens at which it runs them on the GPU), or a strategy whose only actions
+    the engine's ``offload_tokens`` (the tokens at which it runs them on the GPU), or a strategy whose only actions
     compute on the CPU, with no slot ever to hold an expert and no prefetcher to stage one. ``asked``: the configuration
     as given (its ``auto`` sizes named so). (A strategy that weighs the GPU against the CPU, cpu-miss, reads it even
     where every expert ended on the CPU: the kernel's launches are part of what it weighed.)"""
@@ -275,7 +276,7 @@ def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
         return (f"strategy {strategy.name} puts all {n_layers} layers' experts on the CPU"
                 + ("" if placed is None else f" ({option(places, given)}"
                    + ("" if given == placed else f", resolved to {placed}") + ")")
-                + ("" if offload == float("inf") else f" and no step holds the {offload} tokens at which it runs them on the "
+                + ("" if math.isinf(offload) else f" and no step holds the {offload} tokens at which it runs them on the "
                                               f"GPU (at most {most_tokens} here)"))
     if set(strategy.actions) <= {A_CPU, A_CPU_FILL} and (placement == CACHED).all() \
             and not np.any(run.config.cache.slots(n_layers)) and run.config.prefetch.prefetcher == "none":

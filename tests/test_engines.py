@@ -105,8 +105,8 @@ def test_ik_llama_cpp_fuses_a_cpu_layers_experts_and_offloads_by_tokens_an_exper
     top_k, against llama.cpp's 5 + k, so a decode token on Mixtral (k = 2) with all 32 layers' experts on the CPU
     takes exactly 32 x 4 barriers less; its CUDA backend runs a CPU layer's experts on the GPU for a row where each
     expert averages 32 tokens (ceil(32 E / k): Mixtral 128, Qwen3-30B-A3B 512), so a 100-token prompt stays on the
-    CPU (as if it never offloaded) and a 200-token one does not; its command is llama.cpp's, with its own switch
-    for a CUDA build's products on a run without the GPU."""
+    CPU (as if it never offloaded) and a 128-token one does not; its command is llama.cpp's, run from its own build,
+    with its own switch for a CUDA build's products on a run without the GPU."""
     from moesim import simulate
     from moesim.sim.hardware import get_hardware
 
@@ -116,22 +116,30 @@ def test_ik_llama_cpp_fuses_a_cpu_layers_experts_and_offloads_by_tokens_an_exper
     assert ik.offload_tokens(mixtral.num_experts, mixtral.top_k) == 128
     assert ik.offload_tokens(qwen.num_experts, qwen.top_k) == 512 and llama.offload_tokens(128, 8) == 32
     trace, all_cpu = bundled_trace_path(), {"strategy": "cpu-experts", "cpu_layers": 32}
-    tpot = {e: simulate(trace, hardware="rtx4090", engine=e, prompt=0, **all_cpu).tpot_s for e in ENGINES if
-            e in ("llama.cpp", "ik_llama.cpp")}
+    tpot = {e: simulate(trace, hardware="rtx4090", engine=e, prompt=0, **all_cpu).tpot_s
+            for e in ("llama.cpp", "ik_llama.cpp")}
     barrier = get_hardware("rtx4090").cpu.barrier_s()
     assert tpot["llama.cpp"] - tpot["ik_llama.cpp"] == pytest.approx(32 * (7 - 3) * barrier, rel=1e-9)
 
     def ttft(prompt):
         return simulate(trace, hardware="rtx4090", engine="ik_llama.cpp", prompt=prompt, **all_cpu).ttft_s
 
-    offloading = {prompt: ttft(prompt) for prompt in (100, 200)}
+    offloading = {prompt: ttft(prompt) for prompt in (127, 128)}
     monkeypatch.setitem(engines.ENGINES, "ik_llama.cpp", replace(ik, offload_min_tokens=None))
-    assert ttft(100) == offloading[100] and ttft(200) != offloading[200]
+    assert ttft(127) == offloading[127] and ttft(128) != offloading[128]
+    # without a GPU every layer is the CPU's: the same barriers fewer, the rest of each layer's counted alike
+    cpu = {e: simulate(trace, hardware="ryzen-7950x", engine=e, prompt=0, strategy="cpu-experts").tpot_s
+           for e in ("llama.cpp", "ik_llama.cpp")}
+    barrier = get_hardware("ryzen-7950x").cpu.barrier_s()
+    assert cpu["llama.cpp"] - cpu["ik_llama.cpp"] == pytest.approx(32 * (7 - 3) * barrier, rel=1e-9)
     cpu_only = Launch(mixtral, "bf16", Config(), 0, False, 8, 1, 700, 0.0)
-    assert ik.command(cpu_only) == "llama-server -m Mixtral-8x7B-v0.1-BF16.gguf -ngl 0 -op -1,0 -t 8 -c 700"
+    assert ik.command(cpu_only) == "./build/bin/llama-server -m Mixtral-8x7B-v0.1-BF16.gguf -ngl 0 -op -1,0 -t 8 -c 700"
     assert ik.command(replace(cpu_only, gpu=True, cpu_layers=4)) == \
-        llama.command(replace(cpu_only, gpu=True, cpu_layers=4))
+        "./build/bin/" + llama.command(replace(cpu_only, gpu=True, cpu_layers=4))
     assert ik.refuses(get_model("olmoe-1b-7b"), "q4_k").startswith("ik_llama.cpp runs no olmoe model")
+    # its README: CPU and CUDA are its only working backends
+    assert ik.refuses(mixtral, "q4_k", vendor="amd") == "ik_llama.cpp runs on nvidia GPUs only, not amd's"
+    assert ik.refuses(mixtral, "q4_k", vendor="nvidia") == ik.refuses(mixtral, "q4_k") == ""
 
 
 def test_a_plan_gives_a_row_per_engine_the_user_has_that_runs_a_placement(cli):
@@ -147,8 +155,18 @@ def test_a_plan_gives_a_row_per_engine_the_user_has_that_runs_a_placement(cli):
     ik, llama = by_engine[("cpu-experts", "ik_llama.cpp", True)], by_engine[("cpu-experts", "llama.cpp", True)]
     assert ik["cpu_layers"] == llama["cpu_layers"] > 0 and ik["tokens_per_s"] > llama["tokens_per_s"]
     assert "-ngl 0 -op -1,0" in by_engine[("cpu-experts", "ik_llama.cpp", False)]["command"]
+    assert len(rows) == 4 and ik["command"] == "./build/bin/" + llama["command"]
     code, out, err = cli(*args)
     assert code == 0 and "ik_llama.cpp" not in {r["engine"] for r in json.loads(out)["rows"]}, err
+    # a candidate the two cannot run (a model larger than the host's RAM), and one row that stands for both
+    code, out, err = cli("plan", "--model", "deepseek-v3", "--hardware", "rtx4090", "--dtype", "q4_k", "--json",
+                         "--engine", "llama.cpp,ik_llama.cpp")
+    skipped = [(s["strategy"], s["reason"]) for s in json.loads(out)["skipped"]]
+    assert code == 0 and len(skipped) == len(set(skipped)) == 2, skipped
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx5090", "--dtype", "q4_k", "--json",
+                         "--engine", "llama.cpp,ik_llama.cpp")
+    whole = [r for r in json.loads(out)["rows"] if r["strategy"] == "all-on-gpu"]
+    assert code == 0 and len(whole) == 1 and whole[0]["same_as"] == ["cpu-experts"], whole
 
 
 def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):
@@ -299,7 +317,7 @@ SGLANG = {"--model": True, "--kt-weight-path": True, "--kt-method": True, "--kt-
           "--init-expert-location": True, "--max-total-tokens": True}
 PROGRAMS = {
     "llama.cpp": (("llama-server",), {**LLAMA_SERVER, "--no-op-offload": False}),
-    "ik_llama.cpp": (("llama-server",), {**LLAMA_SERVER, "-op": True}),
+    "ik_llama.cpp": (("./build/bin/llama-server",), {**LLAMA_SERVER, "-op": True}),
     "kTransformers": (("python", "-m", "sglang.launch_server"), SGLANG),
     "MoE-Infinity": (("python", "-m", "moe_infinity.entrypoints.openai.api_server_v2"),
                      {"--model": True, "--offload-dir": True, "--device-memory-ratio": True}),

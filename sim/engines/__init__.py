@@ -21,7 +21,7 @@ ENGINES = {e.name: e for e in (m.ENGINE for m in (llama_cpp, ik_llama_cpp, ktran
 UNNAMED = EngineSpec(name="no engine", summary="a placement no engine runs", source="", runs=(),
                      command=lambda launch: "none: no engine runs this placement")
 ALL_ON_GPU = llama_cpp.ENGINE  # every expert on the GPU: a placement any engine runs; a plan names this one's command
-__all__ = ["ALL_ON_GPU", "ENGINES", "EngineSpec", "Launch", "UNNAMED", "engine_for", "engine_named"]
+__all__ = ["ALL_ON_GPU", "ENGINES", "EngineSpec", "Launch", "UNNAMED", "engine_for", "engine_named", "engines_for"]
 
 
 def engine_named(name):
@@ -38,7 +38,12 @@ def engine_for(config, named: bool = False) -> EngineSpec:
     (``execution.engine``), framework time included, where it names one."""
     if config.execution.engine in ENGINES:  # named by the run itself
         return ENGINES[config.execution.engine]
-    strategy = config.execution.strategy
-    engine = next((e for e in ENGINES.values() if strategy in e.runs and e.takes(config)), UNNAMED)
-    return engine if named or not engine.layer_us else replace(engine, layer_us=0.0)
+    engine = next(iter(engines_for(config)), UNNAMED)
+    return engine if named or not (engine.layer_us or engine.gpu_layer_us) else \
+        replace(engine, layer_us=0.0, gpu_layer_us=())
+
+
+def engines_for(config) -> list[EngineSpec]:
+    """The engines that run ``config``'s strategy and take its settings, in ``ENGINES``' order of preference."""
+    return [e for e in ENGINES.values() if config.execution.strategy in e.runs and e.takes(config)]
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from moesim.sim.cpu_rates import EXPERT_BARRIERS
-from moesim.sim.machine import ONE_POOL
+from moesim.sim.cpu_rates import EXPERT_BARRIERS, expert_barriers
+from moesim.sim.machine import ONE_POOL, VENDORS
 
 # the expert formats a GGUF holds (llama.cpp's types), and a transformers checkpoint's 16-bit ones
 GGUF_FORMATS = ("fp32", "bf16", "f16", "q8_0", "q6_k", "q5_k", "q4_k", "q4_k_m", "q4_0", "iq4_xs", "iq4_nl", "q3_k",
@@ -43,6 +43,7 @@ class Launch:
     context: int
     vram_share: float
     split: tuple = ()  # several GPUs: the layers each holds, the output layer counted (``moesim.sim.layer_split``)
+    vendor: str = "nvidia"  # the GPUs' maker (``moesim.sim.machine.VENDORS``)
 
     @property
     def batch(self) -> int:
@@ -94,9 +95,13 @@ class EngineSpec:
     - ``threads``: the CPU threads it computes with whatever a user sets (0: the machine's, or ``--threads``), at
       most one a core, which a run named for it takes;
     - ``gpus``: the most GPUs it places a model's layers over (``moesim.sim.layer_split``; 1: one GPU);
+    - ``vendors``: the makers of the GPUs its GPU backend runs on (``moesim.sim.machine.VENDORS``);
     - ``layer_us``: its framework's time per MoE layer and row, beyond the operations moesim times (interpreter,
       dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
       cross-validation only (``moesim.experiments.crossval``), with its provenance in ``sources``;
+    - ``gpu_layer_us``: (GPU maker, µs) pairs: its framework time per MoE layer where its GPU backend runs on that
+      maker's GPUs (llama.cpp's Metal, ROCm and Vulkan, SYCL builds), beside ``layer_us``; learned the same way
+      (``on``);
 
     and ``command(launch)``: the whole command (or configuration) that runs a placement with it (``Launch``), or
     "none: why" where none does."""
@@ -119,7 +124,9 @@ class EngineSpec:
     kernel: str | None = None
     threads: int = 0
     gpus: int = 1
+    vendors: tuple = tuple(VENDORS)
     layer_us: float = 0.0
+    gpu_layer_us: tuple = ()
     sources: tuple = ()
 
     def machine(self, hw):
@@ -129,9 +136,14 @@ class EngineSpec:
         cpu = dataclasses.replace(hw.cpu, threads=min(self.threads, hw.cpu.cores * hw.cpu.sockets))
         return dataclasses.replace(hw, cpu=cpu)
 
+    def on(self, hw):
+        """This engine as it runs on ``hw``: its framework time per layer with its GPU maker's (``gpu_layer_us``)."""
+        extra = dict(self.gpu_layer_us).get(hw.gpu.vendor, 0.0) if hw.gpu is not None else 0.0
+        return dataclasses.replace(self, layer_us=self.layer_us + extra) if extra else self
+
     def expert_barriers(self, top_k: int) -> int:
         """The thread barriers of one CPU layer's routed experts."""
-        return self.cpu_ops[0] + self.cpu_ops[1] * top_k
+        return expert_barriers(top_k, self.cpu_ops)
 
     def offload_tokens(self, num_experts: int, top_k: int) -> float:
         """The fewest tokens of a row whose CPU layers' experts the engine runs on the GPU (inf: never)."""
@@ -140,12 +152,15 @@ class EngineSpec:
         return math.ceil(self.offload_min_tokens * num_experts / top_k) if self.offload_per_expert \
             else self.offload_min_tokens
 
-    def refuses(self, model, fmt: str, own_gguf: bool = False) -> str:
+    def refuses(self, model, fmt: str, own_gguf: bool = False, vendor: str | None = None) -> str:
         """Why a user cannot run ``model`` with its experts in ``fmt`` on this engine ("" where they can): it has no
-        release, or runs neither the model's family nor the format (``own_gguf``: ``fmt`` is a GGUF file's own
-        storage, which an engine that ``loads_gguf`` runs as it is)."""
+        release, its GPU backend does not run on the machine's GPU (made by ``vendor``; None: no GPU used), or it runs
+        neither the model's family nor the format (``own_gguf``: ``fmt`` is a GGUF file's own storage, which an
+        engine that ``loads_gguf`` runs as it is)."""
         if not self.release:
             return "research code with no release to run"
+        if vendor is not None and vendor not in self.vendors:
+            return f"{self.name} runs on {', '.join(self.vendors)} GPUs only, not {vendor}'s"
         if model.family not in self.families:
             return f"{self.name} runs no {model.family} model (it runs {', '.join(self.families)})"
         if fmt not in self.formats and not (own_gguf and self.loads_gguf):

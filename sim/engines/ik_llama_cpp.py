@@ -23,7 +23,8 @@ from moesim.sim.machine import ONE_POOL
 
 ENGINE = EngineSpec(
     name="ik_llama.cpp", summary="llama.cpp's placement with fused MoE: 3 barriers a CPU layer",
-    command=partial(llama_cpp.command, cpu_only="-ngl 0 -op -1,0"), source="github.com/ikawrakow/ik_llama.cpp",
+    command=partial(llama_cpp.command, cpu_only="-ngl 0 -op -1,0", program="./build/bin/llama-server"),
+    source="github.com/ikawrakow/ik_llama.cpp", vendors=("nvidia",),
     release="build from github.com/ikawrakow/ik_llama.cpp (or its images, ghcr.io/ikawrakow/ik-llama-cpp)",
     runs=("cpu-experts",),
     families=("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "gpt_oss", "glm4_moe",

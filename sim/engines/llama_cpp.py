@@ -2,15 +2,15 @@
 backend (``--n-cpu-moe N``, or ``-ot "blk\\.(0|...|N-1)\\.ffn_(up|down|gate)_exps=CPU"``); everything else on the GPU
 (``-ngl 99``), over several GPUs as ``-ts`` splits the layers (``moesim.sim.layer_split``); on a machine without a GPU,
 or with it left out, every layer on the CPU (``-ngl 0 --no-op-offload``). Its families are the MoE architectures
-``src/llama-arch.cpp`` loads, as transformers names them (Mixtral converts to its llama architecture; DeepSeek-V2, V3
-and GLM-4.7-Flash to deepseek2)."""
+``src/llama-arch.cpp`` loads, as transformers names them (Mixtral converts to its llama architecture; DeepSeek-V2, V3,
+Kimi-K2 and GLM-4.7-Flash to deepseek2)."""
 
 from moesim.sim.cpu_rates import EXPERT_BARRIERS
 from moesim.sim.engines.base import GGUF_FORMATS, EngineSpec, Launch
 from moesim.sim.machine import ONE_POOL
 
 
-def command(launch: Launch, cpu_only: str = "-ngl 0 --no-op-offload") -> str:
+def command(launch: Launch, cpu_only: str = "-ngl 0 --no-op-offload", program: str = "llama-server") -> str:
     """``llama-server`` with the GGUF, every layer on the GPU but the first N's experts (without a GPU, or with it left
     out, ``cpu_only``: a CUDA build would still run a prompt's large products on the GPU without its switch),
     the threads where it computes on the CPU, and the context memory was sized for (``-np`` sequences sharing it)."""
@@ -23,9 +23,10 @@ def command(launch: Launch, cpu_only: str = "-ngl 0 --no-op-offload") -> str:
     several = launch.gpu and len(launch.split) > 1
     if several:
         place += f" -ts {','.join(map(str, launch.split))}"
+    order = several and launch.vendor == "nvidia"
     threads = f" -t {launch.threads}" if n or not launch.gpu else ""
     slots = f" -np {launch.batch}" if launch.batch > 1 else ""
-    return (f"{ORDER + ' ' if several else ''}llama-server -m {launch.gguf} {place}{threads} "
+    return (f"{ORDER + ' ' if order else ''}{program} -m {launch.gguf} {place}{threads} "
             f"-c {launch.batch * launch.context}{slots}")
 
 
@@ -35,13 +36,18 @@ ORDER = "CUDA_DEVICE_ORDER=PCI_BUS_ID"  # CUDA's devices in PCI bus order, as nv
 ENGINE = EngineSpec(
     name="llama.cpp", summary="--n-cpu-moe: the first N layers' experts on the CPU", command=command,
     source="github.com/ggml-org/llama.cpp", release="github.com/ggml-org/llama.cpp/releases", runs=("cpu-experts",),
-    families=("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe", "gpt_oss",
-              "glm4_moe", "glm4_moe_lite", "dbrx", "granitemoe", "llama4"),
+    families=("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2", "olmoe",
+              "phimoe", "gpt_oss", "glm4_moe", "glm4_moe_lite", "dbrx", "granitemoe", "llama4", "minimax_m2"),
     formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=EXPERT_BARRIERS, offload_min_tokens=32, gpus=16,
+    gpu_layer_us=(("apple", 189.0),),
     sources=(("numa", "one thread pool over every socket; a page lands in the DRAM of the thread that first "
                       "touched it (the loader), without --numa"),
              ("cpu_ops", "src/llama-graph.cpp build_moe_ffn on the CPU: gate, up, activation, down, the weights, "
                          "and an add per expert"),
              ("offload_min_tokens", "ggml-cuda.cu ggml_backend_cuda_device_offload_op: min_batch_size 32"),
              ("gpus", "--split-mode layer (the default) over up to GGML_CUDA_MAX_DEVICES = 16 GPUs, -ts the share of "
-                      "layers each takes (src/llama-model.cpp load_tensors)")))
+                      "layers each takes (src/llama-model.cpp load_tensors)"),
+             ("gpu_layer_us", "its Metal build on Apple GPUs: fitted to its 6 published points there (5 groups); held "
+                              "out, their median error 16% against 94% without (python "
+                              "benchmarks/published_offload.py --cv, 2026-12-07). Its ROCm/Vulkan builds on AMD GPUs "
+                              "(9 points) and SYCL/Vulkan on Intel's (2, one group) learn none held out")))

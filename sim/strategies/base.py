@@ -35,7 +35,7 @@ class Cells:
     copy_s: float            # one expert over the host link (nan: the machine has no GPU)
     gpu: bool = True         # the machine has a GPU (else every expert runs on its CPU)
     offload_tokens: float = float("inf")  # a row of this many tokens has the engine run its CPU layers' experts on
-                                          # the GPU (``moesim.sim.engines``: ``offload_min_tokens``)
+                                          # the GPU (``moesim.sim.engines``: ``offload_tokens``)
 
 
 def all_cached(num_layers: int, params: dict) -> np.ndarray:

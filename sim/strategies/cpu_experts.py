@@ -6,8 +6,9 @@ experts run on the GPU: a CPU layer hands its activations to the host and back (
 and bytes, plus the CPU's ``sync_us``). The CPU runs a layer's experts one after another, each on all
 cores, each on the tokens that chose it (``moesim.sim.costs.cpu_expert_s``).
 
-A row of at least the engine's ``offload_min_tokens`` (llama.cpp's CUDA backend: 32, a prefill row) has the
-layer's experts copied over the link into scratch buffers and run on the GPU instead. On a machine without a GPU
+A row of at least the engine's ``offload_tokens`` (llama.cpp's CUDA backend: 32, a prefill row; ik_llama.cpp's: 32 for
+each expert on average) has the layer's experts copied over the link into scratch buffers and run on the GPU
+instead. On a machine without a GPU
 every layer is on the CPU (``auto``), everything else runs there too, and nothing is handed off (llama.cpp's CPU
 backend).
 How the engine uses the CPU's sockets and what a CPU layer costs besides its experts are the engine's
