@@ -29,6 +29,10 @@ What is detected (Linux; nothing is downloaded and nothing leaves the machine):
   reads (``pcie.link.gen.max``, ``pcie.link.width.max``: PCIe 3/4/5, scaled below x16), PCIe 4 x16 where it
   cannot be read, NVLink-C2C for a GH200. Without nvidia-smi (or where it fails) the machine is CPU-only.
 
+On a Mac (``detect_apple``): the chip, its cores, memory and GPU cores from ``sysctl`` and ``system_profiler``, the
+bandwidth and FLOP/s from the chip's spec sheet (``APPLE_CHIPS``), the GPU's share from ``iogpu.wired_limit_mb``
+or macOS's default; nothing is measured.
+
 Limits: a GPU's bandwidth is the preset's or the memory clock's, never measured; on Arm the clock is cpufreq's
 maximum (a boost clock: all cores under load run lower), or the current one a VM reports; the CPU's FLOP/s and unpacking
 rates come from the ISA tables (``moesim.sim.cpu_rates``; ``moesim calibrate`` measures them); a second GPU is
@@ -38,10 +42,12 @@ not used. Every reader takes its text (``parse_cpuinfo``, ``parse_meminfo``, ``p
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -580,12 +586,72 @@ def detect_cpu(measure: Callable[[int], float] = measure_dram_gbps, run=subproce
     return cpu, cpu_line
 
 
+# ---------------------------------------------------------------- an Apple chip
+
+# the Apple chips whose figures a source gives: chip -> (GPU cores of the figure, FP32 TFLOP/s at those cores, {GPU
+# cores: memory GB/s}; None: every bin's). Bandwidths: the presets' (docs/hardware.md, "Unified memory"), the M1 Max's
+# and M2 Max's 400 (llama.cpp issue #27525, PR #2188), the M1 Ultra's 800 (applegpuinfo issue #1), the M4 Pro's 273
+# (techmoran.com, Apple's announcement); FLOP/s: Hugging Face's hardware table (its PR #1044 for the M4s)
+APPLE_CHIPS = {
+    "Apple M1 Max": (32, 10.4, {None: 400.0}), "Apple M1 Ultra": (64, 21.0, {None: 800.0}),
+    "Apple M2 Max": (38, 13.5, {None: 400.0}), "Apple M2 Ultra": (60, 21.47, {None: 800.0}),
+    "Apple M3 Ultra": (80, 28.4, {None: 819.0}), "Apple M4 Pro": (20, 9.2, {None: 273.0}),
+    "Apple M4 Max": (40, 18.4, {32: 410.0, 40: 546.0}),
+}
+APPLE_DEFAULT_SHARE = ((36, 2 / 3), (math.inf, 3 / 4))  # macOS's default GPU share of the memory: up to 36 GB, above
+APPLE_GHZ = 3.5  # the performance cores' clock, assumed (as the m2-ultra preset): no Apple table gives an all-core one
+
+
+def _sysctl(run, key: str) -> str | None:
+    out = _output(run, ["sysctl", "-n", key])
+    return out.strip() if out is not None and out.strip() else None
+
+
+def detect_apple(run=subprocess.run) -> Hardware:
+    """An Apple silicon Mac (``sysctl``, ``system_profiler``): the chip (``machdep.cpu.brand_string``) and its GPU's
+    cores (``SPDisplaysDataType``'s ``sppci_cores``) give the memory's bandwidth and the GPU's FLOP/s (``APPLE_CHIPS``,
+    FLOP/s in proportion to the cores; Apple's GPUs run fp16 at the fp32 rate); ``hw.memsize`` the memory, of which the
+    GPU maps ``iogpu.wired_limit_mb`` where it is set, else macOS's default share (``APPLE_DEFAULT_SHARE``);
+    ``hw.physicalcpu`` the CPU's cores, which read the same memory. A chip not in the table is one line asking for a
+    hardware file."""
+    chip = _sysctl(run, "machdep.cpu.brand_string")
+    memsize = _positive(_sysctl(run, "hw.memsize") or "")
+    cores = _int(_sysctl(run, "hw.physicalcpu") or "")
+    if chip is None or memsize is None or cores is None or cores <= 0:
+        raise MoesimError(f"sysctl gave no chip, memory or core count; {TEMPLATE_HINT}")
+    if chip not in APPLE_CHIPS:
+        raise MoesimError(f"{chip}: no bandwidth moesim has a source for ({', '.join(APPLE_CHIPS)}); {TEMPLATE_HINT}")
+    listed = _output(run, ["system_profiler", "SPDisplaysDataType", "-json"])
+    try:
+        gpu_cores = int(json.loads(listed)["SPDisplaysDataType"][0]["sppci_cores"])
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        gpu_cores = None
+    table_cores, tflops, bandwidth = APPLE_CHIPS[chip]
+    gbps = bandwidth.get(gpu_cores, bandwidth.get(None))
+    if gbps is None or not gpu_cores or gpu_cores <= 0:
+        raise MoesimError(f"{chip}: system_profiler gave no GPU core count moesim has a bandwidth for "
+                          f"({', '.join(map(str, bandwidth))} cores); {TEMPLATE_HINT}")
+    ram_gb = _sig(memsize / 2 ** 30)
+    wired = _positive(_sysctl(run, "iogpu.wired_limit_mb") or "")
+    share = next(f for most, f in APPLE_DEFAULT_SHARE if ram_gb <= most)
+    hbm_gb = _sig(wired / 1024) if wired else _sig(ram_gb * share)
+    gpu = GPU(f"{chip} ({gpu_cores}-core GPU)", gbps, _sig(tflops * gpu_cores / table_cores), min(hbm_gb, ram_gb),
+              unified=True, vendor="apple")
+    cpu = CPU(chip, cores, APPLE_GHZ, "neon", gbps, ram_gb)
+    limit = f"iogpu.wired_limit_mb {wired:g}" if wired else f"macOS's default {share:.0%}"
+    return Hardware("local", gpu, unified_link(gpu), cpu=cpu,
+                    source=f"local: detected {chip} ({cores} cores, {gpu_cores}-core GPU, {ram_gb:g} GiB, "
+                           f"{gbps:g} GB/s by its spec sheet; the GPU maps {gpu.hbm_gb:g} GiB: {limit})")
+
+
 def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.run,
            read: Callable[[str], str | None] = read_text,
            unknown_gpu: Callable[[str, float], GPU] = torch_gpu,
-           clock: Callable[[str], float | None] = measure_clock_ghz) -> Hardware:
-    """This machine: its CPU (``detect_cpu``), its GPUs and their links from nvidia-smi (``run``; a GPU not among the
-    presets: ``unknown_gpu``)."""
+           clock: Callable[[str], float | None] = measure_clock_ghz, platform: str = sys.platform) -> Hardware:
+    """This machine: on a Mac its chip (``detect_apple``); elsewhere its CPU (``detect_cpu``), its GPUs and their links
+    from nvidia-smi (``run``; a GPU not among the presets: ``unknown_gpu``)."""
+    if platform == "darwin":
+        return detect_apple(run)
     cpu, cpu_line = detect_cpu(measure, run, read, clock)
     gpus, gpu_line = detect_gpu(run, unknown_gpu, cpu.ram_gb)
     gpu, link = gpus[0] if gpus else (None, None)

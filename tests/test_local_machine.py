@@ -494,3 +494,58 @@ def test_fuzz_detect(data):
         assert 0.1 <= cpu.ghz <= 10 and cpu.dram_gbps > 0 and cpu.dram_eff == 1.0
         assert (hw.gpu is None) == (hw.link is None)
         assert hw.gpu is None or (hw.gpu.hbm_gb > 0 and hw.gpu.hbm_gbps > 0 and hw.link.gbps > 0)
+
+
+# ---------------------------------------------------------------- an Apple chip
+
+
+def _mac(chip="Apple M4 Max", memsize=str(128 * 2 ** 30), cores="16", gpu_cores="40", wired="0"):
+    """``run`` on a Mac: sysctl's keys and system_profiler's displays as JSON (None: the command fails)."""
+    sysctl = {"machdep.cpu.brand_string": chip, "hw.memsize": memsize, "hw.physicalcpu": cores,
+              "iogpu.wired_limit_mb": wired}
+    profile = None if gpu_cores is None else (
+        '{"SPDisplaysDataType": [{"_name": "%s", "sppci_model": "%s", "sppci_cores": "%s"}]}' % (chip, chip, gpu_cores))
+
+    def run(args, **kwargs):
+        out = sysctl.get(args[-1]) if args[0] == "sysctl" else profile if args[0] == "system_profiler" else None
+        return subprocess.CompletedProcess(args, 0 if out is not None else 1, (out or "") + "\n", "")
+    return run
+
+
+def test_an_apple_mac_is_its_chip(tmp_path):
+    """An M4 Max with its 40-core GPU and 128 GiB: 546 GB/s and 18.4 TFLOP/s (the table's), the GPU mapping macOS's
+    default three quarters (96 GiB) or the wired limit a user set (112 GiB), 16 cores reading the same memory; its
+    32-core bin reads 410 GB/s at 32/40 of the FLOP/s. The machine is a valid hardware file."""
+    hw = lm.detect(run=_mac(), platform="darwin")
+    assert hw.gpu == GPU("Apple M4 Max (40-core GPU)", 546.0, 18.4, 96.0, unified=True, vendor="apple")
+    assert (hw.cpu.cores, hw.cpu.isa, hw.cpu.dram_gbps, hw.cpu.ram_gb) == (16, "neon", 546.0, 128.0)
+    assert hw.link.name == "unified" and "macOS's default 75%" in hw.source
+    assert lm.detect(run=_mac(wired="114688"), platform="darwin").gpu.hbm_gb == 112.0
+    small = lm.detect(run=_mac(gpu_cores="32", memsize=str(36 * 2 ** 30)), platform="darwin").gpu
+    assert (small.hbm_gbps, small.tflops, small.hbm_gb) == (410.0, 14.72, 24.0)  # 2/3 of 36 GiB
+    write_hardware(hw, tmp_path / "mac.toml")
+    assert load_hardware(tmp_path / "mac.toml") == hw
+
+
+@pytest.mark.parametrize("mac, message", [
+    (dict(chip="Apple M5"), r"Apple M5: no bandwidth moesim has a source for"),
+    (dict(gpu_cores=None), r"Apple M4 Max: system_profiler gave no GPU core count"),
+    (dict(gpu_cores="24"), r"no GPU core count moesim has a bandwidth for \(32, 40 cores\)"),
+    (dict(memsize="0"), r"sysctl gave no chip, memory or core count"),
+    (dict(cores="-2"), r"sysctl gave no chip, memory or core count"),
+])
+def test_a_mac_moesim_cannot_describe_asks_for_a_hardware_file(mac, message):
+    with pytest.raises(MoesimError, match=message + r".*moesim hardware --template"):
+        lm.detect(run=_mac(**mac), platform="darwin")
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_detect_apple(data):
+    """The Mac's detection on mutated sysctl and system_profiler outputs: a machine or one line."""
+    draw = data.draw
+    run = _mac(mutate("Apple M4 Max", draw), mutate(str(128 * 2 ** 30), draw), mutate("16", draw),
+               mutate("40", draw), mutate("0", draw))
+    hw = outcome(lambda: lm.detect(run=run, platform="darwin"))
+    if hw is not None:
+        assert hw.gpu.unified and 0 < hw.gpu.hbm_gb <= hw.cpu.ram_gb and hw.cpu.cores >= 1 and hw.gpu.tflops > 0
