@@ -21,7 +21,8 @@ What is detected (Linux; nothing is downloaded and nothing leaves the machine):
   first written by the same threads in the same chunks, so a socket's pages sit in its own DRAM); one warm-up
   sweep, then the median of 3 timed passes. The CPU's ``dram_gbps`` is that rate per socket and its
   ``dram_eff`` 1.0: the rate is what a streaming read reached here, not a nominal figure.
-- **GPU**: the first one ``nvidia-smi`` lists. Its name is matched to a preset (``moesim.sim.presets.GPUS``),
+- **GPU**: the GPUs ``nvidia-smi`` lists (without it, the AMD ones ``rocm-smi`` lists: presets only, on a PCIe 4 x16
+  link assumed). Its name is matched to a preset (``moesim.sim.presets.GPUS``),
   which gives its bandwidth and FLOP/s; its memory is what nvidia-smi counts. A GPU not among the presets is
   built from ``torch.cuda.get_device_properties`` (bandwidth from the memory clock and bus width, nominal, so
   ``mem_eff`` stays at its default; FLOP/s measured on a large bf16 GEMM, so ``flop_eff`` 1.0); without torch
@@ -391,9 +392,9 @@ def measure_clock_ghz(isa_name: str, steps: int = CHAIN_STEPS, passes: int = PAS
 
 
 def gpu_key(name: str) -> str:
-    """A GPU's name as the presets are keyed: lower case, without spaces, "nvidia" and "geforce"."""
+    """A GPU's name as the presets are keyed: lower case, without spaces and the makers' and brands' words."""
     key = name.lower()
-    for word in ("nvidia", "geforce"):
+    for word in ("nvidia", "geforce", "amd", "radeon"):
         key = key.replace(word, "")
     return "".join(key.split())
 
@@ -506,16 +507,52 @@ def _output(run, args: list) -> str | None:
     return done.stdout if done.returncode == 0 and isinstance(done.stdout, str) else None
 
 
+ROCM_SMI = "rocm-smi"
+
+
+def parse_rocm_smi(text: str) -> tuple[tuple[str, float], ...]:
+    """``rocm-smi --showproductname --showmeminfo vram --json``: each AMD GPU's name ("Card series") and memory in GiB
+    ("VRAM Total Memory (B)"), in its cards' order; a MoesimError where the text is not that."""
+    try:
+        cards = json.loads(text)
+        listed = sorted(((int(card.removeprefix("card")), fields) for card, fields in cards.items()
+                         if card.startswith("card")), key=lambda pair: pair[0])
+        out = tuple((_clean(str(fields["Card series"])), int(fields["VRAM Total Memory (B)"]) / 2 ** 30)
+                    for _, fields in listed)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        out = ()
+    if not out or any(not name or not gib > 0 for name, gib in out):
+        raise MoesimError(f"{ROCM_SMI} gave no GPU with a name and a memory ({_clean(text)[:60]!r}); {TEMPLATE_HINT}")
+    return out
+
+
+def detect_amd(run=subprocess.run) -> tuple[tuple, str]:
+    """Every AMD GPU ``rocm-smi`` lists, each a preset's (its name matched as nvidia-smi's are) on a PCIe 4 x16 link
+    (assumed: rocm-smi's bus reading is not read); ((), why) where rocm-smi is absent, fails or lists none. A GPU not
+    among the presets is refused (a hardware file describes it)."""
+    out = _output(run, [ROCM_SMI, "--showproductname", "--showmeminfo", "vram", "--json"])
+    if out is None or not out.strip():
+        return (), "no GPU (nvidia-smi and rocm-smi absent, failing or listing none)"
+    gpus = []
+    for index, (name, gib) in enumerate(parse_rocm_smi(out)):
+        key = match_gpu(name)
+        if key is None or GPUS[key].vendor != "amd":
+            raise MoesimError(f"AMD GPU {index} '{name}' is not a preset (moesim hardware); {TEMPLATE_HINT}")
+        gpus.append((replace(GPUS[key], name=name, hbm_gb=_sig(gib)), pcie_link(None, None)))
+    return tuple(gpus), "; ".join(f"GPU {i}: {g.name} ({g.hbm_gb:g} GiB, bandwidth and FLOP/s of its preset), link "
+                                  f"{link.name} (assumed)" for i, (g, link) in enumerate(gpus))
+
+
 def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = torch_gpu, host_gb: float = 0.0
                ) -> tuple[tuple, str]:
     """Every GPU nvidia-smi lists with its link, (GPU, Link) pairs in its order, and a line on where they came from;
-    ((), why) where nvidia-smi is absent, fails or lists none. A GPU not among the presets is read by
+    without nvidia-smi (absent, failing or listing none) the AMD GPUs rocm-smi lists (``detect_amd``). A GPU not among the presets is read by
     ``unknown_gpu`` where it is the first (or named as the first); another is refused (a hardware file describes
     it). A preset's GPU that shares the host's memory maps what nvidia-smi says, else the host's ``host_gb``, and
     takes no link (``unified_link``)."""
     out = _output(run, [NVIDIA_SMI, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"])
     if out is None or not out.strip():
-        return (), "no GPU (nvidia-smi absent, failing or listing none)"
+        return detect_amd(run)
     listed = parse_nvidia_smi(out)
     pcie = _output(run, [NVIDIA_SMI, "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
                          "--format=csv,noheader,nounits"]) or ""

@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -19,7 +20,7 @@ from moesim.errors import MoesimError
 from moesim.sim import local_machine as lm
 from moesim.sim.cpu_rates import ISA_FLOP_PER_CYCLE
 from moesim.sim.hardware import load_hardware, write_hardware
-from moesim.sim.presets import LINKS
+from moesim.sim.presets import GPUS, LINKS
 from moesim.sim.machine import GPU, Hardware
 
 
@@ -276,7 +277,7 @@ def test_zen4_desktop_without_a_gpu():
     assert (cpu.name, cpu.sockets, cpu.cores, cpu.isa, cpu.ghz, cpu.dram_gbps, cpu.dram_eff) == (
         "AMD Ryzen 9 7950X 16-Core Processor (measured 61.2 GB/s)", 1, 4, "avx512-256", 4.5, 61.2, 1.0)
     assert "no GPU" in hw.source and hw.describe().startswith("no GPU, AMD Ryzen 9 7950X")
-    assert [c[0] for c in run.calls] == ["nvidia-smi"]  # cpuinfo named the model: no lscpu
+    assert [c[0] for c in run.calls] == ["nvidia-smi", "rocm-smi"]  # cpuinfo named the model: no lscpu
 
 
 @pytest.mark.parametrize("status", [6, 9])
@@ -549,3 +550,45 @@ def test_fuzz_detect_apple(data):
     hw = outcome(lambda: lm.detect(run=run, platform="darwin"))
     if hw is not None:
         assert hw.gpu.unified and 0 < hw.gpu.hbm_gb <= hw.cpu.ram_gb and hw.cpu.cores >= 1 and hw.gpu.tflops > 0
+
+
+# ---------------------------------------------------------------- an AMD GPU
+
+
+ROCM_SMI = ('{"card1": {"Card series": "Radeon RX 7900 XTX", "Card model": "0x744c", "VRAM Total Memory (B)": '
+            '"25753026560"}, "card0": {"Card series": "AMD Radeon RX 7900 XTX", "VRAM Total Memory (B)": "25753026560"},'
+            ' "system": {"Driver version": "6.8"}}')
+
+
+def _with_rocm(text, status=0):
+    """``run``: no nvidia-smi, rocm-smi printing ``text`` with ``status``."""
+    def run(args, **kwargs):
+        if args[0] != "rocm-smi":
+            raise FileNotFoundError(args[0])
+        return subprocess.CompletedProcess(args, status, text, "")
+    return run
+
+
+def test_amd_gpus_are_read_from_rocm_smi():
+    """Without nvidia-smi, rocm-smi's cards in their order, each its preset (bandwidth, FLOP/s, maker) with the memory
+    rocm-smi counts, on a PCIe 4 x16 link assumed; an AMD GPU no preset describes asks for a file, and so does text
+    rocm-smi did not write."""
+    gpus, words = lm.detect_gpu(run=_with_rocm(ROCM_SMI))
+    assert [g for g, _ in gpus] == [replace(GPUS["rx7900xtx"], name=n, hbm_gb=23.98)
+                                    for n in ("AMD Radeon RX 7900 XTX", "Radeon RX 7900 XTX")]
+    assert all(link == LINKS["pcie4"] for _, link in gpus) and "(assumed)" in words
+    with pytest.raises(MoesimError, match=r"AMD GPU 0 'Radeon Pro W7900' is not a preset"):
+        lm.detect_gpu(run=_with_rocm(ROCM_SMI.replace("AMD Radeon RX 7900 XTX", "Radeon Pro W7900")))
+    with pytest.raises(MoesimError, match=r"rocm-smi gave no GPU with a name and a memory"):
+        lm.detect_gpu(run=_with_rocm('{"card0": {"Card series": "Radeon RX 7900 XTX"}}'))
+    assert lm.detect_gpu(run=_with_rocm("", status=2))[0] == ()
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_rocm_smi(data):
+    """rocm-smi's reader on mutated JSON: GPUs or one line."""
+    gpus = outcome(lambda: lm.detect_gpu(run=_with_rocm(mutate(ROCM_SMI, data.draw))))
+    if gpus is not None:
+        assert all(g.vendor == "amd" and g.hbm_gb > 0 for g, _ in gpus[0])
+
