@@ -16,6 +16,7 @@ from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
 from moesim.files import atomic_output, check_output
 from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD, TIE_RATIO, interval_words, measured
+from moesim.sim.engines import ENGINES
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.sim.engines.ktransformers import EXPERT_COUNTS
 from moesim.tracegen.trace import trace_file
@@ -188,7 +189,14 @@ OWN = "*"  # marks the model file's own storage (a --dtype of the same name is e
 
 
 def interval_note(rows: list, hw) -> None:
-    """Where the rows' intervals come from and how often such intervals held."""
+    """Where the rows' intervals come from and how often such intervals held; on another maker's GPU than NVIDIA's
+    where no row's engine learned a time a layer there, that its rows are upper bounds."""
+    maker = hw.gpu.vendor if hw.gpu is not None else "nvidia"
+    if maker != "nvidia" and not any(maker in dict(ENGINES[r.engine].gpu_layer_us) for r in rows if r.gpu
+                                     and r.engine in ENGINES):
+        console.print(f"{maker}'s GPUs: no time a layer has been learned for these rows' engines on them, and the "
+                      "published llama.cpp runs on such a GPU decoded well below moesim's prediction (docs/fidelity.md): "
+                      "take the rows on the GPU as upper bounds", soft_wrap=True)
     if any(r.tokens_per_s.low is not None for r in rows):
         console.print("tok/s: as the row's engine runs it, the framework time learned for it from published points "
                       "included (sim run --engine NAME gives the same); " + (

@@ -50,6 +50,10 @@ class Point:
     grid: tuple         # constants the point was simulated at, rising from 0
     seconds: tuple      # moesim's seconds a token at each
 
+    def __post_init__(self):  # tuples, as the fits keep them (``fit_kind``)
+        object.__setattr__(self, "grid", tuple(float(g) for g in self.grid))
+        object.__setattr__(self, "seconds", tuple(float(x) for x in self.seconds))
+
     def predicted(self, constant: float) -> float:
         """tokens/s with the constant at ``constant`` (the seconds interpolated between the grid's)."""
         return 1.0 / float(np.interp(constant, self.grid, self.seconds))
@@ -80,7 +84,7 @@ def fit(points: list[Point], bounds: tuple[float, float], kinds=None) -> dict[st
             for kind in dict.fromkeys(p.kind for p in points if kinds is None or p.kind in kinds)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=1 << 14)
 def fit_kind(mine: tuple[Point, ...], bounds: tuple[float, float]) -> float:
     """The constant in ``bounds`` with the least squared log error over ``mine``, points of one kind (kept: the folds
     of a cross-validation fit the same points again wherever the groups they leave out hold none of that kind)."""
@@ -112,7 +116,7 @@ def better_than_none(points: list[Point], bounds: tuple[float, float], among=Non
     return set(_better_than_none(tuple(points), tuple(bounds), None if among is None else frozenset(among)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=1 << 10)
 def _better_than_none(points: tuple[Point, ...], bounds: tuple[float, float], among: frozenset | None) -> frozenset:
     """``better_than_none``, kept: the intervals' inner cross-validations ask it of each training set twice."""
     fitted = held_out(list(points), bounds, among)  # the kinds it may choose, no other fitted

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from moesim.sim.accuracy import band, measured
 from moesim.sim.des import DesResult, measured_decode
 from moesim.sim.engines import ENGINES, UNNAMED
-from moesim.sim.machine import Hardware
+from moesim.sim.machine import VENDORS, Hardware
 from moesim.tracegen.models import ModelSpec
 
 SHEET = "the machine's spec sheet: its preset or hardware file"
@@ -106,7 +106,7 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
                 Line("... of it a pinned copy reaches", link.efficiency, "share", REACHED),
                 Line("... latency of a copy", link.latency_us, "us", FIGURE)]
     for i, layers in enumerate(hw.split):  # several GPUs: the layers each holds
-        out.append(Line(f"CUDA{i}'s layers (-ts), the output layer counted", layers, "layers",
+        out.append(Line(f"{VENDORS[hw.gpu.vendor]}{i}'s layers (-ts), the output layer counted", layers, "layers",
                         "moesim.sim.layer_split: each GPU filled to the same share of its memory"))
     on_cpu = hw.cpu is not None and (r.cpu_share > 0 or hw.gpu is None)
     if on_cpu:
@@ -119,7 +119,9 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
     engine = ENGINES.get(r.timed_as, UNNAMED)
     sources = dict(engine.sources)
     if r.framework_us and hw.compute is None:
-        out.append(Line(f"{engine.name}'s framework time a layer", r.framework_us, "us", sources["layer_us"]))
+        maker = hw.gpu is not None and hw.gpu.vendor in dict(engine.gpu_layer_us)
+        out.append(Line(f"{engine.name}'s framework time a layer" + (f" on {hw.gpu.vendor}'s GPUs" if maker else ""),
+                        r.framework_us, "us", sources["gpu_layer_us" if maker else "layer_us"]))
     if on_cpu:
         out.append(Line(f"{engine.name}'s barriers a CPU layer", engine.expert_barriers(model.top_k), "barriers",
                         sources.get("cpu_ops", "llama.cpp's figure")))

@@ -67,6 +67,30 @@ def test_which_constants_ship_is_chosen_again_without_the_held_out_group():
         [p[0] for p in nested[:2]]
 
 
+def test_a_fit_kept_is_one_of_the_same_points_only():
+    """The fits a cross-validation keeps (``fit_kind``, ``better_than_none``) answer only for the same points: a point
+    measured otherwise is fitted anew (700 µs planted, then 1400 in one point: a different constant), the first
+    answer comes back for the first points, a grid given as a list is taken as its tuple, and a whole
+    cross-validation gives the same numbers with its fits kept as with none kept."""
+    from moesim.experiments.crossval import _better_than_none, fit_kind
+
+    pts = [point(str(i), f"s{i}", f"m{i}", base_s=0.01 * (i + 1), per_unit=32e-6, constant=700.0) for i in range(4)]
+    first = fit(pts, (0.0, 1e5))["e"]
+    moved = [point("0", "s0", "m0", base_s=0.01, per_unit=32e-6, constant=1400.0)] + pts[1:]
+    assert fit(moved, (0.0, 1e5))["e"] > first * 1.1 and fit(pts, (0.0, 1e5))["e"] == first
+    listed = Point("l", "s", "m", "e", 1.0, [0.0, 1e5], [0.01, 0.02])
+    assert listed.grid == (0.0, 1e5) and listed == Point("l", "s", "m", "e", 1.0, (0.0, 1e5), (0.01, 0.02))
+    more = pts + [point(f"b{i}", f"t{i}", f"n{i}", "b", base_s=0.02 * (i + 1)) for i in range(3)]
+
+    def everything():
+        return [(c.predicted, c.low, c.high, c.constants) for c in
+                cross_validate(more, (0.0, 1e5), lambda t: better_than_none(t, (0.0, 1e5)))]
+    fit_kind.cache_clear()
+    _better_than_none.cache_clear()
+    cold = everything()
+    assert fit_kind.cache_info().hits > 0 and everything() == cold
+
+
 def test_the_interval_is_the_quantiles_of_the_held_out_ratios():
     """80%: the 10th and 90th percentiles, by linear interpolation between order statistics: of 1..11, 2 and 10."""
     assert quantile_band(np.arange(1.0, 12.0)) == pytest.approx((2.0, 10.0))

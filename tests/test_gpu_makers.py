@@ -37,19 +37,44 @@ def test_a_gpus_maker_is_read_checked_and_written(tmp_path):
 
 def test_llama_cpp_on_apple_gpus_takes_the_time_a_layer_learned_for_its_metal_build():
     """A run timed as llama.cpp on an Apple GPU takes 189 µs more a MoE layer than its operations alone: 32 layers of
-    Mixtral, every one on the GPU; on an NVIDIA GPU, where none was learned, the two are the same run."""
+    Mixtral, every one on the GPU; on an AMD GPU 65 µs; on an NVIDIA or an Intel GPU, where none was learned, the
+    two are the same run."""
     trace, every_layer = bundled_trace_path(), {"strategy": "cpu-experts", "cpu_layers": 0, "prompt": 0}
-    assert dict(ENGINES["llama.cpp"].gpu_layer_us) == {"apple": 189.0}
+    assert dict(ENGINES["llama.cpp"].gpu_layer_us) == {"amd": 65.0, "apple": 189.0}
     named = moesim.simulate(trace, hardware="m2-ultra", engine="llama.cpp", **every_layer)
     alone = moesim.simulate(trace, hardware="m2-ultra", **every_layer)
     assert named.tpot_s - alone.tpot_s == pytest.approx(32 * 189e-6, rel=1e-9) and named.framework_us == 189.0
     cpu_layers = {**every_layer, "cpu_layers": 32}
     assert moesim.simulate(trace, hardware="rtx4090", engine="llama.cpp", **cpu_layers).tpot_s == \
         moesim.simulate(trace, hardware="rtx4090", **cpu_layers).tpot_s
+    # each maker's GPU its own: AMD's 65 µs on a Strix Halo, none on an Intel card, where none was learned
+    amd = [moesim.simulate(trace, hardware="strix-halo", **every_layer, **named).tpot_s
+           for named in ({"engine": "llama.cpp"}, {})]
+    assert amd[0] - amd[1] == pytest.approx(32 * 65e-6, rel=1e-9)
+    assert moesim.simulate(trace, hardware="arc-pro-b70", engine="llama.cpp", **cpu_layers).tpot_s == \
+        moesim.simulate(trace, hardware="arc-pro-b70", **cpu_layers).tpot_s
+
+
+def test_explain_names_the_time_a_layer_learned_for_the_gpus_maker(cli):
+    """``--explain`` on an Apple GPU gives llama.cpp's 189 µs a layer with where it was learned."""
+    code, out, err = cli("sim", "run", bundled_trace_path(), "--hardware", "m2-ultra", "--strategy", "cpu-experts",
+                         "--cpu-layers", "0", "--engine", "llama.cpp", "--explain")
+    text = " ".join(out.split())
+    assert code == 0, err
+    assert "llama.cpp's framework time a layer on apple's GPUs" in text and "its Metal build on Apple's, 6 points" in text
+
+
+def test_an_engine_named_for_a_gpu_its_backend_does_not_run_on_is_refused(cli):
+    """ik_llama.cpp's backends are its CPU's and CUDA's: named on an Apple GPU, one line, exit 1."""
+    code, out, err = cli("sim", "run", bundled_trace_path(), "--hardware", "m2-ultra", "--strategy", "cpu-experts",
+                         "--cpu-layers", "0", "--engine", "ik_llama.cpp")
+    assert code == 1 and err.count("\n") == 1, err
+    assert "--engine ik_llama.cpp: ik_llama.cpp runs on nvidia GPUs only, and hardware 'm2-ultra''s is apple's" in err
 
 
 def test_several_amd_gpus_are_named_as_llama_cpp_names_them(cli, tmp_path):
-    """Two RX 7900 XTX: each row's layers per GPU in ROCm's names, and a command without CUDA's device order."""
+    """Two RX 7900 XTX: each row's layers per GPU in ROCm's names, and a command without CUDA's device order; two Arc
+    Pro B70, in SYCL's."""
     path = tmp_path / "two-amd.toml"
     path.write_text('cpu = "ryzen-7950x"\nlink = "pcie4-x8"\ngpu = ["rx7900xtx", "rx7900xtx"]\n')
     code, out, err = cli("plan", "--model", "gpt-oss-120b", "--hardware", path, "--dtype", "q4_k", "--json")
@@ -57,3 +82,17 @@ def test_several_amd_gpus_are_named_as_llama_cpp_names_them(cli, tmp_path):
     row = json.loads(out)["rows"][0]
     assert row["on_gpus"].startswith("ROCm0: layers 0-") and "; ROCm1: layers " in row["on_gpus"]
     assert row["command"].startswith("llama-server ") and " -ts " in row["command"]
+    path.write_text('cpu = "ryzen-9950x"\nlink = "pcie5"\ngpu = ["arcprob70", "arcprob70"]\n')
+    code, out, err = cli("plan", "--model", "gpt-oss-120b", "--hardware", path, "--dtype", "q4_k", "--json")
+    assert code == 0 and json.loads(out)["rows"][0]["on_gpus"].startswith("SYCL0: "), err
+
+
+def test_a_plan_on_a_gpu_no_time_was_learned_for_says_its_rows_are_upper_bounds(cli):
+    """On an Intel card, where no engine learned a time a layer, the plan says its GPU rows are upper bounds; on an AMD
+    card, where llama.cpp's was learned, it does not."""
+    args = ("plan", "--model", "qwen3-30b-a3b", "--dtype", "q4_k", "--hardware")
+    code, out, err = cli(*args, "arc-b580")
+    assert code == 0 and "intel's GPUs: no time a layer has been learned for these rows' engines on them" in \
+        " ".join(out.split()), err
+    code, out, err = cli(*args, "rx7900xtx")
+    assert code == 0 and "no time a layer has been learned" not in " ".join(out.split()), err

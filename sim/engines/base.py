@@ -100,7 +100,7 @@ class EngineSpec:
       dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
       cross-validation only (``moesim.experiments.crossval``), with its provenance in ``sources``;
     - ``gpu_layer_us``: (GPU maker, µs) pairs: its framework time per MoE layer where its GPU backend runs on that
-      maker's GPUs (llama.cpp's Metal, ROCm and Vulkan, SYCL builds), beside ``layer_us``; learned the same way
+      maker's GPUs (llama.cpp's Metal, ROCm and Vulkan, SYCL builds), in place of ``layer_us``; learned the same way
       (``on``);
 
     and ``command(launch)``: the whole command (or configuration) that runs a placement with it (``Launch``), or
@@ -137,9 +137,10 @@ class EngineSpec:
         return dataclasses.replace(hw, cpu=cpu)
 
     def on(self, hw):
-        """This engine as it runs on ``hw``: its framework time per layer with its GPU maker's (``gpu_layer_us``)."""
-        extra = dict(self.gpu_layer_us).get(hw.gpu.vendor, 0.0) if hw.gpu is not None else 0.0
-        return dataclasses.replace(self, layer_us=self.layer_us + extra) if extra else self
+        """This engine as it runs on ``hw``: its framework time per layer that of its build on the machine's GPU maker
+        where one was learned (``gpu_layer_us``; the cross-validation fits the whole time on those points)."""
+        learned = dict(self.gpu_layer_us).get(hw.gpu.vendor) if hw.gpu is not None else None
+        return self if learned is None else dataclasses.replace(self, layer_us=learned)
 
     def expert_barriers(self, top_k: int) -> int:
         """The thread barriers of one CPU layer's routed experts."""
