@@ -381,13 +381,14 @@ def _nothing_fits(spec: ModelSpec, hw: Hardware, short: list) -> str:
 
 def _fold(rows: list[tuple[PlanRow, PlanRow | None]], results: list) -> tuple[list[PlanRow], list]:
     """Rows that keep every expert on the GPU (each given with the row that names that placement, else None) are one
-    placement whatever the strategy: per format, the first (the fastest: an engine with no framework time learned for
-    it; the others folded in, ``same_as``, would take theirs; the first whose engine a user can run, where the fastest's
-    cannot) stays, named for what it is, lists the candidates folded
-    into it, and takes the least GPU memory and host RAM of the one of them that needs the least GPU memory (then
-    RAM; the engines differ in what they hold beside the experts: a host copy, scratch buffers). Returns the rows and
-    their results, still side by side."""
-    out, kept = [], {}  # kept: format -> its all-on-gpu row's index in out
+    placement whatever the strategy: per format, one row stays, named for the engine that names the placement, with
+    that engine's own run of it where it ran it (its framework time on the machine's GPU included: llama.cpp's on
+    an AMD or Apple GPU), else the first (the fastest: an engine with no framework time learned for it; the first
+    whose engine a user can run, where the fastest's cannot); it lists the candidates folded into it, and takes the
+    least GPU memory and host RAM of the one of them that needs the least GPU memory (then RAM; the engines differ in
+    what they hold beside the experts: a host copy, scratch buffers). Returns the rows and their results, still side
+    by side."""
+    out, kept, timed_by = [], {}, {}  # kept: format -> its all-on-gpu row's index in out; timed_by: whose run it is
     for (r, whole), result in zip(rows, results):
         if whole is None:
             out.append((r, result))
@@ -395,12 +396,13 @@ def _fold(rows: list[tuple[PlanRow, PlanRow | None]], results: list) -> tuple[li
             at = kept[r.format]
             row_kept, result_kept = out[at]
             vram, ram = min((row_kept.vram_gb, row_kept.ram_gb), (r.vram_gb, r.ram_gb))
-            if row_kept.apart and not whole.apart:  # the first whose engine a user can run names the row
-                row_kept, result_kept = replace(whole, same_as=row_kept.same_as), result
+            own = r.engine == whole.engine != timed_by[r.format] and not whole.apart  # the naming engine's own run
+            if own or (row_kept.apart and not whole.apart):  # else the first whose engine a user can run
+                row_kept, result_kept, timed_by[r.format] = replace(whole, same_as=row_kept.same_as), result, r.engine
             same_as = tuple(dict.fromkeys((*row_kept.same_as, candidate(r))))  # (several engines run one candidate)
             out[at] = (replace(row_kept, same_as=same_as, vram_gb=vram, ram_gb=ram), result_kept)
         else:
-            kept[r.format] = len(out)
+            kept[r.format], timed_by[r.format] = len(out), r.engine
             out.append((replace(whole, same_as=(candidate(r),)), result))
     return [r for r, _ in out], [result for _, result in out]
 
