@@ -112,19 +112,26 @@ IK_NODES = {True: 4, False: 6}
 
 
 @contextmanager
-def as_run(point: dict):
-    """The engines as the point's run had them: an ik_llama.cpp point's graph of the routed experts as its build and
-    flags made it (``fused_moe``, ``IK_NODES``), with no framework time; the others as they are."""
+def engine_as(name: str, **changes):
+    """The engine ``name`` with ``changes`` while the block runs (``moesim.sim.engines.ENGINES``, as every run reads it);
+    none where ``changes`` is empty."""
     saved = engines.ENGINES
-    if point["engine"] == "ik_llama.cpp":
-        if "fused_moe" not in point:
-            raise SystemExit(f"point {point['id']}: an ik_llama.cpp point says whether its run fused MoE (fused_moe)")
-        ik = replace(saved["ik_llama.cpp"], cpu_ops=(IK_NODES[point["fused_moe"]], 0), layer_us=0.0, gpu_layer_us=())
-        engines.ENGINES = {**saved, "ik_llama.cpp": ik}
+    if changes:
+        engines.ENGINES = {**saved, name: replace(saved[name], **changes)}
     try:
         yield
     finally:
         engines.ENGINES = saved
+
+
+def as_run(point: dict):
+    """The engines as the point's run had them: an ik_llama.cpp point's graph of the routed experts as its build and
+    flags made it (``fused_moe``, ``IK_NODES``), with no framework time; the others as they are."""
+    if point["engine"] != "ik_llama.cpp":
+        return engine_as(point["engine"])
+    if "fused_moe" not in point:
+        raise SystemExit(f"point {point['id']}: an ik_llama.cpp point says whether its run fused MoE (fused_moe)")
+    return engine_as("ik_llama.cpp", cpu_ops=(IK_NODES[point["fused_moe"]], 0), layer_us=0.0, gpu_layer_us=())
 
 
 def timed_as(point: dict) -> str:
@@ -149,15 +156,11 @@ def shipped_as(kind: str) -> tuple[str, str | None]:
 
 def framework_tpot(trace, settings: dict, hw, name: str, layer_us: float) -> float:
     """A token's seconds timed as the engine ``name`` (its kernel kind included) taking ``layer_us`` a MoE layer."""
-    saved = engines.ENGINES
-    # the grid's time is the whole of it (no maker's shipped on top: ``EngineSpec.on``)
-    engines.ENGINES = {n: replace(e, layer_us=layer_us, gpu_layer_us=()) if n == name else e for n, e in saved.items()}
     if ENGINES[name].kernel is not None:  # the engine runs its own kernel kind (the point's, where it says one)
         settings = {k: v for k, v in settings.items() if k != "kernel"}
-    try:
+    # the grid's time is the whole of it (no maker's shipped on top: ``EngineSpec.on``)
+    with engine_as(name, layer_us=layer_us, gpu_layer_us=()):
         return simulate(trace, hardware=hw, engine=name, **settings).tpot_s
-    finally:
-        engines.ENGINES = saved
 
 
 def placement(point: dict, spec) -> str:

@@ -434,9 +434,9 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     if hardware.more_gpus or (hardware.gpu is not None and hardware.gpu.unified):
         _check_whole_layers(hardware, strategy, engine_for(config, named=True))
     named = ENGINES.get(config.execution.engine)
-    if named is not None and hardware.gpu is not None and hardware.gpu.vendor not in named.vendors:
-        raise MoesimError(f"{option('engine', named.name)}: {named.name} runs on {', '.join(named.vendors)} GPUs only, "
-                          f"and {_machine(hardware)}'s is {hardware.gpu.vendor}'s")
+    why = named.gpu_refusal(hardware.gpu.vendor if hardware.gpu is not None else None) if named else ""
+    if why:
+        raise MoesimError(f"{option('engine', named.name)}: {why} ({_machine(hardware)})")
     if model.kind == "mole" and not strategy.lookup_tables:
         tables = _listed(n for n, m in STRATEGIES.items() if m.lookup_tables)
         raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")

@@ -153,6 +153,12 @@ class EngineSpec:
         return math.ceil(self.offload_min_tokens * num_experts / top_k) if self.offload_per_expert \
             else self.offload_min_tokens
 
+    def gpu_refusal(self, vendor: str | None) -> str:
+        """Why this engine's GPU backend does not run on a GPU made by ``vendor`` ("" where it does, or no GPU)."""
+        if vendor is None or vendor in self.vendors:
+            return ""
+        return f"{self.name} runs on {', '.join(self.vendors)} GPUs only, not {vendor}'s"
+
     def refuses(self, model, fmt: str, own_gguf: bool = False, vendor: str | None = None) -> str:
         """Why a user cannot run ``model`` with its experts in ``fmt`` on this engine ("" where they can): it has no
         release, its GPU backend does not run on the machine's GPU (made by ``vendor``; None: no GPU used), or it runs
@@ -160,8 +166,8 @@ class EngineSpec:
         engine that ``loads_gguf`` runs as it is)."""
         if not self.release:
             return "research code with no release to run"
-        if vendor is not None and vendor not in self.vendors:
-            return f"{self.name} runs on {', '.join(self.vendors)} GPUs only, not {vendor}'s"
+        if self.gpu_refusal(vendor):
+            return self.gpu_refusal(vendor)
         if model.family not in self.families:
             return f"{self.name} runs no {model.family} model (it runs {', '.join(self.families)})"
         if fmt not in self.formats and not (own_gguf and self.loads_gguf):
