@@ -11,7 +11,8 @@ from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.cli.sim_cmd import LOOKUP_TABLES, app
 from moesim.policies.prefetch import PREFETCHERS, get_prefetcher
-from moesim.sim.config import DECLARED, RUN_SETTINGS, SERVE_DEFAULTS, check_model_read
+from moesim.sim.config import DECLARED, RUN_SETTINGS, SERVE_DEFAULTS
+from moesim.sim.reads import refuse_unread
 
 
 @app.command()
@@ -45,7 +46,7 @@ def serve(
     with working(f"reading {trace_path}, then serving its stream of requests"):
         trace = moesim.load_trace(trace_path)
         model = config.model.spec(trace.meta)
-        check_model_read(asked.typed, [model])
+        refuse_unread(asked.typed, models=[model])
         result = simulate_serve(trace, config, model=model, given=asked.typed)  # refuses what the stream leaves unread
     if out is not None:
         with atomic_output(out) as tmp:

@@ -22,8 +22,9 @@ import typer
 
 from moesim.cli.options import PATH
 from moesim.errors import TYPED_AS, MoesimError, option
-from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_cache_read, check_params_used, check_read,
-                               file_settings, on_machine, owner_spec)
+from moesim.params import SettingError
+from moesim.sim.config import DECLARED, OWNERS, SETTINGS, Config, check_params_used, file_settings, on_machine, owner_spec
+from moesim.sim.reads import refuse_unread
 
 ConfigFile = Annotated[Optional[Path], typer.Option(
     "--config", click_type=PATH, help="Start from this configuration file (TOML: [model] [hardware] [cache] [prefetch] "
@@ -63,15 +64,10 @@ class Asked:
                                        if k in _takes(DECLARED[k].owner, combo.get(DECLARED[k].owner,
                                                                                     self._current(DECLARED[k].owner)))})
             out.append(config)
-        self.check_read(out)
+        # a typed setting none of them reads is refused; where the command takes no strategy (a hit-rate run, a plan),
+        # the cache's settings are read whatever the file's
+        refuse_unread(self.typed, out, placed="strategy" in self.options, listed=True)
         return out
-
-    def check_read(self, configs: list[Config]) -> None:
-        """Refuse a typed setting that none of ``configs`` reads (``moesim.sim.config.check_read``); where the
-        command takes no strategy (a hit-rate run, a plan), the cache's settings are read whatever the file's."""
-        check_read(self.typed, configs, strategy_read="strategy" in self.options)
-        if "strategy" in self.options:  # a run that reads the cache's settings
-            check_cache_read(self.typed, configs)
 
     def config(self, command: str) -> Config:
         """The one configuration a command that runs one asked for."""
@@ -155,27 +151,19 @@ def _typed_as(flags: tuple) -> str:
     return typed[-1] if typed else flags[0]
 
 
-# a configuration check's error: ``[section] key ...``, ``[section] unknown key ...`` or, for a policy's, prefetcher's
-# or strategy's parameter, ``[section] strategy NAME's key ...``
-_ABOUT = re.compile(r"\[(\w+)\] (unknown )?(?:(?:policy|prefetcher|strategy) [\w.-]+'s )?(\w+)")
-
-
 def _named(exc: MoesimError, config_file: Path | None, typed: set, defaults: dict, names=()) -> MoesimError:
-    """An error about a setting (the form a configuration's own check gives, ``_ABOUT``, or ``key ...``, found only
-    against the trace): one typed names its option as typed (``--batch must be at least 1, got 0``, ``--strategy:
-    unknown strategy 'x'``), one the configuration file gave for the command (one of its ``names``) names the file
-    (once), one of a value nobody gave (the command's ``defaults``, else the declared one) names it as the default;
-    any other error as it was (``--engine llama.cpp``, an option of validate's own, is not the file's ``engine``)."""
+    """An error about a setting (a ``SettingError``, or ``key ...`` found only against the trace): one typed names
+    its option as typed (``--batch must be a whole number from 1 ...``), one the configuration file gave for the
+    command (one of its ``names``) names the file (once), one of a value nobody gave (the command's ``defaults``, else
+    the declared one) names it as the default; any other error as it was (``--engine llama.cpp``, an option of
+    validate's own, is not the file's ``engine``)."""
     text = str(exc)
     if config_file is not None and text.startswith(f"{config_file}:"):
         return exc
-    found = _ABOUT.match(text)
-    if found:
-        section, unknown, word = found.groups()
-        named = next((n for n, place in SETTINGS.items() if place == (section, word)), word)
-        if named in typed:  # ``--batch must be ...``; ``--dtype: unknown dtype 'x'; choose from ...``
-            rest = text[found.start(2):] if unknown else text[found.end():]
-            return MoesimError(option(named) + (": " if unknown else "") + rest)
+    if isinstance(exc, SettingError):
+        named = exc.setting
+        if named in typed:
+            return MoesimError(f"{option(named)} {exc.problem}")
     else:
         found = re.match(r"(?:--)?([a-z][\w-]*)\b", text)
         named = found and found.group(1).replace("-", "_")

@@ -15,7 +15,8 @@ from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError, option
 from moesim.files import check_output
 from moesim.sim.accuracy import interval_words
-from moesim.sim.config import RUN_SETTINGS, check_model_read
+from moesim.sim.config import RUN_SETTINGS
+from moesim.sim.reads import refuse_unread
 from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import get_strategy
 from moesim.sim.weights import weights_of
@@ -75,7 +76,7 @@ def run(
         trace = moesim.load_trace(trace_path)
         base = configs[0]
         spec = base.model.spec(trace.meta)
-        check_model_read(asked.typed, [spec])
+        refuse_unread(asked.typed, models=[spec])
         check_prompt(trace, base.workload.prompt, asked="prompt" in asked.typed)  # 0 too, where each is recorded
         if "kernel" in asked.typed:  # each run assembled (not run) to see where its experts are computed
             from moesim.sim.des import prepare_des

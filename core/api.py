@@ -23,8 +23,8 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.files import check_output
 from moesim.frames import Drawn, Table, from_pandas, is_pandas
-from moesim.sim.config import (CACHE_PARAMS, LOOKUP_UNREAD, RUN_SETTINGS, SERVE_DEFAULTS, Config, check_model_read,
-                               check_read, on_machine)
+from moesim.sim.config import CACHE_PARAMS, RUN_SETTINGS, SERVE_DEFAULTS, Config, on_machine
+from moesim.sim.reads import AUDITED, refuse_unread
 from moesim.sim.des import DesResult, simulate_des
 from moesim.sim.hardware import check_hardware
 from moesim.sim.machine import Hardware
@@ -411,7 +411,7 @@ def _configured(config: Config | None, kind: str, settings: dict, machine: Hardw
         unset = Config().flat()
         given = set(settings) | ({k for k, v in config.flat().items() if v != unset.get(k)} if not defaults else set())
         configured = on_machine(configured, given, None if machine is None else machine.gpu is not None)
-    check_read(set(settings), [configured], strategy_read=kind != "hitrate")
+    refuse_unread(set(settings), [configured], placed=kind != "hitrate")
     return configured
 
 
@@ -423,8 +423,8 @@ def _run_inputs(trace, config: Config | None, kind: str, model, hardware,
     trace = _trace(trace)
     if "model" in objects:  # one built in code (a name is matched to the trace where it is looked up)
         check_fits_trace(objects["model"], trace.meta)
-    if set(settings) & set(LOOKUP_UNREAD):
-        check_model_read(set(settings), [objects.get("model") or config.model.spec(trace.meta)])
+    if set(settings) & AUDITED:
+        refuse_unread(set(settings), models=[objects.get("model") or config.model.spec(trace.meta)])
     return trace, config, objects
 
 

@@ -1,16 +1,19 @@
-"""A plug-in's parameter, declared once by the policy, prefetcher or strategy that owns it.
+"""A setting's declaration: a ``Config`` section's field or a plug-in's parameter, declared once by what owns it.
 
-A ``Param`` says what its values are (``kind``), its default, its bounds or named choices, whether it takes
-``"auto"`` and its help; ``check`` is the one place a value given for it is judged. Its kind is declared, never
-read off its default, so a count is not checked as a seed. Two owners may share a name (``--seed`` for random and
-lecar) only by declaring it alike (one ``Param``, shared); ``moesim.sim.config.declared_params`` refuses two that
-differ, or one that takes another section's or a setting's name, as the package loads.
+A ``Param`` says what its values are (``kind``), its default, its unit, its bounds or named choices, whether it takes
+``"auto"`` or may be left out (None), and its help; ``check`` is the one place a value given for it is judged, and a
+refusal is a ``SettingError`` that names the setting, which the command line renders as its option and the API as its
+keyword. Its kind is declared, never read off its default, so a count is not checked as a seed. Two plug-ins may share
+a name (``--seed`` for random and lecar) only by declaring it alike (one ``Param``, shared);
+``moesim.sim.config.declared_params`` refuses two that differ, or one that takes a section field's name, as the
+package loads.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,22 +23,29 @@ AUTO = "auto"
 INT_MOST = 2 ** 31 - 1  # the most a count (slots, tokens, requests, threads) may be: past it the arrays' int64 sums
 SEED_MOST = 2 ** 63 - 1  # overflow (a context of 2^64 tokens raised a traceback; one near 2^63 gave wrong times)
 # kind -> what the command line parses its text to
-KINDS = {"seed": int, "count": int, "number": float, "choice": str, "file": str, "trace": str}
+KINDS = {"seed": int, "count": int, "number": float, "size": float, "flag": bool, "name": str, "choice": str,
+         "file": str, "trace": str}
+WHOLE = {"seed": (0, SEED_MOST), "count": (0, INT_MOST)}  # a whole number's bounds where none is declared
 
 
 @dataclass(frozen=True)
 class Param:
-    """``kind``: ``seed`` (a whole number numpy and numba both take), ``count`` (a whole number of things, here
-    layers), ``number`` (finite, within ``bounds`` where given), ``choice`` (one of ``choices``), ``file`` (a path
-    read when the run starts) or ``trace`` (a file that is a trace, loaded when the run starts); ``auto``: it may also
-    be ``"auto"``, resolved from memory when a run starts (``moesim.sim.memory``)."""
+    """``kind``: ``seed`` (a whole number numpy and numba both take), ``count`` (a whole number of things: slots,
+    tokens, layers), ``number`` (finite), ``size`` (finite and > 0: GiB, requests/s, seconds), ``flag`` (true or
+    false), ``name`` (a non-empty string), ``choice`` (one of ``choices``), ``file`` (a path read when the run starts)
+    or ``trace`` (a file that is a trace, loaded when the run starts); ``choices``: the names, or a function that
+    gives them where a registry grows as the program runs (a test's toy strategy or engine); ``bounds``: the least and most a number takes
+    (a size's least is above 0 whatever it says); ``auto``: it may also be ``"auto"``, resolved from memory when a
+    run starts (``moesim.sim.memory``); ``optional``: it may be None (left out)."""
 
     default: object
     kind: str
     help: str
     bounds: tuple[float, float] | None = None
-    choices: tuple[str, ...] = ()
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] = ()
     auto: bool = False
+    unit: str = ""
+    optional: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS or (self.kind == "choice") != bool(self.choices) or not self.help:
@@ -55,28 +65,48 @@ class Param:
 
     def check(self, value):
         """``value`` as the run takes it (numpy's numbers become Python's, a path a str), or a ``MoesimError`` saying
-        what it must be (its caller names the parameter)."""
-        if self.auto and value == AUTO:
+        what it must be (its caller names the setting: ``SettingError``)."""
+        if (self.auto and value == AUTO) or (self.optional and value is None):
             return value
-        if self.names_file:  # (a trace or model in memory is written to a file first: the setting names one)
-            what, ok = "a file's path", isinstance(value, (str, Path)) and bool(str(value))
-            value = str(value) if ok else value
-        elif self.kind == "choice":
-            what, ok = f"one of {', '.join(self.choices)}", value in self.choices
-        elif self.kind == "number":
-            what = "a finite number"
-            ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-            value = float(value) if ok else value
-        else:  # numpy's generators take no seed below 0, numba's wrap one past 2^64 to another's
-            most = SEED_MOST if self.kind == "seed" else INT_MOST
-            what = f"{'auto or an integer' if self.auto else 'a whole number'} from 0 to {most:,}"
-            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value <= most
-            value = int(value) if ok else value
-        if not ok:
-            raise MoesimError(f"must be {what}, got {shown(value)}")
-        if self.bounds is not None and not self.bounds[0] <= value <= self.bounds[1]:
-            raise MoesimError(f"must be in [{self.bounds[0]}, {self.bounds[1]}], got {value!r}")
+        wrong, value = self._judged(value)
+        if wrong:
+            raise MoesimError(f"must be {wrong}")
         return value
+
+    def _judged(self, value) -> tuple[str, object]:
+        """What is wrong with ``value`` ("" where nothing is), and ``value`` as the run takes it."""
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if self.names_file:  # (a trace or model in memory is written to a file first: the setting names one)
+            ok = isinstance(value, (str, Path)) and bool(str(value))
+            return ("", str(value)) if ok else (f"a file's path, got {shown(value)}", value)
+        if self.kind in ("choice", "flag", "name"):
+            names = self.choices() if callable(self.choices) else self.choices
+            what, ok = {"choice": (f"one of {', '.join(names)}", value in names),
+                        "flag": ("true or false", isinstance(value, bool)),
+                        "name": ("a name", isinstance(value, str) and bool(value))}[self.kind]
+            return "" if ok else f"{what}, got {shown(value)}", value
+        if self.kind in ("number", "size"):
+            if not (number and math.isfinite(value) and (self.kind == "number" or value > 0)):
+                unit = f" ({self.unit})" if self.unit else ""
+                return f"a finite number{' > 0' if self.kind == 'size' else ''}{unit}, got {shown(value)}", value
+            low, most = self.bounds or (-math.inf, math.inf)
+            return "" if low <= value <= most else f"in [{low}, {most}], got {value!r}", float(value)
+        low, most = self.bounds or WHOLE[self.kind]  # numpy's generators take no seed below 0, numba's wrap one past
+        if not (number and isinstance(value, numbers.Integral)):  # 2^64 to another's
+            return f"{'auto or ' if self.auto else ''}a whole number from {low} to {most:,}, got {shown(value)}", value
+        return ("" if low <= value <= most else
+                f"at least {low}, got {value:,}" if value < low else f"at most {most:,}, got {value:,}"), int(value)
+
+
+class SettingError(MoesimError):
+    """A value refused for the setting ``setting`` (its flat name): ``problem`` says what it must be; ``where`` is
+    the section (``[cache]``) and, for a plug-in's parameter, its owner (``[cache] policy gamma's``), and ``key`` the
+    name a TOML file gives it there where that is not the flat name (``[prefetch] prefetcher``). The API shows
+    ``[cache] capacity must be ...``; the command line, the option as typed (``--capacity must be ...``)."""
+
+    def __init__(self, setting: str, problem: str, where: str = "", key: str | None = None):
+        self.setting, self.problem = setting, problem
+        super().__init__(f"{where} {key or setting} {problem}".lstrip())
 
 
 def shown(value) -> str:

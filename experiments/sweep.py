@@ -53,10 +53,10 @@ from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim import blas_probe
 from moesim.sim.hardware import is_file_name
-from moesim.sim.config import (ARRIVAL_FILES, CACHE_CHOICES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS,
-                               RUN_SETTINGS, SERVE_DEFAULTS, SETTINGS, STRATEGY_PARAMS, Config, check_cache_read,
-                               check_model_read, check_params_used, check_read, config_id, load_cached_trace,
-                               params_for)
+from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
+                               SERVE_DEFAULTS, SETTINGS, STRATEGY_PARAMS, Config, check_params_used, config_id,
+                               load_cached_trace, params_for)
+from moesim.sim.reads import AUDITED, LOOKED_AT, refuse_unread
 
 KINDS = ("hitrate", "des", "serve")
 KEYS = {kind: set(RUN_SETTINGS[kind]) for kind in KINDS}  # the settings each kind of run reads
@@ -486,18 +486,16 @@ def _execute(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> Iterat
             yield from future.result()
 
 
-# the settings the row checks read (``_check_rows``), and those whose presence in a spec asks for them
-READ_BY_CHECKS = {"trace", "model", "hardware", "strategy", "capacity", "dram_capacity", "prefetch", "arrivals",
-                  "draft_tokens", "requests"}
-CHECKED = set(CACHE_CHOICES) | {"threads", "kernel", "ssd", "arrival_seed", "acceptance", "mode", "prefetch"}
+# the settings the row checks read (``_check_rows``: a row's trace and model, what the rules of unread settings look
+# at), and those whose presence in a spec asks for them
+READ_BY_CHECKS = {"trace", "model"} | LOOKED_AT
 
 
 def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
     """What every row would fail on alike, or a setting of the spec that no row reads, refused before any runs (rows
-    left out by ``exclude`` are not asked): a serve row with Poisson arrivals (the default) and no rate; a key
-    ``moesim.sim.config.check_read`` finds unread (a cache's settings where no row's strategy keeps one, threads
-    where none computes on the CPU, an acceptance where none drafts), ``check_cache_read`` (a cache's settings where
-    every row's capacity is 0, a mode where no row prefetches) or ``check_model_read`` (a cache's settings where
+    left out by ``exclude`` are not asked): a serve row with Poisson arrivals (the default) and no rate; a key every
+    row leaves unread (``moesim.sim.reads``: a cache's settings where no row's strategy keeps one or every row's
+    capacity is 0, threads where none computes on the CPU, an acceptance where none drafts, a cache's settings where
     every row's model is MoLE's). A row whose settings build no ``Config`` is left to report its own error."""
     if spec.kind == "serve":
         unrated = sum(c.get("arrivals", "poisson") == "poisson" and c.get("rate") is None for c in configs)
@@ -506,7 +504,7 @@ def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
                               "requests/s: give 'rate' in [axes] or [fixed], another arrivals (\"burst\"), or exclude "
                               "them")
     given = set(spec.axes) | set(spec.fixed)
-    if not given & CHECKED:
+    if not given & AUDITED:
         return
     built, models, seen = [], {}, set()
     for c in configs:  # one configuration per distinct value of what the checks read, not one per row
@@ -526,10 +524,7 @@ def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
     if not built:
         return
     with _spec_errors(spec.path):
-        check_read(given, built, strategy_read=spec.kind != "hitrate")
-        if spec.kind != "hitrate":
-            check_cache_read(given, built)
-        check_model_read(given, list(models.values()))
+        refuse_unread(given, built, list(models.values()), placed=spec.kind != "hitrate", listed=True)
 
 
 MACHINE_KEYS = tuple(k for k, (section, _) in SETTINGS.items() if section == "hardware")

@@ -18,11 +18,12 @@
 
 The flat setting names (``SETTINGS``: ``policy``, ``capacity``, ``gamma``, ...) are the command
 line's options, the public API's keywords, a sweep spec's keys and the results' columns; they are
-declared here and nowhere else: each section field's metadata (``declare``) gives its help, unit and
-the type its text parses to, and ``DECLARED`` holds one ``Setting`` per name, the parameters included,
-from which every command's options are generated (``moesim.cli.settings``). A policy's, prefetcher's or
-strategy's parameters are those its ``SPEC`` declares (``moesim.params.Param``: kind, bounds, help); any other
-is an error, as is a key no section knows. ``auto`` values (capacity, a strategy's
+declared here and nowhere else: each section field is declared by a ``moesim.params.Param`` (``declare``: kind,
+unit, bounds or choices, help), which judges its values (``_checked``: a ``SettingError`` names the setting), and
+``DECLARED`` holds one ``Setting`` per name, the parameters included, from which every command's options are
+generated (``moesim.cli.settings``). A policy's, prefetcher's or strategy's parameters are those its ``SPEC``
+declares (a ``Param`` too); any other is an error, as is a key no section knows. A setting given where no run
+reads it is refused by ``moesim.sim.reads``. ``auto`` values (capacity, a strategy's
 ``cpu_layers``) are resolved from memory when a run starts (``moesim.sim.memory``).
 """
 
@@ -40,7 +41,7 @@ import numpy as np
 
 from moesim.errors import MoesimError, option
 from moesim.files import atomic_output, check_output, read_toml
-from moesim.params import AUTO, INT_MOST, SEED_MOST
+from moesim.params import AUTO, INT_MOST, Param, SettingError
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
 from moesim.policies.prefetch import FETCHING, PREFETCHERS, get_prefetcher
 from moesim.sim.engines import ENGINES, engine_named
@@ -59,57 +60,22 @@ KERNELS = ("fused", "per-expert")
 DTYPES = tuple(BYTES_PER_PARAM)
 
 
-def declare(default, help_text: str, kind: type = str, unit: str = "", auto: bool = False, flag: str | None = None):
-    """A section field with its declaration: the help a command line and the API show, the type a value
-    given as text parses to (``kind``; ``auto`` also takes ``"auto"``), its unit, and the command line's
-    option name where it is not ``--`` plus the flat name with dashes (``flag``)."""
-    return field(default=default, metadata={"help": help_text, "kind": kind, "unit": unit, "auto": auto,
-                                            "flag": flag})
+def declare(param: Param, flag: str | None = None):
+    """A section field declared by its ``Param`` (kind, unit, bounds or choices, help), which ``_checked`` judges it
+    by; ``flag``: the command line's option where it is not ``--`` plus the flat name with dashes."""
+    return field(default=param.default, metadata={"param": param, "flag": flag})
 
 
-def _choice(section: str, name: str, value, choices) -> None:
-    if value not in choices:
-        raise MoesimError(f"[{section}] unknown {name} {value!r}; choose from {', '.join(map(str, choices))}")
-
-
-def _int(obj, section: str, name: str, low: int, optional: bool = False, auto: bool = False,
-         most: int = INT_MOST) -> None:
-    """``obj.name`` must be an integer from ``low`` to ``most`` (or None when ``optional``, ``"auto"`` when
-    ``auto``); numpy's become int."""
-    value = getattr(obj, name)
-    if (optional and value is None) or (auto and value == AUTO):
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise MoesimError(f"[{section}] {name} must be an integer{' or auto' if auto else ''}, got {value!r}")
-    if value < low:
-        raise MoesimError(f"[{section}] {name} must be at least {low}, got {value}")
-    if value > most:
-        raise MoesimError(f"[{section}] {name} must be at most {most:,}, got {value:,}")
-    object.__setattr__(obj, name, int(value))
-
-
-def _flag(obj, section: str, name: str) -> None:
-    """``obj.name`` must be True or False."""
-    if not isinstance(getattr(obj, name), bool):
-        raise MoesimError(f"[{section}] {name} must be true or false, got {getattr(obj, name)!r}")
-
-
-def _name(section: str, name: str, value, optional: bool = True) -> None:
-    if (value is None and optional) or isinstance(value, str) and value:
-        return
-    raise MoesimError(f"[{section}] {name} must be a name{' or left out' if optional else ''}, got {value!r}")
-
-
-def _size(obj, section: str, name: str, what: str = "a size in GiB", most: float = math.inf) -> None:
-    """``obj.name`` must be a finite number > 0 (and at most ``most``), or None."""
-    value = getattr(obj, name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0 \
-            or value > most:
-        bound = f" and at most {most:g}" if math.isfinite(most) else ""
-        raise MoesimError(f"[{section}] {name} must be {what} > 0{bound}, got {value!r}")
-    object.__setattr__(obj, name, float(value))
+def _checked(section, skip: tuple = ()) -> None:
+    """Each field of a section (but ``skip``'s) judged by the ``Param`` it is declared with (its value as the run
+    takes it: numpy's numbers become Python's), or a ``SettingError`` naming it: the one check of a section's values."""
+    where = f"[{type(section).__name__.removesuffix('Config').lower()}]"
+    for f in fields(section):
+        if "param" in f.metadata and f.name not in skip:
+            try:
+                object.__setattr__(section, f.name, f.metadata["param"].check(getattr(section, f.name)))
+            except MoesimError as exc:
+                raise SettingError(_RENAMED.get((where[1:-1], f.name), f.name), str(exc), where, f.name) from None
 
 
 def _params(section: str, owner: str, value, spec) -> dict:
@@ -126,7 +92,7 @@ def _params(section: str, owner: str, value, spec) -> dict:
         try:
             out[key] = takes[key].check(v)
         except MoesimError as exc:
-            raise MoesimError(f"[{section}] {owner}'s {key} {exc}") from None
+            raise SettingError(key, str(exc), f"[{section}] {owner}'s") from None
     return out
 
 
@@ -137,21 +103,22 @@ class ModelConfig:
     weight's (attention, embeddings, shared experts: a GGUF or AWQ checkpoint quantises them too; None: a model
     file's, else the trace's, else bf16)."""
 
-    name: str | None = declare(None, "Model preset (see 'moesim models'; default: the trace's model).")
-    dtype: str | None = declare(None, f"Expert precision: {', '.join(DTYPES)} (default: a model file's own storage, "
-                                      "else the trace's expert bytes, else bf16).")
-    other_dtype: str | None = declare(None, "Precision of every other weight (attention, embeddings, shared experts), "
-                                            "as dtype (default: a model file's, else the trace's where the experts "
-                                            "keep the trace's bytes, else bf16).")
+    name: str | None = declare(Param(None, "name", "Model preset (see 'moesim models'; default: the trace's model).",
+                                     optional=True))
+    dtype: str | None = declare(Param(None, "choice", f"Expert precision: {', '.join(DTYPES)} (default: a model "
+                                      "file's own storage, else the trace's expert bytes, else bf16).",
+                                      choices=DTYPES, optional=True))
+    other_dtype: str | None = declare(Param(None, "choice", "Precision of every other weight (attention, embeddings, "
+                                            "shared experts), as dtype (default: a model file's, else the trace's "
+                                            "where the experts keep the trace's bytes, else bf16).", choices=DTYPES,
+                                            optional=True))
 
     def __post_init__(self):
-        _name("model", "name", self.name)
         for name in ("dtype", "other_dtype"):
             value = getattr(self, name)
             if isinstance(value, str) and value.lower() in DTYPES:  # as llama.cpp writes them too: Q4_K_M is q4_k_m
                 object.__setattr__(self, name, value.lower())  # (one that is none is refused as written)
-            if getattr(self, name) is not None:
-                _choice("model", name, getattr(self, name), DTYPES)
+        _checked(self)
 
     def spec(self, meta) -> ModelSpec:
         """The model a trace with metadata ``meta`` is simulated on."""
@@ -167,33 +134,29 @@ class HardwareConfig:
     forced run's numbers are the unforced one's where that one runs, so ``config_id`` leaves it out (``UNHASHED``), and
     a result found or resumed without it is the same result."""
 
-    machine: str = declare("rtx4090", "Hardware preset, TOML file (moesim hardware --template), or local (this "
-                                      "machine, detected).")
-    link: str | None = declare(None, f"Swap the host link for a preset: {', '.join(LINKS)}.")
-    ssd: str | None = declare(None, f"Add an SSD preset: {', '.join(SSDS)}.")
-    cpu: str | None = declare(None, "Swap the host CPU for a preset, its RAM with it (see 'moesim hardware'; --ram "
-                                    "sets another).")
-    vram: float | None = declare(None, "GPU memory (default: the GPU's).", float, "GiB")
-    ram: float | None = declare(None, "Host RAM (default: the machine's).", float, "GiB")
-    threads: int | None = declare(None, "Threads the engine computes with on the CPU, as llama.cpp's -t (default: "
-                                        "the machine's, every core).", int, "threads")
-    force: bool = declare(False, "Take a machine whose numbers are far past every real part's (12288 GiB of GPU "
-                                 "memory: MiB?), refused otherwise as a likely unit slip (docs/hardware.md).", bool)
+    machine: str = declare(Param("rtx4090", "name", "Hardware preset, TOML file (moesim hardware --template), or local "
+                                                    "(this machine, detected)."))
+    link: str | None = declare(Param(None, "choice", f"Swap the host link for a preset: {', '.join(LINKS)}.",
+                                     choices=tuple(LINKS), optional=True))
+    ssd: str | None = declare(Param(None, "choice", f"Add an SSD preset: {', '.join(SSDS)}.", choices=tuple(SSDS),
+                                    optional=True))
+    cpu: str | None = declare(Param(None, "choice", "Swap the host CPU for a preset, its RAM with it (see 'moesim "
+                                                    "hardware'; --ram sets another).", choices=tuple(CPUS),
+                                    optional=True))
+    vram: float | None = declare(Param(None, "size", "GPU memory (default: the GPU's).", unit="GiB", optional=True))
+    ram: float | None = declare(Param(None, "size", "Host RAM (default: the machine's).", unit="GiB", optional=True))
+    threads: int | None = declare(Param(None, "count", "Threads the engine computes with on the CPU, as llama.cpp's -t "
+                                                       "(default: the machine's, every core).", bounds=(1, INT_MOST),
+                                        unit="threads", optional=True))
+    force: bool = declare(Param(False, "flag", "Take a machine whose numbers are far past every real part's (12288 GiB "
+                                               "of GPU memory: MiB?), refused otherwise as a likely unit slip "
+                                               "(docs/hardware.md)."))
 
     def __post_init__(self):
-        _name("hardware", "machine", self.machine, optional=False)
-        if not is_file_name(self.machine) and self.machine.lower() != LOCAL:
-            _choice("hardware", "hardware", self.machine.lower(), SYSTEMS)
-        if self.link is not None:
-            _choice("hardware", "link", self.link, LINKS)
-        if self.ssd is not None:
-            _choice("hardware", "ssd", self.ssd, SSDS)
-        if self.cpu is not None:
-            _choice("hardware", "cpu", self.cpu, CPUS)
-        _size(self, "hardware", "vram")
-        _size(self, "hardware", "ram")
-        _int(self, "hardware", "threads", 1, optional=True)
-        _flag(self, "hardware", "force")
+        _checked(self)
+        if not is_file_name(self.machine) and self.machine.lower() != LOCAL and self.machine.lower() not in SYSTEMS:
+            raise SettingError("hardware", f"must be a preset ({', '.join(SYSTEMS)}), a hardware TOML file or "
+                                           f"{LOCAL}, got {self.machine!r}", "[hardware]", "machine")
 
     def spec(self, built: Hardware | None = None) -> Hardware:
         """The machine: the preset or file (or ``built``, one built in code, in its place), with the link, SSD and
@@ -213,38 +176,39 @@ class CacheConfig:
     caches in front of an SSD (None: every expert in DRAM; ``auto``: as many as host RAM holds, the page cache of
     a model file mapped from the SSD); ``params`` of the policy."""
 
-    policy: str = declare(DEFAULT_POLICY, f"Replacement policy: {', '.join(POLICIES)}.")
-    capacity: int | str | tuple = declare(4, "GPU expert slots per layer (or in the pool with scope global); 0: no "
-                                             "expert cache; auto: as many as GPU memory holds.", int, "experts",
-                                          auto=True)
-    scope: str = declare("per-layer", "per-layer: C slots in every layer; global: one pool.")
-    split: str = declare("uniform", "uniform: C slots in every layer; best: the layers' slots shared out the way "
-                                    "that maximises the policy's hits on the trace (per-layer scope; exact, from its "
-                                    "hit rate at every capacity).")
-    semantics: str = declare("step", "step: a step's k experts arrive at once and are never evicted for each other; "
-                                     "sequential: one by one, a textbook cache.")
-    reset: bool = declare(False, "Empty the cache at every new sequence (batch).", bool)
-    dram_capacity: int | str | None = declare(None, "Experts host DRAM caches in front of the SSD (needs ssd; "
-                                                    "default: every expert in DRAM; auto: as many as host RAM "
-                                                    "holds beside everything else).", int, "experts", auto=True)
+    policy: str = declare(Param(DEFAULT_POLICY, "choice", f"Replacement policy: {', '.join(POLICIES)}.",
+                                choices=tuple(POLICIES)))
+    capacity: int | str | tuple = declare(Param(4, "count", "GPU expert slots per layer (or in the pool with scope "
+                                                            "global); 0: no expert cache; auto: as many as GPU memory "
+                                                            "holds.", unit="experts", auto=True))
+    scope: str = declare(Param("per-layer", "choice", "per-layer: C slots in every layer; global: one pool.",
+                               choices=SCOPES))
+    split: str = declare(Param("uniform", "choice", "uniform: C slots in every layer; best: the layers' slots shared "
+                                                    "out the way that maximises the policy's hits on the trace "
+                                                    "(per-layer scope; exact, from its hit rate at every capacity).",
+                               choices=SPLITS))
+    semantics: str = declare(Param("step", "choice", "step: a step's k experts arrive at once and are never evicted "
+                                                     "for each other; sequential: one by one, a textbook cache.",
+                                   choices=SEMANTICS))
+    reset: bool = declare(Param(False, "flag", "Empty the cache at every new sequence (batch)."))
+    dram_capacity: int | str | None = declare(Param(None, "count", "Experts host DRAM caches in front of the SSD (needs "
+                                                                   "ssd; default: every expert in DRAM; auto: as many "
+                                                                   "as host RAM holds beside everything else).",
+                                                    unit="experts", auto=True, optional=True))
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        _choice("cache", "policy", self.policy, POLICIES)
-        _choice("cache", "scope", self.scope, SCOPES)
-        _choice("cache", "split", self.split, SPLITS)
         if isinstance(self.capacity, np.ndarray):  # numpy's: one number, or every layer's slots
             object.__setattr__(self, "capacity", self.capacity.tolist())
-        if isinstance(self.capacity, (list, tuple)):
-            _layer_slots(self)
-        else:
-            _int(self, "cache", "capacity", 0, auto=True)
+        listed = isinstance(self.capacity, (list, tuple))
+        if listed:  # every layer's own slots: each a count, under per-layer scope
+            object.__setattr__(self, "capacity", _layer_slots(self.capacity))
+        _checked(self, skip=("capacity",) if listed else ())
+        if listed and self.scope != "per-layer":
+            raise SettingError("capacity", "per layer needs scope per-layer (a global pool has one size)", "[cache]")
         if self.split == "best" and self.scope != "per-layer":
-            raise MoesimError("[cache] split best shares slots out over the layers' own caches: it needs scope "
-                              "per-layer")
-        _choice("cache", "semantics", self.semantics, SEMANTICS)
-        _flag(self, "cache", "reset")
-        _int(self, "cache", "dram_capacity", 0, optional=True, auto=True)
+            raise SettingError("split", "best shares slots out over the layers' own caches: it needs scope per-layer",
+                               "[cache]")
         object.__setattr__(self, "params", _params("cache", f"policy {self.policy}", self.params,
                                                    get_policy(self.policy)))
 
@@ -256,23 +220,23 @@ class CacheConfig:
         of a resolved capacity (not ``auto``)."""
         if isinstance(self.capacity, tuple):
             if len(self.capacity) != num_layers:
-                raise MoesimError(f"[cache] capacity lists {len(self.capacity)} layers' slots, the trace has "
-                                  f"{num_layers} layers")
+                raise SettingError("capacity", f"lists {len(self.capacity)} layers' slots, the trace has {num_layers} "
+                                               "layers", "[cache]")
             return np.array(self.capacity, np.int64)
         return np.full(num_layers if self.scope == "per-layer" else 1, self.capacity, np.int64)
 
 
-def _layer_slots(cache) -> None:
-    """A capacity given per layer: whole numbers from 0 to ``INT_MOST`` (numpy's become int), under per-layer
-    scope."""
-    values = tuple(cache.capacity)
-    if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v <= INT_MOST
-                         for v in values):
-        raise MoesimError(f"[cache] a capacity per layer is a list of whole numbers from 0 to {INT_MOST:,}, got "
-                          f"{list(values)!r}")
-    if cache.scope != "per-layer":
-        raise MoesimError("[cache] a capacity per layer needs scope per-layer (a global pool has one size)")
-    object.__setattr__(cache, "capacity", tuple(int(v) for v in values))
+LAYER_SLOTS = Param(0, "count", "One layer's expert slots.", unit="experts")
+
+
+def _layer_slots(values) -> tuple:
+    """A capacity given per layer: a non-empty list of counts (numpy's become int)."""
+    if not values:
+        raise SettingError("capacity", "per layer must list every layer's slots, got []", "[cache]")
+    try:
+        return tuple(LAYER_SLOTS.check(v) for v in values)
+    except MoesimError as exc:
+        raise SettingError("capacity", f"per layer: each {exc}", "[cache]") from None
 
 
 @dataclass(frozen=True)
@@ -280,18 +244,18 @@ class PrefetchConfig:
     """``prefetcher`` (``none``: fetch on demand only) and its ``params``; ``mode`` after a misprediction:
     ``fallback`` fetches the routed experts, ``commit`` runs the predicted ones (CommitMoE)."""
 
-    prefetcher: str = declare("none", f"Prefetcher: {', '.join(PREFETCHERS)}.")
-    mode: str = declare("fallback", "After a misprediction: fallback (fetch the right experts) or commit (run the "
-                                    "predicted ones, CommitMoE).")
+    prefetcher: str = declare(Param("none", "choice", f"Prefetcher: {', '.join(PREFETCHERS)}.",
+                                    choices=tuple(PREFETCHERS)))
+    mode: str = declare(Param("fallback", "choice", "After a misprediction: fallback (fetch the right experts) or "
+                                                    "commit (run the predicted ones, CommitMoE).", choices=MODES))
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        _choice("prefetch", "prefetcher", self.prefetcher, PREFETCHERS)
-        _choice("prefetch", "mode", self.mode, MODES)
+        _checked(self)
         prefetcher = get_prefetcher(self.prefetcher)
         if self.mode == "commit" and (prefetcher is None or prefetcher.kind != "next"):
-            raise MoesimError(f"[prefetch] mode commit runs next-layer predictions; prefetcher '{self.prefetcher}' "
-                              "makes none (use oracle, speculative or history)")
+            raise SettingError("mode", f"commit runs next-layer predictions; prefetcher '{self.prefetcher}' makes none "
+                                       "(use oracle, speculative or history)", "[prefetch]")
         object.__setattr__(self, "params",
                            _params("prefetch", f"prefetcher {self.prefetcher}", self.params, prefetcher))
 
@@ -305,26 +269,27 @@ class ExecutionConfig:
     ``per-expert`` (each as its weights land, Mixtral-offloading); ``strategy``: where experts run
     (``moesim.sim.strategies``: gpu-cache, cpu-experts, cpu-miss, hybrid, lowbit-miss) and its ``params``."""
 
-    kernel: str = declare("fused", "fused: a layer's experts in one kernel once all are on the GPU (vLLM); "
-                                   "per-expert: each as its weights land (Mixtral-offloading).")
-    strategy: str = declare("gpu-cache", "Where experts run: " + "; ".join(
+    kernel: str = declare(Param("fused", "choice", "fused: a layer's experts in one kernel once all are on the GPU "
+                                                   "(vLLM); per-expert: each as its weights land (Mixtral-offloading).",
+                                choices=KERNELS))
+    strategy: str = declare(Param("gpu-cache", "choice", "Where experts run: " + "; ".join(
         f"{name} ({strategy.summary}: {', '.join(e.name for e in ENGINES.values() if name in e.runs)})"
-        for name, strategy in STRATEGIES.items()) + ".")
-    engine: str = declare(AUTO, "The engine the run is timed as (moesim engines): auto, the placement's operations with "
-                                "the figures of the first engine that runs it; an engine's name, that engine with its "
-                                "framework time learned from published points, as plan's rows are.")
+        for name, strategy in STRATEGIES.items()) + ".", choices=lambda: tuple(STRATEGIES)))
+    engine: str = declare(Param(AUTO, "choice", "The engine the run is timed as (moesim engines): auto, the "
+                                                "placement's operations with the figures of the first engine that "
+                                                "runs it; an engine's name, that engine with its framework time "
+                                                "learned from published points, as plan's rows are.",
+                                choices=lambda: (AUTO, *ENGINES)))
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "engine", engine_named(self.engine))
-        _choice("execution", "kernel kind", self.kernel, KERNELS)
-        _choice("execution", "strategy", self.strategy, STRATEGIES)
-        _choice("execution", "engine", self.engine, (AUTO, *ENGINES))
+        _checked(self)
         runs = [e.name for e in ENGINES.values() if self.strategy in e.runs]
         if self.engine != AUTO and self.engine not in runs:
-            raise MoesimError(f"[execution] engine {self.engine} does not run strategy {self.strategy} (it runs "
-                              f"{', '.join(ENGINES[self.engine].runs)}; the engines that run {self.strategy}: "
-                              f"{', '.join(runs) or 'none'})")
+            raise SettingError("engine", f"{self.engine} does not run strategy {self.strategy} (it runs "
+                                         f"{', '.join(ENGINES[self.engine].runs)}; the engines that run "
+                                         f"{self.strategy}: {', '.join(runs) or 'none'})", "[execution]")
         object.__setattr__(self, "params", _params("execution", f"strategy {self.strategy}", self.params,
                                                    get_strategy(self.strategy)))
 
@@ -339,18 +304,15 @@ class WorkloadConfig:
     each sequence the trace recorded without one (``moesim.sim.requests``: its time is the TTFT); the first
     ``warmup`` batches run but are not measured (the caches fill during them: steady state)."""
 
-    batch: int = declare(1, "Sequences decoded in lockstep.", int, "sequences")
-    context: int = declare(0, "KV tokens added to every sequence (a prompt the trace did not record, not computed).",
-                           int, "tokens")
-    prompt: int = declare(0, "A prompt of N tokens prefilled before each sequence the trace recorded without one "
-                             "(TTFT).", int, "tokens")
-    warmup: int = declare(0, "Batches run first and not measured (steady state).", int, "batches")
+    batch: int = declare(Param(1, "count", "Sequences decoded in lockstep.", bounds=(1, INT_MOST), unit="sequences"))
+    context: int = declare(Param(0, "count", "KV tokens added to every sequence (a prompt the trace did not record, "
+                                             "not computed).", unit="tokens"))
+    prompt: int = declare(Param(0, "count", "A prompt of N tokens prefilled before each sequence the trace recorded "
+                                            "without one (TTFT).", unit="tokens"))
+    warmup: int = declare(Param(0, "count", "Batches run first and not measured (steady state).", unit="batches"))
 
     def __post_init__(self):
-        _int(self, "workload", "batch", 1)
-        _int(self, "workload", "context", 0)
-        _int(self, "workload", "prompt", 0)
-        _int(self, "workload", "warmup", 0)
+        _checked(self)
 
 
 # a served stream's settings where none is given, on the command line, in a sweep and in ``moesim.serve`` alike: as
@@ -371,42 +333,41 @@ class ServeConfig:
     capacity auto) the expert cache gets, step by step, the GPU memory the running requests' KV cache
     leaves; ``slo_ttft_s`` and ``slo_tpot_s`` are the latency targets whose attainment is reported."""
 
-    rate: float | None = declare(None, "Requests per second (Poisson arrivals).", float, "requests/s")
-    arrivals: str = declare("poisson", "poisson (at rate), burst (every request at time 0), or a CSV or Parquet file "
-                                       "with a row per request: arrival_s (seconds) and optionally seq (the trace "
-                                       "sequence it serves).")
-    requests: int | None = declare(None, "Requests in the stream (default: one per trace sequence; more reuse the "
-                                         "sequences, shuffled).", int)
-    max_batch: int = declare(8, "Requests running at once (vLLM's max_num_seqs).", int, "requests")
-    max_batch_tokens: int = declare(2048, "Tokens per step (vLLM's max_num_batched_tokens).", int, "tokens")
-    chunked_prefill: bool = declare(True, "Split a prompt across steps to fit the token budget.", bool)
-    draft_tokens: int = declare(0, "Speculative decoding: draft tokens verified per step (0: off).", int, "tokens")
-    acceptance: float = declare(0.8, "Speculative decoding: the chance each draft is accepted.", float)
-    arrival_seed: int = declare(0, "Seed of the arrivals, the shuffles and the acceptances.", int)
-    dynamic_kv: bool = declare(False, "With capacity auto: the expert cache gets, step by step, the GPU memory the "
-                                      "running requests' KV cache leaves (else it keeps what the KV cache of "
-                                      "max_batch requests of the longest sequence leaves).", bool)
-    slo_ttft_s: float | None = declare(None, "TTFT target (reports the share of requests meeting every target).",
-                                       float, "s", flag="--slo-ttft")
-    slo_tpot_s: float | None = declare(None, "TPOT target.", float, "s", flag="--slo-tpot")
+    rate: float | None = declare(Param(None, "size", "Requests per second (Poisson arrivals).", unit="requests/s",
+                                       optional=True))
+    arrivals: str = declare(Param("poisson", "name", "poisson (at rate), burst (every request at time 0), or a CSV or "
+                                                     "Parquet file with a row per request: arrival_s (seconds) and "
+                                                     "optionally seq (the trace sequence it serves)."))
+    requests: int | None = declare(Param(None, "count", "Requests in the stream (default: one per trace sequence; more "
+                                                        "reuse the sequences, shuffled).", bounds=(1, INT_MOST),
+                                         optional=True))
+    max_batch: int = declare(Param(8, "count", "Requests running at once (vLLM's max_num_seqs).", bounds=(1, INT_MOST),
+                                   unit="requests"))
+    max_batch_tokens: int = declare(Param(2048, "count", "Tokens per step (vLLM's max_num_batched_tokens).",
+                                          bounds=(1, INT_MOST), unit="tokens"))
+    chunked_prefill: bool = declare(Param(True, "flag", "Split a prompt across steps to fit the token budget."))
+    draft_tokens: int = declare(Param(0, "count", "Speculative decoding: draft tokens verified per step (0: off).",
+                                      unit="tokens"))
+    acceptance: float = declare(Param(0.8, "size", "Speculative decoding: the chance each draft is accepted.",
+                                      bounds=(0.0, 1.0)))
+    arrival_seed: int = declare(Param(0, "seed", "Seed of the arrivals, the shuffles and the acceptances."))
+    dynamic_kv: bool = declare(Param(False, "flag", "With capacity auto: the expert cache gets, step by step, the GPU "
+                                                    "memory the running requests' KV cache leaves (else it keeps what "
+                                                    "the KV cache of max_batch requests of the longest sequence "
+                                                    "leaves)."))
+    slo_ttft_s: float | None = declare(Param(None, "size", "TTFT target (reports the share of requests meeting every "
+                                                           "target).", unit="s", optional=True), flag="--slo-ttft")
+    slo_tpot_s: float | None = declare(Param(None, "size", "TPOT target.", unit="s", optional=True), flag="--slo-tpot")
 
     def __post_init__(self):
-        if not (isinstance(self.arrivals, str) and self.arrivals.lower().endswith(ARRIVAL_FILES)):
-            _choice("serve", "arrivals", self.arrivals, ARRIVALS + tuple(f"a {s} file" for s in ARRIVAL_FILES))
-        _size(self, "serve", "rate", "a rate in requests/s")
-        _int(self, "serve", "requests", 1, optional=True)
-        _int(self, "serve", "max_batch", 1)
-        _int(self, "serve", "max_batch_tokens", 1)
-        for name in ("chunked_prefill", "dynamic_kv"):
-            _flag(self, "serve", name)
-        _int(self, "serve", "draft_tokens", 0)
-        _size(self, "serve", "acceptance", "a probability", 1.0)
-        _int(self, "serve", "arrival_seed", 0, most=SEED_MOST)
-        _size(self, "serve", "slo_ttft_s", "a time in seconds")
-        _size(self, "serve", "slo_tpot_s", "a time in seconds")
+        _checked(self)
+        if not self.arrivals.lower().endswith(ARRIVAL_FILES) and self.arrivals not in ARRIVALS:
+            raise SettingError("arrivals", f"must be one of {', '.join(ARRIVALS)} or a CSV or Parquet file, got "
+                                           f"{self.arrivals!r}", "[serve]")
         if self.max_batch_tokens < self.max_batch * (self.draft_tokens + 1):
-            raise MoesimError(f"[serve] max_batch_tokens {self.max_batch_tokens} cannot hold a step of max_batch "
-                              f"{self.max_batch} requests verifying {self.draft_tokens + 1} position(s) each")
+            raise SettingError("max_batch_tokens", f"{self.max_batch_tokens} cannot hold a step of max_batch "
+                                                   f"{self.max_batch} requests verifying {self.draft_tokens + 1} "
+                                                   "position(s) each", "[serve]")
 
 
 SECTIONS = {"model": ModelConfig, "hardware": HardwareConfig, "cache": CacheConfig, "prefetch": PrefetchConfig,
@@ -457,18 +418,21 @@ RUN_SETTINGS = {"hitrate": HITRATE_SETTINGS, "des": DES_SETTINGS,
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting as it is declared (a section field's ``declare``, or a plug-in's ``Param``):
-    its flat name, where it lives, the type its text parses to, its unit, help and default."""
+    """One setting under its flat name: where it lives (the ``Config`` section; a parameter's is its owner's), its
+    declaration (``param``: kind, unit, bounds, help, default), the command line's option (``flag``) and, for a
+    plug-in's parameter, the setting that owns it (``owner``: policy, prefetch or strategy; "" for a field)."""
 
     name: str
-    section: str        # the ``Config`` section; a parameter's is its owner's
-    kind: type          # str, int, float or bool
-    default: object
-    help: str
-    unit: str = ""
-    auto: bool = False  # it also takes "auto"
-    flag: str = ""      # the command line's option
-    owner: str = ""     # a parameter: the setting that owns it (policy, prefetch, strategy); "" for a field
+    section: str
+    param: Param
+    flag: str
+    owner: str = ""
+
+    kind = property(lambda self: self.param.parses)  # str, int, float or bool: what its text parses to
+    default = property(lambda self: self.param.default)
+    help = property(lambda self: self.param.help)
+    unit = property(lambda self: self.param.unit)
+    auto = property(lambda self: self.param.auto)  # it also takes "auto"
 
     def parse(self, text: str):
         """The value of ``text`` given for this setting (on a command line)."""
@@ -489,14 +453,11 @@ class Setting:
 def _declared() -> dict[str, Setting]:
     out = {}
     for name, (section, fname) in SETTINGS.items():
-        f = next(f for f in fields(SECTIONS[section]) if f.name == fname)
-        meta = f.metadata
-        out[name] = Setting(name, section, meta["kind"], f.default, meta["help"], meta["unit"], meta["auto"],
-                            meta["flag"] or f"--{name.replace('_', '-')}")
+        meta = next(f for f in fields(SECTIONS[section]) if f.name == fname).metadata
+        out[name] = Setting(name, section, meta["param"], meta["flag"] or f"--{name.replace('_', '-')}")
     for section, (owner, params) in PARAMS_OF.items():
         for name, param in params.items():
-            out[name] = Setting(name, section, param.parses, param.default, param.help, auto=param.auto,
-                                flag=f"--{name.replace('_', '-')}", owner=owner)
+            out[name] = Setting(name, section, param, f"--{name.replace('_', '-')}", owner)
     return out
 
 
@@ -523,8 +484,8 @@ class Config:
         if engine is not None and not engine.takes(self):  # an engine has the mechanism for some settings only
             others = [e.name for e in ENGINES.values() if self.execution.strategy in e.runs and e.takes(self)]
             what = (engine.takes.__doc__ or "").strip().splitlines()[0].rstrip(".").replace("``", "")
-            raise MoesimError(f"[execution] engine {engine.name} does not run these settings ({what[:1].lower()}"
-                              f"{what[1:]}); {' or '.join(others) or 'no engine'} does")
+            raise SettingError("engine", f"{engine.name} does not run these settings ({what[:1].lower()}{what[1:]}); "
+                                         f"{' or '.join(others) or 'no engine'} does", "[execution]")
 
     @classmethod
     def build(cls, **settings) -> Config:
@@ -700,55 +661,6 @@ def check_params_used(policies: list[str], given: dict, prefetchers: list[str] =
 CACHE_CHOICES = ("policy", "capacity", "scope", "split", "reset") + CACHE_PARAMS  # read only by a strategy with a cache
 
 
-def check_read(given: set, configs: list[Config], strategy_read: bool = True) -> None:
-    """A setting given (typed, not taken from a configuration file, which holds every setting when saved) that none
-    of the runs ``configs`` reads is refused: it would change nothing the user sees. ``strategy_read`` False: the
-    runs do not read the strategy (a hit-rate run, a plan), so the cache's settings are read whatever it is."""
-    unread = [n for n in CACHE_CHOICES if n in given] if strategy_read else []
-    strategies = list(dict.fromkeys(c.execution.strategy for c in configs))
-    if unread and not any(STRATEGIES[s].cache for s in strategies):
-        places = [option(p) for p in dict.fromkeys(STRATEGIES[s].places for s in strategies) if p]
-        raise MoesimError(f"{', '.join(map(option, unread))}: strategy {', '.join(strategies)} keeps no expert cache, "
-                          f"so nothing reads {'it' if len(unread) == 1 else 'them'}"
-                          + (f" (it places experts: {', '.join(places)})" if places else ""))
-    if strategy_read and "ssd" in given and all(c.cache.dram_capacity is None for c in configs):
-        raise MoesimError(f"{option('ssd')}: with no {option('dram_capacity')} (the experts host RAM holds in front of "
-                          "the SSD) every expert is in host RAM, so nothing reads the SSD")
-    machines = {c.hardware.machine: c.hardware.force for c in configs}  # each's force
-    unread = _threads_unread(strategies, machines) if strategy_read and "threads" in given else None
-    if unread:
-        raise MoesimError(f"{option('threads')}: {unread}")
-    named = [ENGINES.get(c.execution.engine) for c in configs]  # an engine that runs its own kernel kind reads none
-    if "kernel" in given and all(e is not None and e.kernel for e in named):
-        raise MoesimError(f"{option('kernel')}: engine {', '.join(dict.fromkeys(e.name for e in named))} runs its own "
-                          f"kind of expert kernel ({', '.join(sorted({e.kernel for e in named}))}), so nothing reads it")
-    # (a link, a GPU memory: the hardware's)
-    if "kernel" in given and all(_has_gpu(m, f) is False for m, f in machines.items()):
-        raise MoesimError(f"{option('kernel')}: {' and '.join(machines)} {'has' if len(machines) == 1 else 'have'} no "
-                          "GPU (every expert runs on the CPU), so nothing reads it")
-    if "arrival_seed" in given and all(c.serve.arrivals == "burst" and c.serve.draft_tokens == 0
-                                       and c.serve.requests is None for c in configs):
-        raise MoesimError(f"{option('arrival_seed')}: {option('arrivals', 'burst')} puts every request at time 0, one "
-                          "per sequence in order, and no run drafts tokens: nothing is drawn, so nothing reads it")
-    if "acceptance" in given and all(c.serve.draft_tokens == 0 for c in configs):
-        raise MoesimError(f"{option('acceptance')} is the chance a draft token is accepted, and "
-                          f"{option('draft_tokens')} is 0: no run drafts any")
-
-
-LOOKUP_UNREAD = CACHE_CHOICES + ("prefetch", "mode", "kernel")  # what a MoLE model's run never reads
-
-
-def check_model_read(given: set, models: list[ModelSpec]) -> None:
-    """A MoLE model's experts are lookup tables in host memory whose rows each step copies (MoLE eq. 14): a cache's,
-    a prefetcher's or an expert kernel's setting given where every run's model is one is read by nothing."""
-    unread = [n for n in LOOKUP_UNREAD if n in given]
-    if unread and models and all(m.kind == "mole" for m in models):
-        names = " and ".join(dict.fromkeys(m.name for m in models))
-        raise MoesimError(f"{', '.join(map(option, unread))}: model {names} computes its experts as lookup tables "
-                          "on the host, copied a row a step, and keeps no expert cache nor runs an expert kernel, so "
-                          f"nothing reads {'it' if len(unread) == 1 else 'them'}")
-
-
 def on_machine(config: Config, given, gpu: bool | None = None) -> Config:
     """``config`` where neither a strategy nor a cache's setting was given (``given``: the settings that were): on a
     machine without a GPU (``gpu``; default: its name's), llama.cpp's CPU build (``cpu-experts``, every expert on the
@@ -757,44 +669,17 @@ def on_machine(config: Config, given, gpu: bool | None = None) -> Config:
     ``Config.build`` (and so a sweep's rows), the API's calls."""
     if "strategy" in given or any(k in CACHE_CHOICES + ("prefetch", "mode") for k in given):
         return config
-    if (_has_gpu(config.hardware.machine, config.hardware.force) if gpu is None else gpu) is not False:
+    if (has_gpu(config.hardware.machine, config.hardware.force) if gpu is None else gpu) is not False:
         return config
     return config.replace(strategy="cpu-experts")
 
 
-def _has_gpu(machine: str, force: bool = False) -> bool | None:
+def has_gpu(machine: str, force: bool = False) -> bool | None:
     """Whether ``machine`` (taken with ``force``) has a GPU; None where it cannot be read (the run reports that)."""
     try:
         return get_hardware(machine, force=force).gpu is not None
     except (KeyError, MoesimError):
         return None
-
-
-def _threads_unread(strategies: list[str], machines: dict) -> str | None:
-    """Why threads given for runs of these strategies on these machines would change nothing: no strategy computes an
-    expert on the host CPU and every machine (a name: its force) has a GPU (one without runs everything on its CPU).
-    None where they are read, or where a name is unknown (the run reports it)."""
-    if any(s not in STRATEGIES or STRATEGIES[s].cpu for s in strategies) or \
-            not all(_has_gpu(m, f) for m, f in machines.items()):
-        return None  # a machine without a GPU (or one not known) computes on its CPU
-    computes = ", ".join(n for n, m in STRATEGIES.items() if m.cpu)
-    return (f"strategy {', '.join(strategies)} computes no expert on the host CPU, so nothing reads it (the "
-            f"strategies that do: {computes})")
-
-
-def check_cache_read(given: set, configs: list[Config]) -> None:
-    """A cache or prefetch setting given where every run listed leaves it unread is refused: a cache's with
-    ``capacity`` 0 (``--capacity 0 --policy belady,lru`` gave two identical rows), ``mode`` with no prefetcher. The
-    command line and a sweep's spec ask it; the API does not (a loop over capacities that include 0, or over
-    prefetchers that include none, passes the same settings to each)."""
-    unread = [n for n in CACHE_CHOICES if n in given and n != "capacity"]
-    if unread and all(c.cache.capacity == 0 or (isinstance(c.cache.capacity, tuple) and not any(c.cache.capacity))
-                      for c in configs):
-        raise MoesimError(f"{', '.join(map(option, unread))}: {option('capacity', 0)} keeps no expert cache, so nothing "
-                          f"reads {'it' if len(unread) == 1 else 'them'}")
-    if "mode" in given and all(c.prefetch.prefetcher == "none" for c in configs):
-        raise MoesimError(f"{option('mode')} says what follows a wrong prediction, and {option('prefetch', 'none')} "
-                          "makes none, so nothing reads it")
 
 
 def run_params(spec, given: dict) -> dict:

@@ -265,7 +265,7 @@ def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
     as given (its ``auto`` sizes named so). (A strategy that weighs the GPU against the CPU, cpu-miss, reads it even
     where every expert ended on the CPU: the kernel's launches are part of what it weighed.)"""
     if run.hardware.gpu is None:
-        return None  # ``check_read`` refuses it by the machine's name
+        return None  # ``moesim.sim.reads`` refuses it by the machine's name
     strategy, n_layers = run.strategy, run.model.num_layers
     placement = strategy.placement(n_layers, run.strategy_params)
     offload = run.offload  # a row this long runs them on the GPU

@@ -102,7 +102,7 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     """Serve ``trace``'s sequences as a stream of requests under ``config`` (its ``serve`` section). ``given``: the
     settings typed on the command line (the API passes none: a loop passes the same settings to each call): one that
     this stream does not read, as only its trace, its requests or its resolved run show, is refused
-    (``_check_stream_read``; what the configuration alone shows, ``moesim.sim.config.check_read`` refuses before)."""
+    (``_check_stream_read``; what the configuration alone shows, ``moesim.sim.reads`` refuses before)."""
     _check_serve(trace, config)
     sv, wl = config.serve, config.workload
     rng = np.random.default_rng(sv.arrival_seed)

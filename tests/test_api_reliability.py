@@ -53,7 +53,7 @@ def test_numpy_capacities_are_the_numbers_they_hold(mixtral):
         per_layer.per_layer_hits
     assert moesim.hitrate(mixtral, "lru", capacity=np.array([4] * layers)).hits == \
         moesim.hitrate(mixtral, "lru", capacity=(4,) * layers).hits == moesim.hitrate(mixtral, "lru", capacity=4).hits
-    with pytest.raises(MoesimError, match=r"^\[cache\] a capacity per layer is a list of whole numbers from 0 to 2,147,483,647"):
+    with pytest.raises(MoesimError, match=r"^\[cache\] capacity per layer: each must be a whole number from 0 to 2,147,483,647, got 4.5"):
         moesim.hitrate(mixtral, "lru", capacity=np.full(layers, 4.5))
 
 

@@ -82,7 +82,7 @@ def test_layers_of_a_per_layer_list_are_the_uniform_runs_of_their_size(mixtral, 
 def test_per_layer_lists_are_checked(mixtral):
     with pytest.raises(MoesimError, match="needs scope per-layer"):
         CacheConfig(capacity=[2, 3], scope="global")
-    with pytest.raises(MoesimError, match="list of whole numbers from 0 to 2,147,483,647"):
+    with pytest.raises(MoesimError, match=r"capacity per layer: each must be at least 0, got -1"):
         CacheConfig(capacity=[2, -1])
     with pytest.raises(MoesimError, match="split best .* needs scope per-layer"):
         CacheConfig(split="best", scope="global")

@@ -365,7 +365,7 @@ def test_per_expert_kernels_run_each_expert_as_its_weights_land(bound):
         layer = pre_s(step + 1) + (2 * copy + expert if bound == "copy" else copy + 2 * expert)
         assert per.step_times[step] == 2 * layer
         assert fused.step_times[step] == 2 * (pre_s(step + 1) + 2 * copy + experts_s(2))
-    with pytest.raises(MoesimError, match="kernel kind"):
+    with pytest.raises(MoesimError, match="kernel must be one of fused, per-expert"):
         simulate(trace, model=MODEL, hardware=hw, policy="lru", capacity=0, kernel="grouped")
 
 

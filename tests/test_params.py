@@ -1,17 +1,17 @@
-"""A plug-in's parameters and what it declares (``moesim.params.Param``, ``PolicySpec``, ``PrefetcherSpec``,
+"""A setting's declaration (a section field's or a plug-in's parameter) and what a plug-in declares (``moesim.params.Param``, ``PolicySpec``, ``PrefetcherSpec``,
 ``StrategySpec``): a kind is declared, not read off a default; one check judges a value; two owners share a name only
 by sharing its declaration; a spec missing what its roles need is refused as the package loads."""
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
 
 from moesim.errors import MoesimError
-from moesim.params import INT_MOST, SEED_MOST, Param
+from moesim.params import INT_MOST, SEED_MOST, Param, SettingError
 from moesim.policies import POLICIES, get_policy
 from moesim.policies.prefetch import PrefetcherSpec
-from moesim.sim.config import DECLARED, PARAMS_OF, Config, declared_params
+from moesim.sim.config import DECLARED, PARAMS_OF, SECTIONS, Config, declared_params
 from moesim.sim.strategies import STRATEGIES
 from moesim.sim.strategies.base import A_CPU, A_LOAD, StrategySpec, all_cached, all_loaded
 
@@ -31,13 +31,20 @@ def test_a_value_is_taken_as_the_run_takes_it(param, value, want):
 
 
 @pytest.mark.parametrize("param, value, message", [
-    (Param(0, "seed", "s"), -1, f"must be a whole number from 0 to {SEED_MOST:,}, got -1"),
+    (Param(0, "seed", "s"), -1, "must be at least 0, got -1"),
     (Param(0, "seed", "s"), True, f"must be a whole number from 0 to {SEED_MOST:,}, got True"),
-    (Param(0, "count", "c"), INT_MOST + 1, f"must be a whole number from 0 to {INT_MOST:,}, got {INT_MOST + 1}"),
-    (Param("auto", "count", "c", auto=True), "all", f"must be auto or an integer from 0 to {INT_MOST:,}, got 'all'"),
+    (Param(0, "count", "c"), INT_MOST + 1, f"must be at most {INT_MOST:,}, got {INT_MOST + 1:,}"),
+    (Param("auto", "count", "c", auto=True), "all", f"must be auto or a whole number from 0 to {INT_MOST:,}, got 'all'"),
     (Param(0.5, "number", "n", bounds=(0.0, 1.0)), float("nan"), "must be a finite number, got nan"),
     (Param(0.5, "number", "n", bounds=(0.0, 1.0)), 1.5, "must be in [0.0, 1.0], got 1.5"),
     (Param("a", "choice", "c", choices=("a", "b")), "c", "must be one of a, b, got 'c'"),
+    (Param("a", "choice", "c", choices=lambda: ("a", "b")), None, "must be one of a, b, got None"),
+    (Param(1, "count", "c", bounds=(1, 8)), 0, "must be at least 1, got 0"),
+    (Param(1, "count", "c", bounds=(1, 8)), 9, "must be at most 8, got 9"),
+    (Param(None, "size", "s", unit="GiB", optional=True), 0, "must be a finite number > 0 (GiB), got 0"),
+    (Param(0.5, "size", "s", bounds=(0.0, 1.0)), 1.5, "must be in [0.0, 1.0], got 1.5"),
+    (Param(False, "flag", "f"), "yes", "must be true or false, got 'yes'"),
+    (Param("x", "name", "n"), "", "must be a name, got ''"),
     (Param(None, "file", "f"), "", "must be a file's path, got ''"),
     # a value whose repr runs long (a trace in memory) is named by its type
     (Param(None, "trace", "t"), list(range(100)), "must be a file's path, got a list"),
@@ -48,10 +55,29 @@ def test_a_wrong_value_is_refused_saying_what_it_must_be(param, value, message):
     assert str(exc.value) == message
 
 
+def test_a_left_out_or_auto_value_is_taken_where_declared_and_numbers_become_pythons():
+    assert Param(None, "size", "s", optional=True).check(None) is None
+    assert Param("auto", "count", "c", auto=True).check("auto") == "auto"
+    assert type(Param(0, "count", "c").check(np.int32(3))) is int and type(Param(1.0, "size", "s").check(2)) is float
+    with pytest.raises(MoesimError, match="got None"):
+        Param(1.0, "size", "s").check(None)
+
+
+def test_every_section_field_is_declared_by_a_param_and_refused_by_name():
+    """The schema: each ``Config`` field (but a plug-in's ``params``) carries its ``Param``, and a value refused is a
+    ``SettingError`` naming the flat setting and the TOML key where they differ."""
+    for section in SECTIONS.values():
+        assert all("param" in f.metadata for f in fields(section) if f.name != "params"), section
+    with pytest.raises(SettingError) as exc:
+        Config.build(prefetch="nope")
+    assert exc.value.setting == "prefetch" and str(exc.value).startswith("[prefetch] prefetcher must be one of none,")
+    assert exc.value.problem.endswith("got 'nope'")
+
+
 def test_a_count_is_not_checked_as_a_seed():
     """The kind is declared: a layer count past 2^31 is refused where a seed of that size is taken."""
     assert Param(0, "seed", "s").check(2 ** 40) == 2 ** 40
-    with pytest.raises(MoesimError, match="from 0 to 2,147,483,647"):
+    with pytest.raises(MoesimError, match="at most 2,147,483,647, got 1,099,511,627,776"):
         Param(0, "count", "c").check(2 ** 40)
 
 

@@ -88,7 +88,7 @@ def test_a_trace_that_records_its_prompts_is_timed_on_them(cli, tmp_path):
 
 def test_plan_errors_are_one_line(cli, tmp_path):
     for args, message in ((["--model", "nope"], "unknown model"), (["--model", "mixtral-8x7b", "--dtype", "fp7"],
-                                                                    "unknown dtype"),
+                                                                    "--dtype must be one of fp32,"),
                           (["--model", "mole-160m-4e"], "MoLE"),
                           (["--model", "mixtral-8x7b", "--plot", tmp_path / "no" / "p.png"], "no such folder"),
                           # one reason every candidate gives is said once (it was said three times)

@@ -198,7 +198,7 @@ def test_reset_per_sequence_counts_cold_misses_again(mixtral):
 def test_usage_errors(mixtral):
     with pytest.raises(MoesimError, match="below top_k"):
         hitrate(mixtral, "lru", 1)
-    with pytest.raises(MoesimError, match="unknown policy"):
+    with pytest.raises(MoesimError, match="policy must be one of"):
         hitrate(mixtral, "nope", 4)
     with pytest.raises(MoesimError, match="needs a model"):
         hitrate(mixtral, "ml-ffn", 4)

@@ -501,17 +501,17 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
 
     for args, words in (
             (["--strategy", "cpu-experts", "--capacity", "16"], "--capacity: strategy cpu-experts keeps no expert "
-                                                                "cache, so nothing reads it (it places experts: "
-                                                                "--cpu-layers)"),
+                                                                "cache (it places experts: "
+                                                                "--cpu-layers), so nothing reads it"),
             (["--strategy", "cpu-experts", "--policy", "lru,belady"], "--policy: strategy cpu-experts"),
             (["--capacity", "0", "--policy", "lru,belady"], "--policy: --capacity 0 keeps no expert cache"),
             (["--strategy", "cpu-experts", "--threads", "17"], "--threads 17: more threads than the Ryzen-7950X's 16 cores; the model computes "
                                   "with one thread a core at most (leave it out for every core)"),  # not 0: refused
-            (["--threads", "2"], "--threads: strategy gpu-cache computes no expert on the host CPU, so nothing reads "
-                                 "it (the strategies that do: cpu-experts, cpu-miss, hybrid)"),
+            (["--threads", "2"], "--threads: strategy gpu-cache computes no expert on the host CPU (the strategies "
+                                 "that do: cpu-experts, cpu-miss, hybrid), so nothing reads it"),
             (["--strategy", "lowbit-miss", "--threads", "2"], "--threads: strategy lowbit-miss computes no expert"),
             (["--ssd", "pcie5-nvme"], "--ssd: with no --dram-capacity (the experts host RAM holds in front of the "
-                                      "SSD) every expert is in host RAM, so nothing reads the SSD"),
+                                      "SSD) every expert is in host RAM, so nothing reads it"),
             (["--hardware", "ryzen-7950x", "--kernel", "per-expert"], "--kernel: ryzen-7950x has no GPU (every expert "
                                                                       "runs on the CPU), so nothing reads it"),
             # more DRAM slots than experts: host RAM was charged for 1000, the times those of 256
@@ -558,9 +558,9 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
     assert "--policy, --gamma: strategy cpu-experts" in one_line_error(cli, "sim", "run", "bundled", "--strategy",
                                                                        "cpu-experts", "--policy", "gamma", "--gamma",
                                                                        "0.5")
-    assert "--acceptance is the chance a draft token is accepted, and --draft-tokens is 0" in one_line_error(
+    assert "--acceptance: with --draft-tokens 0 no run drafts a token to accept, so nothing reads it" in one_line_error(
         cli, "sim", "serve", "bundled", "--rate", "1", "--requests", "2", "--acceptance", "0.5")
-    assert "--acceptance is the chance" in one_line_error(cli, "sim", "serve", "bundled", "--config", cpu, "--rate",
+    assert "--acceptance: with --draft-tokens 0" in one_line_error(cli, "sim", "serve", "bundled", "--config", cpu, "--rate",
                                                           "1", "--requests", "2", "--acceptance", "0.5")
     assert "--threads: only with --engine llama.cpp" in one_line_error(
         cli, "calibrate", "--model", "olmoe-1b-7b", "--out", tmp_path / "hw.toml", "--threads", "2")
@@ -574,7 +574,7 @@ def test_a_setting_no_run_reads_is_refused_not_ignored(cli, tmp_path):
     # read where the CPU computes experts: two threads unpack Q4_K weights at half one's time (not DRAM-bound)
     one, two = (moesim.simulate(trace, strategy="cpu-experts", threads=n, dtype="q4_k").cpu_s for n in (1, 2))
     assert two == pytest.approx(one / 2, rel=1e-12)
-    with pytest.raises(moesim.MoesimError, match="^acceptance is the chance .* and draft_tokens is 0"):
+    with pytest.raises(moesim.MoesimError, match="^acceptance: with draft_tokens=0 no run drafts a token to accept"):
         moesim.serve(trace, rate=1, requests=2, acceptance=0.5)
     from moesim.sim.config import Config
 
@@ -667,7 +667,7 @@ def test_validate_checks_every_configuration_before_it_measures(cli, monkeypatch
         raise AssertionError("calibrated before the configurations were checked")
 
     monkeypatch.setattr(prepare, "prepare", measured)
-    assert "--policies: unknown policy 'nope'; choose from" in one_line_error(
+    assert "--policies must be one of belady, lru, " in one_line_error(
         cli, "validate", "bundled", "--policies", "lru,nope", "--layers", "2", "--scale", "0.05")
 
 
@@ -817,7 +817,7 @@ def test_what_a_second_new_user_sweep_found_is_one_line(cli, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     assert "--capacity 2,2: 2 listed twice; each value is one run" in one_line_error(
         cli, "sim", "hitrate", "bundled", "--capacity", "2,2")
-    assert "--mode says what follows a wrong prediction, and --prefetch none makes none, so nothing reads it" in \
+    assert "--mode: --prefetch none makes no prediction whose misses it would follow up, so nothing reads it" in \
         one_line_error(cli, "sim", "run", "bundled", "--mode", "fallback")
     assert "nothere.csv: no such arrivals file" in one_line_error(
         cli, "sim", "serve", "bundled", "--arrivals", "nothere.csv", "--requests", "2", "--dtype", "q4_k")
@@ -875,4 +875,4 @@ def test_a_format_listed_twice_in_other_letters_is_refused_and_echoed_as_typed(c
     assert one_line_error(cli, "plan", "--model", "olmoe-1b-7b", "--dtype", "q4_k,Q4_K") == (
         "moesim: error: --dtype q4_k,Q4_K: Q4_K listed twice; each value is one run\n")
     assert one_line_error(cli, "sim", "run", "bundled", "--dtype", "Q4_K,q8_0").startswith(
-        "moesim: error: --dtype: unknown dtype 'Q4_K,q8_0'; choose from fp32, ")
+        "moesim: error: --dtype must be one of fp32, ")

@@ -253,7 +253,7 @@ def test_backend_errors_are_one_line(cli, olmoe, tmp_path):
              (["replay", olmoe, *TINY, "--hardware", "rtx4090", "--link", "pcie3"], "link and ssd swap simulated presets"),
              (["replay", olmoe, *TINY, "--hardware", "rtx4090", "--ssd", "pcie4-nvme"], "--ssd: with no --dram-capacity"),
              (["replay", olmoe, "--backend", "virtual", "--capacity", "8", "--kernel", "grouped"],
-              "unknown kernel kind 'grouped'"),
+              "kernel must be one of fused, per-expert, got 'grouped'"),
              (["replay", olmoe, "--backend", "virtual", "--capacity", "8", "--dram-capacity", "8"], "SSD"),
              (["replay", olmoe, "--backend", "virtual", "--hardware", tmp_path / "nope.toml"], "nope.toml")]
     if not torch.cuda.is_available():

@@ -104,7 +104,7 @@ def test_sim_run_table_prefetch_tiers_and_errors(cli, tmp_path):
     code, out, _ = cli("sim", "run", bundled_trace_path(), *fits, "--ssd", "pcie5-nvme", "--dram-capacity", "32",
                        "--json")
     assert code == 0 and json.loads(out)["results"][0]["bytes_ssd"] > 0
-    for args, message in ((["--prefetch", "speculative"], "spec column"), (["--hardware", "tpu"], "--hardware: unknown hardware 'tpu'"),
+    for args, message in ((["--prefetch", "speculative"], "spec column"), (["--hardware", "tpu"], "--hardware must be a preset (h100, "),
                           (["--dram-capacity", "4"], "has none"), (["--mode", "commit"], "mode commit runs next-layer predictions"),
                           (["--model", "olmoe-1b-7b"], "(layers, experts, top_k)"), (["--capacity", "1"], "below top_k")):
         code, _, err = cli("sim", "run", bundled_trace_path(), *fits, *args)

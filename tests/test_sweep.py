@@ -42,7 +42,7 @@ def test_product_exclude_and_errors_as_rows(tmp_path):
     summary = run_sweep(loaded, tmp_path / "r.parquet")
     rows = {(r["policy"], r["capacity"]): r for r in pl.read_parquet(tmp_path / "r.parquet").to_dicts()}
     assert summary.ran == 3 and summary.failed == 2
-    assert "below top_k" in rows[("lru", 1)]["error"] and "unknown policy" in rows[("nope", 4)]["error"]
+    assert "below top_k" in rows[("lru", 1)]["error"] and "policy must be one of" in rows[("nope", 4)]["error"]
     assert rows[("lru", 4)]["error"] is None and rows[("lru", 4)]["hits"] == 9389  # golden table
     assert rows[("lru", 4)]["config_id"] == row_id("hitrate", loaded.configs()[1])
     assert rows[("lru", 4)]["semantics"] == "step" and rows[("lru", 4)]["reset"] is False  # every setting
@@ -88,7 +88,7 @@ def test_a_sweep_whose_every_row_failed_is_an_error_and_writes_nothing(tmp_path)
     spec, out = tmp_path / "s.toml", tmp_path / "r.parquet"
     spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["nope", "nada"]\ncapacity = [4]\n')
     with pytest.raises(MoesimError, match=r"s.toml: every one of the 2 configuration\(s\) run failed, so nothing "
-                                          r"was written to .*r.parquet; the first: \[cache\] unknown policy 'nope'"):
+                                          r"was written to .*r.parquet; the first: \[cache\] policy must be one of .*, got 'nope'"):
         run_sweep(load_spec(spec), out, flush_seconds=0)
     assert not out.exists()
     spec.write_text('traces = ["bundled"]\n[axes]\npolicy = ["lru"]\ncapacity = [4]\n')
@@ -103,11 +103,11 @@ def test_a_sweep_whose_every_row_failed_is_an_error_and_writes_nothing(tmp_path)
 @pytest.mark.parametrize("kind, settings, message", [
     ("des", '[axes]\nthreads = [1, 2]\n', "threads: strategy gpu-cache computes no expert on the host CPU"),
     ("des", '[axes]\ncpu_layers = [16, 32]\n[fixed]\nstrategy = "cpu-experts"\npolicy = "lfu"\n',
-     r"policy: strategy cpu-experts keeps no expert cache, so nothing reads it \(it places experts: cpu_layers\)"),
+     r"policy: strategy cpu-experts keeps no expert cache \(it places experts: cpu_layers\), so nothing reads it"),
     ("des", '[fixed]\nstrategy = "cpu-experts"\ncapacity = 8\nscope = "global"\n',
      "capacity, scope: strategy cpu-experts keeps no expert cache"),
     ("serve", '[fixed]\nrate = 2.0\nacceptance = 0.7\n',
-     "acceptance is the chance a draft token is accepted, and draft_tokens is 0"),
+     "acceptance: with draft_tokens=0 no run drafts a token to accept, so nothing reads it"),
     ("des", '[fixed]\nssd = "pcie5-nvme"\n', "ssd: with no dram_capacity"),
     # the rows that read it are left out
     ("des", '[axes]\nthreads = [1, 2]\nstrategy = ["gpu-cache", "hybrid"]\n[[exclude]]\nstrategy = "hybrid"\n',
@@ -464,5 +464,6 @@ def test_a_specs_errors_name_its_keys_and_the_spec_on_the_command_line_too(cli, 
     (tmp_path / "c.toml").write_text('traces = ["bundled"]\n[axes]\ncapacity = ["abc"]\n')
     code, _, err = cli("sweep", "c.toml", "--out", "r.parquet")
     assert (code, err) == (1, "moesim: error: c.toml: every one of the 1 configuration(s) run failed, so nothing was "
-                              "written to r.parquet; the first: [cache] capacity must be an integer or auto, got 'abc'\n")
+                              "written to r.parquet; the first: [cache] capacity must be auto or a whole number from 0 to 2,147,483,647, "
+                              "got 'abc'\n")
     assert not (tmp_path / "r.parquet").exists()

@@ -1,0 +1,54 @@
+"""Which runs read a setting (``moesim.sim.reads``): each rule refuses its settings where every run leaves them, and
+none where one run reads them; the rules name only declared settings."""
+
+import pytest
+
+from moesim.errors import MoesimError
+from moesim.sim.config import DECLARED, Config
+from moesim.sim.reads import AUDITED, LOOKED_AT, RULES, refuse_unread
+from moesim.tracegen.models import get_model
+
+# one case a rule: a setting it covers, a run that leaves it unread, a run that reads it
+CASES = [
+    ("capacity", dict(strategy="cpu-experts"), dict(strategy="cpu-miss"),
+     "capacity: strategy cpu-experts keeps no expert cache (it places experts: cpu_layers), so nothing reads it"),
+    ("ssd", dict(), dict(dram_capacity=8, ssd="pcie5-nvme"), "ssd: with no dram_capacity"),
+    ("threads", dict(), dict(strategy="cpu-miss"), "threads: strategy gpu-cache computes no expert on the host CPU"),
+    ("kernel", dict(engine="Mixtral-offloading"), dict(),
+     "kernel: engine Mixtral-offloading runs its own kind of expert kernel (per-expert)"),
+    ("kernel", dict(hardware="ryzen-7950x"), dict(), "kernel: ryzen-7950x has no GPU (every expert runs on the CPU)"),
+    ("arrival_seed", dict(arrivals="burst"), dict(arrivals="burst", draft_tokens=1), "arrival_seed: arrivals='burst'"),
+    ("acceptance", dict(), dict(draft_tokens=2), "acceptance: with draft_tokens=0 no run drafts a token to accept"),
+    ("policy", dict(capacity=0), dict(capacity=2), "policy: capacity=0 keeps no expert cache, so nothing reads it"),
+    ("mode", dict(), dict(prefetch="oracle"), "mode: prefetch='none' makes no prediction"),
+]
+
+
+def test_every_rule_has_a_case_and_names_declared_settings():
+    assert len(CASES) == sum(rule.of == "config" for rule in RULES)
+    assert AUDITED <= set(DECLARED) and LOOKED_AT <= set(DECLARED) | {"model"}
+
+
+@pytest.mark.parametrize("name, leaves, reads, message", CASES)
+def test_a_setting_every_run_leaves_is_refused_and_one_a_run_reads_is_taken(name, leaves, reads, message):
+    left = Config.build(**leaves)
+    with pytest.raises(MoesimError) as exc:
+        refuse_unread({name}, [left], listed=True)
+    assert str(exc.value).startswith(message) and str(exc.value).endswith("so nothing reads it")
+    refuse_unread({name}, [left, Config.build(**reads)], listed=True)  # one run reads it: taken
+
+
+def test_placed_and_listed_rules_are_asked_only_where_they_apply():
+    """A hit-rate run reads a cache's settings whatever the strategy; the API's caller may loop over capacity 0."""
+    cpu = Config.build(strategy="cpu-experts")
+    refuse_unread({"policy"}, [cpu], placed=False)
+    refuse_unread({"policy"}, [Config.build(capacity=0)])  # not listed
+    with pytest.raises(MoesimError, match="^policy, gamma: strategy cpu-experts keeps no expert cache .*them$"):
+        refuse_unread({"policy", "gamma"}, [cpu.replace(policy="gamma", gamma=0.5)])
+
+
+def test_a_mole_models_run_reads_no_cache_setting():
+    mole, mixtral = get_model("mole-160m-4e"), get_model("mixtral-8x7b")
+    with pytest.raises(MoesimError, match="^prefetch: model mole-160m-4e computes its experts as lookup tables"):
+        refuse_unread({"prefetch"}, models=[mole])
+    refuse_unread({"prefetch"}, models=[mole, mixtral])
