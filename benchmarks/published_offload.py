@@ -35,12 +35,13 @@ from typing import NamedTuple
 
 from moesim import simulate
 from moesim.sim import engines
-from moesim.experiments.crossval import Point, better_than_none, cross_validate, fit, groups
+from moesim.experiments.crossval import Point, better_than_none, calibrated_level, cross_validate, fit, groups
 from moesim.experiments.plan import plan_trace
-from moesim.sim.accuracy import quantile_band
+from moesim.sim.accuracy import SIDES, quantile_band, side
 from moesim.sim.engines import ENGINES
 from moesim.sim.cpu_rates import DRAM_EFF, dram_eff_without
 from moesim.sim.hardware import load_hardware
+from moesim.sim.strategies import STRATEGIES
 from moesim.tracegen.models import get_model
 
 HERE = Path(__file__).parent
@@ -271,7 +272,7 @@ def cv_points(rows: list[dict]) -> list[Point]:
     """The counted points as the cross-validation sees them: a token's seconds simulated at each framework time of
     ``LAYER_US_GRID``."""
     return [Point(r["id"], source_of(r), r.get("box", r["machine"]), r["kind"], r["measured"], LAYER_US_GRID,
-                  tuple(r["seconds"])) for r in rows if r["counted"]]
+                  tuple(r["seconds"]), side(STRATEGIES[r["strategy"]])) for r in rows if r["counted"]]
 
 
 def cv_summary(checked: list) -> dict:
@@ -323,12 +324,9 @@ def plot_cv(checked: list, path: Path) -> None:
     fig.savefig(path, dpi=130)
 
 
-GPU_CACHE = ("Mixtral-offloading", "MoE-Infinity", "MELINOE runtime", "Fiddler")  # the GPU-side engines: a GPU cache
-
-
-def family(point: Point) -> str:
-    """A point's family, by where its engine keeps the experts it computes: a GPU cache, or the CPU."""
-    return "GPU-side" if point.kind in GPU_CACHE else "CPU-side"
+def on_side(point: Point) -> str:
+    """A point's family: the side its engine computes the experts not on the GPU (``moesim.sim.accuracy.side``)."""
+    return point.side
 
 
 def same_machine_pairs(rows: list[dict], checked: list) -> list[tuple]:
@@ -389,8 +387,9 @@ def print_cv(checked: list, plain: list, fitted: list, shipped: dict) -> None:
 class Derived(NamedTuple):
     """What the cross-validation gives: every counted point held out with the framework times that ship
     (``checked``), with none (``plain``) and with every engine's (``fitted``); the framework times that ship, fitted
-    on all their engines' points (``shipped``, µs a MoE layer); and each band, (low, high, share of points its
-    held-out intervals held), of predictions with those times (``framework``) and without (``operations``); every two
+    on all their engines' points (``shipped``, µs a MoE layer); and each side's band, side -> (low, high, share of its
+    points their held-out intervals held), of predictions with those times (``framework``) and without
+    (``operations``); every two
     points of one model on one machine predicted apart (``pairs``, ``same_machine_pairs``), and of those it orders
     wrong, the ratio it predicted them apart by at most (``tie``: rows of a plan closer than that are not told apart).
     """
@@ -409,12 +408,17 @@ def derive(rows: list[dict]) -> Derived:
     """The learned constants and bands from the points ``run`` simulated at ``LAYER_US_GRID``; what ships in
     ``moesim.sim.engines`` and ``moesim.sim.accuracy`` (``tests/test_shipped_constants.py`` checks it does)."""
     cv = cv_points(rows)
-    plain, fitted = cross_validate(cv, (0.0, 0.0)), cross_validate(cv, LAYER_US_BOUNDS)
+    plain, fitted = cross_validate(cv, (0.0, 0.0), family=on_side), cross_validate(cv, LAYER_US_BOUNDS, family=on_side)
     # what ships, chosen again inside each fold from its training groups: those engines' framework times, no other
-    checked = cross_validate(cv, LAYER_US_BOUNDS, ships)
+    checked = cross_validate(cv, LAYER_US_BOUNDS, ships, family=on_side)
 
-    def band(held: list) -> tuple:
-        return (*quantile_band([c.point.measured / c.predicted for c in held]), cv_summary(held)["coverage"])
+    def band(held: list) -> dict:
+        """Each side's quantiles of the held-out ratios at the level learned from every group, and the share of
+        its points inside their held-out intervals."""
+        spread = [c.point.measured / c.predicted for c in held]
+        level = calibrated_level([c.point for c in held], spread, family=on_side)
+        return {s: (*quantile_band([r for c, r in zip(held, spread) if c.point.side == s], level),
+                    cv_summary([c for c in held if c.point.side == s])["coverage"]) for s in SIDES}
     pairs = same_machine_pairs(rows, checked)
     tie = max((max(p, 1 / p) for _, m, p in pairs if (m > 1) != (p > 1)), default=1.0)
     return Derived(checked, plain, fitted, fit(cv, LAYER_US_BOUNDS, ships(cv)), band(checked), band(plain), pairs,
@@ -443,22 +447,21 @@ def main() -> None:
         return
     d = derive(rows)
     print_cv(d.checked, d.plain, d.fitted, d.shipped)
-    by_family = cross_validate(cv_points(rows), LAYER_US_BOUNDS, ships, family=family)
     pairs = d.pairs
     wrong = [(name, max(p, 1 / p)) for name, m, p in pairs if (m > 1) != (p > 1)]
     if args.plot:
         plot_cv(d.checked, args.plot)
     print("ships: " + "; ".join(f"{k} layer_us = {v:.0f}" for k, v in d.shipped.items()))
-    for what, (low, high, held), rows_ in (
-            ("predictions with the framework times that ship (FRAMEWORK_BAND)", d.framework, d.checked),
-            ("predictions with none (OPERATIONS_BAND)", d.operations, d.plain)):
-        print(f"  the band of {what}: measured / predicted over all {len(rows_)} points, 10th and 90th percentiles, "
-              f"({low:.2f}, {high:.2f}); held out, such intervals held {100 * held:.0f}%, "
-              f"median half-width {100 * cv_summary(rows_)['median_half_width']:.0f}%")
-    sides = {f: cv_summary([c for c in by_family if family(c.point) == f]) for f in ("CPU-side", "GPU-side")}
-    print("  a band per family instead (each interval from the other groups' points of its own family), held out: " +
-          "; ".join(f"{f} {100 * s['coverage']:.0f}% of {s['points']} points inside, median half-width "
-                    f"{100 * s['median_half_width']:.0f}%" for f, s in sides.items()))
+    for what, bands, rows_ in (
+            ("predictions with the framework times that ship (FRAMEWORK_BANDS)", d.framework, d.checked),
+            ("predictions with none (OPERATIONS_BANDS)", d.operations, d.plain)):
+        every = cv_summary(rows_)
+        print(f"  the bands of {what}, each side's measured / predicted over its points at the level learned held "
+              f"out; held out, such intervals held {100 * every['coverage']:.0f}% of all {len(rows_)} points, median "
+              f"half-width {100 * every['median_half_width']:.0f}%: " + "; ".join(
+                  f"{s}-side ({low:.2f}, {high:.2f}) held {100 * held:.0f}% of {mine['points']}, median half-width "
+                  f"{100 * mine['median_half_width']:.0f}%" for s, (low, high, held) in bands.items()
+                  for mine in (cv_summary([c for c in rows_ if c.point.side == s]),)))
     worst = max(wrong, key=lambda w: w[1])
     print(f"  two settings on one machine ({len(pairs)} pairs of points of one model on one box): held out, moesim "
           f"orders {len(pairs) - len(wrong)} of them as measured; the widest it got wrong, {worst[0]}, it predicted "

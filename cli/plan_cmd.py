@@ -15,10 +15,11 @@ from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTIN
 from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
 from moesim.files import atomic_output, check_output
-from moesim.sim.accuracy import FRAMEWORK_HELD, OPERATIONS_HELD, TIE_RATIO, interval_words, measured
+from moesim.sim.accuracy import TIE_RATIO, interval_words, measured, side
 from moesim.sim.engines import ENGINES
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.sim.engines.ktransformers import EXPERT_COUNTS
+from moesim.sim.strategies import get_strategy
 from moesim.tracegen.trace import trace_file
 
 
@@ -200,10 +201,14 @@ def interval_note(rows: list, hw) -> None:
     if any(r.tokens_per_s.low is not None for r in rows):
         console.print("tok/s: as the row's engine runs it, the framework time learned for it from published points "
                       "included (sim run --engine NAME gives the same); " + (
-                          interval_words(hw, True) if measured(hw) else
-                          "(80% interval): measured / predicted over them, 10th to 90th percentile; each built without "
-                          f"its point's source or machine, such intervals held {FRAMEWORK_HELD:.0%} of them with a "
-                          f"learned time, {OPERATIONS_HELD:.0%} without (docs/fidelity.md)"), soft_wrap=True)
+                          interval_words(hw, {(True, _side(r)) for r in rows})),
+                      soft_wrap=True)
+
+
+def _side(row) -> str:
+    """A row's side (``moesim.sim.accuracy.side``): its strategy's, an all-on-gpu row's its engine's."""
+    engine = ENGINES.get(row.engine)
+    return side(get_strategy(engine.runs[0] if row.strategy == ALL_ON_GPU and engine else row.strategy))
 
 
 def rank_notes(rows: list, trace: str) -> None:

@@ -49,6 +49,7 @@ class Point:
     measured: float     # tokens/s
     grid: tuple         # constants the point was simulated at, rising from 0
     seconds: tuple      # moesim's seconds a token at each
+    side: str = ""      # where its engine computes the experts not on the GPU (``moesim.sim.accuracy.side``)
 
     def __post_init__(self):  # tuples, as the fits keep them (``fit_kind``)
         object.__setattr__(self, "grid", tuple(float(g) for g in self.grid))
@@ -174,20 +175,43 @@ class Checked:
         return self.low <= self.point.measured <= self.high
 
 
+LEVELS = tuple(np.round(np.arange(COVERAGE, 0.995, 0.01), 2))  # the quantile levels an interval may be built at
+
+
+def calibrated_level(points: list[Point], spread, coverage: float = COVERAGE, family: Callable | None = None) -> float:
+    """The level (``LEVELS``, from ``coverage`` up) of the intervals built from ``spread`` (each point's held-out
+    ``measured / predicted``) that hold ``coverage`` of the points when each group's interval is built from the
+    other groups' ratios (of its own ``family``) alone: the smallest that does, else the widest. Intervals built at
+    ``coverage`` itself hold less than it of a group never seen (a group's points err alike), so the level is learned
+    as a constant is: from groups other than those it is judged on."""
+    labels, spread = groups(points), np.asarray(spread, np.float64)
+    kin = np.array([[family(p) == family(q) for q in points] for p in points]) if family is not None else None
+    others = [(i, (labels != labels[i]) & (kin[i] if kin is not None else True)) for i in range(len(points))]
+    for level in LEVELS:
+        held = [lo <= spread[i] <= hi for i, rest in others if rest.any()
+                for lo, hi in (quantile_band(spread[rest], level),)]
+        if held and np.mean(held) >= coverage:
+            return level
+    return LEVELS[-1]
+
+
 def cross_validate(points: list[Point], bounds: tuple[float, float], kinds: set | Callable | None = None,
                    coverage: float = COVERAGE, family: Callable | None = None) -> list[Checked]:
     """Every point predicted with its group left out of the fit of the constants (of ``kinds``: ``held_out``), its
     interval from the held-out ratios of a cross-validation within the other groups: of every point there, or with
-    ``family`` (a point's family: its engine's kind of placement), of the points of its own family."""
+    ``family`` (a point's family: ``moesim.sim.accuracy.side``), of the points of its own family, at the level
+    ``calibrated_level`` learns from those groups."""
     labels = groups(points)
     outer = held_out(points, bounds, kinds)
     out: list = [None] * len(points)
     for g in dict.fromkeys(labels.tolist()):
         test = np.flatnonzero(labels == g)
         train = [points[i] for i in np.flatnonzero(labels != g)]
-        spread = list(zip(train, ratios(train, held_out(train, bounds, kinds))))
+        spread = ratios(train, held_out(train, bounds, kinds))
+        level = calibrated_level(train, spread, coverage, family)
         for i in test:
             pred, constants = outer[i]
-            low, high = quantile_band([r for p, r in spread if family is None or family(p) == family(points[i])], coverage)
+            low, high = quantile_band([r for p, r in zip(train, spread)
+                                       if family is None or family(p) == family(points[i])], level)
             out[i] = Checked(points[i], pred, pred * low, pred * high, constants)
     return out

@@ -3,18 +3,21 @@ speeds of real engines (``benchmarks/published_points.toml``; ``python benchmark
 2026-12-07: 87 points in 26 independent groups; docs/fidelity.md; ``tests/test_shipped_constants.py`` checks these
 are what it derives).
 
-A tokens/s predicted for a machine described by its spec sheet comes with an 80% interval: the prediction times the
-10th and 90th percentiles of those ratios, each predicted without its point's group (no point sharing its source or
-machine in anything it was made from, nor in the choice of which engines' learned times ship). A prediction that
-includes an engine's learned framework time (a plan's row, ``sim run --engine NAME``, where one was learned for the
-engine) takes ``FRAMEWORK_BAND``: the spread of the whole procedure, choice included, whose folds shipped no time
-for an engine only one other group measured; one without (the placement's operations: ``sim run``; an engine with
-none learned), ``OPERATIONS_BAND``. Built the same way for each
-published point from the other groups only, such intervals held ``FRAMEWORK_HELD`` and ``OPERATIONS_HELD`` of the
-points. A machine that carries measured rates (``moesim calibrate``'s: a ``[compute]`` table, a CPU's unpack rates)
-gets its own band where its validation measured one (``band_low``, ``band_high`` and ``band_held`` of its [cpu]:
-``moesim validate --engine llama.cpp --out``, over llama.cpp decodes calibration did not run), else none: the
-published spread is a spec sheet's, not a measurement's.
+A tokens/s predicted for a machine described by its spec sheet comes with an 80% interval: the prediction times two
+quantiles of those ratios over the points of its ``side`` (where the engine computes the experts not on the GPU: the
+CPU, or nowhere, copying them to a GPU cache), each predicted without its point's group (no point sharing its source
+or machine in anything it was made from, nor in the choice of which engines' learned times ship). The quantiles are
+the (1 ± level) / 2 ones, at the level that a cross-validation over the groups finds to hold 80% of points never seen
+(``moesim.experiments.crossval.calibrated_level``: the 10th and 90th percentiles of the seen groups hold less of an
+unseen one). A prediction timed as its engine (a plan's row, ``sim run --engine NAME``: with the framework time that
+ships for it, where one does) takes ``FRAMEWORK_BANDS``: the spread of the whole procedure, choice of what ships
+included; the placement's operations alone (``sim run``), ``OPERATIONS_BANDS``: the spread with no time learned for
+any engine. Each
+carries the share of its side's points such intervals held, each built from the other groups only (level included).
+A machine that carries measured rates (``moesim calibrate``'s: a ``[compute]`` table, a CPU's unpack rates) gets its
+own band where its validation measured one (``band_low``, ``band_high`` and ``band_held`` of its [cpu]: ``moesim
+validate --engine llama.cpp --out``, over llama.cpp decodes calibration did not run), else none: the published
+spread is a spec sheet's, not a measurement's.
 
 Of every two published points of one model on one machine that moesim predicts apart, each held out, those it
 orders wrong it predicted at most ``TIE_RATIO`` times apart: two plan rows closer than that are not told apart by
@@ -27,10 +30,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-COVERAGE = 0.8  # an interval holds this share of measurements: its ends are the (1 ± COVERAGE) / 2 quantiles
-FRAMEWORK_BAND, FRAMEWORK_HELD = (0.30, 1.38), 0.76
-OPERATIONS_BAND, OPERATIONS_HELD = (0.29, 1.30), 0.67
+COVERAGE = 0.8  # an interval holds this share of measurements: its ends are quantiles of the held-out ratios
+SIDES = ("CPU", "GPU")
+# side -> (low, high, share of the published points of that side such intervals held, each built without its group)
+FRAMEWORK_BANDS = {"CPU": (0.58, 1.43, 0.83), "GPU": (0.19, 0.82, 0.76)}
+OPERATIONS_BANDS = {"CPU": (0.39, 1.41, 0.70), "GPU": (0.18, 0.94, 0.76)}
 TIE_RATIO = 1.70
+
+
+def side(strategy) -> str:
+    """Where a run's engine computes the experts that are not on the GPU: on the host CPU (``"CPU"``: llama.cpp's
+    ``--n-cpu-moe``, kTransformers, Fiddler; their time is the CPU's and its DRAM's), or nowhere, copying them to a GPU
+    cache first (``"GPU"``; the link's). Each side's predictions err their own way, so each has its own band."""
+    return "CPU" if strategy.cpu else "GPU"
 
 
 def tied(a: float, b: float) -> bool:
@@ -53,34 +65,39 @@ def measured(hw) -> bool:
     return hw.compute is not None or (hw.cpu is not None and bool(hw.cpu.unpack_gbps))
 
 
-def band(hw, framework: bool) -> tuple[float, float, float] | None:
-    """The band of a prediction for ``hw`` (``framework``: an engine's learned framework time is in it) and the share
-    such intervals held: the machine's own where it is measured and its validation gave one, else none there; the
-    published points' on a spec sheet's machine."""
+def band(hw, named: bool, on: str) -> tuple[float, float, float] | None:
+    """The band of a prediction for ``hw`` (``named``: timed as its engine, with the framework time that ships for it
+    where one does; ``on``: the run's ``side``) and the share such intervals held: the machine's own where it is
+    measured and its validation gave one, else none there; the published points' of that side on a spec sheet's
+    machine."""
     if measured(hw):
         cpu = hw.cpu
         return None if cpu is None or not cpu.band_high else (cpu.band_low, cpu.band_high, cpu.band_held)
-    return (*FRAMEWORK_BAND, FRAMEWORK_HELD) if framework else (*OPERATIONS_BAND, OPERATIONS_HELD)
+    return (FRAMEWORK_BANDS if named else OPERATIONS_BANDS)[on]
 
 
-def interval(tokens_per_s: float, hw, framework: bool) -> tuple[float | None, float | None]:
+def interval(tokens_per_s: float, hw, named: bool, on: str) -> tuple[float | None, float | None]:
     """The 80% interval of ``tokens_per_s`` predicted for ``hw`` (``band``): (None, None) where it has none."""
-    factors = band(hw, framework)
+    factors = band(hw, named, on)
     if factors is None or tokens_per_s != tokens_per_s:
         return None, None
     return tokens_per_s * factors[0], tokens_per_s * factors[1]
 
 
-def interval_words(hw, framework: bool) -> str:
-    """Where a run's 80% interval comes from and how often such intervals held, as a footnote says it."""
-    low, high, held = band(hw, framework)
+def interval_words(hw, kinds) -> str:
+    """Where the 80% intervals of runs of ``kinds`` (pairs of whether the run is timed as its engine, ``named``, and
+    its side) come from and how often such intervals held, as a footnote says it."""
     if measured(hw):
+        low, high, held = band(hw, False, SIDES[0])
         return (f"(80% interval): this machine's own, x{low:.2f} to x{high:.2f}: measured / predicted over llama.cpp "
                 f"decodes its calibration did not run (moesim validate --engine llama.cpp), 10th to 90th percentile; "
                 f"each left out, such intervals held {held:.0%} of them")
-    return (f"(80% interval): measured / predicted over published points of real engines, 10th to 90th percentile; "
-            f"each built without its point's source or machine, such intervals held {held:.0%} of them "
-            "(docs/fidelity.md)")
+    each = [(named, on, band(hw, named, on)) for named in (False, True) for on in SIDES if (named, on) in kinds]
+    return ("(80% interval): measured / predicted over published points of real engines that compute the experts "
+            "not on the GPU on the same side: " + "; ".join(
+                f"{on} side{'' if named else ', operations alone'} x{low:.2f} to x{high:.2f}, which held "
+                f"{held:.0%} of its points" for named, on, (low, high, held) in each)
+            + "; each interval built without its point's source or machine (docs/fidelity.md)")
 
 
 class Estimate(NamedTuple):

@@ -36,7 +36,7 @@ from moesim.sim.costs import Costs
 from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
                                   C_PF_USED, C_PREFILL_LOADS, C_SSD_READS, C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY,
                                   R_CPU, R_STALL, R_TIME)
-from moesim.sim.accuracy import interval
+from moesim.sim.accuracy import interval, side
 from moesim.sim.engine import COMPILE_NOTE, on_disk
 from moesim.sim.machine import Hardware
 from moesim.sim.policy_groups import group_of
@@ -59,6 +59,7 @@ class DesResult(Tabular):
     hardware: str              # the machine simulated (with the link swapped in, if any)
     timed_as: str              # the engine it was timed as (``moesim.sim.engines``)
     framework_us: float        # ... and the framework time per MoE layer learned for it that the run took (0: none)
+    named: bool                # timed as that engine (a plan's row, ``--engine NAME``), not the placement's operations
     config: Config = field(repr=False)
     tpot_s: float
     tpot_p50_s: float
@@ -543,11 +544,11 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
         return float(x.mean()) if x.size else float("nan")
 
     tokens_per_s = tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan")
-    low, high = interval(tokens_per_s, run.hardware, run.engine.layer_us > 0)
+    low, high = interval(tokens_per_s, run.hardware, run.named, side(run.strategy))
 
     return DesResult(
         model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name, machine=run.hardware,
-        framework_us=run.engine.layer_us, config=config,
+        framework_us=run.engine.layer_us, named=run.named, config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),

@@ -128,6 +128,7 @@ class Run:
     policy_state: tuple = field(repr=False)
     build: int                  # the least build of the loop it needs (``build_for``)
     rows_run: int = 0           # rows stepped so far: the run's row number of the next step's first row
+    named: bool = False         # timed as its engine (a plan's row, ``--engine NAME``), as the shipped constants were
 
     @property
     def offload(self) -> float:
@@ -253,7 +254,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
         source.policy_context(config, slots, run_params(policy, config.cache.params))))
     return Run(config, model, hardware, memory, cost, strategy, sparams, engine, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
-               max(build, build_for(config, model, decisions, source.rewritten)))
+               max(build, build_for(config, model, decisions, source.rewritten)), named=named)
 
 
 def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:

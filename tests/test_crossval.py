@@ -6,7 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from moesim.experiments.crossval import Point, better_than_none, cross_validate, fit, groups, held_out
+from moesim.experiments.crossval import (LEVELS, Point, better_than_none, calibrated_level, cross_validate, fit, groups,
+                                         held_out)
 from moesim.sim.accuracy import quantile_band
 from moesim.sim.engines import ENGINES
 from moesim.tracegen.models import get_model
@@ -105,14 +106,31 @@ def test_a_point_s_interval_comes_from_the_other_groups_ratios_only():
     pts = [point(f"p{i}", f"s{i}", f"m{i}", kind="ab"[i % 2], scale=s) for i, s in enumerate(scales)]
     checked = cross_validate(pts, (0.0, 0.0))
     for i, c in enumerate(checked):
-        low, high = quantile_band([s for j, s in enumerate(scales) if j != i])
+        others = [s for j, s in enumerate(scales) if j != i]
+        low, high = quantile_band(others, calibrated_level([p for j, p in enumerate(pts) if j != i], others))
         assert c.predicted == pytest.approx(pts[i].predicted(0.0))
         assert (c.low, c.high) == pytest.approx((c.predicted * low, c.predicted * high))
         assert c.inside == (c.low <= pts[i].measured <= c.high)
     # a band per family: the other points of the point's own family only (here its kind: a, a, a or b, b, b)
-    for i, c in enumerate(cross_validate(pts, (0.0, 0.0), family=lambda p: p.kind)):
-        low, high = quantile_band([s for j, s in enumerate(scales) if j != i and j % 2 == i % 2])
+    kind = lambda p: p.kind  # noqa: E731
+    for i, c in enumerate(cross_validate(pts, (0.0, 0.0), family=kind)):
+        level = calibrated_level([p for j, p in enumerate(pts) if j != i], [s for j, s in enumerate(scales) if j != i],
+                                 family=kind)
+        low, high = quantile_band([s for j, s in enumerate(scales) if j != i and j % 2 == i % 2], level)
         assert (c.low, c.high) == pytest.approx((c.predicted * low, c.predicted * high))
+
+
+def test_the_level_is_the_least_whose_intervals_hold_80_percent_of_groups_never_seen():
+    """Ratios 1..11, each its own group, each interval from the ten others: at 80% (their 10th and 90th percentiles)
+    1, 2, 10 and 11 fall outside (7 of 11 inside); 2 and 10 come inside once the 10th percentile's position among the
+    others, (1 - level) / 2 * 9, is at most 0.5 (2 lies halfway between 1 and 3): level 8/9, 0.89 on the grid, and 9
+    of 11 inside. Ratios no level can hold 80% of (one point in each group of two) take the widest."""
+    ratios = np.arange(1.0, 12.0)
+    pts = [point(f"p{i}", f"s{i}", f"m{i}") for i in range(11)]
+    assert calibrated_level(pts, ratios) == 0.89 and LEVELS[0] == 0.8 and LEVELS[-1] == 0.99
+    held = [lo <= r <= hi for i, r in enumerate(ratios) for lo, hi in (quantile_band(np.delete(ratios, i), 0.89),)]
+    assert sum(held) == 9 and not held[0] and not held[-1]
+    assert calibrated_level(pts[:5], ratios[:5]) == 0.99  # the ends are outside whatever the level: 3 of 5
 
 
 def test_an_engine_s_framework_time_adds_once_per_layer_and_token():

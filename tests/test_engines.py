@@ -8,7 +8,7 @@ import pytest
 
 from moesim.experiments.plan import CANDIDATES
 from moesim.sim import engines
-from moesim.sim.accuracy import OPERATIONS_BAND
+from moesim.sim.accuracy import OPERATIONS_BANDS
 from moesim.sim.config import Config
 from moesim.sim.engines import ENGINES, UNNAMED, Launch, engine_for
 from moesim.sim.machine import PER_SOCKET
@@ -193,7 +193,8 @@ def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):
     assert plain["timed_as"] == "llama.cpp" and plain["engine"] == "auto"
     # a spec sheet's machine: the tokens/s comes with its 80% interval (moesim.sim.accuracy)
     assert (plain["tokens_per_s_low"], plain["tokens_per_s_high"]) == pytest.approx(
-        (plain["tokens_per_s"] * OPERATIONS_BAND[0], plain["tokens_per_s"] * OPERATIONS_BAND[1]), rel=1e-12)
+        (plain["tokens_per_s"] * OPERATIONS_BANDS["CPU"][0], plain["tokens_per_s"] * OPERATIONS_BANDS["CPU"][1]),
+        rel=1e-12)
     one_pool = replace(toy, numa=llama.numa)
     monkeypatch.setattr(engines, "ENGINES", {"toy": one_pool, **ENGINES})
     same = result(*run)["results"][0]
@@ -229,7 +230,7 @@ def test_a_plan_row_is_timed_as_its_engine_and_sim_run_as_the_placement():
     same placement's in ``sim run`` plus that time on each of the model's MoE layers, and its interval is the named
     band; ``sim run`` times the placement's operations alone, with the operations' band."""
     import moesim
-    from moesim.sim.accuracy import FRAMEWORK_BAND, OPERATIONS_BAND
+    from moesim.sim.accuracy import FRAMEWORK_BANDS, OPERATIONS_BANDS
     from moesim.sim.des import simulate_des
 
     p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=("int2",), vram=8)  # its format: its rows are answers
@@ -237,9 +238,9 @@ def test_a_plan_row_is_timed_as_its_engine_and_sim_run_as_the_placement():
     plain = simulate_des(p.simulated, result.config, p.spec, p.machine_spec)
     layer_s = ENGINES["Mixtral-offloading"].layer_us * 1e-6
     assert layer_s > 0 and row.tpot_s == pytest.approx(plain.tpot_s + p.spec.num_layers * layer_s, rel=1e-9)
-    assert row.tokens_per_s.low == pytest.approx(row.tokens_per_s.mid * FRAMEWORK_BAND[0], rel=1e-12)
+    assert row.tokens_per_s.low == pytest.approx(row.tokens_per_s.mid * FRAMEWORK_BANDS["GPU"][0], rel=1e-12)
     assert plain.timed_as == "Mixtral-offloading"
-    assert plain.tokens_per_s_high == pytest.approx(plain.tokens_per_s * OPERATIONS_BAND[1], rel=1e-12)
+    assert plain.tokens_per_s_high == pytest.approx(plain.tokens_per_s * OPERATIONS_BANDS["GPU"][1], rel=1e-12)
 
 
 def test_sim_run_times_a_named_engine_as_plan_does(cli):
@@ -247,7 +248,7 @@ def test_sim_run_times_a_named_engine_as_plan_does(cli):
     row's number): ``layer_us`` more on each MoE layer of each token than ``auto`` with that kernel; an engine that does not run the strategy, or
     lacks the mechanism the settings ask for, is refused in one line; ``auto`` keeps the ids of runs stored before the
     setting existed."""
-    from moesim.sim.accuracy import FRAMEWORK_BAND
+    from moesim.sim.accuracy import FRAMEWORK_BANDS
     from moesim.sim.config import config_id
 
     trace = bundled_trace_path()
@@ -264,7 +265,7 @@ def test_sim_run_times_a_named_engine_as_plan_does(cli):
     assert named["timed_as"] == auto["timed_as"] == "Mixtral-offloading" and named["engine"] == "Mixtral-offloading"
     assert named["tpot_s"] == pytest.approx(auto["tpot_s"] + layers * ENGINES["Mixtral-offloading"].layer_us * 1e-6,
                                             rel=1e-9)
-    assert named["tokens_per_s_high"] == pytest.approx(named["tokens_per_s"] * FRAMEWORK_BAND[1], rel=1e-12)
+    assert named["tokens_per_s_high"] == pytest.approx(named["tokens_per_s"] * FRAMEWORK_BANDS["GPU"][1], rel=1e-12)
     assert named["framework_us"] == ENGINES["Mixtral-offloading"].layer_us and auto["framework_us"] == 0
     code, _, err = cli(*run, "--engine", "kTransformers")
     assert code == 1 and err.count("\n") == 1 and "--engine kTransformers does not run strategy gpu-cache" in err

@@ -13,7 +13,7 @@ import pytest
 from moesim.errors import MoesimError
 from moesim.replay.llamacpp_calibrate import Measured
 from moesim.replay.llamacpp_validate import BAND_ROWS, Row, decode_band
-from moesim.sim.accuracy import OPERATIONS_BAND, interval
+from moesim.sim.accuracy import OPERATIONS_BANDS, interval
 from moesim.sim.hardware import get_hardware, load_hardware, write_hardware
 
 
@@ -49,11 +49,12 @@ def test_a_calibrated_machine_gives_its_own_band_and_none_without_one(tmp_path):
     """The band's factors apply to a calibrated machine's prediction; one without a band has no interval, and a spec
     sheet's machine keeps the published one whatever its file says."""
     hw = load_hardware(calibrated(tmp_path, band_low=0.9, band_high=1.25, band_held=0.8))
-    assert hw.cpu.band_low == 0.9 and interval(40.0, hw, False) == pytest.approx((36.0, 50.0))
+    assert hw.cpu.band_low == 0.9 and interval(40.0, hw, False, "CPU") == pytest.approx((36.0, 50.0))
     bare = replace(hw, cpu=replace(hw.cpu, band_low=0.0, band_high=0.0, band_held=0.0))
-    assert interval(40.0, bare, True) == (None, None)
+    assert interval(40.0, bare, True, "CPU") == (None, None)
     sheet = replace(hw, cpu=replace(hw.cpu, unpack_gbps=()))
-    assert interval(40.0, sheet, False) == pytest.approx((40 * OPERATIONS_BAND[0], 40 * OPERATIONS_BAND[1]))
+    for on, (low, high, _) in OPERATIONS_BANDS.items():  # a spec sheet's machine: the published band of the side
+        assert interval(40.0, sheet, False, on) == pytest.approx((40 * low, 40 * high))
 
 
 @pytest.mark.parametrize("key, value", [("band_low", -0.5), ("band_high", 1e9), ("band_held", 2.0)])

@@ -298,22 +298,26 @@ def test_a_plan_row_is_typed_and_written_flat():
 
 
 def test_a_row_s_interval_is_the_published_spread_and_a_calibrated_machine_has_none(mixtral_plan, tmp_path):
-    """A row's 80% interval is its tokens/s times the published points' band: the one of predictions with a learned
-    framework time where its engine took one, else the operations' (all-on-gpu rows included); a machine with
-    measured rates (a calibration's) gets none: the published spread is a spec sheet's."""
+    """A row's 80% interval is its tokens/s times the published points' band of predictions timed as their engine,
+    of the row's side (where its engine computes the experts not on the GPU; an all-on-gpu row's, its engine's), with a
+    learned framework time or none; a machine with measured rates (a calibration's) gets none: the published spread
+    is a spec sheet's."""
     import moesim
-    from moesim.sim.accuracy import FRAMEWORK_BAND, OPERATIONS_BAND, measured
+    from moesim.sim.accuracy import FRAMEWORK_BANDS, measured
     from moesim.sim.engines import ENGINES
     from moesim.sim.hardware import get_hardware
+    from moesim.sim.strategies import STRATEGIES
 
     rows = mixtral_plan[0]["rows"]
     for r in rows:
         learned = ENGINES[r["engine"]].layer_us
         assert r["framework_us"] == learned
-        low, high = FRAMEWORK_BAND if learned else OPERATIONS_BAND
+        strategy = ENGINES[r["engine"]].runs[0] if r["strategy"] == "all-on-gpu" else r["strategy"]
+        low, high, _ = FRAMEWORK_BANDS["CPU" if STRATEGIES[strategy].cpu else "GPU"]
         assert (r["tokens_per_s_low"], r["tokens_per_s_high"]) == pytest.approx(
             (r["tokens_per_s"] * low, r["tokens_per_s"] * high), rel=1e-12)
     assert {r["framework_us"] > 0 for r in rows} == {True, False}
+    assert {STRATEGIES[r["strategy"]].cpu for r in rows if r["strategy"] != "all-on-gpu"} == {True, False}  # both sides
     hw = get_hardware("ryzen-7950x")
     assert not measured(hw) and measured(replace(hw, cpu=replace(hw.cpu, unpack_gbps=(("q4_k", 9.0),))))
     machine = tmp_path / "calibrated.toml"  # a CPU alone, with a unpack rate measured as a calibration writes it
