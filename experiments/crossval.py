@@ -185,14 +185,13 @@ def calibrated_level(points: list[Point], spread, coverage: float = COVERAGE, fa
     ``coverage`` itself hold less than it of a group never seen (a group's points err alike), so the level is learned
     as a constant is: from groups other than those it is judged on."""
     labels, spread = groups(points), np.asarray(spread, np.float64)
-    kin = np.array([[family(p) == family(q) for q in points] for p in points]) if family is not None else None
-    others = [(i, (labels != labels[i]) & (kin[i] if kin is not None else True)) for i in range(len(points))]
-    for level in LEVELS:
-        held = [lo <= spread[i] <= hi for i, rest in others if rest.any()
-                for lo, hi in (quantile_band(spread[rest], level),)]
-        if held and np.mean(held) >= coverage:
-            return level
-    return LEVELS[-1]
+    kinds = np.array([family(p) for p in points] if family is not None else [0] * len(points))
+    # held[i, k]: point i inside its interval at LEVELS[k], built from the other groups' ratios of its family
+    held = np.array([[low <= spread[i] <= high for low, high in zip(*quantile_band(spread[rest], np.array(LEVELS)))]
+                     for i in range(len(points)) for rest in ((labels != labels[i]) & (kinds == kinds[i]),)
+                     if rest.any()]).reshape(-1, len(LEVELS))
+    enough = np.flatnonzero(held.mean(axis=0) >= coverage) if len(held) else []
+    return LEVELS[enough[0]] if len(enough) else LEVELS[-1]
 
 
 def cross_validate(points: list[Point], bounds: tuple[float, float], kinds: set | Callable | None = None,

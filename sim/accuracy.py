@@ -53,11 +53,12 @@ def tied(a: float, b: float) -> bool:
 def quantile_band(ratios, coverage: float = COVERAGE) -> tuple[float, float]:
     """The factors (low, high) a prediction is multiplied by for its interval: the (1 − coverage) / 2 and (1 +
     coverage) / 2 quantiles of ``measured / predicted`` over held-out predictions (linear interpolation between
-    order statistics)."""
+    order statistics); of several coverages at once, an array of each end."""
     ratios = np.asarray(ratios, np.float64)
     if ratios.size == 0:
         return (float("nan"), float("nan"))
-    return (float(np.quantile(ratios, (1 - coverage) / 2)), float(np.quantile(ratios, (1 + coverage) / 2)))
+    low, high = np.quantile(ratios, (1 - np.asarray(coverage)) / 2), np.quantile(ratios, (1 + np.asarray(coverage)) / 2)
+    return (low, high) if np.ndim(coverage) else (float(low), float(high))  # an array of coverages: arrays of ends
 
 
 def measured(hw) -> bool:

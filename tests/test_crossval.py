@@ -96,6 +96,8 @@ def test_the_interval_is_the_quantiles_of_the_held_out_ratios():
     """80%: the 10th and 90th percentiles, by linear interpolation between order statistics: of 1..11, 2 and 10."""
     assert quantile_band(np.arange(1.0, 12.0)) == pytest.approx((2.0, 10.0))
     assert quantile_band([0.5, 2.0], 0.5) == pytest.approx((0.5 + 0.25 * 1.5, 0.5 + 0.75 * 1.5))
+    lows, highs = quantile_band(np.arange(1.0, 12.0), np.array([0.8, 0.5]))  # several levels at once: each's ends
+    assert list(lows) == pytest.approx([2.0, 3.5]) and list(highs) == pytest.approx([10.0, 8.5])
 
 
 def test_a_point_s_interval_comes_from_the_other_groups_ratios_only():
