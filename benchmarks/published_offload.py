@@ -42,21 +42,31 @@ from moesim.sim.engines import ENGINES
 from moesim.sim.cpu_rates import DRAM_EFF, dram_eff_without
 from moesim.sim.hardware import load_hardware
 from moesim.sim.strategies import STRATEGIES
+from moesim.tracegen.model_spec import FORMATS
 from moesim.tracegen.models import get_model
 
 HERE = Path(__file__).parent
 SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel", "dram_capacity")
 
 
+KEPT = ("mxfp4",)  # expert formats a GGUF keeps whatever it quantizes the rest to (gpt-oss's release format)
+
+
 def model_for(point: dict):
-    """The model preset with its weights stored as the point says: a file's size spread over every weight, or
-    the experts' stated bits (None: the format's own, passed as dtype)."""
+    """The model preset with its weights stored as the point says: a file's size spread over every weight (where
+    its experts are in a format a GGUF keeps, ``KEPT``, they take that format's bits and the other weights the rest
+    of the file), or the experts' stated bits (None: the format's own, passed as dtype)."""
     spec = get_model(point["model"])
-    total = spec.non_expert_params + spec.num_layers * spec.num_experts * spec.expert_params
+    experts = spec.num_layers * spec.num_experts * spec.expert_params
     if "file_gib" in point:
-        bits = point["file_gib"] * 2 ** 30 * 8 / total
+        file_bits = point["file_gib"] * 2 ** 30 * 8
+        kept = point["format"] in KEPT
+        bits = FORMATS[point["format"]].bits if kept else file_bits / (spec.non_expert_params + experts)
+        other_bits = (file_bits - experts * bits) / spec.non_expert_params if kept else bits
+        if other_bits <= 0:
+            raise SystemExit(f"{point['id']}: its file of {point['file_gib']} GiB cannot hold the experts alone")
         return replace(spec, stored_expert_bytes=spec.expert_params * bits / 8, expert_format=point["format"],
-                       stored_other_bytes=spec.non_expert_params * bits / 8,
+                       stored_other_bytes=spec.non_expert_params * other_bits / 8,
                        other_format=point.get("other", point["format"]))
     if "expert_bits" in point:
         return replace(spec, stored_expert_bytes=spec.expert_params * point["expert_bits"] / 8,

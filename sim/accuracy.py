@@ -33,8 +33,8 @@ import numpy as np
 COVERAGE = 0.8  # an interval holds this share of measurements: its ends are quantiles of the held-out ratios
 SIDES = ("CPU", "GPU")
 # side -> (low, high, share of the published points of that side such intervals held, each built without its group)
-FRAMEWORK_BANDS = {"CPU": (0.58, 1.43, 0.83), "GPU": (0.19, 0.82, 0.76)}
-OPERATIONS_BANDS = {"CPU": (0.39, 1.41, 0.70), "GPU": (0.18, 0.94, 0.76)}
+FRAMEWORK_BANDS = {"CPU": (0.59, 1.40, 0.84), "GPU": (0.19, 0.81, 0.76)}
+OPERATIONS_BANDS = {"CPU": (0.42, 1.39, 0.71), "GPU": (0.19, 0.86, 0.76)}
 TIE_RATIO = 1.70
 
 
