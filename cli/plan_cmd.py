@@ -196,8 +196,8 @@ def interval_note(rows: list, hw) -> None:
     if maker != "nvidia" and not any(maker in dict(ENGINES[r.engine].gpu_layer_us) for r in rows if r.gpu
                                      and r.engine in ENGINES):
         console.print(f"{maker}'s GPUs: no time a layer has been learned for these rows' engines on them, and the "
-                      "published llama.cpp runs on AMD's and Intel's discrete GPUs decoded up to 1.7 and 3.4 times slower "
-                      "than moesim predicts (docs/fidelity.md): take the rows on the GPU as upper bounds", soft_wrap=True)
+                      "published llama.cpp runs on such GPUs decoded up to several times below moesim's prediction "
+                      "(docs/fidelity.md): take the rows on the GPU as upper bounds", soft_wrap=True)
     if any(r.tokens_per_s.low is not None for r in rows):
         console.print("tok/s: as the row's engine runs it, the framework time learned for it from published points "
                       "included (sim run --engine NAME gives the same); " + (
