@@ -628,11 +628,21 @@ def detect_cpu(measure: Callable[[int], float] = measure_dram_gbps, run=subproce
 # the Apple chips whose figures a source gives: chip -> (GPU cores of the figure, FP32 TFLOP/s at those cores, {GPU
 # cores: memory GB/s}; None: every bin's). Bandwidths: the presets' (docs/hardware.md, "Unified memory"), the M1 Max's
 # and M2 Max's 400 (llama.cpp issue #27525, PR #2188), the M1 Ultra's 800 (applegpuinfo issue #1), the M4 Pro's 273
-# (techmoran.com, Apple's announcement); FLOP/s: Hugging Face's hardware table (its PR #1044 for the M4s)
+# (techmoran.com, Apple's announcement), the M1 Pro's and M2 Pro's 200 and the M2's 100 (Apple's announcements, as
+# 9to5mac.com and macrumors.com report them), the M3's, M3 Pro's and M3 Max's 100, 150 and 300 or 400 (Apple's tech
+# specs, support.apple.com/117737 and notebookcheck.net), the M4's 120 (support.apple.com/121555); the M1's 68.25
+# [computed] from its LPDDR4X-4266 on 128 bits (Apple gives none). FLOP/s: Hugging Face's hardware table (its PR #1044
+# for the M4s); the M1's 2.6 (Apple's); the others [computed] as cores x 128 FP32 lanes x 2 x the GPU clock
+# philipturner/metal-benchmarks and applegpuinfo give (M1 Pro 1.296 GHz, M2 and M2 Pro 1.398, M3s 1.38, the M4's
+# 1.578 measured on an M4 Pro: Eclectic Light)
 APPLE_CHIPS = {
+    "Apple M1": (8, 2.6, {None: 68.25}), "Apple M1 Pro": (16, 5.31, {None: 200.0}),
     "Apple M1 Max": (32, 10.4, {None: 400.0}), "Apple M1 Ultra": (64, 21.0, {None: 800.0}),
+    "Apple M2": (10, 3.58, {None: 100.0}), "Apple M2 Pro": (19, 6.8, {None: 200.0}),
     "Apple M2 Max": (38, 13.5, {None: 400.0}), "Apple M2 Ultra": (60, 21.47, {None: 800.0}),
-    "Apple M3 Ultra": (80, 28.4, {None: 819.0}), "Apple M4 Pro": (20, 9.2, {None: 273.0}),
+    "Apple M3": (10, 3.53, {None: 100.0}), "Apple M3 Pro": (18, 6.36, {None: 150.0}),
+    "Apple M3 Max": (40, 14.13, {30: 300.0, 40: 400.0}), "Apple M3 Ultra": (80, 28.4, {None: 819.0}),
+    "Apple M4": (10, 4.04, {None: 120.0}), "Apple M4 Pro": (20, 9.2, {None: 273.0}),
     "Apple M4 Max": (40, 18.4, {32: 410.0, 40: 546.0}),
 }
 APPLE_DEFAULT_SHARE = ((36, 2 / 3), (math.inf, 3 / 4))  # macOS's default GPU share of the memory: up to 36 GB, above

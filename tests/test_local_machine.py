@@ -528,6 +528,20 @@ def test_an_apple_mac_is_its_chip(tmp_path):
     assert load_hardware(tmp_path / "mac.toml") == hw
 
 
+@pytest.mark.parametrize("chip, gpu_cores, gbps, tflops", [
+    ("Apple M1", "7", 68.25, 2.275),        # the 7-core bin: 7/8 of Apple's 2.6 TFLOP/s
+    ("Apple M1 Pro", "16", 200.0, 5.31), ("Apple M2", "10", 100.0, 3.58), ("Apple M2 Pro", "16", 200.0, 5.726),
+    ("Apple M3", "10", 100.0, 3.53), ("Apple M3 Pro", "18", 150.0, 6.36),
+    ("Apple M3 Max", "30", 300.0, 10.6), ("Apple M3 Max", "40", 400.0, 14.13),  # two bins, two memory buses
+    ("Apple M4", "10", 120.0, 4.04),
+])
+def test_the_base_and_pro_chips_and_both_m3_max_bins_are_their_spec_sheets(chip, gpu_cores, gbps, tflops):
+    """A base or Pro chip, and the M3 Max whose 30-core bin has a 384-bit bus and its 40-core one a 512-bit bus: the
+    bandwidth of the bin and FP32 TFLOP/s in proportion to its GPU cores."""
+    gpu = lm.detect(run=_mac(chip=chip, gpu_cores=gpu_cores, memsize=str(32 * 2 ** 30)), platform="darwin").gpu
+    assert (gpu.hbm_gbps, gpu.tflops, gpu.hbm_gb) == pytest.approx((gbps, tflops, 21.33), rel=1e-3)
+
+
 @pytest.mark.parametrize("mac, message", [
     (dict(chip="Apple M5"), r"Apple M5: no bandwidth moesim has a source for"),
     (dict(gpu_cores=None), r"Apple M4 Max: system_profiler gave no GPU core count"),
