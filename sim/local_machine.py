@@ -22,7 +22,7 @@ What is detected (Linux; nothing is downloaded and nothing leaves the machine):
   sweep, then the median of 3 timed passes. The CPU's ``dram_gbps`` is that rate per socket and its
   ``dram_eff`` 1.0: the rate is what a streaming read reached here, not a nominal figure.
 - **GPU**: the GPUs ``nvidia-smi`` lists (without it, the AMD ones ``rocm-smi`` lists: presets only, on a PCIe 4 x16
-  link assumed). Its name is matched to a preset (``moesim.sim.presets.GPUS``),
+  link assumed, or a Ryzen AI Max's own GPU, ``strix_halo``). Its name is matched to a preset (``moesim.sim.presets.GPUS``),
   which gives its bandwidth and FLOP/s; its memory is what nvidia-smi counts. A GPU not among the presets is
   built from ``torch.cuda.get_device_properties`` (bandwidth from the memory clock and bus width, nominal, so
   ``mem_eff`` stays at its default; FLOP/s measured on a large bf16 GEMM, so ``flop_eff`` 1.0); without torch
@@ -526,33 +526,59 @@ def parse_rocm_smi(text: str) -> tuple[tuple[str, float], ...]:
     return out
 
 
-def detect_amd(run=subprocess.run) -> tuple[tuple, str]:
+# Strix Halo: a Ryzen AI Max's integrated GPU by the name its CPU carries -> its compute units (AMD's specifications:
+# the Radeon 8060S of the Max+ 395 has 40, the 8050S of the Max 390 and 385 32, the 8040S of the Max 380 16); the
+# memory bus, 256-bit LPDDR5X-8000, is every one's (the radeon8060s preset's)
+STRIX_HALO_CUS = {"8060s": 40, "8050s": 32, "8040s": 16}
+
+
+def strix_halo(host_model: str) -> GPU | None:
+    """The integrated GPU of a Ryzen AI Max (Strix Halo) whose CPU is named ``host_model`` (``/proc/cpuinfo``'s "AMD
+    RYZEN AI MAX+ 395 w/ Radeon 8060S"): the radeon8060s preset at its compute units' share of the FLOP/s; None for
+    any other CPU."""
+    words = host_model.lower()
+    cus = next((n for gpu, n in STRIX_HALO_CUS.items() if gpu in words), None)
+    if "ryzen ai max" not in words or cus is None:
+        return None
+    preset = GPUS["radeon8060s"]
+    return replace(preset, tflops=_sig(preset.tflops * cus / STRIX_HALO_CUS["8060s"]))
+
+
+def detect_amd(run=subprocess.run, host_model: str = "") -> tuple[tuple, str]:
     """Every AMD GPU ``rocm-smi`` lists, each a preset's (its name matched as nvidia-smi's are) on a PCIe 4 x16 link
-    (assumed: rocm-smi's bus reading is not read); ((), why) where rocm-smi is absent, fails or lists none. A GPU not
-    among the presets is refused (a hardware file describes it)."""
+    (assumed: rocm-smi's bus reading is not read), or on a Ryzen AI Max (``host_model``, the CPU's name) the chip's own
+    GPU (``strix_halo``), which shares the host's memory; ((), why) where rocm-smi is absent, fails or lists none. A
+    GPU not among the presets is refused (a hardware file describes it)."""
     out = _output(run, [ROCM_SMI, "--showproductname", "--showmeminfo", "vram", "--json"])
     if out is None or not out.strip():
         return (), "no GPU (nvidia-smi and rocm-smi absent, failing or listing none)"
-    gpus = []
+    gpus, words, own = [], [], strix_halo(host_model)
     for index, (name, gib) in enumerate(parse_rocm_smi(out)):
         key = match_gpu(name)
-        if key is None or GPUS[key].vendor != "amd":
+        if key is not None and GPUS[key].vendor == "amd":
+            gpu, how = replace(GPUS[key], name=name, hbm_gb=_sig(gib)), "bandwidth and FLOP/s of its preset"
+        elif own is not None and index == 0:
+            gpu, how = replace(own, name=name, hbm_gb=_sig(gib)), f"the GPU of the {host_model}, preset radeon8060s"
+        else:
             raise MoesimError(f"AMD GPU {index} '{name}' is not a preset (moesim hardware); {TEMPLATE_HINT}")
-        gpus.append((replace(GPUS[key], name=name, hbm_gb=_sig(gib)), pcie_link(None, None)))
-    return tuple(gpus), "; ".join(f"GPU {i}: {g.name} ({g.hbm_gb:g} GiB, bandwidth and FLOP/s of its preset), link "
-                                  f"{link.name} (assumed)" for i, (g, link) in enumerate(gpus))
+        link = unified_link(gpu) if gpu.unified else pcie_link(None, None)
+        gpus.append((gpu, link))
+        words.append(f"GPU {index}: {gpu.name} ({gpu.hbm_gb:g} GiB as rocm-smi counts it, {how}), link {link.name}"
+                     + ("" if gpu.unified else " (assumed)"))
+    return tuple(gpus), "; ".join(words)
 
 
-def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = torch_gpu, host_gb: float = 0.0
-               ) -> tuple[tuple, str]:
+def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = torch_gpu, host_gb: float = 0.0,
+               host_model: str = "") -> tuple[tuple, str]:
     """Every GPU nvidia-smi lists with its link, (GPU, Link) pairs in its order, and a line on where they came from;
-    without nvidia-smi (absent, failing or listing none) the AMD GPUs rocm-smi lists (``detect_amd``). A GPU not among the presets is read by
+    without nvidia-smi (absent, failing or listing none) the AMD GPUs rocm-smi lists (``detect_amd``; ``host_model``:
+    the CPU's name, which tells a Ryzen AI Max's own GPU). A GPU not among the presets is read by
     ``unknown_gpu`` where it is the first (or named as the first); another is refused (a hardware file describes
     it). A preset's GPU that shares the host's memory maps what nvidia-smi says, else the host's ``host_gb``, and
     takes no link (``unified_link``)."""
     out = _output(run, [NVIDIA_SMI, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"])
     if out is None or not out.strip():
-        return detect_amd(run)
+        return detect_amd(run, host_model)
     listed = parse_nvidia_smi(out)
     pcie = _output(run, [NVIDIA_SMI, "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
                          "--format=csv,noheader,nounits"]) or ""
@@ -700,7 +726,7 @@ def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.r
     if platform == "darwin":
         return detect_apple(run)
     cpu, cpu_line = detect_cpu(measure, run, read, clock)
-    gpus, gpu_line = detect_gpu(run, unknown_gpu, cpu.ram_gb)
+    gpus, gpu_line = detect_gpu(run, unknown_gpu, cpu.ram_gb, cpu.name)
     gpu, link = gpus[0] if gpus else (None, None)
     return Hardware("local", gpu, link, cpu=cpu, source=f"local: detected {cpu_line}; {gpu_line}",
                     more_gpus=gpus[1:])

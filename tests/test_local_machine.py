@@ -598,6 +598,21 @@ def test_amd_gpus_are_read_from_rocm_smi():
     assert lm.detect_gpu(run=_with_rocm("", status=2))[0] == ()
 
 
+def test_a_strix_halo_is_its_cpu_s_own_gpu():
+    """rocm-smi's GPU on a Ryzen AI Max (its CPU named so in /proc/cpuinfo) is the chip's own: the radeon8060s preset,
+    sharing the host's memory (no link), with the memory rocm-smi counts and FLOP/s in proportion to its compute units
+    (the 8050S's 32 of the 8060S's 40); on another CPU an AMD GPU no preset describes still asks for a file."""
+    igpu = '{"card0": {"Card series": "AMD Radeon Graphics", "VRAM Total Memory (B)": "103079215104"}}'  # 96 GiB
+    gpus, words = lm.detect_gpu(run=_with_rocm(igpu), host_model="AMD RYZEN AI MAX+ 395 w/ Radeon 8060S (measured x)")
+    (gpu, link), = gpus
+    assert gpu == replace(GPUS["radeon8060s"], name="AMD Radeon Graphics", hbm_gb=96.0)
+    assert gpu.unified and link.name == "unified" and "the GPU of the AMD RYZEN AI MAX+ 395" in words
+    (smaller, _), = lm.detect_gpu(run=_with_rocm(igpu), host_model="AMD RYZEN AI MAX 390 w/ Radeon 8050S")[0]
+    assert smaller.tflops == pytest.approx(GPUS["radeon8060s"].tflops * 32 / 40, rel=1e-3)
+    with pytest.raises(MoesimError, match=r"AMD GPU 0 'AMD Radeon Graphics' is not a preset"):
+        lm.detect_gpu(run=_with_rocm(igpu), host_model="AMD Ryzen 9 7950X 16-Core Processor")
+
+
 @FUZZ
 @given(data=st.data())
 def test_fuzz_rocm_smi(data):
