@@ -23,13 +23,13 @@ import numpy as np
 from numba import njit
 
 from moesim.policies.arc_across import WIDEST, across_reset, across_step, make_across
-from moesim.policies.base import (TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked, list_of,
-                                  list_push_head, list_remove, list_size, list_tail, lists_clear, make_lists)
+from moesim.policies.base import (NARROW_LANES, TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked,
+                                  list_of, list_push_head, list_remove, list_size, list_tail, lists_clear, make_lists)
 
 T1, T2, B1, B2 = 0, 1, 2, 3
 NO_GHOST = -1
-# up to WIDEST slots per layer with a layer in each SIMD lane; wider than eight slots, up to 3/4 of a
-# layer's experts (the crossover with the engine: docs/benchmarks.md)
+# up to WIDEST slots per layer with a layer in each SIMD lane (NARROW_LANES without 512-bit vectors); wider than eight
+# slots, up to 3/4 of a layer's experts (the crossovers with the engine: docs/benchmarks.md)
 
 
 class State(NamedTuple):
@@ -142,4 +142,4 @@ SPEC = PolicySpec("arc", make_state,
                         choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert),
                   fast_paths=(FastPath("across", make_across,
                                        {"across_reset": across_reset, "across_step": across_step},
-                                       fullest=0.75, crowded=8, widest=WIDEST),))
+                                       fullest=0.75, crowded=8, widest=WIDEST, narrow=NARROW_LANES),))

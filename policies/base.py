@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
+from llvmlite import binding as llvm
 from numba import njit, uint64
 from numba.core import types as nbtypes
 from numba.extending import intrinsic
@@ -158,10 +159,11 @@ class FastPath:
     function, ``make(experts, seq_offsets, num_experts, reset, slots) -> hits per layer``), ``"lanes"``
     (``moesim.sim.lanes``: ``make(ctx, lanes)`` builds the state, ``hooks`` are ``lane_reset`` and
     ``lane_access``) or ``"across"`` (``moesim.sim.across``: ``make(ctx, layers, width)``, ``hooks``
-    ``across_reset`` and ``across_step``). It serves caches of at most ``widest`` slots (None: any) and,
-    where ``crowded`` slots or more, at most ``fullest`` of a layer's experts: there nearly every access
-    hits, the engine's branch on a hit is predicted, and the engine is faster (the crossovers are
-    measured in docs/benchmarks.md)."""
+    ``across_reset`` and ``across_step``). It serves caches of at most ``widest`` slots (None: any), at most
+    ``narrow`` on a CPU without 512-bit vectors (``WIDE_VECTORS``; None: as many), where a loop over sixteen
+    lanes takes two instructions, not one, and wider lanes lose to the engine; and, where ``crowded`` slots or
+    more, at most ``fullest`` of a layer's experts: there nearly every access hits, the engine's branch on a hit
+    is predicted, and the engine is faster (the crossovers are measured in docs/benchmarks.md)."""
 
     kind: str
     make: Callable
@@ -169,10 +171,12 @@ class FastPath:
     fullest: float = 1.0
     crowded: int = 0
     widest: int | None = None
+    narrow: int | None = None
 
     def takes(self, most: int, num_experts: int) -> bool:
         """Whether it serves caches of up to ``most`` slots in layers of ``num_experts`` experts."""
-        if self.widest is not None and most > self.widest:
+        widest = self.widest if WIDE_VECTORS or self.narrow is None else self.narrow
+        if widest is not None and most > widest:
             return False
         return most <= self.crowded or most <= self.fullest * num_experts
 
@@ -183,6 +187,19 @@ def lane_at(field, lanes, lane):
     field (``moesim.sim.across``'s lanes): a compile-time offset plus the lane, unsigned, the only address
     form LLVM vectorises a loop over the lanes with."""
     return uint64(field) * lanes + lane
+
+
+def _wide_vectors() -> bool:
+    """Whether this CPU has 512-bit vectors (AVX-512F, as LLVM reads the host)."""
+    try:
+        return bool(llvm.get_host_cpu_features().get("avx512f"))
+    except RuntimeError:  # a host LLVM cannot read
+        return False
+
+
+WIDE_VECTORS = _wide_vectors()
+NARROW_LANES = 8  # the widest lanes across layers worth running without them: on AVX2 ARC's and LeCaR's beat the engine
+# at 8 slots, trail it slightly at 16 and by up to 2.4 times past (docs/benchmarks.md)
 
 
 @intrinsic

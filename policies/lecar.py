@@ -33,9 +33,9 @@ import numpy as np
 from numba import njit
 
 from moesim.policies import lecar_across
-from moesim.policies.base import (SEED, TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked, list_of,
-                                  list_push_head, list_remove, list_size, list_tail, list_to_head, lists_clear,
-                                  make_lists, make_rng, rng_reset, rng_uniform)
+from moesim.policies.base import (NARROW_LANES, SEED, TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked,
+                                  list_of, list_push_head, list_remove, list_size, list_tail, list_to_head,
+                                  lists_clear, make_lists, make_rng, rng_reset, rng_uniform)
 from moesim.policies.lfu import State as LfuState
 from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_fill_next, lfu_hit, lfu_insert, lfu_victim, make_lfu
 
@@ -148,8 +148,8 @@ def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
     return lecar_across.make_across(ctx, layers, width, penalty_tables(ctx.slots))
 
 
-# up to WIDEST slots per layer with a layer in each SIMD lane; wider than eight slots, up to half a
-# layer's experts (the crossover with the engine: docs/benchmarks.md)
+# up to WIDEST slots per layer with a layer in each SIMD lane (NARROW_LANES without 512-bit vectors); wider than eight
+# slots, up to half a layer's experts (the crossovers with the engine: docs/benchmarks.md)
 
 
 SPEC = PolicySpec("lecar", make_state,
@@ -157,4 +157,5 @@ SPEC = PolicySpec("lecar", make_state,
                         choose_victim=choose_victim, on_insert=on_insert), params={"seed": SEED},
                   fast_paths=(FastPath("across", make_across, {"across_reset": lecar_across.across_reset,
                                                                  "across_step": lecar_across.across_step},
-                                       fullest=0.5, crowded=8, widest=lecar_across.WIDEST),))
+                                       fullest=0.5, crowded=8, widest=lecar_across.WIDEST,
+                                       narrow=NARROW_LANES),))

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
-from moesim.policies import arc_across, get_policy, lecar_across
+from moesim.policies import arc_across, base, get_policy, lecar_across
 from moesim.policies.base import Context
 from moesim.policies.keyed_slots import make_keyed
 from moesim.sim import across, lanes
@@ -46,7 +46,8 @@ def making(policy: str):
 
 @pytest.fixture(autouse=True)
 def every_capacity_in_lanes():
-    patches = [paths_changed(name, fullest=1.0) for name in FAST]
+    """Every capacity of each fast path in its lanes, on every CPU (with 512-bit vectors or without)."""
+    patches = [paths_changed(name, fullest=1.0, narrow=None) for name in FAST]
     for patch in patches:
         patch.start()
     yield
@@ -121,6 +122,22 @@ def test_across_policies_take_their_lanes_up_to_the_widest_and_the_fullest(polic
             simulate(synth_trace(2, experts, 2, 2, 30, seed=1), CacheConfig(policy=policy, capacity=slots,
                                                                             semantics="sequential"))
             assert any(state is not None for state in made) == in_lanes, (experts, slots)
+            made.clear()
+
+
+@pytest.mark.parametrize("policy", ACROSS_POLICIES)
+@pytest.mark.parametrize("wide", [True, False])
+def test_without_512_bit_vectors_lanes_past_sixteen_slots_give_way_to_the_engine(policy, wide, monkeypatch):
+    """On a CPU without AVX-512 a loop over sixteen lanes takes two instructions, and ARC's and LeCaR's lanes past 8
+    slots ran slower than the engine (docs/benchmarks.md): there they serve 8 slots at most; with AVX-512, their
+    ``WIDEST``."""
+    monkeypatch.setattr(base, "WIDE_VECTORS", wide)
+    patch, made = making(policy)
+    with patch, paths_changed(policy, narrow=base.NARROW_LANES):
+        for slots, in_lanes in ((base.NARROW_LANES, True), (base.NARROW_LANES + 1, wide)):
+            simulate(synth_trace(2, 40, 2, 2, 30, seed=1), CacheConfig(policy=policy, capacity=slots,
+                                                                          semantics="sequential"))
+            assert any(state is not None for state in made) == in_lanes, slots
             made.clear()
 
 
