@@ -466,8 +466,11 @@ def main() -> None:
             ("predictions with the framework times that ship (FRAMEWORK_BANDS)", d.framework, d.checked),
             ("predictions with none (OPERATIONS_BANDS)", d.operations, d.plain)):
         every = cv_summary(rows_)
+        level = calibrated_level([c.point for c in rows_], [c.point.measured / c.predicted for c in rows_],
+                                 family=on_side)
         print(f"  the bands of {what}, each side's measured / predicted over its points at the level learned held "
-              f"out; held out, such intervals held {100 * every['coverage']:.0f}% of all {len(rows_)} points, median "
+              f"out (level {level:.2f}: percentiles {50 * (1 - level):.0f} and {50 * (1 + level):.0f}); held out, "
+              f"such intervals held {100 * every['coverage']:.0f}% of all {len(rows_)} points, median "
               f"half-width {100 * every['median_half_width']:.0f}%: " + "; ".join(
                   f"{s}-side ({low:.2f}, {high:.2f}) held {100 * held:.0f}% of {mine['points']}, median half-width "
                   f"{100 * mine['median_half_width']:.0f}%" for s, (low, high, held) in bands.items()

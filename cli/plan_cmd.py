@@ -15,11 +15,10 @@ from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTIN
 from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
 from moesim.files import atomic_output, check_output
-from moesim.sim.accuracy import TIE_RATIO, interval_words, measured, side
+from moesim.sim.accuracy import TIE_RATIO, interval_words
 from moesim.sim.engines import ENGINES
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.sim.engines.ktransformers import EXPERT_COUNTS
-from moesim.sim.strategies import get_strategy
 from moesim.tracegen.trace import trace_file
 
 
@@ -132,7 +131,7 @@ def plan(
     else:
         console.print(f"{title}\nno engine you can run gives a placement of {result.model} that fits: "
                       f"{'those you named do not' if engines else 'see below'}", soft_wrap=True)
-    interval_note(result.rows, result.machine_spec)
+    interval_note(result.rows + result.apart, result.machine_spec)
     # the model file's own storage, in words
     if any(r.dtype is None for r in result.rows) or any(s["dtype"] is None for s in result.skipped):
         console.print(f"{OWN} {result.spec.storage_text}", soft_wrap=True)
@@ -196,19 +195,13 @@ def interval_note(rows: list, hw) -> None:
     if maker != "nvidia" and not any(maker in dict(ENGINES[r.engine].gpu_layer_us) for r in rows if r.gpu
                                      and r.engine in ENGINES):
         console.print(f"{maker}'s GPUs: no time a layer has been learned for these rows' engines on them, and the "
-                      "published llama.cpp runs on such GPUs decoded up to several times below moesim's prediction "
-                      "(docs/fidelity.md): take the rows on the GPU as upper bounds", soft_wrap=True)
+                      "published llama.cpp runs on such GPUs decoded below moesim's prediction (docs/fidelity.md): take "
+                      "the rows on the GPU as upper bounds", soft_wrap=True)
     if any(r.tokens_per_s.low is not None for r in rows):
         console.print("tok/s: as the row's engine runs it, the framework time learned for it from published points "
                       "included (sim run --engine NAME gives the same); " + (
-                          interval_words(hw, {(True, _side(r)) for r in rows})),
+                          interval_words(hw, {(True, r.side) for r in rows})),
                       soft_wrap=True)
-
-
-def _side(row) -> str:
-    """A row's side (``moesim.sim.accuracy.side``): its strategy's, an all-on-gpu row's its engine's."""
-    engine = ENGINES.get(row.engine)
-    return side(get_strategy(engine.runs[0] if row.strategy == ALL_ON_GPU and engine else row.strategy))
 
 
 def rank_notes(rows: list, trace: str) -> None:

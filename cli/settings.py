@@ -66,7 +66,7 @@ class Asked:
             out.append(config)
         # a typed setting none of them reads is refused; where the command takes no strategy (a hit-rate run, a plan),
         # the cache's settings are read whatever the file's
-        refuse_unread(self.typed, out, placed="strategy" in self.options, listed=True)
+        refuse_unread(self.typed, out, reads_strategy="strategy" in self.options, typed_once=True)
         return out
 
     def config(self, command: str) -> Config:
@@ -160,8 +160,8 @@ def _named(exc: MoesimError, config_file: Path | None, typed: set, defaults: dic
     text = str(exc)
     if config_file is not None and text.startswith(f"{config_file}:"):
         return exc
-    if isinstance(exc, SettingError):
-        named = exc.setting
+    if isinstance(exc, SettingError):  # its text without the section: ``max_batch_tokens 2048 cannot hold ...``
+        named, text = exc.setting, f"{exc.setting} {exc.problem}"
         if named in typed:
             return MoesimError(f"{option(named)} {exc.problem}")
     else:

@@ -14,7 +14,7 @@ from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError, option
 from moesim.files import check_output
-from moesim.sim.accuracy import interval_words, side
+from moesim.sim.accuracy import interval_words
 from moesim.sim.config import RUN_SETTINGS
 from moesim.sim.reads import refuse_unread
 from moesim.sim.requests import check_prompt
@@ -121,12 +121,11 @@ def run(
            + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu + [r.hit_rate] * cached + [r.vram_gb, r.ram_gb]
            + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
     if any(r.tokens_per_s_low is not None for r in results):
-        framework = any(r.framework_us for r in results)
+        named = any(r.named for r in results)
         console.print(("tok/s: as the engine runs it, the framework time learned for it from published points "
-                       "included" if framework else "tok/s: the placement's operations, no engine's framework time "
-                       "(--engine NAME, as moesim plan, adds one where it was learned)")
-                      + "; " + interval_words(hw, {(r.named, side(get_strategy(r.config.execution.strategy)))
-                                                   for r in results}), soft_wrap=True)
+                       "included where one was" if named else "tok/s: the placement's operations, no engine's "
+                       "framework time (--engine NAME, as moesim plan, adds one where it was learned)")
+                      + "; " + interval_words(hw, {(r.named, r.side) for r in results}), soft_wrap=True)
     if prefetch != "none":
         for r in results:
             console.print(f"{r.policy} @ {slots_text(r.capacity)}: predictions' precision {_pct(r.prefetch_precision)}, "

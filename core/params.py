@@ -2,11 +2,11 @@
 
 A ``Param`` says what its values are (``kind``), its default, its unit, its bounds or named choices, whether it takes
 ``"auto"`` or may be left out (None), and its help; ``check`` is the one place a value given for it is judged, and a
-refusal is a ``SettingError`` that names the setting, which the command line renders as its option and the API as its
-keyword. Its kind is declared, never read off its default, so a count is not checked as a seed. Two plug-ins may share
-a name (``--seed`` for random and lecar) only by declaring it alike (one ``Param``, shared);
-``moesim.sim.config.declared_params`` refuses two that differ, or one that takes a section field's name, as the
-package loads.
+refusal is a ``SettingError`` that names the setting: the command line gives its option as typed (``--batch``), the
+API and a configuration file its section and key (``[workload] batch``). Its kind is declared, never read off its
+default, so a count is not checked as a seed. Two plug-ins may share a name (``--seed`` for random and lecar) only by
+declaring it alike (one ``Param``, shared); ``moesim.sim.config.declared_params`` refuses two that differ, or one that
+takes a section field's name, as the package loads.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ class Param:
     tokens, layers), ``number`` (finite), ``size`` (finite and > 0: GiB, requests/s, seconds), ``flag`` (true or
     false), ``name`` (a non-empty string), ``choice`` (one of ``choices``), ``file`` (a path read when the run starts)
     or ``trace`` (a file that is a trace, loaded when the run starts); ``choices``: the names, or a function that
-    gives them where a registry grows as the program runs (a test's toy strategy or engine); ``bounds``: the least and most a number takes
-    (a size's least is above 0 whatever it says); ``auto``: it may also be ``"auto"``, resolved from memory when a
+    gives them where a registry grows as the program runs (a test's toy strategy or engine); ``bounds``: the least and
+    most a number or a count takes (a size is above 0 whatever it says: only its most is read); ``auto``: it may also be ``"auto"``, resolved from memory when a
     run starts (``moesim.sim.memory``); ``optional``: it may be None (left out)."""
 
     default: object
@@ -85,10 +85,15 @@ class Param:
                         "flag": ("true or false", isinstance(value, bool)),
                         "name": ("a name", isinstance(value, str) and bool(value))}[self.kind]
             return "" if ok else f"{what}, got {shown(value)}", value
-        if self.kind in ("number", "size"):
-            if not (number and math.isfinite(value) and (self.kind == "number" or value > 0)):
-                unit = f" ({self.unit})" if self.unit else ""
-                return f"a finite number{' > 0' if self.kind == 'size' else ''}{unit}, got {shown(value)}", value
+        if self.kind == "size":  # above 0, and at most its bound's top where it has one
+            most = self.bounds[1] if self.bounds else math.inf
+            ok = number and math.isfinite(value) and 0 < value <= most
+            what = "a finite number > 0" + (f" and at most {most:g}" if math.isfinite(most) else "")
+            return ("", float(value)) if ok else (what + (f" ({self.unit})" if self.unit else "") +
+                                                   f", got {shown(value)}", value)
+        if self.kind == "number":
+            if not (number and math.isfinite(value)):
+                return f"a finite number, got {shown(value)}", value
             low, most = self.bounds or (-math.inf, math.inf)
             return "" if low <= value <= most else f"in [{low}, {most}], got {value!r}", float(value)
         low, most = self.bounds or WHOLE[self.kind]  # numpy's generators take no seed below 0, numba's wrap one past

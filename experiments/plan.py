@@ -447,7 +447,7 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
                   ttft_s=r.ttft_s, vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
                   engine=engine.name, command=engine.command(launch),
                   apart=engine.refuses(spec, fmt, own_gguf, vendor),
-                  learned=cached and learns_from_trace(config), framework_us=r.framework_us, gpu=gpu,
+                  learned=cached and learns_from_trace(config), framework_us=r.framework_us, side=r.side, gpu=gpu,
                   from_ssd=_ssd_words(config, spec, place, hw),
                   on_gpus=describe(hw.split, params.get(strategy.places) or 0, spec.dense_layers,
                                    VENDORS[vendor]) if hw.more_gpus

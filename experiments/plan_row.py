@@ -41,6 +41,7 @@ class PlanRow:
     apart: str
     learned: bool
     framework_us: float      # the engine's framework time per MoE layer in the figure (0: none learned)
+    side: str                # the side of its run, whose published band its interval is (``moesim.sim.accuracy.side``)
     gpu: bool = True         # it uses the machine's GPU (False: llama.cpp with the GPU left out, -ngl 0)
     from_ssd: str = ""       # where it reads experts from the SSD (a model file larger than RAM, mapped): in words
     on_gpus: str = ""        # several GPUs: the layers each holds, in words (``moesim.sim.layer_split.describe``)

@@ -510,21 +510,22 @@ def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
     for c in configs:  # one configuration per distinct value of what the checks read, not one per row
         if STOP.is_set():
             return
-        read = {k: v for k, v in c.items() if k in READ_BY_CHECKS}
-        key = repr(sorted(read.items()))
+        key = repr(sorted((k, v) for k, v in c.items() if k in READ_BY_CHECKS))
         if key in seen:
             continue
-        seen.add(key)
-        try:
-            built.append(Config.build(**{k: v for k, v in read.items() if k != "trace"}))
+        try:  # the whole row (an engine takes some settings only: a row narrowed to what the rules read might not build)
+            config = Config.build(**{k: v for k, v in c.items() if k != "trace"})
             if spec.kind != "hitrate":
-                models[c["trace"], built[-1].model.name] = built[-1].model.spec(read_meta(c["trace"]))
+                models[c["trace"], config.model.name] = config.model.spec(read_meta(c["trace"]))
         except MoesimError:
             continue  # the row reports it
+        built.append(config)
+        seen.add(key)
     if not built:
         return
     with _spec_errors(spec.path):
-        refuse_unread(given, built, list(models.values()), placed=spec.kind != "hitrate", listed=True)
+        refuse_unread(given, built, list(models.values()), reads_strategy=spec.kind != "hitrate",
+                      typed_once=True)
 
 
 MACHINE_KEYS = tuple(k for k, (section, _) in SETTINGS.items() if section == "hardware")

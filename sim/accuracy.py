@@ -4,8 +4,8 @@ speeds of real engines (``benchmarks/published_points.toml``; ``python benchmark
 are what it derives).
 
 A tokens/s predicted for a machine described by its spec sheet comes with an 80% interval: the prediction times two
-quantiles of those ratios over the points of its ``side`` (where the engine computes the experts not on the GPU: the
-CPU, or nowhere, copying them to a GPU cache), each predicted without its point's group (no point sharing its source
+quantiles of those ratios over the points of its ``side`` (where the engine computes the experts not on the GPU: on
+the host CPU, or on the GPU after copying each to a GPU cache), each predicted without its point's group (no point sharing its source
 or machine in anything it was made from, nor in the choice of which engines' learned times ship). The quantiles are
 the (1 ± level) / 2 ones, at the level that a cross-validation over the groups finds to hold 80% of points never seen
 (``moesim.experiments.crossval.calibrated_level``: the 10th and 90th percentiles of the seen groups hold less of an
@@ -40,8 +40,10 @@ TIE_RATIO = 1.70
 
 def side(strategy) -> str:
     """Where a run's engine computes the experts that are not on the GPU: on the host CPU (``"CPU"``: llama.cpp's
-    ``--n-cpu-moe``, kTransformers, Fiddler; their time is the CPU's and its DRAM's), or nowhere, copying them to a GPU
-    cache first (``"GPU"``; the link's). Each side's predictions err their own way, so each has its own band."""
+    ``--n-cpu-moe``, kTransformers, Fiddler; their time is the CPU's and its DRAM's; every expert on the GPU counts
+    here too, as the llama.cpp runs that measured it), or on the GPU after copying each to a GPU cache (``"GPU"``:
+    Mixtral-offloading, MoE-Infinity; the link's time). Each side's predictions err their own way, so each has its
+    own band."""
     return "CPU" if strategy.cpu else "GPU"
 
 
@@ -94,8 +96,8 @@ def interval_words(hw, kinds) -> str:
                 f"decodes its calibration did not run (moesim validate --engine llama.cpp), 10th to 90th percentile; "
                 f"each left out, such intervals held {held:.0%} of them")
     each = [(named, on, band(hw, named, on)) for named in (False, True) for on in SIDES if (named, on) in kinds]
-    return ("(80% interval): measured / predicted over published points of real engines that compute the experts "
-            "not on the GPU on the same side: " + "; ".join(
+    return ("(80% interval): measured / predicted over published points of real engines on the run's side (CPU: the "
+            "experts not on the GPU computed on the host CPU; GPU: each copied to a GPU cache first): " + "; ".join(
                 f"{on} side{'' if named else ', operations alone'} x{low:.2f} to x{high:.2f}, which held "
                 f"{held:.0%} of its points" for named, on, (low, high, held) in each)
             + "; each interval built without its point's source or machine (docs/fidelity.md)")

@@ -32,8 +32,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
-import numbers
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 

@@ -60,6 +60,7 @@ class DesResult(Tabular):
     timed_as: str              # the engine it was timed as (``moesim.sim.engines``)
     framework_us: float        # ... and the framework time per MoE layer learned for it that the run took (0: none)
     named: bool                # timed as that engine (a plan's row, ``--engine NAME``), not the placement's operations
+    side: str                  # where its engine computes the experts not on the GPU (``moesim.sim.accuracy.side``)
     config: Config = field(repr=False)
     tpot_s: float
     tpot_p50_s: float
@@ -548,7 +549,7 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
 
     return DesResult(
         model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name, machine=run.hardware,
-        framework_us=run.engine.layer_us, named=run.named, config=config,
+        framework_us=run.engine.layer_us, named=run.named, side=side(run.strategy), config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),

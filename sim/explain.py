@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from moesim.sim.accuracy import band, measured, side
+from moesim.sim.accuracy import band, measured
 from moesim.sim.des import DesResult, measured_decode
 from moesim.sim.engines import ENGINES, UNNAMED
 from moesim.sim.machine import VENDORS, Hardware
-from moesim.sim.strategies import get_strategy
 from moesim.tracegen.models import ModelSpec
 
 SHEET = "the machine's spec sheet: its preset or hardware file"
@@ -140,7 +139,7 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
         out.append(Line("an expert on the CPU, one token", cost.cpu_by_tokens[1] * 1e6, "us",
                         "its bytes at the DRAM or unpack rate, the slower"))
     if r.tokens_per_s_low is not None:
-        on = side(get_strategy(r.config.execution.strategy))
+        on = r.side
         low, high, held = band(hw, r.named, on)
         out.append(Line(f"tokens/s, its 80% interval x{low:.2f} to x{high:.2f} of it", r.tokens_per_s, "tokens/s",
                         ("this machine's validation" if measured(hw) else f"the published {on}-side points' spread "

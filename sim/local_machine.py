@@ -544,11 +544,13 @@ def strix_halo(host_model: str) -> GPU | None:
     return replace(preset, tflops=_sig(preset.tflops * cus / STRIX_HALO_CUS["8060s"]))
 
 
-def detect_amd(run=subprocess.run, host_model: str = "") -> tuple[tuple, str]:
+def detect_amd(run=subprocess.run, host_model: str = "", host_gb: float = 0.0) -> tuple[tuple, str]:
     """Every AMD GPU ``rocm-smi`` lists, each a preset's (its name matched as nvidia-smi's are) on a PCIe 4 x16 link
     (assumed: rocm-smi's bus reading is not read), or on a Ryzen AI Max (``host_model``, the CPU's name) the chip's own
-    GPU (``strix_halo``), which shares the host's memory; ((), why) where rocm-smi is absent, fails or lists none. A
-    GPU not among the presets is refused (a hardware file describes it)."""
+    GPU (``strix_halo``), which shares the host's memory: the memory carved out for it as rocm-smi counts it, or where
+    that is below half of the rest (``host_gb``; a small carve-out) half of it, which amdgpu maps to it by default
+    (GTT); ((), why) where rocm-smi is absent, fails or lists none. A GPU not among the presets is refused (a hardware
+    file describes it)."""
     out = _output(run, [ROCM_SMI, "--showproductname", "--showmeminfo", "vram", "--json"])
     if out is None or not out.strip():
         return (), "no GPU (nvidia-smi and rocm-smi absent, failing or listing none)"
@@ -558,12 +560,16 @@ def detect_amd(run=subprocess.run, host_model: str = "") -> tuple[tuple, str]:
         if key is not None and GPUS[key].vendor == "amd":
             gpu, how = replace(GPUS[key], name=name, hbm_gb=_sig(gib)), "bandwidth and FLOP/s of its preset"
         elif own is not None and index == 0:
-            gpu, how = replace(own, name=name, hbm_gb=_sig(gib)), f"the GPU of the {host_model}, preset radeon8060s"
+            gtt = gib < host_gb / 2
+            gpu = replace(own, name=name, hbm_gb=_sig(host_gb / 2 if gtt else gib))
+            how = (f"the GPU of the {host_model}, preset radeon8060s"
+                   + (f"; {gib:g} GiB carved out, so the half of the host's memory amdgpu maps to it (GTT)" if gtt
+                      else ""))
         else:
             raise MoesimError(f"AMD GPU {index} '{name}' is not a preset (moesim hardware); {TEMPLATE_HINT}")
         link = unified_link(gpu) if gpu.unified else pcie_link(None, None)
         gpus.append((gpu, link))
-        words.append(f"GPU {index}: {gpu.name} ({gpu.hbm_gb:g} GiB as rocm-smi counts it, {how}), link {link.name}"
+        words.append(f"GPU {index}: {gpu.name} ({gpu.hbm_gb:g} GiB, {how}), link {link.name}"
                      + ("" if gpu.unified else " (assumed)"))
     return tuple(gpus), "; ".join(words)
 
@@ -578,7 +584,7 @@ def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = to
     takes no link (``unified_link``)."""
     out = _output(run, [NVIDIA_SMI, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"])
     if out is None or not out.strip():
-        return detect_amd(run, host_model)
+        return detect_amd(run, host_model, host_gb)
     listed = parse_nvidia_smi(out)
     pcie = _output(run, [NVIDIA_SMI, "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
                          "--format=csv,noheader,nounits"]) or ""

@@ -6,10 +6,10 @@ holds every setting when saved) that no run reads would change nothing the user 
 (``leaves``), the settings that predicate looks at (``looks_at``) and why, as it reads after their names (``why``).
 ``refuse_unread`` is the one audit: a rule's settings given where every run listed leaves them are one error.
 
-Rules ``placed`` are about a run that reads the strategy (a simulated run, a served stream); a hit-rate run or a
-plan, whose candidates set it, reads a cache's settings whatever the strategy. Rules ``listed`` are asked only where
-one value is typed for several runs (the command line, a sweep's spec): the API's caller loops over capacities that
-include 0, or over prefetchers that include none, passing the same settings to each.
+A rule that ``needs_strategy`` is about a run that reads the strategy (a simulated run, a served stream); a hit-rate
+run or a plan, whose candidates set it, reads a cache's settings whatever the strategy. A rule ``typed_once`` is asked
+only where one value is typed for several runs (the command line, a sweep's spec): the API's caller loops over
+capacities that include 0, or over prefetchers that include none, passing the same settings to each.
 """
 
 from __future__ import annotations
@@ -54,25 +54,26 @@ def _no_slots(config: Config) -> bool:
 class Unread:
     """``names``: settings that a run leaves unread where ``leaves`` holds of it (of its configuration, or of its model
     where ``of`` is ``"model"``); ``looks_at``: the settings ``leaves`` reads; ``why``: of the runs, why, as it reads
-    after the settings' names and before "so nothing reads it"; ``placed``, ``listed``: the module docstring."""
+    after the settings' names and before "so nothing reads it"; ``needs_strategy``, ``typed_once``: the module
+    docstring."""
 
     names: tuple[str, ...]
     leaves: Callable
     looks_at: tuple[str, ...]
     why: Callable[[list], str]
-    placed: bool = False
-    listed: bool = False
+    needs_strategy: bool = False
+    typed_once: bool = False
     of: str = "config"
 
 
 RULES = (
-    Unread(CACHE_CHOICES, lambda c: not STRATEGIES[c.execution.strategy].cache, ("strategy",), _no_cache, placed=True),
+    Unread(CACHE_CHOICES, lambda c: not STRATEGIES[c.execution.strategy].cache, ("strategy",), _no_cache, needs_strategy=True),
     Unread(("ssd",), lambda c: c.cache.dram_capacity is None, ("dram_capacity",),
            lambda cs: f"with no {option('dram_capacity')} (the experts host RAM holds in front of the SSD) every "
-                      "expert is in host RAM", placed=True),
+                      "expert is in host RAM", needs_strategy=True),
     Unread(("threads",), _gpu_only, ("strategy", "hardware", "force"),
            lambda cs: f"strategy {_listed(c.execution.strategy for c in cs)} computes no expert on the host CPU (the "
-                      f"strategies that do: {', '.join(n for n, s in STRATEGIES.items() if s.cpu)})", placed=True),
+                      f"strategies that do: {', '.join(n for n, s in STRATEGIES.items() if s.cpu)})", needs_strategy=True),
     Unread(("kernel",), _own_kernel, ("engine",),
            lambda cs: f"engine {_listed(c.execution.engine for c in cs)} runs its own kind of expert kernel "
                       f"({', '.join(sorted({ENGINES[c.execution.engine].kernel for c in cs}))})"),
@@ -87,10 +88,10 @@ RULES = (
     Unread(("acceptance",), lambda c: c.serve.draft_tokens == 0, ("draft_tokens",),
            lambda cs: f"with {option('draft_tokens', 0)} no run drafts a token to accept"),
     Unread(tuple(n for n in CACHE_CHOICES if n != "capacity"), _no_slots, ("capacity",),
-           lambda cs: f"{option('capacity', 0)} keeps no expert cache", placed=True, listed=True),
+           lambda cs: f"{option('capacity', 0)} keeps no expert cache", needs_strategy=True, typed_once=True),
     Unread(("mode",), lambda c: c.prefetch.prefetcher == "none", ("prefetch",),
            lambda cs: f"{option('prefetch', 'none')} makes no prediction whose misses it would follow up",
-           placed=True, listed=True),
+           needs_strategy=True, typed_once=True),
     Unread(CACHE_CHOICES + ("prefetch", "mode", "kernel"), lambda m: m.kind == "mole", ("model",),
            lambda ms: f"model {' and '.join(dict.fromkeys(m.name for m in ms))} computes its experts as lookup tables "
                       "on the host, copied a row a step, and keeps no expert cache nor runs an expert kernel",
@@ -100,15 +101,16 @@ LOOKED_AT = {n for rule in RULES for n in rule.looks_at}  # what the audit reads
 AUDITED = {n for rule in RULES for n in rule.names}  # the settings it may refuse
 
 
-def refuse_unread(given, configs: list[Config] = (), models: list = (), placed: bool = True,
-                  listed: bool = False) -> None:
-    """Refuse the settings ``given`` that every run leaves unread: each rule (``RULES``) of those ``placed`` and
-    ``listed`` allow, over the runs' ``configs`` and, for a rule about the model, their ``models``."""
+def refuse_unread(given, configs: list[Config] = (), models: list = (), reads_strategy: bool = True,
+                  typed_once: bool = False) -> None:
+    """Refuse the settings ``given`` that every run leaves unread: each rule (``RULES``) that applies (those that need
+    the strategy where the runs read it, ``reads_strategy``; those asked of one value typed for several runs where it
+    was, ``typed_once``), over the runs' ``configs`` and, for a rule about the model, their ``models``."""
     runs = {"config": list(configs), "model": list(models)}
     for rule in RULES:
         names = [n for n in rule.names if n in given]
         subjects = runs[rule.of]
-        if names and subjects and (placed or not rule.placed) and (listed or not rule.listed) \
+        if names and subjects and (reads_strategy or not rule.needs_strategy) and (typed_once or not rule.typed_once) \
                 and all(rule.leaves(s) for s in subjects):
             raise MoesimError(f"{', '.join(map(option, names))}: {rule.why(subjects)}, so nothing reads "
                               f"{'it' if len(names) == 1 else 'them'}")

@@ -127,7 +127,7 @@ def test_across_policies_take_their_lanes_up_to_the_widest_and_the_fullest(polic
 
 @pytest.mark.parametrize("policy", ACROSS_POLICIES)
 @pytest.mark.parametrize("wide", [True, False])
-def test_without_512_bit_vectors_lanes_past_sixteen_slots_give_way_to_the_engine(policy, wide, monkeypatch):
+def test_without_512_bit_vectors_lanes_past_eight_slots_give_way_to_the_engine(policy, wide, monkeypatch):
     """On a CPU without AVX-512 a loop over sixteen lanes takes two instructions, and ARC's and LeCaR's lanes past 8
     slots ran slower than the engine (docs/benchmarks.md): there they serve 8 slots at most; with AVX-512, their
     ``WIDEST``."""

@@ -603,7 +603,8 @@ def test_a_strix_halo_is_its_cpu_s_own_gpu():
     sharing the host's memory (no link), with the memory rocm-smi counts and FLOP/s in proportion to its compute units
     (the 8050S's 32 of the 8060S's 40); on another CPU an AMD GPU no preset describes still asks for a file."""
     igpu = '{"card0": {"Card series": "AMD Radeon Graphics", "VRAM Total Memory (B)": "103079215104"}}'  # 96 GiB
-    gpus, words = lm.detect_gpu(run=_with_rocm(igpu), host_model="AMD RYZEN AI MAX+ 395 w/ Radeon 8060S (measured x)")
+    gpus, words = lm.detect_gpu(run=_with_rocm(igpu), host_gb=31.0,
+                                host_model="AMD RYZEN AI MAX+ 395 w/ Radeon 8060S (measured x)")
     (gpu, link), = gpus
     assert gpu == replace(GPUS["radeon8060s"], name="AMD Radeon Graphics", hbm_gb=96.0)
     assert gpu.unified and link.name == "unified" and "the GPU of the AMD RYZEN AI MAX+ 395" in words
@@ -611,6 +612,10 @@ def test_a_strix_halo_is_its_cpu_s_own_gpu():
     assert smaller.tflops == pytest.approx(GPUS["radeon8060s"].tflops * 32 / 40, rel=1e-3)
     with pytest.raises(MoesimError, match=r"AMD GPU 0 'AMD Radeon Graphics' is not a preset"):
         lm.detect_gpu(run=_with_rocm(igpu), host_model="AMD Ryzen 9 7950X 16-Core Processor")
+    # a small carve-out (0.5 GiB of a 128 GiB machine): the GPU maps half of the host's memory through GTT
+    small = igpu.replace("103079215104", str(2 ** 29))
+    (gtt, _), = lm.detect_gpu(run=_with_rocm(small), host_gb=127.5, host_model="AMD RYZEN AI MAX+ 395 w/ Radeon 8060S")[0]
+    assert gtt.hbm_gb == 63.75
 
 
 @FUZZ

@@ -33,15 +33,39 @@ def test_every_rule_has_a_case_and_names_declared_settings():
 def test_a_setting_every_run_leaves_is_refused_and_one_a_run_reads_is_taken(name, leaves, reads, message):
     left = Config.build(**leaves)
     with pytest.raises(MoesimError) as exc:
-        refuse_unread({name}, [left], listed=True)
+        refuse_unread({name}, [left], typed_once=True)
     assert str(exc.value).startswith(message) and str(exc.value).endswith("so nothing reads it")
-    refuse_unread({name}, [left, Config.build(**reads)], listed=True)  # one run reads it: taken
+    refuse_unread({name}, [left, Config.build(**reads)], typed_once=True)  # one run reads it: taken
 
 
-def test_placed_and_listed_rules_are_asked_only_where_they_apply():
+# settings a run's configuration varies in, each with values a rule may tell apart
+VARIED = {"strategy": ("gpu-cache", "cpu-experts", "cpu-miss"), "capacity": (0, 4), "prefetch": ("none", "oracle"),
+          "hardware": ("rtx4090", "ryzen-7950x"), "engine": ("auto", "Mixtral-offloading", "llama.cpp"),
+          "dram_capacity": (None, 8), "arrivals": ("poisson", "burst"), "draft_tokens": (0, 2), "requests": (None, 3),
+          "policy": ("lru", "lfu"), "kernel": ("fused", "per-expert"), "force": (False, True)}
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if r.of == "config"], ids=lambda r: "+".join(r.names[:2]))
+def test_each_rule_reads_only_the_settings_it_says_it_looks_at(rule):
+    """A sweep builds one configuration per distinct value of what the rules look at (``LOOKED_AT``): a rule whose
+    verdict moved with another setting would be asked of the wrong runs."""
+    for base in (Config.build(), Config.build(strategy="cpu-experts"), Config.build(capacity=0, prefetch="none")):
+        for key, values in VARIED.items():
+            if key in rule.looks_at:
+                continue
+            verdicts = set()
+            for value in values:
+                try:
+                    verdicts.add(rule.leaves(base.replace(**{key: value})))
+                except MoesimError:
+                    continue  # a combination no run takes
+            assert len(verdicts) <= 1, (key, base)
+
+
+def test_rules_that_need_the_strategy_or_one_typed_value_are_asked_only_there():
     """A hit-rate run reads a cache's settings whatever the strategy; the API's caller may loop over capacity 0."""
     cpu = Config.build(strategy="cpu-experts")
-    refuse_unread({"policy"}, [cpu], placed=False)
+    refuse_unread({"policy"}, [cpu], reads_strategy=False)
     refuse_unread({"policy"}, [Config.build(capacity=0)])  # not listed
     with pytest.raises(MoesimError, match="^policy, gamma: strategy cpu-experts keeps no expert cache .*them$"):
         refuse_unread({"policy", "gamma"}, [cpu.replace(policy="gamma", gamma=0.5)])

@@ -263,7 +263,7 @@ def test_a_stream_that_never_fills_its_cache_is_refused(mixtral):
 @pytest.mark.parametrize("settings, message", [
     (dict(rate=0.0), "rate must be a finite number > 0 (requests/s), got 0.0"),
     (dict(rate=float("nan")), "rate must be a finite number > 0 (requests/s), got nan"),
-    (dict(acceptance=1.5), "acceptance must be in [0.0, 1.0], got 1.5"), (dict(max_batch=0), "at least 1"),
+    (dict(acceptance=1.5), "acceptance must be a finite number > 0 and at most 1, got 1.5"), (dict(max_batch=0), "at least 1"),
     (dict(arrivals="trace"), "arrivals must be one of poisson, burst or a CSV or Parquet file, got 'trace'"),
     (dict(arrivals="times.json"), "arrivals must be one of poisson, burst or a CSV or Parquet file"), (dict(max_batch=8, max_batch_tokens=4), "cannot hold"),
     (dict(slo_ttft_s=-1.0), "slo_ttft_s must be a finite number > 0 (s), got -1.0"),

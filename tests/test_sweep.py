@@ -123,6 +123,23 @@ def test_a_setting_no_row_reads_is_refused_before_any_runs(tmp_path, kind, setti
     assert not (tmp_path / "r.parquet").exists()
 
 
+def test_a_setting_one_row_reads_is_taken_whatever_the_rules_look_at(tmp_path):
+    """A kernel kind given for a row timed as kTransformers (which reads it) beside one timed as Mixtral-offloading
+    (which runs its own) is read: the rows are audited whole. Narrowed to the settings the rules look at, the
+    kTransformers row (its engine takes static pins only) did not build, and the sweep was refused."""
+    spec = tmp_path / "k.toml"
+    spec.write_text('traces = ["bundled"]\nkind = "des"\n[axes]\nengine = ["kTransformers", "Mixtral-offloading"]\n'
+                    'strategy = ["hybrid", "gpu-cache"]\npolicy = ["static", "lru"]\n[fixed]\nkernel = "fused"\n'
+                    '[[exclude]]\nengine = "kTransformers"\nstrategy = "gpu-cache"\n'
+                    '[[exclude]]\nengine = "Mixtral-offloading"\nstrategy = "hybrid"\n'
+                    '[[exclude]]\nstrategy = "hybrid"\npolicy = "lru"\n'
+                    '[[exclude]]\nstrategy = "gpu-cache"\npolicy = "static"\n')
+    loaded = load_spec(spec)
+    assert {(c["engine"], c["strategy"], c["policy"]) for c in loaded.configs()} == {
+        ("kTransformers", "hybrid", "static"), ("Mixtral-offloading", "gpu-cache", "lru")}
+    _check_rows(loaded, loaded.configs())  # not refused
+
+
 def test_a_cache_axis_over_mole_traces_alone_is_refused(tmp_path):
     """A MoLE model keeps no expert cache: a capacity axis over MoLE traces alone gives identical rows; beside a MoE
     trace it is read by that trace's rows."""
