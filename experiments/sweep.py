@@ -513,7 +513,7 @@ def _check_rows(spec: SweepSpec, configs: list[dict]) -> None:
         key = repr(sorted((k, v) for k, v in c.items() if k in READ_BY_CHECKS))
         if key in seen:
             continue
-        try:  # the whole row (an engine takes some settings only: a row narrowed to what the rules read might not build)
+        try:  # the whole row (an engine takes some settings only: narrowed to what the rules read, it might not build)
             config = Config.build(**{k: v for k, v in c.items() if k != "trace"})
             if spec.kind != "hitrate":
                 models[c["trace"], config.model.name] = config.model.spec(read_meta(c["trace"]))

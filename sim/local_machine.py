@@ -22,7 +22,8 @@ What is detected (Linux; nothing is downloaded and nothing leaves the machine):
   sweep, then the median of 3 timed passes. The CPU's ``dram_gbps`` is that rate per socket and its
   ``dram_eff`` 1.0: the rate is what a streaming read reached here, not a nominal figure.
 - **GPU**: the GPUs ``nvidia-smi`` lists (without it, the AMD ones ``rocm-smi`` lists: presets only, on a PCIe 4 x16
-  link assumed, or a Ryzen AI Max's own GPU, ``strix_halo``). Its name is matched to a preset (``moesim.sim.presets.GPUS``),
+  link assumed, or a Ryzen AI Max's own GPU, ``strix_halo``). Its name is matched to a preset
+  (``moesim.sim.presets.GPUS``),
   which gives its bandwidth and FLOP/s; its memory is what nvidia-smi counts. A GPU not among the presets is
   built from ``torch.cuda.get_device_properties`` (bandwidth from the memory clock and bus width, nominal, so
   ``mem_eff`` stays at its default; FLOP/s measured on a large bf16 GEMM, so ``flop_eff`` 1.0); without torch

@@ -67,13 +67,15 @@ class Unread:
 
 
 RULES = (
-    Unread(CACHE_CHOICES, lambda c: not STRATEGIES[c.execution.strategy].cache, ("strategy",), _no_cache, needs_strategy=True),
+    Unread(CACHE_CHOICES, lambda c: not STRATEGIES[c.execution.strategy].cache, ("strategy",), _no_cache,
+           needs_strategy=True),
     Unread(("ssd",), lambda c: c.cache.dram_capacity is None, ("dram_capacity",),
            lambda cs: f"with no {option('dram_capacity')} (the experts host RAM holds in front of the SSD) every "
                       "expert is in host RAM", needs_strategy=True),
     Unread(("threads",), _gpu_only, ("strategy", "hardware", "force"),
            lambda cs: f"strategy {_listed(c.execution.strategy for c in cs)} computes no expert on the host CPU (the "
-                      f"strategies that do: {', '.join(n for n, s in STRATEGIES.items() if s.cpu)})", needs_strategy=True),
+                      f"strategies that do: {', '.join(n for n, s in STRATEGIES.items() if s.cpu)})",
+           needs_strategy=True),
     Unread(("kernel",), _own_kernel, ("engine",),
            lambda cs: f"engine {_listed(c.execution.engine for c in cs)} runs its own kind of expert kernel "
                       f"({', '.join(sorted({ENGINES[c.execution.engine].kernel for c in cs}))})"),

@@ -1,6 +1,7 @@
-"""A setting's declaration (a section field's or a plug-in's parameter) and what a plug-in declares (``moesim.params.Param``, ``PolicySpec``, ``PrefetcherSpec``,
-``StrategySpec``): a kind is declared, not read off a default; one check judges a value; two owners share a name only
-by sharing its declaration; a spec missing what its roles need is refused as the package loads."""
+"""A setting's declaration (a section field's or a plug-in's parameter) and what a plug-in declares
+(``moesim.params.Param``, ``PolicySpec``, ``PrefetcherSpec``, ``StrategySpec``): a kind is declared, not read off a
+default; one check judges a value; two owners share a name only by sharing its declaration; a spec missing what its
+roles need is refused as the package loads."""
 
 from dataclasses import fields, replace
 

@@ -1,6 +1,7 @@
 """The constants learned from published points ship as the cross-validation derives them: each engine's framework
 time per MoE layer (``moesim.sim.engines``), the 80% bands with the share of points their held-out intervals
-held, for each side, and the ratio below which two settings on one machine are not told apart (``moesim.sim.accuracy``). A change to the simulator, a machine file or a point that moves them fails here until
+held, for each side, and the ratio below which two settings on one machine are not told apart
+(``moesim.sim.accuracy``). A change to the simulator, a machine file or a point that moves them fails here until
 ``python benchmarks/published_offload.py --cv`` is rerun and its figures written where they ship."""
 
 import importlib.util
