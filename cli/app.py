@@ -265,7 +265,7 @@ def demo(
 def main() -> None:
     """Entry point: bad input becomes one line on stderr and exit status 1, a usage error (an unknown
     option, a missing argument, a value of the wrong type) one line and status 2, Ctrl-C status 130. Its
-    messages name settings as options (``moesim.errors.option``)."""
+    messages name settings as options (``moesim.errors.render``)."""
     reader = READER.set("cli")
     try:
         with warnings.catch_warnings():  # (put back as they were: callers in a process that goes on)

@@ -6,7 +6,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from moesim.cli.console import console, emit_json, progress_bar, table
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.replay.llamacpp_validate import counts
 
 ENGINES = ("llama.cpp",)
@@ -31,7 +31,7 @@ def refuse_replay_options(asked, backend: bool, scale: bool) -> None:
     if asked.in_file:
         raise MoesimError(f"--engine llama.cpp reads no configuration file (--config); give {', '.join(OPTIONS)} "
                           "on the command line")
-    extra = [option(name) for name in sorted(asked.given) if name not in TAKES and name in DECLARED]  # as typed
+    extra = [named(name) for name in sorted(asked.given) if name not in TAKES and name in DECLARED]  # as typed
     extra += [f"--{name.replace('_', '-')}" for name in sorted(asked.params)] + \
         ["--backend"] * backend + ["--scale"] * scale
     if extra:

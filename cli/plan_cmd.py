@@ -10,7 +10,7 @@ from moesim.cli.console import console, emit_json, slots_text, table, with_inter
 from moesim.cli.explain_view import show
 from moesim.cli.options import PATH, TRACE
 from moesim.cli.settings import Asked, takes
-from moesim.errors import MoesimError, first_line, option
+from moesim.errors import MoesimError, first_line, named, render
 from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTINGS, candidate, read_by
 from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
@@ -160,12 +160,12 @@ def plan(
         readers = read_by(result, name) if name in asked.typed else []
         if 0 < len(readers) < len(result.rows):  # read by some rows only (by none: refused by the plan)
             which = ", ".join(f"#{rank}" for rank in readers)
-            console.print(f"{option(name, value)}: read by {'row' if len(readers) == 1 else 'rows'} {which} only, "
-                          f"{READ_BY[name]}", soft_wrap=True)
+            console.print(render(f"{named(name, value)}: read by {'row' if len(readers) == 1 else 'rows'} {which} "
+                                 f"only, {READ_BY[name]}"), soft_wrap=True)
     unrun: dict = {}  # candidates of a format refused for the same reason: one line, each strategy once
     for s in result.skipped:
-        named = " + ".join(v for v in (s["policy"], s["prefetch"]) if v and v != "none")
-        unrun.setdefault((shown(s["format"], s["dtype"]), s["reason"]), {}).setdefault(s["strategy"], []).append(named)
+        chosen = " + ".join(v for v in (s["policy"], s["prefetch"]) if v and v != "none")
+        unrun.setdefault((shown(s["format"], s["dtype"]), s["reason"]), {}).setdefault(s["strategy"], []).append(chosen)
     lines: dict = {}  # the same candidates refused for the same reason in several formats: one line
     for (name, reason), strategies in unrun.items():
         which = ", ".join(f"{strategy} ({'; '.join(n for n in settings if n)})" if any(settings) else strategy

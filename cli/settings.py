@@ -12,7 +12,6 @@ where the setting means something narrower there (``helps``), and other option n
 import functools
 import inspect
 import itertools
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Annotated, Optional
 import typer
 
 from moesim.cli.options import PATH
-from moesim.errors import TYPED_AS, MoesimError, option
+from moesim.errors import TYPED_AS, MoesimError, leading, named, render
 from moesim.params import SettingError
 from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_params_used, file_settings, on_machine,
                                owner_spec)
@@ -136,7 +135,8 @@ def takes(names, listed=(), defaults: dict | None = None, helps: dict | None = N
             try:
                 return fn(**kwargs, asked=gather(values, config_file, listed, defaults))
             except MoesimError as exc:
-                raise _named(exc, config_file, typed, defaults, names) from None
+                # rendered here, while the options as typed are known (``TYPED_AS``)
+                raise MoesimError(str(_named(exc, config_file, typed, defaults, names))) from None
             finally:
                 TYPED_AS.reset(typed_as)
 
@@ -153,29 +153,26 @@ def _typed_as(flags: tuple) -> str:
 
 
 def _named(exc: MoesimError, config_file: Path | None, typed: set, defaults: dict, names=()) -> MoesimError:
-    """An error about a setting (a ``SettingError``, or ``key ...`` found only against the trace): one typed names
-    its option as typed (``--batch must be a whole number from 1 ...``), one the configuration file gave for the
-    command (one of its ``names``) names the file (once), one of a value nobody gave (the command's ``defaults``, else
-    the declared one) names it as the default; any other error as it was (``--engine llama.cpp``, an option of
-    validate's own, is not the file's ``engine``)."""
-    text = str(exc)
-    if config_file is not None and text.startswith(f"{config_file}:"):
+    """An error about a setting (a ``SettingError``, or one whose message opens with the setting it is about,
+    ``moesim.errors.named``): one typed names its option as typed (``--batch must be a whole number from 1 ...``), one
+    the configuration file gave for the command (one of its ``names``) names the file (once), one of a value nobody
+    gave (the command's ``defaults``, else the declared one) names it as the default; any other error as it was
+    (``--engine llama.cpp``, an option of validate's own, is not the file's ``engine``)."""
+    raw = Exception.__str__(exc)
+    if config_file is not None and raw.startswith(f"{config_file}:"):
         return exc
     if isinstance(exc, SettingError):  # its text without the section: ``max_batch_tokens 2048 cannot hold ...``
-        named, text = exc.setting, f"{exc.setting} {exc.problem}"
-        if named in typed:
-            return MoesimError(f"{option(named)} {exc.problem}")
+        setting, value, end, raw = exc.setting, None, 0, f"{named(exc.setting)} {exc.problem}"
+        if setting in typed:
+            return MoesimError(raw)
     else:
-        found = re.match(r"(?:--)?([a-z][\w-]*)\b", text)
-        named = found and found.group(1).replace("-", "_")
-    in_file = named and named not in typed and named in names and config_file is not None and \
-        named in file_settings(config_file)
-    if in_file:
-        return MoesimError(f"{config_file}: {exc}")
-    value = re.match(rf"{named} (\S+)", text) if named in DECLARED and named not in typed else None
-    if value and value.group(1) == str(defaults.get(named, DECLARED[named].default)):
-        # ``capacity 4 is below top_k 8``, of a value no one typed: the command's default, named as such
-        return MoesimError(f"{option(named, value.group(1))} (the default){text[value.end():]}")
+        setting, value, end = leading(raw)
+    if setting not in typed and setting in names and config_file is not None and setting in file_settings(config_file):
+        return MoesimError(f"{config_file}: {render(Exception.__str__(exc), 'file')}")
+    if setting not in typed and value is not None and setting in DECLARED and \
+            value == str(defaults.get(setting, DECLARED[setting].default)):
+        # ``--capacity 4 is below top_k 8``, of a value no one typed: the command's default, named as such
+        return MoesimError(f"{raw[:end]} (the default){raw[end:]}")
     return exc
 
 
@@ -196,13 +193,13 @@ def gather(values: dict, config_file: Path | None, listed=(), defaults: dict | N
         if name in listed:
             items = [v.strip() for v in str(value).split(",")]
             if not all(items):  # '20,,24' or a trailing comma: a value left out, not a list of two
-                raise MoesimError(f"{option(name)} is empty" if not any(items)
-                                  else f"{option(name, value)}: an empty entry")
+                raise MoesimError(f"{named(name)} is empty" if not any(items)
+                                  else f"{named(name, value)}: an empty entry")
             each[name] = [s.parse(v) for v in items]
             same = [v.lower() if isinstance(v, str) else v for v in each[name]]  # Q4_K is q4_k
             twice = next((v for i, v in enumerate(each[name]) if same[i] in same[:i]), None)
             if twice is not None:  # each value is a run: a value listed twice ran the same run twice
-                raise MoesimError(f"{option(name, value)}: {twice} listed twice; each value is one run")
+                raise MoesimError(f"{named(name, value)}: {twice} listed twice; each value is one run")
             continue
         if isinstance(value, str) and (s.auto or s.kind is not str):
             value = s.parse(value)

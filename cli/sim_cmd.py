@@ -12,7 +12,7 @@ from moesim.cli.console import console, emit_json, slots_text, table, with_inter
 from moesim.cli.explain_view import show
 from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.files import check_output
 from moesim.sim.accuracy import interval_words
 from moesim.sim.config import RUN_SETTINGS
@@ -85,7 +85,7 @@ def run(
             unread = [kernel_unread(run, int(run.rows.tokens.max()), c)
                       for c in configs for run in (prepare_des(trace, c, spec, hw).run,)]
             if all(unread):
-                raise MoesimError(f"{option('kernel')}: {unread[0]}, so nothing reads it")
+                raise MoesimError(f"{named('kernel')}: {unread[0]}, so nothing reads it")
         results = [moesim.simulate(trace, config, model=spec, hardware=hw) for config in configs]
         if save_config is not None:  # after the runs: one refused (a model that does not fit) writes no file
             configs[0].to_toml(save_config, absolute=True)  # read from any folder as from this one
@@ -121,9 +121,9 @@ def run(
            + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu + [r.hit_rate] * cached + [r.vram_gb, r.ram_gb]
            + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
     if any(r.tokens_per_s_low is not None for r in results):
-        named = any(r.named for r in results)
+        learned = any(r.named for r in results)
         console.print(("tok/s: as the engine runs it, the framework time learned for it from published points "
-                       "included where one was" if named else "tok/s: the placement's operations, no engine's "
+                       "included where one was" if learned else "tok/s: the placement's operations, no engine's "
                        "framework time (--engine NAME, as moesim plan, adds one where it was learned)")
                       + "; " + interval_words(hw, {(r.named, r.side) for r in results}), soft_wrap=True)
     if prefetch != "none":

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from contextvars import ContextVar
 
 
 class MoesimError(Exception):
-    """Bad input or usage. The command line prints it as one line and exits non-zero."""
+    """Bad input or usage. The command line prints it as one line and exits non-zero. Its message names settings
+    with ``named``; ``str`` renders them for whoever reads it (``READER``)."""
+
+    def __str__(self) -> str:
+        return render(super().__str__())
 
 
 class MoesimWarning(UserWarning):
     """Input that is most likely a slip but may be meant (a hardware number past every real part's: a size in MiB
     where GiB was asked, ``moesim.sim.hardware.PLAUSIBLE``). Given through Python's ``warnings``, each once where it
     is the same; the command line prints it as one line on stderr, and the run goes on."""
+
+    def __str__(self) -> str:
+        return render(super().__str__())
 
 
 def first_line(exc: BaseException) -> str:
@@ -29,19 +37,44 @@ READER: ContextVar[str] = ContextVar("moesim_reader", default="python")
 TYPED_AS: ContextVar[dict] = ContextVar("moesim_typed_as", default={})
 
 
-def option(name: str, value=None) -> str:
-    """A setting as its reader gives it: ``--name value`` on the command line (the name typed), ``name='value'`` in
-    Python; with no value, the bare name (``--rate``, ``rate``)."""
-    if READER.get() == "cli":
-        flag = TYPED_AS.get().get(name.replace("-", "_"), f"--{name.replace('_', '-')}")
-        return flag + ("" if value is None else f" {value}")
-    key = name.replace("-", "_")
-    return key if value is None else f"{key}={value!r}"
+# a setting named in a message: OPEN name [SEP value as text SEP value's repr] CLOSE (characters no message holds)
+OPEN, SEP, CLOSE = "\x1e", "\x1f", "\x1d"
+NAMED = re.compile(f"{OPEN}([^{SEP}{CLOSE}]*)(?:{SEP}([^{SEP}{CLOSE}]*){SEP}([^{CLOSE}]*))?{CLOSE}")
 
 
-def switch(name: str) -> str:
-    """A yes/no setting turned on: ``--force`` on the command line, ``force=True`` in Python."""
-    return f"--{name.replace('_', '-')}" if READER.get() == "cli" else f"{name.replace('-', '_')}=True"
+def named(setting: str, value=None) -> str:
+    """A setting (its flat name), with the value it was given or one to give, as a message names it; the message's
+    reader renders it (``render``): no module but this one knows how a setting is typed where."""
+    return f"{OPEN}{setting}{CLOSE}" if value is None else f"{OPEN}{setting}{SEP}{value}{SEP}{value!r}{CLOSE}"
+
+
+def render(text: str, reader: str | None = None) -> str:
+    """``text`` with every setting ``named`` in it as ``reader`` (default: ``READER``) types it: the command line
+    ``--name value`` (the option as typed, ``TYPED_AS``; a switch bare, ``--force`` or ``--no-name``), Python
+    ``name=value`` (its repr), a configuration file ``name value`` (the key it holds); a bare name without a value
+    (``--rate``, ``rate``)."""
+    if OPEN not in text:
+        return text
+    reader = reader or READER.get()
+
+    def one(found: re.Match) -> str:
+        setting, value, shown = found.groups()
+        key = setting.replace("-", "_")
+        if reader != "cli":
+            return key if value is None else f"{key}={shown}" if reader == "python" else f"{key} {value}"
+        flag = TYPED_AS.get().get(key, f"--{key.replace('_', '-')}")
+        if shown in ("True", "False"):  # a switch: --force, --no-chunked-prefill
+            return flag if shown == "True" else f"--no-{flag.removeprefix('--')}"
+        return flag if value is None else f"{flag} {value}"
+
+    return NAMED.sub(one, text)
+
+
+def leading(text: str) -> tuple[str, str | None, int]:
+    """The setting a message opens with (``named``; "" if none), its value as text, and where its name ends: what
+    the message is about."""
+    found = NAMED.match(text)
+    return ("", None, 0) if found is None else (found.group(1).replace("-", "_"), found.group(2), found.end())
 
 
 def unwind(signum, frame):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from moesim.errors import MoesimError, first_line, switch
+from moesim.errors import MoesimError, first_line, named
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,7 +38,7 @@ def check_output(path: str | Path, what: str, *, force: bool = True, inputs: tup
     if suffixes and path.suffix.lower() not in suffixes:
         raise MoesimError(f"{path}: unknown {what} format '{path.suffix}' (use {', '.join(suffixes)})")
     if path.exists() and not force:
-        raise MoesimError(f"{path}: exists; pass {switch('force')} to replace the {what}")
+        raise MoesimError(f"{path}: exists; pass {named('force', True)} to replace the {what}")
     return path
 
 

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.experiments.plan_row import PlanRow
 from moesim.frames import Tabular
 from moesim.policies import get_policy
@@ -129,7 +129,7 @@ def plan_trace(model: ModelSpec, path: str | Path | Trace | None, batch: int, se
     sequences = 2 * batch
     check_memory(sequences * SYNTH_TOKENS * model.num_layers * model.top_k,
                  f"a synthetic trace of {sequences} sequences, {SYNTH_TOKENS} tokens each, is what "
-                 f"{option('batch', batch)} plans on: plan a smaller batch")
+                 f"{named('batch', batch)} plans on: plan a smaller batch")
     trace = synth_trace(model.num_layers, model.num_experts, model.top_k, sequences, SYNTH_TOKENS, seed, Locality(),
                         0, model.name, model.trace_meta())
     return trace, f"synthetic {model.name} trace ({sequences} x {SYNTH_TOKENS} tokens, seed {seed})"
@@ -165,7 +165,7 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
     kept = None if engines is None else {engine_named(e) for e in engines}
     unknown = sorted(set(kept or ()) - set(ENGINES))
     if unknown:
-        raise MoesimError(f"{option('engine', unknown[0])}: no such engine; choose from {', '.join(ENGINES)}")
+        raise MoesimError(f"{named('engine', unknown[0])}: no such engine; choose from {', '.join(ENGINES)}")
     # the candidates start from the model, the machine and the workload alone: a configuration file's cache or
     # prefetcher is not theirs
     flat = config.flat()
@@ -186,7 +186,7 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
                                                        warmup=1 if tr.num_sequences > wl.batch else 0), formats, kept)
     out.results = simulate_all(prepared)
     if not out.results and not out.skipped:  # (nothing skipped, nothing short: every candidate's engine left out)
-        raise MoesimError(f"{option('engine', ','.join(engines))}: none of them runs a placement a plan simulates "
+        raise MoesimError(f"{named('engine', ','.join(engines))}: none of them runs a placement a plan simulates "
                           f"(engines: {', '.join(e.name for e in ENGINES.values() if e.runs)})")
     if not out.results:
         reasons = {}  # each reason once, with the candidates it stopped
@@ -214,14 +214,14 @@ def planned_formats(spec: ModelSpec, dtypes) -> list:
     if dtypes is None:
         why = unpriced(spec)
         if why:
-            raise MoesimError(f"{why}: name the formats to plan ({option('dtype')})")
+            raise MoesimError(f"{why}: name the formats to plan ({named('dtype')})")
         return own or list(DTYPES)
     dtypes = list(dtypes)
     if not dtypes:
         raise MoesimError("a plan needs at least one weight format (dtypes) to size its candidates in")
-    named = [d for d in dtypes if not isinstance(d, str)]
-    if named:
-        raise MoesimError(f"dtypes: {named[0]!r} is no weight format's name (choose from {', '.join(BYTES_PER_PARAM)})")
+    unnamed = [d for d in dtypes if not isinstance(d, str)]
+    if unnamed:
+        raise MoesimError(f"dtypes: {unnamed[0]!r} is no weight format's name (choose from {', '.join(BYTES_PER_PARAM)})")
     return own + list(dict.fromkeys(Config.build(dtype=dtype).model.dtype for dtype in dtypes))
 
 
@@ -270,7 +270,7 @@ def check_plan_read(p: Plan, given) -> None:
                    f"and {what}")
         else:
             why = f"{what} (the rows: {', '.join(dict.fromkeys(r.strategy for r in every))})"
-        raise MoesimError(f"{option(name)}: {why}, so nothing reads it")
+        raise MoesimError(f"{named(name)}: {why}, so nothing reads it")
 
 
 def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[Prepared], list]:

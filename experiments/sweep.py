@@ -46,7 +46,7 @@ from pathlib import Path
 
 import polars as pl
 
-from moesim.errors import READER, MoesimError, MoesimWarning, first_line, option, switch
+from moesim.errors import READER, MoesimError, MoesimWarning, first_line, named
 from moesim.files import atomic_output, check_output, read_toml
 from moesim.frames import Tabular
 from moesim.host import usable_cpus
@@ -115,9 +115,9 @@ def forced(spec: SweepSpec) -> SweepSpec:
     """``spec`` with every row taking machines whose numbers are far past every real part's (``force = true`` in its
     [fixed]: the command line's --force)."""
     if "force" not in KEYS[spec.kind]:
-        raise MoesimError(f"{switch('force')}: a {spec.kind} sweep simulates no machine, so nothing reads it")
+        raise MoesimError(f"{named('force', True)}: a {spec.kind} sweep simulates no machine, so nothing reads it")
     if "force" in spec.axes:
-        raise MoesimError(f"{spec.path}: force is an axis there, and {switch('force')} would set it in every row")
+        raise MoesimError(f"{spec.path}: force is an axis there, and {named('force', True)} would set it in every row")
     return replace(spec, fixed={**spec.fixed, "force": True})
 
 
@@ -366,13 +366,13 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
         raise MoesimError(f"unknown executor {executor!r}; choose from {', '.join(EXECUTORS)}")
     out = Path(out)
     if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral) or jobs < 1:
-        raise MoesimError(f"{option('jobs')} must be a whole number >= 1, got {jobs!r}")
+        raise MoesimError(f"{named('jobs')} must be a whole number >= 1, got {jobs!r}")
     jobs = int(jobs)
     if executor == "local":  # a worker a CPU at most: more only compete for them, each a process with its own memory
         jobs = min(jobs, usable_cpus())
     seconds = isinstance(flush_seconds, numbers.Real) and not isinstance(flush_seconds, bool)
     if not (seconds and 0 <= flush_seconds < math.inf):  # NaN too: a wait never passed, or passed at every row
-        raise MoesimError(f"{option('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds!r}")
+        raise MoesimError(f"{named('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds!r}")
     check_output(out, "results", suffixes=(".parquet",))  # its folder, its format (the command line's too)
     STOP.clear()  # from here a stop is honoured, the grid's expansion included
     try:
@@ -386,7 +386,7 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
     done, existed = pl.DataFrame(), out.exists()
     if existed:
         if not resume:
-            raise MoesimError(f"{out}: exists; pass {switch('resume')} to continue that sweep, or remove it")
+            raise MoesimError(f"{out}: exists; pass {named('resume', True)} to continue that sweep, or remove it")
         try:
             if "config_id" not in pl.read_parquet_schema(out):  # before reading the rows (a trace may be large)
                 raise MoesimError(f"{out}: not a sweep's results (no config_id column), so there is nothing to "
@@ -444,7 +444,7 @@ def _run(spec: SweepSpec, out: Path, jobs: int, resume: bool, progress, flush_se
         _write(done, rows, out)
     if STOP.is_set():
         raise MoesimError(f"{out}: sweep stopped after {len(rows)} of {len(todo)} configuration(s); "
-                          f"run it again with {switch('resume')} to finish")
+                          f"run it again with {named('resume', True)} to finish")
     return SweepSummary(len(there) + len(todo), len(there), len(rows), failed, time.perf_counter() - start,
                         len(have - there), jobs, str(out))
 
@@ -593,7 +593,7 @@ def _execute_ray(kind: str, work: list[list[tuple[str, dict]]], jobs: int) -> It
     try:
         import ray
     except ImportError:
-        raise MoesimError(f"{option('executor', 'ray')} needs Ray: pip install 'moesim[ray]' (or pip install ray)") \
+        raise MoesimError(f"{named('executor', 'ray')} needs Ray: pip install 'moesim[ray]' (or pip install ray)") \
             from None
     if not ray.is_initialized():
         ray.init(num_cpus=None if os.environ.get("RAY_ADDRESS") else jobs, include_dashboard=False,

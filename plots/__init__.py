@@ -1,7 +1,7 @@
 """Every figure moesim draws: of a trace (activations, eviction timelines) and of results (hit rate and
 TPOT against capacity, speedups, per-layer hit rates)."""
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 
 # the options each kind of figure reads; the others refuse a value, which would change nothing
 READ_BY = {"baseline": ("speedup-heatmap",), "capacity": ("per-layer-hitrate", "eviction-timeline"),
@@ -14,5 +14,5 @@ def check_options(kind: str, kinds: tuple, **given) -> None:
     for name, value in given.items():
         if value is not None and kind not in READ_BY[name]:
             readers = [k for k in READ_BY[name] if k in kinds]
-            raise MoesimError(f"{option(name)} is read by {', '.join(readers)} only; {option('kind', kind)} does "
+            raise MoesimError(f"{named(name)} is read by {', '.join(readers)} only; {named('kind', kind)} does "
                               "not use it")

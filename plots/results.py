@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from moesim.errors import MoesimError, first_line, option
+from moesim.errors import MoesimError, first_line, named
 from moesim.plots.legible import MARKERS, coinciding
 from moesim.plots.trace import BOUND, TRACE_KINDS, plt, save_figure
 from moesim.tracegen.io import READ_FAILURES
@@ -170,7 +170,7 @@ def _heatmap(frame, baseline, out, source) -> Path:
         raise MoesimError(f"{source}: lacks column(s) tpot_s or misses")
     if baseline not in frame["policy"].to_list():
         raise MoesimError(f"{source}: baseline policy '{baseline}' is not in the results "
-                          f"({', '.join(sorted(frame['policy'].unique().to_list()))}); choose one of them with {option('baseline')}")
+                          f"({', '.join(sorted(frame['policy'].unique().to_list()))}); choose one of them with {named('baseline')}")
     panels = _panels(frame)
     fig, axes = plt.subplots(1, len(panels), figsize=(1.2 + 1.0 * frame["capacity"].n_unique() * len(panels) + 1.5,
                                                       1.5 + 0.5 * frame["policy"].n_unique()),

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from moesim.errors import MoesimError, option  # noqa: E402
+from moesim.errors import MoesimError, named  # noqa: E402
 from moesim.files import atomic_output, check_output  # noqa: E402
 from moesim.tracegen.trace import Trace  # noqa: E402
 
@@ -65,10 +65,10 @@ def check_index(index, count: int, name: str, what: str, source: str = "the trac
     if isinstance(index, numbers.Integral) and not isinstance(index, bool) and 0 <= index < count:
         return
     if not isinstance(index, numbers.Integral) or isinstance(index, bool):
-        raise MoesimError(f"{option(name)} must be a whole number (an index from 0), got {index!r}")
+        raise MoesimError(f"{named(name)} must be a whole number (an index from 0), got {index!r}")
     valid = (f"no {what}" if count == 0 else f"1 {what.removesuffix('s')} (index 0)" if count == 1
              else f"{count} {what} (0..{count - 1})")
-    raise MoesimError(f"{option(name, index)} is out of range: {source} has {valid}")
+    raise MoesimError(f"{named(name, index)} is out of range: {source} has {valid}")
 
 
 FORMATS = ("png", "svg", "pdf")
@@ -103,11 +103,11 @@ def plot_eviction_timeline(trace: Trace, out: str | Path, capacity: int = 4, lay
     k, experts = trace.meta.top_k, trace.meta.num_experts
     if isinstance(capacity, numbers.Integral) and not isinstance(capacity, bool):  # else refused below, as a run's
         if capacity < k:  # step semantics, the only ones drawn (0 or fewer: no cache to evict from)
-            raise MoesimError(f"{option('capacity', capacity)} is below top_k {k}: a step's k experts are resident at "
-                              f"once; give {option('capacity')} {k} or more")
+            raise MoesimError(f"{named('capacity', capacity)} is below top_k {k}: a step's k experts are resident at "
+                              f"once; give {named('capacity')} {k} or more")
         if capacity > experts:
-            raise MoesimError(f"{option('capacity', capacity)} is more than the {experts} experts per layer the trace "
-                              f"has; give {option('capacity')} {k} to {experts}")
+            raise MoesimError(f"{named('capacity', capacity)} is more than the {experts} experts per layer the trace "
+                              f"has; give {named('capacity')} {k} to {experts}")
     caches = [CacheConfig(policy=policy, capacity=capacity) for policy in policies]
     for cache in caches:  # refused before a figure is opened
         check_capacity(trace.meta, cache)

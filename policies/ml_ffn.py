@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.files import read_arrays
 from moesim.params import Param
 from moesim.policies.base import PolicySpec, hooks, min_key_slot
@@ -76,7 +76,7 @@ class State(NamedTuple):
 def make_state(ctx) -> State:
     path = ctx.params["ml_model"]
     if path is None:
-        raise MoesimError(f"policy ml-ffn needs a model: pass {option('ml_model', 'MODEL.npz')} (from 'moesim train "
+        raise MoesimError(f"policy ml-ffn needs a model: pass {named('ml_model', 'MODEL.npz')} (from 'moesim train "
                           f"ml-ffn' or moesim.train_ml_ffn)")
     model = load_model(path)
     num_models = model["w1"].shape[0]

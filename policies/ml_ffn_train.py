@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.files import atomic_output
 from moesim.policies.ml_ffn import WEIGHTS, fill_features, new_history
 from moesim.tracegen.trace import Trace
@@ -58,7 +58,7 @@ def split(trace: Trace, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
     """Train and validation sequence indices: the last ceil(fraction * S) sequences validate (a fraction above 0 and
     below 1: ``val_fraction`` of both trainers, ml-ffn's and the learned prefetcher's)."""
     if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
-        raise MoesimError(f"{option('val_fraction', val_fraction)}: the share of sequences held out must be above 0 "
+        raise MoesimError(f"{named('val_fraction', val_fraction)}: the share of sequences held out must be above 0 "
                           "and below 1")  # NaN too
     s = trace.num_sequences
     if s < 2:
@@ -72,7 +72,7 @@ def train(trace: Trace, per_layer: bool, *, horizon: int = 64, val_fraction: flo
     """Fit the FFN(s); return the exported arrays and a log (epochs run, best validation MSE)."""
     for name, value in (("horizon", horizon), ("epochs", epochs), ("patience", patience), ("batch", batch)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise MoesimError(f"{option(name, value)}: must be a whole number, 1 or more")
+            raise MoesimError(f"{named(name, value)}: must be a whole number, 1 or more")
     train_seq, val_seq = split(trace, val_fraction)
     try:
         import torch

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.replay.calibrate_cpu import fit_cpu_layer, host_cpu, mean_se, nonnegative_s
 from moesim.replay.compute import DTYPE, ComputeStream, available_bytes, require_torch
 from moesim.replay.run import no_gc, replay
@@ -115,7 +115,7 @@ def calibrate(model: ModelSpec, backend: str = "cpu", repeats: int = 15, workdir
               seed: int = 0) -> Calibration:
     """Measure copies, compute and the executor for ``model`` on ``backend``; a Hardware with a [compute] table."""
     if repeats < 3:
-        raise MoesimError(f"{option('repeats')} must be at least 3, got {repeats}")
+        raise MoesimError(f"{named('repeats')} must be at least 3, got {repeats}")
     if backend == "cpu":
         require_torch()  # before the expert files are written
         with no_gc():

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.host import available_ram
 from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
@@ -137,7 +137,7 @@ def check_fits(model: ModelSpec, n_buffers: int, folder: Path, host_layers: int 
     free_disk = shutil.disk_usage(folder).free
     free_ram = available_ram()
     if free_disk == 0:  # /proc, /sys, a full disk: no model is small enough
-        raise MoesimError(f"{folder}: no free space for the expert files; give {option('workdir')} a folder with free "
+        raise MoesimError(f"{folder}: no free space for the expert files; give {named('workdir')} a folder with free "
                           "space")
     if on_disk > 0.8 * free_disk:
         return f"its experts take {_gb(on_disk)} GB on disk, {folder} has {_gb(free_disk)} GB free"

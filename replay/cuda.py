@@ -10,7 +10,7 @@ random and seeded. The backend interface: ``moesim.replay.backend``.
 
 from __future__ import annotations
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.host import available_ram
 from moesim.replay.backend import Backend
 from moesim.replay.compute import require_torch
@@ -22,8 +22,8 @@ BYTES = 2  # bf16
 def require_cuda():
     torch = require_torch()
     if not torch.cuda.is_available():
-        raise MoesimError(f"{option('backend', 'cuda')} needs a CUDA GPU and a CUDA build of torch; torch "
-                          f"{torch.__version__} sees none here: use {option('backend', 'cpu')}")
+        raise MoesimError(f"{named('backend', 'cuda')} needs a CUDA GPU and a CUDA build of torch; torch "
+                          f"{torch.__version__} sees none here: use {named('backend', 'cpu')}")
     return torch
 
 

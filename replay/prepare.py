@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.replay.calibrate import calibrate, device_memory_gb, host_memory_gb
 from moesim.replay.compute import require_torch
 from moesim.replay.run import check_backend, check_fits, in_backend_format, shrink
@@ -41,7 +41,7 @@ def prepare(trace: Trace, config: Config, backend: str, hardware: str | Hardware
     small_trace, small = shrink(trace, spec, layers, scale)
     if backend == "virtual":
         if workdir is not None:
-            raise MoesimError(f"{option('workdir')}: backend virtual replays the simulator's own times and writes no "
+            raise MoesimError(f"{named('workdir')}: backend virtual replays the simulator's own times and writes no "
                               "expert files, so nothing reads it")
         if isinstance(hardware, Hardware):
             return trace, spec, config.hardware.spec(hardware)

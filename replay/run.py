@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError, option, unwind
+from moesim.errors import MoesimError, named, unwind
 from moesim.frames import Tabular
 from moesim.replay.compute import DTYPE, ComputeStream, row_shape
 from moesim.replay.scratch import work_folder
@@ -99,9 +99,9 @@ def shrink(trace: Trace, model: ModelSpec, layers: int | None, scale: float) -> 
                           "('moesim sim run')")
     n = trace.meta.num_layers if layers is None else layers
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= trace.meta.num_layers:
-        raise MoesimError(f"{option('layers')} must be a whole number 1..{trace.meta.num_layers}, got {layers!r}")
+        raise MoesimError(f"{named('layers')} must be a whole number 1..{trace.meta.num_layers}, got {layers!r}")
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale <= 1:
-        raise MoesimError(f"{option('scale')} must be a number in (0, 1], got {scale!r}")
+        raise MoesimError(f"{named('scale')} must be a number in (0, 1], got {scale!r}")
 
     def width(v: int) -> int:
         return max(8, int(round(v * scale))) if v else v
@@ -124,17 +124,17 @@ def check_given(given, backend: str) -> None:
     if backend == "virtual" or backend not in BACKENDS:
         return
 
-    def named(names) -> tuple[str, str]:
+    def unread_of(names) -> tuple[str, str]:
         unread = [n for n in names if n in given]
-        return ", ".join(map(option, unread)), "it" if len(unread) == 1 else "them"
+        return ", ".join(map(named, unread)), "it" if len(unread) == 1 else "them"
 
     for names, why in ((FORMATS, f"computes every weight in its own format, {DTYPE[backend]}"),
                        (PRESETS, "runs on this machine (link and ssd swap simulated presets)"),
                        (MACHINE, "runs on this machine, as the hardware file calibrated on it describes it (its "
                                  "CPU and memory; torch computes with every core)")):
-        typed, it = named(names)
+        typed, it = unread_of(names)
         if typed:
-            raise MoesimError(f"{typed}: {option('backend', backend)} {why}, so nothing reads {it} (the virtual "
+            raise MoesimError(f"{typed}: {named('backend', backend)} {why}, so nothing reads {it} (the virtual "
                               f"backend does)")
 
 
@@ -144,15 +144,15 @@ def check_backend(config: Config, backend: str) -> None:
         raise MoesimError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     strategy = config.execution.strategy
     if backend != "virtual" and config.cache.dram_capacity is not None:
-        raise MoesimError(f"{option('backend', backend)} replays two tiers (slow tier -> fast buffers); the SSD tier "
-                          f"({option('dram_capacity')}) is replayed on {option('backend', 'virtual')} only")
+        raise MoesimError(f"{named('backend', backend)} replays two tiers (slow tier -> fast buffers); the SSD tier "
+                          f"({named('dram_capacity')}) is replayed on {named('backend', 'virtual')} only")
     if config.cache.dram_capacity is not None and get_strategy(strategy).cpu:
         raise MoesimError(f"strategy {strategy} computes experts on the CPU, whose reads from the SSD tier "
-                          f"({option('dram_capacity')}) are simulated ('moesim sim run'), not replayed")
+                          f"({named('dram_capacity')}) are simulated ('moesim sim run'), not replayed")
     if backend != "virtual" and backend not in get_strategy(strategy).replay:
         executes = [name for name, m in STRATEGIES.items() if backend in m.replay]
-        raise MoesimError(f"{option('backend', backend)} executes strategies {', '.join(executes)}; "
-                          f"{strategy} is replayed on {option('backend', 'virtual')} only (its CPU and GPU work overlap)")
+        raise MoesimError(f"{named('backend', backend)} executes strategies {', '.join(executes)}; "
+                          f"{strategy} is replayed on {named('backend', 'virtual')} only (its CPU and GPU work overlap)")
 
 
 def in_backend_format(config: Config, backend: str) -> Config:
@@ -175,7 +175,7 @@ def check_fits(model: ModelSpec, n_buffers: int, backend: str, folder: Path, pla
     else:
         raise MoesimError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
     if problem is not None:
-        raise MoesimError(f"{model.name}: {problem}; cut it with {option('layers')} N and/or {option('scale')} S "
+        raise MoesimError(f"{model.name}: {problem}; cut it with {named('layers')} N and/or {named('scale')} S "
                           "(widths x S), which the result records")
 
 

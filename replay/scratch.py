@@ -13,7 +13,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 
 PATTERN = re.compile(r"^moesim-(replay|calibrate|llamacpp)-(\d+)-")
 
@@ -25,7 +25,7 @@ def work_folder(workdir: str | Path | None) -> Path:
         return Path(tempfile.gettempdir())
     folder = Path(workdir)
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise MoesimError(f"{option('workdir', str(folder))}: not a writable folder")
+        raise MoesimError(f"{named('workdir', str(folder))}: not a writable folder")
     return folder
 
 

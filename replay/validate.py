@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from moesim.replay.run import replay
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.sim.config import Config, check_params_used, params_for
 from moesim.sim.machine import Hardware
 from moesim.sim.strategies import get_strategy
@@ -46,14 +46,14 @@ def run_groups(config: Config, policies: list[str], capacities: list[int], cpu_l
     places = get_strategy(strategy).places
     if places is not None:
         if params:
-            raise MoesimError(f"{', '.join(map(option, params))}: strategy {strategy} keeps no expert cache, so nothing "
+            raise MoesimError(f"{', '.join(map(named, params))}: strategy {strategy} keeps no expert cache, so nothing "
                               "reads it")
         if listed:
             raise MoesimError(f"{' and '.join(listed)}: strategy {strategy} keeps no expert cache (it places layers: "
                               f"cpu_layers=[...]), so nothing reads {'it' if len(listed) == 1 else 'them'}")
         return [[config.replace(**{places: n}) for n in cpu_layers or [0]]]
     if cpu_layers not in (None, [0]):
-        raise MoesimError(f"{option('cpu_layers')}: strategy {strategy} places no layers on the CPU (it keeps a cache, "
+        raise MoesimError(f"{named('cpu_layers')}: strategy {strategy} places no layers on the CPU (it keeps a cache, "
                           "whose runs are the policies and capacities listed), so nothing reads it")
     groups = [[config.replace(policy=p, capacity=c) for p in policies] for c in capacities]  # names checked first
     check_params_used(policies, params or {}, [config.prefetch.prefetcher], [strategy])

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.frames import Tabular
 from moesim.sim.config import CacheConfig
 from moesim.sim.mrc import capacities, curve, hits_table
@@ -86,13 +86,13 @@ def check_budget(trace: Trace, cache: CacheConfig, budget: int) -> None:
     run of ``cache`` takes in each layer (``moesim.sim.mrc.capacities``): refused before any curve is simulated."""
     meta = trace.meta
     if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
-        raise MoesimError(f"{option('budget')} must be a whole number of slots, got {budget!r}")
+        raise MoesimError(f"{named('budget')} must be a whole number of slots, got {budget!r}")
     most, low = meta.num_layers * meta.num_experts, capacities(trace, cache)[0]
     if budget > most:
-        raise MoesimError(f"{option('budget', budget)} is more than the {most} experts of the trace's "
+        raise MoesimError(f"{named('budget', budget)} is more than the {most} experts of the trace's "
                           f"{meta.num_layers} layers")
     if budget < meta.num_layers * low:
-        raise MoesimError(f"{option('budget', budget)} is below {low} slots (the least a {cache.semantics} run takes) "
+        raise MoesimError(f"{named('budget', budget)} is below {low} slots (the least a {cache.semantics} run takes) "
                           f"in each of the trace's {meta.num_layers} layers")
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.files import atomic_output, check_output, read_toml
 from moesim.params import AUTO, INT_MOST, Param, SettingError
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
@@ -651,7 +651,7 @@ def check_params_used(policies: list[str], given: dict, prefetchers: list[str] =
     if unused:
         placed = list(strategies) != ["gpu-cache"] or any(k in STRATEGY_PARAMS for k in unused)
         owners = ", prefetcher or strategy" if placed else " or prefetcher"
-        raise MoesimError(f"{', '.join(map(option, unused))}: no policy{owners} "
+        raise MoesimError(f"{', '.join(map(named, unused))}: no policy{owners} "
                           f"of this run takes it (policies {', '.join(policies)}; prefetchers {', '.join(prefetchers)}"
                           + (f"; strategies {', '.join(strategies)})" if placed else ")"))
 

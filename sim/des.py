@@ -24,7 +24,7 @@ from functools import cached_property
 import numpy as np
 from numba import njit
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, named
 from moesim.frames import Tabular
 from moesim.host import usable_cpus
 from moesim.policies.base import Context
@@ -424,7 +424,7 @@ def _measure_from(req, warmup: int) -> int:
     """The first request row measured: that of batch ``warmup`` (the batches before it warm the caches up)."""
     groups = req.group_offsets.size - 1
     if warmup >= groups:
-        raise MoesimError(f"warmup {warmup} leaves none of the trace's {groups} batch(es) to measure")
+        raise MoesimError(f"{named('warmup', warmup)} leaves none of the trace's {groups} batch(es) to measure")
     return int(req.group_offsets[warmup])
 
 

@@ -25,7 +25,7 @@ from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import NamedTuple
 
-from moesim.errors import MoesimError, MoesimWarning, option, switch
+from moesim.errors import MoesimError, MoesimWarning, named
 from moesim.files import atomic_output, read_toml
 from moesim.sim.cpu_rates import ISA_FLOP_PER_CYCLE
 from moesim.sim import local_kept
@@ -110,12 +110,12 @@ def with_parts(hw: Hardware, link: str | None = None, ssd: str | None = None, cp
     for part, value, field, key in (("vram", vram, "hbm_gb", "gpu"), ("ram", ram, "ram_gb", "cpu")):
         wrong = value is not None and out_of_range(field, value, key)
         if wrong:
-            raise MoesimError(f"{option(part)} {wrong}")
+            raise MoesimError(f"{named(part)} {wrong}")
     if hw.gpu is None and (link is not None or vram is not None):
-        raise MoesimError(f"hardware '{hw.name}' has no GPU: {option('link')} and {option('vram')} do not apply")
+        raise MoesimError(f"hardware '{hw.name}' has no GPU: {named('link')} and {named('vram')} do not apply")
     if link is not None and hw.gpu.unified:
         raise MoesimError(f"hardware '{hw.name}': its GPU shares the host's memory, so no link reaches it: "
-                          f"{option('link')} does not apply")
+                          f"{named('link')} does not apply")
     if link is not None:  # every GPU's
         swapped = _pick(LINKS, link, "link")
         hw = replace(hw, link=swapped, more_gpus=tuple((g, swapped) for g, _ in hw.more_gpus), name=f"{hw.name}+{link}")
@@ -129,14 +129,14 @@ def with_parts(hw: Hardware, link: str | None = None, ssd: str | None = None, cp
         _check_plausible(_typed("vram", vram), "gpu", "hbm_gb", vram, hw.gpu, force)
     if ram is not None:
         if hw.cpu is None:
-            raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose RAM {option('ram')} could set")
+            raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose RAM {named('ram')} could set")
         hw = replace(hw, cpu=replace(hw.cpu, ram_gb=float(ram)))
         _check_plausible(_typed("ram", ram), "cpu", "ram_gb", ram, hw.cpu, force)
     if threads is not None:
         if hw.cpu is None:
-            raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose threads {option('threads')} could set")
+            raise MoesimError(f"hardware '{hw.name}' has no [cpu] section whose threads {named('threads')} could set")
         hw = replace(hw, cpu=replace(hw.cpu, threads=int(threads)))
-        _check_threads(hw.cpu, option("threads", int(threads)))
+        _check_threads(hw.cpu, named("threads", int(threads)))
     return hw
 
 
@@ -485,13 +485,13 @@ def _check_plausible(where: str, key: str, name: str, v, part, force: bool) -> N
     text = (f"{where} is {bound.what} (at most ~{_shown(bound.most)} {bound.unit}"
             f"{f' for {sockets} sockets' if sockets > 1 else ''}){_slip(v, bound)}")
     if v > REFUSED * bound.most and not force:
-        raise MoesimError(f"{text} ({switch('force')} takes it)")
+        raise MoesimError(f"{text} ({named('force', True)} takes it)")
     warnings.warn(text, MoesimWarning)
 
 
 def _typed(setting: str, v) -> str:
     """A setting and its value as its reader typed it: ``--vram 12288``, ``vram=12288``."""
-    return option(setting, int(v) if float(v).is_integer() else v)
+    return named(setting, int(v) if float(v).is_integer() else v)
 
 
 def _shown(v) -> str:

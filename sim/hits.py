@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.frames import Tabular
 from moesim.policies import get_policy
 from moesim.policies.base import Context
@@ -61,7 +61,8 @@ class HitRate(Tabular):
 
 def capacity_named(capacity, slots: np.ndarray, part: int) -> str:
     """How an error names one partition's capacity: the capacity, or a listed layer's entry."""
-    return f"capacity {slots[part]} of layer {part}" if isinstance(capacity, tuple) else f"capacity {slots[part]}"
+    return (f"{named('capacity')} {slots[part]} of layer {part}" if isinstance(capacity, tuple)
+            else named("capacity", int(slots[part])))
 
 
 def check_fits_experts(meta, cache: CacheConfig) -> None:
@@ -70,8 +71,8 @@ def check_fits_experts(meta, cache: CacheConfig) -> None:
     slots = cache.slots(meta.num_layers)
     if slots.max() > most:
         where = "per layer" if cache.scope == "per-layer" else f"in all {meta.num_layers} layers"
-        named = capacity_named(cache.capacity, slots, int(slots.argmax()))
-        raise MoesimError(f"{named} is more than the {most} experts {where}")
+        which = capacity_named(cache.capacity, slots, int(slots.argmax()))
+        raise MoesimError(f"{which} is more than the {most} experts {where}")
 
 
 def check_capacity(meta, cache: CacheConfig) -> None:
@@ -79,17 +80,17 @@ def check_capacity(meta, cache: CacheConfig) -> None:
     partition; never more than there are experts."""
     if cache.capacity == "auto":
         raise MoesimError("capacity auto is what a machine's memory holds, and hit rates have no machine: give a "
-                          f"number of slots (or time a run with {option('capacity', 'auto')}: 'moesim sim run', "
+                          f"number of slots (or time a run with {named('capacity', 'auto')}: 'moesim sim run', "
                           "moesim.simulate)")
     slots, top_k = cache.slots(meta.num_layers), meta.top_k
     low = int(slots.argmin())
-    named = capacity_named(cache.capacity, slots, low)
+    which = capacity_named(cache.capacity, slots, low)
     if slots[low] < 1:
-        raise MoesimError(f"{named} keeps no expert cache, and a hit rate counts a cache's hits: give at least 1 slot")
+        raise MoesimError(f"{which} keeps no expert cache, and a hit rate counts a cache's hits: give at least 1 slot")
     if cache.semantics == "step" and slots[low] < top_k:
-        raise MoesimError(f"{named} is below top_k {top_k}: under step semantics all "
+        raise MoesimError(f"{which} is below top_k {top_k}: under step semantics all "
                           f"k experts of a step are resident at once; use a capacity >= {top_k} or "
-                          f"{option('semantics', 'sequential')}")
+                          f"{named('semantics', 'sequential')}")
     check_fits_experts(meta, cache)
 
 

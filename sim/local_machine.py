@@ -58,7 +58,7 @@ from typing import Callable
 import numpy as np
 from numba import get_num_threads, njit, prange, uint64
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.host import MEMINFO, parse_meminfo, usable_cpus
 from moesim.sim.cpu_rates import ISA_FAMILY
 from moesim.sim.machine import CPU, GPU, Hardware, Link
@@ -627,7 +627,7 @@ def detect_cpu(measure: Callable[[int], float] = measure_dram_gbps, run=subproce
     its clock (``clock(isa)`` in GHz, None: not measurable here); and a line that says so."""
     text = read(CPUINFO)
     if text is None:
-        raise MoesimError(f"cannot read {CPUINFO}: {option('hardware', 'local')} reads Linux's /proc; {TEMPLATE_HINT}")
+        raise MoesimError(f"cannot read {CPUINFO}: {named('hardware', 'local')} reads Linux's /proc; {TEMPLATE_HINT}")
     info = parse_cpuinfo(text)
     model = info.model or parse_lscpu(_output(run, ["lscpu"]) or "").get("Model name", "") or f"{info.isa} CPU"
     cores = info.cores or max(1, (os.cpu_count() or 1) // info.sockets)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.policies import get_policy
 from moesim.sim.config import AUTO, run_params
 from moesim.sim.engines import engine_for
@@ -256,14 +256,14 @@ def resolve(fp: Footprint, config, top_k: int):
     if in_dram == AUTO:
         config = config.replace(dram_capacity=_most_in_dram(fp, config))
     memory = account(fp, config)
-    hint = (f"use {option('capacity', 'auto')}, a smaller {option('dtype')} or another {option('strategy')} (see "
+    hint = (f"use {named('capacity', 'auto')}, a smaller {named('dtype')} or another {named('strategy')} (see "
             f"'moesim plan')" if strategy.cache or not places
-            else f"put more layers on the CPU ({option(places)}), or use a smaller {option('dtype')}")
+            else f"put more layers on the CPU ({named(places)}), or use a smaller {named('dtype')}")
     # an SSD tier backs a GPU cache's misses, and the experts of the layers placed whole on the CPU (sim.run refuses
     # it elsewhere)
     ssd = not (strategy.cache and strategy.cpu) and (strategy.cpu or not fp.cpu_only)
-    ram_hint = (f"use a smaller {option('dtype')} or {option('ram')}"
-                + (f", or an SSD tier ({option('ssd')} with {option('dram_capacity')})" if ssd else ""))
+    ram_hint = (f"use a smaller {named('dtype')} or {named('ram')}"
+                + (f", or an SSD tier ({named('ssd')} with {named('dram_capacity')})" if ssd else ""))
     memory.check(model.name, _describe(config, model), hint, ram_hint)
     return config, memory
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.sim.config import CACHE_CHOICES, Config, has_gpu
 from moesim.sim.engines import ENGINES
 from moesim.sim.strategies import STRATEGIES
@@ -28,7 +28,7 @@ def _listed(values) -> str:
 
 
 def _no_cache(configs: list[Config]) -> str:
-    places = [option(p) for p in dict.fromkeys(STRATEGIES[c.execution.strategy].places for c in configs) if p]
+    places = [named(p) for p in dict.fromkeys(STRATEGIES[c.execution.strategy].places for c in configs) if p]
     return (f"strategy {_listed(c.execution.strategy for c in configs)} keeps no expert cache"
             + (f" (it places experts: {', '.join(places)})" if places else ""))
 
@@ -70,7 +70,7 @@ RULES = (
     Unread(CACHE_CHOICES, lambda c: not STRATEGIES[c.execution.strategy].cache, ("strategy",), _no_cache,
            needs_strategy=True),
     Unread(("ssd",), lambda c: c.cache.dram_capacity is None, ("dram_capacity",),
-           lambda cs: f"with no {option('dram_capacity')} (the experts host RAM holds in front of the SSD) every "
+           lambda cs: f"with no {named('dram_capacity')} (the experts host RAM holds in front of the SSD) every "
                       "expert is in host RAM", needs_strategy=True),
     Unread(("threads",), _gpu_only, ("strategy", "hardware", "force"),
            lambda cs: f"strategy {_listed(c.execution.strategy for c in cs)} computes no expert on the host CPU (the "
@@ -85,14 +85,14 @@ RULES = (
                       "the CPU)"),
     Unread(("arrival_seed",), lambda c: c.serve.arrivals == "burst" and not c.serve.draft_tokens
            and c.serve.requests is None, ("arrivals", "draft_tokens", "requests"),
-           lambda cs: f"{option('arrivals', 'burst')} puts every request at time 0, one per sequence in order, and no "
+           lambda cs: f"{named('arrivals', 'burst')} puts every request at time 0, one per sequence in order, and no "
                       "run drafts tokens: nothing is drawn"),
     Unread(("acceptance",), lambda c: c.serve.draft_tokens == 0, ("draft_tokens",),
-           lambda cs: f"with {option('draft_tokens', 0)} no run drafts a token to accept"),
+           lambda cs: f"with {named('draft_tokens', 0)} no run drafts a token to accept"),
     Unread(tuple(n for n in CACHE_CHOICES if n != "capacity"), _no_slots, ("capacity",),
-           lambda cs: f"{option('capacity', 0)} keeps no expert cache", needs_strategy=True, typed_once=True),
+           lambda cs: f"{named('capacity', 0)} keeps no expert cache", needs_strategy=True, typed_once=True),
     Unread(("mode",), lambda c: c.prefetch.prefetcher == "none", ("prefetch",),
-           lambda cs: f"{option('prefetch', 'none')} makes no prediction whose misses it would follow up",
+           lambda cs: f"{named('prefetch', 'none')} makes no prediction whose misses it would follow up",
            needs_strategy=True, typed_once=True),
     Unread(CACHE_CHOICES + ("prefetch", "mode", "kernel"), lambda m: m.kind == "mole", ("model",),
            lambda ms: f"model {' and '.join(dict.fromkeys(m.name for m in ms))} computes its experts as lookup tables "
@@ -114,5 +114,5 @@ def refuse_unread(given, configs: list[Config] = (), models: list = (), reads_st
         subjects = runs[rule.of]
         if names and subjects and (reads_strategy or not rule.needs_strategy) and (typed_once or not rule.typed_once) \
                 and all(rule.leaves(s) for s in subjects):
-            raise MoesimError(f"{', '.join(map(option, names))}: {rule.why(subjects)}, so nothing reads "
+            raise MoesimError(f"{', '.join(map(named, names))}: {rule.why(subjects)}, so nothing reads "
                               f"{'it' if len(names) == 1 else 'them'}")

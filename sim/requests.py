@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.tracegen.schema import DECODE, PREFILL
 from moesim.tracegen.stats import layer_counts
 from moesim.tracegen.trace import Trace
@@ -76,7 +76,7 @@ def check_prompt(trace: Trace, prompt: int, served: np.ndarray | None = None, as
     recorded = prompt_rows(trace)
     those = recorded if served is None else recorded[served]
     if (prompt > 0 or asked) and those.min() > 0:
-        raise MoesimError(f"{option('prompt', prompt)}: every sequence {'of the trace' if served is None else 'served'} "
+        raise MoesimError(f"{named('prompt', prompt)}: every sequence {'of the trace' if served is None else 'served'} "
                           f"records its own prompt ({int(np.median(those))} tokens, the median), which is what is "
                           "prefilled; a prompt is given only to sequences recorded without one, so leave it out")
     return recorded

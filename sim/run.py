@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.policies import get_policy
 from moesim.policies.base import Context
 from moesim.sim.budget import best_slots
@@ -275,7 +275,7 @@ def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
         placed = run.strategy_params.get(places)
         given = asked.execution.params.get(places, strategy.params[places].default) if places else None
         return (f"strategy {strategy.name} puts all {n_layers} layers' experts on the CPU"
-                + ("" if placed is None else f" ({option(places, given)}"
+                + ("" if placed is None else f" ({named(places, given)}"
                    + ("" if given == placed else f", resolved to {placed}") + ")")
                 + ("" if math.isinf(offload) else f" and no step holds the {offload} tokens at which it runs them on the "
                                               f"GPU (at most {most_tokens} here)"))
@@ -283,7 +283,7 @@ def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
             and not np.any(run.config.cache.slots(n_layers)) and run.config.prefetch.prefetcher == "none":
         capacity = asked.cache.capacity
         resolved = " resolved to 0" if capacity == "auto" else ""
-        return (f"strategy {strategy.name} with no expert slot ({option('capacity', capacity)}{resolved}) and no "
+        return (f"strategy {strategy.name} with no expert slot ({named('capacity', capacity)}{resolved}) and no "
                 "prefetcher computes every expert on the CPU")
     return None
 
@@ -303,9 +303,9 @@ def check_fills(run: Run, filled: bool | None = None) -> None:
         filled = not actions.size or bool(np.isin(actions, (A_LOAD, A_CPU_FILL)).any())
     if not filled:
         raise MoesimError(f"strategy {run.strategy.name} runs every miss of this {what} on the CPU (the CPU beats the "
-                          f"copy at each of its token counts), so the cache of {option('capacity', config.cache.capacity)}"
-                          f" never fills and changes nothing: give a prefetcher ({option('prefetch', 'popular')} with "
-                          f"{option('policy', 'static')} is Fiddler's), or {option('capacity', 0)}")
+                          f"copy at each of its token counts), so the cache of {named('capacity', config.cache.capacity)}"
+                          f" never fills and changes nothing: give a prefetcher ({named('prefetch', 'popular')} with "
+                          f"{named('policy', 'static')} is Fiddler's), or {named('capacity', 0)}")
 
 
 def miss_actions(strategy, params: dict, offload: float, rows: RowArrays, cost: Costs, inputs: Inputs,
@@ -401,7 +401,7 @@ def _check_whole_layers(hardware: Hardware, strategy: StrategySpec, engine: Engi
                if hardware.more_gpus else
                "has a GPU that shares the host's memory and reads every weight where it lies")
         raise MoesimError(f"{_machine(hardware)} {why}: nothing is copied to a GPU, so an expert cache is not "
-                          f"modelled; use {option('strategy')} {placing}")
+                          f"modelled; use {named('strategy')} {placing}")
     if engine.gpus < count:
         raise MoesimError(f"{_machine(hardware)} has {count} GPUs, and {engine.name} places a model on "
                           f"{engine.gpus}; the engines that split its layers over them: "
@@ -423,47 +423,47 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     if hardware.gpu is None:
         if not strategy.cpu or (strategy.cache and capacity not in (0, "auto")):
             placed = _listed(n for n, m in STRATEGIES.items() if m.cpu and m.places)
-            all_cpu = _listed(f"{n} with {option('capacity', 0)}" for n, m in STRATEGIES.items()
+            all_cpu = _listed(f"{n} with {named('capacity', 0)}" for n, m in STRATEGIES.items()
                               if m.cache and set(m.actions) <= {A_CPU, A_CPU_FILL})
-            raise MoesimError(f"{_machine(hardware)} has no GPU: every expert runs on its CPU; use {option('strategy')} "
+            raise MoesimError(f"{_machine(hardware)} has no GPU: every expert runs on its CPU; use {named('strategy')} "
                               f"{placed}, or {all_cpu}")
         places = strategy.places
         placed = run_params(strategy, config.execution.params).get(places) if places else None
         if placed not in (None, "auto") and (strategy.placement(model.num_layers, {places: placed}) != ON_CPU).any():
             raise MoesimError(f"{_machine(hardware)} has no GPU: every layer's experts are on its CPU; use "
-                              f"{option(places, 'auto')} (or {model.num_layers})")
+                              f"{named(places, 'auto')} (or {model.num_layers})")
     if hardware.more_gpus or (hardware.gpu is not None and hardware.gpu.unified):
         _check_whole_layers(hardware, strategy, engine_for(config, named=True))
-    named = ENGINES.get(config.execution.engine)
-    why = named.gpu_refusal(hardware.gpu.vendor if hardware.gpu is not None else None) if named else ""
+    profile = ENGINES.get(config.execution.engine)
+    why = profile.gpu_refusal(hardware.gpu.vendor if hardware.gpu is not None else None) if profile else ""
     if why:
-        raise MoesimError(f"{option('engine', named.name)}: {why} ({_machine(hardware)})")
+        raise MoesimError(f"{named('engine', profile.name)}: {why} ({_machine(hardware)})")
     if model.kind == "mole" and not strategy.lookup_tables:
         tables = _listed(n for n, m in STRATEGIES.items() if m.lookup_tables)
         raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")
     if not strategy.prefetch and config.prefetch.prefetcher != "none":
-        raise MoesimError(f"strategy {name} keeps no cache for a prefetcher to fill; use {option('prefetch', 'none')}")
+        raise MoesimError(f"strategy {name} keeps no cache for a prefetcher to fill; use {named('prefetch', 'none')}")
     if strategy.cpu and strategy.cache and dram_capacity is not None:  # (a CPU layer's experts mapped from the SSD:
         # cpu-experts; a CPU beside a GPU cache weighs its misses against copies that take no SSD read)
         tiered = _listed(n for n, m in STRATEGIES.items() if not (m.cpu and m.cache))
         raise MoesimError(f"strategy {name} weighs a miss on the CPU against its copy; an SSD tier "
-                          f"({option('dram_capacity')}) is modelled for {tiered}")
+                          f"({named('dram_capacity')}) is modelled for {tiered}")
     if strategy.needs_weights and trace.weights is None:
         raise MoesimError(f"strategy {name} judges a miss by its gate weight, and the trace has no weights")
     if config.cache.semantics != "step":
         raise MoesimError("the discrete-event simulator serves a step's experts at once (semantics step); "
                           "sequential semantics is the hit-rate engine's")
     if config.workload.batch > trace.num_sequences:
-        raise MoesimError(f"batch {config.workload.batch} is more than the trace's {trace.num_sequences} sequence(s)")
+        raise MoesimError(f"{named('batch', config.workload.batch)} is more than the trace's {trace.num_sequences} sequence(s)")
     if isinstance(dram_capacity, int) and dram_capacity > model.num_layers * model.num_experts:
         every = model.num_layers * model.num_experts
-        raise MoesimError(f"{option('dram_capacity', dram_capacity)} is more than the {every:,} experts of {model.name} "
+        raise MoesimError(f"{named('dram_capacity', dram_capacity)} is more than the {every:,} experts of {model.name} "
                           f"({model.num_layers} layers of {model.num_experts}): host RAM would be charged for slots "
                           "nothing fills")
     if dram_capacity is not None and hardware.ssd is None:
         held = "as many experts as host RAM holds" if dram_capacity == AUTO else f"{dram_capacity} experts"
         raise MoesimError(f"a DRAM cache of {held} sits in front of an SSD, and {_machine(hardware)} has none; pass "
-                          f"{option('ssd', 'pcie5-nvme')} (or another SSD preset)")
+                          f"{named('ssd', 'pcie5-nvme')} (or another SSD preset)")
     if model.num_layers != trace.meta.num_layers:
         raise MoesimError(f"model {model.name} has {model.num_layers} layers, the trace {trace.meta.num_layers}")
     if capacity != "auto" and strategy.cache:
@@ -471,6 +471,6 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
         slots = config.cache.slots(trace.meta.num_layers)
         low = np.where(slots > 0, slots, trace.meta.top_k)  # a layer of 0 slots keeps no cache: it streams
         if low.min() < trace.meta.top_k:
-            named = capacity_named(capacity, slots, int(low.argmin()))
-            raise MoesimError(f"{named} is below top_k {trace.meta.top_k}: a step's k experts are resident "
+            which = capacity_named(capacity, slots, int(low.argmin()))
+            raise MoesimError(f"{which} is below top_k {trace.meta.top_k}: a step's k experts are resident "
                               f"at once; use a capacity >= {trace.meta.top_k}, or 0 for no expert cache")

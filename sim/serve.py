@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import polars as pl
 
-from moesim.errors import READER, MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.frames import Tabular
 from moesim.host import available_ram
 from moesim.policies import get_policy
@@ -93,7 +93,7 @@ def _check_requests(n: int) -> None:
     more, in proportion to its tokens; past the queue, running out of memory is one line too: ``moesim.cli.app``)."""
     free = available_ram()
     if free is not None and n * REQUEST_BYTES > free:
-        raise MoesimError(f"{option('requests')} {n:,}: their queue alone needs {n * REQUEST_BYTES / 1e9:.1f} GB and "
+        raise MoesimError(f"{named('requests')} {n:,}: their queue alone needs {n * REQUEST_BYTES / 1e9:.1f} GB and "
                           f"{free / 1e9:.1f} GB of memory is free; ask for fewer")
 
 
@@ -124,7 +124,7 @@ def simulate_serve(trace: Trace, config: Config, model: ModelSpec | None = None,
     run = assemble(trace, config, rows, model, hardware)
     unread = "kernel" in given and kernel_unread(run, rows.most_tokens, config)
     if unread:
-        raise MoesimError(f"{option('kernel')}: {unread}, so nothing reads it")
+        raise MoesimError(f"{named('kernel')}: {unread}, so nothing reads it")
     scheduler = Scheduler(queue, sv.max_batch, sv.max_batch_tokens, sv.chunked_prefill, sv.draft_tokens,
                           sv.acceptance, rng)
     steps, seconds = _run_steps(run, scheduler, rows, wl.context)
@@ -220,7 +220,7 @@ def _check_clock(arrival: np.ndarray, sv) -> None:
     1e15 s, a step's milliseconds vanished: TPOT 0)."""
     last = float(arrival.max())
     if np.spacing(last) > CLOCK_RESOLUTION_S:
-        cause = f"{option('rate')} {sv.rate} requests/s is too low" if sv.arrivals == "poisson" else \
+        cause = f"{named('rate')} {sv.rate} requests/s is too low" if sv.arrivals == "poisson" else \
             f"{sv.arrivals}'s times are too large"
         raise MoesimError(f"requests arrive until {last:.3g} s, where the simulated clock cannot tell apart times "
                           f"{CLOCK_RESOLUTION_S:g} s apart: {cause}")
@@ -230,10 +230,10 @@ def _check_serve(trace: Trace, config: Config) -> None:
     """What a served stream cannot do (module docstring)."""
     sv, policy = config.serve, get_policy(config.cache.policy)
     if sv.arrivals == "poisson" and sv.rate is None:
-        raise MoesimError(f"Poisson arrivals need a rate in requests/s ({option('rate')}), or use "
-                          f"{option('arrivals', 'burst')}")
+        raise MoesimError(f"Poisson arrivals need a rate in requests/s ({named('rate')}), or use "
+                          f"{named('arrivals', 'burst')}")
     if sv.arrivals != "poisson" and sv.rate is not None:
-        raise MoesimError(f"arrivals {sv.arrivals} take no rate: it is for Poisson arrivals")
+        raise MoesimError(f"{named('arrivals', sv.arrivals)} takes no rate: it is for Poisson arrivals")
     if sv.arrivals not in ARRIVALS and sv.requests is not None and Path(sv.arrivals).is_file():  # else: no such file
         raise MoesimError(f"the arrivals file {sv.arrivals} lists the requests: leave requests unset")
     if policy.reads_rows:
@@ -271,20 +271,18 @@ def _check_stream_read(given, trace: Trace, config: Config, queue: Queue, listed
         if listed:
             how = f"the arrivals file {sv.arrivals} names the sequence each request serves (its seq column)"
         elif n <= n_seqs:
-            what = (f"{option('arrivals', 'burst')} puts every request at time 0" if sv.arrivals == "burst" else
+            what = (f"{named('arrivals', 'burst')} puts every request at time 0" if sv.arrivals == "burst" else
                     f"the arrivals file {sv.arrivals} gives every request's time")
             how = (f"{what} and its {n} request{'s' if n > 1 else ''} serve{'s' if n == 1 else ''} the trace's "
                    f"{n_seqs} sequences in order (only more than {n_seqs} would be shuffled)")
         if how is not None:
-            drafts = (f"{option('draft_tokens')} is 0" if not sv.draft_tokens else
+            drafts = (f"{named('draft_tokens')} is 0" if not sv.draft_tokens else
                       f"every draft is {'accepted' if sv.acceptance else 'rejected'} "
-                      f"({option('acceptance', sv.acceptance)})")
-            raise MoesimError(f"{option('arrival_seed')}: {how}, and {drafts}: nothing is drawn, so nothing reads it")
+                      f"({named('acceptance', sv.acceptance)})")
+            raise MoesimError(f"{named('arrival_seed')}: {how}, and {drafts}: nothing is drawn, so nothing reads it")
     if "chunked_prefill" in given and not queue.prompt.any():
-        typed = (f"--{'' if sv.chunked_prefill else 'no-'}chunked-prefill" if READER.get() == "cli" else
-                 f"chunked_prefill={sv.chunked_prefill!r}")
-        raise MoesimError(f"{typed}: no request has a prompt to prefill (the sequences served record none, and "
-                          f"{option('prompt')} is 0), so nothing reads it")
+        raise MoesimError(f"{named('chunked_prefill', sv.chunked_prefill)}: no request has a prompt to prefill (the sequences served record none, and "
+                          f"{named('prompt')} is 0), so nothing reads it")
 
 
 class StreamRows(RowSource):

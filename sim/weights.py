@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.tracegen.model_spec import BYTES_PER_PARAM, ModelSpec, recipe_mix
 from moesim.tracegen.models import format_of
 from moesim.tracegen.trace import Trace
@@ -28,7 +28,7 @@ def weights_of(trace: Trace | None, model: ModelSpec, dtype: str | None, other_d
     both formats asked for."""
     why = unpriced(model)
     if why and (dtype is None or other_dtype is None):
-        raise MoesimError(f"{why}: name the weights' formats ({option('dtype')} and {option('other_dtype')})")
+        raise MoesimError(f"{why}: name the weights' formats ({named('dtype')} and {named('other_dtype')})")
     own = trace.meta.expert_bytes if trace is not None and trace.meta.model == model.name and model.kind == "moe" \
         else None
     other_mix = ()

@@ -189,7 +189,7 @@ def test_train_ml_ffn_names_only_its_own_options(cli, tmp_path):
     assert message == ("--capacity 1 is below top_k 2: the validation report's runs keep all k experts of a step "
                        "resident at once; give --capacity 2 or more")
     assert refused(cli, tmp_path, "train", "ml-ffn", "bundled", "--out", tmp_path / "m.npz", "--capacity", "9") == \
-        "capacity 9 is more than the 8 experts per layer"
+        "--capacity 9 is more than the 8 experts per layer"
 
 
 def test_train_ml_ffn_on_a_top_8_trace_takes_a_capacity_nobody_typed_that_runs(cli, tmp_path, monkeypatch):

@@ -185,7 +185,7 @@ def test_errors_a_new_user_met_name_the_file_and_the_line(cli, tmp_path, monkeyp
         (("sim", "run", "bundled", "--config", "nine.toml", "--capacity", "4"),
          "nine.toml: batch 64 is more than the trace's 2 sequence(s)"),
         (("sim", "run", "bundled", "--config", "nine.toml", "--capacity", "4", "--batch", "64"),
-         "error: batch 64 is more than the trace's 2 sequence(s)"),  # typed here: no file named
+         "error: --batch 64 is more than the trace's 2 sequence(s)"),  # typed here: no file named
         (("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4080", "--batch", "10000000"),
          "a synthetic trace of 20000000 sequences, 128 tokens each, is what --batch 10000000 plans on"),
     ]:
@@ -302,8 +302,8 @@ def test_the_golden_command_outside_the_repository_says_the_file_is_missing(cli,
 def test_values_that_would_give_silently_wrong_numbers_are_refused(mixtral):
     from moesim import hitrate, simulate
 
-    for call, message in ((lambda: simulate(mixtral, batch=3), "batch 3 is more than the trace's 2 sequence(s)"),
-                          (lambda: simulate(mixtral, capacity=9), "capacity 9 is more than the 8 experts per layer"),
+    for call, message in ((lambda: simulate(mixtral, batch=3), "batch=3 is more than the trace's 2 sequence(s)"),
+                          (lambda: simulate(mixtral, capacity=9), "capacity=9 is more than the 8 experts per layer"),
                           (lambda: hitrate(mixtral, "lru", 257, "global"), "more than the 256 experts in all 32"),
                           (lambda: simulate(mixtral, context=-1), "context must be at least 0")):
         with pytest.raises(MoesimError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -866,7 +866,7 @@ def test_a_default_that_does_not_fit_the_trace_is_named_as_the_default(cli, tmp_
         assert one_line_error(cli, *command, "t.parquet", *(("--backend", "virtual") if command == ("replay",) else ())
                               ).startswith("moesim: error: --capacity 4 (the default) is below top_k 8: "), command
     assert one_line_error(cli, "sim", "run", "t.parquet", "--capacity", "4").startswith(
-        "moesim: error: capacity 4 is below top_k 8")
+        "moesim: error: --capacity 4 is below top_k 8")
 
 
 def test_a_format_listed_twice_in_other_letters_is_refused_and_echoed_as_typed(cli):

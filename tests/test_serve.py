@@ -235,7 +235,7 @@ def test_more_requests_reuse_the_sequences_shuffled_and_seeded():
     (dict(rate=1.0, reset=True), "share the cache"),
     (dict(rate=1.0, batch=2), "forms its own batches"),
     (dict(), "need a rate"),
-    (dict(rate=1.0, arrivals="burst"), "take no rate"),
+    (dict(rate=1.0, arrivals="burst"), "arrivals='burst' takes no rate"),
     (dict(arrivals="missing.csv"), "no such arrivals file"),
     (dict(rate=1.0, prompt=64, max_batch_tokens=32, max_batch=4, chunked_prefill=False), "without chunked prefill"),
     (dict(rate=1.0, dynamic_kv=True), "needs capacity auto"),

@@ -120,3 +120,35 @@ def test_a_boolean_setting_parses_its_words():
     assert DECLARED["reset"].parse("false") is False and DECLARED["dynamic_kv"].parse("yes") is True
     with pytest.raises(MoesimError, match="--reset must be true or false"):
         DECLARED["reset"].parse("maybe")
+
+
+def test_a_message_names_a_setting_and_its_reader_renders_it():
+    """``named`` marks a setting in a message; ``render`` types it as its reader does: the command line as an option
+    (a switch bare), Python as a keyword, a configuration file as its key."""
+    from moesim.errors import TYPED_AS, leading, named, render
+
+    text = f"{named('capacity', 0)} keeps no cache; pass {named('force', True)}, {named('chunked_prefill', False)} " \
+        f"or {named('arrivals', 'burst')} with {named('rate')}"
+    assert render(text, "cli") == "--capacity 0 keeps no cache; pass --force, --no-chunked-prefill or --arrivals " \
+                                  "burst with --rate"
+    assert render(text, "python") == "capacity=0 keeps no cache; pass force=True, chunked_prefill=False or " \
+                                     "arrivals='burst' with rate"
+    assert render(text, "file").startswith("capacity 0 keeps no cache")
+    assert str(MoesimError(text)) == render(text, "python")  # the API's reader
+    typed = TYPED_AS.set({"prompt": "--context"})  # plan takes --prompt as --context too: the one typed
+    try:
+        assert render(named("prompt", 100), "cli") == "--context 100"
+    finally:
+        TYPED_AS.reset(typed)
+    assert leading(text)[:2] == ("capacity", "0") and leading("plain " + text) == ("", None, 0)
+
+
+def test_the_simulator_names_settings_and_formats_no_option():
+    """No module of sim/ asks who reads its messages or how a setting was typed: it names settings (``named``), and
+    ``moesim.errors.render`` types them for the reader."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "sim"
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        assert "READER" not in text and "TYPED_AS" not in text, path

@@ -28,7 +28,7 @@ def test_hitrate_table_and_errors(cli, tmp_path):
     code, out, _ = cli("sim", "hitrate", bundled_trace_path(), "--policy", "lru,static", "--capacity", "2,6")
     assert code == 0 and "static" in out and "lru" in out
     code, _, err = cli("sim", "hitrate", bundled_trace_path(), "--capacity", "1")
-    assert code == 1 and err.startswith("moesim: error: capacity 1 is below top_k 2")
+    assert code == 1 and err.startswith("moesim: error: --capacity 1 is below top_k 2")
     code, _, err = cli("sim", "hitrate", bundled_trace_path(), "--capacity", "x")
     assert code == 1 and "--capacity" in err
     bad = tmp_path / "model.npz"

@@ -28,7 +28,7 @@ from __future__ import annotations
 import difflib
 import os
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.tracegen.model_files import is_model_file, load_model_file
 from moesim.tracegen.model_spec import BYTES_PER_PARAM, ModelSpec, model_file_of
 from moesim.tracegen.schema import TraceMeta
@@ -108,7 +108,7 @@ def model_for_trace(meta: TraceMeta, name: str | None = None) -> ModelSpec:
         get_model(name)  # raises: unknown preset
     if not meta.d_model or not meta.d_expert:
         raise MoesimError(f"trace model '{meta.model or '?'}' has no preset and its metadata lacks d_model / "
-                          f"d_expert; pass {option('model')} with a preset ({', '.join(MODELS)})")
+                          f"d_expert; pass {named('model')} with a preset ({', '.join(MODELS)})")
     return ModelSpec(meta.model or "trace", "", "", meta.num_layers, meta.num_experts, meta.top_k,
                      int(meta.d_model), int(meta.d_expert), shared_experts=int(meta.shared_experts or 0),
                      d_shared=int(meta.d_shared or 0), source="trace metadata")
@@ -142,7 +142,7 @@ def _check_own_model(meta: TraceMeta) -> None:
         return
     made = f"was made from the model file {file}" if file else "was synthesised from a model file (no preset is " \
         f"named {base.removeprefix('synthetic-')})"
-    again = option("model", file) if file else f"{option('model')} with that config.json or GGUF file"
+    again = named("model", file) if file else f"{named('model')} with that config.json or GGUF file"
     raise MoesimError(f"trace model '{meta.model}' {made}, and a trace's metadata holds only its MoE dimensions, not "
                       f"its attention, vocabulary or dense layers: pass {again} to simulate it")
 

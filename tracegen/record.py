@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.files import check_output
 from moesim.tracegen.families import Family, is_router
 from moesim.tracegen.hf import load_model, require_torch
@@ -51,13 +51,13 @@ class RecordOptions:
 
     def __post_init__(self):
         if not 0 <= self.temperature < float("inf"):  # NaN too
-            raise MoesimError(f"{option('temperature')} must be a finite number >= 0 (0: greedy), "
+            raise MoesimError(f"{named('temperature')} must be a finite number >= 0 (0: greedy), "
                               f"got {self.temperature}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise MoesimError(f"{option('top_p')} must be a fraction in (0, 1], got {self.top_p}")
-        unread = [option(n) for n in ("top_p", "seed") if getattr(self, n) is not None]
+            raise MoesimError(f"{named('top_p')} must be a fraction in (0, 1], got {self.top_p}")
+        unread = [named(n) for n in ("top_p", "seed") if getattr(self, n) is not None]
         if unread and self.temperature == 0:  # greedy decoding samples nothing
-            raise MoesimError(f"{', '.join(unread)}: decoding is greedy at {option('temperature', 0)} (the default), "
+            raise MoesimError(f"{', '.join(unread)}: decoding is greedy at {named('temperature', 0)} (the default), "
                               f"so nothing reads {'it' if len(unread) == 1 else 'them'}")
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, fields
 import numba as nb
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.host import available_ram
 from moesim.tracegen.model_spec import model_file_of, with_model_file
 from moesim.tracegen.schema import DECODE, PREFILL, TraceMeta
@@ -44,13 +44,13 @@ class Locality:
         for field in fields(self):  # a str, None or bool is no knob's value
             value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise MoesimError(f"{option(field.name)} must be a number, got {value!r}")
+                raise MoesimError(f"{named(field.name)} must be a number, got {value!r}")
         for name in ("layer_alpha", "seq_alpha"):  # past MAX_ALPHA the draws are their means; infinite ones never end
             if not 0 < getattr(self, name) <= MAX_ALPHA:
-                raise MoesimError(f"{option(name)} must be > 0 and at most {MAX_ALPHA:g}, got {getattr(self, name)}")
+                raise MoesimError(f"{named(name)} must be > 0 and at most {MAX_ALPHA:g}, got {getattr(self, name)}")
         for name in ("reuse", "cross_layer"):
             if not 0 <= getattr(self, name) <= 1:
-                raise MoesimError(f"{option(name)} must be in [0, 1], got {getattr(self, name)}")
+                raise MoesimError(f"{named(name)} must be in [0, 1], got {getattr(self, name)}")
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -81,9 +81,9 @@ def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: i
     for name, value in (("layers", layers), ("experts", experts), ("top_k", top_k), ("sequences", sequences),
                         ("tokens", tokens)):
         if value < 1:
-            raise MoesimError(f"{option(name)} must be at least 1, got {value}")
+            raise MoesimError(f"{named(name)} must be at least 1, got {value}")
     if prompt_tokens < 0:
-        raise MoesimError(f"{option('prompt_tokens')} must be 0 or more, got {prompt_tokens}")
+        raise MoesimError(f"{named('prompt_tokens')} must be 0 or more, got {prompt_tokens}")
     if top_k > experts:
         raise MoesimError(f"top-k {top_k} exceeds the number of experts {experts}")
     if experts > 2 ** 15 - 1 or layers > 2 ** 15 - 1:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.files import read_arrays
 from moesim.params import Param
 from moesim.policies.prefetch import PrefetcherSpec
@@ -97,7 +97,7 @@ def top_experts(scores: np.ndarray, k: int) -> np.ndarray:
 def predict(trace, params) -> np.ndarray:
     path = params["prefetch_model"]
     if path is None:
-        raise MoesimError(f"prefetcher learned needs a model: pass {option('prefetch_model', 'MODEL.npz')} (from "
+        raise MoesimError(f"prefetcher learned needs a model: pass {named('prefetch_model', 'MODEL.npz')} (from "
                           "'moesim train prefetcher' or moesim.train_prefetcher)")
     model = load_model(path)
     coef = model["coef"]

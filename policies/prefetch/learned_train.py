@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.policies.ml_ffn_train import split
 from moesim.policies.prefetch import history, learned
 from moesim.tracegen.schema import DECODE
@@ -71,7 +71,7 @@ def train(trace: Trace, *, val_fraction: float = 0.2, c: float = 1.0) -> tuple[d
     features hold, and per layer the held-out precision and recall of the model and of ``history`` (trained on the
     same sequences)."""
     if isinstance(c, bool) or not isinstance(c, (int, float)) or not np.isfinite(c) or c <= 0:
-        raise MoesimError(f"{option('c', c)}: the inverse regularisation strength must be a number above 0")
+        raise MoesimError(f"{named('c', c)}: the inverse regularisation strength must be a number above 0")
     train_idx, val_idx = split(trace, val_fraction)  # (its fraction checked, before any fit)
     train_trace, val = trace.select(train_idx), trace.select(val_idx)
     arrays = fit(train_trace, float(c))

@@ -9,7 +9,7 @@ trace schema holds no prompt features, so that predictor is not offered.
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.policies.prefetch import PrefetcherSpec
 from moesim.tracegen.schema import PREFILL
 
@@ -19,7 +19,7 @@ def scores(trace, params) -> np.ndarray:
     prompt = trace.phase == PREFILL
     if not prompt.any():
         raise MoesimError("prefetch 'prompt' needs prefill rows in the trace (record or import the prompt "
-                          f"routing); use {option('prefetch', 'popular')} for a preload without them")
+                          f"routing); use {named('prefetch', 'popular')} for a preload without them")
     seq = trace.row_sequence()[prompt]
     n_layers, num_experts = trace.meta.num_layers, trace.meta.num_experts
     experts = trace.experts[prompt].astype(np.int64)

@@ -8,14 +8,14 @@ the next token's layer 0.
 
 import numpy as np
 
-from moesim.errors import MoesimError, option
+from moesim.errors import MoesimError, named
 from moesim.policies.prefetch import PrefetcherSpec
 
 
 def predict(trace, params) -> np.ndarray:
     if trace.spec is None:
         raise MoesimError("prefetch 'speculative' needs the trace's spec column; record the trace with "
-                          f"'moesim trace record --speculate' or use {option('prefetch', 'history')} (or oracle)")
+                          f"'moesim trace record --speculate' or use {named('prefetch', 'history')} (or oracle)")
     out = np.full(trace.experts.shape, -1, np.int16)
     out[:, 1:] = trace.spec[:, :-1]
     # a prediction is a set: an expert the column names twice is fetched (and, under commit, run) once

@@ -19,7 +19,7 @@ which everything fits in GPU memory (``moesim.sim.memory``).
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, named
 from moesim.params import AUTO, Param
 from moesim.sim.strategies.base import A_CPU, A_LOAD, ON_CPU, ON_GPU, Cells, StrategySpec
 
@@ -30,7 +30,7 @@ def placement(num_layers: int, params: dict) -> np.ndarray:
     if n == AUTO:
         raise MoesimError("cpu_layers auto is resolved from memory before placement (moesim.sim.memory)")
     if n > num_layers:
-        raise MoesimError(f"cpu_layers {n} is more than the model's {num_layers} MoE layers")
+        raise MoesimError(f"{named('cpu_layers', n)} is more than the model's {num_layers} MoE layers")
     return np.where(np.arange(num_layers) < n, ON_CPU, ON_GPU).astype(np.int8)
 
 
