@@ -44,6 +44,7 @@ from moesim.sim.hardware import load_hardware
 from moesim.sim.strategies import STRATEGIES
 from moesim.tracegen.model_spec import FORMATS
 from moesim.tracegen.models import get_model
+from moesim.tracegen.synth import Locality, synth_trace
 
 HERE = Path(__file__).parent
 SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel", "dram_capacity")
@@ -112,7 +113,18 @@ def predict(point: dict, grid: tuple = ()) -> dict:
     if hw.cpu is not None:
         free = replace(hw, cpu=replace(hw.cpu, barrier_base_us=0.0, barrier_thread_us=0.0))
         out["barrier_share"] = 1 - simulate(trace, hardware=free, engine=timed_as(point), **settings).tpot_s / r.tpot_s
+    if "prompt_tokens" in point:
+        out["prefill_s"] = prefill_s(point, spec, hw, settings)
     return out
+
+
+def prefill_s(point: dict, spec, hw, settings: dict) -> float:
+    """moesim's seconds to process the point's prompt (its TTFT) as its run placed the model: on a synthetic trace of
+    two sequences (the bundled one records prompts of its own), each given ``prompt_tokens``."""
+    trace = synth_trace(spec.num_layers, spec.num_experts, spec.top_k, 2, 4, 0, Locality(), 0, spec.name,
+                        spec.trace_meta())
+    settings = {**settings, "warmup": 0}
+    return simulate(trace, hardware=hw, engine=timed_as(point), prompt=point["prompt_tokens"], **settings).ttft_s
 
 
 # ik_llama.cpp's graph of a CPU layer's routed experts when the published runs were made (every one before its PR
@@ -285,6 +297,19 @@ def cv_points(rows: list[dict]) -> list[Point]:
                   tuple(r["seconds"]), side(STRATEGIES[r["strategy"]])) for r in rows if r["counted"]]
 
 
+PREFILL_GRID = (-0.9, 0.0, 30.0)  # a prompt's time grown by these fractions (one constant for every engine's prefill)
+
+
+def prefill_points(rows: list[dict]) -> list[Point]:
+    """The counted points whose source gives their run's prompt processing, as the cross-validation sees them: its
+    tokens/s measured, moesim's seconds a prompt token with its time grown by each fraction of ``PREFILL_GRID`` (at 0:
+    as simulated, what ships)."""
+    return [Point(r["id"], source_of(r), r.get("box", r["machine"]), "prefill", r["prefill_measured"], PREFILL_GRID,
+                  tuple(r["prefill_s"] / r["prompt_tokens"] * (1 + g) for g in PREFILL_GRID),
+                  side(STRATEGIES[r["strategy"]]))
+            for r in rows if r["counted"] and "prefill_s" in r]
+
+
 def cv_summary(checked: list) -> dict:
     """Median |error| over every held-out point and by engine, the worst, the coverage and median half-width of the
     intervals."""
@@ -399,9 +424,11 @@ class Derived(NamedTuple):
     (``checked``), with none (``plain``) and with every engine's (``fitted``); the framework times that ship, fitted
     on all their engines' points (``shipped``, µs a MoE layer); and each side's band, side -> (low, high, share of its
     points their held-out intervals held), of predictions with those times (``framework``) and without
-    (``operations``); every two
-    points of one model on one machine predicted apart (``pairs``, ``same_machine_pairs``), and of those it orders
-    wrong, the ratio it predicted them apart by at most (``tie``: rows of a plan closer than that are not told apart).
+    (``operations``); every two points of one model on one machine predicted apart (``pairs``,
+    ``same_machine_pairs``), and of those it orders wrong, the ratio it predicted them apart by at most (``tie``: rows
+    of a plan closer than that are not told apart); the points whose source gives their prompt processing, held out
+    (``prefill``), and the band of their prompt tokens/s with the share it held (``prefill_band``: one for both sides,
+    as one such point is of the GPU side).
     """
 
     checked: list
@@ -412,6 +439,8 @@ class Derived(NamedTuple):
     operations: tuple
     pairs: list
     tie: float
+    prefill: list
+    prefill_band: tuple
 
 
 def derive(rows: list[dict]) -> Derived:
@@ -431,8 +460,35 @@ def derive(rows: list[dict]) -> Derived:
                     cv_summary([c for c in held if c.point.side == s])["coverage"]) for s in SIDES}
     pairs = same_machine_pairs(rows, checked)
     tie = max((max(p, 1 / p) for _, m, p in pairs if (m > 1) != (p > 1)), default=1.0)
+    prefill = cross_validate(prefill_points(rows), (0.0, 0.0), set())
+    spread = [c.point.measured / c.predicted for c in prefill]
+    prefill_band = (*quantile_band(spread, calibrated_level([c.point for c in prefill], spread)),
+                    cv_summary(prefill)["coverage"])
     return Derived(checked, plain, fitted, fit(cv, LAYER_US_BOUNDS, ships(cv)), band(checked), band(plain), pairs,
-                   tie)
+                   tie, prefill, prefill_band)
+
+
+def print_prefill(rows: list[dict], d: Derived) -> None:
+    """Every point whose source gives its prompt processing: its prompt, measured and held-out predicted prompt
+    tokens/s, 80% interval and error; then their median, worst, coverage and the band that ships (PREFILL_BAND)."""
+    by_id = {r["id"]: r for r in rows}
+    print(f"\nprompt processing (TTFT = prompt / tokens/s)\n{'id':6} {'engine':14} {'prompt':>6} {'measured':>9} "
+          f"{'moesim':>9} {'80% interval':>17} {'error':>7} in")
+    for c in d.prefill:
+        r = by_id[c.point.name]
+        print(f"{c.point.name:6} {r['engine'][:14]:14} {r['prompt_tokens']:6} {c.point.measured:9.1f} "
+              f"{c.predicted:9.1f} {c.low:8.1f}-{c.high:<8.1f} {100 * c.error:+6.0f}% {'yes' if c.inside else 'no'}")
+    s = cv_summary(d.prefill)
+    low, high, held = d.prefill_band
+    print(f"{s['points']} points in {s['groups']} groups: median |error| {100 * s['median_abs_error']:.0f}%, worst "
+          f"{s['worst'][0]} {100 * s['worst'][1]:+.0f}%; held out, 80% intervals held {100 * s['coverage']:.0f}%, "
+          f"median half-width {100 * s['median_half_width']:.0f}%; the band that ships (PREFILL_BAND), measured / "
+          f"predicted over every point: ({low:.2f}, {high:.2f}), which held {100 * held:.0f}%")
+    points = prefill_points(rows)
+    grown = cv_summary(cross_validate(points, PREFILL_GRID[::2]))
+    print(f"not shipped: one fraction for every engine's prefill time, fitted without each point's group, would "
+          f"give median |error| {100 * grown['median_abs_error']:.0f}%, worst {grown['worst'][0]} "
+          f"{100 * grown['worst'][1]:+.0f}% (fitted on all: +{100 * fit(points, PREFILL_GRID[::2])['prefill']:.0f}%)")
 
 
 def load_points() -> list[dict]:
@@ -479,6 +535,7 @@ def main() -> None:
     print(f"  two settings on one machine ({len(pairs)} pairs of points of one model on one box): held out, moesim "
           f"orders {len(pairs) - len(wrong)} of them as measured; the widest it got wrong, {worst[0]}, it predicted "
           f"{worst[1]:.2f} times apart (TIE_RATIO)")
+    print_prefill(rows, d)
 
 
 if __name__ == "__main__":

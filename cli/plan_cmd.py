@@ -15,7 +15,7 @@ from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTIN
 from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
 from moesim.files import atomic_output, check_output
-from moesim.sim.accuracy import TIE_RATIO, interval_words
+from moesim.sim.accuracy import TIE_RATIO, interval_words, ttft_words
 from moesim.sim.engines import ENGINES
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.sim.engines.ktransformers import EXPERT_COUNTS
@@ -122,11 +122,11 @@ def plan(
                         r.prefetch or "-", "-" if r.capacity is None
                         else slots_text(r.capacity) + (" in all" if r.scope == "global" else ""),
                         "-" if r.cpu_layers is None else f"{r.cpu_layers}/{r.layers}", rate(r), r.tpot_s * 1e3,
-                        r.ttft_s, r.vram_gb, r.ram_gb, r.cpu_share, r.command if rows is result.rows else r.apart]
+                        ttft(r), r.vram_gb, r.ram_gb, r.cpu_share, r.command if rows is result.rows else r.apart]
                        for r in rows])
     elif result.rows:
         table(title, ["#", "engine", "format", "experts on GPU", "tok/s", "TTFT", "VRAM", "RAM"],
-              [[r.rank, r.engine, shown(r.format, r.dtype), placed(r), rate(r), three(r.ttft_s), three(r.vram_gb),
+              [[r.rank, r.engine, shown(r.format, r.dtype), placed(r), rate(r), ttft(r), three(r.vram_gb),
                 three(r.ram_gb)] for r in result.rows])
     else:
         console.print(f"{title}\nno engine you can run gives a placement of {result.model} that fits: "
@@ -202,6 +202,8 @@ def interval_note(rows: list, hw) -> None:
                       "included (sim run --engine NAME gives the same); " + (
                           interval_words(hw, {(True, r.side) for r in rows})),
                       soft_wrap=True)
+    if any(r.ttft_s is not None and r.ttft_s.low is not None for r in rows):
+        console.print(ttft_words(), soft_wrap=True)
 
 
 def rank_notes(rows: list, trace: str) -> None:
@@ -279,6 +281,11 @@ def three(x) -> str:
 def rate(r: PlanRow) -> str:
     """A row's tokens/s with its 80% interval (marked where learned from the trace)."""
     return with_interval(*r.tokens_per_s) + (LEARNED if r.learned else "")
+
+
+def ttft(r: PlanRow) -> str:
+    """A row's TTFT in seconds with its 80% interval."""
+    return "-" if r.ttft_s is None else with_interval(*r.ttft_s)
 
 
 def shown(fmt: str, dtype: str | None) -> str:

@@ -14,7 +14,7 @@ from moesim.cli.options import PATH, AsJson, TracePath
 from moesim.cli.settings import Asked, takes
 from moesim.errors import MoesimError, named
 from moesim.files import check_output
-from moesim.sim.accuracy import interval_words
+from moesim.sim.accuracy import interval_words, ttft_words
 from moesim.sim.config import RUN_SETTINGS
 from moesim.sim.reads import refuse_unread
 from moesim.sim.requests import check_prompt
@@ -119,13 +119,15 @@ def run(
            + [r.tpot_s * 1e3, r.tpot_p99_s * 1e3, with_interval(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high),
               r.compute_s * 1e3, r.copy_s * 1e3, r.stall_s * 1e3]
            + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu + [r.hit_rate] * cached + [r.vram_gb, r.ram_gb]
-           + [(r.ttft_s or float("nan")) * 1e3] * ttft for r in results])
+           + [ttft_ms(r)] * ttft for r in results])
     if any(r.tokens_per_s_low is not None for r in results):
         learned = any(r.named for r in results)
         console.print(("tok/s: as the engine runs it, the framework time learned for it from published points "
                        "included where one was" if learned else "tok/s: the placement's operations, no engine's "
                        "framework time (--engine NAME, as moesim plan, adds one where it was learned)")
                       + "; " + interval_words(hw, {(r.named, r.side) for r in results}), soft_wrap=True)
+    if any(r.ttft_s_low is not None for r in results):
+        console.print(ttft_words(), soft_wrap=True)
     if prefetch != "none":
         for r in results:
             console.print(f"{r.policy} @ {slots_text(r.capacity)}: predictions' precision {_pct(r.prefetch_precision)}, "
@@ -192,3 +194,10 @@ def golden(
         console.print(f"wrote {path}")
     elif changed.height:
         raise MoesimError(f"{path}: {changed.height} row(s) differ; review them, then run 'moesim sim golden --update'")
+
+
+def ttft_ms(r) -> str:
+    """A run's TTFT in ms with its 80% interval ("-" without a prompt)."""
+    if r.ttft_s is None:
+        return "-"
+    return with_interval(r.ttft_s * 1e3, *(None if x is None else x * 1e3 for x in (r.ttft_s_low, r.ttft_s_high)))

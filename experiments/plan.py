@@ -354,7 +354,7 @@ def _from_ssd(out: Plan, config: Config, name: str, prepared: list, short: list)
 def rank_key(r: PlanRow) -> tuple[float, float]:
     """Faster first; equal tokens/s (to the 4 significant digits a table shows) by the time to first token (none
     timed, with no prompt: last)."""
-    return -float(f"{r.tokens_per_s.mid:.4g}"), math.inf if r.ttft_s is None else r.ttft_s
+    return -float(f"{r.tokens_per_s.mid:.4g}"), math.inf if r.ttft_s is None else r.ttft_s.mid
 
 
 def ranked(rows: list[PlanRow]) -> list[PlanRow]:
@@ -444,7 +444,7 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
                   scope=config.cache.scope if cached else None,
                   cpu_layers=params.get(strategy.places), layers=spec.num_layers,
                   tokens_per_s=Estimate(r.tokens_per_s, r.tokens_per_s_low, r.tokens_per_s_high), tpot_s=r.tpot_s,
-                  ttft_s=r.ttft_s, vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
+                  ttft_s=None if r.ttft_s is None else Estimate(r.ttft_s, r.ttft_s_low, r.ttft_s_high), vram_gb=r.vram_gb, ram_gb=r.ram_gb, hit_rate=r.hit_rate, cpu_share=r.cpu_share,
                   engine=engine.name, command=engine.command(launch),
                   apart=engine.refuses(spec, fmt, own_gguf, vendor),
                   learned=cached and learns_from_trace(config), framework_us=r.framework_us, side=r.side, gpu=gpu,

@@ -11,7 +11,8 @@ from moesim.sim.accuracy import Estimate
 class PlanRow:
     """``capacity``: the GPU slots (per layer, or of the pool; a tuple where a split gives each layer its own), None
     without a cache; ``cpu_layers``: the layers whose experts a placing strategy keeps on the CPU, else None;
-    ``tokens_per_s``: decode tokens/s at the plan's batch with its 80% interval; ``command``: the engine's whole
+    ``tokens_per_s``: decode tokens/s at the plan's batch with its 80% interval, ``ttft_s`` the prompt's TTFT with
+    its own; ``command``: the engine's whole
     command (or configuration) that runs the row, "none: why" where none does; ``apart``: why no engine a user can
     run gives the row (research code with no release, a family or format the engine does not run), "" for an
     answer; ``tied``: a row after the first whose tokens/s the published pairs do not tell apart from the first's
@@ -31,7 +32,7 @@ class PlanRow:
     layers: int
     tokens_per_s: Estimate
     tpot_s: float
-    ttft_s: float | None
+    ttft_s: Estimate | None  # seconds to the first token with its 80% interval (None: no prompt prefilled)
     vram_gb: float
     ram_gb: float
     hit_rate: float
@@ -50,13 +51,15 @@ class PlanRow:
     tied: bool = False       # the first answer's tokens/s is less than TIE_RATIO times this one's: not told apart
 
     def as_dict(self) -> dict:
-        """The row as JSON gives it: its rank first, the tokens/s and its interval as ``tokens_per_s``,
-        ``tokens_per_s_low`` and ``tokens_per_s_high`` where the estimate stands, ``same_as`` a list."""
+        """The row as JSON gives it: its rank first, each estimate and its interval as ``tokens_per_s``,
+        ``tokens_per_s_low`` and ``tokens_per_s_high`` where the estimate stands (``ttft_s`` likewise), ``same_as`` a
+        list."""
         out = {"rank": self.rank}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "tokens_per_s":
-                out.update(tokens_per_s=value.mid, tokens_per_s_low=value.low, tokens_per_s_high=value.high)
+            if f.name in ("tokens_per_s", "ttft_s"):
+                value = value or Estimate(None)
+                out.update({f.name: value.mid, f"{f.name}_low": value.low, f"{f.name}_high": value.high})
             elif f.name == "same_as":
                 out["same_as"] = list(value)
             elif f.name != "rank":

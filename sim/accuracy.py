@@ -19,6 +19,12 @@ own band where its validation measured one (``band_low``, ``band_high`` and ``ba
 validate --engine llama.cpp --out``, over llama.cpp decodes calibration did not run), else none: the published
 spread is a spec sheet's, not a measurement's.
 
+A TTFT predicted from a spec sheet comes with an 80% interval too: its prompt's seconds over two quantiles of
+measured / predicted prompt tokens/s (``PREFILL_BAND``), over the published points whose source gives their run's
+prompt processing (llama-bench's pp512 and the like), each predicted without its group, at the level learned as
+above; one band for both sides (one such point is of the GPU side). moesim's prefill is faster than the published
+ones at the median (docs/fidelity.md), so the interval reaches far above the TTFT it gives.
+
 Of every two published points of one model on one machine that moesim predicts apart, each held out, those it
 orders wrong it predicted at most ``TIE_RATIO`` times apart: two plan rows closer than that are not told apart by
 the evidence (``tied``).
@@ -36,6 +42,8 @@ SIDES = ("CPU", "GPU")
 FRAMEWORK_BANDS = {"CPU": (0.53, 1.42, 0.83), "GPU": (0.19, 0.82, 0.76)}
 OPERATIONS_BANDS = {"CPU": (0.36, 1.39, 0.78), "GPU": (0.19, 0.86, 0.76)}
 TIE_RATIO = 1.70
+# measured / predicted prompt tokens/s: (low, high, share of the points such intervals held, each without its group)
+PREFILL_BAND = (0.09, 1.17, 0.82)
 
 
 def side(strategy) -> str:
@@ -85,6 +93,24 @@ def interval(tokens_per_s: float, hw, named: bool, on: str) -> tuple[float | Non
     if factors is None or tokens_per_s != tokens_per_s:
         return None, None
     return tokens_per_s * factors[0], tokens_per_s * factors[1]
+
+
+def ttft_interval(ttft_s: float | None, hw) -> tuple[float | None, float | None]:
+    """The 80% interval of a TTFT (seconds) predicted for ``hw``: its seconds over the ends of ``PREFILL_BAND``
+    (the published prompts processed faster than predicted shorten it); (None, None) without a TTFT, or on a machine
+    that carries measured rates (its prefill is not what the published spread describes)."""
+    if ttft_s is None or ttft_s != ttft_s or measured(hw):
+        return None, None
+    low, high, _ = PREFILL_BAND
+    return ttft_s / high, ttft_s / low
+
+
+def ttft_words() -> str:
+    """Where a TTFT's 80% interval comes from, as a footnote says it."""
+    low, high, held = PREFILL_BAND
+    return (f"TTFT (80% interval): x{1 / high:.2f} to x{1 / low:.2g}: published prompt tokens/s over moesim's, "
+            f"x{low:.2f} to x{high:.2f}, which held {held:.0%} of those points, each built without its source or "
+            "machine")
 
 
 def interval_words(hw, kinds) -> str:

@@ -36,7 +36,7 @@ from moesim.sim.costs import Costs
 from moesim.sim.des_state import (C_ACCESSES, C_CPU, C_FILLS, C_HITS, C_LOADS, C_LOWBIT, C_LOWBIT_MASS, C_PF_LOADS,
                                   C_PF_USED, C_PREFILL_LOADS, C_SSD_READS, C_SUBS, C_SUBS_MASS, R_COMPUTE, R_COPY,
                                   R_CPU, R_STALL, R_TIME)
-from moesim.sim.accuracy import interval, side
+from moesim.sim.accuracy import interval, side, ttft_interval
 from moesim.sim.engine import COMPILE_NOTE, on_disk
 from moesim.sim.machine import Hardware
 from moesim.sim.policy_groups import group_of
@@ -69,6 +69,8 @@ class DesResult(Tabular):
     tokens_per_s_low: float | None   # its 80% interval on a spec sheet's machine (``moesim.sim.accuracy``; None:
     tokens_per_s_high: float | None  # a measured machine's)
     ttft_s: float | None
+    ttft_s_low: float | None   # its 80% interval on a spec sheet's machine (``moesim.sim.accuracy.ttft_interval``)
+    ttft_s_high: float | None
     compute_s: float
     copy_s: float
     stall_s: float
@@ -546,6 +548,8 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
 
     tokens_per_s = tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan")
     low, high = interval(tokens_per_s, run.hardware, run.named, side(run.strategy))
+    ttft_s = mean(prefill) if prefill.size else None
+    ttft_low, ttft_high = ttft_interval(ttft_s, run.hardware)
 
     return DesResult(
         model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name, machine=run.hardware,
@@ -554,7 +558,7 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),
         tokens_per_s=tokens_per_s, tokens_per_s_low=low, tokens_per_s_high=high,
-        ttft_s=mean(prefill) if prefill.size else None,
+        ttft_s=ttft_s, ttft_s_low=ttft_low, ttft_s_high=ttft_high,
         compute_s=mean(rows[decode, R_COMPUTE]), copy_s=mean(rows[decode, R_COPY]),
         stall_s=mean(rows[decode, R_STALL]), cpu_s=mean(rows[decode, R_CPU]),
         bytes_h2d=float(loads * cost.expert_bytes + counters[C_LOWBIT] * cost.lowbit_bytes

@@ -13,7 +13,7 @@ import pytest
 from moesim.errors import MoesimError
 from moesim.replay.llamacpp_calibrate import Measured
 from moesim.replay.llamacpp_validate import BAND_ROWS, Row, decode_band
-from moesim.sim.accuracy import OPERATIONS_BANDS, interval
+from moesim.sim.accuracy import OPERATIONS_BANDS, PREFILL_BAND, interval, ttft_interval
 from moesim.sim.hardware import get_hardware, load_hardware, write_hardware
 
 
@@ -55,6 +55,17 @@ def test_a_calibrated_machine_gives_its_own_band_and_none_without_one(tmp_path):
     sheet = replace(hw, cpu=replace(hw.cpu, unpack_gbps=()))
     for on, (low, high, _) in OPERATIONS_BANDS.items():  # a spec sheet's machine: the published band of the side
         assert interval(40.0, sheet, False, on) == pytest.approx((40 * low, 40 * high))
+
+
+def test_a_ttft_s_interval_is_its_seconds_over_the_published_prompts_band(tmp_path):
+    """A TTFT of 2 s on a spec sheet's machine: 2 / high to 2 / low of ``PREFILL_BAND`` (measured / predicted prompt
+    tokens/s); none without a TTFT, and none on a calibrated machine (its band is of decodes)."""
+    sheet = get_hardware("ryzen-7950x")
+    low, high, _ = PREFILL_BAND
+    assert ttft_interval(2.0, sheet) == pytest.approx((2.0 / high, 2.0 / low), rel=1e-15)
+    assert ttft_interval(None, sheet) == (None, None) and ttft_interval(float("nan"), sheet) == (None, None)
+    hw = load_hardware(calibrated(tmp_path, band_low=0.9, band_high=1.25, band_held=0.8))
+    assert ttft_interval(2.0, hw) == (None, None)
 
 
 @pytest.mark.parametrize("key, value", [("band_low", -0.5), ("band_high", 1e9), ("band_held", 2.0)])

@@ -189,9 +189,9 @@ def test_equal_tokens_per_s_rank_by_time_to_first_token():
     from moesim.experiments.plan import rank_key
     from moesim.sim.accuracy import Estimate
 
-    rows = [Row(tokens_per_s=Estimate(20.004), ttft_s=13.2), Row(tokens_per_s=Estimate(20.001), ttft_s=1.0),
-            Row(tokens_per_s=Estimate(20.05), ttft_s=30.0), Row(tokens_per_s=Estimate(19.0), ttft_s=0.1)]
-    assert [(r.tokens_per_s.mid, r.ttft_s) for r in sorted(rows, key=rank_key)] == [
+    rows = [Row(tokens_per_s=Estimate(rate), ttft_s=Estimate(ttft))
+            for rate, ttft in ((20.004, 13.2), (20.001, 1.0), (20.05, 30.0), (19.0, 0.1))]
+    assert [(r.tokens_per_s.mid, r.ttft_s.mid) for r in sorted(rows, key=rank_key)] == [
         (20.05, 30.0), (20.001, 1.0), (20.004, 13.2), (19.0, 0.1)]
 
 
@@ -303,7 +303,7 @@ def test_a_row_s_interval_is_the_published_spread_and_a_calibrated_machine_has_n
     learned framework time or none; a machine with measured rates (a calibration's) gets none: the published spread
     is a spec sheet's."""
     import moesim
-    from moesim.sim.accuracy import FRAMEWORK_BANDS, measured
+    from moesim.sim.accuracy import FRAMEWORK_BANDS, PREFILL_BAND, measured
     from moesim.sim.engines import ENGINES
     from moesim.sim.hardware import get_hardware
     from moesim.sim.strategies import STRATEGIES
@@ -316,6 +316,9 @@ def test_a_row_s_interval_is_the_published_spread_and_a_calibrated_machine_has_n
         low, high, _ = FRAMEWORK_BANDS["CPU" if STRATEGIES[strategy].cpu else "GPU"]
         assert (r["tokens_per_s_low"], r["tokens_per_s_high"]) == pytest.approx(
             (r["tokens_per_s"] * low, r["tokens_per_s"] * high), rel=1e-12)
+        # its TTFT's: the prompt's seconds over the published prompts' band (they ran slower: it reaches above)
+        assert (r["ttft_s_low"], r["ttft_s_high"]) == pytest.approx(
+            (r["ttft_s"] / PREFILL_BAND[1], r["ttft_s"] / PREFILL_BAND[0]), rel=1e-12)
     assert {r["framework_us"] > 0 for r in rows} == {True, False}
     assert {STRATEGIES[r["strategy"]].cpu for r in rows if r["strategy"] != "all-on-gpu"} == {True, False}  # both sides
     hw = get_hardware("ryzen-7950x")
@@ -325,6 +328,7 @@ def test_a_row_s_interval_is_the_published_spread_and_a_calibrated_machine_has_n
                        'dram_gbps = 83.2\nram_gb = 64\nunpack_gbps = {q4_k = 9.0}\n')
     plan = moesim.plan("olmoe-1b-7b", str(machine), dtypes=("q4_k",))
     assert all(r.tokens_per_s.low is None and r.tokens_per_s.high is None for r in plan.rows)
+    assert all(r.ttft_s.mid > 0 and r.ttft_s.low is None and r.ttft_s.high is None for r in plan.rows)
 
 
 def names(label: str, r: dict) -> bool:

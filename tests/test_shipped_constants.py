@@ -41,6 +41,15 @@ def test_each_band_is_the_one_derived(derived):
         assert {s: tuple(round(x, 2) for x in band) for s, band in bands.items()} == shipped
 
 
+def test_the_prefill_band_is_the_one_derived(derived):
+    """The band of a TTFT: the quantiles of measured / predicted prompt tokens/s over the points whose source gives
+    their prompt processing, each predicted without its group (to two places), and the share its held-out intervals
+    held (to the percent); every such point is one of the counted decode points."""
+    assert tuple(round(x, 2) for x in derived.prefill_band) == accuracy.PREFILL_BAND
+    assert {c.point.name for c in derived.prefill} <= {c.point.name for c in derived.checked}
+    assert len(derived.prefill) == 60
+
+
 def test_the_tie_ratio_is_the_one_derived(derived):
     """Of the pairs of one model on one machine predicted apart, the widest apart it orders wrong (to two places) is
     what a plan quotes as the ratio below which rows are not told apart."""
