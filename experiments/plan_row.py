@@ -12,12 +12,12 @@ class PlanRow:
     """``capacity``: the GPU slots (per layer, or of the pool; a tuple where a split gives each layer its own), None
     without a cache; ``cpu_layers``: the layers whose experts a placing strategy keeps on the CPU, else None;
     ``tokens_per_s``: decode tokens/s at the plan's batch with its 80% interval, ``ttft_s`` the prompt's TTFT with
-    its own; ``command``: the engine's whole
-    command (or configuration) that runs the row, "none: why" where none does; ``apart``: why no engine a user can
-    run gives the row (research code with no release, a family or format the engine does not run), "" for an
-    answer; ``tied``: a row after the first whose tokens/s the published pairs do not tell apart from the first's
-    (``moesim.sim.accuracy.tied``); ``learned``: its pins or its prefetcher learn from the trace simulated (no other given), so its
-    tokens/s is an upper bound on other prompts; ``same_as``: an ``all-on-gpu`` row's candidates folded into it; ``rank``: 1 for the fastest answer."""
+    its own; ``command``: the engine's whole command (or configuration) that runs the row, "none: why" where none
+    does; ``apart``: why no engine a user can run gives the row (research code with no release, a family or format
+    the engine does not run), "" for an answer; ``tied``: a row after the first whose tokens/s the published pairs
+    do not tell apart from the first's (``moesim.sim.accuracy.tied``); ``learned``: its pins or its prefetcher learn
+    from the trace simulated (no other given), so its tokens/s is an upper bound on other prompts; ``same_as``: an
+    ``all-on-gpu`` row's candidates folded into it; ``rank``: 1 for the fastest answer."""
 
     model: str               # the model planned (several are ranked together: ``moesim.experiments.plan.ranked``)
     strategy: str

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from moesim.sim.accuracy import band, measured
+from moesim.sim.accuracy import PREFILL_BAND, band, measured
 from moesim.sim.des import DesResult, measured_decode
 from moesim.sim.engines import ENGINES, UNNAMED
 from moesim.sim.machine import VENDORS, Hardware
@@ -144,4 +144,9 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
         out.append(Line(f"tokens/s, its 80% interval x{low:.2f} to x{high:.2f} of it", r.tokens_per_s, "tokens/s",
                         ("this machine's validation" if measured(hw) else f"the published {on}-side points' spread "
                          "(docs/fidelity.md)") + f", held out; such intervals held {held:.0%}"))
+    if r.ttft_s_low is not None:
+        low, high, held = PREFILL_BAND
+        out.append(Line(f"TTFT, its 80% interval x{1 / high:.2f} to x{1 / low:.2g} of it", r.ttft_s, "s",
+                        f"the published prompts' spread (docs/fidelity.md, TTFT), held out; such intervals held "
+                        f"{held:.0%}"))
     return tuple(out)
