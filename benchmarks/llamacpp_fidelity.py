@@ -24,7 +24,7 @@ from pathlib import Path
 from moesim.errors import MoesimError
 from moesim.replay.llamacpp_calibrate import SUMMARY, calibrate_llamacpp
 from moesim.sim.local_machine import thread_counts
-from moesim.replay.llamacpp_run import system_info
+from moesim.replay.llamacpp_run import LlamaCpp
 from moesim.replay.llamacpp_validate import (FORMATS, HEADERS, SHAPES, cells, counts, summary, summary_line,
                                              validate_llamacpp)
 
@@ -46,7 +46,9 @@ def main() -> None:
 
 
 def run(args) -> None:
-    print(system_info())
+    with LlamaCpp() as engine:
+        built = engine.system_info()
+    print(built)
     threads = counts(args.threads, "--threads", thread_counts())
     contexts = counts(args.contexts, "--contexts", [0], low=0)
     prompts = [p for p in counts(args.prompts, "--prompts", [], low=0) if p]
@@ -79,7 +81,7 @@ def run(args) -> None:
         print(f"{test}: median |error| with the probed DRAM rate {100 * statistics.median(medians):.1f}% (cycles: "
               f"{', '.join(f'{100 * m:.1f}%' for m in medians)})")
     if args.json:
-        args.json.write_text(json.dumps({"system": system_info(), "cycles": cycles}, indent=1))
+        args.json.write_text(json.dumps({"system": built, "cycles": cycles}, indent=1))
 
 
 if __name__ == "__main__":
