@@ -13,6 +13,9 @@ class MoesimError(Exception):
     def __str__(self) -> str:
         return render(super().__str__())
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
 
 class MoesimWarning(UserWarning):
     """Input that is most likely a slip but may be meant (a hardware number past every real part's: a size in MiB
@@ -71,7 +74,7 @@ def render(text: str, reader: str | None = None) -> str:
 
 
 def leading(text: str) -> tuple[str, str | None, int]:
-    """The setting a message opens with (``named``; "" if none), its value as text, and where its name ends: what
+    """The setting a message opens with (``named``; "" if none), its value as text, and where that mention ends: what
     the message is about."""
     found = NAMED.match(text)
     return ("", None, 0) if found is None else (found.group(1).replace("-", "_"), found.group(2), found.end())

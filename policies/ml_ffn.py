@@ -76,7 +76,7 @@ class State(NamedTuple):
 def make_state(ctx) -> State:
     path = ctx.params["ml_model"]
     if path is None:
-        raise MoesimError(f"policy ml-ffn needs a model: pass {named('ml_model', 'MODEL.npz')} (from 'moesim train "
+        raise MoesimError(f"{named('policy', 'ml-ffn')} needs a model: pass {named('ml_model', 'MODEL.npz')} (from 'moesim train "
                           f"ml-ffn' or moesim.train_ml_ffn)")
     model = load_model(path)
     num_models = model["w1"].shape[0]

@@ -79,7 +79,7 @@ def check_capacity(meta, cache: CacheConfig) -> None:
     """A hit-rate run caches at least one expert, and under step semantics a whole step's k, in every
     partition; never more than there are experts."""
     if cache.capacity == "auto":
-        raise MoesimError("capacity auto is what a machine's memory holds, and hit rates have no machine: give a "
+        raise MoesimError(f"{named('capacity', 'auto')} is what a machine's memory holds, and hit rates have no machine: give a "
                           f"number of slots (or time a run with {named('capacity', 'auto')}: 'moesim sim run', "
                           "moesim.simulate)")
     slots, top_k = cache.slots(meta.num_layers), meta.top_k

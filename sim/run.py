@@ -440,16 +440,16 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
         raise MoesimError(f"{named('engine', profile.name)}: {why} ({_machine(hardware)})")
     if model.kind == "mole" and not strategy.lookup_tables:
         tables = _listed(n for n, m in STRATEGIES.items() if m.lookup_tables)
-        raise MoesimError(f"strategy {name} places experts, and a MoLE model has lookup tables; use {tables}")
+        raise MoesimError(f"{named('strategy', name)} places experts, and a MoLE model has lookup tables; use {tables}")
     if not strategy.prefetch and config.prefetch.prefetcher != "none":
-        raise MoesimError(f"strategy {name} keeps no cache for a prefetcher to fill; use {named('prefetch', 'none')}")
+        raise MoesimError(f"{named('strategy', name)} keeps no cache for a prefetcher to fill; use {named('prefetch', 'none')}")
     if strategy.cpu and strategy.cache and dram_capacity is not None:  # (a CPU layer's experts mapped from the SSD:
         # cpu-experts; a CPU beside a GPU cache weighs its misses against copies that take no SSD read)
         tiered = _listed(n for n, m in STRATEGIES.items() if not (m.cpu and m.cache))
-        raise MoesimError(f"strategy {name} weighs a miss on the CPU against its copy; an SSD tier "
+        raise MoesimError(f"{named('strategy', name)} weighs a miss on the CPU against its copy; an SSD tier "
                           f"({named('dram_capacity')}) is modelled for {tiered}")
     if strategy.needs_weights and trace.weights is None:
-        raise MoesimError(f"strategy {name} judges a miss by its gate weight, and the trace has no weights")
+        raise MoesimError(f"{named('strategy', name)} judges a miss by its gate weight, and the trace has no weights")
     if config.cache.semantics != "step":
         raise MoesimError("the discrete-event simulator serves a step's experts at once (semantics step); "
                           "sequential semantics is the hit-rate engine's")

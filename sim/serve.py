@@ -237,7 +237,7 @@ def _check_serve(trace: Trace, config: Config) -> None:
     if sv.arrivals not in ARRIVALS and sv.requests is not None and Path(sv.arrivals).is_file():  # else: no such file
         raise MoesimError(f"the arrivals file {sv.arrivals} lists the requests: leave requests unset")
     if policy.reads_rows:
-        raise MoesimError(f"policy {policy.name} reads the rows it will serve ahead of serving them, and a served "
+        raise MoesimError(f"{named('policy', policy.name)} reads the rows it will serve ahead of serving them, and a served "
                           "stream's steps are formed as it runs; use an online policy (lru, lfu, gamma, ...)")
     predictor = get_prefetcher(config.prefetch.prefetcher)
     if predictor is not None and predictor.kind != "next":
@@ -248,10 +248,10 @@ def _check_serve(trace: Trace, config: Config) -> None:
     if sv.dynamic_kv:
         if config.cache.capacity != "auto" or not get_strategy(config.execution.strategy).cache \
                 or config.cache.split != "uniform":
-            raise MoesimError("dynamic_kv shares GPU memory between the KV cache and the expert cache: it needs "
+            raise MoesimError(f"{named('dynamic_kv', True)} shares GPU memory between the KV cache and the expert cache: it needs "
                               "capacity auto, split uniform and a strategy with an expert cache")
         if not policy.resizable:
-            raise MoesimError(f"dynamic_kv takes slots away as the KV cache grows, and policy {policy.name}'s state "
+            raise MoesimError(f"{named('dynamic_kv', True)} takes slots away as the KV cache grows, and policy {policy.name}'s state "
                               "is sized for its capacity; use lru, fifo, lifo, lfu or random")
     if config.workload.batch != 1 or config.workload.warmup != 0:
         raise MoesimError("a served stream forms its own batches (max_batch) and measures every request: "

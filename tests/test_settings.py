@@ -151,4 +151,4 @@ def test_the_simulator_names_settings_and_formats_no_option():
     root = Path(__file__).resolve().parents[1] / "sim"
     for path in root.rglob("*.py"):
         text = path.read_text()
-        assert "READER" not in text and "TYPED_AS" not in text, path
+        assert "READER" not in text and "TYPED_AS" not in text and "option(" not in text, path

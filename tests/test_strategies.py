@@ -60,7 +60,7 @@ def test_cpu_experts_read_from_the_ssd_what_the_page_cache_does_not_hold():
     assert held.step_times[0] == none_held.step_times[0] and held.bytes_ssd == 4 * EXPERT_BYTES
     for step in (1, 2):
         assert held.step_times[step] == 2 * (pre_s(step + 1) + HANDOFF + 2 * CPU_EXPERT + HANDOFF + SYNC)
-    with pytest.raises(MoesimError, match="strategy hybrid weighs a miss on the CPU against its copy"):
+    with pytest.raises(MoesimError, match="strategy='hybrid' weighs a miss on the CPU against its copy"):
         simulate(steps(3), model=MODEL, hardware=hw, strategy="hybrid", capacity=2, dram_capacity=2)
 
 

@@ -18,7 +18,7 @@ def scores(trace, params) -> np.ndarray:
     """Per sequence and layer, how often the prompt routed to each expert: float [S, L, E]."""
     prompt = trace.phase == PREFILL
     if not prompt.any():
-        raise MoesimError("prefetch 'prompt' needs prefill rows in the trace (record or import the prompt "
+        raise MoesimError(f"{named('prefetch', 'prompt')} needs prefill rows in the trace (record or import the prompt "
                           f"routing); use {named('prefetch', 'popular')} for a preload without them")
     seq = trace.row_sequence()[prompt]
     n_layers, num_experts = trace.meta.num_layers, trace.meta.num_experts

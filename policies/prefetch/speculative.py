@@ -14,7 +14,7 @@ from moesim.policies.prefetch import PrefetcherSpec
 
 def predict(trace, params) -> np.ndarray:
     if trace.spec is None:
-        raise MoesimError("prefetch 'speculative' needs the trace's spec column; record the trace with "
+        raise MoesimError(f"{named('prefetch', 'speculative')} needs the trace's spec column; record the trace with "
                           f"'moesim trace record --speculate' or use {named('prefetch', 'history')} (or oracle)")
     out = np.full(trace.experts.shape, -1, np.int16)
     out[:, 1:] = trace.spec[:, :-1]
