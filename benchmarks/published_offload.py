@@ -298,6 +298,7 @@ def cv_points(rows: list[dict]) -> list[Point]:
 
 
 PREFILL_GRID = (-0.9, 0.0, 30.0)  # a prompt's time grown by these fractions (one constant for every engine's prefill)
+PREFILL_BOUNDS = (PREFILL_GRID[0], PREFILL_GRID[-1])  # the fraction a fit may take
 
 
 def prefill_points(rows: list[dict]) -> list[Point]:
@@ -485,10 +486,10 @@ def print_prefill(rows: list[dict], d: Derived) -> None:
           f"median half-width {100 * s['median_half_width']:.0f}%; the band that ships (PREFILL_BAND), measured / "
           f"predicted over every point: ({low:.2f}, {high:.2f}), which held {100 * held:.0f}%")
     points = prefill_points(rows)
-    grown = cv_summary(cross_validate(points, PREFILL_GRID[::2]))
+    grown = cv_summary(cross_validate(points, PREFILL_BOUNDS))
     print(f"not shipped: one fraction for every engine's prefill time, fitted without each point's group, would "
           f"give median |error| {100 * grown['median_abs_error']:.0f}%, worst {grown['worst'][0]} "
-          f"{100 * grown['worst'][1]:+.0f}% (fitted on all: +{100 * fit(points, PREFILL_GRID[::2])['prefill']:.0f}%)")
+          f"{100 * grown['worst'][1]:+.0f}% (fitted on all: +{100 * fit(points, PREFILL_BOUNDS)['prefill']:.0f}%)")
 
 
 def load_points() -> list[dict]:

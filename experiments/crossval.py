@@ -47,7 +47,7 @@ class Point:
     machine: str        # the physical machine (likewise)
     kind: str           # which constant it takes (its engine)
     measured: float     # tokens/s
-    grid: tuple         # constants the point was simulated at, rising from 0
+    grid: tuple         # constants the point was simulated at, rising, 0 among them (nothing learned)
     seconds: tuple      # moesim's seconds a token at each
     side: str = ""      # where its engine computes the experts not on the GPU (``moesim.sim.accuracy.side``)
 
