@@ -149,12 +149,14 @@ def engine_as(name: str, **changes):
 
 def as_run(point: dict):
     """The engines as the point's run had them: an ik_llama.cpp point's graph of the routed experts as its build and
-    flags made it (``fused_moe``, ``IK_NODES``), with no framework time; the others as they are."""
+    flags made it (``fused_moe``, ``IK_NODES``), with no framework time and its prompts not grown (what the
+    cross-validation learns); the others as they are."""
     if point["engine"] != "ik_llama.cpp":
         return engine_as(point["engine"])
     if "fused_moe" not in point:
         raise SystemExit(f"point {point['id']}: an ik_llama.cpp point says whether its run fused MoE (fused_moe)")
-    return engine_as("ik_llama.cpp", cpu_ops=(IK_NODES[point["fused_moe"]], 0), layer_us=0.0, gpu_layer_us=())
+    return engine_as("ik_llama.cpp", cpu_ops=(IK_NODES[point["fused_moe"]], 0), layer_us=0.0, gpu_layer_us=(),
+                     prompt_growth=0.0)
 
 
 def timed_as(point: dict) -> str:
@@ -301,6 +303,12 @@ PREFILL_GRID = (-0.9, 0.0, 30.0)  # a prompt's time grown by these fractions (on
 PREFILL_BOUNDS = (PREFILL_GRID[0], PREFILL_GRID[-1])  # the fraction a fit may take
 
 
+def growth_ships(points: list[Point]) -> set:
+    """Whether the prompts' growth ships ({"prefill"} or nothing): fitted without each point's group, it predicts the
+    prompts better held out than none (``EngineSpec.prompt_growth``)."""
+    return better_than_none(points, PREFILL_BOUNDS)
+
+
 def prefill_points(rows: list[dict]) -> list[Point]:
     """The counted points whose source gives their run's prompt processing, as the cross-validation sees them: its
     tokens/s measured, moesim's seconds a prompt token with its time grown by each fraction of ``PREFILL_GRID`` (at 0:
@@ -428,8 +436,10 @@ class Derived(NamedTuple):
     (``operations``); every two points of one model on one machine predicted apart (``pairs``,
     ``same_machine_pairs``), and of those it orders wrong, the ratio it predicted them apart by at most (``tie``: rows
     of a plan closer than that are not told apart); the points whose source gives their prompt processing, held out
-    (``prefill``), and the band of their prompt tokens/s with the share it held (``prefill_band``: one for both sides,
-    as one such point is of the GPU side).
+    with the prompts' growth where it ships, chosen and fitted in each fold without the point's group (``prefill``),
+    and with none (``prefill_operations``), the band of their prompt tokens/s with the share it held of each
+    (``prefill_band``, ``prefill_operations_band``: one for both sides, as one such point is of the GPU side), and the
+    growth that ships, fitted on all of them (``prompt_growth``; 0 where it does not ship).
     """
 
     checked: list
@@ -441,7 +451,10 @@ class Derived(NamedTuple):
     pairs: list
     tie: float
     prefill: list
+    prefill_operations: list
     prefill_band: tuple
+    prefill_operations_band: tuple
+    prompt_growth: float
 
 
 def derive(rows: list[dict]) -> Derived:
@@ -461,35 +474,43 @@ def derive(rows: list[dict]) -> Derived:
                     cv_summary([c for c in held if c.point.side == s])["coverage"]) for s in SIDES}
     pairs = same_machine_pairs(rows, checked)
     tie = max((max(p, 1 / p) for _, m, p in pairs if (m > 1) != (p > 1)), default=1.0)
-    prefill = cross_validate(prefill_points(rows), (0.0, 0.0), set())
-    spread = [c.point.measured / c.predicted for c in prefill]
-    prefill_band = (*quantile_band(spread, calibrated_level([c.point for c in prefill], spread)),
-                    cv_summary(prefill)["coverage"])
+    prompts = prefill_points(rows)
+    prefill, prefill_operations = (cross_validate(prompts, PREFILL_BOUNDS, growth_ships),
+                                   cross_validate(prompts, (0.0, 0.0), set()))
+
+    def prompt_band(held: list) -> tuple:
+        spread = [c.point.measured / c.predicted for c in held]
+        return (*quantile_band(spread, calibrated_level([c.point for c in held], spread)),
+                cv_summary(held)["coverage"])
     return Derived(checked, plain, fitted, fit(cv, LAYER_US_BOUNDS, ships(cv)), band(checked), band(plain), pairs,
-                   tie, prefill, prefill_band)
+                   tie, prefill, prefill_operations, prompt_band(prefill), prompt_band(prefill_operations),
+                   fit(prompts, PREFILL_BOUNDS, growth_ships(prompts)).get("prefill", 0.0))
 
 
 def print_prefill(rows: list[dict], d: Derived) -> None:
-    """Every point whose source gives its prompt processing: its prompt, measured and held-out predicted prompt
-    tokens/s, 80% interval and error; then their median, worst, coverage and the band that ships (PREFILL_BAND)."""
+    """Every point whose source gives its prompt processing: its prompt, measured prompt tokens/s, moesim's held out
+    as its engine (the prompts' growth fitted without the point's group, where each fold chose to ship it) with its
+    80% interval, the error, and the operations alone; then the median, worst and coverage of each, and what ships
+    (``PROMPT_GROWTH``, ``PREFILL_BAND``, ``PREFILL_OPERATIONS_BAND``)."""
     by_id = {r["id"]: r for r in rows}
-    print(f"\nprompt processing (TTFT = prompt / tokens/s)\n{'id':6} {'engine':14} {'prompt':>6} {'measured':>9} "
-          f"{'moesim':>9} {'80% interval':>17} {'error':>7} in")
-    for c in d.prefill:
-        r = by_id[c.point.name]
+    print(f"\nprompt processing (TTFT = prompt / tokens/s), held out\n{'id':6} {'engine':14} {'prompt':>6} "
+          f"{'measured':>9} {'moesim':>9} {'80% interval':>17} {'error':>7} in  {'growth':>6} {'operations':>10} "
+          f"{'error':>7}")
+    for c, o in zip(d.prefill, d.prefill_operations):
+        r, used = by_id[c.point.name], c.constants.get("prefill")
         print(f"{c.point.name:6} {r['engine'][:14]:14} {r['prompt_tokens']:6} {c.point.measured:9.1f} "
-              f"{c.predicted:9.1f} {c.low:8.1f}-{c.high:<8.1f} {100 * c.error:+6.0f}% {'yes' if c.inside else 'no'}")
-    s = cv_summary(d.prefill)
-    low, high, held = d.prefill_band
-    print(f"{s['points']} points in {s['groups']} groups: median |error| {100 * s['median_abs_error']:.0f}%, worst "
-          f"{s['worst'][0]} {100 * s['worst'][1]:+.0f}%; held out, 80% intervals held {100 * s['coverage']:.0f}%, "
-          f"median half-width {100 * s['median_half_width']:.0f}%; the band that ships (PREFILL_BAND), measured / "
-          f"predicted over every point: ({low:.2f}, {high:.2f}), which held {100 * held:.0f}%")
-    points = prefill_points(rows)
-    grown = cv_summary(cross_validate(points, PREFILL_BOUNDS))
-    print(f"not shipped: one fraction for every engine's prefill time, fitted without each point's group, would "
-          f"give median |error| {100 * grown['median_abs_error']:.0f}%, worst {grown['worst'][0]} "
-          f"{100 * grown['worst'][1]:+.0f}% (fitted on all: +{100 * fit(points, PREFILL_BOUNDS)['prefill']:.0f}%)")
+              f"{c.predicted:9.1f} {c.low:8.1f}-{c.high:<8.1f} {100 * c.error:+6.0f}% {'yes' if c.inside else 'no':3} "
+              f"{'-' if used is None else f'{used:+.2f}':>6} {o.predicted:10.1f} {100 * o.error:+6.0f}%")
+    for what, held, (low, high, inside) in (
+            ("grown as each fold chose (PREFILL_BAND)", d.prefill, d.prefill_band),
+            ("the operations alone (PREFILL_OPERATIONS_BAND)", d.prefill_operations, d.prefill_operations_band)):
+        s = cv_summary(held)
+        print(f"{what}: {s['points']} points in {s['groups']} groups, median |error| {100 * s['median_abs_error']:.0f}%, "
+              f"worst {s['worst'][0]} {100 * s['worst'][1]:+.0f}%; held out, 80% intervals held "
+              f"{100 * s['coverage']:.0f}%, median half-width {100 * s['median_half_width']:.0f}%; the band that ships, "
+              f"measured / predicted over every point: ({low:.2f}, {high:.2f}), which held {100 * inside:.0f}%")
+    print(f"ships: a prompt's time x (1 + {d.prompt_growth:.2f}) as its engine runs it (PROMPT_GROWTH, fitted on all "
+          "the points)" if d.prompt_growth else "ships: no growth (held out, it does no better than none)")
 
 
 def load_points() -> list[dict]:

@@ -203,7 +203,7 @@ def interval_note(rows: list, hw) -> None:
                           interval_words(hw, {(True, r.side) for r in rows})),
                       soft_wrap=True)
     if any(r.ttft_s is not None and r.ttft_s.low is not None for r in rows):
-        console.print(ttft_words(), soft_wrap=True)
+        console.print(ttft_words(True), soft_wrap=True)
 
 
 def rank_notes(rows: list, trace: str) -> None:

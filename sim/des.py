@@ -548,8 +548,8 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
 
     tokens_per_s = tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan")
     low, high = interval(tokens_per_s, run.hardware, run.named, side(run.strategy))
-    ttft_s = mean(prefill) if prefill.size else None
-    ttft_low, ttft_high = ttft_interval(ttft_s, run.hardware)
+    ttft_s = mean(prefill) * (1 + run.engine.prompt_growth) if prefill.size else None  # as its engine runs a prompt
+    ttft_low, ttft_high = ttft_interval(ttft_s, run.hardware, run.named)
 
     return DesResult(
         model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name, machine=run.hardware,

@@ -13,7 +13,8 @@ import pytest
 from moesim.errors import MoesimError
 from moesim.replay.llamacpp_calibrate import Measured
 from moesim.replay.llamacpp_validate import BAND_ROWS, Row, decode_band
-from moesim.sim.accuracy import OPERATIONS_BANDS, PREFILL_BAND, interval, ttft_interval
+from moesim.sim.accuracy import (OPERATIONS_BANDS, PREFILL_BAND, PREFILL_OPERATIONS_BAND, PROMPT_GROWTH, interval,
+                                  ttft_interval)
 from moesim.sim.hardware import get_hardware, load_hardware, write_hardware
 
 
@@ -58,14 +59,34 @@ def test_a_calibrated_machine_gives_its_own_band_and_none_without_one(tmp_path):
 
 
 def test_a_ttft_s_interval_is_its_seconds_over_the_published_prompts_band(tmp_path):
-    """A TTFT of 2 s on a spec sheet's machine: 2 / high to 2 / low of ``PREFILL_BAND`` (measured / predicted prompt
-    tokens/s); none without a TTFT, and none on a calibrated machine (its band is of decodes)."""
+    """A TTFT of 2 s on a spec sheet's machine: 2 / high to 2 / low of ``PREFILL_BAND`` where it is timed as its
+    engine, of ``PREFILL_OPERATIONS_BAND`` where it is the operations alone (measured / predicted prompt tokens/s);
+    none without a TTFT, and none on a calibrated machine (its band is of decodes)."""
     sheet = get_hardware("ryzen-7950x")
-    low, high, _ = PREFILL_BAND
-    assert ttft_interval(2.0, sheet) == pytest.approx((2.0 / high, 2.0 / low), rel=1e-15)
-    assert ttft_interval(None, sheet) == (None, None) and ttft_interval(float("nan"), sheet) == (None, None)
-    hw = load_hardware(calibrated(tmp_path, band_low=0.9, band_high=1.25, band_held=0.8))
-    assert ttft_interval(2.0, hw) == (None, None)
+    for named, (low, high, _) in ((True, PREFILL_BAND), (False, PREFILL_OPERATIONS_BAND)):
+        assert ttft_interval(2.0, sheet, named) == pytest.approx((2.0 / high, 2.0 / low), rel=1e-15)
+        assert ttft_interval(None, sheet, named) == (None, None) == ttft_interval(float("nan"), sheet, named)
+        hw = load_hardware(calibrated(tmp_path, band_low=0.9, band_high=1.25, band_held=0.8))
+        assert ttft_interval(2.0, hw, named) == (None, None)
+
+
+def test_a_ttft_timed_as_its_engine_is_the_prompts_time_grown_on_a_spec_sheet_only(tmp_path):
+    """The same prompt timed as llama.cpp (``engine``) and as the placement's operations: x (1 + ``PROMPT_GROWTH``)
+    on a spec sheet's machine, x 1 on one that carries measured rates (a calibration measured its prompts); decode
+    alike in both."""
+    import moesim
+    from moesim.tracegen.models import get_model
+    from moesim.tracegen.synth import synth_trace
+
+    m = get_model("olmoe-1b-7b")
+    trace = synth_trace(m.num_layers, m.num_experts, m.top_k, 2, 4, seed=3, prompt_tokens=64, model=m.name,
+                        meta=m.trace_meta())
+    for hw, growth in ((get_hardware("ryzen-7950x"), PROMPT_GROWTH),
+                       (load_hardware(calibrated(tmp_path, band_low=0.9, band_high=1.25, band_held=0.8)), 0.0)):
+        alone, named = (moesim.simulate(trace, model=m, hardware=hw, dtype="q8_0", strategy="cpu-experts", warmup=1,
+                                        engine=engine) for engine in ("auto", "llama.cpp"))
+        assert named.ttft_s == pytest.approx(alone.ttft_s * (1 + growth), rel=1e-12) and alone.ttft_s > 0
+        assert named.tpot_s == pytest.approx(alone.tpot_s, rel=1e-12)
 
 
 @pytest.mark.parametrize("key, value", [("band_low", -0.5), ("band_high", 1e9), ("band_held", 2.0)])

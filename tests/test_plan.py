@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from moesim.experiments.plan import CANDIDATES
+from moesim.sim.accuracy import PROMPT_GROWTH
 
 # its module-scoped fixtures are built once: its tests run on one worker (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("test_plan")
@@ -81,7 +82,9 @@ def test_a_trace_that_records_its_prompts_is_timed_on_them(cli, tmp_path):
     row = next(r for r in plan["rows"] if r["strategy"] == "cpu-experts")
     alone = simulate(trace, model=m, hardware="rtx4090", vram=8, dtype="bf16", strategy="cpu-experts",
                      cpu_layers=row["cpu_layers"], warmup=1)
-    assert row["ttft_s"] == pytest.approx(alone.ttft_s, rel=1e-12) and alone.ttft_s > 0
+    # the row is timed as its engine: the prompt's time grown by what published prompts taught (a calibrated
+    # machine's is not: tests/test_machine_band.py)
+    assert row["ttft_s"] == pytest.approx(alone.ttft_s * (1 + PROMPT_GROWTH), rel=1e-12) and alone.ttft_s > 0
     code, _, err = cli(*args, "--prompt", "512")
     assert code == 1 and "--prompt 512: every sequence of the trace records its own prompt (24 tokens" in err
 

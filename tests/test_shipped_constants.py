@@ -41,13 +41,18 @@ def test_each_band_is_the_one_derived(derived):
         assert {s: tuple(round(x, 2) for x in band) for s, band in bands.items()} == shipped
 
 
-def test_the_prefill_band_is_the_one_derived(derived):
-    """The band of a TTFT: the quantiles of measured / predicted prompt tokens/s over the points whose source gives
-    their prompt processing, each predicted without its group (to two places), and the share its held-out intervals
-    held (to the percent); every such point is one of the counted decode points."""
+def test_the_prompt_growth_and_the_prefill_bands_are_the_ones_derived(derived):
+    """A TTFT as its engine runs it: the prompts' growth, fitted on every point whose source gives its prompt
+    processing (to two places), ships because held out it beats none; each band of a TTFT (grown, and the operations
+    alone) is the quantiles of measured / predicted prompt tokens/s over those points, each predicted without its
+    group (to two places), and the share its held-out intervals held (to the percent); every such point is one of
+    the counted decode points, and the engines take that growth where they are named."""
+    assert round(derived.prompt_growth, 2) == accuracy.PROMPT_GROWTH
+    assert all(e.prompt_growth == accuracy.PROMPT_GROWTH for e in ENGINES.values())
     assert tuple(round(x, 2) for x in derived.prefill_band) == accuracy.PREFILL_BAND
+    assert tuple(round(x, 2) for x in derived.prefill_operations_band) == accuracy.PREFILL_OPERATIONS_BAND
     assert {c.point.name for c in derived.prefill} <= {c.point.name for c in derived.checked}
-    assert len(derived.prefill) == 60
+    assert len(derived.prefill) == len(derived.prefill_operations) == 60
 
 
 def test_the_tie_ratio_is_the_one_derived(derived):

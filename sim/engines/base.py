@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from moesim.sim.accuracy import PROMPT_GROWTH, measured
 from moesim.sim.cpu_rates import EXPERT_BARRIERS, expert_barriers
 from moesim.sim.machine import ONE_POOL, VENDORS
 
@@ -102,6 +103,9 @@ class EngineSpec:
     - ``gpu_layer_us``: (GPU maker, µs) pairs: its framework time per MoE layer where its GPU backend runs on that
       maker's GPUs (llama.cpp's Metal, ROCm and Vulkan, SYCL builds), in place of ``layer_us``; learned the same way
       (``on``);
+    - ``prompt_growth``: a prompt's time as it runs it, over the prompt's operations moesim times, less one: one
+      fraction for every engine's prefill (``moesim.sim.accuracy.PROMPT_GROWTH``, learned from published prompts by
+      cross-validation only), which a run timed as its engine (``named``) takes;
 
     and ``command(launch)``: the whole command (or configuration) that runs a placement with it (``Launch``), or
     "none: why" where none does."""
@@ -127,6 +131,7 @@ class EngineSpec:
     vendors: tuple = tuple(VENDORS)
     layer_us: float = 0.0
     gpu_layer_us: tuple = ()
+    prompt_growth: float = PROMPT_GROWTH
     sources: tuple = ()
 
     def machine(self, hw):
@@ -138,9 +143,13 @@ class EngineSpec:
 
     def on(self, hw):
         """This engine as it runs on ``hw``: its framework time per layer that of its build on the machine's GPU maker
-        where one was learned (``gpu_layer_us``; the cross-validation fits the whole time on those points)."""
+        where one was learned (``gpu_layer_us``; the cross-validation fits the whole time on those points); on a
+        machine that carries measured rates (``moesim calibrate``'s), its prompts as measured, not grown."""
         learned = dict(self.gpu_layer_us).get(hw.gpu.vendor) if hw.gpu is not None else None
-        return self if learned is None else dataclasses.replace(self, layer_us=learned)
+        changes = {} if learned is None else {"layer_us": learned}
+        if measured(hw):
+            changes["prompt_growth"] = 0.0
+        return dataclasses.replace(self, **changes) if changes else self
 
     def expert_barriers(self, top_k: int) -> int:
         """The thread barriers of one CPU layer's routed experts."""
