@@ -411,7 +411,7 @@ def _configured(config: Config | None, kind: str, settings: dict, machine: Hardw
         unset = Config().flat()
         given = set(settings) | ({k for k, v in config.flat().items() if v != unset.get(k)} if not defaults else set())
         configured = on_machine(configured, given, None if machine is None else machine.gpu is not None)
-    refuse_unread(set(settings), [configured], reads_strategy=kind != "hitrate")
+    refuse_unread(set(settings), [configured], reads_strategy=kind != "hitrate", machines=[machine])
     return configured
 
 

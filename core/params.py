@@ -24,7 +24,7 @@ INT_MOST = 2 ** 31 - 1  # the most a count (slots, tokens, requests, threads) ma
 SEED_MOST = 2 ** 63 - 1  # overflow (a context of 2^64 tokens raised a traceback; one near 2^63 gave wrong times)
 # kind -> what the command line parses its text to
 KINDS = {"seed": int, "count": int, "number": float, "size": float, "flag": bool, "name": str, "choice": str,
-         "file": str, "trace": str}
+         "file": str, "trace": str, "shares": str}
 WHOLE = {"seed": (0, SEED_MOST), "count": (0, INT_MOST)}  # a whole number's bounds where none is declared
 
 
@@ -32,8 +32,9 @@ WHOLE = {"seed": (0, SEED_MOST), "count": (0, INT_MOST)}  # a whole number's bou
 class Param:
     """``kind``: ``seed`` (a whole number numpy and numba both take), ``count`` (a whole number of things: slots,
     tokens, layers), ``number`` (finite), ``size`` (finite and > 0: GiB, requests/s, seconds), ``flag`` (true or
-    false), ``name`` (a non-empty string), ``choice`` (one of ``choices``), ``file`` (a path read when the run starts)
-    or ``trace`` (a file that is a trace, loaded when the run starts); ``choices``: the names, or a function that
+    false), ``name`` (a non-empty string), ``choice`` (one of ``choices``), ``file`` (a path read when the run starts),
+    ``trace`` (a file that is a trace, loaded when the run starts) or ``shares`` (finite numbers >= 0, not all 0, one
+    for each of several things, as a list or as the command line's comma-separated text: ``3,1``); ``choices``: the names, or a function that
     gives them where a registry grows as the program runs (a test's toy strategy or engine); ``bounds``: the least and
     most a number or a count takes (a size is above 0 whatever it says: only its most is read); ``auto``: it may also be ``"auto"``, resolved from memory when a
     run starts (``moesim.sim.memory``); ``optional``: it may be None (left out)."""
@@ -91,6 +92,8 @@ class Param:
             what = "a finite number > 0" + (f" and at most {most:g}" if math.isfinite(most) else "")
             return ("", float(value)) if ok else (what + (f" ({self.unit})" if self.unit else "") +
                                                    f", got {shown(value)}", value)
+        if self.kind == "shares":
+            return _shares(value)
         if self.kind == "number":
             if not (number and math.isfinite(value)):
                 return f"a finite number, got {shown(value)}", value
@@ -101,6 +104,20 @@ class Param:
             return f"{'auto or ' if self.auto else ''}a whole number from {low} to {most:,}, got {shown(value)}", value
         return ("" if low <= value <= most else
                 f"at least {low}, got {value:,}" if value < low else f"at most {most:,}, got {value:,}"), int(value)
+
+
+def _shares(value) -> tuple[str, object]:
+    """What is wrong with ``value`` as shares ("" where nothing is), and the shares as a tuple of floats."""
+    items = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) or \
+        getattr(value, "ndim", None) == 1 else None
+    try:  # text, or numbers (not a bool, which float() would take)
+        shares = tuple(float(x) for x in items if isinstance(x, str) or not isinstance(x, bool)) \
+            if items is not None else ()
+    except (TypeError, ValueError):
+        shares = ()
+    ok = bool(shares) and len(shares) == len(items) and all(math.isfinite(x) and x >= 0 for x in shares) \
+        and any(shares)
+    return ("", shares) if ok else (f"numbers >= 0, not all 0, comma-separated (3,1), got {shown(value)}", value)
 
 
 class SettingError(MoesimError):

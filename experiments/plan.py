@@ -40,7 +40,7 @@ from moesim.sim.accuracy import Estimate, tied
 from moesim.sim.config import Config, run_params
 from moesim.sim.des import DesResult, Prepared, Shared, compiling, prepare_des, simulate_all, simulate_des
 from moesim.sim.engines import ALL_ON_GPU as WHOLE_ON_GPU, ENGINES, Launch, engine_for, engine_named, engines_for
-from moesim.sim.layer_split import describe
+from moesim.sim.layer_split import check_shares, describe
 from moesim.sim.machine import VENDORS, Hardware
 from moesim.sim.presets import SSDS
 from moesim.sim.memory import GIB, DoesNotFit
@@ -136,8 +136,8 @@ def plan_trace(model: ModelSpec, path: str | Path | Trace | None, batch: int, se
 
 
 # the settings a plan takes: the model, the machine and the workload it plans for (each candidate sets the rest)
-PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "force", "batch", "prompt", "split",
-                 "kernel")
+PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "tensor_split", "force", "batch",
+                 "prompt", "split", "kernel")
 PLAN_PROMPT = 512  # the prompt a plan times its TTFT on where none is asked for
 
 
@@ -172,6 +172,7 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
     config = Config().replace(**{k: flat[k] for k in (*PLAN_SETTINGS, "dtype")})
     wl = config.workload
     hw = config.hardware.spec()  # before any compiling: a 'local' machine is probed on idle cores
+    check_shares(config.hardware.tensor_split, hw)
     with compiling(plan_loops(), least=1):  # in a worker process, while this one makes the trace and the runs
         tr, name = plan_trace(spec, trace, wl.batch)
         recorded = check_prompt(tr, wl.prompt if prompt_asked else 0)

@@ -54,7 +54,7 @@ BACKENDS = ("cpu", "cuda", "virtual")
 REPLAY_SETTINGS = RUN_SETTINGS["replay"]
 FORMATS = ("dtype", "other_dtype")  # a real backend computes every weight in its ``DTYPE``
 PRESETS = ("link", "ssd")  # simulated parts swapped in; a real backend runs on this machine's
-MACHINE = ("cpu", "vram", "ram", "threads")  # ... and its calibrated hardware file describes this one, every core
+MACHINE = ("cpu", "vram", "ram", "threads", "tensor_split")  # ... and its calibrated hardware file describes this one
 
 
 @dataclass

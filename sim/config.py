@@ -126,7 +126,8 @@ class ModelConfig:
 @dataclass(frozen=True)
 class HardwareConfig:
     """``machine``: a preset (``moesim hardware``) or a hardware TOML file; ``link`` / ``ssd`` / ``cpu`` swap in
-    presets; ``vram`` / ``ram``: the GPU's and the host's memory in GiB (None: the machine's); ``force``: take
+    presets; ``vram`` / ``ram``: the GPU's and the host's memory in GiB (None: the machine's); ``tensor_split``: a
+    machine of several GPUs, the share of the layers each holds (None: ``moesim.sim.layer_split.balance``'s); ``force``: take
     numbers of the machine (or ``vram``, ``ram``) far past every real part's, which are refused otherwise as a likely
     unit slip (``moesim.sim.hardware.PLAUSIBLE``). ``force`` lets a run start and changes nothing it computes: a
     forced run's numbers are the unforced one's where that one runs, so ``config_id`` leaves it out (``UNHASHED``), and
@@ -146,6 +147,10 @@ class HardwareConfig:
     threads: int | None = declare(Param(None, "count", "Threads the engine computes with on the CPU, as llama.cpp's -t "
                                                        "(default: the machine's, every core).", bounds=(1, INT_MOST),
                                         unit="threads", optional=True))
+    tensor_split: tuple | None = declare(Param(None, "shares", "Several GPUs: each one's share of the layers, in device "
+                                                               "order, as llama.cpp's -ts (3,1: three quarters on the "
+                                                               "first; default: the split that fills each GPU to the "
+                                                               "same share of its memory).", optional=True))
     force: bool = declare(Param(False, "flag", "Take a machine whose numbers are far past every real part's (12288 GiB "
                                                "of GPU memory: MiB?), refused otherwise as a likely unit slip "
                                                "(docs/hardware.md)."))
@@ -672,12 +677,18 @@ def on_machine(config: Config, given, gpu: bool | None = None) -> Config:
     return config.replace(strategy="cpu-experts")
 
 
-def has_gpu(machine: str, force: bool = False) -> bool | None:
-    """Whether ``machine`` (taken with ``force``) has a GPU; None where it cannot be read (the run reports that)."""
+def gpu_count(machine: str, force: bool = False) -> int | None:
+    """The GPUs of ``machine`` (taken with ``force``); None where it cannot be read (the run reports that)."""
     try:
-        return get_hardware(machine, force=force).gpu is not None
+        return len(get_hardware(machine, force=force).gpus)
     except (KeyError, MoesimError):
         return None
+
+
+def has_gpu(machine: str, force: bool = False) -> bool | None:
+    """Whether ``machine`` (taken with ``force``) has a GPU; None where it cannot be read (the run reports that)."""
+    count = gpu_count(machine, force)
+    return None if count is None else count > 0
 
 
 def run_params(spec, given: dict) -> dict:

@@ -6,7 +6,8 @@ llama.cpp gives layer ``il`` of ``n_layer + 1`` (the output layer the last) to t
 share of ``--tensor-split`` exceeds ``il / (n_layer + 1)`` (``src/llama-model.cpp``, ``load_tensors``): a split given
 as layer counts places exactly those counts. Left to itself it splits by each device's free memory and counts no
 expert ``--n-cpu-moe`` moves to the CPU, so its first GPU, whose layers lose their experts, is left half empty while
-the last overflows; moesim chooses the counts itself (``balance``) and writes them as ``-ts``.
+the last overflows; moesim chooses the counts itself (``balance``) and writes them as ``-ts``, or places the layers
+as a ``-ts`` a user gives (``as_given``, ``--tensor-split``).
 
 The split ``balance`` chooses fills every GPU to the same share of its memory, as nearly as whole layers allow: of
 all contiguous splits, the one whose fullest GPU is least full, and of those the most even (exact, by dynamic
@@ -17,6 +18,8 @@ buffers.
 from __future__ import annotations
 
 import numpy as np
+
+from moesim.errors import MoesimError, named
 
 
 def layer_bytes(weights: np.ndarray, kv: float, gpu_experts: np.ndarray, expert_layer: float) -> np.ndarray:
@@ -54,6 +57,25 @@ def balance(items: np.ndarray, vram: np.ndarray, reserve: float, first: float) -
     cuts = np.array([0, *reversed(cuts)])
     used = np.array([held[cuts[g], cuts[g + 1]] for g in range(gpus)]) + np.where(np.arange(gpus) == 0, first, 0.0)
     return np.diff(cuts), used
+
+
+def as_given(items: np.ndarray, shares, reserve: float, first: float) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 [G] layers per GPU, float64 [G] bytes each GPU holds): ``items`` (the output layer last) placed as
+    llama.cpp places a ``-ts`` of ``shares``, one a GPU: item ``il`` of n on the first GPU whose cumulative share
+    of the whole exceeds ``il / n`` (``load_tensors``); every GPU holds ``reserve``, the first ``first`` besides
+    (``balance``'s)."""
+    n, gpus = items.size, len(shares)
+    bounds = np.cumsum(np.asarray(shares, np.float64)) / float(np.sum(shares))
+    device = np.searchsorted(bounds, np.arange(n) / n, side="right")
+    used = np.bincount(device, weights=items, minlength=gpus) + reserve + np.where(np.arange(gpus) == 0, first, 0.0)
+    return np.bincount(device, minlength=gpus), used
+
+
+def check_shares(shares: tuple | None, hw) -> None:
+    """Refuse a ``-ts`` of ``shares`` that does not give one share to each GPU of ``hw`` (a machine of several)."""
+    if shares is not None and len(hw.gpus) > 1 and len(shares) != len(hw.gpus):
+        raise MoesimError(f"{named('tensor_split', ','.join(f'{x:g}' for x in shares))} gives {len(shares)} "
+                          f"share(s), and the machine has {len(hw.gpus)} GPUs: one a GPU, in device order")
 
 
 def layer_devices(counts) -> np.ndarray:

@@ -39,7 +39,7 @@ from moesim.errors import MoesimError, named
 from moesim.policies import get_policy
 from moesim.sim.config import AUTO, run_params
 from moesim.sim.engines import engine_for
-from moesim.sim.layer_split import balance, layer_bytes
+from moesim.sim.layer_split import as_given, balance, layer_bytes
 from moesim.sim.machine import PER_SOCKET
 from moesim.sim.strategies import CACHED, ON_CPU, ON_GPU, get_strategy, lowbit_dtype
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
@@ -205,18 +205,22 @@ def account(fp: Footprint, config) -> Memory:
                     reserve=GPU_RESERVE_GIB * GIB, experts=(slots + on_gpu * model.num_experts) * eb, scratch=scratch,
                     host_experts=host, host_reserve=HOST_RESERVE_GIB * GIB, vram=fp.vram, ram=fp.ram,
                     host_copies=copies, unified=fp.unified)
-    return _over_gpus(fp, memory, np.r_[np.zeros(model.dense_layers, bool), place == ON_GPU]) if len(fp.gpus) > 1 \
-        else memory
+    return _over_gpus(fp, memory, np.r_[np.zeros(model.dense_layers, bool), place == ON_GPU],
+                      config.hardware.tensor_split) if len(fp.gpus) > 1 else memory
 
 
-def _over_gpus(fp: Footprint, memory: Memory, gpu_experts: np.ndarray) -> Memory:
+def _over_gpus(fp: Footprint, memory: Memory, gpu_experts: np.ndarray, shares: tuple | None) -> Memory:
     """``memory`` of whole layers placed over several GPUs (``moesim.sim.layer_split``; ``gpu_experts``: each layer's
-    experts on the GPU, the dense layers first): the split that fills each to the same share of its memory, what
-    each holds (its layers' own weights, ``layer_weights``), and a reserve on every GPU."""
+    experts on the GPU, the dense layers first): the split that fills each to the same share of its memory, or the
+    one a ``-ts`` of ``shares`` gives, what each holds (its layers' own weights, ``layer_weights``), and a reserve on
+    every GPU."""
     model = fp.model
     items = layer_bytes(layer_weights(model) * fp.weight_bytes, memory.kv, gpu_experts,
                         model.num_experts * fp.expert_bytes)
-    split, used = balance(items, np.array(fp.gpus), memory.reserve, memory.scratch)
+    if shares is None:
+        split, used = balance(items, np.array(fp.gpus), memory.reserve, memory.scratch)
+    else:
+        split, used = as_given(items, shares, memory.reserve, memory.scratch)
     return replace(memory, reserve=memory.reserve * len(fp.gpus), split=tuple(split.tolist()),
                    per_gpu=tuple(used.tolist()), gpu_limits=fp.gpus)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from moesim.errors import MoesimError, named
-from moesim.sim.config import CACHE_CHOICES, Config, has_gpu
+from moesim.sim.config import CACHE_CHOICES, Config, gpu_count, has_gpu
 from moesim.sim.engines import ENGINES
 from moesim.sim.strategies import STRATEGIES
 
@@ -45,6 +45,16 @@ def _own_kernel(config: Config) -> bool:
     return engine is not None and bool(engine.kernel)
 
 
+def _gpus(config: Config, machine) -> int:
+    """The GPUs of a run's machine: ``machine``, one built in code, or the one its configuration names (0 where that
+    cannot be read: the run reports it)."""
+    return len(machine.gpus) if machine is not None else gpu_count(config.hardware.machine, config.hardware.force) or 0
+
+
+def _machine_name(config: Config, machine) -> str:
+    return machine.name if machine is not None else config.hardware.machine
+
+
 def _no_slots(config: Config) -> bool:
     capacity = config.cache.capacity
     return capacity == 0 or (isinstance(capacity, tuple) and not any(capacity))
@@ -52,8 +62,8 @@ def _no_slots(config: Config) -> bool:
 
 @dataclass(frozen=True)
 class Unread:
-    """``names``: settings that a run leaves unread where ``leaves`` holds of it (of its configuration, or of its model
-    where ``of`` is ``"model"``); ``looks_at``: the settings ``leaves`` reads; ``why``: of the runs, why, as it reads
+    """``names``: settings that a run leaves unread where ``leaves`` holds of it (of its configuration; of its model
+    where ``of`` is ``"model"``; of its (configuration, machine built in code or None) where it is ``"machine"``); ``looks_at``: the settings ``leaves`` reads; ``why``: of the runs, why, as it reads
     after the settings' names and before "so nothing reads it"; ``needs_strategy``, ``typed_once``: the module
     docstring."""
 
@@ -83,6 +93,10 @@ RULES = (
            lambda cs: f"{' and '.join(dict.fromkeys(c.hardware.machine for c in cs))} "
                       f"{'has' if len({c.hardware.machine for c in cs}) == 1 else 'have'} no GPU (every expert runs on "
                       "the CPU)"),
+    Unread(("tensor_split",), lambda run: _gpus(*run) < 2, ("hardware", "force"),
+           lambda runs: f"{' and '.join(dict.fromkeys(_machine_name(*run) for run in runs))} "
+                        f"{'has' if len({_machine_name(*run) for run in runs}) == 1 else 'have'} fewer than two GPUs: "
+                        "no layer is split over GPUs", of="machine"),
     Unread(("arrival_seed",), lambda c: c.serve.arrivals == "burst" and not c.serve.draft_tokens
            and c.serve.requests is None, ("arrivals", "draft_tokens", "requests"),
            lambda cs: f"{named('arrivals', 'burst')} puts every request at time 0, one per sequence in order, and no "
@@ -104,11 +118,13 @@ AUDITED = {n for rule in RULES for n in rule.names}  # the settings it may refus
 
 
 def refuse_unread(given, configs: list[Config] = (), models: list = (), reads_strategy: bool = True,
-                  typed_once: bool = False) -> None:
+                  typed_once: bool = False, machines: list = ()) -> None:
     """Refuse the settings ``given`` that every run leaves unread: each rule (``RULES``) that applies (those that need
     the strategy where the runs read it, ``reads_strategy``; those asked of one value typed for several runs where it
-    was, ``typed_once``), over the runs' ``configs`` and, for a rule about the model, their ``models``."""
-    runs = {"config": list(configs), "model": list(models)}
+    was, ``typed_once``), over the runs' ``configs`` and, for a rule about the model, their ``models``; ``machines``:
+    each config's machine where one was built in code (none: each is the one its configuration names)."""
+    runs = {"config": list(configs), "model": list(models),
+            "machine": list(zip(configs, machines or [None] * len(configs)))}
     for rule in RULES:
         names = [n for n in rule.names if n in given]
         subjects = runs[rule.of]

@@ -33,6 +33,7 @@ from moesim.sim.engine import bind, on_disk, part_bounds
 from moesim.sim.engines import ENGINES, EngineSpec, engine_for
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
+from moesim.sim.layer_split import check_shares
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.strategies import STRATEGIES, StrategySpec, get_strategy, lowbit_dtype
 from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, CACHED, ON_CPU, Cells
@@ -414,6 +415,7 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
     capacity, dram_capacity = config.cache.capacity, config.cache.dram_capacity
     strategy = get_strategy(config.execution.strategy)
     name = strategy.name
+    check_shares(config.hardware.tensor_split, hardware)
     if not (trace.phase == DECODE).any():
         raise MoesimError("the trace has no decode steps (every row is a prompt's): tokens/s and TPOT time decoding, "
                           "so there is nothing to time")

@@ -75,9 +75,10 @@ def test_toml_round_trip_and_its_errors_name_the_file(tmp_path):
     path = tmp_path / "run.toml"
     config.to_toml(path)
     assert Config.from_toml(path) == config
-    listed = Config.build(capacity=[2, 3, 4], split="best")  # a capacity per layer
+    listed = Config.build(capacity=[2, 3, 4], split="best", tensor_split="3,1")  # a capacity per layer, -ts shares
     listed.to_toml(path)
     assert Config.from_toml(path) == listed and listed.cache.capacity == (2, 3, 4)
+    assert listed.hardware.tensor_split == (3.0, 1.0)
     assert Config.from_toml(_write(tmp_path, "")) == Config()
     for text, message in (("[cahce]\npolicy = 'lru'", "unknown section(s) cahce"),
                           ("[cache]\npolicy = 'lru'\nsize = 3", "[cache] unknown key(s) size"),

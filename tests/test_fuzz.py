@@ -420,7 +420,7 @@ def test_configuration_files(data):
 
     base = {"cache": {"policy": "gamma", "capacity": 4, "params": {"gamma": 0.5}},
             "prefetch": {"prefetcher": "oracle", "mode": "commit"}, "workload": {"batch": 2, "context": 16},
-            "hardware": {"machine": "h100", "link": "pcie4", "cpu": "grace", "vram": 40.0},
+            "hardware": {"machine": "h100", "link": "pcie4", "cpu": "grace", "vram": 40.0, "tensor_split": [3, 1]},
             "execution": {"strategy": "lowbit-miss", "params": {"lowbit_threshold": 0.25, "lowbit_dtype": "int2"}}}
     with _folder() as tmp:
         path = Path(tmp) / "c.toml"

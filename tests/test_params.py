@@ -25,6 +25,9 @@ from moesim.sim.strategies.base import A_CPU, A_LOAD, StrategySpec, all_cached, 
     (Param(0.5, "number", "n", bounds=(0.0, 1.0)), 1, 1.0),
     (Param("a", "choice", "c", choices=("a", "b")), "b", "b"),
     (Param(None, "trace", "t"), "x.parquet", "x.parquet"),
+    (Param(None, "shares", "s", optional=True), "3, 1", (3.0, 1.0)),  # the command line's text
+    (Param(None, "shares", "s", optional=True), [0, 2.5], (0.0, 2.5)),  # a configuration file's array
+    (Param(None, "shares", "s", optional=True), np.array([1, 1]), (1.0, 1.0)),
 ])
 def test_a_value_is_taken_as_the_run_takes_it(param, value, want):
     got = param.check(value)
@@ -50,7 +53,10 @@ def test_a_value_is_taken_as_the_run_takes_it(param, value, want):
     (Param(None, "file", "f"), "", "must be a file's path, got ''"),
     # a value whose repr runs long (a trace in memory) is named by its type
     (Param(None, "trace", "t"), list(range(100)), "must be a file's path, got a list"),
-])
+] + [(Param(None, "shares", "s", optional=True), value, f"must be numbers >= 0, not all 0, comma-separated (3,1), got {shown}")
+     for value, shown in (("0,0", "'0,0'"), ("-1,2", "'-1,2'"), ("nan,1", "'nan,1'"), ("1,,1", "'1,,1'"), ("", "''"),
+                          ([True, False], "[True, False]"), (3, "3"), ({"a": 1}, "{'a': 1}"), ([], "[]"),
+                          ([1, "x"], "[1, 'x']"), ([float("inf")], "[inf]"))])
 def test_a_wrong_value_is_refused_saying_what_it_must_be(param, value, message):
     with pytest.raises(MoesimError) as exc:
         param.check(value)

@@ -76,3 +76,20 @@ def test_a_mole_models_run_reads_no_cache_setting():
     with pytest.raises(MoesimError, match="^prefetch: model mole-160m-4e computes its experts as lookup tables"):
         refuse_unread({"prefetch"}, models=[mole])
     refuse_unread({"prefetch"}, models=[mole, mixtral])
+
+
+def test_a_tensor_split_is_read_on_a_machine_of_several_gpus_only():
+    """-ts shares are refused where the run's machine, named or built in code, has fewer than two GPUs."""
+    from pathlib import Path
+
+    from moesim.sim.hardware import get_hardware, load_hardware
+
+    two = Path(__file__).resolve().parents[1] / "examples" / "two-3090.toml"
+    one = Config.build(tensor_split="1,1")
+    with pytest.raises(MoesimError, match="^tensor_split: rtx4090 has fewer than two GPUs: no layer is split over "
+                                          "GPUs, so nothing reads it$"):
+        refuse_unread({"tensor_split"}, [one])
+    refuse_unread({"tensor_split"}, [one.replace(hardware=str(two))])
+    refuse_unread({"tensor_split"}, [one], machines=[load_hardware(two)])  # built in code: its own GPUs
+    with pytest.raises(MoesimError, match="^tensor_split: rtx4090 has fewer"):
+        refuse_unread({"tensor_split"}, [one.replace(hardware=str(two))], machines=[get_hardware("rtx4090")])

@@ -15,7 +15,7 @@ import pytest
 
 import moesim
 from moesim.errors import MoesimError
-from moesim.sim.layer_split import balance, describe, layer_devices
+from moesim.sim.layer_split import as_given, balance, describe, layer_devices
 from moesim.sim.explain import explain
 from moesim.sim.machine import CPU, GPU, Hardware, Link
 from moesim.tracegen.models import get_model
@@ -84,6 +84,45 @@ def test_layer_devices_follow_llama_cpps_rule(counts):
     splits = np.cumsum(counts) / n
     rule = [int(np.searchsorted(splits, il / n, side="right")) for il in range(n)]
     assert layer_devices(counts).tolist() == rule
+
+
+@pytest.mark.parametrize("shares, counts", [((1, 1), (19, 18)), ((3, 1), (28, 9)), ((0, 1), (0, 37)),
+                                             ((1, 0), (37, 0)), ((0.5, 0.25, 0.25), (19, 9, 9)), ((22, 15), (22, 15))])
+def test_a_given_split_places_layers_by_llama_cpps_rule(shares, counts):
+    """-ts of ``shares`` over 36 layers and the output (37 items): item il on the first GPU whose cumulative share
+    exceeds il / 37 (1,1: il < 18.5, 19 on the first; 3,1: il < 27.75, 28); layer counts as shares place exactly
+    those counts. Each GPU holds its items' bytes and the reserve, the first the scratch besides."""
+    items = np.arange(1.0, 38.0)
+    placed, used = as_given(items, shares, 0.5, 0.25)
+    assert placed.tolist() == list(counts)
+    ends = np.cumsum((0, *counts))
+    assert used.tolist() == [items[a:b].sum() + 0.5 + (0.25 if g == 0 else 0.0)
+                             for g, (a, b) in enumerate(zip(ends, ends[1:]))]
+
+
+def test_a_given_split_is_the_plans_and_refused_where_it_cannot_be_one(cli, olmoe_trace):
+    """--tensor-split 3,1 on two RTX 3090s: the plan's rows with layers on the GPUs place them so (-ts 28,9 is the
+    same placement in counts); two shares for one GPU, three for two, or no number are one line each, exit 1; a split that leaves the
+    second GPU all the layers does not fit where the balanced one does."""
+    box = ROOT / "examples" / "two-3090.toml"
+    code, out, err = cli("plan", "--model", "gpt-oss-120b", "--hardware", box, "--dtype", "q4_k", "--tensor-split",
+                         "3,1", "--json")
+    assert code == 0, err
+    on_gpus = [r["command"] for r in json.loads(out)["rows"] if "-ngl 99" in r["command"]]
+    assert on_gpus and all(" -ts 28,9 " in command for command in on_gpus)
+    for args, said in ((("--hardware", "rtx4090", "--tensor-split", "1,1"),
+                        "--tensor-split: rtx4090 has fewer than two GPUs: no layer is split over GPUs, so nothing "
+                        "reads it"),
+                       (("--hardware", box, "--tensor-split", "1,1,1"),
+                        "--tensor-split 1,1,1 gives 3 share(s), and the machine has 2 GPUs: one a GPU, in device order"),
+                       (("--hardware", box, "--tensor-split", "1,nan"),
+                        "--tensor-split must be numbers >= 0, not all 0, comma-separated (3,1), got '1,nan'")):
+        code, out, err = cli("plan", "--model", "gpt-oss-120b", *args)
+        assert (code, out) == (1, "") and err.strip() == f"moesim: error: {said}", err
+    settings = dict(hardware=_machine(_gpu(7), _gpu(7)), strategy="cpu-experts", cpu_layers=6, dtype="bf16")
+    assert sum(moesim.simulate(olmoe_trace, **settings).machine.split) == 16 + 1  # balanced, it fits
+    with pytest.raises(MoesimError, match=r"over its GPUs CUDA0 .* \(0 layers, .*CUDA1 .* \(17 layers"):
+        moesim.simulate(olmoe_trace, tensor_split=(0, 1), **settings)
 
 
 def test_describe_in_llama_cpps_numbering():
