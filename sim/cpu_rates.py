@@ -6,7 +6,8 @@ Three limits bound an expert kernel on the host CPU (``moesim.sim.machine.CPU``)
   nominal bandwidth (channels x MT/s x 8 B): the median of the eleven published memory-benchmark reads in
   ``DRAM_READS`` (STREAM, Intel mlc, likwid, OCCT and llama.cpp's own dense decode; 0.27 to 1.09 of nominal;
   docs/hardware.md gives each one's source). ``dram_eff_without`` leaves a CPU's own reads out, for checking
-  the model on that CPU's published points.
+  the model on that CPU's published points. Few threads read less: one core reaches ``CPU.core_gbps`` alone (the
+  misses it keeps in flight over the latency; published single-core reads, one per family, docs/hardware.md).
 - **Unpacking** (decode, one token per weight): a core turns ``WEIGHT_BYTES_PER_CYCLE`` bytes of weights per
   clock cycle into dot products. The x86 column is llama.cpp's (build 4384) dense decode on a Ryzen 9
   7950X with 2 threads (ik_llama.cpp discussion #164: LLaMA-3.1-8B, tg128; GiB of the model x tokens/s /

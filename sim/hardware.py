@@ -288,7 +288,7 @@ RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "positive", "me
 # ... and the range it must lie in, checked after its rule: (lowest, highest, unit). No real machine comes near either
 # end; past them the model's times overflow to inf or NaN (a link of 1e-310 GB/s, a launch of 1e308 us, a clock of
 # 1e-320 GHz) or are absurd without a warning (1e300 s a token), and a memory of 1e300 GiB reads as no limit at all.
-#   bandwidths, GB/s (hbm_gbps, gbps, dram_gbps; unpack_gbps per thread)             1e-3 .. 1e6
+#   bandwidths, GB/s (hbm_gbps, gbps, dram_gbps; unpack_gbps per thread; core_gbps, not 0) 1e-3 .. 1e6
 #   memory sizes, GiB (hbm_gb, ram_gb)                                                 1e-3 .. 1e6
 #   tflops, 1e12 FLOP/s                                                                1e-6 .. 1e6
 #   per-thread GFLOP/s (matmul_gflops; attn_gflops, attn_tiled_gflops, where not 0)   1e-3 .. 1e6
@@ -301,6 +301,7 @@ RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "positive", "me
 BANDWIDTH, SIZE, SHARE, MICROS, SECONDS = (1e-3, 1e6, "GB/s"), (1e-3, 1e6, "GiB"), (1e-3, 1, ""), (0, 1e6, "us"), \
     (0, 1, "s")
 RANGES = {"hbm_gbps": BANDWIDTH, "gbps": BANDWIDTH, "dram_gbps": BANDWIDTH, "unpack_gbps": BANDWIDTH,
+          "core_gbps": BANDWIDTH,
           "hbm_gb": SIZE, "ram_gb": SIZE, "tflops": (1e-6, 1e6, "TFLOP/s"), "matmul_gflops": (1e-3, 1e6, "GFLOP/s"),
           "attn_gflops": (1e-3, 1e6, "GFLOP/s"), "attn_tiled_gflops": (1e-3, 1e6, "GFLOP/s"),
           "ghz": (1e-2, 100, "GHz"), "mem_eff": SHARE, "flop_eff": SHARE, "efficiency": SHARE, "dram_eff": SHARE,
@@ -347,7 +348,7 @@ PLAUSIBLE = {("gpu", "hbm_gb"): Bound(0.5, 512, "GiB", "more GPU memory than any
              ("cpu", "ram_gb"): Bound(0.5, 8192, "GiB", "more RAM than any CPU socket holds", MIB),
              ("cpu", "ghz"): Bound(0.5, 7, "GHz", "a faster clock than any CPU runs at", CLOCK)}
 REFUSED = 10
-UNSET = ("attn_gflops", "attn_tiled_gflops", "band_low", "band_high", "band_held")  # 0: not measured
+UNSET = ("attn_gflops", "attn_tiled_gflops", "band_low", "band_high", "band_held", "core_gbps")  # 0: none
 RATE_TABLES = ("unpack_gbps", "matmul_gflops")
 RETIRED = ("fp32_gflops", "bf16_gflops", "int8_gflops", "int4_gflops")  # per-class rates, now per format  # [cpu] keys whose value is a table of format = rate per thread
 MAX_ENGINES = 64
@@ -562,6 +563,7 @@ ram_gb = 32              # all sockets, GiB (required)
 # sockets = 1            # a two-socket server: 2, with cores and dram_gbps per socket
 # threads = 0            # threads the engine computes with (llama.cpp -t); 0: every core
 # dram_eff = 0.73        # share of dram_gbps a streaming read reaches
+# core_gbps = 0          # DRAM read GB/s one core reaches alone (0: no per-core limit)
 # kernel_eff = 0.5       # share of the ISA's peak FLOP/s a kernel reaches on many tokens
 # sync_us = 113          # per layer handed from the GPU to the CPU and back
 # barrier_base_us = 1.15 # a barrier of the engine's threads: base + thread x (threads - 1)

@@ -77,6 +77,9 @@ class CPU:
     sockets: int = 1
     threads: int = 0         # threads the engine computes with (llama.cpp -t, kTransformers --cpu_infer); 0: every core
     dram_eff: float = DRAM_EFF  # share of the nominal bandwidth a streaming read reaches
+    # DRAM read GB/s one core reaches alone (the misses it keeps in flight over the memory's latency): the threads
+    # together read at most workers x this; 0: no per-core limit (``dram_bw``)
+    core_gbps: float = 0.0
     kernel_eff: float = 0.5  # share of the ISA's peak FLOP/s an expert kernel reaches on many tokens
     task_us: float = 0.0     # per expert kernel besides the barriers (what ``moesim calibrate`` measures of the replay's)
     sync_us: float = SYNC_US  # per layer handed to the CPU: the activations' two trips, the waits, the graph split
@@ -110,8 +113,9 @@ class CPU:
 
     def dram_bw(self, numa: str = ONE_POOL) -> float:
         """Bytes/s a streaming read of expert weights reaches: one socket's DRAM, or every socket's when the
-        engine keeps a pool per socket (``numa``)."""
-        return self.dram_gbps * 1e9 * self.dram_eff * (self.sockets if numa == PER_SOCKET else 1)
+        engine keeps a pool per socket (``numa``), and at most what the threads reach a core each (``core_gbps``)."""
+        dram = self.dram_gbps * 1e9 * self.dram_eff * (self.sockets if numa == PER_SOCKET else 1)
+        return min(dram, self.workers * self.core_gbps * 1e9) if self.core_gbps else dram
 
     def unpack_bw(self, dtype: str) -> float:
         """Bytes/s of ``dtype`` weights the threads unpack into dot products at one token: measured

@@ -75,15 +75,16 @@ SSDS = {s.name: s for s in [
 CPUS = {c.name.lower().replace(" ", "-"): c for c in [
     # per socket: cores, nominal DRAM bandwidth (channels x MT/s x 8 B); RAM as the paper's machine had it, else a
     # typical build
-    # clocks: the vendor's base clock (spec sheet), a lower bound of the all-core clock (docs/hardware.md, ghz)
-    CPU("Ryzen-7950X", 16, 4.5, "avx512-256", 83.2, 128),      # base 4.5 GHz; 2 x DDR5-5200 (AMD's rated maximum)
-    CPU("Ryzen-9950X", 16, 4.3, "avx512", 89.6, 96),           # base 4.3; Zen 5 (512-bit datapath), 2 x DDR5-5600
-    CPU("Ryzen-9600X", 6, 3.9, "avx512", 96.0, 64),            # base 3.9; FlashMoE Tab. 2: 4 x 16 GB DDR5-6000, 2 ch
+    # clocks: the vendor's base clock (spec sheet), a lower bound of the all-core clock (docs/hardware.md, ghz);
+    # core_gbps: one core's DRAM read where a measurement of the family was published (docs/hardware.md, core_gbps)
+    CPU("Ryzen-7950X", 16, 4.5, "avx512-256", 83.2, 128, core_gbps=57.0),  # base 4.5 GHz; 2 x DDR5-5200 (AMD's max)
+    CPU("Ryzen-9950X", 16, 4.3, "avx512", 89.6, 96, core_gbps=50.0),   # base 4.3; Zen 5 (512-bit), 2 x DDR5-5600
+    CPU("Ryzen-9600X", 6, 3.9, "avx512", 96.0, 64, core_gbps=50.0),    # base 3.9; FlashMoE Tab. 2: 4 x 16 GB DDR5-6000
     CPU("i9-10900X", 10, 3.7, "avx512", 93.9, 128),            # base 3.7; 4 x DDR4-2933 (Intel's rated maximum)
     CPU("Xeon-E5-2680v4", 14, 2.4, "avx2", 76.8, 128),         # base 2.4; CommitMoE Tab. 2 env. 2: 4 x DDR4-2400
     CPU("Xeon-W5-3435X", 16, 3.1, "amx", 307.2, 128),          # base 3.1; CommitMoE Tab. 2 env. 1: 8 x DDR5-4800
-    CPU("Xeon-8470", 52, 2.0, "amx", 307.2, 2048),             # base 2.0; MELINOE Tab. 9 (H100 host): 8 x DDR5-4800
-    CPU("Xeon-6454S", 32, 2.2, "amx", 307.2, 512),             # base 2.2; kTransformers' host, a socket: 8 x DDR5-4800
+    CPU("Xeon-8470", 52, 2.0, "amx", 307.2, 2048, core_gbps=14.5),  # base 2.0; MELINOE Tab. 9 (H100 host): 8 x DDR5
+    CPU("Xeon-6454S", 32, 2.2, "amx", 307.2, 512, core_gbps=14.5),  # base 2.2; kTransformers' host, a socket: 8 x DDR5
     CPU("EPYC-7J13", 64, 2.45, "avx2", 204.8, 216),            # base 2.45; MELINOE Tab. 9 (A100 host): 8 x DDR4-3200
     CPU("EPYC-7B13", 64, 2.25, "avx2", 204.8, 270),            # base 2.25; MELINOE Tab. 9 (4090 host): 8 x DDR4-3200
     CPU("Grace", 72, 3.1, "neon", 512.0, 480),                 # NVIDIA's 3.1 GHz; GH200: 480 GB LPDDR5X, 512 GB/s

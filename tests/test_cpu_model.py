@@ -75,6 +75,19 @@ def test_sockets_count_for_an_engine_with_a_pool_per_socket_only():
     assert cpu(threads=100).workers == 16 and cpu(threads=0).workers == 16 and cpu(threads=4).workers == 4
 
 
+def test_the_threads_read_dram_at_most_a_core_each():
+    """``core_gbps`` 3 GB/s a core under 64 GB/s of DRAM: 4 threads read a bf16 expert at 12 GB/s, 16 at 48 GB/s,
+    and with two sockets' pools 32 threads reach 96 of their 128 GB/s; without it (0) every count reads at the
+    DRAM's rate."""
+    nbytes = 1e9
+    for threads, sockets, numa, want in ((4, 1, ONE_POOL, 12e9), (16, 1, ONE_POOL, 48e9), (32, 2, PER_SOCKET, 96e9),
+                                         (32, 2, ONE_POOL, 64e9)):
+        c = cpu(threads=threads, sockets=sockets, core_gbps=3.0)
+        assert c.dram_bw(numa) == want
+        assert cpu_expert_s(c, 1, "bf16", nbytes, [1], numa)[0] == pytest.approx(nbytes / want, rel=1e-12)
+    assert cpu(threads=4).dram_bw() == 64e9
+
+
 def test_an_engine_with_a_pool_per_socket_keeps_a_copy_of_the_experts_on_each():
     """kTransformers' NUMA build (hybrid) holds every host expert once per socket; llama.cpp's one pool once."""
     trace = trace_of([[[0, 1], [2, 3]]] * 2)

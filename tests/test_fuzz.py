@@ -285,7 +285,8 @@ HARDWARE = {"name": "box", "gpu": {"name": "G", "hbm_gbps": 1000.0, "tflops": 10
             "link": {"name": "L", "gbps": 32.0, "efficiency": 0.8, "latency_us": 10.0, "engines": 2},
             "ssd": {"name": "S", "gbps": 7.0, "latency_us": 80.0},
             "cpu": {"name": "C", "cores": 8, "ghz": 4.0, "isa": "avx2", "dram_gbps": 50.0, "ram_gb": 64.0,
-                    "dram_eff": 0.7, "kernel_eff": 0.5, "task_us": 5.0, "sync_us": 25.0, "matmul_gflops": {"q8_0": 50.0}},
+                    "dram_eff": 0.7, "kernel_eff": 0.5, "task_us": 5.0, "sync_us": 25.0, "core_gbps": 20.0,
+                    "matmul_gflops": {"q8_0": 50.0}},
             "compute": {"name": "olmoe-1b-7b", "layer_s": 1e-4, "expert_s": 1e-5, "expert_token_s": 1e-7}}
 
 
