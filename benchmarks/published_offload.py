@@ -505,10 +505,11 @@ def print_prefill(rows: list[dict], d: Derived) -> None:
             ("grown as each fold chose (PREFILL_BAND)", d.prefill, d.prefill_band),
             ("the operations alone (PREFILL_OPERATIONS_BAND)", d.prefill_operations, d.prefill_operations_band)):
         s = cv_summary(held)
-        print(f"{what}: {s['points']} points in {s['groups']} groups, median |error| {100 * s['median_abs_error']:.0f}%, "
-              f"worst {s['worst'][0]} {100 * s['worst'][1]:+.0f}%; held out, 80% intervals held "
-              f"{100 * s['coverage']:.0f}%, median half-width {100 * s['median_half_width']:.0f}%; the band that ships, "
-              f"measured / predicted over every point: ({low:.2f}, {high:.2f}), which held {100 * inside:.0f}%")
+        print(f"{what}: {s['points']} points in {s['groups']} groups, median |error| "
+              f"{100 * s['median_abs_error']:.0f}%, worst {s['worst'][0]} {100 * s['worst'][1]:+.0f}%; held out, 80% "
+              f"intervals held {100 * s['coverage']:.0f}%, median half-width {100 * s['median_half_width']:.0f}%; the "
+              f"band that ships, measured / predicted over every point: ({low:.2f}, {high:.2f}), which held "
+              f"{100 * inside:.0f}%")
     print(f"ships: a prompt's time x (1 + {d.prompt_growth:.2f}) as its engine runs it (PROMPT_GROWTH, fitted on all "
           "the points)" if d.prompt_growth else "ships: no growth (held out, it does no better than none)")
 

@@ -15,7 +15,7 @@ from moesim.experiments.plan import ALL_ON_GPU, DTYPES, PLAN_PROMPT, PLAN_SETTIN
 from moesim.experiments.plan import plan as run_plan
 from moesim.experiments.plan_row import PlanRow
 from moesim.files import atomic_output, check_output
-from moesim.sim.accuracy import TIE_RATIO, interval_words, ttft_words
+from moesim.sim.accuracy import PROMPT_GROWTH, TIE_RATIO, interval_words, ttft_words
 from moesim.sim.engines import ENGINES
 from moesim.sim.config import DTYPES as FORMATS
 from moesim.sim.engines.ktransformers import EXPERT_COUNTS
@@ -203,7 +203,7 @@ def interval_note(rows: list, hw) -> None:
                           interval_words(hw, {(True, r.side) for r in rows})),
                       soft_wrap=True)
     if any(r.ttft_s is not None and r.ttft_s.low is not None for r in rows):
-        console.print(ttft_words(True), soft_wrap=True)
+        console.print(ttft_words(PROMPT_GROWTH), soft_wrap=True)
 
 
 def rank_notes(rows: list, trace: str) -> None:

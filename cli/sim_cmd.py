@@ -126,8 +126,8 @@ def run(
                        "included where one was" if learned else "tok/s: the placement's operations, no engine's "
                        "framework time (--engine NAME, as moesim plan, adds one where it was learned)")
                       + "; " + interval_words(hw, {(r.named, r.side) for r in results}), soft_wrap=True)
-    for as_engine in dict.fromkeys(r.named for r in results if r.ttft_s_low is not None):
-        console.print(ttft_words(as_engine), soft_wrap=True)
+    for growth in dict.fromkeys(r.prompt_growth for r in results if r.ttft_s_low is not None):
+        console.print(ttft_words(growth), soft_wrap=True)
     if prefetch != "none":
         for r in results:
             console.print(f"{r.policy} @ {slots_text(r.capacity)}: predictions' precision {_pct(r.prefetch_precision)}, "

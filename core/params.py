@@ -33,9 +33,10 @@ class Param:
     """``kind``: ``seed`` (a whole number numpy and numba both take), ``count`` (a whole number of things: slots,
     tokens, layers), ``number`` (finite), ``size`` (finite and > 0: GiB, requests/s, seconds), ``flag`` (true or
     false), ``name`` (a non-empty string), ``choice`` (one of ``choices``), ``file`` (a path read when the run starts),
-    ``trace`` (a file that is a trace, loaded when the run starts) or ``shares`` (finite numbers >= 0, not all 0, one
-    for each of several things, as a list or as the command line's comma-separated text: ``3,1``); ``choices``: the names, or a function that
-    gives them where a registry grows as the program runs (a test's toy strategy or engine); ``bounds``: the least and
+    ``trace`` (a file that is a trace, loaded when the run starts) or ``shares`` (finite numbers >= 0, not all 0,
+    one for each of several things, as a list or as the command line's comma-separated text: ``3,1``);
+    ``choices``: the names, or a function that gives them where a registry grows as the program runs (a test's toy
+    strategy or engine); ``bounds``: the least and
     most a number or a count takes (a size is above 0 whatever it says: only its most is read); ``auto``: it may also be ``"auto"``, resolved from memory when a
     run starts (``moesim.sim.memory``); ``optional``: it may be None (left out)."""
 
@@ -117,7 +118,7 @@ def _shares(value) -> tuple[str, object]:
         shares = ()
     ok = bool(shares) and len(shares) == len(items) and all(math.isfinite(x) and x >= 0 for x in shares) \
         and any(shares)
-    return ("", shares) if ok else (f"numbers >= 0, not all 0, comma-separated (3,1), got {shown(value)}", value)
+    return ("", shares) if ok else (f"numbers >= 0, not all 0 (3,1), got {shown(value)}", value)
 
 
 class SettingError(MoesimError):

@@ -172,7 +172,7 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
     config = Config().replace(**{k: flat[k] for k in (*PLAN_SETTINGS, "dtype")})
     wl = config.workload
     hw = config.hardware.spec()  # before any compiling: a 'local' machine is probed on idle cores
-    check_shares(config.hardware.tensor_split, hw)
+    check_shares(config.hardware.tensor_split, hw)  # once, here: each row's run would report it as not run
     with compiling(plan_loops(), least=1):  # in a worker process, while this one makes the trace and the runs
         tr, name = plan_trace(spec, trace, wl.batch)
         recorded = check_prompt(tr, wl.prompt if prompt_asked else 0)

@@ -34,7 +34,7 @@ within it. The fits share the runs (the small model's weights take its format's 
 thread count is bound by unpacking at another), so they are made in turn a few times, and then every parameter is
 refined at once by least squares from there (``fit``, ``refine``); on timings the model itself produced they give
 back the parameters that produced them. Then, everything else as those left it, each format's matrix-product rate
-per thread (``matmul_gflops``) on prompts, and the flash attention's two rates (``fit_attention``) on decodes after
+per thread (``matmul_gflops``) on prompts, and the flash attention's rates (``fit_attention``) on decodes after
 a long context and on long prompts.
 
 ``decode_s`` is the cost model's own step time (``moesim.sim.cost_model``), the same durations the discrete-event
@@ -68,6 +68,7 @@ ROUNDS = 3                     # the fits in turn, before all parameters are ref
 EFF_RANGE = (0.2, 1.0)         # the share of the probe's DRAM rate the engine may reach
 TASK_RANGE_US = (0.0, 200.0)   # an expert's fixed cost
 GFLOPS_RANGE = (0.1, 5000.0)   # the matrix-product rates searched, per thread
+THREAD_EFF_RANGE = (0.0, 1.0)  # what a further thread adds to attention's one-row path, a share of one thread's
 
 
 @dataclass(frozen=True)
@@ -246,13 +247,18 @@ def fit_field(cpu: CPU, name: str, runs: list, bounds: tuple, log: bool = True) 
 
 
 def fit_attention(cpu: CPU, runs: list[Run]) -> CPU:
-    """The flash attention's rate per thread over the KV cache, everything else as the other fits left it: one query
-    row at a time (``attn_gflops``) on the decodes among ``runs`` (after a context of many KV tokens), in tiles
-    (``attn_tiled_gflops``) on the prompts (long ones)."""
-    for name, part in (("attn_gflops", [r for r in runs if not r.prompt]),
-                       ("attn_tiled_gflops", [r for r in runs if r.prompt])):
+    """The flash attention's rates over the KV cache, everything else as the other fits left it: one query row at a
+    time, per thread (``attn_gflops``) on the decodes among ``runs`` (after a context of many KV tokens) at the fewest
+    threads, and what each further thread adds (``attn_thread_eff``, a share of one thread's) on those at more; in
+    tiles (``attn_tiled_gflops``) on the prompts (long ones)."""
+    decodes, prompts = [r for r in runs if not r.prompt], [r for r in runs if r.prompt]
+    fewest = min((r.threads for r in decodes), default=0)
+    for name, part, bounds, log in (
+            ("attn_gflops", [r for r in decodes if r.threads == fewest], GFLOPS_RANGE, True),
+            ("attn_thread_eff", [r for r in decodes if r.threads > fewest], THREAD_EFF_RANGE, False),
+            ("attn_tiled_gflops", prompts, GFLOPS_RANGE, True)):
         if part:
-            cpu = fit_field(cpu, name, part, GFLOPS_RANGE)
+            cpu = fit_field(cpu, name, part, bounds, log)
     return cpu
 
 

@@ -15,9 +15,10 @@ read bandwidth right before and after each configuration, and fits (``moesim.rep
   the same runs;
 - each format's matrix-product rate (``matmul_gflops``) on the same models' prompt processing (``PROMPT`` tokens
   in one batch), everything else as the decode fit left it;
-- the flash attention's two rates over the KV cache (``attn_gflops``: a query row at a time, ``attn_tiled_gflops``:
-  tiles of rows) on the same models in ``ATTN_FORMAT``, decoding after ``CONTEXT`` KV tokens and processing a
-  ``LONG_PROMPT``-token prompt.
+- the flash attention's rates over the KV cache (``attn_gflops``: a query row at a time, per thread, and what each
+  thread past the first adds to it, ``attn_thread_eff``, where several thread counts ran; ``attn_tiled_gflops``:
+  tiles of rows) on the same models in
+  ``ATTN_FORMAT``, decoding after ``CONTEXT`` KV tokens and processing a ``LONG_PROMPT``-token prompt.
 
 The hardware file it writes is CPU-only: this machine as ``--hardware local`` detects it (cores, clock under load,
 instruction set, RAM from the OS), its DRAM rate the median of the probes, and the fitted values; comments at
@@ -177,7 +178,9 @@ def calibrate_llamacpp(threads: list[int], runs: int = 5, workdir: Path | None =
                  for f, u in rates.items()),
              f"prefill products per thread (pp{PROMPT}): " + ", ".join(f"{f} {g:.1f} GFLOP/s" for f, g in matmul.items()),
              f"attention over the KV cache per thread: {cpu.attn_gflops:.1f} GFLOP/s a query row at a time (tg{TOKENS}"
-             f"@d{CONTEXT}), {cpu.attn_tiled_gflops:.1f} GFLOP/s in tiles (pp{LONG_PROMPT})" if attention else
+             f"@d{CONTEXT}" + (f"; each further thread adds {cpu.attn_thread_eff:.2f} of one's" if len(threads) > 1
+                               else "") + f"), {cpu.attn_tiled_gflops:.1f} GFLOP/s in tiles (pp{LONG_PROMPT})"
+             if attention else
              f"attention over the KV cache: not timed ({ATTN_FORMAT} not among the formats), the table's rates"]
     notes += [f"run {m.label}: {m.tok_s:.1f} tok/s (runs {min(m.rates):.1f}-{max(m.rates):.1f}), "
               f"probe {m.probe[0]:.1f}/{m.probe[1]:.1f} GB/s{' (swung)' if m.swung else ''}" for m in everything]

@@ -101,25 +101,26 @@ def interval(tokens_per_s: float, hw, named: bool, on: str) -> tuple[float | Non
     return tokens_per_s * factors[0], tokens_per_s * factors[1]
 
 
-def prefill_band(named: bool) -> tuple[float, float, float]:
-    """The band of a TTFT timed as its engine (``named``: grown by ``PROMPT_GROWTH``) or as the operations alone."""
-    return PREFILL_BAND if named else PREFILL_OPERATIONS_BAND
+def prefill_band(grown: bool) -> tuple[float, float, float]:
+    """The band of a TTFT whose prompt time was ``grown`` as its engine's (``PROMPT_GROWTH``), or of the operations
+    alone."""
+    return PREFILL_BAND if grown else PREFILL_OPERATIONS_BAND
 
 
-def ttft_interval(ttft_s: float | None, hw, named: bool) -> tuple[float | None, float | None]:
+def ttft_interval(ttft_s: float | None, hw, grown: bool) -> tuple[float | None, float | None]:
     """The 80% interval of a TTFT (seconds) predicted for ``hw``: its seconds over the ends of ``prefill_band``
     (prompts processed faster than predicted shorten it); (None, None) without a TTFT, or on a machine that carries
     measured rates (its prefill is not what the published spread describes)."""
     if ttft_s is None or ttft_s != ttft_s or measured(hw):
         return None, None
-    low, high, _ = prefill_band(named)
+    low, high, _ = prefill_band(grown)
     return ttft_s / high, ttft_s / low
 
 
-def ttft_words(named: bool) -> str:
-    """Where a TTFT's 80% interval comes from, as a footnote says it."""
-    low, high, held = prefill_band(named)
-    grown = f"timed as its engine (moesim's prompt time x{1 + PROMPT_GROWTH:.2f}); " if named else \
+def ttft_words(growth: float) -> str:
+    """Where a TTFT's 80% interval comes from, as a footnote says it, for a prompt time grown by ``growth``."""
+    low, high, held = prefill_band(growth > 0)
+    grown = f"timed as its engine (moesim's prompt time x{1 + growth:.2f}); " if growth > 0 else \
         "the placement's operations alone; "
     return (f"TTFT (80% interval): {grown}x{1 / high:.2f} to x{1 / low:.2g}: published prompt tokens/s over "
             f"moesim's, x{low:.2f} to x{high:.2f}, which held {held:.0%} of those points, each built without its "

@@ -127,11 +127,11 @@ class ModelConfig:
 class HardwareConfig:
     """``machine``: a preset (``moesim hardware``) or a hardware TOML file; ``link`` / ``ssd`` / ``cpu`` swap in
     presets; ``vram`` / ``ram``: the GPU's and the host's memory in GiB (None: the machine's); ``tensor_split``: a
-    machine of several GPUs, the share of the layers each holds (None: ``moesim.sim.layer_split.balance``'s); ``force``: take
-    numbers of the machine (or ``vram``, ``ram``) far past every real part's, which are refused otherwise as a likely
-    unit slip (``moesim.sim.hardware.PLAUSIBLE``). ``force`` lets a run start and changes nothing it computes: a
-    forced run's numbers are the unforced one's where that one runs, so ``config_id`` leaves it out (``UNHASHED``), and
-    a result found or resumed without it is the same result."""
+    machine of several GPUs, the share of the layers each holds (None: ``moesim.sim.layer_split.balance``'s);
+    ``force``: take numbers of the machine (or ``vram``, ``ram``) far past every real part's, which are refused
+    otherwise as a likely unit slip (``moesim.sim.hardware.PLAUSIBLE``). ``force`` lets a run start and changes
+    nothing it computes: a forced run's numbers are the unforced one's where that one runs, so ``config_id`` leaves
+    it out (``UNHASHED``), and a result found or resumed without it is the same result."""
 
     machine: str = declare(Param("rtx4090", "name", "Hardware preset, TOML file (moesim hardware --template), or local "
                                                     "(this machine, detected)."))
@@ -147,10 +147,10 @@ class HardwareConfig:
     threads: int | None = declare(Param(None, "count", "Threads the engine computes with on the CPU, as llama.cpp's -t "
                                                        "(default: the machine's, every core).", bounds=(1, INT_MOST),
                                         unit="threads", optional=True))
-    tensor_split: tuple | None = declare(Param(None, "shares", "Several GPUs: each one's share of the layers, in device "
-                                                               "order, as llama.cpp's -ts (3,1: three quarters on the "
-                                                               "first; default: the split that fills each GPU to the "
-                                                               "same share of its memory).", optional=True))
+    tensor_split: tuple | None = declare(Param(None, "shares", "Several GPUs: each one's share of the layers, in "
+                                                               "device order, as llama.cpp's -ts (3,1: three quarters "
+                                                               "on the first; default: the split that fills each GPU "
+                                                               "to the same share of its memory).", optional=True))
     force: bool = declare(Param(False, "flag", "Take a machine whose numbers are far past every real part's (12288 GiB "
                                                "of GPU memory: MiB?), refused otherwise as a likely unit slip "
                                                "(docs/hardware.md)."))
@@ -621,7 +621,7 @@ def _toml_value(value) -> str:
 
 UNHASHED = ("force",)  # settings that let a run start and change nothing it computes (``HardwareConfig``)
 # settings left out of the hash at their default: added after runs were stored, whose ids they keep
-HASHED_UNLESS = {"engine": AUTO}
+HASHED_UNLESS = {"engine": AUTO, "tensor_split": None}
 
 
 def config_id(kind: str, trace: str, config: Config | dict) -> str:

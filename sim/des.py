@@ -59,6 +59,7 @@ class DesResult(Tabular):
     hardware: str              # the machine simulated (with the link swapped in, if any)
     timed_as: str              # the engine it was timed as (``moesim.sim.engines``)
     framework_us: float        # ... and the framework time per MoE layer learned for it that the run took (0: none)
+    prompt_growth: float       # ... and the growth of its prompt's time (``ttft_s`` is x (1 + it); 0: none)
     named: bool                # timed as that engine (a plan's row, ``--engine NAME``), not the placement's operations
     side: str                  # where its engine computes the experts not on the GPU (``moesim.sim.accuracy.side``)
     config: Config = field(repr=False)
@@ -548,12 +549,13 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
 
     tokens_per_s = tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan")
     low, high = interval(tokens_per_s, run.hardware, run.named, side(run.strategy))
-    ttft_s = mean(prefill) * (1 + run.engine.prompt_growth) if prefill.size else None  # as its engine runs a prompt
-    ttft_low, ttft_high = ttft_interval(ttft_s, run.hardware, run.named)
+    growth = run.engine.prompt_growth  # a prompt as its engine runs it
+    ttft_s = mean(prefill) * (1 + growth) if prefill.size else None
+    ttft_low, ttft_high = ttft_interval(ttft_s, run.hardware, growth > 0)
 
     return DesResult(
         model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name, machine=run.hardware,
-        framework_us=run.engine.layer_us, named=run.named, side=side(run.strategy), config=config,
+        framework_us=run.engine.layer_us, prompt_growth=growth, named=run.named, side=side(run.strategy), config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from moesim.sim.accuracy import PROMPT_GROWTH, band, measured, prefill_band
+from moesim.sim.accuracy import band, measured, prefill_band
 from moesim.sim.des import DesResult, measured_decode
 from moesim.sim.engines import ENGINES, UNNAMED
 from moesim.sim.machine import VENDORS, Hardware
@@ -105,9 +105,11 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
                 Line(f"{link.name} link", link.gbps, "GB/s", rate),
                 Line("... of it a pinned copy reaches", link.efficiency, "share", REACHED),
                 Line("... latency of a copy", link.latency_us, "us", FIGURE)]
+    shares = r.config.hardware.tensor_split
     for i, layers in enumerate(hw.split):  # several GPUs: the layers each holds
         out.append(Line(f"{VENDORS[hw.gpu.vendor]}{i}'s layers (-ts), the output layer counted", layers, "layers",
-                        "moesim.sim.layer_split: each GPU filled to the same share of its memory"))
+                        "moesim.sim.layer_split: each GPU filled to the same share of its memory" if shares is None
+                        else f"--tensor-split {','.join(f'{x:g}' for x in shares)}, placed as llama.cpp places it"))
     on_cpu = hw.cpu is not None and (r.cpu_share > 0 or hw.gpu is None)
     if on_cpu:
         c = hw.cpu
@@ -145,8 +147,8 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
                         ("this machine's validation" if measured(hw) else f"the published {on}-side points' spread "
                          "(docs/fidelity.md)") + f", held out; such intervals held {held:.0%}"))
     if r.ttft_s_low is not None:
-        low, high, held = prefill_band(r.named)
-        grown = f"moesim's prompt time x{1 + PROMPT_GROWTH:.2f} as its engine runs it; " if r.named else ""
+        low, high, held = prefill_band(r.prompt_growth > 0)
+        grown = f"moesim's prompt time x{1 + r.prompt_growth:.2f} as its engine runs it; " if r.prompt_growth else ""
         out.append(Line(f"TTFT, its 80% interval x{1 / high:.2f} to x{1 / low:.2g} of it", r.ttft_s, "s",
                         f"{grown}the published prompts' spread (docs/fidelity.md, TTFT), held out; such intervals "
                         f"held {held:.0%}"))

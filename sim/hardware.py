@@ -294,6 +294,7 @@ RULES = {"hbm_gbps": "positive", "tflops": "positive", "hbm_gb": "positive", "me
 #   per-thread GFLOP/s (matmul_gflops; attn_gflops, attn_tiled_gflops, where not 0)   1e-3 .. 1e6
 #   ghz                                                                                1e-2 .. 100
 #   shares (mem_eff, flop_eff, efficiency, dram_eff, kernel_eff)                      1e-3 .. 1
+#   attn_thread_eff (what a further thread adds, a share of one's)                     0 .. 1
 #   fixed costs, us (launch_us, latency_us, task_us, sync_us, barrier_*_us)           0 .. 1e6 (1 s)
 #   a measured band's factors (band_low, band_high; where not 0)                       1e-3 .. 1e3
 #   ... and the share it held (band_held, where not 0)                                 1e-3 .. 1
@@ -307,7 +308,7 @@ RANGES = {"hbm_gbps": BANDWIDTH, "gbps": BANDWIDTH, "dram_gbps": BANDWIDTH, "unp
           "ghz": (1e-2, 100, "GHz"), "mem_eff": SHARE, "flop_eff": SHARE, "efficiency": SHARE, "dram_eff": SHARE,
           "kernel_eff": SHARE, "launch_us": MICROS, "latency_us": MICROS, "task_us": MICROS, "sync_us": MICROS,
           "barrier_base_us": MICROS, "barrier_thread_us": MICROS, "band_low": (1e-3, 1e3, ""),
-          "band_high": (1e-3, 1e3, ""), "band_held": SHARE,
+          "band_high": (1e-3, 1e3, ""), "band_held": SHARE, "attn_thread_eff": (0, 1, ""),
           **{f.name: SECONDS for f in fields(MeasuredCompute) if f.name != "name"}}
 # ... and the most a real part has, with headroom (what has the most beside each). Past it a number is most likely in
 # another unit: a warning (``MoesimWarning``) names the key, the value and the unit slip that would make it one a real
@@ -573,6 +574,7 @@ ram_gb = 32              # all sockets, GiB (required)
 # matmul_gflops = {q4_0 = 60}            # GFLOP/s one thread reaches in prefill's products, by format (measured)
 # attn_gflops = 10.7                     # GFLOP/s one thread reaches in attention over the KV cache at decode
 # attn_tiled_gflops = 28.6               # ... and on a prompt (llama.cpp's flash attention in tiles; measured)
+# attn_thread_eff = 1                    # what each further thread adds to attn_gflops's path, a share (measured)
 # band_low = 0.85                        # this machine's 80% decode interval, measured / predicted held out, and
 # band_high = 1.21                       # the share such intervals held (moesim validate --engine llama.cpp --out)
 # band_held = 0.8

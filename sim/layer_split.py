@@ -62,11 +62,11 @@ def balance(items: np.ndarray, vram: np.ndarray, reserve: float, first: float) -
 def as_given(items: np.ndarray, shares, reserve: float, first: float) -> tuple[np.ndarray, np.ndarray]:
     """(int64 [G] layers per GPU, float64 [G] bytes each GPU holds): ``items`` (the output layer last) placed as
     llama.cpp places a ``-ts`` of ``shares``, one a GPU: item ``il`` of n on the first GPU whose cumulative share
-    of the whole exceeds ``il / n`` (``load_tensors``); every GPU holds ``reserve``, the first ``first`` besides
-    (``balance``'s)."""
+    of the whole exceeds ``il / n`` (``load_tensors``, in float32: at an exact tie the same GPU as llama.cpp); every
+    GPU holds ``reserve``, the first ``first`` besides (``balance``'s)."""
     n, gpus = items.size, len(shares)
-    bounds = np.cumsum(np.asarray(shares, np.float64)) / float(np.sum(shares))
-    device = np.searchsorted(bounds, np.arange(n) / n, side="right")
+    sums = np.cumsum(np.asarray(shares, np.float32), dtype=np.float32)  # in float32, as llama.cpp adds and divides
+    device = np.searchsorted(sums / sums[-1], np.arange(n, dtype=np.float32) / np.float32(n), side="right")
     used = np.bincount(device, weights=items, minlength=gpus) + reserve + np.where(np.arange(gpus) == 0, first, 0.0)
     return np.bincount(device, minlength=gpus), used
 

@@ -95,6 +95,9 @@ class CPU:
     # paths (``moesim.sim.cpu_rates``): a query row at a time (decode), tiles of query rows (prompts); 0: the table's
     attn_gflops: float = 0.0
     attn_tiled_gflops: float = 0.0
+    # what each thread past the first adds to the one-row path's rate, a share of one thread's (measured: 1 where
+    # its threads share the rows out evenly)
+    attn_thread_eff: float = 1.0
     # this machine's own 80% decode interval (``moesim validate --engine llama.cpp --out``): measured / predicted over
     # llama.cpp decodes calibration did not run, 10th and 90th percentiles, and the share of them an interval from
     # the others held; 0: none measured (``moesim.sim.accuracy.interval``)
@@ -138,9 +141,11 @@ class CPU:
 
     def attn_flops(self, queries):
         """FLOP/s of attention's products over the KV cache for micro-batches of ``queries`` query rows: one row at a
-        time below ``FA_TILE_Q`` rows, in tiles at or above (measured: ``attn_gflops``, ``attn_tiled_gflops``; else
-        ``ATTN_FLOP_PER_CYCLE`` at the clock), on every worker."""
+        time below ``FA_TILE_Q`` rows, on ``1 + attn_thread_eff x (workers - 1)`` threads' worth, in tiles at or above,
+        on every worker (measured: ``attn_gflops``, ``attn_tiled_gflops``, ``attn_thread_eff``; else
+        ``ATTN_FLOP_PER_CYCLE`` at the clock)."""
         one = self.attn_gflops or ATTN_FLOP_PER_CYCLE["one"] * self.ghz
+        one = one * ((1 + self.attn_thread_eff * (self.workers - 1)) / self.workers)  # (x 1 exactly where it is 1)
         tiled = self.attn_tiled_gflops or ATTN_FLOP_PER_CYCLE["tiled"] * self.ghz
         return self.workers * 1e9 * np.where(np.asarray(queries) >= FA_TILE_Q, tiled, one)
 

@@ -45,10 +45,11 @@ def _own_kernel(config: Config) -> bool:
     return engine is not None and bool(engine.kernel)
 
 
-def _gpus(config: Config, machine) -> int:
-    """The GPUs of a run's machine: ``machine``, one built in code, or the one its configuration names (0 where that
-    cannot be read: the run reports it)."""
-    return len(machine.gpus) if machine is not None else gpu_count(config.hardware.machine, config.hardware.force) or 0
+def _one_gpu_at_most(config: Config, machine) -> bool:
+    """Whether a run's machine (``machine``, one built in code, or the one its configuration names) has fewer than
+    two GPUs; not where it cannot be read (the run reports that)."""
+    count = len(machine.gpus) if machine is not None else gpu_count(config.hardware.machine, config.hardware.force)
+    return count is not None and count < 2
 
 
 def _machine_name(config: Config, machine) -> str:
@@ -63,9 +64,9 @@ def _no_slots(config: Config) -> bool:
 @dataclass(frozen=True)
 class Unread:
     """``names``: settings that a run leaves unread where ``leaves`` holds of it (of its configuration; of its model
-    where ``of`` is ``"model"``; of its (configuration, machine built in code or None) where it is ``"machine"``); ``looks_at``: the settings ``leaves`` reads; ``why``: of the runs, why, as it reads
-    after the settings' names and before "so nothing reads it"; ``needs_strategy``, ``typed_once``: the module
-    docstring."""
+    where ``of`` is ``"model"``; of its (configuration, machine built in code or None) where it is ``"machine"``);
+    ``looks_at``: the settings ``leaves`` reads; ``why``: of the runs, why, as it reads after the settings' names and
+    before "so nothing reads it"; ``needs_strategy``, ``typed_once``: the module docstring."""
 
     names: tuple[str, ...]
     leaves: Callable
@@ -93,7 +94,7 @@ RULES = (
            lambda cs: f"{' and '.join(dict.fromkeys(c.hardware.machine for c in cs))} "
                       f"{'has' if len({c.hardware.machine for c in cs}) == 1 else 'have'} no GPU (every expert runs on "
                       "the CPU)"),
-    Unread(("tensor_split",), lambda run: _gpus(*run) < 2, ("hardware", "force"),
+    Unread(("tensor_split",), lambda run: _one_gpu_at_most(*run), ("hardware", "force"),
            lambda runs: f"{' and '.join(dict.fromkeys(_machine_name(*run) for run in runs))} "
                         f"{'has' if len({_machine_name(*run) for run in runs}) == 1 else 'have'} fewer than two GPUs: "
                         "no layer is split over GPUs", of="machine"),

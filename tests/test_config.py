@@ -105,6 +105,10 @@ def test_equal_configurations_hash_alike_and_ids_tell_them_apart():
     ids = {config_id("des", "t.parquet", c) for c in (a, b, a.replace(capacity=5))}
     assert len(ids) == 3 and config_id("hitrate", "t.parquet", a) != config_id("des", "t.parquet", a)
     assert {CacheConfig(): 1}[CacheConfig()] == 1
+    # a setting added after runs were stored keeps their ids at its default (a sweep resumes them), and counts when set
+    before = {k: v for k, v in Config().flat().items() if k != "tensor_split"}
+    assert config_id("des", "t.parquet", Config()) == config_id("des", "t.parquet", before)
+    assert config_id("des", "t.parquet", Config.build(tensor_split="3,1")) != config_id("des", "t.parquet", Config())
 
 
 def test_policy_parameters_on_the_command_line_go_to_the_policies_that_take_them(cli, tmp_path):

@@ -117,16 +117,18 @@ def test_q4_k_m_asked_of_a_preset_is_priced_as_its_two_formats():
 def test_decode_time_is_the_sum_of_its_parts(attn_gflops):
     """One layer without a head: attention and router weights at the slower of DRAM and their unpack rate; the
     products over the KV cache at the slower of reading it (f16) and their 4·q·ctx FLOPs at the one-row flash
-    attention rate (2 GFLOP/s a thread binds; 500 does not); k experts of ``task`` + their bytes; 42 barriers."""
+    attention rate (2 GFLOP/s a thread binds; 500 does not), the second thread adding 0.6 of the first's; k experts
+    of ``task`` + their bytes; 42 barriers."""
     spec = stored(1, 8, 2, 256, 512, "q8_0", vocab=0)
     spec = replace(spec, stored_other_bytes=float(spec.non_expert_params * 1.0625))
-    cpu = replace(TRUTH, unpack_gbps=(("f16", 30.0), ("q8_0", 10.0)), attn_gflops=attn_gflops, attn_tiled_gflops=1.0)
+    cpu = replace(TRUTH, unpack_gbps=(("f16", 30.0), ("q8_0", 10.0)), attn_gflops=attn_gflops, attn_tiled_gflops=1.0,
+                  attn_thread_eff=0.6)
     ctx, threads, probe = 100.0, 2, 40.0
     dram = probe * cpu.dram_eff * 1e9
     rate = min(dram, threads * 10e9)
     attention_router = spec.attention_params + spec.d_model * spec.num_experts
     kv = max(spec.kv_width * ctx * 2.0 / min(dram, threads * 30e9),
-             4 * spec.q_dim * ctx / (threads * attn_gflops * 1e9))
+             4 * spec.q_dim * ctx / ((1 + 0.6 * (threads - 1)) * attn_gflops * 1e9))
     assert (kv > 1e-5) == (attn_gflops == 2.0)
     other = attention_router * 1.0625 / rate + kv
     experts = spec.top_k * (cpu.task_us * 1e-6 + spec.expert_params * 1.0625 / rate)
@@ -152,18 +154,20 @@ def test_a_prompt_of_64_tokens_or_more_takes_the_tiled_attention_rate():
             assert got == (pytest.approx(base + attention, rel=0.01) if binds else base)
 
 
-def test_the_attention_fit_gives_back_its_two_rates():
-    """Decodes after 1,024 KV tokens tell the one-row rate, 1,024-token prompts the tiled one, the rest as given."""
+def test_the_attention_fit_gives_back_its_rates():
+    """Decodes after 1,024 KV tokens tell the one-row rate (one thread) and what the second thread adds (0.55 of
+    one's), 1,024-token prompts the tiled rate, the rest as given."""
     from moesim.replay.cpu_fit import fit_attention
 
-    truth = replace(TRUTH, matmul_gflops=(("q4_0", 80.0),), attn_gflops=12.0, attn_tiled_gflops=40.0)
+    truth = replace(TRUTH, matmul_gflops=(("q4_0", 80.0),), attn_gflops=12.0, attn_tiled_gflops=40.0,
+                    attn_thread_eff=0.55)
     spec = stored(6, 40, 8, 768, 256, "q4_0")
     runs = [timed(truth, spec, t, 40.0, ctx=1024 + 32.5) for t in (1, 2)]
     for t in (1, 2):
         run = Run(spec, t, 0.0, 1.0, 40.0, 1024)
         runs.append(replace(run, tok_s=1024 / run.model_s(truth)))
-    cpu = fit_attention(replace(truth, attn_gflops=0.0, attn_tiled_gflops=0.0), runs)
-    assert (cpu.attn_gflops, cpu.attn_tiled_gflops) == pytest.approx((12.0, 40.0), rel=1e-7)
+    cpu = fit_attention(replace(truth, attn_gflops=0.0, attn_tiled_gflops=0.0, attn_thread_eff=1.0), runs)
+    assert (cpu.attn_gflops, cpu.attn_thread_eff, cpu.attn_tiled_gflops) == pytest.approx((12.0, 0.55, 40.0), rel=1e-7)
 
 
 def test_a_fitted_cpu_round_trips_through_its_hardware_file(tmp_path):

@@ -59,21 +59,21 @@ def test_a_calibrated_machine_gives_its_own_band_and_none_without_one(tmp_path):
 
 
 def test_a_ttft_s_interval_is_its_seconds_over_the_published_prompts_band(tmp_path):
-    """A TTFT of 2 s on a spec sheet's machine: 2 / high to 2 / low of ``PREFILL_BAND`` where it is timed as its
-    engine, of ``PREFILL_OPERATIONS_BAND`` where it is the operations alone (measured / predicted prompt tokens/s);
-    none without a TTFT, and none on a calibrated machine (its band is of decodes)."""
+    """A TTFT of 2 s on a spec sheet's machine: 2 / high to 2 / low of ``PREFILL_BAND`` where its prompt time was
+    grown as its engine's, of ``PREFILL_OPERATIONS_BAND`` where it is the operations alone (measured / predicted
+    prompt tokens/s); none without a TTFT, and none on a calibrated machine (its band is of decodes)."""
     sheet = get_hardware("ryzen-7950x")
-    for named, (low, high, _) in ((True, PREFILL_BAND), (False, PREFILL_OPERATIONS_BAND)):
-        assert ttft_interval(2.0, sheet, named) == pytest.approx((2.0 / high, 2.0 / low), rel=1e-15)
-        assert ttft_interval(None, sheet, named) == (None, None) == ttft_interval(float("nan"), sheet, named)
+    for grown, (low, high, _) in ((True, PREFILL_BAND), (False, PREFILL_OPERATIONS_BAND)):
+        assert ttft_interval(2.0, sheet, grown) == pytest.approx((2.0 / high, 2.0 / low), rel=1e-15)
+        assert ttft_interval(None, sheet, grown) == (None, None) == ttft_interval(float("nan"), sheet, grown)
         hw = load_hardware(calibrated(tmp_path, band_low=0.9, band_high=1.25, band_held=0.8))
-        assert ttft_interval(2.0, hw, named) == (None, None)
+        assert ttft_interval(2.0, hw, grown) == (None, None)
 
 
 def test_a_ttft_timed_as_its_engine_is_the_prompts_time_grown_on_a_spec_sheet_only(tmp_path):
     """The same prompt timed as llama.cpp (``engine``) and as the placement's operations: x (1 + ``PROMPT_GROWTH``)
-    on a spec sheet's machine, x 1 on one that carries measured rates (a calibration measured its prompts); decode
-    alike in both."""
+    on a spec sheet's machine, x 1 on one that carries measured rates (a calibration measured its prompts), the
+    growth each took recorded; decode alike in both."""
     import moesim
     from moesim.tracegen.models import get_model
     from moesim.tracegen.synth import synth_trace
@@ -86,6 +86,7 @@ def test_a_ttft_timed_as_its_engine_is_the_prompts_time_grown_on_a_spec_sheet_on
         alone, named = (moesim.simulate(trace, model=m, hardware=hw, dtype="q8_0", strategy="cpu-experts", warmup=1,
                                         engine=engine) for engine in ("auto", "llama.cpp"))
         assert named.ttft_s == pytest.approx(alone.ttft_s * (1 + growth), rel=1e-12) and alone.ttft_s > 0
+        assert (named.prompt_growth, alone.prompt_growth) == (growth, 0.0)
         assert named.tpot_s == pytest.approx(alone.tpot_s, rel=1e-12)
 
 

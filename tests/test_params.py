@@ -53,7 +53,7 @@ def test_a_value_is_taken_as_the_run_takes_it(param, value, want):
     (Param(None, "file", "f"), "", "must be a file's path, got ''"),
     # a value whose repr runs long (a trace in memory) is named by its type
     (Param(None, "trace", "t"), list(range(100)), "must be a file's path, got a list"),
-] + [(Param(None, "shares", "s", optional=True), value, f"must be numbers >= 0, not all 0, comma-separated (3,1), got {shown}")
+] + [(Param(None, "shares", "s", optional=True), value, f"must be numbers >= 0, not all 0 (3,1), got {shown}")
      for value, shown in (("0,0", "'0,0'"), ("-1,2", "'-1,2'"), ("nan,1", "'nan,1'"), ("1,,1", "'1,,1'"), ("", "''"),
                           ([True, False], "[True, False]"), (3, "3"), ({"a": 1}, "{'a': 1}"), ([], "[]"),
                           ([1, "x"], "[1, 'x']"), ([float("inf")], "[inf]"))])

@@ -91,5 +91,6 @@ def test_a_tensor_split_is_read_on_a_machine_of_several_gpus_only():
         refuse_unread({"tensor_split"}, [one])
     refuse_unread({"tensor_split"}, [one.replace(hardware=str(two))])
     refuse_unread({"tensor_split"}, [one], machines=[load_hardware(two)])  # built in code: its own GPUs
+    refuse_unread({"tensor_split"}, [one.replace(hardware="nowhere.toml")])  # unreadable: the run reports that
     with pytest.raises(MoesimError, match="^tensor_split: rtx4090 has fewer"):
         refuse_unread({"tensor_split"}, [one.replace(hardware=str(two))], machines=[get_hardware("rtx4090")])

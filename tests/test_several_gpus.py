@@ -100,10 +100,16 @@ def test_a_given_split_places_layers_by_llama_cpps_rule(shares, counts):
                              for g, (a, b) in enumerate(zip(ends, ends[1:]))]
 
 
+def test_a_given_split_ties_as_llama_cpp_in_float32():
+    """-ts 0.1,0.2,0.7 over 10 items: in float32 the first two shares sum to exactly 0.3, as item 3's 3/10 is, so it
+    goes to the third GPU (llama.cpp: 1, 2, 7); float64's 0.30000000000000004 would keep it on the second (1, 3, 6)."""
+    assert as_given(np.ones(10), (0.1, 0.2, 0.7), 0.0, 0.0)[0].tolist() == [1, 2, 7]
+
+
 def test_a_given_split_is_the_plans_and_refused_where_it_cannot_be_one(cli, olmoe_trace):
     """--tensor-split 3,1 on two RTX 3090s: the plan's rows with layers on the GPUs place them so (-ts 28,9 is the
-    same placement in counts); two shares for one GPU, three for two, or no number are one line each, exit 1; a split that leaves the
-    second GPU all the layers does not fit where the balanced one does."""
+    same placement in counts); two shares for one GPU, three for two, or no number are one line each, exit 1; a
+    split that leaves the second GPU all the layers does not fit where the balanced one does."""
     box = ROOT / "examples" / "two-3090.toml"
     code, out, err = cli("plan", "--model", "gpt-oss-120b", "--hardware", box, "--dtype", "q4_k", "--tensor-split",
                          "3,1", "--json")
@@ -114,9 +120,10 @@ def test_a_given_split_is_the_plans_and_refused_where_it_cannot_be_one(cli, olmo
                         "--tensor-split: rtx4090 has fewer than two GPUs: no layer is split over GPUs, so nothing "
                         "reads it"),
                        (("--hardware", box, "--tensor-split", "1,1,1"),
-                        "--tensor-split 1,1,1 gives 3 share(s), and the machine has 2 GPUs: one a GPU, in device order"),
+                        "--tensor-split 1,1,1 gives 3 share(s), and the machine has 2 GPUs: one a GPU, in device "
+                        "order"),
                        (("--hardware", box, "--tensor-split", "1,nan"),
-                        "--tensor-split must be numbers >= 0, not all 0, comma-separated (3,1), got '1,nan'")):
+                        "--tensor-split must be numbers >= 0, not all 0 (3,1), got '1,nan'")):
         code, out, err = cli("plan", "--model", "gpt-oss-120b", *args)
         assert (code, out) == (1, "") and err.strip() == f"moesim: error: {said}", err
     settings = dict(hardware=_machine(_gpu(7), _gpu(7)), strategy="cpu-experts", cpu_layers=6, dtype="bf16")
