@@ -121,11 +121,11 @@ def run(
            + [r.cpu_s * 1e3, r.cpu_share] * uses_cpu + [r.hit_rate] * cached + [r.vram_gb, r.ram_gb]
            + [ttft_ms(r)] * ttft for r in results])
     if any(r.tokens_per_s_low is not None for r in results):
-        learned = any(r.named for r in results)
+        learned = any(r.as_engine for r in results)
         console.print(("tok/s: as the engine runs it, the framework time learned for it from published points "
                        "included where one was" if learned else "tok/s: the placement's operations, no engine's "
                        "framework time (--engine NAME, as moesim plan, adds one where it was learned)")
-                      + "; " + interval_words(hw, {(r.named, r.side) for r in results}), soft_wrap=True)
+                      + "; " + interval_words(hw, {(r.as_engine, r.side) for r in results}), soft_wrap=True)
     for growth in dict.fromkeys(r.prompt_growth for r in results if r.ttft_s_low is not None):
         console.print(ttft_words(growth), soft_wrap=True)
     if prefetch != "none":

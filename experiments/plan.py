@@ -296,7 +296,7 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
                                      else "uniform"})
             for config in each_engine(config, kept):
                 try:
-                    prepared.append(prepare_des(tr, config, spec, hw, shared=out.shared, named=True))
+                    prepared.append(prepare_des(tr, config, spec, hw, shared=out.shared, as_engine=True))
                 except DoesNotFit as exc:  # what it needs, without the advice to a 'sim run' user
                     short.append((exc, name))
                     mapped = get_strategy(strategy).places and exc.memory.ram and exc.memory.host > exc.memory.ram
@@ -315,7 +315,7 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
         for config in each_engine(base.replace(dtype=dtype, other_dtype=dtype, strategy="cpu-experts",
                                                cpu_layers="auto"), kept):  # llama.cpp -ngl 0
             try:
-                prepared.append(prepare_des(tr, config, spec, out.cpu_only, shared=out.shared, named=True))
+                prepared.append(prepare_des(tr, config, spec, out.cpu_only, shared=out.shared, as_engine=True))
             except MoesimError as exc:
                 _skip(out, {"strategy": CPU_ONLY, "dtype": dtype, "format": name, "policy": None, "prefetch": None,
                             "reason": f"needs {exc.parts}" if isinstance(exc, DoesNotFit) else str(exc)})
@@ -344,7 +344,7 @@ def _from_ssd(out: Plan, config: Config, name: str, prepared: list, short: list)
     whether it ran, and where it does not fit either, its line of what was skipped."""
     tiered = config.replace(dram_capacity="auto")
     try:
-        prepared.append(prepare_des(out.simulated, tiered, out.spec, out.with_ssd(), shared=out.shared, named=True))
+        prepared.append(prepare_des(out.simulated, tiered, out.spec, out.with_ssd(), shared=out.shared, as_engine=True))
     except DoesNotFit as exc:
         short.append((exc, name))
         return False, {"strategy": f"{config.execution.strategy} (from the SSD)", "dtype": config.model.dtype,
@@ -530,7 +530,8 @@ def curves(p: Plan, points: int = CURVE_POINTS) -> list[Curve]:
         line = set()
         for size in sizes:
             try:
-                s = simulate_des(tr, result.config.replace(**size), spec, p.machine_spec, shared=p.shared, named=True)
+                s = simulate_des(tr, result.config.replace(**size), spec, p.machine_spec, shared=p.shared,
+                                 as_engine=True)
             except MoesimError:
                 continue
             line.add((s.vram_gb, s.tokens_per_s))

@@ -82,20 +82,20 @@ def measured(hw) -> bool:
     return hw.compute is not None or (hw.cpu is not None and bool(hw.cpu.unpack_gbps))
 
 
-def band(hw, named: bool, on: str) -> tuple[float, float, float] | None:
-    """The band of a prediction for ``hw`` (``named``: timed as its engine, with the framework time that ships for it
-    where one does; ``on``: the run's ``side``) and the share such intervals held: the machine's own where it is
+def band(hw, as_engine: bool, on: str) -> tuple[float, float, float] | None:
+    """The band of a prediction for ``hw`` (``as_engine``: timed as its engine, with the framework time that ships for
+    it where one does; ``on``: the run's ``side``) and the share such intervals held: the machine's own where it is
     measured and its validation gave one, else none there; the published points' of that side on a spec sheet's
     machine."""
     if measured(hw):
         cpu = hw.cpu
         return None if cpu is None or not cpu.band_high else (cpu.band_low, cpu.band_high, cpu.band_held)
-    return (FRAMEWORK_BANDS if named else OPERATIONS_BANDS)[on]
+    return (FRAMEWORK_BANDS if as_engine else OPERATIONS_BANDS)[on]
 
 
-def interval(tokens_per_s: float, hw, named: bool, on: str) -> tuple[float | None, float | None]:
+def interval(tokens_per_s: float, hw, as_engine: bool, on: str) -> tuple[float | None, float | None]:
     """The 80% interval of ``tokens_per_s`` predicted for ``hw`` (``band``): (None, None) where it has none."""
-    factors = band(hw, named, on)
+    factors = band(hw, as_engine, on)
     if factors is None or tokens_per_s != tokens_per_s:
         return None, None
     return tokens_per_s * factors[0], tokens_per_s * factors[1]
@@ -128,18 +128,19 @@ def ttft_words(growth: float) -> str:
 
 
 def interval_words(hw, kinds) -> str:
-    """Where the 80% intervals of runs of ``kinds`` (pairs of whether the run is timed as its engine, ``named``, and
+    """Where the 80% intervals of runs of ``kinds`` (pairs of whether the run is timed as its engine, ``as_engine``, and
     its side) come from and how often such intervals held, as a footnote says it."""
     if measured(hw):
         low, high, held = band(hw, False, SIDES[0])
         return (f"(80% interval): this machine's own, x{low:.2f} to x{high:.2f}: measured / predicted over llama.cpp "
                 f"decodes its calibration did not run (moesim validate --engine llama.cpp), 10th to 90th percentile; "
                 f"each left out, such intervals held {held:.0%} of them")
-    each = [(named, on, band(hw, named, on)) for named in (False, True) for on in SIDES if (named, on) in kinds]
+    each = [(as_engine, on, band(hw, as_engine, on)) for as_engine in (False, True) for on in SIDES
+            if (as_engine, on) in kinds]
     return ("(80% interval): measured / predicted over published points of real engines on the run's side (CPU: the "
             "experts not on the GPU computed on the host CPU; GPU: each copied to a GPU cache first): " + "; ".join(
-                f"{on} side{'' if named else ', operations alone'} x{low:.2f} to x{high:.2f}, which held "
-                f"{held:.0%} of its points" for named, on, (low, high, held) in each)
+                f"{on} side{'' if as_engine else ', operations alone'} x{low:.2f} to x{high:.2f}, which held "
+                f"{held:.0%} of its points" for as_engine, on, (low, high, held) in each)
             + "; each interval built without its point's source or machine (docs/fidelity.md)")
 
 

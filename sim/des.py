@@ -60,7 +60,7 @@ class DesResult(Tabular):
     timed_as: str              # the engine it was timed as (``moesim.sim.engines``)
     framework_us: float        # ... and the framework time per MoE layer learned for it that the run took (0: none)
     prompt_growth: float       # ... and the growth of its prompt's time (``ttft_s`` is x (1 + it); 0: none)
-    named: bool                # timed as that engine (a plan's row, ``--engine NAME``), not the placement's operations
+    as_engine: bool            # timed as that engine (a plan's row, ``--engine NAME``), not the placement's operations
     side: str                  # where its engine computes the experts not on the GPU (``moesim.sim.accuracy.side``)
     config: Config = field(repr=False)
     tpot_s: float
@@ -132,16 +132,16 @@ class DesResult(Tabular):
 
 
 def simulate_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
-                 decisions: bool = False, shared: Shared | None = None, named: bool = False) -> DesResult:
+                 decisions: bool = False, shared: Shared | None = None, as_engine: bool = False) -> DesResult:
     """Simulate decoding ``trace`` under ``config`` (its sections say what each setting does).
 
     ``model`` and ``hardware`` replace the configuration's (a model without a preset, a machine built
     in code). ``decisions`` keeps the engine's log of hits, loads and prefetches
     (``DesResult.decisions``, what ``moesim replay`` executes). ``shared``: what runs on this trace have in
-    common, computed once for all of them (``Shared``). ``named``: timed as its engine, the framework time learned
+    common, computed once for all of them (``Shared``). ``as_engine``: timed as its engine, the framework time learned
     for it included (a plan's row; ``moesim.sim.engines.engine_for``).
     """
-    return prepare_des(trace, config, model, hardware, decisions, shared, named=named).simulate()
+    return prepare_des(trace, config, model, hardware, decisions, shared, as_engine=as_engine).simulate()
 
 
 class Shared:
@@ -201,12 +201,12 @@ def simulate_all(prepared: list[Prepared]) -> list[DesResult]:
 
 def prepare_des(trace: Trace, config: Config, model: ModelSpec | None = None, hardware: Hardware | None = None,
                 decisions: bool = False, shared: Shared | None = None, build: int = LEAN,
-                named: bool = False) -> Prepared:
+                as_engine: bool = False) -> Prepared:
     """``simulate_des`` up to its loop: the run checked, sized, timed and built, its predictions judged (``build``:
-    the least build of the loop it takes; ``named``: timed as its engine, framework time included:
+    the least build of the loop it takes; ``as_engine``: timed as its engine, framework time included:
     ``moesim.sim.run.assemble``). A plan prepares its runs while the loop compiles elsewhere."""
     source = BatchRows(trace, config, shared)
-    prepared = Prepared(trace, assemble(trace, config, source, model, hardware, decisions, build, named), source)
+    prepared = Prepared(trace, assemble(trace, config, source, model, hardware, decisions, build, as_engine), source)
     source.quality  # noqa: B018 (computed now: it reads the predictions only)
     check_fills(prepared.run)
     return prepared
@@ -548,14 +548,15 @@ def _summary(trace: Trace, run: Run, source: BatchRows, seconds: float) -> DesRe
         return float(x.mean()) if x.size else float("nan")
 
     tokens_per_s = tokens / float(step_times.sum()) if n_steps and step_times.sum() > 0 else float("nan")
-    low, high = interval(tokens_per_s, run.hardware, run.named, side(run.strategy))
+    low, high = interval(tokens_per_s, run.hardware, run.as_engine, side(run.strategy))
     growth = run.engine.prompt_growth  # a prompt as its engine runs it
     ttft_s = mean(prefill) * (1 + growth) if prefill.size else None
     ttft_low, ttft_high = ttft_interval(ttft_s, run.hardware, growth > 0)
 
     return DesResult(
         model=run.model.name, hardware=run.hardware.name, timed_as=run.engine.name, machine=run.hardware,
-        framework_us=run.engine.layer_us, prompt_growth=growth, named=run.named, side=side(run.strategy), config=config,
+        framework_us=run.engine.layer_us, prompt_growth=growth, as_engine=run.as_engine, side=side(run.strategy),
+        config=config,
         tpot_s=mean(step_times),
         tpot_p50_s=float(np.percentile(step_times, 50)) if n_steps else float("nan"),
         tpot_p99_s=float(np.percentile(step_times, 99)) if n_steps else float("nan"),

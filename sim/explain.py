@@ -142,7 +142,7 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
                         "its bytes at the DRAM or unpack rate, the slower"))
     if r.tokens_per_s_low is not None:
         on = r.side
-        low, high, held = band(hw, r.named, on)
+        low, high, held = band(hw, r.as_engine, on)
         out.append(Line(f"tokens/s, its 80% interval x{low:.2f} to x{high:.2f} of it", r.tokens_per_s, "tokens/s",
                         ("this machine's validation" if measured(hw) else f"the published {on}-side points' spread "
                          "(docs/fidelity.md)") + f", held out; such intervals held {held:.0%}"))

@@ -122,14 +122,14 @@ class Run:
     costs: Costs
     strategy: StrategySpec      # the strategy (``moesim.sim.strategies``)
     strategy_params: dict
-    engine: EngineSpec          # the engine it is timed as (``moesim.sim.engines``; its ``layer_us``: 0 unless named)
+    engine: EngineSpec          # the engine it is timed as (``moesim.sim.engines``; ``layer_us``: 0 unless as_engine)
     rows: RowArrays
     rewritten: bool             # the source rewrites the rows before each step (``RowSource.rewritten``)
     state: State = field(repr=False)
     policy_state: tuple = field(repr=False)
     build: int                  # the least build of the loop it needs (``build_for``)
     rows_run: int = 0           # rows stepped so far: the run's row number of the next step's first row
-    named: bool = False         # timed as its engine (a plan's row, ``--engine NAME``), as the shipped constants were
+    as_engine: bool = False     # timed as its engine (a plan's row, ``--engine NAME``), as the shipped constants were
 
     @property
     def offload(self) -> float:
@@ -196,9 +196,10 @@ class Run:
 
 
 def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec | None = None,
-             hardware: Hardware | None = None, decisions: bool = False, build: int = LEAN, named: bool = False) -> Run:
+             hardware: Hardware | None = None, decisions: bool = False, build: int = LEAN,
+             as_engine: bool = False) -> Run:
     """The run of ``config`` on ``trace``'s rows as ``source`` gives them (module docstring). ``model`` and
-    ``hardware`` replace the configuration's (a model without a preset, a machine built in code); ``named``: the run
+    ``hardware`` replace the configuration's (a model without a preset, a machine built in code); ``as_engine``: the run
     is its engine's, with the framework time learned for it (``moesim.sim.engines.engine_for``);
     ``decisions`` keeps the engine's decision log (what ``moesim replay`` executes); ``build``: the least build of
     the loop it takes (``compile_loops`` compiles one that way)."""
@@ -226,11 +227,11 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     config = source.sized(config, footprint, memory)
     slots = config.cache.slots(trace.meta.num_layers)
     sparams = run_params(strategy, config.execution.params)
-    named = named or config.execution.engine != "auto"  # an engine the configuration names is timed as itself
-    engine = engine_for(config, named)
-    if named and engine.kernel is not None:  # the engine runs its own kind of expert kernel
+    as_engine = as_engine or config.execution.engine != "auto"  # an engine the configuration names is timed as itself
+    engine = engine_for(config, as_engine)
+    if as_engine and engine.kernel is not None:  # the engine runs its own kind of expert kernel
         config = config.replace(kernel=engine.kernel)
-    if named:  # on its own threads, where it fixes them, and with its framework time on the machine's GPU
+    if as_engine:  # on its own threads, where it fixes them, and with its framework time on the machine's GPU
         hardware, engine = engine.machine(hardware), engine.on(hardware)
     rows, cost = source.arrays(config, slots, model, hardware, weights, lowbit_dtype(strategy, sparams), engine)
     per_expert = config.execution.kernel == "per-expert"
@@ -255,7 +256,7 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
         source.policy_context(config, slots, run_params(policy, config.cache.params))))
     return Run(config, model, hardware, memory, cost, strategy, sparams, engine, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,
-               max(build, build_for(config, model, decisions, source.rewritten)), named=named)
+               max(build, build_for(config, model, decisions, source.rewritten)), as_engine=as_engine)
 
 
 def kernel_unread(run: Run, most_tokens: int, asked: Config) -> str | None:
@@ -435,7 +436,7 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
             raise MoesimError(f"{_machine(hardware)} has no GPU: every layer's experts are on its CPU; use "
                               f"{named(places, 'auto')} (or {model.num_layers})")
     if hardware.more_gpus or (hardware.gpu is not None and hardware.gpu.unified):
-        _check_whole_layers(hardware, strategy, engine_for(config, named=True))
+        _check_whole_layers(hardware, strategy, engine_for(config, as_engine=True))
     profile = ENGINES.get(config.execution.engine)
     why = profile.gpu_refusal(hardware.gpu.vendor if hardware.gpu is not None else None) if profile else ""
     if why:

@@ -136,8 +136,8 @@ def test_the_level_is_the_least_whose_intervals_hold_80_percent_of_groups_never_
 
 
 def test_an_engine_s_framework_time_adds_once_per_layer_and_token():
-    """The closed form the fit relies on: at batch 1, a run timed as its engine (``named``) takes ``layer_us`` more on
-    each MoE layer of each token than the placement's operations alone."""
+    """The closed form the fit relies on: at batch 1, a run timed as its engine (``as_engine``) takes ``layer_us`` more
+    on each MoE layer of each token than the placement's operations alone."""
     from moesim.experiments.plan import plan_trace
     from moesim.sim.config import Config
     from moesim.sim.des import simulate_des
@@ -150,5 +150,5 @@ def test_an_engine_s_framework_time_adds_once_per_layer_and_token():
     engine = ENGINES["Mixtral-offloading"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engines, "ENGINES", {**ENGINES, engine.name: replace(engine, layer_us=250.0)})
-        plain, named = (simulate_des(trace, config, spec, named=n) for n in (False, True))
+        plain, named = (simulate_des(trace, config, spec, as_engine=n) for n in (False, True))
     assert named.tpot_s == pytest.approx(plain.tpot_s + spec.num_layers * 250e-6, rel=1e-9)

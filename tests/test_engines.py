@@ -51,7 +51,7 @@ def test_hybrid_without_a_cache_is_named_for_the_engine_that_times_it():
     beside the routed ones, 3 barriers a CPU layer), so its row names kTransformers, whose defaults run it (it used to
     name llama.cpp's --cpu-moe, which cpu-experts times with llama.cpp's own); a cache that changes is HybriMoE's."""
     none = Config.build(strategy="hybrid", capacity=0)
-    assert engine_for(none, named=True) is ENGINES["kTransformers"] and ENGINES["kTransformers"].numa == PER_SOCKET
+    assert engine_for(none, as_engine=True) is ENGINES["kTransformers"] and ENGINES["kTransformers"].numa == PER_SOCKET
     # sim run: its operations alone
     assert engine_for(none) == replace(ENGINES["kTransformers"], layer_us=0.0, prompt_growth=0.0)
     assert engine_for(Config.build(strategy="hybrid", policy="static", capacity=2)).name == "kTransformers"

@@ -30,17 +30,17 @@ def engine_named(name):
     return {e.lower(): e for e in ENGINES}.get(name.lower(), name) if isinstance(name, str) else name
 
 
-def engine_for(config, named: bool = False) -> EngineSpec:
+def engine_for(config, as_engine: bool = False) -> EngineSpec:
     """The engine a run of ``config`` is timed as: the first of ``ENGINES`` that runs its strategy and takes its
     settings, with its framework time and its prompt's growth learned from published points (``layer_us``,
     ``prompt_growth``) where the run is that engine's
-    (``named``: a plan's row, which names it), else the placement as its operations run (a ``sim run``: what a
+    (``as_engine``: a plan's row, which names it), else the placement as its operations run (a ``sim run``: what a
     cache policy or a placement gives, whichever code runs it); the engine the configuration names
     (``execution.engine``), framework time included, where it names one."""
     if config.execution.engine in ENGINES:  # named by the run itself
         return ENGINES[config.execution.engine]
     engine = next(iter(engines_for(config)), UNNAMED)
-    return engine if named else replace(engine, layer_us=0.0, gpu_layer_us=(), prompt_growth=0.0)
+    return engine if as_engine else replace(engine, layer_us=0.0, gpu_layer_us=(), prompt_growth=0.0)
 
 
 def engines_for(config) -> list[EngineSpec]:

@@ -105,7 +105,7 @@ class EngineSpec:
       (``on``);
     - ``prompt_growth``: a prompt's time as it runs it, over the prompt's operations moesim times, less one: one
       fraction for every engine's prefill (``moesim.sim.accuracy.PROMPT_GROWTH``, learned from published prompts by
-      cross-validation only), which a run timed as its engine (``named``) takes;
+      cross-validation only), which a run timed as its engine (``as_engine``) takes;
 
     and ``command(launch)``: the whole command (or configuration) that runs a placement with it (``Launch``), or
     "none: why" where none does."""
