@@ -37,7 +37,7 @@ from moesim import simulate
 from moesim.sim import engines
 from moesim.experiments.crossval import Point, better_than_none, calibrated_level, cross_validate, fit, groups
 from moesim.experiments.plan import plan_trace
-from moesim.sim.accuracy import SIDES, quantile_band, side
+from moesim.sim.accuracy import quantile_band, side
 from moesim.sim.engines import ENGINES
 from moesim.sim.cpu_rates import DRAM_EFF, dram_eff_without
 from moesim.sim.hardware import load_hardware
@@ -465,25 +465,22 @@ def derive(rows: list[dict]) -> Derived:
     # what ships, chosen again inside each fold from its training groups: those engines' framework times, no other
     checked = cross_validate(cv, LAYER_US_BOUNDS, ships, family=on_side)
 
-    def band(held: list) -> dict:
-        """Each side's quantiles of the held-out ratios at the level learned from every group, and the share of
-        its points inside their held-out intervals."""
+    def band(held: list, family=on_side) -> dict:
+        """Each family's quantiles of the held-out ratios at the level learned from every group, and the share of
+        its points inside their held-out intervals: by side, or one for every point."""
         spread = [c.point.measured / c.predicted for c in held]
-        level = calibrated_level([c.point for c in held], spread, family=on_side)
-        return {s: (*quantile_band([r for c, r in zip(held, spread) if c.point.side == s], level),
-                    cv_summary([c for c in held if c.point.side == s])["coverage"]) for s in SIDES}
+        level = calibrated_level([c.point for c in held], spread, family=family)
+        kinds = dict.fromkeys(family(c.point) for c in held)
+        return {k: (*quantile_band([r for c, r in zip(held, spread) if family(c.point) == k], level),
+                    cv_summary([c for c in held if family(c.point) == k])["coverage"]) for k in kinds}
     pairs = same_machine_pairs(rows, checked)
     tie = max((max(p, 1 / p) for _, m, p in pairs if (m > 1) != (p > 1)), default=1.0)
     prompts = prefill_points(rows)
     prefill, prefill_operations = (cross_validate(prompts, PREFILL_BOUNDS, growth_ships),
                                    cross_validate(prompts, (0.0, 0.0), set()))
-
-    def prompt_band(held: list) -> tuple:
-        spread = [c.point.measured / c.predicted for c in held]
-        return (*quantile_band(spread, calibrated_level([c.point for c in held], spread)),
-                cv_summary(held)["coverage"])
+    one = lambda point: "all"  # noqa: E731 (one band for both sides: one such point is of the GPU side)
     return Derived(checked, plain, fitted, fit(cv, LAYER_US_BOUNDS, ships(cv)), band(checked), band(plain), pairs,
-                   tie, prefill, prefill_operations, prompt_band(prefill), prompt_band(prefill_operations),
+                   tie, prefill, prefill_operations, band(prefill, one)["all"], band(prefill_operations, one)["all"],
                    fit(prompts, PREFILL_BOUNDS, growth_ships(prompts)).get("prefill", 0.0))
 
 

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from moesim.sim.accuracy import band, measured, prefill_band
 from moesim.sim.des import DesResult, measured_decode
 from moesim.sim.engines import ENGINES, UNNAMED
+from moesim.sim.layer_split import shares_text
 from moesim.sim.machine import VENDORS, Hardware
 from moesim.tracegen.models import ModelSpec
 
@@ -109,7 +110,7 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
     for i, layers in enumerate(hw.split):  # several GPUs: the layers each holds
         out.append(Line(f"{VENDORS[hw.gpu.vendor]}{i}'s layers (-ts), the output layer counted", layers, "layers",
                         "moesim.sim.layer_split: each GPU filled to the same share of its memory" if shares is None
-                        else f"--tensor-split {','.join(f'{x:g}' for x in shares)}, placed as llama.cpp places it"))
+                        else f"--tensor-split {shares_text(shares)}, placed as llama.cpp places it"))
     on_cpu = hw.cpu is not None and (r.cpu_share > 0 or hw.gpu is None)
     if on_cpu:
         c = hw.cpu

@@ -71,10 +71,15 @@ def as_given(items: np.ndarray, shares, reserve: float, first: float) -> tuple[n
     return np.bincount(device, minlength=gpus), used
 
 
+def shares_text(shares) -> str:
+    """A ``-ts`` as llama.cpp takes it: ``3,1``."""
+    return ",".join(f"{x:g}" for x in shares)
+
+
 def check_shares(shares: tuple | None, hw) -> None:
     """Refuse a ``-ts`` of ``shares`` that does not give one share to each GPU of ``hw`` (a machine of several)."""
     if shares is not None and len(hw.gpus) > 1 and len(shares) != len(hw.gpus):
-        raise MoesimError(f"{named('tensor_split', ','.join(f'{x:g}' for x in shares))} gives {len(shares)} "
+        raise MoesimError(f"{named('tensor_split', shares_text(shares))} gives {len(shares)} "
                           f"share(s), and the machine has {len(hw.gpus)} GPUs: one a GPU, in device order")
 
 
