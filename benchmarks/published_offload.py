@@ -292,11 +292,21 @@ LAYER_US_GRID = (0.0, 250.0, 500.0, 1000.0, 2000.0, 4000.0, 8000.0, 12000.0, 160
                  1e5)  # the framework times each counted point is simulated at (µs a MoE layer), LAYER_US_BOUNDS's
 
 
+def pool_of(kind: str) -> str:
+    """The pool a kind's framework time is judged in (``moesim.experiments.crossval``): the engines whose layers a
+    Python loop runs (``EngineSpec.layer_loop``, on any maker's GPUs) are one; any other kind is its own (llama.cpp's
+    builds for each maker's GPUs pooled did worse held out: AMD's, which takes no time, would take Apple's and
+    Intel's)."""
+    engine, _ = shipped_as(kind)
+    return "Python engines" if engine in ENGINES and ENGINES[engine].layer_loop == "python" else ""
+
+
 def cv_points(rows: list[dict]) -> list[Point]:
     """The counted points as the cross-validation sees them: a token's seconds simulated at each framework time of
     ``LAYER_US_GRID``."""
     return [Point(r["id"], source_of(r), r.get("box", r["machine"]), r["kind"], r["measured"], LAYER_US_GRID,
-                  tuple(r["seconds"]), side(STRATEGIES[r["strategy"]])) for r in rows if r["counted"]]
+                  tuple(r["seconds"]), side(STRATEGIES[r["strategy"]]), pool_of(r["kind"]))
+            for r in rows if r["counted"]]
 
 
 PREFILL_GRID = (-0.9, 0.0, 30.0)  # a prompt's time grown by these fractions (one constant for every engine's prefill)
@@ -390,8 +400,9 @@ def same_machine_pairs(rows: list[dict], checked: list) -> list[tuple]:
 
 
 def ships(points: list[Point]) -> set:
-    """Of ``points``' engines, those whose framework time ships: fitted without each point's group, it predicts their
-    points better held out than none, and moesim runs the engine as one of its own (``moesim.sim.engines``)."""
+    """Of ``points``' engines (and pools of them, ``pool_of``), those whose framework times ship: fitted without each
+    point's group, they predict their points better held out than none, and moesim runs the engine as one of its own
+    (``moesim.sim.engines``)."""
     return better_than_none(points, LAYER_US_BOUNDS, {p.kind for p in points if shipped_as(p.kind)[0] in ENGINES})
 
 
@@ -419,7 +430,7 @@ def print_cv(checked: list, plain: list, fitted: list, shipped: dict) -> None:
     print("an engine's framework time per MoE layer, fitted without each point's group (held out); the last figure, as "
           "each fold chose from its own training groups whether it ships (the choice held out too):")
     for kind, (n, med) in p["by_engine"].items():
-        learned = any(kind in c.constants for c in fitted if c.point.kind == kind)
+        learned = any({kind, c.point.pool} & set(c.constants) for c in fitted if c.point.kind == kind)
         verdict = ("no other group measured it: nothing to learn held out" if not learned else
                    f"ships, {shipped[kind]:.0f} µs a layer (fitted on all its points)" if kind in shipped else
                    "not shipped: " + ("held out, it does no better than none" if shipped_as(kind)[0] in ENGINES
@@ -479,7 +490,9 @@ def derive(rows: list[dict]) -> Derived:
     prefill, prefill_operations = (cross_validate(prompts, PREFILL_BOUNDS, growth_ships),
                                    cross_validate(prompts, (0.0, 0.0), set()))
     one = lambda point: "all"  # noqa: E731 (one band for both sides: one such point is of the GPU side)
-    return Derived(checked, plain, fitted, fit(cv, LAYER_US_BOUNDS, ships(cv)), band(checked), band(plain), pairs,
+    kinds = {p.kind for p in cv}  # what ships is a kind's own fit (a pool's stands in held out only)
+    shipped = {k: us for k, us in fit(cv, LAYER_US_BOUNDS, ships(cv)).items() if k in kinds}
+    return Derived(checked, plain, fitted, shipped, band(checked), band(plain), pairs,
                    tie, prefill, prefill_operations, band(prefill, one)["all"], band(prefill_operations, one)["all"],
                    fit(prompts, PREFILL_BOUNDS, growth_ships(prompts)).get("prefill", 0.0))
 

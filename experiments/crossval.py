@@ -9,13 +9,17 @@ nothing overlaps it (``tests/test_crossval.py``), but a prefetcher's copies may 
 simulated, not extrapolated.
 
 - **Fit** (``fit``): for each kind of point (an engine), the ``c`` in ``bounds`` that minimises the squared log
-  errors over its points; a kind with no points keeps 0.
+  errors over its points; for each pool of kinds (``Point.pool``: engines whose framework time has one cause, as
+  the Python engines' interpreter), the ``c`` over all of the pool's points, which a kind of the pool with no point
+  of its own takes; any other kind keeps 0.
 - **Held out** (``held_out``): the points fall into groups that share a source or a machine (``groups``: a
   thread that several machines were measured in, a machine several threads measured, are one group). Each group is
   predicted with constants fitted on every other group (scikit-learn's ``LeaveOneGroupOut``), so no point's own
   source or machine is in its fit; its error is the figure quoted.
-- **Which constants ship** (``better_than_none``): a kind's constant ships where, fitted without each point's group,
-  it predicts that kind's points better (median |error|) than none. Given as a rule (``kinds`` a function of the
+- **Which constants ship** (``better_than_none``): a kind's constants ship where, fitted without each point's group,
+  they predict its points better (median |error|) than none; a pool's kinds are judged on the pool's points
+  together, so a kind measured in one group only, which cannot show it alone, ships its own fit where its pool
+  shows held out that such fits help. Given as a rule (``kinds`` a function of the
   training points), the choice is made again inside every fold from that fold's training groups alone, so the
   held-out error of what ships is held out from the choice too.
 - **Interval** (``moesim.sim.accuracy.quantile_band``): the 80% interval of a prediction is the prediction times the
@@ -50,6 +54,7 @@ class Point:
     grid: tuple         # constants the point was simulated at, rising, 0 among them (nothing learned)
     seconds: tuple      # moesim's seconds a token at each
     side: str = ""      # where its engine computes the experts not on the GPU (``moesim.sim.accuracy.side``)
+    pool: str = ""      # kinds judged together, whose pooled fit a kind of them with no point takes ("": none)
 
     def __post_init__(self):  # tuples, as the fits keep them (``fit_kind``)
         object.__setattr__(self, "grid", tuple(float(g) for g in self.grid))
@@ -58,6 +63,11 @@ class Point:
     def predicted(self, constant: float) -> float:
         """tokens/s with the constant at ``constant`` (the seconds interpolated between the grid's)."""
         return 1.0 / float(np.interp(constant, self.grid, self.seconds))
+
+    def taking(self, constants: dict, measured: set) -> float:
+        """tokens/s with the constant ``constants`` (``fit``'s) gives its kind: its own; for a kind no point of
+        ``measured`` (the kinds fitted from) is of, its pool's; else 0."""
+        return self.predicted(constants.get(self.kind, 0.0 if self.kind in measured else constants.get(self.pool, 0.0)))
 
 
 def groups(points: list[Point]) -> np.ndarray:
@@ -79,10 +89,11 @@ def groups(points: list[Point]) -> np.ndarray:
 
 
 def fit(points: list[Point], bounds: tuple[float, float], kinds=None) -> dict[str, float]:
-    """Per kind (of ``kinds``; None: every kind), the constant in ``bounds`` with the least squared log error over
-    that kind's points."""
-    return {kind: fit_kind(tuple(p for p in points if p.kind == kind), tuple(bounds))
-            for kind in dict.fromkeys(p.kind for p in points if kinds is None or p.kind in kinds)}
+    """Per kind and per pool that ``kinds`` names (None: every one), the constant in ``bounds`` with the least squared
+    log error over its points (a pool's: every point of the pool)."""
+    names = dict.fromkeys(name for p in points for name in (p.kind, p.pool)
+                          if name and (kinds is None or name in kinds))
+    return {name: fit_kind(tuple(p for p in points if name in (p.kind, p.pool)), tuple(bounds)) for name in names}
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -92,7 +103,7 @@ def fit_kind(mine: tuple[Point, ...], bounds: tuple[float, float]) -> float:
     measured = np.log([p.measured for p in mine])
     grid, seconds = np.asarray(mine[0].grid, np.float64), np.array([p.seconds for p in mine], np.float64)
     if any(p.grid != mine[0].grid for p in mine):
-        raise ValueError(f"the points of {mine[0].kind} are simulated at different constants")
+        raise ValueError(f"the points of {mine[0].pool or mine[0].kind} are simulated at different constants")
 
     def loss(c):
         # every point's seconds at c at once, as ``Point.predicted`` interpolates them (held at the grid's ends)
@@ -106,37 +117,44 @@ def fit_kind(mine: tuple[Point, ...], bounds: tuple[float, float]) -> float:
 
 
 def chosen(kinds, points: list[Point]):
-    """The kinds whose constants are fitted on ``points``: ``kinds`` itself (None: every kind), or where it is a rule,
-    what it chooses from those points alone."""
+    """The kinds and pools whose constants are fitted on ``points``: ``kinds`` itself (None: every one), or where it
+    is a rule, what it chooses from those points alone."""
     return kinds(points) if callable(kinds) else kinds
 
 
 def better_than_none(points: list[Point], bounds: tuple[float, float], among=None) -> set:
-    """The kinds (of ``among``; None: any) whose constant, fitted without each point's group, predicts their points
-    better held out (a smaller median |error|) than none; a kind measured in one group only learns nothing."""
+    """The kinds (of ``among``; None: any) whose constants, fitted without each point's group, predict their points
+    better held out (a smaller median |error|) than none, and the pools that do so for theirs. A kind measured in
+    one group only cannot show it alone: it is chosen where its pool is (a kind of no pool, never)."""
     return set(_better_than_none(tuple(points), tuple(bounds), None if among is None else frozenset(among)))
 
 
 @functools.lru_cache(maxsize=1 << 10)
 def _better_than_none(points: tuple[Point, ...], bounds: tuple[float, float], among: frozenset | None) -> frozenset:
     """``better_than_none``, kept: the intervals' inner cross-validations ask it of each training set twice."""
-    fitted = held_out(list(points), bounds, among)  # the kinds it may choose, no other fitted
-    out = set()
-    for kind in dict.fromkeys(p.kind for p in points if among is None or p.kind in among):
-        mine = [i for i, p in enumerate(points) if p.kind == kind]
-        if not any(kind in fitted[i][1] for i in mine):
-            continue
+    mine = [i for i, p in enumerate(points) if among is None or p.kind in among]
+    fitted = held_out(list(points), bounds, {name for i in mine for name in (points[i].kind, points[i].pool)})
 
-        def error(predicted, mine=mine):
-            return float(np.median([abs(predicted(i) / points[i].measured - 1) for i in mine]))
-        if error(lambda i: fitted[i][0]) < error(lambda i: points[i].predicted(0.0)):
+    def better(of: list[int]) -> bool:
+        def error(predicted):
+            return float(np.median([abs(predicted(i) / points[i].measured - 1) for i in of]))
+        return error(lambda i: fitted[i][0]) < error(lambda i: points[i].predicted(0.0))
+
+    pools = {pool for pool in {points[i].pool for i in mine} - {""}
+             if better([i for i in mine if points[i].pool == pool])}
+    out = set(pools)
+    for kind in dict.fromkeys(points[i].kind for i in mine):
+        own = [i for i in mine if points[i].kind == kind]
+        if any(kind in fitted[i][1] for i in own):  # another group measured it: its own points judge it
+            out |= {kind} if better(own) else set()
+        elif points[own[0]].pool in pools:
             out.add(kind)
     return frozenset(out)
 
 
 def held_out(points: list[Point], bounds: tuple[float, float], kinds=None) -> list[tuple[float, dict]]:
-    """Each point's prediction with constants (of ``kinds``: a set, None for every kind, or a rule that chooses them
-    from the training points, ``chosen``) fitted on the other groups only, and those constants."""
+    """Each point's prediction with constants (of ``kinds``: a set of kinds and pools, None for every one, or a rule
+    that chooses them from the training points, ``chosen``) fitted on the other groups only, and those constants."""
     out: list = [None] * len(points)
     if not points:
         return out
@@ -145,9 +163,9 @@ def held_out(points: list[Point], bounds: tuple[float, float], kinds=None) -> li
         return [(p.predicted(0.0), {}) for p in points]
     for train, test in LeaveOneGroupOut().split(np.zeros(len(points)), groups=labels):
         training = [points[i] for i in train]
-        constants = fit(training, bounds, chosen(kinds, training))
+        constants, measured = fit(training, bounds, chosen(kinds, training)), {p.kind for p in training}
         for i in test:
-            out[i] = (points[i].predicted(constants.get(points[i].kind, 0.0)), constants)
+            out[i] = (points[i].taking(constants, measured), constants)
     return out
 
 

@@ -68,6 +68,26 @@ def test_which_constants_ship_is_chosen_again_without_the_held_out_group():
         [p[0] for p in nested[:2]]
 
 
+def test_a_pool_judges_and_stands_in_for_the_kinds_that_cannot_show_it_alone():
+    """Kinds a (two groups) and b (one group) of pool py really take 2000 µs a layer; c, of py too (two groups), none.
+    Held out, every fit of py's kinds beats none, so py ships; a ships on its own points, and c, whose own points show
+    no gain, does not. b cannot show it alone (its group out, no b is left), so it ships as py does. Held out, b takes
+    py's constant, fitted on the other kinds' points (a's and c's); c, measured elsewhere but not chosen, takes 0, not
+    py's."""
+    pts = [point("a1", "s1", "m1", "a", constant=2e3), point("a2", "s2", "m2", "a", constant=2e3),
+           point("b1", "s3", "m3", "b", constant=2e3), point("c1", "s4", "m4", "c", base_s=0.02),
+           point("c2", "s5", "m5", "c", base_s=0.03)]
+    pts = [replace(p, pool="py") for p in pts]
+    bounds = (0.0, 1e5)
+    chosen = better_than_none(pts, bounds)
+    assert chosen == {"py", "a", "b"}
+    out = held_out(pts, bounds, chosen)
+    pooled = fit([p for p in pts if p.kind != "b"], bounds, {"py"})["py"]
+    assert 0 < pooled < 2e3 and out[2][0] == pytest.approx(pts[2].predicted(pooled), rel=1e-9)
+    assert out[0][0] == pytest.approx(pts[0].measured, rel=1e-6)
+    assert out[3][0] == pts[3].predicted(0.0) and out[3][1]["py"] > 0
+
+
 def test_a_fit_kept_is_one_of_the_same_points_only():
     """The fits a cross-validation keeps (``fit_kind``, ``better_than_none``) answer only for the same points: a point
     measured otherwise is fitted anew (700 µs planted, then 1400 in one point: a different constant), the first

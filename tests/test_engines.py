@@ -46,6 +46,18 @@ def test_every_engine_runs_registered_strategies_and_each_plan_candidate_names_o
     assert engine_for(Config.build(strategy="gpu-cache", prefetch="history")).name == "MoE-Infinity"
 
 
+def test_a_cache_only_research_code_runs_is_timed_as_melinoe_s_runtime():
+    """A per-layer GPU cache under LFU and no prefetcher (MELINOE's tables), which neither Mixtral-offloading (LRU
+    only) nor MoE-Infinity (it prefetches) runs, is MELINOE's runtime: named for it, it takes the framework time
+    learned for it; its code has no release, so a plan never offers it, and it has no command."""
+    config = Config.build(strategy="gpu-cache", policy="lfu", capacity=4)
+    melinoe = ENGINES["MELINOE runtime"]
+    assert engine_for(config).name == "MELINOE runtime" and engine_for(config).layer_us == 0.0
+    assert engine_for(config, as_engine=True) is melinoe and melinoe.layer_us > 0 and melinoe.layer_loop == "python"
+    assert melinoe.refuses(get_model("olmoe-1b-7b"), "bf16") == "research code with no release to run"
+    assert engine_for(Config.build(strategy="gpu-cache", policy="lfu", capacity=4, scope="global")).name == UNNAMED.name
+
+
 def test_hybrid_without_a_cache_is_named_for_the_engine_that_times_it():
     """hybrid at capacity 0 is timed with kTransformers' figures (a pool and a copy per socket, the shared experts
     beside the routed ones, 3 barriers a CPU layer), so its row names kTransformers, whose defaults run it (it used to
@@ -271,19 +283,22 @@ def test_sim_run_times_a_named_engine_as_plan_does(cli):
     code, _, err = cli(*run, "--engine", "kTransformers")
     assert code == 1 and err.count("\n") == 1 and "--engine kTransformers does not run strategy gpu-cache" in err
     code, _, err = cli(*run, "--engine", "Mixtral-offloading", "--prefetch", "history")
-    assert code == 1 and "(its cache is LRU and fetches nothing ahead); MoE-Infinity does" in err
+    assert code == 1 and "(its cache is LRU and fetches nothing ahead); MoE-Infinity or MELINOE runtime does" in err
     config = Config.build(strategy="gpu-cache")
     assert config_id("des", "t", config) == config_id("des", "t", {k: v for k, v in config.flat().items()
                                                                     if k != "engine"})
     assert config_id("des", "t", config.replace(engine="Mixtral-offloading")) != config_id("des", "t", config)
 
 
-def test_an_engine_that_fixes_its_threads_is_timed_on_them():
+def test_an_engine_that_fixes_its_threads_is_timed_on_them(monkeypatch):
     """Fiddler computes its CPU experts on 16 threads whatever the machine has (``torch.set_num_threads(16)``): a run
-    named for it is timed as the same placement with --threads 16 on a machine of more cores, and on every core of one
-    with fewer; an engine that fixes none keeps the machine's."""
+    named for it (its framework time left out here: a prefetcher's copies may hide part of it) is timed as the same
+    placement with --threads 16 on a machine of more cores, and on every core of one with fewer; an engine that fixes
+    none keeps the machine's."""
     import moesim
     from moesim.sim.hardware import get_hardware
+
+    monkeypatch.setitem(ENGINES, "Fiddler", replace(ENGINES["Fiddler"], layer_us=0.0))
 
     big, small = get_hardware("h100", cpu="xeon-8470"), get_hardware("h100", cpu="ryzen-7950x")
     fiddler = ENGINES["Fiddler"]
@@ -295,7 +310,7 @@ def test_an_engine_that_fixes_its_threads_is_timed_on_them():
     named = moesim.simulate(trace, hardware=big, engine="Fiddler", **settings)
     by_hand = moesim.simulate(trace, hardware=big, threads=16, **settings)
     every_core = moesim.simulate(trace, hardware=big, **settings)
-    assert named.tpot_s == pytest.approx(by_hand.tpot_s + trace.meta.num_layers * fiddler.layer_us * 1e-6, rel=1e-9)
+    assert named.tpot_s == by_hand.tpot_s
     assert named.tpot_s != every_core.tpot_s
     # the result carries the machine as simulated, which --explain shows
     assert (named.machine.cpu.workers, every_core.machine.cpu.workers) == (16, big.cpu.cores)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from moesim.sim.engines import (fiddler, hobbit, hybrimoe, ik_llama_cpp, ktransformers, llama_cpp, mixtral_offloading,
-                                moe_infinity)
+from moesim.sim.engines import (fiddler, hobbit, hybrimoe, ik_llama_cpp, ktransformers, llama_cpp, melinoe,
+                                mixtral_offloading, moe_infinity)
 from moesim.sim.engines.base import EngineSpec, Launch
 
 ENGINES = {e.name: e for e in (m.ENGINE for m in (llama_cpp, ik_llama_cpp, ktransformers, hybrimoe, fiddler,
-                                                  mixtral_offloading, moe_infinity, hobbit))}
+                                                  mixtral_offloading, moe_infinity, hobbit, melinoe))}
 UNNAMED = EngineSpec(name="no engine", summary="a placement no engine runs", source="", runs=(),
                      command=lambda launch: "none: no engine runs this placement")
 ALL_ON_GPU = llama_cpp.ENGINE  # every expert on the GPU: a placement any engine runs; a plan names this one's command

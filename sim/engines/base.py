@@ -100,6 +100,9 @@ class EngineSpec:
     - ``layer_us``: its framework's time per MoE layer and row, beyond the operations moesim times (interpreter,
       dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
       cross-validation only (``moesim.experiments.crossval``), with its provenance in ``sources``;
+    - ``layer_loop``: what runs its layers one after another: ``compiled`` (a C++ graph: the llama.cpp family) or
+      ``python`` (a PyTorch model's forward). The cross-validation judges the Python engines' framework times
+      together, as one cause, the interpreter, makes them (``moesim.experiments.crossval``'s pools);
     - ``gpu_layer_us``: (GPU maker, µs) pairs: its framework time per MoE layer where its GPU backend runs on that
       maker's GPUs (llama.cpp's Metal, ROCm and Vulkan, SYCL builds), in place of ``layer_us``; learned the same way
       (``on``);
@@ -130,6 +133,7 @@ class EngineSpec:
     gpus: int = 1
     vendors: tuple = tuple(VENDORS)
     layer_us: float = 0.0
+    layer_loop: str = "compiled"
     gpu_layer_us: tuple = ()
     prompt_growth: float = PROMPT_GROWTH
     sources: tuple = ()

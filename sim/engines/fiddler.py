@@ -14,6 +14,9 @@ def command(launch: Launch) -> str:
 ENGINE = EngineSpec(
     name="Fiddler", summary="CPU for a miss where that is faster", source="github.com/efeslab/fiddler",
     release="github.com/efeslab/fiddler (research code with a command line)", runs=("cpu-miss",), command=command,
-    families=("mixtral",), formats=CHECKPOINT_FORMATS, threads=16,
+    families=("mixtral",), formats=CHECKPOINT_FORMATS, threads=16, layer_loop="python", layer_us=3561.0,
     sources=(("cpu_ops", "not published: llama.cpp's figure"),
-             ("threads", "src/fiddler/mixtral.py: torch.set_num_threads(16)")))
+             ("threads", "src/fiddler/mixtral.py: torch.set_num_threads(16)"),
+             ("layer_us", "fitted to its 2 published points (1 group: MELINOE's H100), shipped as the Python engines' "
+                          "pool chose held out; held out, taking the pool's time, its median error 31% against 204% "
+                          "without (python benchmarks/published_offload.py --cv, 2026-12-07)")))

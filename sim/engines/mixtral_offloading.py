@@ -25,7 +25,7 @@ ENGINE = EngineSpec(name="Mixtral-offloading", summary="an LRU expert cache on t
                     source="github.com/dvmazur/mixtral-offloading",
                     release="github.com/dvmazur/mixtral-offloading (a notebook)", runs=("gpu-cache",),
                     command=command, takes=takes, families=("mixtral",), formats=("int2",), kernel="per-expert",
-                    layer_us=12205.0,
+                    layer_loop="python", layer_us=12205.0,
                     sources=(("kernel", "each expert runs on its own as its cache loads it: the per-expert kind "
                                         "--kernel describes"),
                              ("layer_us", "fitted to its 6 published points (2 groups: its paper's 4 GPUs, Fiddler's "

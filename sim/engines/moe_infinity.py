@@ -20,7 +20,7 @@ ENGINE = EngineSpec(
     name="MoE-Infinity", summary="an expert cache on the GPU with prefetching",
     source="github.com/EfficientMoE/MoE-Infinity", release="pip install moe-infinity", runs=("gpu-cache",),
     takes=takes, command=command, families=("mixtral", "deepseek_v2", "deepseek_v3", "qwen3_moe", "gpt_oss", "dbrx",
-                                            "olmoe"), formats=CHECKPOINT_FORMATS, layer_us=2606.0,
+                                            "olmoe"), formats=CHECKPOINT_FORMATS, layer_loop="python", layer_us=2606.0,
     sources=(("layer_us", "fitted to its 5 published points (2 groups: its README's A5000, MELINOE's H100); held "
                           "out, its median error 22% against 44% without (python benchmarks/published_offload.py "
                           "--cv, 2026-12-06)"),))
