@@ -417,7 +417,8 @@ def print_cv(checked: list, plain: list, fitted: list, shipped: dict) -> None:
     print(f"{'id':6} {'engine':23} {'measured':>8} {'moesim':>8} {'80% interval':>15} {'error':>7} in  "
           f"{'µs/layer':>8}  left out with it: its group's machines")
     for c, g in zip(checked, labels):
-        used = c.constants.get(c.point.kind)
+        present = {o.point.kind for o, h in zip(checked, labels) if h != g}  # the kinds its fold fitted from
+        used = c.point.constant(c.constants, present) if {c.point.kind, c.point.pool} & set(c.constants) else None
         print(f"{c.point.name:6} {c.point.kind[:23]:23} {c.point.measured:8.2f} {c.predicted:8.2f} "
               f"{c.low:7.2f}-{c.high:<7.2f} {100 * c.error:+6.0f}% {'yes' if c.inside else 'no':3} "
               f"{'-' if used is None else f'{used:.0f}':>8}  {', '.join(machines[g])}")

@@ -49,7 +49,7 @@ class Point:
     name: str
     source: str         # where it was published (points of one source are left out together)
     machine: str        # the physical machine (likewise)
-    kind: str           # which constant it takes (its engine)
+    kind: str           # whose constant it takes (its engine; its pool's where no point of its kind is fitted)
     measured: float     # tokens/s
     grid: tuple         # constants the point was simulated at, rising, 0 among them (nothing learned)
     seconds: tuple      # moesim's seconds a token at each
@@ -64,10 +64,10 @@ class Point:
         """tokens/s with the constant at ``constant`` (the seconds interpolated between the grid's)."""
         return 1.0 / float(np.interp(constant, self.grid, self.seconds))
 
-    def taking(self, constants: dict, measured: set) -> float:
-        """tokens/s with the constant ``constants`` (``fit``'s) gives its kind: its own; for a kind no point of
-        ``measured`` (the kinds fitted from) is of, its pool's; else 0."""
-        return self.predicted(constants.get(self.kind, 0.0 if self.kind in measured else constants.get(self.pool, 0.0)))
+    def constant(self, constants: dict, present: set) -> float:
+        """The constant it takes of ``constants`` (``fit``'s, on points of the kinds ``present``): its kind's; where
+        its kind has no point there, its pool's; else 0."""
+        return constants.get(self.kind, 0.0 if self.kind in present else constants.get(self.pool, 0.0))
 
 
 def groups(points: list[Point]) -> np.ndarray:
@@ -98,12 +98,13 @@ def fit(points: list[Point], bounds: tuple[float, float], kinds=None) -> dict[st
 
 @functools.lru_cache(maxsize=1 << 14)
 def fit_kind(mine: tuple[Point, ...], bounds: tuple[float, float]) -> float:
-    """The constant in ``bounds`` with the least squared log error over ``mine``, points of one kind (kept: the folds
-    of a cross-validation fit the same points again wherever the groups they leave out hold none of that kind)."""
+    """The constant in ``bounds`` with the least squared log error over ``mine``, the points of one kind or one pool
+    (kept: the folds of a cross-validation fit the same points again wherever the groups they leave out hold none of
+    them)."""
     measured = np.log([p.measured for p in mine])
     grid, seconds = np.asarray(mine[0].grid, np.float64), np.array([p.seconds for p in mine], np.float64)
     if any(p.grid != mine[0].grid for p in mine):
-        raise ValueError(f"the points of {mine[0].pool or mine[0].kind} are simulated at different constants")
+        raise ValueError(f"points of {', '.join(sorted({p.kind for p in mine}))} simulated at different constants")
 
     def loss(c):
         # every point's seconds at c at once, as ``Point.predicted`` interpolates them (held at the grid's ends)
@@ -132,19 +133,19 @@ def better_than_none(points: list[Point], bounds: tuple[float, float], among=Non
 @functools.lru_cache(maxsize=1 << 10)
 def _better_than_none(points: tuple[Point, ...], bounds: tuple[float, float], among: frozenset | None) -> frozenset:
     """``better_than_none``, kept: the intervals' inner cross-validations ask it of each training set twice."""
-    mine = [i for i, p in enumerate(points) if among is None or p.kind in among]
-    fitted = held_out(list(points), bounds, {name for i in mine for name in (points[i].kind, points[i].pool)})
+    judged = [i for i, p in enumerate(points) if among is None or p.kind in among]
+    fitted = held_out(list(points), bounds, {name for i in judged for name in (points[i].kind, points[i].pool)})
 
     def better(of: list[int]) -> bool:
         def error(predicted):
             return float(np.median([abs(predicted(i) / points[i].measured - 1) for i in of]))
         return error(lambda i: fitted[i][0]) < error(lambda i: points[i].predicted(0.0))
 
-    pools = {pool for pool in {points[i].pool for i in mine} - {""}
-             if better([i for i in mine if points[i].pool == pool])}
+    pools = {pool for pool in {points[i].pool for i in judged} - {""}
+             if better([i for i in judged if points[i].pool == pool])}
     out = set(pools)
-    for kind in dict.fromkeys(points[i].kind for i in mine):
-        own = [i for i in mine if points[i].kind == kind]
+    for kind in dict.fromkeys(points[i].kind for i in judged):
+        own = [i for i in judged if points[i].kind == kind]
         if any(kind in fitted[i][1] for i in own):  # another group measured it: its own points judge it
             out |= {kind} if better(own) else set()
         elif points[own[0]].pool in pools:
@@ -163,9 +164,9 @@ def held_out(points: list[Point], bounds: tuple[float, float], kinds=None) -> li
         return [(p.predicted(0.0), {}) for p in points]
     for train, test in LeaveOneGroupOut().split(np.zeros(len(points)), groups=labels):
         training = [points[i] for i in train]
-        constants, measured = fit(training, bounds, chosen(kinds, training)), {p.kind for p in training}
+        constants, present = fit(training, bounds, chosen(kinds, training)), {p.kind for p in training}
         for i in test:
-            out[i] = (points[i].taking(constants, measured), constants)
+            out[i] = (points[i].predicted(points[i].constant(constants, present)), constants)
     return out
 
 

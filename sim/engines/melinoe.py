@@ -1,7 +1,8 @@
 """MELINOE's runtime (the paper in ../shared/papers, 000_a00c3722db55defc.txt, Sec. 4.1): a per-layer cache of C
 experts on the GPU under an eviction policy (LFU in its tables; its γ-cache), in PyTorch, GPU memory capped with
-PyTorch's limits. Its code is not released, so no command; it runs OLMoE, Phi-3.5-MoE and Mixtral-8x7B in 16 bits.
-Its framework time is learned from its paper's points with the other Python engines' (``layer_loop``)."""
+PyTorch's limits. Its code is not released, so no command; it runs OLMoE, Phi-3.5-MoE and Mixtral-8x7B. Its method
+keeps every expert in HQQ INT4 (Sec. 3.2); the published points read its Table 1 baselines as 16-bit (their note), so
+its framework time, learned from them with the other Python engines' (``layer_loop``), may hold some of that."""
 
 from moesim.sim.engines.base import CHECKPOINT_FORMATS, EngineSpec
 
