@@ -17,9 +17,9 @@ simulated, not extrapolated.
   predicted with constants fitted on every other group (scikit-learn's ``LeaveOneGroupOut``), so no point's own
   source or machine is in its fit; its error is the figure quoted.
 - **Which constants ship** (``better_than_none``): a kind's constants ship where, fitted without each point's group,
-  they predict its points better (median |error|) than none; a pool's kinds are judged on the pool's points
-  together, so a kind measured in one group only, which cannot show it alone, ships its own fit where its pool
-  shows held out that such fits help. Given as a rule (``kinds`` a function of the
+  they predict its points better (median |error|) than none. A kind measured in one group only cannot show that
+  alone: it ships its own fit where its pool's points, each held out with its kind's fit (or the pool's, standing in),
+  are predicted better than with none, and its held-out figure is then of the pool's stand-in. Given as a rule (``kinds`` a function of the
   training points), the choice is made again inside every fold from that fold's training groups alone, so the
   held-out error of what ships is held out from the choice too.
 - **Interval** (``moesim.sim.accuracy.quantile_band``): the 80% interval of a prediction is the prediction times the
