@@ -43,10 +43,10 @@ def mrc(
     Example: moesim sim mrc t.parquet --policy lru,lfu,gamma --semantics sequential --budget 96 --plot mrc.png
     """
     sizes = asked.each.pop("capacity", None)
-    if reference:
-        asked.each["policy"] = list(dict.fromkeys(asked.each.get("policy", [asked.base.cache.policy])
-                                                  + list(REFERENCES)))
     configs = asked.configs()
+    if reference:  # the bounds as themselves, with no admission in front of them
+        ran = {c.cache.composed for c in configs}
+        configs += [configs[0].replace(policy=name, admission="all") for name in REFERENCES if name not in ran]
     scope, semantics = configs[0].cache.scope, configs[0].cache.semantics
     if budget is not None and scope != "per-layer":
         raise MoesimError("--budget splits slots over layers: it needs --scope per-layer")
@@ -62,9 +62,9 @@ def mrc(
 
             for c in configs:
                 check_budget(trace, c.cache, budget)
-        curves = {c.cache.policy: moesim.mrc(trace, config=c, capacities="all" if budget is not None else sizes)
+        curves = {c.cache.composed: moesim.mrc(trace, config=c, capacities="all" if budget is not None else sizes)
                   for c in configs}
-        splits = {c.cache.policy: moesim.best_split(trace, budget, config=c, curve=curves[c.cache.policy])
+        splits = {c.cache.composed: moesim.best_split(trace, budget, config=c, curve=curves[c.cache.composed])
                   for c in configs} if budget is not None else {}
     rows = [{**r.as_dict(), "per_layer_hits": r.per_layer_hits} for rs in curves.values() for r in rs
             if sizes is None or r.capacity in sizes]

@@ -22,8 +22,8 @@ import typer
 from moesim.cli.options import PATH
 from moesim.errors import TYPED_AS, MoesimError, leading, named, render
 from moesim.params import SettingError
-from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_params_used, file_settings, on_machine,
-                               owner_spec)
+from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_params_used, composed, file_settings,
+                               on_machine, owner_spec)
 from moesim.sim.reads import refuse_unread
 
 ConfigFile = Annotated[Optional[Path], typer.Option(
@@ -53,16 +53,14 @@ class Asked:
     def configs(self) -> list[Config]:
         """One configuration per combination of the listed values (the first varies slowest)."""
         combos = [dict(zip(self.each, values)) for values in itertools.product(*self.each.values())] or [{}]
-        owners = {setting: list(dict.fromkeys(c.get(setting, self._current(setting)) for c in combos))
-                  for setting, _ in OWNERS.values()}
+        owners = {setting: list(dict.fromkeys(self._owner(c, setting) for c in combos)) for setting, _ in OWNERS.values()}
         listed = {k: v for k, v in self.each.items() if DECLARED[k].owner}  # a listed parameter (--cpu-layers 16,32)
         check_params_used(owners["policy"], {**self.params, **listed}, owners["prefetch"], owners["strategy"])
         out = []
         for combo in combos:
             config = self.base.replace(**combo)
             config = config.replace(**{k: v for k, v in self.params.items()
-                                       if k in _takes(DECLARED[k].owner, combo.get(DECLARED[k].owner,
-                                                                                    self._current(DECLARED[k].owner)))})
+                                       if k in _takes(DECLARED[k].owner, self._owner(combo, DECLARED[k].owner))})
             out.append(config)
         # a typed setting none of them reads is refused; where the command takes no strategy (a hit-rate run, a plan),
         # the cache's settings are read whatever the file's
@@ -78,6 +76,11 @@ class Asked:
 
     def _current(self, setting: str):
         return getattr(getattr(self.base, SETTINGS[setting][0]), SETTINGS[setting][1])
+
+    def _owner(self, combo: dict, setting: str) -> str:
+        """What the owner ``setting`` names in a combination: a policy with its admission (``composed``)."""
+        value = combo.get(setting, self._current(setting))
+        return composed(value, combo.get("admission", self._current("admission"))) if setting == "policy" else value
 
 
 def _takes(owner: str, name: str) -> set:

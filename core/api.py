@@ -216,6 +216,8 @@ def best_split(trace: Trace, budget: int, policy: str | None = None, semantics: 
     asked = {name: given if given is not None else (getattr(base, name) if getattr(base, name) != getattr(unset, name)
                                                     else None)
              for name, given in (("policy", policy), ("semantics", semantics))}
+    if asked["policy"] is not None or "admission" in settings or base.admission != unset.admission:
+        asked["policy"] = cache.composed  # a policy behind an admission: its curve is the composition's
     _check_curve(curve, trace, asked["policy"], asked["semantics"])
     check_budget(trace, replace(cache, semantics=curve[0].semantics), budget)  # the curve's own smallest capacity
     return allocate(hits_table(curve), budget, min(r.capacity for r in curve), curve[0].accesses)

@@ -488,7 +488,7 @@ def learns_from_trace(config: Config) -> bool:
     """The run's policy reads the rows it will serve (static's popularity), or its prefetcher learns from a training
     trace and is given none: the simulated trace is its own training set."""
     prefetcher = get_prefetcher(config.prefetch.prefetcher)
-    return get_policy(config.cache.policy).reads_rows or prefetcher is not None and any(
+    return get_policy(config.cache.composed).reads_rows or prefetcher is not None and any(
         param is TRAIN_TRACE and config.prefetch.params.get(name) is None for name, param in prefetcher.params.items())
 
 

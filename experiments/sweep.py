@@ -54,8 +54,8 @@ from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim import blas_probe
 from moesim.sim.hardware import is_file_name
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
-                               SERVE_DEFAULTS, SETTINGS, STRATEGY_PARAMS, Config, check_params_used, config_id,
-                               load_cached_trace, params_for)
+                               SERVE_DEFAULTS, SETTINGS, STRATEGY_PARAMS, Config, check_params_used, composed,
+                               config_id, load_cached_trace, params_for)
 from moesim.sim.reads import AUDITED, LOOKED_AT, refuse_unread
 
 KINDS = ("hitrate", "des", "serve")
@@ -127,8 +127,10 @@ def _applicable(config: dict) -> dict:
     dropped = set()
     for _, (owner, names) in OWNERS.items():
         given = {k: v for k, v in config.items() if k in names}
+        name = config.get(owner, defaults[owner])
         try:
-            kept = params_for(config.get(owner, defaults[owner]), given, owner)
+            kept = params_for(composed(name, config.get("admission", defaults["admission"])) if owner == "policy"
+                              else name, given, owner)
         except MoesimError:  # an unknown policy (prefetcher, strategy): the row reports it
             continue
         dropped |= set(given) - set(kept)
@@ -204,7 +206,8 @@ def load_spec(path: str | Path) -> SweepSpec:
         return axes.get(owner, [fixed.get(owner, defaults[owner])])
 
     with _spec_errors(path):
-        check_params_used(values("policy"), params, values("prefetch"), values("strategy"))
+        check_params_used([composed(p, a) for p in values("policy") for a in values("admission")], params,
+                          values("prefetch"), values("strategy"))
     fixed = {k: _resolve(path, k, v) for k, v in fixed.items()}
     axes = {k: [_resolve(path, k, v) for v in vs] for k, vs in axes.items()}
     exclude = [{k: _resolve(path, k, v) for k, v in rule.items()} for rule in exclude]  # as the rows hold them
@@ -463,7 +466,7 @@ def _compile_first(todo: list[tuple[str, dict]], kind: str) -> None:
             settings = Config.build(**{k: v for k, v in config.items() if k != "trace"})
         except MoesimError:
             continue  # its row will say why
-        loops[settings.cache.policy, settings.prefetch.prefetcher, settings.execution.strategy] = None
+        loops[settings.cache.composed, settings.prefetch.prefetcher, settings.execution.strategy] = None
         if getattr(MODELS.get(settings.model.name), "kind", None) == "mole":
             build = FULL
     compile_loops(loops, least=1, build=build)

@@ -50,6 +50,9 @@ def plot_results(frame: pl.DataFrame, kind: str, out: str | Path, baseline: str 
         raise MoesimError(f"unknown plot kind {kind!r} for a results file; choose from {', '.join(RESULT_KINDS)}")
     if "error" in frame.columns:
         frame = frame.filter(pl.col("error").is_null())
+    if {"policy", "admission"} <= set(frame.columns):  # a policy behind an admission is a series of its own
+        frame = frame.with_columns(pl.when(pl.col("admission") == "all").then(pl.col("policy"))
+                                   .otherwise(pl.col("policy") + "+" + pl.col("admission")).alias("policy"))
     metric = "tpot_s" if kind == "tpot-vs-capacity" else None
     need = {"policy", "capacity"} | ({metric} if metric else set())
     need |= {"per_layer_hit_rate"} if kind == "per-layer-hitrate" else set()
@@ -91,9 +94,12 @@ def _averaged_note(frame: pl.DataFrame, keys: list[str]) -> str:
 
 def _style(policy: str) -> dict:
     """The same colour for a policy in every figure; the Belady bound black and dashed, the popularity
-    oracle (static) dotted."""
+    oracle (static) dotted; a policy behind an admission (``lru+gamma``) in its policy's colour, dash-dotted."""
     from moesim.policies import POLICIES
 
+    name, _, admission = policy.partition("+")
+    if admission:
+        return {**_style(name), "linestyle": "-.", "label": policy}
     if policy == BOUND:
         return {"color": "black", "linestyle": "--", "marker": "x", "label": f"{policy} (optimum, no bypass)"}
     if policy == "static":

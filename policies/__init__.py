@@ -4,6 +4,8 @@ Every module declares its ``SPEC``, a ``moesim.policies.base.PolicySpec`` (its n
 and what it declares of itself); see ``moesim.policies.base`` for the hook contract. Registering a policy is adding
 its name here (and to a group of ``moesim.sim.policy_groups.GROUPS``, the policies whose discrete-event loop it
 shares; a policy in none has its own).
+An admission (``moesim.policies.admission``: ``gamma``, MELINOE's) composes with any policy that keeps every miss;
+``get_policy(name, admission)`` gives the composition.
 Prefetchers are the subpackage ``moesim.policies.prefetch``, one module each behind ``get_prefetcher``.
 """
 
@@ -13,6 +15,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
+from moesim.policies.admission import ADMISSIONS, ADMITS_ALL, compose
 
 if TYPE_CHECKING:
     from moesim.policies.base import PolicySpec
@@ -22,8 +25,17 @@ POLICIES = ("belady", "lru", "lfu", "fifo", "lifo", "random", "arc", "lecar", "g
 DEFAULT_POLICY = "lru"  # a configuration's policy where none is named
 
 
-def get_policy(name: str) -> PolicySpec:
-    """The policy called ``name``, as its module declares it (read at each call, so a test may patch it)."""
+def get_policy(name: str, admission: str = "all") -> PolicySpec:
+    """The policy called ``name``, as its module declares it (read at each call, so a test may patch it), with
+    ``admission`` in front of it (``moesim.policies.admission``); ``name`` may also say both, ``policy+admission``
+    (a composition's own name)."""
+    name, _, composed = name.partition("+")
     if name not in POLICIES:
         raise MoesimError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
-    return import_module(f"moesim.policies.{name.replace('-', '_')}").SPEC
+    spec = import_module(f"moesim.policies.{name.replace('-', '_')}").SPEC
+    admission = composed or admission
+    if admission == ADMITS_ALL:
+        return spec
+    if admission not in ADMISSIONS:
+        raise MoesimError(f"unknown admission {admission!r}; choose from {', '.join(ADMISSIONS)}")
+    return compose(spec, import_module(f"moesim.policies.{admission}").ADMISSION)

@@ -26,10 +26,14 @@ Choices the definition leaves open, and where this differs:
 - **Global scope** keeps the count per (layer, expert), decayed once per token; the pool is the Top-C.
 - **Decay** is lazy: an expert last counted at token τ has count c·γ^(t−τ), with γ^d tabulated.
 
+Its admission (``ADMISSION``: which misses the Top-C keeps) also serves in front of any other policy
+(``admission = "gamma"``, ``moesim.policies.admission``); composed with ``gamma-admit``'s eviction of the lowest
+decayed count it gives this cache hit for hit (tests/test_reference.py), at the cost of counting every request twice,
+which the policy's own victim, read from the admission's counts, saves.
+
 Prefetch rule: a prefetch or preload is no request, so it leaves the counts alone; the prefetched
 expert takes the place of the lowest-count resident outside the protected set and is judged by its
-count from then on. Parameter ``gamma`` (default 0.9, the paper's value). ``gamma-admit`` is the
-variant that always admits a missed expert.
+count from then on. Parameter ``gamma`` (default 0.9, the paper's value).
 """
 
 from typing import NamedTuple
@@ -37,32 +41,15 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moesim.params import Param
+from moesim.policies import gamma_admit
+from moesim.policies.admission import AdmissionSpec
 from moesim.policies.base import (DECAYED_COUNT, Lists, PolicySpec, Stack, hooks, list_head, list_next, list_of,
-                                  list_push_head, list_remove, list_size, lists_clear, make_lists, min_key_slot)
-
-# control words: experts per layer, service clock, current row, sequential?, step stamp
-C_E, C_CLOCK, C_ROW, C_SEQ, C_STAMP = range(5)
-GAMMA = Param(0.9, "number", "Decay of the gamma policies (MELINOE's γ of eq. 8).", bounds=(0.0, 1.0))
-
-
-def decay_table(params: dict, rows: int) -> np.ndarray:
-    """γ^d for every gap d = 0..rows the run can have (the lazy decay's table)."""
-    return np.power(float(params["gamma"]), np.arange(rows + 1, dtype=np.float64))
+                                  list_push_head, list_remove, list_size, lists_clear, make_lists)
+from moesim.policies.gamma_admit import (C_E, C_ROW, C_SEQ, C_STAMP, Counts, clear_counts, count_request, decay_table,
+                                         lowest_resident, make_counts, score)
 
 
 # Definition C.1's cache under sequential semantics is the Top-C of an order that does not depend on C
-
-
-class Counts(NamedTuple):
-    """Decayed counts (gamma-admit's whole state)."""
-
-    count: np.ndarray     # float64 [objects]: the count at its last update
-    last_row: np.ndarray  # int64 [objects]: the row of that update
-    served: np.ndarray    # float64 [objects]: the service clock of its last request (-1: never)
-    scores: np.ndarray    # float64 [objects]: scratch: decayed counts now
-    decay: np.ndarray     # float64 [rows + 1]: γ^d for every gap d the trace can have
-    ctl: np.ndarray       # int64 [5]: the control words C_*
 
 
 class State(NamedTuple):
@@ -73,41 +60,9 @@ class State(NamedTuple):
     slots: np.ndarray     # int64 [partitions]
 
 
-def make_counts(ctx) -> Counts:
-    n = ctx.num_objects
-    ctl = np.array([ctx.num_experts, 0, 0, int(ctx.sequential), 0], np.int64)
-    return Counts(np.zeros(n), np.zeros(n, np.int64), np.full(n, -1.0), np.zeros(n),
-                  decay_table(ctx.params, ctx.num_rows), ctl)
-
-
 def make_state(ctx) -> State:
     return State(make_counts(ctx), make_lists(ctx.num_objects, ctx.num_parts, 1),
                  np.full(ctx.num_objects, -1, np.int64), np.full(ctx.num_objects, -1, np.int64), ctx.slots)
-
-
-@njit(cache=True, inline="always")
-def clear_counts(c):
-    c.count[:] = 0.0
-    c.last_row[:] = 0
-    c.served[:] = -1.0
-    c.ctl[C_CLOCK] = 0
-
-
-@njit(cache=True, inline="always")
-def count_request(c, obj):
-    """eq. 8 for one requested expert: decay its count to the current row, add 1, stamp the clock."""
-    ctl = c.ctl
-    row = ctl[C_ROW]
-    c.count[obj] = c.count[obj] * c.decay[row - c.last_row[obj]] + 1.0
-    c.last_row[obj] = row
-    ctl[C_CLOCK] += 1
-    c.served[obj] = ctl[C_CLOCK]
-
-
-@njit(cache=True, inline="always")
-def score(c, obj):
-    """The decayed count now."""
-    return c.count[obj] * c.decay[c.ctl[C_ROW] - c.last_row[obj]]
 
 
 @njit(cache=True, inline="always")
@@ -116,15 +71,6 @@ def outranks(c, a, b):
     served more recently."""
     scores, served = c.scores, c.served
     return scores[a] > scores[b] or (scores[a] == scores[b] and served[a] > served[b])
-
-
-@njit(cache=True, inline="always")
-def lowest_resident(c, lo, hi, obj_of, mark, stamp):
-    """The slot of the lowest-ranked resident outside the protected set."""
-    for slot in range(lo, hi):
-        o = obj_of[slot]
-        c.scores[o] = score(c, o)
-    return min_key_slot(c.scores, c.served, lo, hi, obj_of, mark, stamp)
 
 
 @njit(cache=True)
@@ -208,11 +154,6 @@ def on_miss(st, part, obj, t):
 
 
 @njit(cache=True)
-def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    return lowest_resident(st.counts, lo, hi, obj_of, mark, stamp)
-
-
-@njit(cache=True)
 def on_evict(st, part, slot, obj, t):
     list_remove(st.residents, part, obj)
 
@@ -222,7 +163,13 @@ def on_insert(st, part, slot, obj, t):
     list_push_head(st.residents, part, 0, obj)
 
 
-SPEC = PolicySpec("gamma", make_state,
-                  hooks(reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_miss, choose_victim=choose_victim,
-                        on_evict=on_evict, on_insert=on_insert), params={"gamma": GAMMA}, bypasses=True,
-                  stack=Stack(DECAYED_COUNT, ("sequential",), decay=decay_table))
+@njit(cache=True)
+def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
+    return lowest_resident(st.counts, lo, hi, obj_of, mark, stamp)
+
+
+ADMISSION = AdmissionSpec("gamma", make_state, dict(reset=reset, on_step=on_step, on_hit=on_hit, on_miss=on_miss,
+                                                     on_evict=on_evict, on_insert=on_insert),
+                          params={"gamma": gamma_admit.GAMMA})
+SPEC = PolicySpec("gamma", make_state, hooks(choose_victim=choose_victim, **ADMISSION.hooks), params=ADMISSION.params,
+                  bypasses=True, stack=Stack(DECAYED_COUNT, ("sequential",), decay=decay_table))

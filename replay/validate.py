@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from moesim.replay.run import replay
 from moesim.errors import MoesimError, named
-from moesim.sim.config import Config, check_params_used, params_for
+from moesim.sim.config import Config, check_params_used, composed, params_for
 from moesim.sim.machine import Hardware
 from moesim.sim.strategies import get_strategy
 from moesim.tracegen.models import ModelSpec
@@ -56,5 +56,6 @@ def run_groups(config: Config, policies: list[str], capacities: list[int], cpu_l
         raise MoesimError(f"{named('cpu_layers')}: strategy {strategy} places no layers on the CPU (it keeps a cache, "
                           "whose runs are the policies and capacities listed), so nothing reads it")
     groups = [[config.replace(policy=p, capacity=c) for p in policies] for c in capacities]  # names checked first
-    check_params_used(policies, params or {}, [config.prefetch.prefetcher], [strategy])
-    return [[c.replace(**params_for(c.cache.policy, params or {})) for c in group] for group in groups]
+    check_params_used([composed(p, config.cache.admission) for p in policies], params or {},
+                      [config.prefetch.prefetcher], [strategy])
+    return [[c.replace(**params_for(c.cache.composed, params or {})) for c in group] for group in groups]

@@ -41,6 +41,7 @@ from moesim.errors import MoesimError, named
 from moesim.files import atomic_output, check_output, read_toml
 from moesim.params import AUTO, INT_MOST, Param, SettingError
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
+from moesim.policies.admission import ADMISSIONS, ADMITS_ALL
 from moesim.policies.prefetch import FETCHING, PREFETCHERS, get_prefetcher
 from moesim.sim.engines import ENGINES, engine_named
 from moesim.sim.hardware import LOCAL, get_hardware, is_file_name, with_parts
@@ -181,6 +182,10 @@ class CacheConfig:
 
     policy: str = declare(Param(DEFAULT_POLICY, "choice", f"Replacement policy: {', '.join(POLICIES)}.",
                                 choices=tuple(POLICIES)))
+    admission: str = declare(Param(ADMITS_ALL, "choice", "Which misses the cache keeps: all, as the policy does; gamma: "
+                                                         "only a miss whose decayed request count reaches the Top-C "
+                                                         "(MELINOE's γ admission), the policy choosing what it evicts.",
+                                   choices=ADMISSIONS))
     capacity: int | str | tuple = declare(Param(4, "count", "GPU expert slots per layer (or in the pool with scope "
                                                             "global); 0: no expert cache; auto: as many as GPU memory "
                                                             "holds.", unit="experts", auto=True))
@@ -212,8 +217,16 @@ class CacheConfig:
         if self.split == "best" and self.scope != "per-layer":
             raise SettingError("split", "best shares slots out over the layers' own caches: it needs scope per-layer",
                                "[cache]")
-        object.__setattr__(self, "params", _params("cache", f"policy {self.policy}", self.params,
-                                                   get_policy(self.policy)))
+        if self.admission != ADMITS_ALL and get_policy(self.policy).bypasses:
+            raise SettingError("admission", f"{self.admission} goes in front of a policy that keeps every miss, and "
+                                            f"{self.policy} decides what it keeps itself", "[cache]")
+        object.__setattr__(self, "params", _params("cache", f"policy {self.composed}", self.params,
+                                                   get_policy(self.composed)))
+
+    @property
+    def composed(self) -> str:
+        """The policy as ``moesim.policies.get_policy`` names what runs (``composed``)."""
+        return composed(self.policy, self.admission)
 
     def __hash__(self):
         return hash(_canonical(self))
@@ -649,7 +662,7 @@ def params_for(name: str, given: dict, owner: str = "policy") -> dict:
 def check_params_used(policies: list[str], given: dict, prefetchers: list[str] = ("none",),
                       strategies: list[str] = ("gpu-cache",)) -> None:
     """A parameter that none of ``policies`` (nor of the prefetchers or strategies) takes was given by mistake."""
-    takes = {k for p in policies if p in POLICIES for k in get_policy(p).params}
+    takes = {k for p in policies if p.partition("+")[0] in POLICIES for k in get_policy(p).params}
     takes |= {k for p in prefetchers if p in FETCHING for k in get_prefetcher(p).params}
     takes |= {k for p in strategies if p in STRATEGIES for k in STRATEGIES[p].params}
     unused = sorted(k for k in given if k not in takes)
@@ -689,6 +702,12 @@ def has_gpu(machine: str, force: bool = False) -> bool | None:
     """Whether ``machine`` (taken with ``force``) has a GPU; None where it cannot be read (the run reports that)."""
     count = gpu_count(machine, force)
     return None if count is None else count > 0
+
+
+def composed(policy: str, admission: str = ADMITS_ALL) -> str:
+    """What runs, as ``moesim.policies.get_policy`` names it: ``policy``, or ``policy+admission`` (whose parameters
+    are both's)."""
+    return policy if admission == ADMITS_ALL else f"{policy}+{admission}"
 
 
 def run_params(spec, given: dict) -> dict:

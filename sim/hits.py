@@ -105,7 +105,7 @@ def count_hits(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitR
     ``log_evictions`` > 0 keeps the first that many evictions as (access position, object).
     """
     check_capacity(trace.meta, cache)
-    policy = get_policy(cache.policy)
+    policy = get_policy(cache.composed)
     params = run_params(policy, cache.params)
     slots = cache.slots(trace.meta.num_layers)
     per_layer_accesses = [trace.num_rows * trace.meta.top_k] * trace.meta.num_layers
@@ -134,7 +134,7 @@ def count_hits(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitR
         timed = engine_hits(args), seconds
         evictions = engine_evictions(args).copy() if log_evictions else None
     hits, seconds = timed
-    return HitRate(cache.policy, cache.capacity, cache.scope, cache.semantics, sum(per_layer_accesses),
+    return HitRate(cache.composed, cache.capacity, cache.scope, cache.semantics, sum(per_layer_accesses),
                    int(hits.sum()), [int(h) for h in hits], per_layer_accesses, seconds, evictions)
 
 

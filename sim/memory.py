@@ -177,7 +177,7 @@ def account(fp: Footprint, config) -> Memory:
                       0.0, 0.0, model.num_layers * model.num_experts * table, HOST_RESERVE_GIB * GIB, fp.vram, fp.ram)
     scratch = 0.0
     if cached:
-        bypass = capacity == 0 or fp.width > capacity or get_policy(config.cache.policy).bypasses
+        bypass = capacity == 0 or fp.width > capacity or get_policy(config.cache.composed).bypasses
         if bypass:
             twice = capacity == 0 and config.prefetch.prefetcher != "none"
             scratch = fp.width * eb * (2 if twice else 1)

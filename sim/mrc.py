@@ -101,7 +101,7 @@ def curve(trace: Trace, cache: CacheConfig, sizes=None, threads: int | None = No
     ``threads``. ``sizes`` ``"all"``: every capacity; by default every capacity too, but for runs per size
     ``MAX_RUNS`` of them spread evenly from the smallest to the largest when there are more (a global
     pool; a layer of 128 or 256 experts)."""
-    stack = stack_of(cache.policy, cache.semantics)
+    stack = stack_of(cache.composed, cache.semantics)
     one_pass = stack is not None
     if isinstance(sizes, str) and sizes == "all":
         sizes = capacities(trace, cache)
@@ -134,7 +134,7 @@ def _stack_curve(trace: Trace, cache: CacheConfig, stack: Stack, sizes: list[int
         hist = np.zeros((m.num_layers, objects + 1), np.int64)  # [layer, distance]; ``objects``: first use
         decay = np.zeros(0)
         if stack.decay is not None:
-            decay = stack.decay(run_params(get_policy(cache.policy), cache.params), rows.shape[0])
+            decay = stack.decay(run_params(get_policy(cache.composed), cache.params), rows.shape[0])
         if stack.histogram is not None and per_layer:
             return stack.histogram(rows, seq_offsets, m.num_experts, cache.reset)
         if stack.order == RECENCY and objects > SCAN_LIMIT:
@@ -147,7 +147,7 @@ def _stack_curve(trace: Trace, cache: CacheConfig, stack: Stack, sizes: list[int
     hist, seconds = warm_then_time(distances, experts, offsets)
     below = np.cumsum(hist, axis=1)  # below[layer, d]: accesses at distance <= d
     accesses = [trace.num_rows * m.top_k] * m.num_layers
-    return [HitRate(cache.policy, c, cache.scope, cache.semantics, sum(accesses), int(below[:, c - 1].sum()),
+    return [HitRate(cache.composed, c, cache.scope, cache.semantics, sum(accesses), int(below[:, c - 1].sum()),
                     [int(h) for h in below[:, c - 1]], accesses, seconds) for c in sizes]
 
 

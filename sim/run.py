@@ -141,7 +141,7 @@ class Run:
         """The compiled loop it runs (``loop_for``), chosen when it first steps (``moesim.sim.des.simulate_all``
         chooses it before its threads start): a run assembled while its loop compiles elsewhere
         (``moesim.sim.des.compiling``) takes the one compiled."""
-        return loop_for(self.config.cache.policy, self.build)
+        return loop_for(self.config.cache.composed, self.build)
 
     def step(self, first: int = 0, last: int | None = None, live_slots: int | None = None) -> Stepped:
         """Run array rows ``first .. last - 1`` (default: to the end) as the run's next rows, with the cache's
@@ -251,8 +251,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
     inputs.miss_action[:] = miss_actions(strategy, sparams, engine.offload_tokens(model.num_experts, model.top_k), rows,
                                          cost, inputs)
     log_rows = log_size(rows) if decisions else 0
-    policy = get_policy(config.cache.policy)
-    policy_state = policy_groups.state(config.cache.policy, policy.make_state(
+    policy = get_policy(config.cache.composed)
+    policy_state = policy_groups.state(config.cache.composed, policy.make_state(
         source.policy_context(config, slots, run_params(policy, config.cache.params))))
     return Run(config, model, hardware, memory, cost, strategy, sparams, engine, rows, source.rewritten,
                build_state(inputs, hardware.link.engines if hardware.link else 1, log_rows), policy_state,

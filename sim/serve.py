@@ -228,7 +228,7 @@ def _check_clock(arrival: np.ndarray, sv) -> None:
 
 def _check_serve(trace: Trace, config: Config) -> None:
     """What a served stream cannot do (module docstring)."""
-    sv, policy = config.serve, get_policy(config.cache.policy)
+    sv, policy = config.serve, get_policy(config.cache.composed)
     if sv.arrivals == "poisson" and sv.rate is None:
         raise MoesimError(f"Poisson arrivals need a rate in requests/s ({named('rate')}), or use "
                           f"{named('arrivals', 'burst')}")

@@ -250,6 +250,38 @@ class Gamma(Policy):
     def victim(self, cands, obj, t): return min(cands, key=self.key)
 
 
+class Admitted(Policy):
+    """A policy behind an admission (libCacheSim's admissioner): both see every request, step, fill, load and
+    eviction; a miss is kept iff both admit it (both are asked); the policy picks the victim. ``gate``: MELINOE's
+    Top-C admission, ``Gamma`` without ``admit_all``, whose own victim is never asked."""
+    def __init__(self, capacity, policy, gate):
+        super().__init__(capacity)
+        self.policy, self.gate = policy, gate
+    @property
+    def residents(self): return self.policy.residents
+    @residents.setter
+    def residents(self, value): self.policy.residents = self.gate.residents = value
+    def step(self, objs, residents, row):
+        self.gate.step(objs, residents, row)
+        self.policy.step(objs, residents, row)
+    def request(self, obj, t, hit):
+        self.gate.request(obj, t, hit)
+        self.policy.request(obj, t, hit)
+    def admit(self, obj, t):
+        admitted = self.gate.admit(obj, t)
+        return self.policy.admit(obj, t) and admitted
+    def prefetch(self, obj):
+        self.gate.prefetch(obj)
+        self.policy.prefetch(obj)
+    def evicted(self, obj):
+        self.gate.evicted(obj)
+        self.policy.evicted(obj)
+    def loaded(self, obj, t, fill):
+        self.gate.loaded(obj, t, fill)
+        self.policy.loaded(obj, t, fill)
+    def victim(self, cands, obj, t): return self.policy.victim(cands, obj, t)
+
+
 class Static(Policy):
     """Pin the C most popular experts (ties to the lower id); others only take free slots."""
     def __init__(self, capacity, pinned, **_):
@@ -295,8 +327,13 @@ class Cache:
         kinds = {"lru": LRU, "fifo": FIFO, "lifo": LIFO, "lfu": LFU, "arc": ARC, "lecar": LeCaR, "belady": Belady,
                  "gamma": Gamma, "gamma-admit": Gamma, "static": Static}
         extra = dict(uses=uses, seq_end=seq_end, pinned=pinned, sequential=sequential,
-                     admit_all=name == "gamma-admit", **{k: v for k, v in params.items() if k in ("gamma", "seed")})
-        self.make = lambda: [kinds[name](c, part=p, **extra) for p, c in enumerate(self.caps)]
+                     **{k: v for k, v in params.items() if k in ("gamma", "seed")})
+        name, _, admission = name.partition("+")  # "lru+gamma": LRU behind the γ admission
+
+        def make(c, p):
+            policy = kinds[name](c, part=p, admit_all=name == "gamma-admit", **extra)
+            return Admitted(c, policy, Gamma(c, **extra)) if admission == "gamma" else policy
+        self.make = lambda: [make(c, p) for p, c in enumerate(self.caps)]
         self.clear()
 
     def clear(self):

@@ -203,6 +203,24 @@ def test_mrc_budget_and_errors(cli, tmp_path):
     assert code == 1 and "missing.parquet" in err
 
 
+def test_a_policy_behind_an_admission_has_its_curve_beside_the_plain_bounds(cli):
+    """``--admission gamma``: each listed policy's curve is the composition's, point for point what ``sim hitrate``
+    gives it, and the references stay the bounds they are (Belady and the popularity pin with no admission)."""
+    from moesim import hitrate, load_trace
+    from moesim.tracegen.trace import bundled_trace_path
+
+    code, out, err = cli("sim", "mrc", bundled_trace_path(), "--policy", "fifo,lru", "--admission", "gamma",
+                         "--semantics", "sequential", "--capacity", "2,4", "--budget", "96", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert list(result["budget"]["allocations"]) == ["fifo+gamma", "lru+gamma", "belady", "static"]
+    trace = load_trace(bundled_trace_path())
+    for r in result["results"]:
+        name, _, admission = r["policy"].partition("+")
+        alone = hitrate(trace, name, r["capacity"], semantics="sequential", admission=admission or "all")
+        assert (r["policy"], r["hits"]) == (alone.policy, alone.hits)
+
+
 def test_a_budget_below_the_least_a_run_takes_is_refused_before_any_curve(cli, monkeypatch):
     """Under step semantics each layer takes top-k slots at least: a budget below that over the layers is refused
     before a curve is simulated (it took 17 s on OLMoE); under sequential semantics one slot a layer is enough."""

@@ -168,3 +168,20 @@ def test_capacity_figures_refuse_results_without_a_capacity_axis(cli, tmp_path):
     frame.with_columns(pl.lit("des").alias("kind")).write_parquet(tmp_path / "des.parquet")
     code, _, err = cli("plot", tmp_path / "des.parquet", "--kind", "hitrate-vs-capacity", "--out", tmp_path / "x.png")
     assert code == 1 and "the rows' capacity is auto" in err and not (tmp_path / "x.png").exists()
+
+
+def test_a_policy_behind_an_admission_is_a_line_of_its_own(cli, drawn, tmp_path):
+    """Results that sweep ``admission`` draw LRU alone and LRU behind the γ admission as two lines at their own hit
+    rates (not one averaged over both), the composition dash-dotted in LRU's colour."""
+    frame = pl.DataFrame({"policy": ["lru"] * 4, "admission": ["all", "all", "gamma", "gamma"],
+                          "capacity": [2, 4, 2, 4], "hit_rate": [0.3, 0.6, 0.35, 0.62], "error": [None] * 4})
+    frame.write_parquet(tmp_path / "r.parquet")
+    code, _, err = cli("plot", tmp_path / "r.parquet", "--kind", "hitrate-vs-capacity", "--out", tmp_path / "r.png")
+    assert code == 0, err
+    (fig,) = drawn
+    (ax,) = panels(fig)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert sorted(lines) == ["lru", "lru+gamma"]
+    assert list(lines["lru"].get_ydata()) == [0.3, 0.6] and list(lines["lru+gamma"].get_ydata()) == [0.35, 0.62]
+    assert lines["lru+gamma"].get_color() == lines["lru"].get_color() and lines["lru+gamma"].get_linestyle() == "-."
+    assert not any("mean of" in text for text in [ax.get_title(), *(t.get_text() for t in fig.texts)])

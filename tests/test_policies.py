@@ -145,6 +145,40 @@ def test_gamma_keeps_the_top_c_and_bypasses_the_rest():
     assert admit.misses == 3 and admit.evictions.tolist() == [[4, 0]]
 
 
+def test_the_gamma_admission_decides_whether_a_miss_is_kept_and_the_policy_which_expert_goes():
+    """By hand, γ = 1, C = 2, one layer, top-1. Tokens a a b b c c: LRU keeps c at once in a's place; behind the γ
+    admission c's first request (count 1 under a = b = 2) is served and not kept, its second (2, served last) is, in
+    LRU's victim a's place. Tokens a a a b c c: c (1, served after b's 1) is admitted at once; LRU evicts a (used
+    longest ago), the γ-cache b (the lowest count)."""
+    trace = small(0, layers=1, experts=4, top_k=1, sequences=1, tokens=6)
+    for tokens, policy, admission, misses, evictions in (
+            ([0, 0, 1, 1, 2, 2], "lru", "all", 3, [[4, 0]]), ([0, 0, 1, 1, 2, 2], "lru", "gamma", 4, [[5, 0]]),
+            ([0, 0, 0, 1, 2, 2], "lru", "gamma", 3, [[4, 0]]), ([0, 0, 0, 1, 2, 2], "gamma", "all", 3, [[4, 1]])):
+        trace.experts[:, 0, 0] = tokens
+        decay = {"gamma": 1.0} if "gamma" in (policy, admission) else {}
+        r = hitrate(trace, policy, 2, semantics="sequential", admission=admission, log_evictions=10, **decay)
+        assert (r.misses, r.evictions.tolist()) == (misses, evictions), (tokens, policy, admission)
+
+
+def test_at_gamma_zero_the_admission_keeps_every_miss(mixtral):
+    """At γ = 0 a miss's count (1) outranks every resident outside the step (0) and ties those inside it served
+    earlier, and a step's misses always have room: behind the admission each policy is itself, eviction by eviction."""
+    for policy in ("lru", "arc", "fifo"):
+        for semantics in ("step", "sequential"):
+            alone = hitrate(mixtral, policy, 3, semantics=semantics, log_evictions=10 ** 5)
+            gated = hitrate(mixtral, policy, 3, semantics=semantics, admission="gamma", gamma=0.0, log_evictions=10 ** 5)
+            assert gated.per_layer_hits == alone.per_layer_hits and gated.policy == f"{policy}+gamma"
+            assert gated.evictions.tolist() == alone.evictions.tolist()
+
+
+def test_an_admission_goes_only_in_front_of_a_policy_that_keeps_every_miss(mixtral):
+    for policy in ("gamma", "static"):
+        with pytest.raises(MoesimError, match=f"admission gamma .*{policy} decides what it keeps itself"):
+            hitrate(mixtral, policy, 4, admission="gamma")
+    with pytest.raises(MoesimError, match="admission must be one of all, gamma"):
+        hitrate(mixtral, "lru", 4, admission="tinylfu")
+
+
 def test_static_pins_the_most_popular(mixtral):
     r = hitrate(mixtral, "static", 4)
     counts = [np.bincount(mixtral.experts[:, l, :].ravel(), minlength=8) for l in range(32)]

@@ -19,9 +19,17 @@ from moesim import hitrate
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE, PREFILL
 
-POLICIES = ("lru", "fifo", "lifo", "lfu", "arc", "lecar", "belady", "gamma", "gamma-admit", "static")
+# "lru+gamma": LRU behind the γ admission; "gamma-admit+gamma" is the γ-cache, composed
+POLICIES = ("lru", "fifo", "lifo", "lfu", "arc", "lecar", "belady", "gamma", "gamma-admit", "static", "lru+gamma",
+            "arc+gamma", "belady+gamma", "gamma-admit+gamma")
 # dyadic decays keep the engine's float counts exact on short traces, 0.9 is the paper's value
 GAMMAS = (0.0, 0.25, 0.5, 0.9, 1.0)
+
+
+def composed(policy: str) -> tuple:
+    """A reference name as the API's arguments: the policy, and ``{"admission": ...}`` for one behind an admission."""
+    name, _, admission = policy.partition("+")
+    return name, ({"admission": admission} if admission else {})
 
 
 def capacity_for(draw, trace, scope, lowest):
@@ -39,8 +47,9 @@ def capacity_for(draw, trace, scope, lowest):
        reset=st.booleans(), gamma=st.sampled_from(GAMMAS))
 def test_hit_rate_engine_equals_the_reference(data, trace, policy, scope, semantics, reset, gamma):
     c = capacity_for(data.draw, trace, scope, trace.meta.top_k if semantics == "step" else 1)
-    params = {"gamma": gamma} if policy.startswith("gamma") else {}
-    ours = hitrate(trace, policy, c, scope, semantics, reset, log_evictions=10 ** 6, **params)
+    params = {"gamma": gamma} if "gamma" in policy else {}
+    name, admission = composed(policy)
+    ours = hitrate(trace, name, c, scope, semantics, reset, log_evictions=10 ** 6, **admission, **params)
     hits, evictions = reference.hitrate(trace.experts, trace.seq_offsets, trace.meta.num_experts, policy, c,
                                         scope == "per-layer", semantics == "sequential", reset, **params)
     assert ours.per_layer_hits == hits
@@ -61,11 +70,12 @@ def test_des_decisions_equal_the_reference(data, trace, policy, scope, prefetch,
     if prefetch == "prompt" and not (trace.phase == PREFILL).any():
         prefetch = "popular"
     c = capacity_for(data.draw, trace, scope, trace.meta.top_k)
-    params = {"gamma": gamma} if policy.startswith("gamma") else {}
+    params = {"gamma": gamma} if "gamma" in policy else {}
+    name, admission = composed(policy)
     m = trace.meta
     model = ModelSpec("toy", "", "toy", num_layers=m.num_layers, num_experts=m.num_experts, top_k=m.top_k,
                       d_model=64, d_expert=64)
-    ours = simulate(trace, model=model, hardware=get_hardware("rtx4090"), policy=policy, capacity=c, scope=scope, prefetch=prefetch, mode=mode, batch=batch, reset=reset, decisions=True, **params)
+    ours = simulate(trace, model=model, hardware=get_hardware("rtx4090"), policy=name, capacity=c, scope=scope, prefetch=prefetch, mode=mode, batch=batch, reset=reset, decisions=True, **admission, **params)
     req = ours.requests
     slots = CacheConfig(capacity=c, scope=scope).slots(m.num_layers)
     pred, _, preload, preload_at = predictions(trace, req, PrefetchConfig(prefetch, mode), slots, scope)
@@ -79,7 +89,7 @@ def test_des_decisions_equal_the_reference(data, trace, policy, scope, prefetch,
 @pytest.mark.parametrize("policy", POLICIES)
 def test_bundled_trace_equals_the_reference(mixtral, policy):
     # exact fractions make γ's global pool slow here; generated traces cover it
-    for scope, c in (("per-layer", 4),) + ((("global", 128),) if not policy.startswith("gamma") else ()):
-        ours = hitrate(mixtral, policy, c, scope, log_evictions=10 ** 6)
+    for scope, c in (("per-layer", 4),) + ((("global", 128),) if "gamma" not in policy else ()):
+        ours = hitrate(mixtral, composed(policy)[0], c, scope, log_evictions=10 ** 6, **composed(policy)[1])
         hits, evictions = reference.hitrate(mixtral.experts, mixtral.seq_offsets, 8, policy, c, scope == "per-layer")
         assert ours.per_layer_hits == hits and [tuple(e) for e in ours.evictions.tolist()] == evictions

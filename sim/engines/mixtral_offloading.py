@@ -8,7 +8,7 @@ from moesim.sim.engines.base import EngineSpec, Launch
 
 def takes(config) -> bool:
     """Its cache is LRU and fetches nothing ahead."""
-    return config.cache.policy == "lru" and config.prefetch.prefetcher == "none"
+    return config.cache.composed == "lru" and config.prefetch.prefetcher == "none"
 
 
 def command(launch: Launch) -> str:
