@@ -167,8 +167,6 @@ def load_hardware(path: Path, force: bool = False) -> Hardware:
     if unknown:  # a top-level line, not a [table]
         raise MoesimError(f"{path}: unknown top-level key(s) {', '.join(unknown)} (known: name, and a preset's name "
                           f"for {', '.join(k for k, (_, presets) in SECTIONS.items() if presets)})")
-    if not isinstance(data.get("name", ""), str):
-        raise MoesimError(f"{path}: name must be a string, got {data['name']!r}")
     parts = {}
     for key, (cls, presets) in SECTIONS.items():
         value = data.get(key)
@@ -184,16 +182,7 @@ def load_hardware(path: Path, force: bool = False) -> Hardware:
     if len(links) != len(gpus):
         raise MoesimError(f"{path}: {len(gpus)} [[gpu]] and {len(links)} [[link]]: give one link for every GPU, "
                           "in the same order, or one for all")
-    parts["gpu"], parts["link"] = gpus[0], links[0]
-    if parts["gpu"] is None:
-        if parts["cpu"] is None:
-            raise MoesimError(f"{path}: a machine needs a [gpu] section, a [cpu] section, or both (CPU only)")
-        if parts["link"] is not None or parts["compute"] is not None:
-            raise MoesimError(f"{path}: [link] and [compute] describe a GPU, and the file has no [gpu] section")
-    elif parts["link"] is None:
-        raise MoesimError(f"{path}: missing [link] section (how experts reach the GPU: e.g. link = \"pcie4\"; "
-                          "a GPU whose memory is the host's: unified = true in [gpu])")
-    hw = Hardware(str(data.get("name", path.stem)), parts["gpu"], parts["link"], parts["ssd"], source=str(path),
+    hw = Hardware(data.get("name", path.stem), gpus[0], links[0], parts["ssd"], source=str(path),
                   compute=parts["compute"], cpu=parts["cpu"], more_gpus=tuple(zip(gpus[1:], links[1:])))
     check_hardware(hw, path, force)
     return hw
@@ -228,10 +217,12 @@ def check_hardware(hw: Hardware, where, force: bool = False) -> None:
         if not isinstance(getattr(hw, key), (cls, type(None))):
             raise MoesimError(f"{where}: {key} must be {cls.__name__} or None, got {type(getattr(hw, key)).__name__}")
     if (hw.gpu is None and hw.cpu is None) or (hw.gpu is not None and hw.link is None):
-        raise MoesimError(f"{where}: a machine needs a GPU with its link, a CPU, or both (CPU only: gpu and link "
-                          "None)")
+        raise MoesimError(f"{where}: a machine needs a GPU with the link experts reach it by ([gpu] and [link], e.g. "
+                          "link = \"pcie4\"; a GPU whose memory is the host's: unified = true in [gpu]), a CPU ([cpu]), "
+                          "or both")
     if hw.gpu is None and (hw.link is not None or hw.compute is not None or hw.more_gpus):
-        raise MoesimError(f"{where}: a link, a compute table and more GPUs describe a GPU, and the machine has none")
+        raise MoesimError(f"{where}: a link, a compute table and more GPUs ([link], [compute], [[gpu]]) describe a GPU, "
+                          "and the machine has none")
     if not isinstance(hw.more_gpus, tuple) or not all(
             isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], GPU) and isinstance(pair[1], Link)
             for pair in hw.more_gpus):

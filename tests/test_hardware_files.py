@@ -29,9 +29,10 @@ CPU = '[cpu]\nname = "c"\ncores = 8\nghz = 4.0\nisa = "avx2"\ndram_gbps = 51.2\n
     (GPU + LINK, r"\[gpu\] needs hbm_gb"),
     (GPU + "hbm_gb = 0\n" + LINK, r"\[gpu\] hbm_gb must be a finite number > 0, got 0"),
     (GPU + "hbm_gb = 12\n" + LINK + CPU, r"\[cpu\] needs ram_gb"),
-    (GPU + "hbm_gb = 12\n", r"missing \[link\]"),
-    (LINK, r"a \[gpu\] section, a \[cpu\] section, or both"),
-    (LINK + CPU + "ram_gb = 32\n", r"\[link\] and \[compute\] describe a GPU"),
+    (GPU + "hbm_gb = 12\n", r"a machine needs a GPU with the link experts reach it by \(\[gpu\] and \[link\]"),
+    (LINK, r"a GPU .*, a CPU \(\[cpu\]\), or both"),
+    (LINK + CPU + "ram_gb = 32\n", r"a link, a compute table and more GPUs \(\[link\], .*\) describe a GPU, and the "
+                                  "machine has none"),
     (CPU + "ram_gb = 32\nsockets = 0\n", r"\[cpu\] sockets must be a whole number of sockets"),
     (CPU + "ram_gb = 32\nthreads = -1\n", r"\[cpu\] threads must be a whole number of threads"),
     (CPU + "ram_gb = 32\nthreads = 2.5\n", r"\[cpu\] threads must be a whole number"),

@@ -154,6 +154,10 @@ def test_memory_sizes_given_as_options_are_bounded_too():
         assert str(caught.value) == message
 
 
+NEEDS = ("a machine needs a GPU with the link experts reach it by ([gpu] and [link], e.g. link = \"pcie4\"; a GPU "
+         "whose memory is the host's: unified = true in [gpu]), a CPU ([cpu]), or both")
+
+
 def test_a_machine_built_in_code_is_checked_as_a_file_is():
     """The Python API takes a ``Hardware`` object as it is built: its numbers meet the rules and ranges a hardware
     file's do, in ``simulate``, ``serve`` and a virtual replay alike (before, a zero bandwidth was a ZeroDivisionError,
@@ -168,12 +172,10 @@ def test_a_machine_built_in_code_is_checked_as_a_file_is():
                          (replace(hw, cpu=replace(hw.cpu, threads=10 ** 6)), "[cpu] threads must be a whole number "
                                                                              "of threads, 0 (every core) to 65536, "
                                                                              "got 1000000"),
-                         (replace(hw, gpu=None, link=None, cpu=None), "a machine needs a GPU with its link, a CPU, "
-                                                                      "or both (CPU only: gpu and link None)"),
-                         (replace(hw, link=None), "a machine needs a GPU with its link, a CPU, or both (CPU only: "
-                                                  "gpu and link None)"),
-                         (replace(hw, gpu=None), "a link, a compute table and more GPUs describe a GPU, and the "
-                                                 "machine has none"),  # what load_hardware refuses in a file
+                         (replace(hw, gpu=None, link=None, cpu=None), NEEDS),
+                         (replace(hw, link=None), NEEDS),
+                         (replace(hw, gpu=None), "a link, a compute table and more GPUs ([link], [compute], [[gpu]]) "
+                                                 "describe a GPU, and the machine has none"),
                          (replace(hw, more_gpus=(hw.gpu,)), "more_gpus must be a tuple of (GPU, Link) pairs, got "
                                                             f"({hw.gpu!r},)"),
                          (replace(hw, ssd="pcie5-nvme"), "ssd must be SSD or None, got str")):

@@ -122,7 +122,7 @@ def test_hardware_presets_and_toml(cli, tmp_path):
     slow = json.loads(out)["results"][0]
     code, out, _ = cli("sim", "run", bundled_trace_path(), "--hardware", "rtx4090", "--dtype", "int4", "--json")
     assert slow["hardware"] == "box" and slow["tpot_s"] > json.loads(out)["results"][0]["tpot_s"]
-    for text, message in (("[link]\ngbps = 16\n", "a machine needs a [gpu] section, a [cpu] section"), ('gpu = "rtx4090"\n[link]\nspeed = 1\n', "unknown key"),
+    for text, message in (("[link]\ngbps = 16\n", "a machine needs a GPU with the link experts reach it by ([gpu] and [link]"), ('gpu = "rtx4090"\n[link]\nspeed = 1\n', "unknown key"),
                           ("gpu = [", "not valid TOML"), ('gpu = "rtx4090"\n[link]\ngbps = -1\n', "gbps must be a finite number > 0"),
                           ('gpu = "rtx4090"\nlink = "pcie4"\n[cpu]\ncores = 8\nghz = 4\nisa = "sse"\ndram_gbps = 50\nram_gb = 64\n',
                            "isa must be one of"),
