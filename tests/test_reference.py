@@ -19,9 +19,11 @@ from moesim import hitrate
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE, PREFILL
 
-# "lru+gamma": LRU behind the γ admission; "gamma-admit+gamma" is the γ-cache, composed
+# "lru+gamma": LRU behind the γ admission; "gamma-admit+gamma" is the γ-cache, composed. The discrete-event engine
+# compiles a loop for each composition (about 12 s on 2 cores): it plays two of them
 POLICIES = ("lru", "fifo", "lifo", "lfu", "arc", "lecar", "belady", "gamma", "gamma-admit", "static", "lru+gamma",
             "arc+gamma", "belady+gamma", "gamma-admit+gamma")
+DES_POLICIES = tuple(p for p in POLICIES if p not in ("arc+gamma", "belady+gamma"))
 # dyadic decays keep the engine's float counts exact on short traces, 0.9 is the paper's value
 GAMMAS = (0.0, 0.25, 0.5, 0.9, 1.0)
 
@@ -61,7 +63,7 @@ PREFETCH = [("none", "fallback"), ("oracle", "fallback"), ("speculative", "fallb
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), trace=traces(prompt=True), policy=st.sampled_from(POLICIES),
+@given(data=st.data(), trace=traces(prompt=True), policy=st.sampled_from(DES_POLICIES),
        scope=st.sampled_from(["per-layer", "global"]), prefetch=st.sampled_from(PREFETCH),
        batch=st.integers(1, 3), reset=st.booleans(), gamma=st.sampled_from(GAMMAS))
 def test_des_decisions_equal_the_reference(data, trace, policy, scope, prefetch, batch, reset, gamma):
