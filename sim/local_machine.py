@@ -21,8 +21,8 @@ What is detected (Linux; nothing is downloaded and nothing leaves the machine):
   first written by the same threads in the same chunks, so a socket's pages sit in its own DRAM); one warm-up
   sweep, then the median of 3 timed passes. The CPU's ``dram_gbps`` is that rate per socket and its
   ``dram_eff`` 1.0: the rate is what a streaming read reached here, not a nominal figure.
-- **GPU**: the GPUs ``nvidia-smi`` lists (without it, the AMD ones ``rocm-smi`` lists: presets only, on a PCIe 4 x16
-  link assumed, or a Ryzen AI Max's own GPU, ``strix_halo``). Its name is matched to a preset
+- **GPU**: the GPUs ``nvidia-smi`` lists (without it, the AMD ones ``rocm-smi`` lists: presets only, on the PCIe link
+  sysfs gives each card, ``sysfs_pcie``, or PCIe 4 x16 assumed, or a Ryzen AI Max's own GPU, ``strix_halo``). Its name is matched to a preset
   (``moesim.sim.presets.GPUS``),
   which gives its bandwidth and FLOP/s; its memory is what nvidia-smi counts. A GPU not among the presets is
   built from ``torch.cuda.get_device_properties`` (bandwidth from the memory clock and bus width, nominal, so
@@ -511,18 +511,19 @@ def _output(run, args: list) -> str | None:
 ROCM_SMI = "rocm-smi"
 
 
-def parse_rocm_smi(text: str) -> tuple[tuple[str, float], ...]:
-    """``rocm-smi --showproductname --showmeminfo vram --json``: each AMD GPU's name ("Card series") and memory in GiB
-    ("VRAM Total Memory (B)"), in its cards' order; a MoesimError where the text is not that."""
+def parse_rocm_smi(text: str) -> tuple[tuple[int, str, float], ...]:
+    """``rocm-smi --showproductname --showmeminfo vram --json``: each AMD GPU's DRM card number ("card1"), name ("Card
+    series") and memory in GiB ("VRAM Total Memory (B)"), in its cards' order; a MoesimError where the text is not
+    that."""
     try:
         cards = json.loads(text)
         listed = sorted(((int(card.removeprefix("card")), fields) for card, fields in cards.items()
                          if card.startswith("card")), key=lambda pair: pair[0])
-        out = tuple((_clean(str(fields["Card series"])), int(fields["VRAM Total Memory (B)"]) / 2 ** 30)
-                    for _, fields in listed)
+        out = tuple((card, _clean(str(fields["Card series"])), int(fields["VRAM Total Memory (B)"]) / 2 ** 30)
+                    for card, fields in listed)
     except (ValueError, TypeError, KeyError, AttributeError):
         out = ()
-    if not out or any(not name or not gib > 0 for name, gib in out):
+    if not out or any(not name or not gib > 0 for _, name, gib in out):
         raise MoesimError(f"{ROCM_SMI} gave no GPU with a name and a memory ({_clean(text)[:60]!r}); {TEMPLATE_HINT}")
     return out
 
@@ -545,9 +546,31 @@ def strix_halo(host_model: str) -> GPU | None:
     return replace(preset, tflops=_sig(preset.tflops * cus / STRIX_HALO_CUS["8060s"]))
 
 
-def detect_amd(run=subprocess.run, host_model: str = "", host_gb: float = 0.0) -> tuple[tuple, str]:
-    """Every AMD GPU ``rocm-smi`` lists, each a preset's (its name matched as nvidia-smi's are) on a PCIe 4 x16 link
-    (assumed: rocm-smi's bus reading is not read), or on a Ryzen AI Max (``host_model``, the CPU's name) the chip's own
+SYSFS_DRM = "/sys/class/drm"
+GTS_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}  # a lane's GT/s -> the PCIe generation
+
+
+def sysfs_pcie(card: int, read: Callable[[str], str | None] = read_text,
+               drm: str | None = None) -> tuple[int | None, int | None]:
+    """The PCIe generation and lanes by which DRM card ``card``'s GPU reaches the CPU, as sysfs says: along the PCI
+    path from the GPU to its root port, the least generation of what each hop can run (``max_link_speed``, "16.0
+    GT/s PCIe") and the least of the lanes negotiated (``current_link_width``). Every hop counts: a Radeon's own link
+    to the switch on its board reads x16 in any slot. None for what no hop says."""
+    here = os.path.realpath(os.path.join(drm or SYSFS_DRM, f"card{card}", "device"))
+    gens, widths = [], []
+    while here != os.path.dirname(here) and (speed := read(os.path.join(here, "max_link_speed"))) is not None:
+        gens.append(GTS_GEN.get(speed.strip().split(" ")[0]))
+        widths.append(_int((read(os.path.join(here, "current_link_width")) or "").strip()))
+        here = os.path.dirname(here)
+    gens, widths = [g for g in gens if g is not None], [w for w in widths if w is not None and 1 <= w <= 32]
+    return min(gens, default=None), min(widths, default=None)
+
+
+def detect_amd(run=subprocess.run, host_model: str = "", host_gb: float = 0.0,
+               read: Callable[[str], str | None] = read_text) -> tuple[tuple, str]:
+    """Every AMD GPU ``rocm-smi`` lists, each a preset's (its name matched as nvidia-smi's are) on the PCIe link sysfs
+    gives its card (``sysfs_pcie``; PCIe 4 x16 assumed where it does not), or on a Ryzen AI Max (``host_model``, the
+    CPU's name) the chip's own
     GPU (``strix_halo``), which shares the host's memory: the memory carved out for it as rocm-smi counts it, or where
     that is below half of the rest (``host_gb``; a small carve-out) half of it, which amdgpu maps to it by default
     (GTT); ((), why) where rocm-smi is absent, fails or lists none. A GPU not among the presets is refused (a hardware
@@ -556,7 +579,7 @@ def detect_amd(run=subprocess.run, host_model: str = "", host_gb: float = 0.0) -
     if out is None or not out.strip():
         return (), "no GPU (nvidia-smi and rocm-smi absent, failing or listing none)"
     gpus, words, own = [], [], strix_halo(host_model)
-    for index, (name, gib) in enumerate(parse_rocm_smi(out)):
+    for index, (card, name, gib) in enumerate(parse_rocm_smi(out)):
         key = match_gpu(name)
         if key is not None and GPUS[key].vendor == "amd":
             gpu, how = replace(GPUS[key], name=name, hbm_gb=_sig(gib)), "bandwidth and FLOP/s of its preset"
@@ -568,15 +591,16 @@ def detect_amd(run=subprocess.run, host_model: str = "", host_gb: float = 0.0) -
                       else ""))
         else:
             raise MoesimError(f"AMD GPU {index} '{name}' is not a preset (moesim hardware); {TEMPLATE_HINT}")
-        link = unified_link(gpu) if gpu.unified else pcie_link(None, None)
+        gen, width = (None, None) if gpu.unified else sysfs_pcie(card, read)
+        link = unified_link(gpu) if gpu.unified else pcie_link(gen, width)
         gpus.append((gpu, link))
         words.append(f"GPU {index}: {gpu.name} ({gpu.hbm_gb:g} GiB, {how}), link {link.name}"
-                     + ("" if gpu.unified else " (assumed)"))
+                     + ("" if gpu.unified else " (read by sysfs)" if gen in (3, 4, 5) else " (assumed)"))
     return tuple(gpus), "; ".join(words)
 
 
 def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = torch_gpu, host_gb: float = 0.0,
-               host_model: str = "") -> tuple[tuple, str]:
+               host_model: str = "", read: Callable[[str], str | None] = read_text) -> tuple[tuple, str]:
     """Every GPU nvidia-smi lists with its link, (GPU, Link) pairs in its order, and a line on where they came from;
     without nvidia-smi (absent, failing or listing none) the AMD GPUs rocm-smi lists (``detect_amd``; ``host_model``:
     the CPU's name, which tells a Ryzen AI Max's own GPU). A GPU not among the presets is read by
@@ -585,7 +609,7 @@ def detect_gpu(run=subprocess.run, unknown_gpu: Callable[[str, float], GPU] = to
     takes no link (``unified_link``)."""
     out = _output(run, [NVIDIA_SMI, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"])
     if out is None or not out.strip():
-        return detect_amd(run, host_model, host_gb)
+        return detect_amd(run, host_model, host_gb, read)
     listed = parse_nvidia_smi(out)
     pcie = _output(run, [NVIDIA_SMI, "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
                          "--format=csv,noheader,nounits"]) or ""
@@ -733,7 +757,7 @@ def detect(measure: Callable[[int], float] = measure_dram_gbps, run=subprocess.r
     if platform == "darwin":
         return detect_apple(run)
     cpu, cpu_line = detect_cpu(measure, run, read, clock)
-    gpus, gpu_line = detect_gpu(run, unknown_gpu, cpu.ram_gb, cpu.name)
+    gpus, gpu_line = detect_gpu(run, unknown_gpu, cpu.ram_gb, cpu.name, read)
     gpu, link = gpus[0] if gpus else (None, None)
     return Hardware("local", gpu, link, cpu=cpu, source=f"local: detected {cpu_line}; {gpu_line}",
                     more_gpus=gpus[1:])

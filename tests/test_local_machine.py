@@ -587,7 +587,7 @@ def test_amd_gpus_are_read_from_rocm_smi():
     """Without nvidia-smi, rocm-smi's cards in their order, each its preset (bandwidth, FLOP/s, maker) with the memory
     rocm-smi counts, on a PCIe 4 x16 link assumed; an AMD GPU no preset describes asks for a file, and so does text
     rocm-smi did not write."""
-    gpus, words = lm.detect_gpu(run=_with_rocm(ROCM_SMI))
+    gpus, words = lm.detect_gpu(run=_with_rocm(ROCM_SMI), read=lambda path: None)  # sysfs silent
     assert [g for g, _ in gpus] == [replace(GPUS["rx7900xtx"], name=n, hbm_gb=23.98)
                                     for n in ("AMD Radeon RX 7900 XTX", "Radeon RX 7900 XTX")]
     assert all(link == LINKS["pcie4"] for _, link in gpus) and "(assumed)" in words
@@ -618,11 +618,44 @@ def test_a_strix_halo_is_its_cpu_s_own_gpu():
     assert gtt.hbm_gb == 63.75
 
 
+def pci_tree(root, hops) -> None:
+    """A sysfs in ``root``: a PCI path of ``hops`` (max_link_speed, current_link_width), from the root port down to
+    the GPU, which DRM card 1's ``device`` links to."""
+    here = root / "devices" / "pci0000:00"
+    for i, (speed, width) in enumerate(hops):
+        here = here / f"0000:0{i}:00.0"
+        here.mkdir(parents=True)
+        (here / "max_link_speed").write_text(f"{speed} GT/s PCIe\n")
+        (here / "current_link_width").write_text(f"{width}\n")
+    (root / "drm" / "card1").mkdir(parents=True)
+    (root / "drm" / "card1" / "device").symlink_to(here)
+
+
+def test_an_amd_gpus_link_is_the_least_sysfs_gives_along_its_pci_path(tmp_path, monkeypatch):
+    """A Radeon behind the switch on its board, in a PCIe 4 slot of eight lanes: the GPU and the switch's downstream
+    port read x16, the slot x8, so the link is PCIe 4 x8; on a PCIe 3 board (its root port at 8 GT/s), PCIe 3. A card
+    sysfs does not list (card0) keeps PCIe 4 x16, said to be assumed."""
+    pci_tree(tmp_path, [("16.0", 8), ("16.0", 8), ("16.0", 16), ("16.0", 16)])
+    assert lm.sysfs_pcie(1, drm=str(tmp_path / "drm")) == (4, 8) and lm.sysfs_pcie(0, drm=str(tmp_path / "drm")) == \
+        (None, None)
+    monkeypatch.setattr(lm, "SYSFS_DRM", str(tmp_path / "drm"))
+    gpus, words = lm.detect_gpu(run=_with_rocm(ROCM_SMI))
+    assert [link for _, link in gpus] == [LINKS["pcie4"], lm.pcie_link(4, 8)] and lm.pcie_link(4, 8).gbps == \
+        LINKS["pcie4"].gbps / 2
+    assert words.endswith("link pcie4-x8 (read by sysfs)") and "link pcie4 (assumed)" in words
+    slower = tmp_path / "pcie3"
+    pci_tree(slower, [("8.0", 16), ("16.0", 16), ("16.0", 16)])
+    assert lm.sysfs_pcie(1, drm=str(slower / "drm")) == (3, 16)
+
+
 @FUZZ
 @given(data=st.data())
 def test_fuzz_rocm_smi(data):
-    """rocm-smi's reader on mutated JSON: GPUs or one line."""
-    gpus = outcome(lambda: lm.detect_gpu(run=_with_rocm(mutate(ROCM_SMI, data.draw))))
+    """rocm-smi's reader on mutated JSON, sysfs's on mutated link files: GPUs on a link PCIe gives, or one line."""
+    files = {f"{lm.SYSFS_DRM}/card{card}/{hop}{name}": mutate(text, data.draw) for card in (0, 1)
+             for hop in ("device/", "") for name, text in (("max_link_speed", "16.0 GT/s PCIe"),
+                                                           ("current_link_width", "8"))}
+    gpus = outcome(lambda: lm.detect_gpu(run=_with_rocm(mutate(ROCM_SMI, data.draw)), read=files.get))
     if gpus is not None:
-        assert all(g.vendor == "amd" and g.hbm_gb > 0 for g, _ in gpus[0])
+        assert all(g.vendor == "amd" and g.hbm_gb > 0 and 0 < link.gbps <= LINKS["pcie5"].gbps for g, link in gpus[0])
 
