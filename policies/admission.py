@@ -26,7 +26,7 @@ from numba import njit
 from moesim.params import Param
 from moesim.policies.base import DEFAULT_HOOKS, HOOK_ARGS, PolicySpec
 
-ADMISSIONS = ("all", "gamma")
+ADMISSIONS = ("all", "gamma")  # each but "all" the module moesim.policies.<name>, whose ADMISSION it is
 ADMITS_ALL = "all"
 _COMPOSED: dict = {}
 

@@ -41,7 +41,8 @@ from moesim.errors import MoesimError, named
 from moesim.files import atomic_output, check_output, read_toml
 from moesim.params import AUTO, INT_MOST, Param, SettingError
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
-from moesim.policies.admission import ADMISSIONS, ADMITS_ALL
+from moesim.policies import admission as admissions
+from moesim.policies.admission import ADMITS_ALL
 from moesim.policies.prefetch import FETCHING, PREFETCHERS, get_prefetcher
 from moesim.sim.engines import ENGINES, engine_named
 from moesim.sim.hardware import LOCAL, get_hardware, is_file_name, with_parts
@@ -185,7 +186,7 @@ class CacheConfig:
     admission: str = declare(Param(ADMITS_ALL, "choice", "Which misses the cache keeps: all, as the policy does; gamma: "
                                                          "only a miss whose decayed request count reaches the Top-C "
                                                          "(MELINOE's γ admission), the policy choosing what it evicts.",
-                                   choices=ADMISSIONS))
+                                   choices=lambda: admissions.ADMISSIONS))
     capacity: int | str | tuple = declare(Param(4, "count", "GPU expert slots per layer (or in the pool with scope "
                                                             "global); 0: no expert cache; auto: as many as GPU memory "
                                                             "holds.", unit="experts", auto=True))

@@ -1,7 +1,11 @@
 """Behaviour of the engine and the policies: invariants, limits, bad input."""
 
+import json
+from typing import NamedTuple
+
 import numpy as np
 import pytest
+from numba import njit
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -177,6 +181,38 @@ def test_an_admission_goes_only_in_front_of_a_policy_that_keeps_every_miss(mixtr
             hitrate(mixtral, policy, 4, admission="gamma")
     with pytest.raises(MoesimError, match="admission must be one of all, gamma"):
         hitrate(mixtral, "lru", 4, admission="tinylfu")
+
+
+@njit
+def _never(st, part, obj, t):
+    st.refused[0] += 1
+    return False
+
+
+class _Refused(NamedTuple):
+    refused: np.ndarray  # int64 [1]: the misses it refused
+
+
+def test_an_admission_written_as_the_recipe_says_runs_in_front_of_any_policy(cli, mixtral, monkeypatch):
+    """docs/architecture.md's recipe for an admission, followed with a toy written here: one that keeps nothing,
+    registered under its name; the API and ``sim hitrate`` put it in front of LRU, where every access misses (the
+    discrete-event engine runs compositions as tests/test_reference.py checks, each a loop of its own to compile)."""
+    import sys
+    import types
+
+    from moesim.policies import admission
+    from moesim.tracegen.trace import bundled_trace_path
+
+    toy = types.ModuleType("moesim.policies.never")
+    toy.ADMISSION = admission.AdmissionSpec("never", lambda ctx: _Refused(np.zeros(1, np.int64)), {"on_miss": _never})
+    monkeypatch.setitem(sys.modules, "moesim.policies.never", toy)
+    monkeypatch.setattr(admission, "ADMISSIONS", (*admission.ADMISSIONS, "never"))
+    r = hitrate(mixtral, "lru", 4, admission="never")
+    assert (r.policy, r.hits, r.misses) == ("lru+never", 0, mixtral.accesses)
+    code, out, err = cli("sim", "hitrate", bundled_trace_path(), "--policy", "lru,fifo", "--admission", "never",
+                         "--capacity", "4", "--json")
+    assert code == 0, err
+    assert [(row["policy"], row["hits"]) for row in json.loads(out)["results"]] == [("lru+never", 0), ("fifo+never", 0)]
 
 
 def test_static_pins_the_most_popular(mixtral):
