@@ -58,7 +58,7 @@ def serve(
     sv = c.serve
     arrivals_text = f"Poisson {sv.rate:g}/s" if sv.arrivals == "poisson" else \
         "all at 0" if sv.arrivals == "burst" else sv.arrivals
-    placed = LOOKUP_TABLES if model.kind == "mole" else f"{c.cache.policy} @ {slots_text(s['capacity'])}"
+    placed = LOOKUP_TABLES if model.kind == "mole" else f"{c.cache.composed} @ {slots_text(s['capacity'])}"
     table(f"{trace_path}: {result.model} on {result.hardware}, {c.execution.strategy}, {placed}, "
           f"{s['requests']} requests ({arrivals_text}), max batch {sv.max_batch}, "
           f"{sv.max_batch_tokens} tokens/step" + (f", {sv.draft_tokens} draft tokens at {sv.acceptance:g}"

@@ -282,7 +282,8 @@ def run_unit(kind: str, unit: list[tuple[str, dict]]) -> list[dict]:
     flat = {k: v for k, v in settings.flat().items() if k in KEYS["hitrate"] and k != "capacity"}
     rows = []
     for (cid, config), result in zip(unit, results):
-        metrics = {k: v for k, v in {**flat, **result.as_dict()}.items() if k not in config and k != "seconds"}
+        # the configuration's own settings name what ran (a policy and its admission apart), not the result's label
+        metrics = {k: v for k, v in {**result.as_dict(), **flat}.items() if k not in config and k != "seconds"}
         rows.append({"config_id": cid, "kind": kind, **config, **metrics, "error": None, "seconds": seconds})
     return rows
 
@@ -313,8 +314,8 @@ def _metrics(kind: str, config: dict) -> dict:
     if kind == "hitrate":
         from moesim.sim.hitrate import simulate
 
-        result = simulate(trace, settings.cache).as_dict()
         flat = {k: v for k, v in settings.flat().items() if k in KEYS["hitrate"]}
+        result = {**simulate(trace, settings.cache).as_dict(), **flat}  # as the configuration names what ran
     elif kind == "serve":
         from moesim.sim.serve import simulate_serve
 

@@ -51,7 +51,9 @@ def plot_results(frame: pl.DataFrame, kind: str, out: str | Path, baseline: str 
     if "error" in frame.columns:
         frame = frame.filter(pl.col("error").is_null())
     if {"policy", "admission"} <= set(frame.columns):  # a policy behind an admission is a series of its own
-        frame = frame.with_columns(pl.when(pl.col("admission") == "all").then(pl.col("policy"))
+        alone = pl.col("admission").is_null() | (pl.col("admission") == "all") | \
+            pl.col("policy").str.contains("+", literal=True)
+        frame = frame.with_columns(pl.when(alone).then(pl.col("policy"))
                                    .otherwise(pl.col("policy") + "+" + pl.col("admission")).alias("policy"))
     metric = "tpot_s" if kind == "tpot-vs-capacity" else None
     need = {"policy", "capacity"} | ({metric} if metric else set())

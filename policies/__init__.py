@@ -19,6 +19,7 @@ from moesim.policies import admission as admissions
 from moesim.policies.admission import ADMITS_ALL, compose
 
 if TYPE_CHECKING:
+    from moesim.policies.admission import AdmissionSpec
     from moesim.policies.base import PolicySpec
 
 POLICIES = ("belady", "lru", "lfu", "fifo", "lifo", "random", "arc", "lecar", "gamma", "gamma-admit", "ml-ffn",
@@ -35,8 +36,12 @@ def get_policy(name: str, admission: str = "all") -> PolicySpec:
         raise MoesimError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
     spec = import_module(f"moesim.policies.{name.replace('-', '_')}").SPEC
     admission = composed or admission
-    if admission == ADMITS_ALL:
-        return spec
-    if admission not in admissions.ADMISSIONS:  # read at each call: a test may register one
-        raise MoesimError(f"unknown admission {admission!r}; choose from {', '.join(admissions.ADMISSIONS)}")
-    return compose(spec, import_module(f"moesim.policies.{admission}").ADMISSION)
+    return spec if admission == ADMITS_ALL else compose(spec, get_admission(admission))
+
+
+def get_admission(name: str) -> AdmissionSpec:
+    """The admission called ``name`` (not ``all``): its module's ``ADMISSION`` (the registry is read at each call, so a
+    test may add one)."""
+    if name == ADMITS_ALL or name not in admissions.ADMISSIONS:
+        raise MoesimError(f"unknown admission {name!r}; choose from {', '.join(admissions.ADMISSIONS)}")
+    return import_module(f"moesim.policies.{name}").ADMISSION

@@ -40,7 +40,7 @@ import numpy as np
 from moesim.errors import MoesimError, named
 from moesim.files import atomic_output, check_output, read_toml
 from moesim.params import AUTO, INT_MOST, Param, SettingError
-from moesim.policies import DEFAULT_POLICY, POLICIES, get_policy
+from moesim.policies import DEFAULT_POLICY, POLICIES, get_admission, get_policy
 from moesim.policies import admission as admissions
 from moesim.policies.admission import ADMITS_ALL
 from moesim.policies.prefetch import FETCHING, PREFETCHERS, get_prefetcher
@@ -528,11 +528,14 @@ class Config:
             else:
                 raise MoesimError(f"unknown setting {key!r} (known: {', '.join(SETTINGS)}, "
                                   f"{', '.join(CACHE_PARAMS + PREFETCH_PARAMS + STRATEGY_PARAMS)})")
-        # a new policy (prefetcher, strategy) drops the old one's parameters
+        # a new policy (prefetcher, strategy) drops the old one's parameters; an admission that stays keeps its own
         for section, (setting, _) in OWNERS.items():
             current = getattr(getattr(self, section), SETTINGS[setting][1])
-            if settings.get(setting, current) != current:
-                params[section] = {k: v for k, v in params.get(section, {}).items() if k in settings}
+            admission = settings.get("admission", self.cache.admission) if section == "cache" else None
+            if settings.get(setting, current) != current or (section == "cache" and admission != self.cache.admission):
+                kept = get_admission(admission).params if admission not in (None, ADMITS_ALL) else {}
+                params[section] = {k: v for k, v in {**getattr(self, section).params, **params.get(section, {})}.items()
+                                   if k in settings or k in kept}
             if section in params:
                 parts[section]["params"] = params[section]
         # a section nothing changes is kept as it is (they are frozen)
@@ -635,7 +638,7 @@ def _toml_value(value) -> str:
 
 UNHASHED = ("force",)  # settings that let a run start and change nothing it computes (``HardwareConfig``)
 # settings left out of the hash at their default: added after runs were stored, whose ids they keep
-HASHED_UNLESS = {"engine": AUTO, "tensor_split": None}
+HASHED_UNLESS = {"engine": AUTO, "tensor_split": None, "admission": ADMITS_ALL}
 
 
 def config_id(kind: str, trace: str, config: Config | dict) -> str:
@@ -675,7 +678,7 @@ def check_params_used(policies: list[str], given: dict, prefetchers: list[str] =
                           + (f"; strategies {', '.join(strategies)})" if placed else ")"))
 
 
-CACHE_CHOICES = ("policy", "capacity", "scope", "split", "reset") + CACHE_PARAMS  # read only by a strategy with a cache
+CACHE_CHOICES = ("policy", "admission", "capacity", "scope", "split", "reset") + CACHE_PARAMS  # read only by a strategy with a cache
 
 
 def on_machine(config: Config, given, gpu: bool | None = None) -> Config:

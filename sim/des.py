@@ -302,7 +302,7 @@ def compiling(settings, least: int = 2, synthetic: bool = False, build: int = LE
         loop = loop_for(runs[0][0], most)
         if not loop.signatures and not on_disk(loop):
             # compiled in the build ``most`` by the first run the tiny trace takes: one with no prefetcher first
-            label = "+".join(dict.fromkeys(run[0] for run in runs))
+            label = ", ".join(dict.fromkeys(run[0] for run in runs))
             cold[label] = (sorted(runs, key=lambda run: run[1] != "none"), most)
     workers = min(len(cold), usable_cpus())
     if not cold or len(cold) < least:

@@ -512,9 +512,9 @@ ROCM_SMI = "rocm-smi"
 
 
 def parse_rocm_smi(text: str) -> tuple[tuple[int, str, float], ...]:
-    """``rocm-smi --showproductname --showmeminfo vram --json``: each AMD GPU's DRM card number ("card1"), name ("Card
-    series") and memory in GiB ("VRAM Total Memory (B)"), in its cards' order; a MoesimError where the text is not
-    that."""
+    """``rocm-smi --showproductname --showmeminfo vram --json``: each AMD GPU's card key's number ("card1"), name
+    ("Card series") and memory in GiB ("VRAM Total Memory (B)"), in its cards' order; a MoesimError where the text is
+    not that."""
     try:
         cards = json.loads(text)
         listed = sorted(((int(card.removeprefix("card")), fields) for card, fields in cards.items()
@@ -547,19 +547,41 @@ def strix_halo(host_model: str) -> GPU | None:
 
 
 SYSFS_DRM = "/sys/class/drm"
-GTS_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}  # a lane's GT/s -> the PCIe generation
+AMD_VENDOR = "0x1002"
+GTS_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}  # a lane's GT/s -> the PCIe generation
+
+
+def amd_cards(read: Callable[[str], str | None] = read_text, drm: str | None = None) -> list[int]:
+    """The DRM card numbers of the AMD GPUs sysfs lists, in order: the i-th is the GPU rocm-smi lists i-th (it counts
+    AMD's cards in DRM's order, whether it names them by card number or by its own index)."""
+    drm = drm or SYSFS_DRM
+    try:
+        names = os.listdir(drm)
+    except OSError:
+        return []
+    cards = sorted(int(n[4:]) for n in names if n.startswith("card") and n[4:].isdigit())
+    return [n for n in cards if (read(os.path.join(drm, f"card{n}", "device", "vendor")) or "").strip() == AMD_VENDOR]
+
+
+def _gen(speed: str | None) -> int | None:
+    """``max_link_speed``'s generation ("16.0 GT/s PCIe", "8 GT/s"); None where it is not a known speed."""
+    try:
+        return GTS_GEN.get(float((speed or "").split()[0]))
+    except (ValueError, IndexError):
+        return None
 
 
 def sysfs_pcie(card: int, read: Callable[[str], str | None] = read_text,
                drm: str | None = None) -> tuple[int | None, int | None]:
     """The PCIe generation and lanes by which DRM card ``card``'s GPU reaches the CPU, as sysfs says: along the PCI
     path from the GPU to its root port, the least generation of what each hop can run (``max_link_speed``, "16.0
-    GT/s PCIe") and the least of the lanes negotiated (``current_link_width``). Every hop counts: a Radeon's own link
-    to the switch on its board reads x16 in any slot. None for what no hop says."""
+    GT/s PCIe") and the least of the lanes negotiated (``current_link_width``; a GPU that narrows its link when idle
+    reads narrower). Every hop counts: a Radeon's own link to the switch on its board reads x16 in any slot. None
+    for what no hop says."""
     here = os.path.realpath(os.path.join(drm or SYSFS_DRM, f"card{card}", "device"))
     gens, widths = [], []
     while here != os.path.dirname(here) and (speed := read(os.path.join(here, "max_link_speed"))) is not None:
-        gens.append(GTS_GEN.get(speed.strip().split(" ")[0]))
+        gens.append(_gen(speed))
         widths.append(_int((read(os.path.join(here, "current_link_width")) or "").strip()))
         here = os.path.dirname(here)
     gens, widths = [g for g in gens if g is not None], [w for w in widths if w is not None and 1 <= w <= 32]
@@ -569,7 +591,7 @@ def sysfs_pcie(card: int, read: Callable[[str], str | None] = read_text,
 def detect_amd(run=subprocess.run, host_model: str = "", host_gb: float = 0.0,
                read: Callable[[str], str | None] = read_text) -> tuple[tuple, str]:
     """Every AMD GPU ``rocm-smi`` lists, each a preset's (its name matched as nvidia-smi's are) on the PCIe link sysfs
-    gives its card (``sysfs_pcie``; PCIe 4 x16 assumed where it does not), or on a Ryzen AI Max (``host_model``, the
+    gives its card (``amd_cards``, ``sysfs_pcie``; PCIe 4 x16 assumed where it does not), or on a Ryzen AI Max (``host_model``, the
     CPU's name) the chip's own
     GPU (``strix_halo``), which shares the host's memory: the memory carved out for it as rocm-smi counts it, or where
     that is below half of the rest (``host_gb``; a small carve-out) half of it, which amdgpu maps to it by default
@@ -578,8 +600,8 @@ def detect_amd(run=subprocess.run, host_model: str = "", host_gb: float = 0.0,
     out = _output(run, [ROCM_SMI, "--showproductname", "--showmeminfo", "vram", "--json"])
     if out is None or not out.strip():
         return (), "no GPU (nvidia-smi and rocm-smi absent, failing or listing none)"
-    gpus, words, own = [], [], strix_halo(host_model)
-    for index, (card, name, gib) in enumerate(parse_rocm_smi(out)):
+    gpus, words, own, cards = [], [], strix_halo(host_model), amd_cards(read)
+    for index, (_, name, gib) in enumerate(parse_rocm_smi(out)):
         key = match_gpu(name)
         if key is not None and GPUS[key].vendor == "amd":
             gpu, how = replace(GPUS[key], name=name, hbm_gb=_sig(gib)), "bandwidth and FLOP/s of its preset"
@@ -591,11 +613,12 @@ def detect_amd(run=subprocess.run, host_model: str = "", host_gb: float = 0.0,
                       else ""))
         else:
             raise MoesimError(f"AMD GPU {index} '{name}' is not a preset (moesim hardware); {TEMPLATE_HINT}")
-        gen, width = (None, None) if gpu.unified else sysfs_pcie(card, read)
+        gen, width = sysfs_pcie(cards[index], read) if not gpu.unified and index < len(cards) else (None, None)
         link = unified_link(gpu) if gpu.unified else pcie_link(gen, width)
         gpus.append((gpu, link))
-        words.append(f"GPU {index}: {gpu.name} ({gpu.hbm_gb:g} GiB, {how}), link {link.name}"
-                     + ("" if gpu.unified else " (read by sysfs)" if gen in (3, 4, 5) else " (assumed)"))
+        read_by = ("" if gpu.unified else " (assumed)" if gen not in (3, 4, 5) else
+                   " (read by sysfs)" if width else " (its generation read by sysfs, x16 assumed)")
+        words.append(f"GPU {index}: {gpu.name} ({gpu.hbm_gb:g} GiB, {how}), link {link.name}{read_by}")
     return tuple(gpus), "; ".join(words)
 
 

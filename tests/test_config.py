@@ -67,6 +67,12 @@ def test_a_new_policy_drops_the_old_ones_parameters():
     assert gamma.replace(policy="lru").cache.params == {}
     assert gamma.replace(capacity=8).cache.params == {"gamma": 0.5}
     assert gamma.replace(policy="gamma-admit", gamma=0.7).cache.params == {"gamma": 0.7}
+    # an admission that stays keeps its own parameter across a new policy; it goes with the admission
+    gated = Config.build(policy="lru", admission="gamma", gamma=0.8)
+    assert gated.replace(policy="arc").cache.params == {"gamma": 0.8}
+    assert gated.replace(admission="all").cache.params == {} and gated.replace(policy="belady", admission="all") == \
+        Config.build(policy="belady")
+    assert Config.build(prefetch="oracle", admission="gamma").replace(admission="all").prefetch.prefetcher == "oracle"
 
 
 def test_toml_round_trip_and_its_errors_name_the_file(tmp_path):
@@ -106,9 +112,10 @@ def test_equal_configurations_hash_alike_and_ids_tell_them_apart():
     assert len(ids) == 3 and config_id("hitrate", "t.parquet", a) != config_id("des", "t.parquet", a)
     assert {CacheConfig(): 1}[CacheConfig()] == 1
     # a setting added after runs were stored keeps their ids at its default (a sweep resumes them), and counts when set
-    before = {k: v for k, v in Config().flat().items() if k != "tensor_split"}
-    assert config_id("des", "t.parquet", Config()) == config_id("des", "t.parquet", before)
-    assert config_id("des", "t.parquet", Config.build(tensor_split="3,1")) != config_id("des", "t.parquet", Config())
+    for added, value in (("tensor_split", "3,1"), ("admission", "gamma")):
+        before = {k: v for k, v in Config().flat().items() if k != added}
+        assert config_id("des", "t.parquet", Config()) == config_id("des", "t.parquet", before)
+        assert config_id("des", "t.parquet", Config.build(**{added: value})) != config_id("des", "t.parquet", Config())
 
 
 def test_policy_parameters_on_the_command_line_go_to_the_policies_that_take_them(cli, tmp_path):

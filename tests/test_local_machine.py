@@ -627,24 +627,30 @@ def pci_tree(root, hops) -> None:
         here.mkdir(parents=True)
         (here / "max_link_speed").write_text(f"{speed} GT/s PCIe\n")
         (here / "current_link_width").write_text(f"{width}\n")
+    (here / "vendor").write_text("0x1002\n")
     (root / "drm" / "card1").mkdir(parents=True)
     (root / "drm" / "card1" / "device").symlink_to(here)
+    (root / "drm" / "card0").mkdir()  # a display adapter that is not AMD's (simpledrm's), and card1's connector
+    (root / "drm" / "card1-DP-1").mkdir()
 
 
 def test_an_amd_gpus_link_is_the_least_sysfs_gives_along_its_pci_path(tmp_path, monkeypatch):
     """A Radeon behind the switch on its board, in a PCIe 4 slot of eight lanes: the GPU and the switch's downstream
-    port read x16, the slot x8, so the link is PCIe 4 x8; on a PCIe 3 board (its root port at 8 GT/s), PCIe 3. A card
-    sysfs does not list (card0) keeps PCIe 4 x16, said to be assumed."""
+    port read x16, the slot x8, so the link is PCIe 4 x8; on a PCIe 3 board (its root port at 8 GT/s, as older
+    kernels write it), PCIe 3. rocm-smi's first GPU is sysfs's first AMD card (card1 here: card0 is another maker's);
+    a second GPU sysfs does not list keeps PCIe 4 x16, said to be assumed."""
     pci_tree(tmp_path, [("16.0", 8), ("16.0", 8), ("16.0", 16), ("16.0", 16)])
-    assert lm.sysfs_pcie(1, drm=str(tmp_path / "drm")) == (4, 8) and lm.sysfs_pcie(0, drm=str(tmp_path / "drm")) == \
+    drm = str(tmp_path / "drm")
+    assert lm.amd_cards(drm=drm) == [1] and lm.sysfs_pcie(1, drm=drm) == (4, 8) and lm.sysfs_pcie(0, drm=drm) == \
         (None, None)
-    monkeypatch.setattr(lm, "SYSFS_DRM", str(tmp_path / "drm"))
+    monkeypatch.setattr(lm, "SYSFS_DRM", drm)
     gpus, words = lm.detect_gpu(run=_with_rocm(ROCM_SMI))
-    assert [link for _, link in gpus] == [LINKS["pcie4"], lm.pcie_link(4, 8)] and lm.pcie_link(4, 8).gbps == \
+    assert [link for _, link in gpus] == [lm.pcie_link(4, 8), LINKS["pcie4"]] and lm.pcie_link(4, 8).gbps == \
         LINKS["pcie4"].gbps / 2
-    assert words.endswith("link pcie4-x8 (read by sysfs)") and "link pcie4 (assumed)" in words
+    assert "GPU 0: AMD Radeon RX 7900 XTX (23.98 GiB, bandwidth and FLOP/s of its preset), link pcie4-x8 (read by " \
+           "sysfs)" in words and words.endswith("link pcie4 (assumed)")
     slower = tmp_path / "pcie3"
-    pci_tree(slower, [("8.0", 16), ("16.0", 16), ("16.0", 16)])
+    pci_tree(slower, [("8", 16), ("16.0", 16), ("16.0", 16)])
     assert lm.sysfs_pcie(1, drm=str(slower / "drm")) == (3, 16)
 
 
@@ -652,10 +658,13 @@ def test_an_amd_gpus_link_is_the_least_sysfs_gives_along_its_pci_path(tmp_path, 
 @given(data=st.data())
 def test_fuzz_rocm_smi(data):
     """rocm-smi's reader on mutated JSON, sysfs's on mutated link files: GPUs on a link PCIe gives, or one line."""
-    files = {f"{lm.SYSFS_DRM}/card{card}/{hop}{name}": mutate(text, data.draw) for card in (0, 1)
-             for hop in ("device/", "") for name, text in (("max_link_speed", "16.0 GT/s PCIe"),
-                                                           ("current_link_width", "8"))}
-    gpus = outcome(lambda: lm.detect_gpu(run=_with_rocm(mutate(ROCM_SMI, data.draw)), read=files.get))
+    gpus = outcome(lambda: lm.detect_gpu(run=_with_rocm(mutate(ROCM_SMI, data.draw)), read=lambda path: None))
     if gpus is not None:
-        assert all(g.vendor == "amd" and g.hbm_gb > 0 and 0 < link.gbps <= LINKS["pcie5"].gbps for g, link in gpus[0])
+        assert all(g.vendor == "amd" and g.hbm_gb > 0 for g, _ in gpus[0])
+    drm = "/nonexistent/drm"  # realpath leaves it as it is: the files below are the whole sysfs
+    files = {f"{drm}/card0/{hop}{name}": mutate(text, data.draw) for hop in ("device/", "")
+             for name, text in (("max_link_speed", "16.0 GT/s PCIe"), ("current_link_width", "8"))}
+    gen, width = lm.sysfs_pcie(0, files.get, drm)
+    assert gen in (None, 1, 2, 3, 4, 5, 6) and (width is None or 1 <= width <= 32)
+    assert 0 < lm.pcie_link(gen, width).gbps <= LINKS["pcie5"].gbps
 

@@ -68,6 +68,25 @@ def test_resume_with_another_spec_runs_what_is_new_and_refuses_another_kind(tmp_
     assert (tmp_path / "r.parquet").read_bytes() == before
 
 
+def test_an_admission_axis_names_each_row_by_its_policy_and_admission_apart(tmp_path):
+    """Rows that sweep ``admission`` (the policy left at its default, or named) hold the policy's plain name and the
+    admission in a column of its own, the hits of each composition, and the γ given only where the admission reads it;
+    a curve's rows (several capacities) alike."""
+    from moesim import hitrate, load_trace
+    from moesim.tracegen.trace import bundled_trace_path
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('traces = ["bundled"]\n[axes]\nadmission = ["all", "gamma"]\ncapacity = [2, 4]\n[fixed]\n'
+                    'semantics = "sequential"\ngamma = 0.5\n')
+    run_sweep(load_spec(spec), tmp_path / "r.parquet")
+    rows = pl.read_parquet(tmp_path / "r.parquet").sort("admission", "capacity")
+    trace = load_trace(bundled_trace_path())
+    assert rows.select("policy", "admission", "capacity", "gamma").rows() == [
+        ("lru", "all", 2, None), ("lru", "all", 4, None), ("lru", "gamma", 2, 0.5), ("lru", "gamma", 4, 0.5)]
+    assert rows["hits"].to_list() == [hitrate(trace, "lru", c, semantics="sequential", **extra).hits
+                                      for extra in ({}, {"admission": "gamma", "gamma": 0.5}) for c in (2, 4)]
+
+
 @pytest.mark.parametrize("text, message", [
     ("traces = []\n", "non-empty list"), ('traces = ["none*.parquet"]\n', "matches no file"),
     ('traces = ["bundled"]\nkind = "x"\n', "kind must be"), ('traces = ["bundled"]\n[axes]\nspeed = [1]\n', "not a setting"),
