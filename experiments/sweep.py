@@ -283,7 +283,8 @@ def run_unit(kind: str, unit: list[tuple[str, dict]]) -> list[dict]:
     rows = []
     for (cid, config), result in zip(unit, results):
         # the configuration's own settings name what ran (a policy and its admission apart), not the result's label
-        metrics = {k: v for k, v in {**result.as_dict(), **flat}.items() if k not in config and k != "seconds"}
+        measured = {k: v for k, v in result.as_dict().items() if k not in flat}
+        metrics = {k: v for k, v in {**flat, **measured}.items() if k not in config and k != "seconds"}
         rows.append({"config_id": cid, "kind": kind, **config, **metrics, "error": None, "seconds": seconds})
     return rows
 
@@ -314,8 +315,8 @@ def _metrics(kind: str, config: dict) -> dict:
     if kind == "hitrate":
         from moesim.sim.hitrate import simulate
 
-        flat = {k: v for k, v in settings.flat().items() if k in KEYS["hitrate"]}
-        result = {**simulate(trace, settings.cache).as_dict(), **flat}  # as the configuration names what ran
+        flat = {k: v for k, v in settings.flat().items() if k in KEYS["hitrate"]}  # it names what ran, not the label
+        result = {k: v for k, v in simulate(trace, settings.cache).as_dict().items() if k not in flat}
     elif kind == "serve":
         from moesim.sim.serve import simulate_serve
 

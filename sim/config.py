@@ -533,7 +533,8 @@ class Config:
             current = getattr(getattr(self, section), SETTINGS[setting][1])
             admission = settings.get("admission", self.cache.admission) if section == "cache" else None
             if settings.get(setting, current) != current or (section == "cache" and admission != self.cache.admission):
-                kept = get_admission(admission).params if admission not in (None, ADMITS_ALL) else {}
+                known = admission in admissions.ADMISSIONS and admission != ADMITS_ALL  # else refused as the section is built
+                kept = get_admission(admission).params if known else {}
                 params[section] = {k: v for k, v in {**getattr(self, section).params, **params.get(section, {})}.items()
                                    if k in settings or k in kept}
             if section in params:
