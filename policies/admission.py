@@ -11,9 +11,9 @@ asked); ``choose_victim`` is the policy's. A prefetch or a preload is no request
 The admissions (``ADMISSIONS``): ``all`` keeps what the policy keeps (no composition); ``gamma`` is MELINOE's
 γ-cache admission (Definition C.1: a miss is kept iff its decayed request count reaches the Top-C;
 ``moesim.policies.gamma``). Over the eviction of the lowest decayed count (``gamma-admit``) it is MELINOE's cache,
-hit for hit (``gamma`` runs that cache with one set of counts, where the composition keeps two). Over another policy it is a frequency filter in front of its
-eviction order, as TinyLFU's is (Einziger et al., 2017), with MELINOE's rule: the miss is compared with every resident
-outside the step's requests, not with the policy's victim alone.
+hit for hit (``gamma`` runs that cache with one set of counts, where the composition keeps two). Over another policy
+it is a frequency filter in front of its eviction order, as TinyLFU's is (Einziger et al., 2017), with MELINOE's rule:
+the miss is compared with every resident outside the step's requests, not with the policy's victim alone.
 """
 
 from __future__ import annotations
