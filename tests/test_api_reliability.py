@@ -86,7 +86,7 @@ def test_every_function_refuses_a_config_that_is_not_one(mixtral, function):
 def test_write_trace_refuses_a_trace_or_a_path_of_another_type(mixtral, tmp_path):
     with pytest.raises(MoesimError, match=r"^trace must be a Trace \(moesim\.load_trace\), got NoneType$"):
         moesim.write_trace(None, tmp_path / "t.parquet")
-    for path, name in ((None, "NoneType"), (3, "int")):
+    for path, name in ((None, "NoneType"), (3, "int 3")):  # a number shown as given
         with pytest.raises(MoesimError, match=rf"^path must be a file's path \(a str or Path\), got {name}$"):
             moesim.write_trace(mixtral, path)
     assert not list(tmp_path.iterdir())
@@ -125,7 +125,7 @@ def test_sweep_refuses_a_spec_jobs_or_out_of_another_type(tmp_path):
         moesim.sweep(spec, None)
     with pytest.raises(MoesimError, match=r"^flush_seconds must be a number of seconds >= 0, got '2'$"):
         moesim.sweep(spec, out, flush_seconds="2")
-    with pytest.raises(MoesimError, match=r"^progress must be a function progress\(done, total\) or None, got int$"):
+    with pytest.raises(MoesimError, match=r"^progress must be a function progress\(done, total\) or None, got int 3$"):
         moesim.sweep(spec, out, progress=3)
     assert not out.exists()
 

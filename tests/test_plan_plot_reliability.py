@@ -150,7 +150,7 @@ def test_the_api_plot_takes_a_numpy_capacity_and_refuses_results_of_another_type
     with pytest.raises(MoesimError) as exc:
         moesim.plot(3, "per-layer-hitrate", tmp_path / "y.png")
     assert str(exc.value) == ("results must be a results file's path (a str or Path) or its DataFrame (polars or "
-                              "pandas), got int")
+                              "pandas), got int 3")
     assert [p.name for p in tmp_path.iterdir()] == ["x.png"]
 
 
