@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, argument, whole
 from moesim.files import check_output
 from moesim.frames import Drawn, Table, from_pandas, is_pandas
 from moesim.sim.config import CACHE_PARAMS, RUN_SETTINGS, SERVE_DEFAULTS, Config, on_machine
@@ -57,7 +57,7 @@ def write_trace(trace: Trace, path: str | Path, *, force: bool = False) -> None:
     """
     from moesim.tracegen.io import write_trace as write
 
-    _argument(trace, "trace", "a Trace (moesim.load_trace)", isinstance(trace, Trace))
+    argument(trace, "trace", "a Trace (moesim.load_trace)", isinstance(trace, Trace))
     write(trace, check_output(_path(path, "path"), "trace", force=_yes_no(force, "force"), suffixes=(".parquet",)))
 
 
@@ -79,7 +79,7 @@ def synth_trace(layers: int, experts: int, top_k: int, sequences: int, tokens: i
             raise MoesimError(f"{spec.name} has {spec.num_layers} layers, {spec.num_experts} experts and top-"
                               f"{spec.top_k}; a trace of it cannot have {layers}, {experts} and top-{top_k}")
         meta = spec.trace_meta()
-    _argument(locality, "locality", "a moesim.Locality or None", locality is None or isinstance(locality, Locality))
+    argument(locality, "locality", "a moesim.Locality or None", locality is None or isinstance(locality, Locality))
     return synth(layers, experts, top_k, sequences, tokens, seed, locality or Locality(), prompt_tokens,
                  model or "synthetic", meta)
 
@@ -150,7 +150,7 @@ def hitrate(trace: Trace, policy: str | None = None, capacity=None, scope: str |
     """
     from moesim.sim.hitrate import simulate as run
 
-    _argument(log_evictions, "log_evictions", "a whole number of evictions to keep, 0 or more", _whole(log_evictions)
+    argument(log_evictions, "log_evictions", "a whole number of evictions to keep, 0 or more", whole(log_evictions)
               and log_evictions >= 0)
     trace = _trace(trace)
     cache = _configured(config, "hitrate", settings, policy=policy, capacity=capacity, scope=scope,
@@ -360,7 +360,7 @@ def _trace(trace) -> Trace:
     """A function's trace: a ``Trace``, or a trace file's path, loaded."""
     if isinstance(trace, Trace):
         return trace
-    return load_trace(_argument(trace, "trace", "a Trace (moesim.load_trace) or a trace file's path",
+    return load_trace(argument(trace, "trace", "a Trace (moesim.load_trace) or a trace file's path",
                                 isinstance(trace, (str, Path))))
 
 
@@ -375,29 +375,15 @@ def _config(config) -> Config:
     raise MoesimError(f"config must be a moesim.Config, got {type(config).__name__}{hint}")
 
 
-def _argument(value, name: str, what: str, ok: bool):
-    """A function's argument ``name``: ``value`` where ``ok`` (it is what the function takes), else the one-line refusal
-    that it must be ``what``, with what it got (a string's or a number's value too)."""
-    if ok:
-        return value
-    shown = f" {value!r}" if isinstance(value, (str, bytes, numbers.Number, np.bool_)) else ""
-    raise MoesimError(f"{name} must be {what}, got {type(value).__name__}{shown}")
-
-
-def _whole(value) -> bool:
-    """A whole number (a NumPy one too), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
-
-
 def _yes_no(value, name: str) -> bool:
     """A function's yes/no argument ``name``: True or False (a NumPy bool too); a string such as "no" is refused,
     not read as true."""
-    return bool(_argument(value, name, "True or False", isinstance(value, (bool, np.bool_))))
+    return bool(argument(value, name, "True or False", isinstance(value, (bool, np.bool_))))
 
 
 def _path(path, name: str) -> Path:
     """A function's file argument ``name``: a str or Path."""
-    return Path(_argument(path, name, "a file's path (a str or Path)", isinstance(path, (str, os.PathLike))))
+    return Path(argument(path, name, "a file's path (a str or Path)", isinstance(path, (str, os.PathLike))))
 
 
 def _configured(config: Config | None, kind: str, settings: dict, machine: Hardware | None = None, **named) -> Config:
@@ -529,10 +515,10 @@ def sweep(spec, out: str | Path, jobs: int = 1, resume: bool = False, executor: 
     """
     from moesim.experiments.sweep import SweepSpec, forced, load_spec, run_sweep
 
-    _argument(spec, "spec", "a SweepSpec (moesim.experiments.sweep) or a sweep spec's TOML file (a str or Path)",
+    argument(spec, "spec", "a SweepSpec (moesim.experiments.sweep) or a sweep spec's TOML file (a str or Path)",
               isinstance(spec, (SweepSpec, str, os.PathLike)))
     out = _path(out, "out")
-    _argument(progress, "progress", "a function progress(done, total) or None", progress is None or callable(progress))
+    argument(progress, "progress", "a function progress(done, total) or None", progress is None or callable(progress))
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
     if _yes_no(force, "force"):
         spec = forced(spec)
@@ -560,17 +546,17 @@ def plot(results: str | Path | pl.DataFrame | pd.DataFrame, kind: str, out: str 
 
     if is_pandas(results):
         results = from_pandas(results)
-    _argument(results, "results", "a results file's path (a str or Path) or its DataFrame (polars or pandas)",
+    argument(results, "results", "a results file's path (a str or Path) or its DataFrame (polars or pandas)",
               isinstance(results, (str, os.PathLike, pl.DataFrame)))
     out = _path(out, "out")
     kinds = RESULT_KINDS + SERVE_KINDS
     if kind not in kinds:
         raise MoesimError(f"unknown plot kind {kind!r} for results; choose from {', '.join(kinds)}")
     # a string or a float capacity would match no row's and read as "no rows at capacity 2" beside the 2 the rows have
-    _argument(capacity, "capacity", "a whole number of slots (an int) or None", capacity is None or _whole(capacity))
+    argument(capacity, "capacity", "a whole number of slots (an int) or None", capacity is None or whole(capacity))
     capacity = None if capacity is None else int(capacity)
     for name, value, what in (("baseline", baseline, "a policy's name"), ("source", source, "a name for the results")):
-        _argument(value, name, f"{what} (a str) or None", value is None or isinstance(value, str))
+        argument(value, name, f"{what} (a str) or None", value is None or isinstance(value, str))
     check_options(kind, kinds, baseline=baseline, capacity=capacity)
     baseline = baseline or "lru"
     frame = results if isinstance(results, pl.DataFrame) else read_results(results)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 from contextvars import ContextVar
 
@@ -24,6 +25,20 @@ class MoesimWarning(UserWarning):
 
     def __str__(self) -> str:
         return render(super().__str__())
+
+
+def argument(value, name: str, what: str, ok: bool):
+    """A function's argument (or a setting) ``name``: ``value`` where ``ok`` (it is what is taken), else the one-line
+    refusal that it must be ``what``, with what it got (a string's or a number's value too)."""
+    if ok:
+        return value
+    shown = f" {value!r}" if isinstance(value, (str, bytes, numbers.Number)) else ""
+    raise MoesimError(f"{named(name)} must be {what}, got {type(value).__name__}{shown}")
+
+
+def whole(value) -> bool:
+    """A whole number (a NumPy one too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def first_line(exc: BaseException) -> str:

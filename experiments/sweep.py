@@ -46,7 +46,7 @@ from pathlib import Path
 
 import polars as pl
 
-from moesim.errors import READER, MoesimError, MoesimWarning, first_line, named
+from moesim.errors import READER, MoesimError, MoesimWarning, argument, first_line, named, whole
 from moesim.files import atomic_output, check_output, read_toml
 from moesim.frames import Tabular
 from moesim.host import usable_cpus
@@ -370,14 +370,12 @@ def run_sweep(spec: SweepSpec, out: str | Path, jobs: int = 1, resume: bool = Fa
     if executor not in EXECUTORS:
         raise MoesimError(f"unknown executor {executor!r}; choose from {', '.join(EXECUTORS)}")
     out = Path(out)
-    if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral) or jobs < 1:
-        raise MoesimError(f"{named('jobs')} must be a whole number >= 1, got {jobs!r}")
-    jobs = int(jobs)
+    jobs = int(argument(jobs, "jobs", "a whole number >= 1", whole(jobs) and jobs >= 1))
     if executor == "local":  # a worker a CPU at most: more only compete for them, each a process with its own memory
         jobs = min(jobs, usable_cpus())
     seconds = isinstance(flush_seconds, numbers.Real) and not isinstance(flush_seconds, bool)
-    if not (seconds and 0 <= flush_seconds < math.inf):  # NaN too: a wait never passed, or passed at every row
-        raise MoesimError(f"{named('flush_seconds')} must be a number of seconds >= 0, got {flush_seconds!r}")
+    argument(flush_seconds, "flush_seconds", "a number of seconds >= 0",  # not NaN: a wait never passed, or at every row
+             seconds and 0 <= flush_seconds < math.inf)
     check_output(out, "results", suffixes=(".parquet",))  # its folder, its format (the command line's too)
     STOP.clear()  # from here a stop is honoured, the grid's expansion included
     try:

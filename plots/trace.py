@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from moesim.errors import MoesimError, named  # noqa: E402
+from moesim.errors import MoesimError, argument, named, whole  # noqa: E402
 from moesim.files import atomic_output, check_output  # noqa: E402
 from moesim.tracegen.trace import Trace  # noqa: E402
 
@@ -64,8 +64,7 @@ def check_index(index, count: int, name: str, what: str, source: str = "the trac
     (``--layer 40`` on the command line, ``layer=40`` in Python) and the range ``source`` has."""
     if isinstance(index, numbers.Integral) and not isinstance(index, bool) and 0 <= index < count:
         return
-    if not isinstance(index, numbers.Integral) or isinstance(index, bool):
-        raise MoesimError(f"{named(name)} must be a whole number (an index from 0), got {index!r}")
+    argument(index, name, "a whole number (an index from 0)", whole(index))
     valid = (f"no {what}" if count == 0 else f"1 {what.removesuffix('s')} (index 0)" if count == 1
              else f"{count} {what} (0..{count - 1})")
     raise MoesimError(f"{named(name, index)} is out of range: {source} has {valid}")

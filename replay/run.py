@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.errors import MoesimError, named, unwind
+from moesim.errors import MoesimError, argument, named, unwind, whole
 from moesim.frames import Tabular
 from moesim.replay.compute import DTYPE, ComputeStream, row_shape
 from moesim.replay.scratch import work_folder
@@ -98,10 +98,9 @@ def shrink(trace: Trace, model: ModelSpec, layers: int | None, scale: float) -> 
         raise MoesimError(f"{model.name}: replay executes routed experts; MoLE lookup tables are simulated only "
                           "('moesim sim run')")
     n = trace.meta.num_layers if layers is None else layers
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= trace.meta.num_layers:
-        raise MoesimError(f"{named('layers')} must be a whole number 1..{trace.meta.num_layers}, got {layers!r}")
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale <= 1:
-        raise MoesimError(f"{named('scale')} must be a number in (0, 1], got {scale!r}")
+    argument(layers, "layers", f"a whole number 1..{trace.meta.num_layers}", whole(n) and 1 <= n <= trace.meta.num_layers)
+    argument(scale, "scale", "a number in (0, 1]", isinstance(scale, numbers.Real) and not isinstance(scale, bool)
+             and 0 < scale <= 1)
 
     def width(v: int) -> int:
         return max(8, int(round(v * scale))) if v else v

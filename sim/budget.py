@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from moesim.errors import MoesimError, named
+from moesim.errors import MoesimError, argument, named, whole
 from moesim.frames import Tabular
 from moesim.sim.config import CacheConfig
 from moesim.sim.mrc import capacities, curve, hits_table
@@ -85,8 +85,7 @@ def check_budget(trace: Trace, cache: CacheConfig, budget: int) -> None:
     there is nothing to split: ``allocate`` would split fewer slots than asked) and not below the smallest capacity a
     run of ``cache`` takes in each layer (``moesim.sim.mrc.capacities``): refused before any curve is simulated."""
     meta = trace.meta
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
-        raise MoesimError(f"{named('budget')} must be a whole number of slots, got {budget!r}")
+    argument(budget, "budget", "a whole number of slots", whole(budget))
     most, low = meta.num_layers * meta.num_experts, capacities(trace, cache)[0]
     if budget > most:
         raise MoesimError(f"{named('budget', budget)} is more than the {most} experts of the trace's "

@@ -112,7 +112,7 @@ def test_the_trace_plots_name_their_python_arguments(tmp_path):
              (lambda: plot_eviction_timeline(trace, tmp_path / "a.png", seq_index=2),
               "seq_index=2 is out of range: the trace has 2 sequences (0..1)"),
              (lambda: plot_eviction_timeline(trace, tmp_path / "a.png", layer=1.5),
-              "layer must be a whole number (an index from 0), got 1.5"),
+              "layer must be a whole number (an index from 0), got float 1.5"),
              (lambda: plot_activations(trace, tmp_path / "a.png", seq_index=-1),
               "seq_index=-1 is out of range: the trace has 2 sequences (0..1)")]
     for draw, message in cases:
