@@ -528,13 +528,16 @@ class Config:
             else:
                 raise MoesimError(f"unknown setting {key!r} (known: {', '.join(SETTINGS)}, "
                                   f"{', '.join(CACHE_PARAMS + PREFETCH_PARAMS + STRATEGY_PARAMS)})")
-        # a new policy (prefetcher, strategy) drops the old one's parameters; an admission that stays keeps its own
+        # a new policy (prefetcher, strategy) drops the old one's parameters, a new admission its own: what stays keeps
+        # its parameters (an admission under a new policy, a policy under a new admission)
         for section, (setting, _) in OWNERS.items():
             current = getattr(getattr(self, section), SETTINGS[setting][1])
+            new_owner = settings.get(setting, current) != current
             admission = settings.get("admission", self.cache.admission) if section == "cache" else None
-            if settings.get(setting, current) != current or (section == "cache" and admission != self.cache.admission):
+            if new_owner or (section == "cache" and admission != self.cache.admission):
                 known = admission in admissions.ADMISSIONS and admission != ADMITS_ALL  # else refused as the section is built
-                kept = get_admission(admission).params if known else {}
+                kept = {*(get_admission(admission).params if known else ()),
+                        *(() if new_owner else get_policy(current).params)}
                 params[section] = {k: v for k, v in {**getattr(self, section).params, **params.get(section, {})}.items()
                                    if k in settings or k in kept}
             if section in params:

@@ -73,6 +73,9 @@ def test_a_new_policy_drops_the_old_ones_parameters():
     assert gated.replace(admission="all").cache.params == {} and gated.replace(policy="belady", admission="all") == \
         Config.build(policy="belady")
     assert Config.build(prefetch="oracle", admission="gamma").replace(admission="all").prefetch.prefetcher == "oracle"
+    seeded = Config.build(policy="random", seed=7)  # a new admission keeps the policy's own parameters
+    assert seeded.replace(admission="gamma").cache.params == {"seed": 7}
+    assert seeded.replace(admission="gamma", gamma=0.5).replace(admission="all").cache.params == {"seed": 7}
 
 
 def test_toml_round_trip_and_its_errors_name_the_file(tmp_path):
