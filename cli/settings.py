@@ -22,8 +22,9 @@ import typer
 from moesim.cli.options import PATH
 from moesim.errors import TYPED_AS, MoesimError, leading, named, render
 from moesim.params import SettingError
-from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_params_used, composed, file_settings,
-                               on_machine, owner_spec)
+from moesim.policies.admission import composed
+from moesim.sim.config import (DECLARED, OWNERS, SETTINGS, Config, check_params_used, file_settings, on_machine,
+                               owner_spec)
 from moesim.sim.reads import refuse_unread
 
 ConfigFile = Annotated[Optional[Path], typer.Option(

@@ -53,9 +53,10 @@ from moesim.host import usable_cpus
 from moesim.tracegen.io import READ_FAILURES, read_meta
 from moesim.sim import blas_probe
 from moesim.sim.hardware import is_file_name
+from moesim.policies.admission import composed
 from moesim.sim.config import (ARRIVAL_FILES, CACHE_PARAMS, OWNERS, PATH_PARAMS, PREFETCH_PARAMS, RUN_SETTINGS,
-                               SERVE_DEFAULTS, SETTINGS, STRATEGY_PARAMS, Config, check_params_used, composed,
-                               config_id, load_cached_trace, params_for)
+                               SERVE_DEFAULTS, SETTINGS, STRATEGY_PARAMS, Config, check_params_used, config_id,
+                               load_cached_trace, params_for)
 from moesim.sim.reads import AUDITED, LOOKED_AT, refuse_unread
 
 KINDS = ("hitrate", "des", "serve")

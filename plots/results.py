@@ -98,9 +98,10 @@ def _style(policy: str) -> dict:
     """The same colour for a policy in every figure; the Belady bound black and dashed, the popularity
     oracle (static) dotted; a policy behind an admission (``lru+gamma``) in its policy's colour, dash-dotted."""
     from moesim.policies import POLICIES
+    from moesim.policies.admission import ADMITS_ALL, parts
 
-    name, _, admission = policy.partition("+")
-    if admission:
+    name, admission = parts(policy)
+    if admission != ADMITS_ALL:
         return {**_style(name), "linestyle": "-.", "label": policy}
     if policy == BOUND:
         return {"color": "black", "linestyle": "--", "marker": "x", "label": f"{policy} (optimum, no bypass)"}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from moesim.errors import MoesimError
 from moesim.policies import admission as admissions
-from moesim.policies.admission import ADMITS_ALL, compose
+from moesim.policies.admission import ADMITS_ALL, compose, parts
 
 if TYPE_CHECKING:
     from moesim.policies.admission import AdmissionSpec
@@ -31,11 +31,11 @@ def get_policy(name: str, admission: str = "all") -> PolicySpec:
     """The policy called ``name``, as its module declares it (read at each call, so a test may patch it), with
     ``admission`` in front of it (``moesim.policies.admission``); ``name`` may also say both, ``policy+admission``
     (a composition's own name)."""
-    name, _, composed = name.partition("+")
+    name, named_admission = parts(name)
     if name not in POLICIES:
         raise MoesimError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
     spec = import_module(f"moesim.policies.{name.replace('-', '_')}").SPEC
-    admission = composed or admission
+    admission = named_admission if named_admission != ADMITS_ALL else admission
     return spec if admission == ADMITS_ALL else compose(spec, get_admission(admission))
 
 

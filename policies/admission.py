@@ -31,6 +31,17 @@ ADMITS_ALL = "all"
 _COMPOSED: dict = {}
 
 
+def composed(policy: str, admission: str = ADMITS_ALL) -> str:
+    """What runs, named: ``policy``, or ``policy+admission`` (whose parameters are both's)."""
+    return policy if admission == ADMITS_ALL else f"{policy}+{admission}"
+
+
+def parts(name: str) -> tuple[str, str]:
+    """A name ``composed`` gives, as its policy and its admission (``all`` for a policy alone)."""
+    policy, _, admission = name.partition("+")
+    return policy, admission or ADMITS_ALL
+
+
 @dataclass(frozen=True)
 class AdmissionSpec:
     """An admission: ``name``, ``make_state(ctx)`` (a ``NamedTuple`` of arrays, as a policy's), ``hooks`` (hook name ->

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from moesim.replay.run import replay
 from moesim.errors import MoesimError, named
-from moesim.sim.config import Config, check_params_used, composed, params_for
+from moesim.policies.admission import composed
+from moesim.sim.config import Config, check_params_used, params_for
 from moesim.sim.machine import Hardware
 from moesim.sim.strategies import get_strategy
 from moesim.tracegen.models import ModelSpec

@@ -42,7 +42,7 @@ from moesim.files import atomic_output, check_output, read_toml
 from moesim.params import AUTO, INT_MOST, Param, SettingError
 from moesim.policies import DEFAULT_POLICY, POLICIES, get_admission, get_policy
 from moesim.policies import admission as admissions
-from moesim.policies.admission import ADMITS_ALL
+from moesim.policies.admission import ADMITS_ALL, composed, parts
 from moesim.policies.prefetch import FETCHING, PREFETCHERS, get_prefetcher
 from moesim.sim.engines import ENGINES, engine_named
 from moesim.sim.hardware import LOCAL, get_hardware, is_file_name, with_parts
@@ -670,7 +670,7 @@ def params_for(name: str, given: dict, owner: str = "policy") -> dict:
 def check_params_used(policies: list[str], given: dict, prefetchers: list[str] = ("none",),
                       strategies: list[str] = ("gpu-cache",)) -> None:
     """A parameter that none of ``policies`` (nor of the prefetchers or strategies) takes was given by mistake."""
-    takes = {k for p in policies if p.partition("+")[0] in POLICIES for k in get_policy(p).params}
+    takes = {k for p in policies if parts(p)[0] in POLICIES for k in get_policy(p).params}
     takes |= {k for p in prefetchers if p in FETCHING for k in get_prefetcher(p).params}
     takes |= {k for p in strategies if p in STRATEGIES for k in STRATEGIES[p].params}
     unused = sorted(k for k in given if k not in takes)
@@ -710,12 +710,6 @@ def has_gpu(machine: str, force: bool = False) -> bool | None:
     """Whether ``machine`` (taken with ``force``) has a GPU; None where it cannot be read (the run reports that)."""
     count = gpu_count(machine, force)
     return None if count is None else count > 0
-
-
-def composed(policy: str, admission: str = ADMITS_ALL) -> str:
-    """What runs, as ``moesim.policies.get_policy`` names it: ``policy``, or ``policy+admission`` (whose parameters
-    are both's)."""
-    return policy if admission == ADMITS_ALL else f"{policy}+{admission}"
 
 
 def run_params(spec, given: dict) -> dict:

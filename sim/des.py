@@ -27,7 +27,7 @@ from numba import njit
 from moesim.errors import MoesimError, named
 from moesim.frames import Tabular
 from moesim.host import usable_cpus
-from moesim.policies.admission import ADMITS_ALL
+from moesim.policies.admission import parts
 from moesim.policies.base import Context
 from moesim.policies.prefetch import get_prefetcher
 from moesim.sim import blas_probe
@@ -360,9 +360,9 @@ def _tiny_run(run: tuple[str, str, str], assemble_only: bool = False, build: int
     experts = np.ascontiguousarray(np.broadcast_to(picks, (rows, m.num_layers, m.top_k)), np.int16)
     trace = Trace(m.trace_meta(), experts, np.zeros(1, np.int32), np.array([0, rows], np.int64),
                   np.arange(rows, dtype=np.int32), np.full(rows, DECODE, np.int8))
-    policy, _, admission = policy.partition("+")  # a policy with an admission (``CacheConfig.composed``)
-    config = Config.build(model=m.name, policy=policy, admission=admission or ADMITS_ALL, prefetch=prefetcher,
-                          strategy=strategy, capacity=m.top_k)
+    policy, admission = parts(policy)  # a policy with an admission (``CacheConfig.composed``)
+    config = Config.build(model=m.name, policy=policy, admission=admission, prefetch=prefetcher, strategy=strategy,
+                          capacity=m.top_k)
     try:
         if assemble_only:
             assemble(trace, config, BatchRows(trace, config), None, None, False)
