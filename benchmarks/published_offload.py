@@ -276,7 +276,7 @@ LAYER_US_BOUNDS = (0.0, 1e5)  # an engine's framework time per layer, µs: none,
 
 
 SAME_SOURCE = ((r"^(ikawrakow|kvcache-ai)/", ""), (r"^kyuz0/.*", "kyuz0"), (r"^geerlingguy/.*", "geerlingguy"), (r"^melinoe\b.*", "melinoe"), (r"^moe-infinity readme.*", "moe-infinity readme"),
-               (r"^efeslab/fiddler\b.*", "fiddler repository"), (r"^llmfit pr #\d+", "llmfit"))
+               (r"^efeslab/fiddler\b.*", "fiddler repository"), (r"^llmfit pr #\d+", "llmfit"), (r"^lhl/.*", "lhl"))
 
 
 def source_of(point: dict) -> str:

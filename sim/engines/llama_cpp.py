@@ -39,7 +39,7 @@ ENGINE = EngineSpec(
     families=("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2", "olmoe",
               "phimoe", "gpt_oss", "glm4_moe", "glm4_moe_lite", "dbrx", "granitemoe", "llama4", "minimax_m2"),
     formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=EXPERT_BARRIERS, offload_min_tokens=32, gpus=16,
-    gpu_layer_us=(("apple", 186.0), ("intel", 351.0)),
+    gpu_layer_us=(("amd", 55.0), ("apple", 186.0), ("intel", 414.0)),
     sources=(("numa", "one thread pool over every socket; a page lands in the DRAM of the thread that first "
                       "touched it (the loader), without --numa"),
              ("cpu_ops", "src/llama-graph.cpp build_moe_ffn on the CPU: gate, up, activation, down, the weights, "
@@ -48,7 +48,7 @@ ENGINE = EngineSpec(
              ("gpus", "--split-mode layer (the default) over up to GGML_CUDA_MAX_DEVICES = 16 GPUs, -ts the share of "
                       "layers each takes (src/llama-model.cpp load_tensors)"),
              ("gpu_layer_us", "fitted to its published points on each maker's GPUs (python "
-                              "benchmarks/published_offload.py --cv, 2026-12-07): its Metal build on Apple's, 6 points "
-                              "in 5 groups, held out 17% against 85% without; its SYCL and Vulkan builds on Intel's, 4 "
-                              "points in 2 groups, 56% against 202%. Its ROCm and Vulkan builds on AMD's (9 points in 2 "
-                              "groups: 21% with one, 13% without) learn none that does better held out")))
+                              "benchmarks/published_offload.py --cv, 2026-12-07): its ROCm and Vulkan builds on AMD's, "
+                              "22 points in 7 groups, held out 8% against 13% without; its Metal build on Apple's, 6 "
+                              "points in 5 groups, 17% against 85%; its SYCL and Vulkan builds on Intel's, 5 points in "
+                              "3 groups, 52% against 214%")))
