@@ -47,7 +47,7 @@ from moesim.tracegen.models import get_model
 from moesim.tracegen.synth import Locality, synth_trace
 
 HERE = Path(__file__).parent
-SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel", "dram_capacity")
+SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel", "dram_capacity", "split_mode")
 
 
 KEPT = ("mxfp4",)  # expert formats a GGUF keeps whatever it quantizes the rest to (gpt-oss's release format)
@@ -196,7 +196,8 @@ def placement(point: dict, spec) -> str:
     if point["strategy"] == "cpu-miss":
         return f"GPU {point['policy']} C={point['capacity']}, misses on CPU"
     layers = point.get("cpu_layers", spec.num_layers)
-    return f"layers on CPU {layers}/{spec.num_layers}"
+    split = ", every layer split over the GPUs" if point.get("split_mode") == "tensor" else ""
+    return f"layers on CPU {layers}/{spec.num_layers}{split}"
 
 
 def run(points: list[dict], grid: tuple = ()) -> list[dict]:

@@ -46,6 +46,7 @@ from moesim.sim.presets import SSDS
 from moesim.sim.memory import GIB, DoesNotFit
 from moesim.sim.requests import check_prompt
 from moesim.sim.strategies import ON_CPU, ON_GPU, get_strategy
+from moesim.sim.tensor_split import describe as describe_shares
 from moesim.sim.weights import unpriced
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, get_model
 from moesim.tracegen.trace import Trace
@@ -136,7 +137,8 @@ def plan_trace(model: ModelSpec, path: str | Path | Trace | None, batch: int, se
 
 
 # the settings a plan takes: the model, the machine and the workload it plans for (each candidate sets the rest)
-PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "tensor_split", "force", "batch",
+PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "tensor_split", "split_mode", "force",
+                 "batch",
                  "prompt", "split", "kernel")
 PLAN_PROMPT = 512  # the prompt a plan times its TTFT on where none is asked for
 
@@ -435,9 +437,12 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
     fmt = config.model.dtype or spec.expert_format
     own_gguf = config.model.dtype is None and spec.file.endswith(".gguf")
     vendor = hw.gpu.vendor if gpu else None
+    tensor = bool(hw.shares)  # every layer split over the GPUs: -ts as given, else as each GPU's memory
+    split = (config.hardware.tensor_split or tuple(g.hbm_gb for g, _ in hw.gpus)) if tensor else hw.split
     launch = Launch(spec, fmt, config, params.get(strategy.places, 0) if strategy.places else 0, gpu,
                     hw.cpu.workers if hw.cpu else 0, hw.cpu.sockets if hw.cpu else 1, context,
-                    r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0, hw.split, vendor or "nvidia")
+                    r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0, split, vendor or "nvidia",
+                    engine.tensor_mode if tensor else "")
     out = PlanRow(model=spec.name, strategy=strategy.name, dtype=config.model.dtype, format=name, storage=storage,
                   policy=config.cache.policy if cached else None,
                   prefetch=config.prefetch.prefetcher if cached else None,
@@ -451,9 +456,9 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
                   apart=engine.refuses(spec, fmt, own_gguf, vendor),
                   learned=cached and learns_from_trace(config), framework_us=r.framework_us, side=r.side, gpu=gpu,
                   from_ssd=_ssd_words(config, spec, place, hw),
-                  on_gpus=describe(hw.split, params.get(strategy.places) or 0, spec.dense_layers,
-                                   VENDORS[vendor]) if hw.more_gpus
-                  else "")
+                  on_gpus=(describe_shares(hw.shares, VENDORS[vendor]) if tensor else
+                           describe(hw.split, params.get(strategy.places) or 0, spec.dense_layers, VENDORS[vendor]))
+                  if hw.more_gpus else "")
     if not all_on_gpu:
         return out, None
     whole = WHOLE_ON_GPU if (kept is None or WHOLE_ON_GPU.name in kept) and \

@@ -129,7 +129,8 @@ class ModelConfig:
 class HardwareConfig:
     """``machine``: a preset (``moesim hardware``) or a hardware TOML file; ``link`` / ``ssd`` / ``cpu`` swap in
     presets; ``vram`` / ``ram``: the GPU's and the host's memory in GiB (None: the machine's); ``tensor_split``: a
-    machine of several GPUs, the share of the layers each holds (None: ``moesim.sim.layer_split.balance``'s);
+    machine of several GPUs, the share of the layers each holds (None: ``moesim.sim.layer_split.balance``'s), or with
+    ``split_mode`` tensor of every layer (``moesim.sim.tensor_split``);
     ``force``: take numbers of the machine (or ``vram``, ``ram``) far past every real part's, which are refused
     otherwise as a likely unit slip (``moesim.sim.hardware.PLAUSIBLE``). ``force`` lets a run start and changes
     nothing it computes: a forced run's numbers are the unforced one's where that one runs, so ``config_id`` leaves
@@ -152,7 +153,13 @@ class HardwareConfig:
     tensor_split: tuple | None = declare(Param(None, "shares", "Several GPUs: each one's share of the layers, in "
                                                                "device order, as llama.cpp's -ts (3,1: three quarters "
                                                                "on the first; default: the split that fills each GPU "
-                                                               "to the same share of its memory).", optional=True))
+                                                               "to the same share of its memory; split_mode tensor: of "
+                                                               "every layer, default each GPU's share of the memory).",
+                                               optional=True))
+    split_mode: str = declare(Param("layer", "choice", "Several GPUs: layer, whole layers on each (llama.cpp's "
+                                                       "default); tensor, every layer split over them, its partial "
+                                                       "results added twice a layer (llama.cpp -sm tensor, ik_llama.cpp "
+                                                       "-sm graph).", choices=("layer", "tensor")))
     force: bool = declare(Param(False, "flag", "Take a machine whose numbers are far past every real part's (12288 GiB "
                                                "of GPU memory: MiB?), refused otherwise as a likely unit slip "
                                                "(docs/hardware.md)."))
@@ -498,6 +505,10 @@ class Config:
             if not isinstance(getattr(self, name), cls):
                 raise MoesimError(f"Config.{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
         engine = ENGINES.get(self.execution.engine)
+        if engine is not None and self.hardware.split_mode != "layer" and not engine.tensor_mode:
+            raise SettingError("split_mode", f"tensor: {engine.name} splits a model over GPUs by whole layers; "
+                                             f"{' and '.join(e.name for e in ENGINES.values() if e.tensor_mode)} split "
+                                             "every layer", "[hardware]")
         if engine is not None and not engine.takes(self):  # an engine has the mechanism for some settings only
             others = [e.name for e in ENGINES.values() if self.execution.strategy in e.runs and e.takes(self)]
             what = (engine.takes.__doc__ or "").strip().splitlines()[0].rstrip(".").replace("``", "")
@@ -642,7 +653,7 @@ def _toml_value(value) -> str:
 
 UNHASHED = ("force",)  # settings that let a run start and change nothing it computes (``HardwareConfig``)
 # settings left out of the hash at their default: added after runs were stored, whose ids they keep
-HASHED_UNLESS = {"engine": AUTO, "tensor_split": None, "admission": ADMITS_ALL}
+HASHED_UNLESS = {"engine": AUTO, "tensor_split": None, "admission": ADMITS_ALL, "split_mode": "layer"}
 
 
 def config_id(kind: str, trace: str, config: Config | dict) -> str:

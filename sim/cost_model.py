@@ -18,12 +18,12 @@ for a run's whole table. Its implementations differ only in where the compute si
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Protocol
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.errors import MoesimError, named
 from moesim.sim.costs import (KERNELS_ATTN, KERNELS_EXPERT, KERNELS_FFN, KERNELS_HEAD, KERNELS_MOE, KERNELS_ROUTER,
                               KV_BYTES, UBATCH, Costs, RowCosts, cpu_expert_s, cpu_layer_s, device_s, kv_reads,
                               link_copy_s, ssd_read_s)
@@ -32,6 +32,7 @@ from moesim.sim.engines import EngineSpec
 from moesim.sim.layer_split import layer_devices
 from moesim.sim.machine import Hardware
 from moesim.sim.strategies import ON_CPU, ON_GPU
+from moesim.sim.tensor_split import REDUCES_PER_LAYER, allreduce_s
 from moesim.sim.weights import Weights
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 
@@ -229,11 +230,58 @@ def _share(devices: np.ndarray, gpus: int, fallback: np.ndarray) -> np.ndarray:
     return counts / counts.sum()
 
 
+class TensorSplit:
+    """Several GPUs, each holding its share of every matrix (``moesim.sim.tensor_split``, the shares in
+    ``hw.shares``): each GPU timed on its spec sheet (``SpecSheet``) at its memory bandwidth and FLOP/s over its share —
+    its share of every weight, KV entry and FLOP in the whole one's time, its kernel launches and the engine's framework
+    time whole — each duration the slowest GPU's; and a row's partial results added over the GPUs
+    (``allreduce_s``) twice a MoE or dense layer and once for the output head. Every expert is on the GPUs (a
+    placement with experts on the CPU is refused: not modelled)."""
+
+    def __init__(self, model: ModelSpec, hw: Hardware, weights: Weights, engine: EngineSpec, placement: np.ndarray):
+        if (placement != ON_GPU).any():
+            raise MoesimError(f"{named('split_mode', 'tensor')} splits every layer over the GPUs, and this placement "
+                              f"keeps {int((placement != ON_GPU).sum())} layers' experts off them: moesim models the "
+                              f"split with every expert on the GPUs (give {named('split_mode', 'layer')}, or GPUs that "
+                              "hold the model)")
+        self.model, self.hw = model, hw
+        self.parts = [SpecSheet(model, replace(hw.device(i), gpu=replace(gpu, hbm_gbps=gpu.hbm_gbps / share,
+                                                                         tflops=gpu.tflops / share)), weights, engine)
+                      for i, ((gpu, _), share) in enumerate(zip(hw.gpus, hw.shares)) if share > 0]
+        self.links = [link for _, link in hw.gpus]
+
+    def _reduces(self, tokens) -> tuple[np.ndarray, np.ndarray]:
+        """A row's all-reduces: a MoE layer's, and the once-per-row ones (the dense layers' and the output head's)."""
+        once = allreduce_s(np.asarray(tokens, np.float64) * self.model.d_model, self.links)
+        return REDUCES_PER_LAYER * once, (REDUCES_PER_LAYER * self.model.dense_layers + 1) * once
+
+    def row_costs(self, tokens, ctx, outputs=None, prompt_ctx=0.0, prompt_rows=1.0) -> RowCosts:
+        slowest = _slowest([p.row_costs(tokens, ctx, outputs, prompt_ctx, prompt_rows)._asdict() for p in self.parts])
+        layer, once = self._reduces(tokens)
+        return RowCosts(**{**slowest, "pre": slowest["pre"] + layer, "once": slowest["once"] + once})
+
+    def costs(self, tokens: np.ndarray, ctx: np.ndarray, max_expert_tokens: int = 1, lowbit_dtype: str | None = None,
+              outputs: np.ndarray | None = None, prefill: np.ndarray | None = None) -> Costs:
+        parts = [p.costs(tokens, ctx, max_expert_tokens, lowbit_dtype, outputs, prefill) for p in self.parts]
+        slowest = _slowest([{f.name: getattr(p, f.name) for f in fields(p)} for p in parts])
+        layer, once = self._reduces(tokens)
+        return Costs(**{**slowest, "pre_s": np.ascontiguousarray(slowest["pre_s"] + layer),
+                        "row_s": np.ascontiguousarray(slowest["row_s"] + once)})
+
+
+def _slowest(parts: list[dict]) -> dict:
+    """Each field of ``parts`` (one a GPU, all computing at once) the slowest GPU's, element by element."""
+    return {name: np.maximum.reduce([p[name] for p in parts]) if isinstance(value, np.ndarray)
+            else max(p[name] for p in parts) for name, value in parts[0].items()}
+
+
 def cost_model(model: ModelSpec, hw: Hardware, weights: Weights, engine: EngineSpec,
                placement: np.ndarray | None = None) -> CostModel:
     """The cost model ``hw`` calls for: over several GPUs, each layer's (``LayerSplit``, which needs the run's
-    ``placement``: each layer's experts on the GPU or the CPU); else its measured ``[compute]`` table where it has
-    one, else its spec sheets."""
+    ``placement``: each layer's experts on the GPU or the CPU) or each layer split over them (``TensorSplit``); else
+    its measured ``[compute]`` table where it has one, else its spec sheets."""
+    if hw.shares:
+        return TensorSplit(model, hw, weights, engine, placement)
     if hw.more_gpus:
         return LayerSplit(model, hw, weights, engine, placement)
     return (SpecSheet if hw.compute is None else Measured)(model, hw, weights, engine)

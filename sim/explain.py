@@ -23,6 +23,7 @@ from moesim.sim.des import DesResult, measured_decode
 from moesim.sim.engines import ENGINES, UNNAMED
 from moesim.sim.layer_split import shares_text
 from moesim.sim.machine import VENDORS, Hardware
+from moesim.sim.tensor_split import ALLREDUCE_US
 from moesim.tracegen.models import ModelSpec
 
 SHEET = "the machine's spec sheet: its preset or hardware file"
@@ -111,6 +112,13 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
         out.append(Line(f"{VENDORS[hw.gpu.vendor]}{i}'s layers (-ts), the output layer counted", layers, "layers",
                         "moesim.sim.layer_split: each GPU filled to the same share of its memory" if shares is None
                         else f"--tensor-split {shares_text(shares)}, placed as llama.cpp places it"))
+    for i, share in enumerate(hw.shares):  # every layer split over them: each one's share of every matrix
+        out.append(Line(f"{VENDORS[hw.gpu.vendor]}{i}'s share of every layer", share, "share",
+                        "moesim.sim.tensor_split: each GPU's share of the GPUs' memory" if shares is None
+                        else f"--tensor-split {shares_text(shares)}"))
+    if hw.shares:
+        out.append(Line("an all-reduce of a row's activations", ALLREDUCE_US, "us", "moesim.sim.tensor_split: the "
+                        "median of four published NCCL all-reduces on PCIe"))
     on_cpu = hw.cpu is not None and (r.cpu_share > 0 or hw.gpu is None)
     if on_cpu:
         c = hw.cpu

@@ -182,7 +182,8 @@ class Hardware:
     """A machine; ``gpu`` (and its ``link``) None: CPU only, every weight on the host CPU (llama.cpp without a
     GPU). Several GPUs: ``gpu`` and ``link`` are the first (llama.cpp's CUDA0), ``more_gpus`` the others in device
     order, each a (GPU, Link) pair; ``split``: the layers a run places on each (``moesim.sim.layer_split``; the
-    machine as a run simulated it), () before a run places them."""
+    machine as a run simulated it), () before a run places them; ``shares``: where a run splits every layer over
+    them instead (``moesim.sim.tensor_split``), each one's share of every matrix."""
 
     name: str
     gpu: GPU | None
@@ -193,6 +194,7 @@ class Hardware:
     cpu: CPU | None = None
     more_gpus: tuple = ()
     split: tuple = ()
+    shares: tuple = ()
 
     @property
     def gpus(self) -> tuple:
@@ -202,11 +204,11 @@ class Hardware:
     def device(self, i: int) -> "Hardware":
         """The machine with its ``i``-th GPU (and that GPU's link) as its only one."""
         gpu, link = self.gpus[i]
-        return replace(self, gpu=gpu, link=link, more_gpus=(), split=())
+        return replace(self, gpu=gpu, link=link, more_gpus=(), split=(), shares=())
 
     def without_gpus(self, name: str) -> "Hardware":
         """The machine with its GPUs left out (llama.cpp ``-ngl 0``), named ``name``."""
-        return replace(self, name=name, gpu=None, link=None, more_gpus=(), split=())
+        return replace(self, name=name, gpu=None, link=None, more_gpus=(), split=(), shares=())
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -42,6 +42,7 @@ from moesim.sim.engines import engine_for
 from moesim.sim.layer_split import as_given, balance, layer_bytes
 from moesim.sim.machine import PER_SOCKET
 from moesim.sim.strategies import CACHED, ON_CPU, ON_GPU, get_strategy, lowbit_dtype
+from moesim.sim.tensor_split import held, shares_of
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec
 
 GIB = 2 ** 30
@@ -67,6 +68,7 @@ class Memory:
     # several GPUs (``moesim.sim.layer_split``): the layers each holds, the bytes it holds and its memory; ``vram``
     # their sum
     split: tuple = ()
+    shares: tuple = ()  # or each one's share of every layer (``moesim.sim.tensor_split``)
     per_gpu: tuple = ()
     gpu_limits: tuple = ()
     unified: bool = False    # the GPU's memory is the host's: what it holds counts against the RAM too
@@ -109,9 +111,11 @@ class Memory:
         parts = (f"{g(self.gpu)} GiB of GPU memory ({g(self.experts)} experts + {g(self.weights)} other weights + "
                  f"{g(self.kv)} KV cache + {g(self.scratch)} scratch + {g(self.reserve)} reserve)")
         if self.per_gpu:
+            held = ([f"{n} layers, the output layer counted" for n in self.split] if self.split else
+                    [f"{share:.0%} of every layer" for share in self.shares])
             return parts + ", over its GPUs " + ", ".join(
-                f"CUDA{i} {g(used)} of {g(has)} GiB ({n} layers, the output layer counted)"
-                for i, (n, used, has) in enumerate(zip(self.split, self.per_gpu, self.gpu_limits)))
+                f"CUDA{i} {g(used)} of {g(has)} GiB ({what})"
+                for i, (what, used, has) in enumerate(zip(held, self.per_gpu, self.gpu_limits)))
         return parts + f", the GPU has {g(self.vram)} GiB"
 
     def host_parts(self) -> str:
@@ -205,8 +209,21 @@ def account(fp: Footprint, config) -> Memory:
                     reserve=GPU_RESERVE_GIB * GIB, experts=(slots + on_gpu * model.num_experts) * eb, scratch=scratch,
                     host_experts=host, host_reserve=HOST_RESERVE_GIB * GIB, vram=fp.vram, ram=fp.ram,
                     host_copies=copies, unified=fp.unified)
+    if len(fp.gpus) < 2:
+        return memory
+    if config.hardware.split_mode == "tensor":
+        return _tensor_split(fp, memory, config.hardware.tensor_split)
     return _over_gpus(fp, memory, np.r_[np.zeros(model.dense_layers, bool), place == ON_GPU],
-                      config.hardware.tensor_split) if len(fp.gpus) > 1 else memory
+                      config.hardware.tensor_split)
+
+
+def _tensor_split(fp: Footprint, memory: Memory, shares: tuple | None) -> Memory:
+    """``memory`` of every layer split over several GPUs (``moesim.sim.tensor_split``): each GPU's share of what the
+    GPUs hold, a reserve on every GPU, the scratch on the first."""
+    split = shares_of(fp.gpus, shares)
+    used = held(split, memory.weights + memory.kv + memory.experts, memory.reserve, memory.scratch)
+    return replace(memory, reserve=memory.reserve * len(fp.gpus), shares=tuple(split.tolist()),
+                   per_gpu=tuple(used.tolist()), gpu_limits=fp.gpus)
 
 
 def _over_gpus(fp: Footprint, memory: Memory, gpu_experts: np.ndarray, shares: tuple | None) -> Memory:

@@ -94,7 +94,7 @@ RULES = (
            lambda cs: f"{' and '.join(dict.fromkeys(c.hardware.machine for c in cs))} "
                       f"{'has' if len({c.hardware.machine for c in cs}) == 1 else 'have'} no GPU (every expert runs on "
                       "the CPU)"),
-    Unread(("tensor_split",), lambda run: _one_gpu_at_most(*run), ("hardware", "force"),
+    Unread(("tensor_split", "split_mode"), lambda run: _one_gpu_at_most(*run), ("hardware", "force"),
            lambda runs: f"{' and '.join(dict.fromkeys(_machine_name(*run) for run in runs))} "
                         f"{'has' if len({_machine_name(*run) for run in runs}) == 1 else 'have'} fewer than two GPUs: "
                         "no layer is split over GPUs", of="machine"),

@@ -215,8 +215,8 @@ def assemble(trace: Trace, config: Config, source: RowSource, model: ModelSpec |
                           gpus=tuple(g.hbm_gb * GIB for g, _ in hardware.gpus) if hardware.more_gpus else (),
                           unified=hardware.gpu is not None and hardware.gpu.unified)
     config, memory = resolve(footprint, config, trace.meta.top_k)
-    if memory.split:  # the layers each GPU holds: the machine as the run places the model on it
-        hardware = replace(hardware, split=memory.split)
+    if memory.split or memory.shares:  # what each GPU holds: the machine as the run places the model on it
+        hardware = replace(hardware, split=memory.split, shares=memory.shares)
     strategy = get_strategy(config.execution.strategy)
     cache = config.cache
     if cache.split == "best" and strategy.cache and cache.capacity != 0:
@@ -399,7 +399,8 @@ def _check_whole_layers(hardware: Hardware, strategy: StrategySpec, engine: Engi
     count = len(hardware.gpus)
     if strategy.cache:
         placing = _listed(n for n, m in STRATEGIES.items() if m.places and not m.cache)
-        why = (f"has {count} GPUs, which moesim models as an engine's layer split (whole layers on each)"
+        why = (f"has {count} GPUs, which moesim models as an engine's split of the model over them (whole layers "
+               "on each, or a share of every layer)"
                if hardware.more_gpus else
                "has a GPU that shares the host's memory and reads every weight where it lies")
         raise MoesimError(f"{_machine(hardware)} {why}: nothing is copied to a GPU, so an expert cache is not "

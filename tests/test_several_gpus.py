@@ -198,7 +198,7 @@ def test_a_slower_gpu_slows_its_share(olmoe_trace):
 
 
 def test_a_gpu_cache_over_several_gpus_is_refused(olmoe_trace):
-    with pytest.raises(MoesimError, match="has 2 GPUs, which moesim models as an engine's layer split"):
+    with pytest.raises(MoesimError, match="has 2 GPUs, which moesim models as an engine's split of the model over them"):
         moesim.simulate(olmoe_trace, hardware=_machine(_gpu(8), _gpu(8)), policy="lru", capacity=8)
     with pytest.raises(MoesimError, match="compute table is measured on one GPU"):
         from moesim.sim.hardware import check_hardware

@@ -44,6 +44,8 @@ def engine_for(config, as_engine: bool = False) -> EngineSpec:
 
 
 def engines_for(config) -> list[EngineSpec]:
-    """The engines that run ``config``'s strategy and take its settings, in ``ENGINES``' order of preference."""
-    return [e for e in ENGINES.values() if config.execution.strategy in e.runs and e.takes(config)]
+    """The engines that run ``config``'s strategy and take its settings (a split of every layer over several GPUs
+    among them: ``tensor_mode``), in ``ENGINES``' order of preference."""
+    return [e for e in ENGINES.values() if config.execution.strategy in e.runs and e.takes(config)
+            and (config.hardware.split_mode == "layer" or e.tensor_mode)]
 

@@ -32,7 +32,8 @@ class Launch:
     ``config``, the layers whose experts it keeps on the CPU (``cpu_layers``: the placing strategy's parameter, 0 where
     none), and what of the machine and the run the command sets: a GPU or none, the CPU ``threads`` the run computes
     with and its ``sockets``, the KV tokens per sequence memory was sized for (``context``), the share of the
-    GPU's memory the run uses (``vram_share``), and on several GPUs the layers each holds (``split``)."""
+    GPU's memory the run uses (``vram_share``), and on several GPUs the layers each holds (``split``), or each one's
+    share of every layer and the engine's flag that splits them so (``split_mode``)."""
 
     model: object
     fmt: str
@@ -43,8 +44,10 @@ class Launch:
     sockets: int
     context: int
     vram_share: float
-    split: tuple = ()  # several GPUs: the layers each holds, the output layer counted (``moesim.sim.layer_split``)
+    split: tuple = ()  # several GPUs: the layers each holds, the output layer counted (``moesim.sim.layer_split``),
+    # or with ``split_mode`` each one's share of every layer (``moesim.sim.tensor_split``)
     vendor: str = "nvidia"  # the GPUs' maker (``moesim.sim.machine.VENDORS``)
+    split_mode: str = ""  # the engine's --split-mode where it splits every layer ("": whole layers, its default)
 
     @property
     def batch(self) -> int:
@@ -96,6 +99,8 @@ class EngineSpec:
     - ``threads``: the CPU threads it computes with whatever a user sets (0: the machine's, or ``--threads``), at
       most one a core, which a run named for it takes;
     - ``gpus``: the most GPUs it places a model's layers over (``moesim.sim.layer_split``; 1: one GPU);
+    - ``tensor_mode``: its ``--split-mode`` for every layer split over the GPUs (``moesim.sim.tensor_split``; "": it
+      has none);
     - ``vendors``: the makers of the GPUs its GPU backend runs on (``moesim.sim.machine.VENDORS``);
     - ``layer_us``: its framework's time per MoE layer and row, beyond the operations moesim times (interpreter,
       dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
@@ -131,6 +136,7 @@ class EngineSpec:
     kernel: str | None = None
     threads: int = 0
     gpus: int = 1
+    tensor_mode: str = ""
     vendors: tuple = tuple(VENDORS)
     layer_us: float = 0.0
     layer_loop: str = "compiled"

@@ -22,7 +22,8 @@ def command(launch: Launch, cpu_only: str = "-ngl 0 --no-op-offload", program: s
     # (CUDA numbers them fastest first unless told)
     several = launch.gpu and len(launch.split) > 1
     if several:
-        place += f" -ts {','.join(map(str, launch.split))}"
+        place += f" -ts {','.join(f'{x:g}' for x in launch.split)}" + (f" -sm {launch.split_mode}" if launch.split_mode
+                                                                        else "")
     order = several and launch.vendor == "nvidia"
     threads = f" -t {launch.threads}" if n or not launch.gpu else ""
     slots = f" -np {launch.batch}" if launch.batch > 1 else ""
@@ -39,6 +40,7 @@ ENGINE = EngineSpec(
     families=("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2", "olmoe",
               "phimoe", "gpt_oss", "glm4_moe", "glm4_moe_lite", "dbrx", "granitemoe", "llama4", "minimax_m2"),
     formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=EXPERT_BARRIERS, offload_min_tokens=32, gpus=16,
+    tensor_mode="tensor",
     gpu_layer_us=(("amd", 55.0), ("apple", 186.0), ("intel", 414.0)),
     sources=(("numa", "one thread pool over every socket; a page lands in the DRAM of the thread that first "
                       "touched it (the loader), without --numa"),
@@ -47,6 +49,8 @@ ENGINE = EngineSpec(
              ("offload_min_tokens", "ggml-cuda.cu ggml_backend_cuda_device_offload_op: min_batch_size 32"),
              ("gpus", "--split-mode layer (the default) over up to GGML_CUDA_MAX_DEVICES = 16 GPUs, -ts the share of "
                       "layers each takes (src/llama-model.cpp load_tensors)"),
+             ("tensor_mode", "--split-mode tensor (PR #19378, 2026): every matrix split over the GPUs, two "
+                             "all-reduces a layer (ggml-backend-meta.cpp)"),
              ("gpu_layer_us", "fitted to its published points on each maker's GPUs (python "
                               "benchmarks/published_offload.py --cv, 2026-12-07): its ROCm and Vulkan builds on AMD's, "
                               "22 points in 7 groups, held out 8% against 13% without; its Metal build on Apple's, 6 "
