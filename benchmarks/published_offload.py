@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from moesim import simulate
 from moesim.sim import engines
-from moesim.experiments.crossval import Point, better_than_none, calibrated_level, cross_validate, fit, groups
+from moesim.experiments.crossval import Point, better_than_none, cross_validate, family_levels, fit, groups
 from moesim.experiments.plan import plan_trace
 from moesim.sim.accuracy import quantile_band, side
 from moesim.sim.engines import ENGINES
@@ -482,10 +482,9 @@ def derive(rows: list[dict]) -> Derived:
         """Each family's quantiles of the held-out ratios at the level learned from every group, and the share of
         its points inside their held-out intervals: by side, or one for every point."""
         spread = [c.point.measured / c.predicted for c in held]
-        level = calibrated_level([c.point for c in held], spread, family=family)
-        kinds = dict.fromkeys(family(c.point) for c in held)
+        levels = family_levels([c.point for c in held], spread, family=family)
         return {k: (*quantile_band([r for c, r in zip(held, spread) if family(c.point) == k], level),
-                    cv_summary([c for c in held if family(c.point) == k])["coverage"]) for k in kinds}
+                    cv_summary([c for c in held if family(c.point) == k])["coverage"]) for k, level in levels.items()}
     pairs = same_machine_pairs(rows, checked)
     tie = max((max(p, 1 / p) for _, m, p in pairs if (m > 1) != (p > 1)), default=1.0)
     prompts = prefill_points(rows)
@@ -557,13 +556,13 @@ def main() -> None:
             ("predictions with the framework times that ship (FRAMEWORK_BANDS)", d.framework, d.checked),
             ("predictions with none (OPERATIONS_BANDS)", d.operations, d.plain)):
         every = cv_summary(rows_)
-        level = calibrated_level([c.point for c in rows_], [c.point.measured / c.predicted for c in rows_],
-                                 family=on_side)
-        print(f"  the bands of {what}, each side's measured / predicted over its points at the level learned held "
-              f"out (level {level:.2f}: percentiles {50 * (1 - level):.0f} and {50 * (1 + level):.0f}); held out, "
-              f"such intervals held {100 * every['coverage']:.0f}% of all {len(rows_)} points, median "
-              f"half-width {100 * every['median_half_width']:.0f}%: " + "; ".join(
-                  f"{s}-side ({low:.2f}, {high:.2f}) held {100 * held:.0f}% of {mine['points']}, median half-width "
+        levels = family_levels([c.point for c in rows_], [c.point.measured / c.predicted for c in rows_],
+                               family=on_side)
+        print(f"  the bands of {what}, each side's measured / predicted over its points at the side's level learned "
+              f"held out; held out, such intervals held {100 * every['coverage']:.0f}% of all {len(rows_)} points, "
+              f"median half-width {100 * every['median_half_width']:.0f}%: " + "; ".join(
+                  f"{s}-side ({low:.2f}, {high:.2f}) at level {levels[s]:.2f} (percentiles {50 * (1 - levels[s]):.0f} "
+                  f"and {50 * (1 + levels[s]):.0f}) held {100 * held:.0f}% of {mine['points']}, median half-width "
                   f"{100 * mine['median_half_width']:.0f}%" for s, (low, high, held) in bands.items()
                   for mine in (cv_summary([c for c in rows_ if c.point.side == s]),)))
     worst = max(wrong, key=lambda w: w[1])

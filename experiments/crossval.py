@@ -197,20 +197,31 @@ class Checked:
 LEVELS = tuple(np.round(np.arange(COVERAGE, 0.995, 0.01), 2))  # the quantile levels an interval may be built at
 
 
-def calibrated_level(points: list[Point], spread, coverage: float = COVERAGE, family: Callable | None = None) -> float:
+def calibrated_level(points: list[Point], spread, coverage: float = COVERAGE, labels=None) -> float:
     """The level (``LEVELS``, from ``coverage`` up) of the intervals built from ``spread`` (each point's held-out
     ``measured / predicted``) that hold ``coverage`` of the points when each group's interval is built from the
-    other groups' ratios (of its own ``family``) alone: the smallest that does, else the widest. Intervals built at
-    ``coverage`` itself hold less than it of a group never seen (a group's points err alike), so the level is learned
-    as a constant is: from groups other than those it is judged on."""
-    labels, spread = groups(points), np.asarray(spread, np.float64)
-    kinds = np.array([family(p) for p in points] if family is not None else [0] * len(points))
-    # held[i, k]: point i inside its interval at LEVELS[k], built from the other groups' ratios of its family
+    other groups' ratios alone: the smallest that does, else the widest. Intervals built at ``coverage`` itself hold
+    less than it of a group never seen (a group's points err alike), so the level is learned as a constant is: from
+    groups other than those it is judged on. A family of points (a side) is given its own: pass its points alone, with
+    their ``labels`` among all the points (``groups``: a point's group is its links to every point, any family's)."""
+    labels = groups(points) if labels is None else np.asarray(labels)
+    spread = np.asarray(spread, np.float64)
+    # held[i, k]: point i inside its interval at LEVELS[k], built from the other groups' ratios
     held = np.array([[low <= spread[i] <= high for low, high in zip(*quantile_band(spread[rest], np.array(LEVELS)))]
-                     for i in range(len(points)) for rest in ((labels != labels[i]) & (kinds == kinds[i]),)
-                     if rest.any()]).reshape(-1, len(LEVELS))
+                     for i in range(len(points)) for rest in (labels != labels[i],) if rest.any()]
+                    ).reshape(-1, len(LEVELS))
     enough = np.flatnonzero(held.mean(axis=0) >= coverage) if len(held) else []
     return LEVELS[enough[0]] if len(enough) else LEVELS[-1]
+
+
+def family_levels(points: list[Point], spread, coverage: float = COVERAGE,
+                  family: Callable | None = None) -> dict:
+    """Each family's ``calibrated_level``, from its own points (one family, None, where ``family`` is None): each
+    family's intervals then hold ``coverage`` of its own unseen groups, not only of all of them together."""
+    spread, labels = np.asarray(spread, np.float64), groups(points)
+    kinds = [family(p) if family is not None else None for p in points]
+    return {k: calibrated_level([p for p, f in zip(points, kinds) if f == k], spread[mine], coverage, labels[mine])
+            for k in dict.fromkeys(kinds) for mine in (np.array([f == k for f in kinds]),)}
 
 
 def cross_validate(points: list[Point], bounds: tuple[float, float], kinds: set | Callable | None = None,
@@ -218,7 +229,7 @@ def cross_validate(points: list[Point], bounds: tuple[float, float], kinds: set 
     """Every point predicted with its group left out of the fit of the constants (of ``kinds``: ``held_out``), its
     interval from the held-out ratios of a cross-validation within the other groups: of every point there, or with
     ``family`` (a point's family: ``moesim.sim.accuracy.side``), of the points of its own family, at the level
-    ``calibrated_level`` learns from those groups."""
+    ``calibrated_level`` learns from those groups (of its family: ``family_levels``)."""
     labels = groups(points)
     outer = held_out(points, bounds, kinds)
     out: list = [None] * len(points)
@@ -226,10 +237,11 @@ def cross_validate(points: list[Point], bounds: tuple[float, float], kinds: set 
         test = np.flatnonzero(labels == g)
         train = [points[i] for i in np.flatnonzero(labels != g)]
         spread = ratios(train, held_out(train, bounds, kinds))
-        level = calibrated_level(train, spread, coverage, family)
+        levels = family_levels(train, spread, coverage, family)
         for i in test:
             pred, constants = outer[i]
-            low, high = quantile_band([r for p, r in zip(train, spread)
-                                       if family is None or family(p) == family(points[i])], level)
+            mine = family(points[i]) if family is not None else None
+            low, high = quantile_band([r for p, r in zip(train, spread) if family is None or family(p) == mine],
+                                      levels.get(mine, LEVELS[-1]))
             out[i] = Checked(points[i], pred, pred * low, pred * high, constants)
     return out

@@ -437,8 +437,8 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
     fmt = config.model.dtype or spec.expert_format
     own_gguf = config.model.dtype is None and spec.file.endswith(".gguf")
     vendor = hw.gpu.vendor if gpu else None
-    tensor = bool(hw.shares)  # every layer split over the GPUs: -ts as given, else as each GPU's memory
-    split = (config.hardware.tensor_split or tuple(g.hbm_gb for g, _ in hw.gpus)) if tensor else hw.split
+    tensor = bool(hw.shares)  # every layer split over the GPUs: -ts as given, else none (even shares)
+    split = (config.hardware.tensor_split or ()) if tensor else hw.split
     launch = Launch(spec, fmt, config, params.get(strategy.places, 0) if strategy.places else 0, gpu,
                     hw.cpu.workers if hw.cpu else 0, hw.cpu.sockets if hw.cpu else 1, context,
                     r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0, split, vendor or "nvidia",

@@ -7,9 +7,9 @@ A tokens/s predicted for a machine described by its spec sheet comes with an 80%
 quantiles of those ratios over the points of its ``side`` (where the engine computes the experts not on the GPU: on
 the host CPU, or on the GPU after copying each to a GPU cache), each predicted without its point's group (no point sharing its source
 or machine in anything it was made from, nor in the choice of which engines' learned times ship). The quantiles are
-the (1 ± level) / 2 ones, at the level that a cross-validation over the groups finds to hold 80% of points never seen
-(``moesim.experiments.crossval.calibrated_level``: the 10th and 90th percentiles of the seen groups hold less of an
-unseen one). A prediction timed as its engine (a plan's row, ``sim run --engine NAME``: with the framework time that
+the (1 ± level) / 2 ones, at the level that a cross-validation over the groups of its side finds to hold 80% of that
+side's points never seen (``moesim.experiments.crossval.family_levels``: the 10th and 90th percentiles of the seen
+groups hold less of an unseen one, and the GPU side's few groups need the widest). A prediction timed as its engine (a plan's row, ``sim run --engine NAME``: with the framework time that
 ships for it, where one does) takes ``FRAMEWORK_BANDS``: the spread of the whole procedure, choice of what ships
 included; the placement's operations alone (``sim run``), ``OPERATIONS_BANDS``: the spread with no time learned for
 any engine. Each
@@ -42,8 +42,8 @@ import numpy as np
 COVERAGE = 0.8  # an interval holds this share of measurements: its ends are quantiles of the held-out ratios
 SIDES = ("CPU", "GPU")
 # side -> (low, high, share of the published points of that side such intervals held, each built without its group)
-FRAMEWORK_BANDS = {"CPU": (0.66, 1.43, 0.83), "GPU": (0.62, 1.80, 0.76)}
-OPERATIONS_BANDS = {"CPU": (0.37, 1.37, 0.78), "GPU": (0.19, 0.86, 0.76)}
+FRAMEWORK_BANDS = {"CPU": (0.67, 1.39, 0.82), "GPU": (0.55, 2.15, 0.82)}
+OPERATIONS_BANDS = {"CPU": (0.32, 1.39, 0.78), "GPU": (0.17, 1.40, 0.76)}
 TIE_RATIO = 1.70
 PROMPT_GROWTH = 2.35  # a prompt's time as its engine runs it: moesim's x (1 + this)
 # measured / predicted prompt tokens/s, as its engine (grown) and as the operations alone: (low, high, share of the

@@ -154,7 +154,7 @@ class HardwareConfig:
                                                                "device order, as llama.cpp's -ts (3,1: three quarters "
                                                                "on the first; default: the split that fills each GPU "
                                                                "to the same share of its memory; split_mode tensor: of "
-                                                               "every layer, default each GPU's share of the memory).",
+                                                               "every layer, default even).",
                                                optional=True))
     split_mode: str = declare(Param("layer", "choice", "Several GPUs: layer, whole layers on each (llama.cpp's "
                                                        "default); tensor, every layer split over them, its partial "
@@ -506,9 +506,9 @@ class Config:
                 raise MoesimError(f"Config.{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
         engine = ENGINES.get(self.execution.engine)
         if engine is not None and self.hardware.split_mode != "layer" and not engine.tensor_mode:
-            raise SettingError("split_mode", f"tensor: {engine.name} splits a model over GPUs by whole layers; "
-                                             f"{' and '.join(e.name for e in ENGINES.values() if e.tensor_mode)} split "
-                                             "every layer", "[hardware]")
+            raise SettingError("split_mode", f"tensor: {engine.name} has no split of every layer over GPUs; "
+                                             f"{' and '.join(e.name for e in ENGINES.values() if e.tensor_mode)} have "
+                                             "one", "[hardware]")
         if engine is not None and not engine.takes(self):  # an engine has the mechanism for some settings only
             others = [e.name for e in ENGINES.values() if self.execution.strategy in e.runs and e.takes(self)]
             what = (engine.takes.__doc__ or "").strip().splitlines()[0].rstrip(".").replace("``", "")

@@ -235,8 +235,8 @@ class TensorSplit:
     ``hw.shares``): each GPU timed on its spec sheet (``SpecSheet``) at its memory bandwidth and FLOP/s over its share —
     its share of every weight, KV entry and FLOP in the whole one's time, its kernel launches and the engine's framework
     time whole — each duration the slowest GPU's; and a row's partial results added over the GPUs
-    (``allreduce_s``) twice a MoE or dense layer and once for the output head. Every expert is on the GPUs (a
-    placement with experts on the CPU is refused: not modelled)."""
+    (``allreduce_s``) twice a MoE or dense layer, and the output head's logits gathered once. Every expert is on the
+    GPUs (a placement with experts on the CPU is refused: not modelled)."""
 
     def __init__(self, model: ModelSpec, hw: Hardware, weights: Weights, engine: EngineSpec, placement: np.ndarray):
         if (placement != ON_GPU).any():
@@ -248,23 +248,29 @@ class TensorSplit:
         self.parts = [SpecSheet(model, replace(hw.device(i), gpu=replace(gpu, hbm_gbps=gpu.hbm_gbps / share,
                                                                          tflops=gpu.tflops / share)), weights, engine)
                       for i, ((gpu, _), share) in enumerate(zip(hw.gpus, hw.shares)) if share > 0]
-        self.links = [link for _, link in hw.gpus]
+        self.links = [link for (_, link), share in zip(hw.gpus, hw.shares) if share > 0]  # the GPUs that take part
 
-    def _reduces(self, tokens) -> tuple[np.ndarray, np.ndarray]:
-        """A row's all-reduces: a MoE layer's, and the once-per-row ones (the dense layers' and the output head's)."""
-        once = allreduce_s(np.asarray(tokens, np.float64) * self.model.d_model, self.links)
-        return REDUCES_PER_LAYER * once, (REDUCES_PER_LAYER * self.model.dense_layers + 1) * once
+    def _reduces(self, tokens, outputs) -> tuple[np.ndarray, np.ndarray]:
+        """A row's all-reduces: a MoE layer's two, and the once-per-row ones (a dense layer's two, and the output
+        head's logits gathered: ``outputs`` tokens of ``vocab`` values); none where one GPU takes every share."""
+        tokens = np.asarray(tokens, np.float64)
+        if len(self.links) < 2:
+            return np.zeros_like(tokens), np.zeros_like(tokens)
+        outputs = tokens if outputs is None else np.asarray(outputs, np.float64)
+        layer = REDUCES_PER_LAYER * allreduce_s(tokens * self.model.d_model, self.links)
+        head = allreduce_s(outputs * self.model.vocab, self.links) if self.model.vocab else np.zeros_like(tokens)
+        return layer, self.model.dense_layers * layer + head
 
     def row_costs(self, tokens, ctx, outputs=None, prompt_ctx=0.0, prompt_rows=1.0) -> RowCosts:
         slowest = _slowest([p.row_costs(tokens, ctx, outputs, prompt_ctx, prompt_rows)._asdict() for p in self.parts])
-        layer, once = self._reduces(tokens)
+        layer, once = self._reduces(tokens, outputs)
         return RowCosts(**{**slowest, "pre": slowest["pre"] + layer, "once": slowest["once"] + once})
 
     def costs(self, tokens: np.ndarray, ctx: np.ndarray, max_expert_tokens: int = 1, lowbit_dtype: str | None = None,
               outputs: np.ndarray | None = None, prefill: np.ndarray | None = None) -> Costs:
         parts = [p.costs(tokens, ctx, max_expert_tokens, lowbit_dtype, outputs, prefill) for p in self.parts]
         slowest = _slowest([{f.name: getattr(p, f.name) for f in fields(p)} for p in parts])
-        layer, once = self._reduces(tokens)
+        layer, once = self._reduces(tokens, outputs)
         return Costs(**{**slowest, "pre_s": np.ascontiguousarray(slowest["pre_s"] + layer),
                         "row_s": np.ascontiguousarray(slowest["row_s"] + once)})
 

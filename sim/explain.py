@@ -70,14 +70,15 @@ def explain(r: DesResult, model: ModelSpec) -> Explanation:
     compute, stall = r.compute_s * 1e3, r.stall_s * 1e3
     steps = max(r.decode_steps, 1)
     beside_cpu = bool(model.shared_experts) and bool(shared)  # the engine runs them beside the CPU's routed ones
-    step = (Line("attention and router" + (", shared experts" if model.shared_experts and not beside_cpu else ""),
-                 before, "ms", "every layer"),
+    step = (Line("attention and router" + (", shared experts" if model.shared_experts and not beside_cpu else "")
+                 + (", two all-reduces between GPUs" if hw.shares else ""), before, "ms", "every layer"),
             Line(f"{r.timed_as}'s framework time", framework, "ms", f"{framework / layers * 1e3:g} us a layer"),
             Line("shared experts beside the CPU's routed ones", shared, "ms", "every layer"),
             Line("expert kernels" + (" on the GPU" if hw.gpu is not None else ""),
                  max(0.0, compute - before - framework - shared - once), "ms",  # (0 to rounding where none ran)
                  f"{(1 - r.cpu_share) * r.accesses / steps:.1f} experts a step"),
-            Line("embeddings, dense layers, output head" + (", activations between GPUs" if hw.more_gpus else ""),
+            Line("embeddings, dense layers, output head" + (", the logits gathered" if hw.shares else
+                                                             ", activations between GPUs" if hw.more_gpus else ""),
                  once, "ms", "once a step"),
             Line("waiting on copies, the CPU's experts or the SSD's reads", stall, "ms", ""))
     link, cpu = r.copy_s * 1e3, r.cpu_s * 1e3
@@ -114,7 +115,7 @@ def _constants(r: DesResult, model: ModelSpec, hw: Hardware) -> tuple:
                         else f"--tensor-split {shares_text(shares)}, placed as llama.cpp places it"))
     for i, share in enumerate(hw.shares):  # every layer split over them: each one's share of every matrix
         out.append(Line(f"{VENDORS[hw.gpu.vendor]}{i}'s share of every layer", share, "share",
-                        "moesim.sim.tensor_split: each GPU's share of the GPUs' memory" if shares is None
+                        "moesim.sim.tensor_split: an even share, as llama.cpp's without -ts" if shares is None
                         else f"--tensor-split {shares_text(shares)}"))
     if hw.shares:
         out.append(Line("an all-reduce of a row's activations", ALLREDUCE_US, "us", "moesim.sim.tensor_split: the "

@@ -220,7 +220,7 @@ def account(fp: Footprint, config) -> Memory:
 def _tensor_split(fp: Footprint, memory: Memory, shares: tuple | None) -> Memory:
     """``memory`` of every layer split over several GPUs (``moesim.sim.tensor_split``): each GPU's share of what the
     GPUs hold, a reserve on every GPU, the scratch on the first."""
-    split = shares_of(fp.gpus, shares)
+    split = shares_of(len(fp.gpus), shares)
     used = held(split, memory.weights + memory.kv + memory.experts, memory.reserve, memory.scratch)
     return replace(memory, reserve=memory.reserve * len(fp.gpus), shares=tuple(split.tolist()),
                    per_gpu=tuple(used.tolist()), gpu_limits=fp.gpus)
@@ -267,8 +267,11 @@ def resolve(fp: Footprint, config, top_k: int):
     in_dram = config.cache.dram_capacity  # auto: sized last, from what the GPU's placement leaves in host RAM
     config = config.replace(dram_capacity=0) if in_dram == AUTO else config
     if places and run_params(strategy, config.execution.params)[places] == AUTO:
-        n = next((n for n in range(model.num_layers + 1) if not fp.cpu_only
-                  and account(fp, config.replace(**{places: n}, capacity=0)).fits), model.num_layers)
+        # every layer split over several GPUs keeps every expert on them (``moesim.sim.tensor_split``): none, or it
+        # does not fit
+        tensor = config.hardware.split_mode == "tensor" and len(fp.gpus) > 1
+        n = 0 if tensor else next((n for n in range(model.num_layers + 1) if not fp.cpu_only
+                                   and account(fp, config.replace(**{places: n}, capacity=0)).fits), model.num_layers)
         config = config.replace(**{places: n})
     if not strategy.cache and config.cache.capacity != 0:
         config = config.replace(capacity=0)  # no cache: the layers are placed whole

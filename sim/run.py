@@ -438,6 +438,11 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
                               f"{named(places, 'auto')} (or {model.num_layers})")
     if hardware.more_gpus or (hardware.gpu is not None and hardware.gpu.unified):
         _check_whole_layers(hardware, strategy, engine_for(config, as_engine=True))
+    splits = engine_for(config, as_engine=True)
+    if hardware.more_gpus and config.hardware.split_mode == "tensor" and model.family not in splits.tensor_families:
+        raise MoesimError(f"{named('split_mode', 'tensor')}: {splits.name} splits every layer of "
+                          f"{_listed(splits.tensor_families)} models, not {model.family} ({model.name}); use "
+                          f"{named('split_mode', 'layer')}")
     profile = ENGINES.get(config.execution.engine)
     why = profile.gpu_refusal(hardware.gpu.vendor if hardware.gpu is not None else None) if profile else ""
     if why:

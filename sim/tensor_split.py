@@ -17,8 +17,11 @@ a machine file's GPUs reach each other over their host links). At batch 1 the by
 two ``ALLREDUCE_US`` a layer, about 60 µs: splitting each layer pays where a layer's weights take longer than that to
 read on one GPU (a large dense part, many active experts) and costs where they do not.
 
-Each GPU's share of every matrix is its ``--tensor-split`` share where one is given, else its share of the GPUs'
-memory (ASSUMED: llama.cpp's layer split takes each device's free memory; a machine file gives its total).
+Each GPU's share of every matrix is its ``--tensor-split`` share where one is given, else an even share (llama.cpp's
+``docs/multi-gpu.md``: without ``-ts`` its tensor split cuts the tensors evenly, where its layer split follows each
+device's free memory). llama.cpp runs the mode for some architectures only (the same page: not OLMoE, not DeepSeek-V2's
+family, not MiniMax-M2), and ik_llama.cpp's graph mode was enabled architecture by architecture: an engine lists the
+families it splits (``EngineSpec.tensor_families``).
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ F32_BELOW = {2: 32768}  # values an all-reduce sends in f32 below (two GPUs; mor
 MANY_F32_BELOW = 262144
 
 
-def shares_of(vram, given: tuple | None) -> np.ndarray:
-    """float64 [G]: each GPU's share of every matrix: ``given`` (a ``-ts``, one a GPU) normalised, else each GPU's
-    share of their memory ``vram``."""
-    shares = np.asarray(given if given is not None else vram, np.float64)
+def shares_of(gpus: int, given: tuple | None) -> np.ndarray:
+    """float64 [G]: each of ``gpus`` GPUs' share of every matrix: ``given`` (a ``-ts``, one a GPU) normalised, else
+    even."""
+    shares = np.asarray(given if given is not None else [1.0] * gpus, np.float64)
     return shares / shares.sum()
 
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from moesim.experiments.crossval import (LEVELS, Point, better_than_none, calibrated_level, cross_validate, fit, groups,
-                                         held_out)
+from moesim.experiments.crossval import (LEVELS, Point, better_than_none, calibrated_level, cross_validate,
+                                        family_levels, fit, groups, held_out)
 from moesim.sim.accuracy import quantile_band
 from moesim.sim.engines import ENGINES
 from moesim.tracegen.models import get_model
@@ -133,12 +133,15 @@ def test_a_point_s_interval_comes_from_the_other_groups_ratios_only():
         assert c.predicted == pytest.approx(pts[i].predicted(0.0))
         assert (c.low, c.high) == pytest.approx((c.predicted * low, c.predicted * high))
         assert c.inside == (c.low <= pts[i].measured <= c.high)
-    # a band per family: the other points of the point's own family only (here its kind: a, a, a or b, b, b)
+    # a band per family: the other points of the point's own family only (here its kind: a, a, a or b, b, b), at the
+    # level learned from them alone
     kind = lambda p: p.kind  # noqa: E731
     for i, c in enumerate(cross_validate(pts, (0.0, 0.0), family=kind)):
-        level = calibrated_level([p for j, p in enumerate(pts) if j != i], [s for j, s in enumerate(scales) if j != i],
-                                 family=kind)
-        low, high = quantile_band([s for j, s in enumerate(scales) if j != i and j % 2 == i % 2], level)
+        mine = [j for j in range(len(pts)) if j != i and j % 2 == i % 2]
+        level = calibrated_level([pts[j] for j in mine], [scales[j] for j in mine])
+        assert family_levels([p for j, p in enumerate(pts) if j != i], [s for j, s in enumerate(scales) if j != i],
+                             family=kind)[pts[i].kind] == level
+        low, high = quantile_band([scales[j] for j in mine], level)
         assert (c.low, c.high) == pytest.approx((c.predicted * low, c.predicted * high))
 
 

@@ -100,7 +100,7 @@ class EngineSpec:
       most one a core, which a run named for it takes;
     - ``gpus``: the most GPUs it places a model's layers over (``moesim.sim.layer_split``; 1: one GPU);
     - ``tensor_mode``: its ``--split-mode`` for every layer split over the GPUs (``moesim.sim.tensor_split``; "": it
-      has none);
+      has none), and ``tensor_families`` the model families it splits so;
     - ``vendors``: the makers of the GPUs its GPU backend runs on (``moesim.sim.machine.VENDORS``);
     - ``layer_us``: its framework's time per MoE layer and row, beyond the operations moesim times (interpreter,
       dequantisation, launches it does not overlap), which no spec sheet gives: learned from published points by
@@ -137,6 +137,7 @@ class EngineSpec:
     threads: int = 0
     gpus: int = 1
     tensor_mode: str = ""
+    tensor_families: tuple = ()
     vendors: tuple = tuple(VENDORS)
     layer_us: float = 0.0
     layer_loop: str = "compiled"

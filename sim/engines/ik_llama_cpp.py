@@ -30,7 +30,7 @@ ENGINE = EngineSpec(
     families=("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "gpt_oss", "glm4_moe",
               "glm4_moe_lite", "dbrx", "granitemoe", "llama4", "kimi_k2", "minimax_m2"),
     formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=(3, 0), offload_min_tokens=32,
-    offload_per_expert=True, gpus=16, tensor_mode="graph",
+    offload_per_expert=True, gpus=16, tensor_mode="graph", tensor_families=("qwen3_moe", "gpt_oss", "glm4_moe"),
     sources=(("numa", "llama.cpp's: one thread pool; --numa distribute spreads threads, not the experts' pages"),
              ("cpu_ops", "src/llama-build-context.cpp llm_build_moe_ffn with fused_moe_up_gate (common/common.h: on by "
                          "default since PR #863): ggml_moe_up_gate, mul_mat_id, ggml_mul_multi_add; ggml.c "
@@ -40,5 +40,7 @@ ENGINE = EngineSpec(
                                     "MOE_FUSED_UP_GATE"),
              ("gpus", "ggml/include/ggml-cuda.h: GGML_CUDA_MAX_DEVICES 16, -ts as llama.cpp's"),
              ("tensor_mode", "--split-mode graph (PR #1022): every layer's tensors and its experts' FFN width split "
-                             "over the GPUs, two GGML_OP_REDUCE a layer (src/llama-build-context.cpp)"),
+                             "over the GPUs, two GGML_OP_REDUCE a layer (src/llama-build-context.cpp); enabled "
+                             "architecture by architecture: its families here those its PRs measured (GLM-4.5-Air "
+                             "#1022, Qwen3-30B-A3B #1080, gpt-oss-120b #1118)"),
              ("families", "src/llama-arch.cpp LLM_ARCH_NAMES (2026-08; GLM-4.7-Flash converts to deepseek2): no olmoe, no phimoe")))

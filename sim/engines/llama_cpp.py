@@ -20,10 +20,11 @@ def command(launch: Launch, cpu_only: str = "-ngl 0 --no-op-offload", program: s
         "" if n == 0 else " --cpu-moe" if n == layers else f" --n-cpu-moe {n + launch.model.dense_layers}")
     # several GPUs: the layers each holds, the output layer counted, on the GPUs in the order nvidia-smi lists them
     # (CUDA numbers them fastest first unless told)
-    several = launch.gpu and len(launch.split) > 1
-    if several:
-        place += f" -ts {','.join(f'{x:g}' for x in launch.split)}" + (f" -sm {launch.split_mode}" if launch.split_mode
-                                                                        else "")
+    several = launch.gpu and (len(launch.split) > 1 or bool(launch.split_mode))
+    if several and launch.split:  # the layers each GPU holds, or a share of every layer where one was given
+        place += f" -ts {','.join(f'{x:g}' for x in launch.split)}"
+    if launch.split_mode:  # every layer split over the GPUs; llama.cpp's automatic fit places by layers, so off
+        place += f" -sm {launch.split_mode}" + (" -fit off" if launch.split_mode == "tensor" else "")
     order = several and launch.vendor == "nvidia"
     threads = f" -t {launch.threads}" if n or not launch.gpu else ""
     slots = f" -np {launch.batch}" if launch.batch > 1 else ""
@@ -40,7 +41,8 @@ ENGINE = EngineSpec(
     families=("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2", "olmoe",
               "phimoe", "gpt_oss", "glm4_moe", "glm4_moe_lite", "dbrx", "granitemoe", "llama4", "minimax_m2"),
     formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=EXPERT_BARRIERS, offload_min_tokens=32, gpus=16,
-    tensor_mode="tensor",
+    tensor_mode="tensor", tensor_families=("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "phimoe", "gpt_oss",
+                                           "glm4_moe", "dbrx", "granitemoe", "llama4"),
     gpu_layer_us=(("amd", 55.0), ("apple", 186.0), ("intel", 414.0)),
     sources=(("numa", "one thread pool over every socket; a page lands in the DRAM of the thread that first "
                       "touched it (the loader), without --numa"),
@@ -50,7 +52,8 @@ ENGINE = EngineSpec(
              ("gpus", "--split-mode layer (the default) over up to GGML_CUDA_MAX_DEVICES = 16 GPUs, -ts the share of "
                       "layers each takes (src/llama-model.cpp load_tensors)"),
              ("tensor_mode", "--split-mode tensor (PR #19378, 2026): every matrix split over the GPUs, two "
-                             "all-reduces a layer (ggml-backend-meta.cpp)"),
+                             "all-reduces a layer (ggml-backend-meta.cpp); docs/multi-gpu.md: -ts even by default, "
+                             "-fit off, not for OLMoE, DeepSeek-V2's family or MiniMax-M2 (its families: the others)"),
              ("gpu_layer_us", "fitted to its published points on each maker's GPUs (python "
                               "benchmarks/published_offload.py --cv, 2026-12-07): its ROCm and Vulkan builds on AMD's, "
                               "22 points in 7 groups, held out 8% against 13% without; its Metal build on Apple's, 6 "
