@@ -2,9 +2,10 @@
 (PR #19378, 2026: ``ggml-backend-meta.cpp``) and ik_llama.cpp's ``--split-mode graph`` (PR #1022). Each GPU holds a
 share of every matrix of a layer — the attention's heads, and their KV cache with them; each routed and shared
 expert's FFN width (up and gate by their rows, down by its columns); the output head — reads that share each token,
-and computes that share of the FLOPs; the router is copied to every GPU. Twice a layer, after the attention's output
-projection and after the experts' down projections (summed over the chosen experts first), the GPUs' partial results
-are added: an all-reduce of a row's ``d_model`` activations; the output head's rows once more. llama.cpp's NCCL path
+and computes that share of the FLOPs; the router is copied to every GPU (moesim shares it out like the rest: d·E
+weights a layer, a few hundred KB). Twice a layer, after the attention's output projection and after the experts'
+down projections (summed over the chosen experts first), the GPUs' partial results are added: an all-reduce of a
+row's ``d_model`` activations; and once a row the output head's logits, its ``vocab`` values a token, are gathered. llama.cpp's NCCL path
 reduces in f32 below ``F32_BELOW`` values (32,768 on two GPUs, 262,144 on more), in bf16 above; every decode row is
 below.
 
