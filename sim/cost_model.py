@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from moesim.errors import MoesimError, named
+from moesim.errors import MoesimError
 from moesim.sim.costs import (KERNELS_ATTN, KERNELS_EXPERT, KERNELS_FFN, KERNELS_HEAD, KERNELS_MOE, KERNELS_ROUTER,
                               KV_BYTES, UBATCH, Costs, RowCosts, cpu_expert_s, cpu_layer_s, device_s, kv_reads,
                               link_copy_s, ssd_read_s)
@@ -236,14 +236,9 @@ class TensorSplit:
     its share of every weight, KV entry and FLOP in the whole one's time, its kernel launches and the engine's framework
     time whole — each duration the slowest GPU's; and a row's partial results added over the GPUs
     (``allreduce_s``) twice a MoE or dense layer, and the output head's logits gathered once. Every expert is on the
-    GPUs (a placement with experts on the CPU is refused: not modelled)."""
+    GPUs (``moesim.sim.run.check`` refuses a placement with experts on the CPU: not modelled)."""
 
-    def __init__(self, model: ModelSpec, hw: Hardware, weights: Weights, engine: EngineSpec, placement: np.ndarray):
-        if (placement != ON_GPU).any():
-            raise MoesimError(f"{named('split_mode', 'tensor')} splits every layer over the GPUs, and this placement "
-                              f"keeps {int((placement != ON_GPU).sum())} layers' experts off them: moesim models the "
-                              f"split with every expert on the GPUs (give {named('split_mode', 'layer')}, or GPUs that "
-                              "hold the model)")
+    def __init__(self, model: ModelSpec, hw: Hardware, weights: Weights, engine: EngineSpec):
         self.model, self.hw = model, hw
         self.parts = [SpecSheet(model, replace(hw.device(i), gpu=replace(gpu, hbm_gbps=gpu.hbm_gbps / share,
                                                                          tflops=gpu.tflops / share)), weights, engine)
@@ -287,7 +282,7 @@ def cost_model(model: ModelSpec, hw: Hardware, weights: Weights, engine: EngineS
     ``placement``: each layer's experts on the GPU or the CPU) or each layer split over them (``TensorSplit``); else
     its measured ``[compute]`` table where it has one, else its spec sheets."""
     if hw.shares:
-        return TensorSplit(model, hw, weights, engine, placement)
+        return TensorSplit(model, hw, weights, engine)
     if hw.more_gpus:
         return LayerSplit(model, hw, weights, engine, placement)
     return (SpecSheet if hw.compute is None else Measured)(model, hw, weights, engine)

@@ -36,7 +36,7 @@ from moesim.sim.hits import capacity_named, check_fits_experts
 from moesim.sim.layer_split import check_shares
 from moesim.sim.memory import GIB, Footprint, Memory, resolve
 from moesim.sim.strategies import STRATEGIES, StrategySpec, get_strategy, lowbit_dtype
-from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, CACHED, ON_CPU, Cells
+from moesim.sim.strategies.base import A_CPU, A_CPU_FILL, A_LOAD, CACHED, ON_CPU, ON_GPU, Cells
 from moesim.sim.weights import Weights, weights_of
 from moesim.tracegen.models import ModelSpec
 from moesim.tracegen.schema import DECODE
@@ -411,6 +411,21 @@ def _check_whole_layers(hardware: Hardware, strategy: StrategySpec, engine: Engi
                           f"{_listed(e.name for e in ENGINES.values() if e.gpus >= count) or 'none'}")
 
 
+def _check_tensor_split(model: ModelSpec, strategy: StrategySpec, params: dict, engine: EngineSpec) -> None:
+    """Every layer split over several GPUs (``moesim.sim.tensor_split``): a family the engine splits so, and every
+    expert on the GPUs (``auto`` places none on the CPU in this mode: ``moesim.sim.memory.resolve``)."""
+    if model.family not in engine.tensor_families:
+        raise MoesimError(f"{named('split_mode', 'tensor')}: {engine.name} splits every layer of "
+                          f"{_listed(engine.tensor_families)} models, not {model.family} ({model.name}); use "
+                          f"{named('split_mode', 'layer')}")
+    placed = params.get(strategy.places) if strategy.places else None
+    off = 0 if placed in (None, AUTO) else int((strategy.placement(model.num_layers, params) != ON_GPU).sum())
+    if off:
+        raise MoesimError(f"{named('split_mode', 'tensor')} splits every layer over the GPUs, and this placement keeps "
+                          f"{off} layers' experts off them: moesim models the split with every expert on the GPUs "
+                          f"(give {named('split_mode', 'layer')}, or {named(strategy.places, 0)})")
+
+
 def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) -> None:
     """What the configuration alone cannot tell: whether it suits this trace, model and machine (before
     memory is sized: an ``auto`` capacity is checked by ``moesim.sim.memory``)."""
@@ -437,12 +452,10 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
             raise MoesimError(f"{_machine(hardware)} has no GPU: every layer's experts are on its CPU; use "
                               f"{named(places, 'auto')} (or {model.num_layers})")
     if hardware.more_gpus or (hardware.gpu is not None and hardware.gpu.unified):
-        _check_whole_layers(hardware, strategy, engine_for(config, as_engine=True))
-    splits = engine_for(config, as_engine=True)
-    if hardware.more_gpus and config.hardware.split_mode == "tensor" and model.family not in splits.tensor_families:
-        raise MoesimError(f"{named('split_mode', 'tensor')}: {splits.name} splits every layer of "
-                          f"{_listed(splits.tensor_families)} models, not {model.family} ({model.name}); use "
-                          f"{named('split_mode', 'layer')}")
+        engine = engine_for(config, as_engine=True)
+        _check_whole_layers(hardware, strategy, engine)
+        if hardware.more_gpus and config.hardware.split_mode == "tensor":
+            _check_tensor_split(model, strategy, run_params(strategy, config.execution.params), engine)
     profile = ENGINES.get(config.execution.engine)
     why = profile.gpu_refusal(hardware.gpu.vendor if hardware.gpu is not None else None) if profile else ""
     if why:

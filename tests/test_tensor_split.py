@@ -18,7 +18,6 @@ from moesim.sim.cost_model import SpecSheet, TensorSplit
 from moesim.sim.engines import ENGINES, Launch
 from moesim.sim.machine import CPU, GPU, Hardware, Link
 from moesim.sim.memory import GIB, Footprint, account
-from moesim.sim.strategies import ON_GPU
 from moesim.sim.tensor_split import ALLREDUCE_US, allreduce_s, describe, held, shares_of
 from moesim.sim.weights import weights_of
 from moesim.tracegen.models import get_model
@@ -61,7 +60,7 @@ def test_shares_are_the_given_split_else_even():
 def _costs(hw: Hardware, tokens=(1.0,), ctx=(100.0,)):
     model = get_model("olmoe-1b-7b")
     weights = weights_of(None, model, "bf16", None)
-    return TensorSplit(model, hw, weights, ENGINES["llama.cpp"], np.full(16, ON_GPU)).costs(
+    return TensorSplit(model, hw, weights, ENGINES["llama.cpp"]).costs(
         np.array(tokens), np.array(ctx), max_expert_tokens=4), model, weights
 
 
