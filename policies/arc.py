@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit
 
 from moesim.policies.arc_across import WIDEST, across_reset, across_step, make_across
+from moesim.policies.arc_lists import list_hits
 from moesim.policies.base import (NARROW_LANES, TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked,
                                   list_of, list_push_head, list_remove, list_size, list_tail, lists_clear, make_lists)
 
@@ -142,4 +143,5 @@ SPEC = PolicySpec("arc", make_state,
                         choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert),
                   fast_paths=(FastPath("across", make_across,
                                        {"across_reset": across_reset, "across_step": across_step},
-                                       fullest=0.75, crowded=8, widest=WIDEST, narrow=NARROW_LANES),))
+                                       fullest=0.75, crowded=8, widest=WIDEST, narrow=NARROW_LANES),
+                              FastPath("counts", list_hits)))

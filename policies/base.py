@@ -96,6 +96,12 @@ class Context:
     def num_parts(self) -> int:
         return self.num_layers if self.per_layer else 1
 
+    def layer_major(self) -> np.ndarray:
+        """The experts as [L, rows, W], each layer's accesses contiguous, for a path that runs a layer at a time
+        (ARC's lists, LeCaR's keyed slots): read across the rows instead, a step of every layer's experts apart,
+        LeCaR's keyed slots ran at 0.7 of the speed."""
+        return np.ascontiguousarray(self.experts.transpose(1, 0, 2))
+
 
 @njit(cache=True)
 def no_reset(st):
@@ -156,7 +162,7 @@ class FastPath:
     sequential semantics (``moesim.sim.hits.count_hits`` tries a policy's ``fast_paths`` in order).
 
     ``kind`` names the driver in ``moesim.sim``: ``"counts"`` (``make`` is the policy's own whole-run
-    function, ``make(experts, seq_offsets, num_experts, reset, slots) -> hits per layer``), ``"lanes"``
+    function, ``make(ctx) -> hits per layer``, or None where it does not fit the trace), ``"lanes"``
     (``moesim.sim.lanes``: ``make(ctx, lanes)`` builds the state, ``hooks`` are ``lane_reset`` and
     ``lane_access``) or ``"across"`` (``moesim.sim.across``: ``make(ctx, layers, width)``, ``hooks``
     ``across_reset`` and ``across_step``). It serves caches of at most ``widest`` slots (None: any), at most

@@ -18,21 +18,23 @@ Prefetch rule (the paper has no prefetch; a fill is no request): the clock does 
 weights do not move, a history entry of the expert is dropped (it is resident again), and the
 experts take it in as a load: LRU at its MRU end, LFU at count 0 (see ``lfu``).
 
-Per layer under sequential semantics, up to 32 slots, the same rules run with a layer in each SIMD
-lane (``moesim.policies.lecar_across``, ``fast_paths``; ``moesim.sim.across``).
+Per layer under sequential semantics the same rules run, up to 24 slots, with a layer in each SIMD lane
+(``moesim.policies.lecar_across``; ``moesim.sim.across``), and past the lanes a layer at a time with keyed slots
+(``moesim.policies.lecar_keyed``): both are ``fast_paths``.
 
 libCacheSim differs in three ways, which is why tests compare hit rates with a tolerance: each
 history holds C/2 ids, an eviction on which both experts agree goes to no history, and its random
 draws come from its own generator.
 """
 
+import functools
 import math
 from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
-from moesim.policies import lecar_across
+from moesim.policies import lecar_across, lecar_keyed
 from moesim.policies.base import (NARROW_LANES, SEED, TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked,
                                   list_of, list_push_head, list_remove, list_size, list_tail, list_to_head,
                                   lists_clear, make_lists, make_rng, rng_reset, rng_uniform)
@@ -63,17 +65,22 @@ def make_state(ctx) -> State:
 def penalty_tables(slots: np.ndarray) -> np.ndarray:
     """Per partition of C slots, e^(−λ·d^t) for t = 0, 1, ... up to the first t where it is exactly
     1.0 (d = 0.005^(1/C)), the shorter rows padded with 1.0."""
-    rows = []
-    for capacity in slots:
-        discount = 0.005 ** (1.0 / capacity)
-        factors = [math.exp(-LEARNING_RATE * discount ** 0)]
-        while factors[-1] < 1.0:
-            factors.append(math.exp(-LEARNING_RATE * discount ** len(factors)))
-        rows.append(factors)
+    rows = [_penalties(int(capacity)) for capacity in slots]
     table = np.ones((len(rows), max(map(len, rows))))
     for part, factors in enumerate(rows):
         table[part, :len(factors)] = factors
     return table
+
+
+@functools.cache
+def _penalties(capacity: int) -> tuple:
+    """One capacity's row of ``penalty_tables`` (hundreds of factors, each a ``math.exp``: kept, as a run at the
+    same capacity asks again)."""
+    discount = 0.005 ** (1.0 / capacity)
+    factors = [math.exp(-LEARNING_RATE * discount ** 0)]
+    while factors[-1] < 1.0:
+        factors.append(math.exp(-LEARNING_RATE * discount ** len(factors)))
+    return tuple(factors)
 
 
 @njit(cache=True)
@@ -148,8 +155,14 @@ def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
     return lecar_across.make_across(ctx, layers, width, penalty_tables(ctx.slots))
 
 
+def keyed_hits(ctx) -> np.ndarray | None:
+    """Hits per layer a layer at a time with keyed slots (``moesim.policies.lecar_keyed``), with this run's
+    penalty tables."""
+    return lecar_keyed.keyed_hits(ctx, penalty_tables(ctx.slots))
+
+
 # up to WIDEST slots per layer with a layer in each SIMD lane (NARROW_LANES without 512-bit vectors); wider than eight
-# slots, up to half a layer's experts (the crossovers with the engine: docs/benchmarks.md)
+# slots, up to half a layer's experts; past them, keyed slots a layer at a time (the crossovers: docs/benchmarks.md)
 
 
 SPEC = PolicySpec("lecar", make_state,
@@ -158,4 +171,5 @@ SPEC = PolicySpec("lecar", make_state,
                   fast_paths=(FastPath("across", make_across, {"across_reset": lecar_across.across_reset,
                                                                  "across_step": lecar_across.across_step},
                                        fullest=0.5, crowded=8, widest=lecar_across.WIDEST,
-                                       narrow=NARROW_LANES),))
+                                       narrow=NARROW_LANES),
+                              FastPath("counts", keyed_hits)))

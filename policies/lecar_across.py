@@ -46,7 +46,8 @@ FIELDS = 17
 EIN, CNT, LAST = range(3)  # resident slot fields, WIDTH entries of LANES each
 HEXP, HKEY = range(2)  # history slot fields, 2 * WIDTH entries of LANES each
 CHUNK = 8  # slots per innermost loop, which LLVM unrolls
-WIDEST = 4 * CHUNK  # the slots the helpers' blocks of eight serve (``if WIDTH > ...``; the offsets use ``w``, the same)
+WIDEST = 3 * CHUNK  # the slots the helpers' blocks of eight serve (``if WIDTH > ...``; the offsets use ``w``, the same):
+# wider, the keyed slots of ``moesim.policies.lecar_keyed`` are faster (docs/benchmarks.md)
 # the lanes' shape, compile-time constants: ``moesim.sim.across`` compiles these functions once per slot width,
 # with ``bind``'s ``constants`` in place of these defaults
 LANES = 16  # layers stepping together
@@ -161,8 +162,6 @@ def _residents(blk, at, lanes, w, l, e):
         got = _residents_eight(blk, at, lanes, w, l, e, uint64(8), got)
     if WIDTH > 16:
         got = _residents_eight(blk, at, lanes, w, l, e, uint64(16), got)
-    if WIDTH > 24:
-        got = _residents_eight(blk, at, lanes, w, l, e, uint64(24), got)
     kat, lru_at, _, lru_in, lfu_at, _, _, lfu_in = got
     return kat, lru_at, lru_in, lfu_at, lfu_in
 
@@ -199,8 +198,6 @@ def _history(blk, at, lanes, w, l, e, h, got):
         got = _history_eight(blk, at, lanes, w, l, e, base, uint64(8), got)
     if WIDTH > 16:
         got = _history_eight(blk, at, lanes, w, l, e, base, uint64(16), got)
-    if WIDTH > 24:
-        got = _history_eight(blk, at, lanes, w, l, e, base, uint64(24), got)
     return got[0], got[1], got[2]
 
 
@@ -228,8 +225,6 @@ def _write_residents(blk, at, lanes, w, l, slot, e, hit, now):
         _write_residents_eight(blk, at, lanes, w, l, slot, e, hit, now, uint64(8))
     if WIDTH > 16:
         _write_residents_eight(blk, at, lanes, w, l, slot, e, hit, now, uint64(16))
-    if WIDTH > 24:
-        _write_residents_eight(blk, at, lanes, w, l, slot, e, hit, now, uint64(24))
 
 
 @njit(cache=True, inline="always")
@@ -256,8 +251,6 @@ def _write_history(blk, at, lanes, w, l, h, target, into, hat, now):
         _write_history_eight(blk, at, lanes, w, l, base, target, into, hat, now, uint64(8))
     if WIDTH > 16:
         _write_history_eight(blk, at, lanes, w, l, base, target, into, hat, now, uint64(16))
-    if WIDTH > 24:
-        _write_history_eight(blk, at, lanes, w, l, base, target, into, hat, now, uint64(24))
 
 
 @njit(cache=True, inline="always")

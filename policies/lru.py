@@ -20,7 +20,7 @@ from numba import njit
 
 from moesim.policies.base import (RECENCY, TAIL, FastPath, Lists, PolicySpec, Stack, hooks, list_first_unmarked,
                                   list_push_head, list_remove, list_rename, list_to_head, lists_clear, make_lists)
-from moesim.policies.lru_ranks import rank_counts
+from moesim.policies.lru_ranks import rank_counts, rank_hits
 
 
 class State(NamedTuple):
@@ -63,5 +63,5 @@ def on_move(st, part, src, dst, obj):
 
 SPEC = PolicySpec("lru", make_state,
                   hooks(reset=reset, on_hit=on_hit, choose_victim=choose_victim, on_evict=on_evict, on_insert=on_insert,
-                        on_move=on_move), resizable=True, fast_paths=(FastPath("counts", rank_counts),),
+                        on_move=on_move), resizable=True, fast_paths=(FastPath("counts", rank_hits),),
                   stack=Stack(RECENCY, ("sequential",), histogram=rank_counts))

@@ -49,6 +49,11 @@ def rank_counts(experts: np.ndarray, seq_offsets: np.ndarray, num_experts: int, 
     return below[np.arange(n_layers), np.asarray(slots, np.int64) - 1]
 
 
+def rank_hits(ctx) -> np.ndarray:
+    """Hits per layer at ``ctx.slots`` (LRU's ``FastPath`` of kind ``counts``)."""
+    return rank_counts(ctx.experts, ctx.seq_offsets, ctx.num_experts, ctx.reset_each_seq, ctx.slots)
+
+
 @njit(cache=True, inline="always")
 def move_one(ranks, hist, experts, row, layer, j, blocks, top):
     """Access ``j`` of ``layer`` at ``row``: count its expert's rank d in ``hist`` (first uses at ``top``, the

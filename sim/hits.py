@@ -139,8 +139,9 @@ def count_hits(trace: Trace, cache: CacheConfig, log_evictions: int = 0) -> HitR
 
 
 def _counts_runner(path, name: str, num_experts: int, slots: np.ndarray, reset: bool, params: dict):
-    """A ``FastPath`` of kind ``"counts"``: the policy's own whole-run function."""
-    return lambda experts, seq_offsets: path.make(experts, seq_offsets, num_experts, reset, slots)
+    """A ``FastPath`` of kind ``"counts"``: the policy's own whole-run function of the run's ``Context``."""
+    return lambda experts, seq_offsets: path.make(Context(experts, seq_offsets, num_experts, slots, True, True, reset,
+                                                          params))
 
 
 # the driver of each kind of fast path (``moesim.policies.base.FastPath``)
