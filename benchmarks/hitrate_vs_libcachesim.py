@@ -5,7 +5,8 @@ here (sequential semantics, per-layer scope, C slots per layer) and in libCacheS
 (one cache per layer, ``process_trace`` over that layer's stream as an oracleGeneral file, the
 format its Belady needs; the 32 runs' times are summed),
 checks the miss counts agree where they must, and prints accesses/s of both and the ratio; for a
-policy that leaves the engine here (LRU's ranks, the lanes of FIFO, LFU, Belady and ARC) also the
+policy that leaves the engine here (LRU's ranks, the lanes of FIFO, LFU, Belady, ARC and LeCaR, ARC's lists and
+LeCaR's keyed slots) also the
 engine's own rate on the same stream (run as a run that logs one eviction, which takes the engine). Times
 exclude compilation and trace generation but include each policy's set-up (Belady's next uses,
 ml-ffn's predictions); libCacheSim's include reading its trace file, which is
@@ -15,8 +16,8 @@ how it consumes a trace. ml-ffn and gamma have no libCacheSim counterpart; their
         [--experts 64 --top-k 8] [--policies arc,fifo]
 
 ``--fullest`` sets the ``fullest`` of every policy's lane paths (``fast_paths``), the share of a
-layer's experts above which FIFO, LFU, Belady and (in lanes wider than eight slots) ARC and LeCaR
-leave their lanes for the engine (1: the lanes take every capacity; default: each policy's own). ``--experts`` and
+layer's experts above which FIFO, LFU and Belady leave their lanes for the engine, and (in lanes wider than eight
+slots) ARC and LeCaR for their layer paths (1: the lanes take every capacity; default: each policy's own). ``--experts`` and
 ``--top-k`` give the trace another router's shape (Mixtral's: 8, 2), ``--policies`` a subset.
 """
 

@@ -300,7 +300,7 @@ def placed(r: PlanRow) -> str:
     """Where a row keeps its experts, in a few characters: every one, C per layer (and the policy), a pinned
     pool, the CPU's layers; marked where those are read from the SSD."""
     if r.strategy == ALL_ON_GPU:
-        return "all"
+        return "all, every layer split" if r.split_mode == "tensor" else "all"
     ssd = f", {SSD_MARK}" if r.from_ssd else ""
     if not r.gpu:
         return "none: CPU only" + ssd

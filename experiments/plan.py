@@ -65,6 +65,7 @@ CANDIDATES = (
 DTYPES = ("bf16", "q8_0", "q4_k")
 ALL_ON_GPU = "all-on-gpu"  # the row of a format whose every expert fits on the GPU, whichever strategy gave it
 CPU_ONLY = "cpu-experts (GPU left out)"  # llama.cpp -ngl 0 on a machine with a GPU, where it is refused
+TENSOR = "cpu-experts (every layer split)"  # every layer split over several GPUs (-sm tensor), where it is refused
 # the drive a plan reads a model larger than RAM from, where the machine names none
 SSD_ASSUMED = replace(SSDS["pcie4-nvme"], name="pcie4-nvme, assumed")
 SYNTH_TOKENS = 128  # decode tokens per sequence of a synthetic trace
@@ -96,6 +97,8 @@ class Plan(Tabular):
     machine_spec: Hardware | None = field(default=None, repr=False)  # and the machine (``local``: detected once)
     shared: Shared | None = field(default=None, repr=False)  # what its runs on the trace share (``moesim.sim.des``)
     cpu_only: Hardware | None = field(default=None, repr=False)  # the machine without its GPU (llama.cpp -ngl 0)
+    tensor_too: bool = field(default=False, repr=False)  # several GPUs, no split mode asked: each format whole on
+    # them with every layer split too (-sm tensor), beside the layer split's rows
 
     def with_ssd(self) -> Hardware:
         """The plan's machine with its SSD, else a PCIe 4 drive (``SSD_ASSUMED``)."""
@@ -184,7 +187,9 @@ def plan(config: Config, trace: str | Path | Trace | None = None, dtypes=None, p
                    wl.batch, prompt_recorded=own, simulated=tr, spec=spec, machine_spec=hw, shared=Shared(tr),
                    context=wl.context + config.workload.prompt + int(np.diff(tr.seq_offsets).max(initial=0)),
                    cpu_only=hw.without_gpus(f"{hw.name} CPU only")
-                   if hw.gpu is not None and not hw.gpu.unified and hw.cpu is not None else None)
+                   if hw.gpu is not None and not hw.gpu.unified and hw.cpu is not None else None,
+                   tensor_too=bool(hw.more_gpus) and "split_mode" not in given
+                   and config.hardware.split_mode == "layer")
         prepared, short = _prepare(out, config.replace(model=spec.name,
                                                        warmup=1 if tr.num_sequences > wl.batch else 0), formats, kept)
     out.results = simulate_all(prepared)
@@ -278,7 +283,9 @@ def check_plan_read(p: Plan, given) -> None:
 
 def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[Prepared], list]:
     """Every candidate in every format whose engine is ``kept`` (None: any), and on a machine with a GPU, llama.cpp with
-    every layer on its CPU (``out.cpu_only``: the GPU left out), assembled on the plan's trace, not yet simulated,
+    every layer on its CPU (``out.cpu_only``: the GPU left out), on several GPUs with no split mode asked every layer
+    on them split (``out.tensor_too``: -sm tensor, where an engine the user has splits the model's family so),
+    assembled on the plan's trace, not yet simulated,
     and (refusal, format name) for those memory refused (the CPU-only runs aside: they are not the machine's
     placements); those that cannot run are listed in ``out.skipped``."""
     spec, hw, tr = out.spec, out.machine_spec, out.simulated
@@ -312,6 +319,8 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
                 except MoesimError as exc:
                     _skip(out, {"strategy": strategy, "dtype": dtype, "format": name, **_named(settings),
                                 "reason": str(exc)})
+        if out.tensor_too:
+            _prepare_tensor(out, base.replace(dtype=dtype, other_dtype=dtype), name, kept, prepared)
         if out.cpu_only is None:
             continue
         for config in each_engine(base.replace(dtype=dtype, other_dtype=dtype, strategy="cpu-experts",
@@ -322,6 +331,24 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
                 _skip(out, {"strategy": CPU_ONLY, "dtype": dtype, "format": name, "policy": None, "prefetch": None,
                             "reason": f"needs {exc.parts}" if isinstance(exc, DoesNotFit) else str(exc)})
     return prepared, short
+
+
+def _prepare_tensor(out: Plan, base: Config, name: str, kept: set | None, prepared: list) -> None:
+    """The format whole on the GPUs with every layer split over them (``base``'s format), for each engine the user
+    has that splits its family so; listed in ``out.skipped`` with why where none does or it does not fit."""
+    why = None
+    try:
+        configs = each_engine(base.replace(strategy="cpu-experts", cpu_layers="auto", split_mode="tensor"), kept)
+        for config in configs:
+            prepared.append(prepare_des(out.simulated, config, out.spec, out.machine_spec, shared=out.shared,
+                                        as_engine=True))
+    except DoesNotFit as exc:
+        why = f"needs {exc.parts}"
+    except MoesimError as exc:
+        why = str(exc)
+    if why is not None:
+        _skip(out, {"strategy": TENSOR, "dtype": base.model.dtype, "format": name, "policy": None, "prefetch": None,
+                    "reason": why})
 
 
 def each_engine(config: Config, kept: set | None) -> list[Config]:
@@ -389,23 +416,25 @@ def _fold(rows: list[tuple[PlanRow, PlanRow | None]], results: list) -> tuple[li
     an AMD or Apple GPU), else the first (the fastest: an engine with no framework time learned for it; the first
     whose engine a user can run, where the fastest's cannot); it lists the candidates folded into it, and takes the
     least GPU memory and host RAM of the one of them that needs the least GPU memory (then RAM; the engines differ in
-    what they hold beside the experts: a host copy, scratch buffers). Returns the rows and their results, still side
-    by side."""
-    out, kept, timed_by = [], {}, {}  # kept: format -> its all-on-gpu row's index in out; timed_by: whose run it is
+    what they hold beside the experts: a host copy, scratch buffers). On several GPUs the layer split and every
+    layer split are two placements. Returns the rows and their results, still side by side."""
+    out, kept, timed_by = [], {}, {}  # kept: (format, split mode) -> its all-on-gpu row's index in out; timed_by:
+    # whose run it is
     for (r, whole), result in zip(rows, results):
+        one = (r.format, r.split_mode)
         if whole is None:
             out.append((r, result))
-        elif r.format in kept:  # one placement, one memory: the least any of its engines needs
-            at = kept[r.format]
+        elif one in kept:  # one placement, one memory: the least any of its engines needs
+            at = kept[one]
             row_kept, result_kept = out[at]
             vram, ram = min((row_kept.vram_gb, row_kept.ram_gb), (r.vram_gb, r.ram_gb))
-            own = r.engine == whole.engine != timed_by[r.format] and not whole.apart  # the naming engine's own run
+            own = r.engine == whole.engine != timed_by[one] and not whole.apart  # the naming engine's own run
             if own or (row_kept.apart and not whole.apart):  # else the first whose engine a user can run
-                row_kept, result_kept, timed_by[r.format] = replace(whole, same_as=row_kept.same_as), result, r.engine
+                row_kept, result_kept, timed_by[one] = replace(whole, same_as=row_kept.same_as), result, r.engine
             same_as = tuple(dict.fromkeys((*row_kept.same_as, candidate(r))))  # (several engines run one candidate)
             out[at] = (replace(row_kept, same_as=same_as, vram_gb=vram, ram_gb=ram), result_kept)
         else:
-            kept[r.format], timed_by[r.format] = len(out), r.engine
+            kept[one], timed_by[one] = len(out), r.engine
             out.append((replace(whole, same_as=(candidate(r),)), result))
     return [r for r, _ in out], [result for _, result in out]
 
@@ -455,7 +484,8 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
                   engine=engine.name, command=engine.command(launch),
                   apart=engine.refuses(spec, fmt, own_gguf, vendor),
                   learned=cached and learns_from_trace(config), framework_us=r.framework_us, side=r.side, gpu=gpu,
-                  from_ssd=_ssd_words(config, spec, place, hw),
+                  from_ssd=_ssd_words(config, spec, place, hw), split_mode=("tensor" if tensor else "layer")
+                  if hw.more_gpus else "",
                   on_gpus=(describe_shares(hw.shares, VENDORS[vendor]) if tensor else
                            describe(hw.split, params.get(strategy.places) or 0, spec.dense_layers, VENDORS[vendor]))
                   if hw.more_gpus else "")

@@ -46,6 +46,7 @@ class PlanRow:
     gpu: bool = True         # it uses the machine's GPU (False: llama.cpp with the GPU left out, -ngl 0)
     from_ssd: str = ""       # where it reads experts from the SSD (a model file larger than RAM, mapped): in words
     on_gpus: str = ""        # several GPUs: the layers each holds, in words (``moesim.sim.layer_split.describe``)
+    split_mode: str = ""     # several GPUs: layer (whole layers on each) or tensor (every layer split over them)
     same_as: tuple = ()
     rank: int = 0
     tied: bool = False       # the first answer's tokens/s is less than TIE_RATIO times this one's: not told apart

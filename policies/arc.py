@@ -13,8 +13,9 @@ Prefetch rule (the paper has no prefetch; a fill is no request): p does not adap
 the expert is dropped (it is resident again), REPLACE makes room as for case IV, and the expert
 enters T1's MRU end. Its first request is then its first sighting: it moves to T1's MRU end, not to T2.
 
-Per layer under sequential semantics, up to 64 slots, the same rules run with a layer in each SIMD
-lane (``moesim.policies.arc_across``, ``fast_paths``; ``moesim.sim.across``).
+Per layer under sequential semantics the same rules run, up to 64 slots, with a layer in each SIMD lane
+(``moesim.policies.arc_across``; ``moesim.sim.across``), and past the lanes a layer at a time on these lists
+(``moesim.policies.arc_lists``): both are ``fast_paths``.
 """
 
 from typing import NamedTuple
@@ -23,14 +24,12 @@ import numpy as np
 from numba import njit
 
 from moesim.policies.arc_across import WIDEST, across_reset, across_step, make_across
-from moesim.policies.arc_lists import list_hits
+from moesim.policies.arc_lists import B1, B2, NO_GHOST, T1, T2, adapt, case_iv, from_t1, list_hits
 from moesim.policies.base import (NARROW_LANES, TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked,
                                   list_of, list_push_head, list_remove, list_size, list_tail, lists_clear, make_lists)
 
-T1, T2, B1, B2 = 0, 1, 2, 3
-NO_GHOST = -1
 # up to WIDEST slots per layer with a layer in each SIMD lane (NARROW_LANES without 512-bit vectors); wider than eight
-# slots, up to 3/4 of a layer's experts (the crossovers with the engine: docs/benchmarks.md)
+# slots, up to 3/4 of a layer's experts; past them, the lists a layer at a time (the crossovers: docs/benchmarks.md)
 
 
 class State(NamedTuple):
@@ -68,14 +67,11 @@ def on_hit(st, part, slot, obj, t):
 
 @njit(cache=True)
 def on_miss(st, part, obj, t):
-    lists, c = st.lists, st.slots[part]
+    lists = st.lists
     found = list_of(lists, obj)
     st.found[part] = found if found == B1 or found == B2 else NO_GHOST
-    if found == B1:
-        st.p[part] = min(st.p[part] + max(list_size(lists, part, B2) / list_size(lists, part, B1), 1.0), c)
-        list_remove(lists, part, obj)
-    elif found == B2:
-        st.p[part] = max(st.p[part] - max(list_size(lists, part, B1) / list_size(lists, part, B2), 1.0), 0.0)
+    if found == B1 or found == B2:
+        st.p[part] = adapt(st.p[part], list_size(lists, part, B1), list_size(lists, part, B2), st.slots[part], found)
         list_remove(lists, part, obj)
     st.filling[part] = 0
     return True
@@ -90,37 +86,25 @@ def on_prefetch(st, part, obj, t):
     st.filling[part] = 1
 
 
-@njit(cache=True, inline="always")
-def _replace(st, part, slot_of, mark, stamp):
+@njit(cache=True)
+def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
     lists = st.lists
     t1 = list_size(lists, part, T1)
-    p = st.p[part]
     old1 = list_first_unmarked(lists, part, T1, TAIL, mark, stamp)
-    if old1 >= 0 and (t1 > p or (t1 == p and st.found[part] == B2)):
-        st.ghost[part] = B1
-        return slot_of[old1]
+    if st.found[part] == NO_GHOST:
+        first = case_iv(t1, list_size(lists, part, T2), list_size(lists, part, B1), list_size(lists, part, B2),
+                        st.slots[part])
+        if first == T1:
+            st.ghost[part] = NO_GHOST
+            return slot_of[old1]
+        if first != NO_GHOST:
+            list_remove(lists, part, list_tail(lists, part, first))
     old2 = list_first_unmarked(lists, part, T2, TAIL, mark, stamp)
-    if old2 < 0:
+    if from_t1(old1 >= 0, old2 >= 0, t1, st.p[part], st.found[part]):
         st.ghost[part] = B1
         return slot_of[old1]
     st.ghost[part] = B2
     return slot_of[old2]
-
-
-@njit(cache=True)
-def choose_victim(st, part, lo, hi, obj_of, slot_of, mark, stamp, obj, t):
-    lists, c = st.lists, st.slots[part]
-    if st.found[part] == NO_GHOST:
-        if list_size(lists, part, T1) + list_size(lists, part, B1) >= c:
-            if list_size(lists, part, T1) < c:
-                list_remove(lists, part, list_tail(lists, part, B1))
-            else:
-                st.ghost[part] = NO_GHOST
-                return slot_of[list_first_unmarked(lists, part, T1, TAIL, mark, stamp)]
-        elif (list_size(lists, part, T1) + list_size(lists, part, T2) + list_size(lists, part, B1)
-              + list_size(lists, part, B2) >= 2 * c):
-            list_remove(lists, part, list_tail(lists, part, B2))
-    return _replace(st, part, slot_of, mark, stamp)
 
 
 @njit(cache=True)

@@ -18,7 +18,7 @@ kept. The cache fills compactly (the next free slot is number |T1| + |T2|, the n
 |B1| + |B2|: only a filled cache evicts, so ghosts arrive only once it is full). The pass that
 moves entries also searches them for the next access's expert, so each slot is read once a step.
 p stays float64, in an array of its own. Keys need T + WIDTH < 2^31 (``make_across`` says None
-beyond: the engine runs it).
+beyond: ARC's next fast path runs it).
 """
 
 import numpy as np

@@ -168,8 +168,8 @@ class FastPath:
     ``across_reset`` and ``across_step``). It serves caches of at most ``widest`` slots (None: any), at most
     ``narrow`` on a CPU without 512-bit vectors (``WIDE_VECTORS``; None: as many), where a loop over sixteen
     lanes takes two instructions, not one, and wider lanes lose to the engine; and, where ``crowded`` slots or
-    more, at most ``fullest`` of a layer's experts: there nearly every access hits, the engine's branch on a hit
-    is predicted, and the engine is faster (the crossovers are measured in docs/benchmarks.md)."""
+    more, at most ``fullest`` of a layer's experts: there nearly every access hits, a branch on a hit is predicted,
+    and the engine (or the policy's next fast path) is faster (the crossovers are measured in docs/benchmarks.md)."""
 
     kind: str
     make: Callable

@@ -28,10 +28,16 @@ class Keyed(NamedTuple):
     extra: np.int64        # the policy's own constant
 
 
+def slot_bits(slots: np.ndarray) -> tuple[int, int]:
+    """(the slots a layer's keys are padded to, whole vectors of eight; the low bits that number them) for caches of
+    ``slots``."""
+    width = -(-int(slots.max()) // 8) * 8
+    return width, max(1, (width - 1).bit_length())
+
+
 def make_keyed(ctx, lanes: int, most: int, extra: int = 0) -> Keyed | None:
     """The keyed slots of ``lanes`` lanes; None if keys up to ``most`` above the slot bits would overflow."""
-    width = -(-int(ctx.slots.max()) // 8) * 8
-    bits = max(1, (width - 1).bit_length())
+    width, bits = slot_bits(ctx.slots)
     if most.bit_length() + bits > 62:
         return None
     return Keyed(np.zeros((lanes, ctx.num_experts + 1), np.int16), np.zeros((lanes, width), np.int16),

@@ -35,13 +35,14 @@ import numpy as np
 from numba import njit
 
 from moesim.policies import lecar_across, lecar_keyed
+from moesim.policies.lecar_keyed import H_LFU, H_LRU, reweigh
 from moesim.policies.base import (NARROW_LANES, SEED, TAIL, FastPath, Lists, PolicySpec, hooks, list_first_unmarked,
                                   list_of, list_push_head, list_remove, list_size, list_tail, list_to_head,
                                   lists_clear, make_lists, make_rng, rng_reset, rng_uniform)
 from moesim.policies.lfu import State as LfuState
 from moesim.policies.lfu import lfu_clear, lfu_evict, lfu_fill_next, lfu_hit, lfu_insert, lfu_victim, make_lfu
 
-RECENCY, H_LRU, H_LFU = 0, 1, 2
+RECENCY = 0  # the residents' list; the histories' are H_LRU and H_LFU
 LEARNING_RATE = 0.45
 
 
@@ -106,14 +107,7 @@ def on_miss(st, part, obj, t):
     clock[part] += 1
     found = list_of(lists, obj)
     if found == H_LRU or found == H_LFU:
-        penalty = penalties[part, min(clock[part] - st.evicted_at[obj], penalties.shape[1] - 1)]
-        if found == H_LRU:
-            lru = w_lru[part] * penalty
-            lfu = 1.0 - w_lru[part]
-        else:
-            lru = w_lru[part]
-            lfu = (1.0 - w_lru[part]) * penalty
-        w_lru[part] = lru / (lru + lfu)
+        w_lru[part] = reweigh(w_lru[part], penalties[part], clock[part] - st.evicted_at[obj], found)
         list_remove(lists, part, obj)
     lfu_fill_next(st.lfu, 0)
     return True
@@ -156,8 +150,8 @@ def make_across(ctx, layers: np.ndarray, width: int) -> tuple | None:
 
 
 def keyed_hits(ctx) -> np.ndarray | None:
-    """Hits per layer a layer at a time with keyed slots (``moesim.policies.lecar_keyed``), with this run's
-    penalty tables."""
+    """Hits per layer a layer at a time with keyed slots (``moesim.policies.lecar_keyed``), with this run's penalty
+    tables."""
     return lecar_keyed.keyed_hits(ctx, penalty_tables(ctx.slots))
 
 

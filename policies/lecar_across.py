@@ -26,7 +26,7 @@ check exits the loop; ``np.true_divide`` has none), a builtin ``min`` or ``max``
 a computed index (hence the lookup's loop of its own), or a select between a new value and the one
 held (it becomes a store under a condition; here the writes are arithmetic), found with its
 vectorisation remarks. Clocks need ``rows * k + WIDTH < 2^31`` (``make_across`` says None beyond:
-the engine runs it).
+LeCaR's next fast path runs it).
 """
 
 import numpy as np

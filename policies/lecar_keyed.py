@@ -7,7 +7,8 @@ every reset).
 
 A slot's LRU key is (last access, slot), its LFU key (accesses since loaded, last access, slot), so LRU's victim
 is the smallest LRU key and LFU's (fewest accesses, then least recent) the smallest LFU key; clocks are
-distinct, so keys never tie. The histories are ``moesim.policies.base``'s lists.
+distinct, so keys never tie. The histories are ``moesim.policies.base``'s lists. The weights' update (``reweigh``)
+is here, and the engine's hooks take it from here.
 """
 
 import numpy as np
@@ -15,16 +16,28 @@ from numba import njit, uint64
 
 from moesim.policies.base import (GOLDEN, list_of, list_push_head, list_remove, list_size, list_tail, lists_clear,
                                   make_lists, rng_at, rng_starts)
-from moesim.policies.keyed_slots import LAST, lowest
+from moesim.policies.keyed_slots import LAST, lowest, slot_bits
 
-H_LRU, H_LFU = 1, 2  # the histories (``moesim.policies.lecar``'s list numbers)
+H_LRU, H_LFU = 1, 2  # the histories' lists, in ``moesim.policies.lecar``'s hooks too (0 is its residents')
+
+
+@njit(cache=True, inline="always")
+def reweigh(w_lru, penalties, age, found):
+    """w_LRU after a miss on an id evicted ``age`` accesses ago into ``found``'s history: that expert's weight times
+    the penalty factor of that age (``penalties``, a partition's row of ``penalty_tables``), then normalised."""
+    penalty = penalties[min(age, penalties.shape[0] - 1)]
+    if found == H_LRU:
+        lru, lfu = w_lru * penalty, 1.0 - w_lru
+    else:
+        lru, lfu = w_lru, (1.0 - w_lru) * penalty
+    return np.true_divide(lru, lru + lfu)
 
 
 def keyed_hits(ctx, penalties: np.ndarray) -> np.ndarray | None:
     """Hits per layer of LeCaR with ``ctx.slots[layer]`` slots in each layer and ``penalties`` (``lecar``'s
-    ``penalty_tables`` of these slots); None where the keys would not fit 63 bits."""
-    width = -(-int(ctx.slots.max()) // 8) * 8
-    bits = key_bits(ctx.num_rows * ctx.top_k, width)
+    ``penalty_tables`` of these slots); None where the keys would not fit 62 bits."""
+    width, bits = slot_bits(ctx.slots)
+    bits = key_bits(ctx.num_rows * ctx.top_k, bits)
     if bits is None:
         return None
     n_layers, num_experts = ctx.num_layers, ctx.num_experts
@@ -35,17 +48,16 @@ def keyed_hits(ctx, penalties: np.ndarray) -> np.ndarray | None:
     return hits
 
 
-def key_bits(accesses: int, width: int) -> tuple | None:
+def key_bits(accesses: int, low: int) -> tuple | None:
     """(the slot's bits, the count's shift) of a key packing (count, clock, slot) for a layer of ``accesses``
-    accesses and ``width`` slots; None where two clocks and the slot need more than 62 bits."""
-    slot_bits = max(1, (width - 1).bit_length())
+    accesses, the slot in the ``low`` bits; None where two clocks and the slot need more than 62 bits."""
     clock_bits = (accesses + 1).bit_length()
-    if 2 * clock_bits + slot_bits > 62:
+    if 2 * clock_bits + low > 62:
         return None
-    return np.int64(slot_bits), np.int64(clock_bits + slot_bits)
+    return np.int64(low), np.int64(clock_bits + low)
 
 
-@njit(cache=True, _nrt=False)  # without reference counting: its atomic increments cost more than an access
+@njit(cache=True, _nrt=False, nogil=True)  # no reference counting: its atomic increments cost more than an access
 def _run(experts, seq_offsets, reset, slots, penalties, starts, slot_bits, count_shift, per_slot, per_expert,
          lists, hits):
     """Each layer in turn (``experts`` [layer, row, k]), from empty, reset at each sequence when ``reset``.
@@ -58,7 +70,6 @@ def _run(experts, seq_offsets, reset, slots, penalties, starts, slot_bits, count
     for layer in range(n_layers):
         c = slots[layer]
         table = penalties[layer]
-        oldest_age = table.shape[0] - 1
         hit_count = 0
         for s in range(seq_offsets.shape[0] - 1):
             if s == 0 or reset:
@@ -82,12 +93,7 @@ def _run(experts, seq_offsets, reset, slots, penalties, starts, slot_bits, count
                         continue
                     found = list_of(lists, e)
                     if found == H_LRU or found == H_LFU:  # that expert's choice was wrong
-                        penalty = table[uint64(min(clock - evicted_at[e], oldest_age))]
-                        if found == H_LRU:
-                            lru, lfu = w_lru * penalty, 1.0 - w_lru
-                        else:
-                            lru, lfu = w_lru, (1.0 - w_lru) * penalty
-                        w_lru = np.true_divide(lru, lru + lfu)
+                        w_lru = reweigh(w_lru, table, clock - evicted_at[e], found)
                         list_remove(lists, 0, e)
                     if used < c:
                         slot = used

@@ -11,11 +11,11 @@ that the lanes' experts are one contiguous load. The slot loops inside are
 unrolled at compile time: the policy's code sees ``LANES`` and ``WIDTH`` (slots per lane, the largest
 capacity rounded up to a multiple of eight) as constants, one compilation per width.
 
-Past the slots the policy's passes serve (the path's ``widest``; ``make`` says None too) the engine
-runs it, and past the path's ``fullest`` share of a layer's experts in lanes wider than eight slots
-(``crowded``): nearly every access hits there, the engine's branch on a hit is predicted, and the
-engine is faster. Eight-slot lanes are not overtaken even when full (docs/benchmarks.md, gives
-the crossovers).
+Past the slots the policy's passes serve (the path's ``widest``; ``make`` says None too) the policy's next fast
+path runs it (ARC's lists, LeCaR's keyed slots, a layer at a time), and past the path's ``fullest`` share of a
+layer's experts in lanes wider than eight slots (``crowded``): nearly every access hits there, a branch on a hit
+is predicted, and a path that takes one is faster. Eight-slot lanes are not overtaken even when full
+(docs/benchmarks.md gives the crossovers).
 
 The hits are the engine's, access for access (tests/test_lanes.py); no evictions are logged, so a
 run that asks for them takes the engine.

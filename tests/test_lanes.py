@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
+from fast_paths import watched
 from moesim.policies import arc_across, base, get_policy, lecar_across
 from moesim.policies.base import Context
 from moesim.policies.keyed_slots import make_keyed
@@ -41,11 +42,8 @@ def paths_changed(policy: str, **changes):
 def making(policy: str):
     """The policy's first fast path (its lanes) with its ``make`` recorded: (the patch, the list each state made is
     added to)."""
-    spec = get_policy(policy)
-    made, path = [], spec.fast_paths[0]
-    recorded = replace(path, make=lambda *a: made.append(path.make(*a)) or made[-1])
-    return mock.patch.object(import_module(f"moesim.policies.{policy}"), "SPEC",
-                             replace(spec, fast_paths=(recorded, *spec.fast_paths[1:]))), made
+    made = []
+    return watched(policy, made), made
 
 
 @pytest.fixture(autouse=True)
@@ -116,7 +114,7 @@ def test_a_trace_too_long_for_the_keys_takes_the_engine(policy, mixtral):
 def test_across_policies_take_their_lanes_up_to_the_widest_and_the_fullest(policy):
     """ARC and LeCaR per layer under sequential semantics run in the lanes up to ``WIDEST`` slots and,
     in lanes wider than eight slots, up to their default ``fullest`` share of a layer's experts;
-    eight-slot lanes at any fullness; elsewhere the engine."""
+    eight-slot lanes at any fullness; elsewhere not the lanes (the layer path, tests/test_layer_paths.py)."""
     most, wide = int(FULLEST[policy] * 40), 2 * WIDEST[policy] + 16
     cases = ((wide, (WIDEST[policy] + 1, 1), False), (wide, (WIDEST[policy], 1), True), (40, (most, 1), True),
              (40, (most + 1, 1), False), (8, (8, 8), True), (9, (8, 9), False))
@@ -131,10 +129,10 @@ def test_across_policies_take_their_lanes_up_to_the_widest_and_the_fullest(polic
 
 @pytest.mark.parametrize("policy", ACROSS_POLICIES)
 @pytest.mark.parametrize("wide", [True, False])
-def test_without_512_bit_vectors_lanes_past_eight_slots_give_way_to_the_engine(policy, wide, monkeypatch):
+def test_without_512_bit_vectors_lanes_past_eight_slots_give_way(policy, wide, monkeypatch):
     """On a CPU without AVX-512 a loop over sixteen lanes takes two instructions, and ARC's and LeCaR's lanes past 8
     slots ran slower than the engine (docs/benchmarks.md): there they serve 8 slots at most; with AVX-512, their
-    ``WIDEST``."""
+    ``WIDEST``. Past them the layer paths run (tests/test_layer_paths.py)."""
     monkeypatch.setattr(base, "WIDE_VECTORS", wide)
     patch, made = making(policy)
     with patch, paths_changed(policy, narrow=base.NARROW_LANES):
@@ -150,8 +148,8 @@ def test_without_512_bit_vectors_lanes_past_eight_slots_give_way_to_the_engine(p
        experts=st.sampled_from([2, 5, 9, 16, 40]), reset=st.booleans(), data=st.data())
 def test_across_lanes_equal_the_reference_per_layer(policy, seed, layers, experts, reset, data):
     """ARC's and LeCaR's lanes (``moesim.sim.across``) on group sizes around sixteen, at every slot
-    width up to 40, long enough for ARC's ghost lists and target p, LeCaR's histories and weights, to
-    cycle."""
+    width up to each one's ``WIDEST`` (and the 40 experts), long enough for ARC's ghost lists and target p, LeCaR's
+    histories and weights, to cycle."""
     k = min(3, experts)
     trace = synth_trace(layers, experts, k, 3, 60, seed=seed)
     slots = tuple(data.draw(st.lists(st.integers(1, min(experts, WIDEST[policy])), min_size=layers, max_size=layers)))

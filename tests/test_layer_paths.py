@@ -2,9 +2,6 @@
 keyed slots (``moesim.policies.lecar_keyed``, a victim found only on an eviction), against the plain-Python
 reference and the engine at every capacity up to every expert, and where each serves."""
 
-from dataclasses import replace
-from importlib import import_module
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -12,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
+from fast_paths import watched
 from moesim.policies import arc_across, base, get_policy, lecar_across, lecar_keyed
 from moesim.policies.base import Context
+from moesim.policies.keyed_slots import slot_bits
 from moesim.policies.lecar import penalty_tables
 from moesim.sim.config import CacheConfig
 from moesim.sim.hitrate import simulate
@@ -27,15 +26,7 @@ WIDEST = {"arc": arc_across.WIDEST, "lecar": lecar_across.WIDEST}  # their lanes
 def recorded(policy: str, made: list, lanes: bool = False):
     """The policy with its layer path recorded (each run's hits added to ``made``), for the duration of a ``with``;
     its only fast path, or after its lanes if ``lanes``."""
-    spec = get_policy(policy)
-    first, path = spec.fast_paths
-    watched = replace(path, make=lambda ctx: made.append(path.make(ctx)) or made[-1])
-    return mock.patch.object(import_module(f"moesim.policies.{policy}"), "SPEC",
-                             replace(spec, fast_paths=(first, watched) if lanes else (watched,)))
-
-
-def keyed_only(made: list):
-    return recorded("lecar", made)
+    return watched(policy, made, index=1, alone=not lanes)
 
 
 @settings(max_examples=60, deadline=None)
@@ -64,9 +55,10 @@ def test_keyed_lecar_equals_the_engine_at_every_seed(seed, capacity):
         cache = CacheConfig(policy="lecar", capacity=capacity, semantics="sequential", reset=reset,
                             params={"seed": seed})
         made = []
-        with keyed_only(made):
+        with recorded("lecar", made):
             keyed = simulate(trace, cache)
-        assert made and keyed.per_layer_hits == simulate(trace, cache, log_evictions=1).per_layer_hits
+        assert made and made[-1] is not None
+        assert keyed.per_layer_hits == simulate(trace, cache, log_evictions=1).per_layer_hits
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -77,17 +69,20 @@ def test_layer_paths_on_the_bundled_trace(policy, reset, mixtral):
         made = []
         with recorded(policy, made):
             got = simulate(mixtral, cache)
-        assert made and got.per_layer_hits == simulate(mixtral, cache, log_evictions=1).per_layer_hits, c
+        assert made and made[-1] is not None
+        assert got.per_layer_hits == simulate(mixtral, cache, log_evictions=1).per_layer_hits, c
 
 
-def test_keys_that_would_overflow_are_refused():
-    """A key packs (count, clock, slot): two clocks up to a layer's accesses + 1 and the slot's bits must fit 62
-    bits; a trace too long for them takes the engine."""
-    assert lecar_keyed.key_bits(2 ** 28 - 2, 40) == (6, 34)  # 28 bits a clock, 6 for slots 0..39
-    assert lecar_keyed.key_bits(2 ** 28 - 1, 40) is None
-    assert lecar_keyed.key_bits(2 ** 28 - 2, 72) is None  # 7 bits for slots 0..71
-    experts = np.lib.stride_tricks.as_strided(np.zeros(1, np.int16), (2 ** 28, 2, 2), (0, 0, 0))
-    ctx = Context(experts, np.array([0, 2 ** 28], np.int64), 64, np.array([40, 40]), True, True, False, {"seed": 0})
+def test_lecar_keys_that_would_overflow_take_the_engine():
+    """A LeCaR key packs (count, clock, slot): two clocks up to a layer's accesses + 1 and the slot's bits must fit
+    62 bits: 28 bits a clock (up to 2^28 - 1) beside 6 for slots 0..39 (padded to 40), not beside 7 for 0..71; a
+    trace of 2^28 accesses a layer is past them, and its path gives way."""
+    assert slot_bits(np.array([33, 40])) == (40, 6) and slot_bits(np.array([72])) == (72, 7)
+    assert lecar_keyed.key_bits(2 ** 28 - 2, 6) == (6, 34)
+    assert lecar_keyed.key_bits(2 ** 28 - 1, 6) is None
+    assert lecar_keyed.key_bits(2 ** 28 - 2, 7) is None
+    experts = np.lib.stride_tricks.as_strided(np.zeros(1, np.int16), (2 ** 27, 2, 2), (0, 0, 0))
+    ctx = Context(experts, np.array([0, 2 ** 27], np.int64), 64, np.array([40, 40]), True, True, False, {"seed": 0})
     assert lecar_keyed.keyed_hits(ctx, penalty_tables(ctx.slots)) is None
 
 

@@ -169,3 +169,30 @@ def test_plan_writes_the_engines_flag_and_each_gpus_share(cli):
     plan = json.loads(out)
     assert [r["on_gpus"] for r in plan["rows"]] == [""] and plan["rows"][0]["command"].count("-ngl 0") == 1
     assert any(s["strategy"] == "cpu-experts" and "GiB of GPU memory" in s["reason"] for s in plan["skipped"]), plan
+
+
+def test_a_plan_on_several_gpus_offers_both_splits_unless_one_is_asked(cli):
+    """Without --split-mode a plan on two GPUs ranks each format held whole both ways, by whole layers (-ts) and with
+    every layer split (-sm tensor), as two rows with their own commands and split; asked for one, only that one; a
+    family no engine splits so is listed as not run, saying why."""
+    two = ROOT / "examples" / "two-3090.toml"
+    code, out, err = cli("plan", "--model", "gpt-oss-20b", "--hardware", two, "--dtype", "q4_k", "--json")
+    assert code == 0, err
+    whole = [r for r in json.loads(out)["rows"] if r["strategy"] == "all-on-gpu"]
+    assert sorted(r["split_mode"] for r in whole) == ["layer", "tensor"]
+    by_mode = {r["split_mode"]: r for r in whole}
+    assert "-sm tensor -fit off" in by_mode["tensor"]["command"] and "-sm" not in by_mode["layer"]["command"]
+    assert " -ts " in by_mode["layer"]["command"]
+    assert by_mode["tensor"]["on_gpus"] == "CUDA0: 50% of every layer; CUDA1: 50% of every layer"
+    assert by_mode["layer"]["on_gpus"].startswith("CUDA0: layers 0-")
+    for mode in ("layer", "tensor"):
+        code, out, err = cli("plan", "--model", "gpt-oss-20b", "--hardware", two, "--dtype", "q4_k", "--split-mode",
+                             mode, "--json")
+        assert code == 0, err
+        assert {r["split_mode"] for r in json.loads(out)["rows"] if r["strategy"] == "all-on-gpu"} == {mode}
+    code, out, err = cli("plan", "--model", "olmoe-1b-7b", "--hardware", two, "--dtype", "q4_k", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert {r["split_mode"] for r in plan["rows"] if r["strategy"] == "all-on-gpu"} == {"layer"}
+    assert any(s["strategy"] == "cpu-experts (every layer split)" and "not olmoe" in s["reason"]
+               for s in plan["skipped"]), plan["skipped"]
