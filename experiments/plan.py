@@ -336,19 +336,20 @@ def _prepare(out: Plan, base: Config, formats, kept: set | None) -> tuple[list[P
 def _prepare_tensor(out: Plan, base: Config, name: str, kept: set | None, prepared: list) -> None:
     """The format whole on the GPUs with every layer split over them (``base``'s format), for each engine the user
     has that splits its family so; listed in ``out.skipped`` with why where none does or it does not fit."""
-    why = None
+    def skip(exc: MoesimError) -> None:
+        _skip(out, {"strategy": TENSOR, "dtype": base.model.dtype, "format": name, "policy": None, "prefetch": None,
+                    "reason": f"needs {exc.parts}" if isinstance(exc, DoesNotFit) else str(exc)})
+
     try:
         configs = each_engine(base.replace(strategy="cpu-experts", cpu_layers="auto", split_mode="tensor"), kept)
-        for config in configs:
+    except MoesimError as exc:  # an engine the user has without the mode
+        return skip(exc)
+    for config in configs:
+        try:
             prepared.append(prepare_des(out.simulated, config, out.spec, out.machine_spec, shared=out.shared,
                                         as_engine=True))
-    except DoesNotFit as exc:
-        why = f"needs {exc.parts}"
-    except MoesimError as exc:
-        why = str(exc)
-    if why is not None:
-        _skip(out, {"strategy": TENSOR, "dtype": base.model.dtype, "format": name, "policy": None, "prefetch": None,
-                    "reason": why})
+        except MoesimError as exc:
+            skip(exc)
 
 
 def each_engine(config: Config, kept: set | None) -> list[Config]:
