@@ -44,7 +44,7 @@ def keyed_hits(ctx, penalties: np.ndarray) -> np.ndarray | None:
     hits = np.zeros(n_layers, np.int64)
     _run(ctx.layer_major(), ctx.seq_offsets, bool(ctx.reset_each_seq),
          np.asarray(ctx.slots, np.int64), penalties, rng_starts(int(ctx.params["seed"]), n_layers), *bits,
-         np.empty((3, width), np.int64), np.empty((3, num_experts), np.int64), make_lists(num_experts, 1, 3), hits)
+         np.empty((3, width), np.int64), np.empty((2, num_experts), np.int64), make_lists(num_experts, 1, 3), hits)
     return hits
 
 
