@@ -47,7 +47,7 @@ from moesim.tracegen.models import get_model
 from moesim.tracegen.synth import Locality, synth_trace
 
 HERE = Path(__file__).parent
-SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel", "dram_capacity", "split_mode")
+SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel", "dram_capacity", "split_mode", "numa")
 
 
 KEPT = ("mxfp4",)  # expert formats a GGUF keeps whatever it quantizes the rest to (gpt-oss's release format)
@@ -189,6 +189,12 @@ def framework_tpot(trace, settings: dict, hw, name: str, layer_us: float) -> flo
 
 
 def placement(point: dict, spec) -> str:
+    """The point's placement as the tables print it, with the layout over the sockets where the point sets one."""
+    laid = {"distribute": ", --numa distribute", "one-pool": ", one pool", "per-socket": ", a pool a socket"}
+    return _placed(point, spec) + laid.get(point.get("numa"), "")
+
+
+def _placed(point: dict, spec) -> str:
     if point["strategy"] == "gpu-cache":
         return f"GPU cache {point['policy']} C={point['capacity']}"
     if point["strategy"] == "hybrid":

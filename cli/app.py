@@ -87,6 +87,7 @@ def engines(as_json: Annotated[bool, typer.Option("--json", help="Print JSON ins
     from moesim.sim.strategies import get_strategy
 
     rows = [{"name": e.name, "runs": list(e.runs), "summary": e.summary, "source": e.source, "numa": e.numa,
+             "numa_options": list(e.numa_options),
              "shared_overlap": e.shared_overlap, "cpu_ops": list(e.cpu_ops), "offload_min_tokens": e.offload_min_tokens,
              "offload_per_expert": e.offload_per_expert,
              "layer_us": e.layer_us, "gpu_layer_us": dict(e.gpu_layer_us), "kernel": e.kernel, "threads": e.threads,
@@ -99,14 +100,15 @@ def engines(as_json: Annotated[bool, typer.Option("--json", help="Print JSON ins
     table("Engines, in the order a strategy's run is timed as the first that runs it and takes its settings; "
           "framework time per MoE layer: learned from published points by cross-validation, in plan's rows (sim run "
           "times the placement's operations alone); barriers per CPU layer a + b x top_k; offload at: the tokens of a "
-          "row whose CPU layers' experts it runs on the GPU (- : where it computes nothing on the CPU); threads: where "
-          "it fixes them",
+          "row whose CPU layers' experts it runs on the GPU (- : where it computes nothing on the CPU); sockets: its "
+          "layout over them (or the one --numa may set); threads: where it fixes them",
           ["name", "runs", "framework µs/layer", "GPU kernel", "sockets", "shared experts", "barriers a, b",
            "offload at", "release"],
           [[r["name"], ", ".join(r["runs"]), "; ".join([f"{r['layer_us']:.0f}"] * bool(r["layer_us"]) + [
               f"{us:.0f} on {maker} GPUs" for maker, us in r["gpu_layer_us"].items()]) or "-",
             r["kernel"] or "the run's"]
-           + ([r["numa"] + (f", {r['threads']} threads" if r["threads"] else ""),
+           + ([r["numa"] + "".join(f" (or {o})" for o in r["numa_options"])
+               + (f", {r['threads']} threads" if r["threads"] else ""),
                "beside the CPU's" if r["shared_overlap"] else "before the CPU's",
                f"{r['cpu_ops'][0]}, {r['cpu_ops'][1]}",
                f"{r['offload_min_tokens']}{' per expert' if r['offload_per_expert'] else ''}"

@@ -156,7 +156,8 @@ def plan(
             why = "; ".join(dict.fromkeys(r.apart for r in rows))
             console.print(f"not offered: {engine}, {which}: {why}; {rate(rows[0])} tok/s at best ({rows[0].format})",
                           soft_wrap=True)
-    for name, value in (("split", config.cache.split), ("threads", config.hardware.threads)):
+    for name, value in (("split", config.cache.split), ("threads", config.hardware.threads),
+                        ("numa", config.hardware.numa)):
         readers = read_by(result, name) if name in asked.typed else []
         if 0 < len(readers) < len(result.rows):  # read by some rows only (by none: refused by the plan)
             which = ", ".join(f"#{rank}" for rank in readers)
@@ -180,8 +181,9 @@ def plan(
         console.print(f"wrote {plot}")
 
 
+ON_CPU_ROWS = "those that compute experts on the host CPU (the others compute none there)"
 READ_BY = {"split": "those that keep a per-layer expert cache (the others keep none, or every expert on the GPU)",
-           "threads": "those that compute experts on the host CPU (the others compute none there)"}
+           "threads": ON_CPU_ROWS, "numa": ON_CPU_ROWS}
 APART = "Placements no engine you can run gives on this model and format (research code with no release, or an " \
         "engine that runs neither)"
 LEARNED = "^"  # marks a row whose figure is an upper bound: learned from the trace it is timed on

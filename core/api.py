@@ -466,7 +466,7 @@ def plan(model: str | None = None, hardware: str | None = None, *, config: Confi
     >>> p = moesim.plan("mixtral-8x7b", "rtx4090", dtypes=["q4_k"])
     >>> r = next(r for r in p.rows if r.strategy == "cpu-experts")
     >>> round(r.tokens_per_s.mid, 1), r.command, round(r.tokens_per_s.low), round(r.tokens_per_s.high)
-    (43.1, 'llama-server -m Mixtral-8x7B-v0.1-Q4_K.gguf -ngl 99 --n-cpu-moe 4 -t 16 -c 678', 29, 60)
+    (43.1, 'llama-server -m Mixtral-8x7B-v0.1-Q4_K.gguf -ngl 99 --n-cpu-moe 4 -t 16 -c 678', 28, 58)
     """
     from moesim.experiments.plan import PLAN_PROMPT, PLAN_SETTINGS, plan as run
 

@@ -140,9 +140,8 @@ def plan_trace(model: ModelSpec, path: str | Path | Trace | None, batch: int, se
 
 
 # the settings a plan takes: the model, the machine and the workload it plans for (each candidate sets the rest)
-PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "tensor_split", "split_mode", "force",
-                 "batch",
-                 "prompt", "split", "kernel")
+PLAN_SETTINGS = ("model", "hardware", "link", "cpu", "vram", "ram", "threads", "tensor_split", "split_mode", "numa",
+                 "force", "batch", "prompt", "split", "kernel")
 PLAN_PROMPT = 512  # the prompt a plan times its TTFT on where none is asked for
 
 
@@ -240,20 +239,20 @@ def format_names(spec: ModelSpec, dtype: str | None) -> tuple[str, str]:
 
 
 # the settings of a plan that only some of its rows read: a per-layer cache's split, the CPU's threads
-ROW_READ = ("split", "threads")
+ROW_READ = ("split", "threads", "numa")
 
 
 def read_by(p: Plan, name: str, apart: bool = False) -> list[int]:
     """The ranks of the rows of ``p`` (with ``apart``, of its rows set apart too: rank 0) that read the setting
     ``name`` (one of ``ROW_READ``): ``split``, those that keep a per-layer cache (not every expert on the GPU: there
-    each layer holds all its experts, however shared); ``threads``, those that compute an expert on the host CPU
-    (every row, on a machine without a GPU)."""
+    each layer holds all its experts, however shared); ``threads`` and ``numa``, those that compute an expert on the
+    host CPU (every row, on a machine without a GPU)."""
     gpu = p.machine_spec is None or p.machine_spec.gpu is not None
     rows = p.rows + p.apart if apart else p.rows
     if name == "split":
         return [r.rank for r in rows
                 if r.strategy != ALL_ON_GPU and r.capacity is not None and r.scope == "per-layer"]
-    if name == "threads":
+    if name in ("threads", "numa"):
         return [r.rank for r in rows if not gpu or (r.strategy != ALL_ON_GPU and get_strategy(r.strategy).cpu)]
     raise ValueError(f"{name} is not a setting only some rows read ({', '.join(ROW_READ)})")
 
@@ -472,7 +471,7 @@ def row(r: DesResult, spec: ModelSpec, hw: Hardware, context: int, kept: set | N
     launch = Launch(spec, fmt, config, params.get(strategy.places, 0) if strategy.places else 0, gpu,
                     hw.cpu.workers if hw.cpu else 0, hw.cpu.sockets if hw.cpu else 1, context,
                     r.vram_gb / r.vram_limit_gb if r.vram_limit_gb else 0.0, split, vendor or "nvidia",
-                    engine.tensor_mode if tensor else "")
+                    engine.tensor_mode if tensor else "", engine.numa)
     out = PlanRow(model=spec.name, strategy=strategy.name, dtype=config.model.dtype, format=name, storage=storage,
                   policy=config.cache.policy if cached else None,
                   prefetch=config.prefetch.prefetcher if cached else None,

@@ -42,14 +42,14 @@ import numpy as np
 COVERAGE = 0.8  # an interval holds this share of measurements: its ends are quantiles of the held-out ratios
 SIDES = ("CPU", "GPU")
 # side -> (low, high, share of the published points of that side such intervals held, each built without its group)
-FRAMEWORK_BANDS = {"CPU": (0.67, 1.39, 0.82), "GPU": (0.55, 2.15, 0.82)}
-OPERATIONS_BANDS = {"CPU": (0.32, 1.39, 0.78), "GPU": (0.17, 1.40, 0.76)}
+FRAMEWORK_BANDS = {"CPU": (0.65, 1.34, 0.79), "GPU": (0.54, 2.15, 0.76)}
+OPERATIONS_BANDS = {"CPU": (0.40, 1.33, 0.81), "GPU": (0.17, 1.40, 0.76)}
 TIE_RATIO = 1.70
-PROMPT_GROWTH = 2.35  # a prompt's time as its engine runs it: moesim's x (1 + this)
+PROMPT_GROWTH = 2.30  # a prompt's time as its engine runs it: moesim's x (1 + this)
 # measured / predicted prompt tokens/s, as its engine (grown) and as the operations alone: (low, high, share of the
 # points such intervals held, each without its group)
-PREFILL_BAND = (0.27, 4.15, 0.85)
-PREFILL_OPERATIONS_BAND = (0.08, 1.17, 0.78)
+PREFILL_BAND = (0.26, 4.08, 0.85)
+PREFILL_OPERATIONS_BAND = (0.08, 1.17, 0.79)
 
 
 def side(strategy) -> str:

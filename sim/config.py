@@ -47,7 +47,7 @@ from moesim.policies.prefetch import FETCHING, PREFETCHERS, get_prefetcher
 from moesim.sim.engines import ENGINES, engine_named
 from moesim.sim.hardware import LOCAL, get_hardware, is_file_name, with_parts
 from moesim.sim.presets import CPUS, LINKS, SSDS, SYSTEMS
-from moesim.sim.machine import Hardware
+from moesim.sim.machine import NUMA_LAYOUTS, Hardware
 from moesim.sim.strategies import STRATEGIES, get_strategy
 from moesim.tracegen.model_files import is_model_file
 from moesim.tracegen.models import BYTES_PER_PARAM, ModelSpec, model_for_trace
@@ -130,7 +130,8 @@ class HardwareConfig:
     """``machine``: a preset (``moesim hardware``) or a hardware TOML file; ``link`` / ``ssd`` / ``cpu`` swap in
     presets; ``vram`` / ``ram``: the GPU's and the host's memory in GiB (None: the machine's); ``tensor_split``: a
     machine of several GPUs, the share of the layers each holds (None: ``moesim.sim.layer_split.balance``'s), or with
-    ``split_mode`` tensor of every layer (``moesim.sim.tensor_split``);
+    ``split_mode`` tensor of every layer (``moesim.sim.tensor_split``); ``numa``: how the engine lays its threads
+    and weights over several sockets (``moesim.sim.machine.NUMA_LAYOUTS``; ``auto``: the engine's own);
     ``force``: take numbers of the machine (or ``vram``, ``ram``) far past every real part's, which are refused
     otherwise as a likely unit slip (``moesim.sim.hardware.PLAUSIBLE``). ``force`` lets a run start and changes
     nothing it computes: a forced run's numbers are the unforced one's where that one runs, so ``config_id`` leaves
@@ -150,6 +151,13 @@ class HardwareConfig:
     threads: int | None = declare(Param(None, "count", "Threads the engine computes with on the CPU, as llama.cpp's -t "
                                                        "(default: the machine's, every core).", bounds=(1, INT_MOST),
                                         unit="threads", optional=True))
+    numa: str = declare(Param(AUTO, "choice", "Several sockets: how the engine lays its CPU threads and weights over "
+                                              "them: one-pool, one pool reading one socket's DRAM (llama.cpp's "
+                                              "default); per-socket, a pool and a copy of the experts on each "
+                                              "(kTransformers' NUMA build); distribute, one pool pinned evenly over "
+                                              "them, each socket reading its share of one copy (llama.cpp --numa "
+                                              "distribute, the page cache dropped first); auto: the engine's own.",
+                              choices=(AUTO, *NUMA_LAYOUTS)))
     tensor_split: tuple | None = declare(Param(None, "shares", "Several GPUs: each one's share of the layers, in "
                                                                "device order, as llama.cpp's -ts (3,1: three quarters "
                                                                "on the first; default: the split that fills each GPU "
@@ -509,6 +517,12 @@ class Config:
             raise SettingError("split_mode", f"tensor: {engine.name} has no split of every layer over GPUs; "
                                              f"{' and '.join(e.name for e in ENGINES.values() if e.tensor_mode)} have "
                                              "one", "[hardware]")
+        if engine is not None and self.hardware.numa not in (AUTO, engine.numa, *engine.numa_options):
+            raise SettingError("numa", f"{self.hardware.numa}: {engine.name} lays its threads out as "
+                                       f"{' or '.join((engine.numa, *engine.numa_options))}; the engines that run "
+                                       f"{self.hardware.numa}: " + ", ".join(
+                                           e.name for e in ENGINES.values()
+                                           if self.hardware.numa in (e.numa, *e.numa_options)), "[hardware]")
         if engine is not None and not engine.takes(self):  # an engine has the mechanism for some settings only
             others = [e.name for e in ENGINES.values() if self.execution.strategy in e.runs and e.takes(self)]
             what = (engine.takes.__doc__ or "").strip().splitlines()[0].rstrip(".").replace("``", "")
@@ -653,7 +667,7 @@ def _toml_value(value) -> str:
 
 UNHASHED = ("force",)  # settings that let a run start and change nothing it computes (``HardwareConfig``)
 # settings left out of the hash at their default: added after runs were stored, whose ids they keep
-HASHED_UNLESS = {"engine": AUTO, "tensor_split": None, "admission": ADMITS_ALL, "split_mode": "layer"}
+HASHED_UNLESS = {"engine": AUTO, "tensor_split": None, "admission": ADMITS_ALL, "split_mode": "layer", "numa": AUTO}
 
 
 def config_id(kind: str, trace: str, config: Config | dict) -> str:
@@ -709,12 +723,18 @@ def on_machine(config: Config, given, gpu: bool | None = None) -> Config:
     return config.replace(strategy="cpu-experts")
 
 
-def gpu_count(machine: str, force: bool = False) -> int | None:
-    """The GPUs of ``machine`` (taken with ``force``); None where it cannot be read (the run reports that)."""
+def machine_read(machine: str, force: bool = False) -> Hardware | None:
+    """``machine`` (taken with ``force``); None where it cannot be read (the run reports that)."""
     try:
-        return len(get_hardware(machine, force=force).gpus)
+        return get_hardware(machine, force=force)
     except (KeyError, MoesimError):
         return None
+
+
+def gpu_count(machine: str, force: bool = False) -> int | None:
+    """The GPUs of ``machine`` (taken with ``force``); None where it cannot be read (the run reports that)."""
+    hw = machine_read(machine, force)
+    return None if hw is None else len(hw.gpus)
 
 
 def has_gpu(machine: str, force: bool = False) -> bool | None:

@@ -15,10 +15,13 @@ import numpy as np
 from moesim.sim.cpu_rates import (ATTN_FLOP_PER_CYCLE, BARRIER_BASE_US, BARRIER_THREAD_US, DRAM_EFF, FA_TILE_Q,
                                   FORMAT_CLASS, ISA_FAMILY, ISA_FLOP_PER_CYCLE, SYNC_US, WEIGHT_BYTES_PER_CYCLE)
 
-# how an engine spreads its CPU work over sockets (a strategy's ``NUMA``): one thread pool whose weights sit in
-# one socket's DRAM (llama.cpp: pages land where the loader touched them), or a pool per socket, each keeping a
-# copy of the experts in its local DRAM and computing its half of each expert (kTransformers' NUMA build)
-ONE_POOL, PER_SOCKET = "one-pool", "per-socket"
+# how an engine spreads its CPU work over sockets (its ``numa``, or the run's): one thread pool whose weights sit in
+# one socket's DRAM (llama.cpp without --numa: pages land where the loader touched them); a pool per socket, each
+# keeping a copy of the experts in its local DRAM and computing its share of each expert (kTransformers' NUMA build);
+# or one pool pinned evenly over the sockets, one copy whose pages each land in the DRAM of the thread that first
+# reads them (llama.cpp --numa distribute: no read-ahead, so each thread's rows of a matrix are its socket's)
+ONE_POOL, PER_SOCKET, DISTRIBUTE = "one-pool", "per-socket", "distribute"
+NUMA_LAYOUTS = (ONE_POOL, PER_SOCKET, DISTRIBUTE)
 # a GPU's maker, and the backend llama.cpp runs on it (its devices' names: CUDA0, ROCm0, SYCL0, Metal)
 VENDORS = {"nvidia": "CUDA", "amd": "ROCm", "intel": "SYCL", "apple": "Metal"}
 
@@ -115,9 +118,10 @@ class CPU:
         return (self.barrier_base_us + self.barrier_thread_us * (self.workers - 1)) * 1e-6
 
     def dram_bw(self, numa: str = ONE_POOL) -> float:
-        """Bytes/s a streaming read of expert weights reaches: one socket's DRAM, or every socket's when the
-        engine keeps a pool per socket (``numa``), and at most what the threads reach a core each (``core_gbps``)."""
-        dram = self.dram_gbps * 1e9 * self.dram_eff * (self.sockets if numa == PER_SOCKET else 1)
+        """Bytes/s a streaming read of expert weights reaches: one socket's DRAM, or every socket's where the
+        engine's threads read each socket's own (``numa``: a pool per socket, or one spread over them), and at most
+        what the threads reach a core each (``core_gbps``)."""
+        dram = self.dram_gbps * 1e9 * self.dram_eff * (1 if numa == ONE_POOL else self.sockets)
         return min(dram, self.workers * self.core_gbps * 1e9) if self.core_gbps else dram
 
     def unpack_bw(self, dtype: str) -> float:

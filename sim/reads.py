@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from moesim.errors import MoesimError, named
-from moesim.sim.config import CACHE_CHOICES, Config, gpu_count, has_gpu
+from moesim.sim.config import CACHE_CHOICES, Config, gpu_count, has_gpu, machine_read
 from moesim.sim.engines import ENGINES
 from moesim.sim.strategies import STRATEGIES
 
@@ -52,8 +52,16 @@ def _one_gpu_at_most(config: Config, machine) -> bool:
     return count is not None and count < 2
 
 
-def _machine_name(config: Config, machine) -> str:
-    return machine.name if machine is not None else config.hardware.machine
+def _one_socket_at_most(config: Config, machine) -> bool:
+    """Whether a run's machine (as ``_one_gpu_at_most`` finds it) has at most one CPU socket, or no CPU."""
+    hw = machine if machine is not None else machine_read(config.hardware.machine, config.hardware.force)
+    return hw is not None and (hw.cpu is None or hw.cpu.sockets < 2)
+
+
+def _machines_have(runs) -> str:
+    """The runs' machines (each a (configuration, machine built in code or None)), then "has" or "have"."""
+    names = dict.fromkeys(machine.name if machine is not None else config.hardware.machine for config, machine in runs)
+    return f"{' and '.join(names)} {'has' if len(names) == 1 else 'have'}"
 
 
 def _no_slots(config: Config) -> bool:
@@ -83,7 +91,7 @@ RULES = (
     Unread(("ssd",), lambda c: c.cache.dram_capacity is None, ("dram_capacity",),
            lambda cs: f"with no {named('dram_capacity')} (the experts host RAM holds in front of the SSD) every "
                       "expert is in host RAM", needs_strategy=True),
-    Unread(("threads",), _gpu_only, ("strategy", "hardware", "force"),
+    Unread(("threads", "numa"), _gpu_only, ("strategy", "hardware", "force"),
            lambda cs: f"strategy {_listed(c.execution.strategy for c in cs)} computes no expert on the host CPU (the "
                       f"strategies that do: {', '.join(n for n, s in STRATEGIES.items() if s.cpu)})",
            needs_strategy=True),
@@ -95,9 +103,10 @@ RULES = (
                       f"{'has' if len({c.hardware.machine for c in cs}) == 1 else 'have'} no GPU (every expert runs on "
                       "the CPU)"),
     Unread(("tensor_split", "split_mode"), lambda run: _one_gpu_at_most(*run), ("hardware", "force"),
-           lambda runs: f"{' and '.join(dict.fromkeys(_machine_name(*run) for run in runs))} "
-                        f"{'has' if len({_machine_name(*run) for run in runs}) == 1 else 'have'} fewer than two GPUs: "
-                        "no layer is split over GPUs", of="machine"),
+           lambda runs: f"{_machines_have(runs)} fewer than two GPUs: no layer is split over GPUs", of="machine"),
+    Unread(("numa",), lambda run: _one_socket_at_most(*run), ("hardware", "force"),
+           lambda runs: f"{_machines_have(runs)} one CPU socket at most: every layout of the threads reads the "
+                        "same DRAM", of="machine"),
     Unread(("arrival_seed",), lambda c: c.serve.arrivals == "burst" and not c.serve.draft_tokens
            and c.serve.requests is None, ("arrivals", "draft_tokens", "requests"),
            lambda cs: f"{named('arrivals', 'burst')} puts every request at time 0, one per sequence in order, and no "

@@ -15,7 +15,7 @@ from moesim.sim.cost_model import cost_model
 from moesim.sim.costs import cpu_expert_s, cpu_layer_s, kv_reads
 from moesim.sim.cpu_rates import CPU_LAYER_BARRIERS, WEIGHT_BYTES_PER_CYCLE
 from moesim.sim.engines import ENGINES
-from moesim.sim.machine import ONE_POOL, PER_SOCKET, CPU, Hardware
+from moesim.sim.machine import DISTRIBUTE, ONE_POOL, PER_SOCKET, CPU, Hardware
 from moesim.sim.weights import Weights
 from moesim.tracegen.models import ModelSpec
 
@@ -65,10 +65,13 @@ def test_an_expert_is_unpack_bound_below_the_crossover_thread_count_and_dram_bou
     assert cpu_expert_s(c, params, "q4_k", nbytes, [4096])[0] == pytest.approx(many, rel=1e-12)
 
 
-def test_sockets_count_for_an_engine_with_a_pool_per_socket_only():
-    """llama.cpp's one pool reads one socket's DRAM whatever its threads; kTransformers' pools read every socket's."""
+def test_sockets_count_where_each_reads_its_own_dram():
+    """llama.cpp's one pool reads one socket's DRAM whatever its threads; kTransformers' pools, and llama.cpp's
+    threads spread by --numa distribute, read every socket's."""
     two = cpu(sockets=2, dram_gbps=100.0, cores=32)
-    assert two.workers == 64 and two.dram_bw(ONE_POOL) == 100e9 and two.dram_bw(PER_SOCKET) == 200e9
+    assert two.workers == 64 and two.dram_bw(ONE_POOL) == 100e9
+    assert two.dram_bw(PER_SOCKET) == two.dram_bw(DISTRIBUTE) == 200e9
+    assert cpu(sockets=4, dram_gbps=100.0).dram_bw(DISTRIBUTE) == 400e9
     nbytes = 1e9
     assert cpu_expert_s(two, 1, "bf16", nbytes, [1], ONE_POOL)[0] == pytest.approx(nbytes / 100e9, rel=1e-12)
     assert cpu_expert_s(two, 1, "bf16", nbytes, [1], PER_SOCKET)[0] == pytest.approx(nbytes / 200e9, rel=1e-12)
@@ -98,6 +101,12 @@ def test_an_engine_with_a_pool_per_socket_keeps_a_copy_of_the_experts_on_each():
         llama = simulate(trace, model=MODEL, hardware=hw, strategy="cpu-experts", cpu_layers=2)
         assert hybrid.ram_gb == pytest.approx(sockets * experts + 4.0, rel=1e-12)
         assert llama.ram_gb == pytest.approx(experts + 4.0, rel=1e-12)
+    two = replace(HW, cpu=cpu(sockets=2))
+    for numa, copies in ((ONE_POOL, 1), (PER_SOCKET, 2)):  # kTransformers built without its NUMA build: one copy
+        assert simulate(trace, model=MODEL, hardware=two, strategy="hybrid", capacity=0, numa=numa).ram_gb == \
+            pytest.approx(copies * experts + 4.0, rel=1e-12)
+    spread = simulate(trace, model=MODEL, hardware=two, strategy="cpu-experts", cpu_layers=2, numa=DISTRIBUTE)
+    assert spread.ram_gb == pytest.approx(experts + 4.0, rel=1e-12)  # one copy, read by both sockets
     small = replace(HW, cpu=cpu(sockets=2, ram_gb=4.0 + 1.5 * experts))
     with pytest.raises(MoesimError, match="2 copies, one per socket"):
         simulate(trace, model=MODEL, hardware=small, strategy="hybrid", capacity=0)

@@ -8,10 +8,11 @@ import pytest
 
 from moesim.experiments.plan import CANDIDATES
 from moesim.sim import engines
+from moesim.errors import MoesimError
 from moesim.sim.accuracy import OPERATIONS_BANDS
 from moesim.sim.config import Config
-from moesim.sim.engines import ENGINES, UNNAMED, Launch, engine_for
-from moesim.sim.machine import PER_SOCKET
+from moesim.sim.engines import ENGINES, UNNAMED, Launch, engine_for, engines_for
+from moesim.sim.machine import DISTRIBUTE, ONE_POOL, PER_SOCKET
 from moesim.sim.strategies import STRATEGIES
 from moesim.tracegen.models import get_model
 from moesim.tracegen.trace import bundled_trace_path
@@ -76,6 +77,23 @@ def test_hybrid_without_a_cache_is_named_for_the_engine_that_times_it():
     assert ENGINES["HybriMoE"].command(launch).startswith("none: research code")
 
 
+def test_a_run_lays_its_threads_over_the_sockets_as_its_engine_can():
+    """``numa`` sets the layout the engine runs (its own unless set): llama.cpp's and ik_llama.cpp's --numa
+    distribute, kTransformers built without its NUMA build (one pool, one copy); an engine named for a layout it has
+    no flag for is refused, and a run named for none is timed as the first engine that has it."""
+    spread = Config.build(strategy="cpu-experts", numa="distribute")
+    assert engine_for(spread) == replace(ENGINES["llama.cpp"], numa=DISTRIBUTE, layer_us=0.0, gpu_layer_us=(),
+                                         prompt_growth=0.0)
+    assert engine_for(Config.build(strategy="cpu-experts", engine="ik_llama.cpp", numa="distribute")).numa == DISTRIBUTE
+    one = Config.build(strategy="hybrid", capacity=0, numa="one-pool")
+    assert engine_for(one, as_engine=True) == replace(ENGINES["kTransformers"], numa=ONE_POOL)
+    assert engine_for(Config.build(strategy="hybrid", capacity=0, numa="auto"), as_engine=True) is ENGINES["kTransformers"]
+    with pytest.raises(MoesimError, match=r"^\[hardware\] numa distribute: kTransformers lays its threads out as per-socket or "
+                                          r"one-pool; the engines that run distribute: llama\.cpp, ik_llama\.cpp"):
+        Config.build(strategy="hybrid", capacity=0, engine="kTransformers", numa="distribute")
+    assert engines_for(Config.build(strategy="hybrid", capacity=0, numa="distribute")) == []
+
+
 def test_each_engine_writes_the_command_of_a_placement_and_says_what_it_runs():
     """A command is the whole line its engine takes: llama.cpp's server with the GGUF, the layers whose experts stay on
     the CPU (``--cpu-moe`` for all of them), the threads where it computes there and the context memory was sized for
@@ -90,6 +108,11 @@ def test_each_engine_writes_the_command_of_a_placement_and_says_what_it_runs():
     assert llama.command(Launch(mixtral, "q8_0", Config(), 32, True, 8, 1, 700, 0.5)).endswith("--cpu-moe -t 8 -c 700")
     assert llama.command(Launch(mixtral, "bf16", Config(), 0, False, 8, 1, 700, 0.0)) == \
         "llama-server -m Mixtral-8x7B-v0.1-BF16.gguf -ngl 0 --no-op-offload -t 8 -c 700"
+    spread = Config.build(strategy="cpu-experts", numa="distribute")
+    assert llama.command(Launch(mixtral, "q8_0", spread, 4, True, 8, 2, 700, 0.5, numa=DISTRIBUTE)) == \
+        "llama-server -m Mixtral-8x7B-v0.1-Q8_0.gguf -ngl 99 --n-cpu-moe 4 -t 8 --numa distribute -c 700"
+    one_pool = Launch(qwen, "q4_k", Config.build(strategy="hybrid", capacity=0), 0, True, 6, 2, 640, 0.9, numa=ONE_POOL)
+    assert "--kt-cpuinfer 6 --kt-threadpool-count 1 " in kt.command(one_pool)
     pool = Config.build(strategy="hybrid", policy="static", scope="global", capacity=48 * 116 + 47)
     assert "--kt-num-gpu-experts 116 --kt-expert-placement-strategy frequency --init-expert-location expert-counts.json" in \
         kt.command(Launch(qwen, "bf16", pool, 0, True, 16, 1, 640, 1.0))
@@ -180,6 +203,47 @@ def test_a_plan_gives_a_row_per_engine_the_user_has_that_runs_a_placement(cli):
                          "--engine", "llama.cpp,ik_llama.cpp")
     whole = [r for r in json.loads(out)["rows"] if r["strategy"] == "all-on-gpu"]
     assert code == 0 and len(whole) == 1 and whole[0]["same_as"] == ["cpu-experts"], whole
+
+
+TWO_SOCKETS = """name = "two-sockets"
+[gpu]
+name = "RTX 4090"
+hbm_gb = 24
+hbm_gbps = 1008
+tflops = 165.2
+[link]
+name = "PCIe 4.0 x16"
+gbps = 32
+[cpu]
+name = "Xeon"
+cores = 32
+ghz = 2.2
+isa = "avx512"
+dram_gbps = 307.2
+ram_gb = 1024
+sockets = 2
+"""
+
+
+def test_a_plan_lays_the_threads_over_the_sockets_as_asked(cli, tmp_path):
+    """``plan --numa distribute`` on two sockets: each llama.cpp row that computes on the CPU writes the flag and reads
+    both sockets' DRAM (faster than its row read from one), kTransformers, which has no such layout, gives no row; a
+    machine of one socket refuses it."""
+    machine = tmp_path / "two.toml"
+    machine.write_text(TWO_SOCKETS)
+    args = ("plan", "--model", "qwen3-30b-a3b", "--hardware", str(machine), "--dtype", "q8_0", "--json")
+    code, out, err = cli(*args)
+    assert code == 0, err
+    alone = {(r["engine"], r["cpu_layers"], r["gpu"]): r for r in json.loads(out)["rows"]}
+    code, out, err = cli(*args, "--numa", "distribute")
+    assert code == 0, err
+    rows = [r for r in json.loads(out)["rows"] if r["strategy"] == "cpu-experts"]
+    assert rows and "kTransformers" not in {r["engine"] for r in json.loads(out)["rows"]}
+    for r in rows:
+        assert "-t 64 --numa distribute" in r["command"], r["command"]
+        assert r["tokens_per_s"] > alone[(r["engine"], r["cpu_layers"], r["gpu"])]["tokens_per_s"]
+    code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4090", "--numa", "distribute")
+    assert code == 1 and "--numa: rtx4090 has one CPU socket at most" in err
 
 
 def test_an_engine_is_one_module_registered(cli, tmp_path, monkeypatch):

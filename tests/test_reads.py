@@ -94,3 +94,21 @@ def test_a_tensor_split_is_read_on_a_machine_of_several_gpus_only():
     refuse_unread({"tensor_split"}, [one.replace(hardware="nowhere.toml")])  # unreadable: the run reports that
     with pytest.raises(MoesimError, match="^tensor_split: rtx4090 has fewer"):
         refuse_unread({"tensor_split"}, [one.replace(hardware=str(two))], machines=[get_hardware("rtx4090")])
+
+
+def test_a_layout_over_sockets_is_read_on_a_machine_of_several_sockets_only():
+    """``numa`` is refused where the run's machine, named or built in code, has one socket (or no CPU), and where no
+    expert is computed on the CPU; a machine of two sockets reads it."""
+    from dataclasses import replace
+
+    from moesim.sim.hardware import get_hardware
+
+    spread = Config.build(strategy="cpu-experts", numa="distribute")
+    with pytest.raises(MoesimError, match="^numa: rtx4090 has one CPU socket at most: every layout of the threads reads "
+                                          "the same DRAM, so nothing reads it$"):
+        refuse_unread({"numa"}, [spread])
+    one = get_hardware("rtx4090")
+    two = replace(one, cpu=replace(one.cpu, sockets=2))
+    refuse_unread({"numa"}, [spread], machines=[two])
+    with pytest.raises(MoesimError, match="^numa: strategy gpu-cache computes no expert on the host CPU"):
+        refuse_unread({"numa"}, [Config.build(numa="one-pool")], machines=[two])

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from moesim.params import AUTO
 from moesim.sim.engines import (fiddler, hobbit, hybrimoe, ik_llama_cpp, ktransformers, llama_cpp, melinoe,
                                 mixtral_offloading, moe_infinity)
 from moesim.sim.engines.base import EngineSpec, Launch
+from moesim.sim.strategies import STRATEGIES
 
 ENGINES = {e.name: e for e in (m.ENGINE for m in (llama_cpp, ik_llama_cpp, ktransformers, hybrimoe, fiddler,
                                                   mixtral_offloading, moe_infinity, hobbit, melinoe))}
@@ -36,16 +38,23 @@ def engine_for(config, as_engine: bool = False) -> EngineSpec:
     ``prompt_growth``) where the run is that engine's
     (``as_engine``: a plan's row, which names it), else the placement as its operations run (a ``sim run``: what a
     cache policy or a placement gives, whichever code runs it); the engine the configuration names
-    (``execution.engine``), framework time included, where it names one."""
+    (``execution.engine``), framework time included, where it names one; its threads and weights laid out over the
+    sockets as the run sets (``hardware.numa``; ``auto``: the engine's own)."""
+    numa = config.hardware.numa
     if config.execution.engine in ENGINES:  # named by the run itself
-        return ENGINES[config.execution.engine]
-    engine = next(iter(engines_for(config)), UNNAMED)
-    return engine if as_engine else replace(engine, layer_us=0.0, gpu_layer_us=(), prompt_growth=0.0)
+        engine = ENGINES[config.execution.engine]
+    else:
+        engine = next(iter(engines_for(config)), UNNAMED)
+        engine = engine if as_engine else replace(engine, layer_us=0.0, gpu_layer_us=(), prompt_growth=0.0)
+    return engine if numa in (AUTO, engine.numa) else replace(engine, numa=numa)
 
 
 def engines_for(config) -> list[EngineSpec]:
     """The engines that run ``config``'s strategy and take its settings (a split of every layer over several GPUs
-    among them: ``tensor_mode``), in ``ENGINES``' order of preference."""
+    among them: ``tensor_mode``; where the strategy computes experts on the CPU, a layout over the sockets: ``numa``,
+    ``numa_options``), in ``ENGINES``' order of preference."""
+    laid_out = not STRATEGIES[config.execution.strategy].cpu  # (no expert on the CPU: any layout of its threads)
     return [e for e in ENGINES.values() if config.execution.strategy in e.runs and e.takes(config)
-            and (config.hardware.split_mode == "layer" or e.tensor_mode)]
+            and (config.hardware.split_mode == "layer" or e.tensor_mode)
+            and (laid_out or config.hardware.numa in (AUTO, e.numa, *e.numa_options))]
 

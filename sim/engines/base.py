@@ -33,7 +33,8 @@ class Launch:
     none), and what of the machine and the run the command sets: a GPU or none, the CPU ``threads`` the run computes
     with and its ``sockets``, the KV tokens per sequence memory was sized for (``context``), the share of the
     GPU's memory the run uses (``vram_share``), and on several GPUs the layers each holds (``split``), or each one's
-    share of every layer and the engine's flag that splits them so (``split_mode``)."""
+    share of every layer and the engine's flag that splits them so (``split_mode``); over several sockets, the layout
+    of its threads and weights (``numa``)."""
 
     model: object
     fmt: str
@@ -48,6 +49,7 @@ class Launch:
     # or with ``split_mode`` each one's share of every layer (``moesim.sim.tensor_split``)
     vendor: str = "nvidia"  # the GPUs' maker (``moesim.sim.machine.VENDORS``)
     split_mode: str = ""  # the engine's --split-mode where it splits every layer ("": whole layers, its default)
+    numa: str = ""  # how its CPU threads and weights are laid out over the sockets ("": the engine's own ``numa``)
 
     @property
     def batch(self) -> int:
@@ -87,8 +89,10 @@ class EngineSpec:
     ``release``: where a user gets it ("" for research code with no release a user can run); what it does that
     changes durations, each with where the figure comes from (``sources``: (field, source) pairs):
 
-    - ``numa``: how it spreads CPU work over sockets (``moesim.sim.machine.ONE_POOL``: one thread pool reading one
-      socket's DRAM; ``PER_SOCKET``: a pool and a copy of the experts per socket);
+    - ``numa``: how it spreads CPU work over sockets unless told (``moesim.sim.machine.ONE_POOL``: one thread pool
+      reading one socket's DRAM; ``PER_SOCKET``: a pool and a copy of the experts per socket; ``DISTRIBUTE``: one
+      pool pinned over the sockets, each reading its own share of one copy), and ``numa_options`` the other layouts
+      a run may set (``numa``), its command writing the flag of each;
     - ``shared_overlap``: it computes the shared experts on the GPU while the CPU computes the routed ones;
     - ``cpu_ops``: thread barriers a CPU layer's routed experts take, ``a + b · top_k`` (``expert_barriers``);
     - ``offload_min_tokens``: a row of at least this many tokens has its CPU layers' experts copied to the GPU and
@@ -129,6 +133,7 @@ class EngineSpec:
     release: str = ""
     takes: Callable = every_setting
     numa: str = ONE_POOL
+    numa_options: tuple = ()
     shared_overlap: bool = False
     cpu_ops: tuple = EXPERT_BARRIERS
     offload_min_tokens: int | None = None
@@ -181,9 +186,11 @@ class EngineSpec:
 
     def refuses(self, model, fmt: str, own_gguf: bool = False, vendor: str | None = None) -> str:
         """Why a user cannot run ``model`` with its experts in ``fmt`` on this engine ("" where they can): it has no
-        release, its GPU backend does not run on the machine's GPU (made by ``vendor``; None: no GPU used), or it runs
+        release (or, the stand-in for none, runs nothing), its GPU backend does not run on the machine's GPU (made by ``vendor``; None: no GPU used), or it runs
         neither the model's family nor the format (``own_gguf``: ``fmt`` is a GGUF file's own storage, which an
         engine that ``loads_gguf`` runs as it is)."""
+        if not self.runs:  # ``moesim.sim.engines.UNNAMED``
+            return "no engine runs this placement with these settings"
         if not self.release:
             return "research code with no release to run"
         if self.gpu_refusal(vendor):

@@ -19,7 +19,7 @@ from functools import partial
 
 from moesim.sim.engines import llama_cpp
 from moesim.sim.engines.base import GGUF_FORMATS, EngineSpec
-from moesim.sim.machine import ONE_POOL
+from moesim.sim.machine import DISTRIBUTE, ONE_POOL
 
 ENGINE = EngineSpec(
     name="ik_llama.cpp", summary="llama.cpp's placement with fused MoE: 3 barriers a CPU layer",
@@ -29,9 +29,10 @@ ENGINE = EngineSpec(
     runs=("cpu-experts",),
     families=("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "gpt_oss", "glm4_moe",
               "glm4_moe_lite", "dbrx", "granitemoe", "llama4", "kimi_k2", "minimax_m2"),
-    formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=(3, 0), offload_min_tokens=32,
+    formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, numa_options=(DISTRIBUTE,), cpu_ops=(3, 0),
+    offload_min_tokens=32,
     offload_per_expert=True, gpus=16, tensor_mode="graph", tensor_families=("qwen3_moe", "gpt_oss", "glm4_moe"),
-    sources=(("numa", "llama.cpp's: one thread pool; --numa distribute spreads threads, not the experts' pages"),
+    sources=(("numa", "llama.cpp's: one thread pool"), ("numa_options", "llama.cpp's --numa distribute"),
              ("cpu_ops", "src/llama-build-context.cpp llm_build_moe_ffn with fused_moe_up_gate (common/common.h: on by "
                          "default since PR #863): ggml_moe_up_gate, mul_mat_id, ggml_mul_multi_add; ggml.c "
                          "ggml_graph_compute_thread: a barrier after each node"),

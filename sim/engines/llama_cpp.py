@@ -7,7 +7,7 @@ Kimi-K2 and GLM-4.7-Flash to deepseek2)."""
 
 from moesim.sim.cpu_rates import EXPERT_BARRIERS
 from moesim.sim.engines.base import GGUF_FORMATS, EngineSpec, Launch
-from moesim.sim.machine import ONE_POOL
+from moesim.sim.machine import DISTRIBUTE, ONE_POOL
 
 
 def command(launch: Launch, cpu_only: str = "-ngl 0 --no-op-offload", program: str = "llama-server") -> str:
@@ -27,6 +27,7 @@ def command(launch: Launch, cpu_only: str = "-ngl 0 --no-op-offload", program: s
         place += f" -sm {launch.split_mode}" + (" -fit off" if launch.split_mode == "tensor" else "")
     order = several and launch.vendor == "nvidia"
     threads = f" -t {launch.threads}" if n or not launch.gpu else ""
+    threads += " --numa distribute" if threads and launch.numa == DISTRIBUTE else ""
     slots = f" -np {launch.batch}" if launch.batch > 1 else ""
     return (f"{ORDER + ' ' if order else ''}{program} -m {launch.gguf} {place}{threads} "
             f"-c {launch.batch * launch.context}{slots}")
@@ -40,12 +41,16 @@ ENGINE = EngineSpec(
     source="github.com/ggml-org/llama.cpp", release="github.com/ggml-org/llama.cpp/releases", runs=("cpu-experts",),
     families=("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2", "olmoe",
               "phimoe", "gpt_oss", "glm4_moe", "glm4_moe_lite", "dbrx", "granitemoe", "llama4", "minimax_m2"),
-    formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, cpu_ops=EXPERT_BARRIERS, offload_min_tokens=32, gpus=16,
+    formats=GGUF_FORMATS, loads_gguf=True, numa=ONE_POOL, numa_options=(DISTRIBUTE,), cpu_ops=EXPERT_BARRIERS,
+    offload_min_tokens=32, gpus=16,
     tensor_mode="tensor", tensor_families=("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "phimoe", "gpt_oss",
                                            "glm4_moe", "dbrx", "granitemoe", "llama4"),
     gpu_layer_us=(("amd", 55.0), ("apple", 186.0), ("intel", 414.0)),
     sources=(("numa", "one thread pool over every socket; a page lands in the DRAM of the thread that first "
                       "touched it (the loader), without --numa"),
+             ("numa_options", "--numa distribute: the threads pinned evenly over the nodes, the model mapped without "
+                              "read-ahead (src/llama-mmap.cpp: POSIX_MADV_RANDOM where numa), so with the page cache "
+                              "dropped first (its help says so) a page lands in the DRAM of the thread that reads it"),
              ("cpu_ops", "src/llama-graph.cpp build_moe_ffn on the CPU: gate, up, activation, down, the weights, "
                          "and an add per expert"),
              ("offload_min_tokens", "ggml-cuda.cu ggml_backend_cuda_device_offload_op: min_batch_size 32"),
