@@ -143,6 +143,7 @@ def plan(
         console.print(f"--init-expert-location {EXPERT_COUNTS}: the routing counts of the plan's trace per layer and "
                       f"expert, SGLang's expert-distribution file (--expert-counts {EXPERT_COUNTS} writes it)",
                       soft_wrap=True)
+    numa_note(result, asked.typed)
     if any(r.command.startswith("llama-server") for r in result.rows):
         console.print(f"-m: a GGUF of the row's format (--model FILE.gguf writes its path); -c: the "
                       f"{result.context} tokens a sequence memory was sized for"
@@ -188,6 +189,21 @@ APART = "Placements no engine you can run gives on this model and format (resear
         "engine that runs neither)"
 LEARNED = "^"  # marks a row whose figure is an upper bound: learned from the trace it is timed on
 OWN = "*"  # marks the model file's own storage (a --dtype of the same name is every weight in that format)
+
+
+def numa_note(result, typed) -> None:
+    """On several sockets, where no layout was asked and a row's engine could be told another: what the rows read, and
+    the flag that plans the other."""
+    hw = result.machine_spec
+    if hw is None or hw.cpu is None or hw.cpu.sockets < 2 or "numa" in typed:
+        return
+    others = {ENGINES[r.engine].name: ENGINES[r.engine].numa_options for r in result.rows
+              if r.rank in read_by(result, "numa") and r.engine in ENGINES and ENGINES[r.engine].numa_options}
+    if others:
+        console.print(f"{hw.cpu.sockets} sockets: each row runs its engine's own layout of the CPU threads over them "
+                      f"({', '.join(f'{e}: {ENGINES[e].numa}' for e in others)}); "
+                      + "; ".join(f"--numa {' or '.join(o)} plans {e} laid out so" for e, o in others.items())
+                      + " (docs/hardware.md, 'Sockets and engines')", soft_wrap=True)
 
 
 def interval_note(rows: list, hw) -> None:

@@ -227,8 +227,8 @@ sockets = 2
 
 def test_a_plan_lays_the_threads_over_the_sockets_as_asked(cli, tmp_path):
     """``plan --numa distribute`` on two sockets: each llama.cpp row that computes on the CPU writes the flag and reads
-    both sockets' DRAM (faster than its row read from one), kTransformers, which has no such layout, gives no row; a
-    machine of one socket refuses it."""
+    both sockets' DRAM (faster than its row read from one), kTransformers, which has no such layout, gives no row; not
+    asked, the plan says which layout its rows run and the flag for the other; a machine of one socket refuses it."""
     machine = tmp_path / "two.toml"
     machine.write_text(TWO_SOCKETS)
     args = ("plan", "--model", "qwen3-30b-a3b", "--hardware", str(machine), "--dtype", "q8_0", "--json")
@@ -242,6 +242,9 @@ def test_a_plan_lays_the_threads_over_the_sockets_as_asked(cli, tmp_path):
     for r in rows:
         assert "-t 64 --numa distribute" in r["command"], r["command"]
         assert r["tokens_per_s"] > alone[(r["engine"], r["cpu_layers"], r["gpu"])]["tokens_per_s"]
+    code, out, err = cli(*args[:-1])  # not asked: the table says what the rows read and the flag for the other
+    assert code == 0 and "2 sockets: each row runs its engine's own layout of the CPU threads over them (llama.cpp: " \
+                         "one-pool" in out and "--numa distribute plans llama.cpp laid out so" in out, out
     code, out, err = cli("plan", "--model", "qwen3-30b-a3b", "--hardware", "rtx4090", "--numa", "distribute")
     assert code == 1 and "--numa: rtx4090 has one CPU socket at most" in err
 
