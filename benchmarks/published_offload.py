@@ -47,7 +47,8 @@ from moesim.tracegen.models import get_model
 from moesim.tracegen.synth import Locality, synth_trace
 
 HERE = Path(__file__).parent
-SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel", "dram_capacity", "split_mode", "numa")
+SETTINGS = ("cpu_layers", "capacity", "policy", "prefetch", "kernel", "dram_capacity", "split_mode", "numa",
+            "context")
 
 
 KEPT = ("mxfp4",)  # expert formats a GGUF keeps whatever it quantizes the rest to (gpt-oss's release format)
@@ -123,7 +124,7 @@ def prefill_s(point: dict, spec, hw, settings: dict) -> float:
     two sequences (the bundled one records prompts of its own), each given ``prompt_tokens``."""
     trace = synth_trace(spec.num_layers, spec.num_experts, spec.top_k, 2, 4, 0, Locality(), 0, spec.name,
                         spec.trace_meta())
-    settings = {**settings, "warmup": 0}
+    settings = {**{k: v for k, v in settings.items() if k != "context"}, "warmup": 0}  # the prompt from an empty cache
     return simulate(trace, hardware=hw, engine=timed_as(point), prompt=point["prompt_tokens"], **settings).ttft_s
 
 
