@@ -154,9 +154,10 @@ class HardwareConfig:
     numa: str = declare(Param(AUTO, "choice", "Several sockets: how the engine lays its CPU threads and weights over "
                                               "them: one-pool, one pool reading one socket's DRAM (llama.cpp's "
                                               "default); per-socket, a pool and a copy of the experts on each "
-                                              "(kTransformers' NUMA build); distribute, one pool pinned evenly over "
-                                              "them, each socket reading its share of one copy (llama.cpp --numa "
-                                              "distribute, the page cache dropped first); auto: the engine's own.",
+                                              "(kTransformers' archived local_chat built with USE_NUMA=1); "
+                                              "distribute, each socket reading its share of one copy (llama.cpp "
+                                              "--numa distribute, the page cache dropped first; kt-kernel, which "
+                                              "splits each expert over the nodes); auto: the engine's own.",
                               choices=(AUTO, *NUMA_LAYOUTS)))
     tensor_split: tuple | None = declare(Param(None, "shares", "Several GPUs: each one's share of the layers, in "
                                                                "device order, as llama.cpp's -ts (3,1: three quarters "
@@ -723,18 +724,12 @@ def on_machine(config: Config, given, gpu: bool | None = None) -> Config:
     return config.replace(strategy="cpu-experts")
 
 
-def machine_read(machine: str, force: bool = False) -> Hardware | None:
-    """``machine`` (taken with ``force``); None where it cannot be read (the run reports that)."""
-    try:
-        return get_hardware(machine, force=force)
-    except (KeyError, MoesimError):
-        return None
-
-
 def gpu_count(machine: str, force: bool = False) -> int | None:
     """The GPUs of ``machine`` (taken with ``force``); None where it cannot be read (the run reports that)."""
-    hw = machine_read(machine, force)
-    return None if hw is None else len(hw.gpus)
+    try:
+        return len(get_hardware(machine, force=force).gpus)
+    except (KeyError, MoesimError):
+        return None
 
 
 def has_gpu(machine: str, force: bool = False) -> bool | None:

@@ -38,7 +38,7 @@ The host CPU (``moesim.sim.machine.CPU``), for strategies that compute experts t
   rate, unpack rate), 2·expert_params·T / FLOP rate)`` (a GGUF file's experts in several formats: each format's
   share of the bytes and parameters at its own rates): the weights stream from DRAM once per layer and the T
   tokens share them, unless unpacking the format (at one token) or the arithmetic (at many) is slower; the DRAM
-  rate is one socket's, or every socket's for an engine with a pool per socket (the engine's ``numa``); the CPU
+  rate is one socket's, or every socket's where each reads its own (the engine's ``numa``, or the run's); the CPU
   runs a layer's experts one after another, each on all its threads;
 - a layer's hand-off: the row's activations, T·d bf16 values, cross the host link each way at its
   bandwidth (``handoff_s`` per row); and ``cpu_layer_fixed_s`` once per layer the CPU works on: its threads'

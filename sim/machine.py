@@ -17,9 +17,10 @@ from moesim.sim.cpu_rates import (ATTN_FLOP_PER_CYCLE, BARRIER_BASE_US, BARRIER_
 
 # how an engine spreads its CPU work over sockets (its ``numa``, or the run's): one thread pool whose weights sit in
 # one socket's DRAM (llama.cpp without --numa: pages land where the loader touched them); a pool per socket, each
-# keeping a copy of the experts in its local DRAM and computing its share of each expert (kTransformers' NUMA build);
-# or one pool pinned evenly over the sockets, one copy whose pages each land in the DRAM of the thread that first
-# reads them (llama.cpp --numa distribute: no read-ahead, so each thread's rows of a matrix are its socket's)
+# keeping a copy of the experts in its local DRAM and computing its share of each expert (kTransformers' archived
+# local_chat built with USE_NUMA=1); or every socket reading its share of one copy (kt-kernel splits each expert over
+# the nodes; llama.cpp --numa distribute maps the model without read-ahead, so its pages land in the DRAM of the
+# threads that first read them)
 ONE_POOL, PER_SOCKET, DISTRIBUTE = "one-pool", "per-socket", "distribute"
 NUMA_LAYOUTS = (ONE_POOL, PER_SOCKET, DISTRIBUTE)
 # a GPU's maker, and the backend llama.cpp runs on it (its devices' names: CUDA0, ROCm0, SYCL0, Metal)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from moesim.errors import MoesimError, named
-from moesim.sim.config import CACHE_CHOICES, Config, gpu_count, has_gpu, machine_read
+from moesim.sim.config import CACHE_CHOICES, Config, gpu_count, has_gpu
 from moesim.sim.engines import ENGINES
 from moesim.sim.strategies import STRATEGIES
 
@@ -53,9 +53,14 @@ def _one_gpu_at_most(config: Config, machine) -> bool:
 
 
 def _one_socket_at_most(config: Config, machine) -> bool:
-    """Whether a run's machine (as ``_one_gpu_at_most`` finds it) has at most one CPU socket, or no CPU."""
-    hw = machine if machine is not None else machine_read(config.hardware.machine, config.hardware.force)
-    return hw is not None and (hw.cpu is None or hw.cpu.sockets < 2)
+    """Whether a run's machine (``machine``, one built in code, or the one its configuration names), its CPU swapped
+    as the configuration says, has at most one CPU socket, or no CPU; not where it cannot be read (the run reports
+    that)."""
+    try:
+        hw = config.hardware.spec(machine)
+    except (KeyError, MoesimError):
+        return False
+    return hw.cpu is None or hw.cpu.sockets < 2
 
 
 def _machines_have(runs) -> str:
@@ -104,7 +109,7 @@ RULES = (
                       "the CPU)"),
     Unread(("tensor_split", "split_mode"), lambda run: _one_gpu_at_most(*run), ("hardware", "force"),
            lambda runs: f"{_machines_have(runs)} fewer than two GPUs: no layer is split over GPUs", of="machine"),
-    Unread(("numa",), lambda run: _one_socket_at_most(*run), ("hardware", "force"),
+    Unread(("numa",), lambda run: _one_socket_at_most(*run), ("hardware", "cpu", "force"),
            lambda runs: f"{_machines_have(runs)} one CPU socket at most: every layout of the threads reads the "
                         "same DRAM", of="machine"),
     Unread(("arrival_seed",), lambda c: c.serve.arrivals == "burst" and not c.serve.draft_tokens

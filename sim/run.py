@@ -30,7 +30,7 @@ from moesim.sim.des_loop import HELPERS, des_loop
 from moesim.sim.des_state import C_ACCESSES, C_HITS, Inputs, State, build_state
 from moesim.sim import field_loads, policy_groups
 from moesim.sim.engine import bind, on_disk, part_bounds
-from moesim.sim.engines import ENGINES, EngineSpec, engine_for
+from moesim.sim.engines import ENGINES, EngineSpec, engine_for, engines_for
 from moesim.sim.machine import Hardware
 from moesim.sim.hits import capacity_named, check_fits_experts
 from moesim.sim.layer_split import check_shares
@@ -456,6 +456,10 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
         _check_whole_layers(hardware, strategy, engine)
         if hardware.more_gpus and config.hardware.split_mode == "tensor":
             _check_tensor_split(model, strategy, run_params(strategy, config.execution.params), engine)
+    numa, runs = config.hardware.numa, engines_for(config.replace(numa=AUTO))
+    if numa != AUTO and strategy.cpu and runs and not engines_for(config):
+        laid = "; ".join(f"{e.name}: {' or '.join((e.numa, *e.numa_options))}" for e in runs)
+        raise MoesimError(f"{named('numa', numa)}: no engine that runs strategy {name} lays its threads out so ({laid})")
     profile = ENGINES.get(config.execution.engine)
     why = profile.gpu_refusal(hardware.gpu.vendor if hardware.gpu is not None else None) if profile else ""
     if why:

@@ -91,31 +91,30 @@ def test_the_threads_read_dram_at_most_a_core_each():
     assert cpu(threads=4).dram_bw() == 64e9
 
 
-def test_an_engine_with_a_pool_per_socket_keeps_a_copy_of_the_experts_on_each():
-    """kTransformers' NUMA build (hybrid) holds every host expert once per socket; llama.cpp's one pool once."""
+def test_a_copy_of_the_experts_per_socket_only_where_each_pool_keeps_one():
+    """kTransformers' archived NUMA build (``per-socket``) holds every host expert once per socket; kt-kernel's split of
+    each expert over the nodes (its default), one pool, and llama.cpp's layouts hold them once."""
     trace = trace_of([[[0, 1], [2, 3]]] * 2)
     experts = 2 * 4 * 3 * 256 * 512 * 2 / GIB  # every routed expert, bf16
-    for sockets in (1, 2):
-        hw = replace(HW, cpu=cpu(sockets=sockets))
-        hybrid = simulate(trace, model=MODEL, hardware=hw, strategy="hybrid", capacity=0)
-        llama = simulate(trace, model=MODEL, hardware=hw, strategy="cpu-experts", cpu_layers=2)
-        assert hybrid.ram_gb == pytest.approx(sockets * experts + 4.0, rel=1e-12)
-        assert llama.ram_gb == pytest.approx(experts + 4.0, rel=1e-12)
+    hybrid, llama = ("hybrid", dict(capacity=0)), ("cpu-experts", dict(cpu_layers=2))
+    one = replace(HW, cpu=cpu(sockets=1))
+    for strategy, settings in (hybrid, llama):
+        assert simulate(trace, model=MODEL, hardware=one, strategy=strategy, **settings).ram_gb == \
+            pytest.approx(experts + 4.0, rel=1e-12)
     two = replace(HW, cpu=cpu(sockets=2))
-    for numa, copies in ((ONE_POOL, 1), (PER_SOCKET, 2)):  # kTransformers built without its NUMA build: one copy
-        assert simulate(trace, model=MODEL, hardware=two, strategy="hybrid", capacity=0, numa=numa).ram_gb == \
-            pytest.approx(copies * experts + 4.0, rel=1e-12)
-    spread = simulate(trace, model=MODEL, hardware=two, strategy="cpu-experts", cpu_layers=2, numa=DISTRIBUTE)
-    assert spread.ram_gb == pytest.approx(experts + 4.0, rel=1e-12)  # one copy, read by both sockets
+    for (strategy, settings), numa, copies in ((hybrid, "auto", 1), (hybrid, ONE_POOL, 1), (hybrid, PER_SOCKET, 2),
+                                               (llama, "auto", 1), (llama, DISTRIBUTE, 1)):
+        assert simulate(trace, model=MODEL, hardware=two, strategy=strategy, numa=numa, **settings).ram_gb == \
+            pytest.approx(copies * experts + 4.0, rel=1e-12), (strategy, numa)
     small = replace(HW, cpu=cpu(sockets=2, ram_gb=4.0 + 1.5 * experts))
     with pytest.raises(MoesimError, match="2 copies, one per socket"):
-        simulate(trace, model=MODEL, hardware=small, strategy="hybrid", capacity=0)
-    # without a GPU too: every other weight and the KV cache once, the experts once per socket
+        simulate(trace, model=MODEL, hardware=small, strategy="hybrid", capacity=0, numa=PER_SOCKET)
+    # without a GPU too: every other weight and the KV cache once, the experts once per socket where each keeps a copy
     others = (MODEL.non_expert_params * 2 + MODEL.kv_bytes(2)) / GIB
-    for sockets in (1, 2):
-        alone = Hardware("cpu-only", None, None, cpu=cpu(sockets=sockets))
-        r = simulate(trace, model=MODEL, hardware=alone, strategy="hybrid", capacity=0)
-        assert r.ram_gb == pytest.approx(sockets * experts + others + 4.0, rel=1e-12)
+    alone = Hardware("cpu-only", None, None, cpu=cpu(sockets=2))
+    for numa, copies in ((PER_SOCKET, 2), ("auto", 1)):
+        r = simulate(trace, model=MODEL, hardware=alone, strategy="hybrid", capacity=0, numa=numa)
+        assert r.ram_gb == pytest.approx(copies * experts + others + 4.0, rel=1e-12)
 
 
 def test_a_cpu_layer_costs_its_barriers_and_with_a_gpu_the_hand_off():

@@ -6,12 +6,14 @@ from dataclasses import replace
 
 import pytest
 
+import moesim
 from moesim.experiments.plan import CANDIDATES
 from moesim.sim import engines
 from moesim.errors import MoesimError
 from moesim.sim.accuracy import OPERATIONS_BANDS
 from moesim.sim.config import Config
 from moesim.sim.engines import ENGINES, UNNAMED, Launch, engine_for, engines_for
+from moesim.sim.hardware import get_hardware
 from moesim.sim.machine import DISTRIBUTE, ONE_POOL, PER_SOCKET
 from moesim.sim.strategies import STRATEGIES
 from moesim.tracegen.models import get_model
@@ -60,11 +62,11 @@ def test_a_cache_only_research_code_runs_is_timed_as_melinoe_s_runtime():
 
 
 def test_hybrid_without_a_cache_is_named_for_the_engine_that_times_it():
-    """hybrid at capacity 0 is timed with kTransformers' figures (a pool and a copy per socket, the shared experts
+    """hybrid at capacity 0 is timed with kTransformers' figures (a pool a socket, each its share of every expert, the shared experts
     beside the routed ones, 3 barriers a CPU layer), so its row names kTransformers, whose defaults run it (it used to
     name llama.cpp's --cpu-moe, which cpu-experts times with llama.cpp's own); a cache that changes is HybriMoE's."""
     none = Config.build(strategy="hybrid", capacity=0)
-    assert engine_for(none, as_engine=True) is ENGINES["kTransformers"] and ENGINES["kTransformers"].numa == PER_SOCKET
+    assert engine_for(none, as_engine=True) is ENGINES["kTransformers"] and ENGINES["kTransformers"].numa == DISTRIBUTE
     # sim run: its operations alone
     assert engine_for(none) == replace(ENGINES["kTransformers"], layer_us=0.0, prompt_growth=0.0)
     assert engine_for(Config.build(strategy="hybrid", policy="static", capacity=2)).name == "kTransformers"
@@ -79,8 +81,9 @@ def test_hybrid_without_a_cache_is_named_for_the_engine_that_times_it():
 
 def test_a_run_lays_its_threads_over_the_sockets_as_its_engine_can():
     """``numa`` sets the layout the engine runs (its own unless set): llama.cpp's and ik_llama.cpp's --numa
-    distribute, kTransformers built without its NUMA build (one pool, one copy); an engine named for a layout it has
-    no flag for is refused, and a run named for none is timed as the first engine that has it."""
+    distribute, kTransformers with one thread pool (and none for the archived build's copy per socket); an engine named
+    for a layout it has no flag for is refused, as is one no engine that runs the strategy has; a run named for no
+    engine is timed as the first that has it."""
     spread = Config.build(strategy="cpu-experts", numa="distribute")
     assert engine_for(spread) == replace(ENGINES["llama.cpp"], numa=DISTRIBUTE, layer_us=0.0, gpu_layer_us=(),
                                          prompt_growth=0.0)
@@ -88,10 +91,18 @@ def test_a_run_lays_its_threads_over_the_sockets_as_its_engine_can():
     one = Config.build(strategy="hybrid", capacity=0, numa="one-pool")
     assert engine_for(one, as_engine=True) == replace(ENGINES["kTransformers"], numa=ONE_POOL)
     assert engine_for(Config.build(strategy="hybrid", capacity=0, numa="auto"), as_engine=True) is ENGINES["kTransformers"]
-    with pytest.raises(MoesimError, match=r"^\[hardware\] numa distribute: kTransformers lays its threads out as per-socket or "
-                                          r"one-pool; the engines that run distribute: llama\.cpp, ik_llama\.cpp"):
-        Config.build(strategy="hybrid", capacity=0, engine="kTransformers", numa="distribute")
-    assert engines_for(Config.build(strategy="hybrid", capacity=0, numa="distribute")) == []
+    with pytest.raises(MoesimError, match=r"^\[hardware\] numa per-socket: llama\.cpp lays its threads out as one-pool or "
+                                          r"distribute; the engines that run per-socket: kTransformers, HybriMoE"):
+        Config.build(strategy="cpu-experts", engine="llama.cpp", numa="per-socket")
+    per_socket = Config.build(strategy="cpu-experts", numa="per-socket")
+    assert engines_for(per_socket) == []
+    two = replace(get_hardware("rtx4090"), cpu=replace(get_hardware("rtx4090").cpu, sockets=2))
+    with pytest.raises(MoesimError, match=r"^numa='per-socket': no engine that runs strategy cpu-experts lays its threads "
+                                          r"out so \(llama\.cpp: one-pool or distribute; ik_llama\.cpp: one-pool or "
+                                          r"distribute\)$"):
+        moesim.simulate(bundled_trace_path(), hardware=two, strategy="cpu-experts", cpu_layers=4, numa="per-socket")
+    launch = Launch(get_model("qwen3-30b-a3b"), "q4_k", one, 0, True, 6, 2, 640, 0.9, numa=PER_SOCKET)
+    assert ENGINES["kTransformers"].command(launch).startswith("none: kt-kernel splits each expert over the NUMA nodes")
 
 
 def test_each_engine_writes_the_command_of_a_placement_and_says_what_it_runs():
@@ -227,7 +238,7 @@ sockets = 2
 
 def test_a_plan_lays_the_threads_over_the_sockets_as_asked(cli, tmp_path):
     """``plan --numa distribute`` on two sockets: each llama.cpp row that computes on the CPU writes the flag and reads
-    both sockets' DRAM (faster than its row read from one), kTransformers, which has no such layout, gives no row; not
+    both sockets' DRAM (faster than its row read from one), kTransformers (its own layout) keeps a pool a socket; not
     asked, the plan says which layout its rows run and the flag for the other; a machine of one socket refuses it."""
     machine = tmp_path / "two.toml"
     machine.write_text(TWO_SOCKETS)
@@ -238,7 +249,8 @@ def test_a_plan_lays_the_threads_over_the_sockets_as_asked(cli, tmp_path):
     code, out, err = cli(*args, "--numa", "distribute")
     assert code == 0, err
     rows = [r for r in json.loads(out)["rows"] if r["strategy"] == "cpu-experts"]
-    assert rows and "kTransformers" not in {r["engine"] for r in json.loads(out)["rows"]}
+    assert rows and all("--kt-threadpool-count 2" in r["command"] for r in json.loads(out)["rows"]
+                        if r["engine"] == "kTransformers")
     for r in rows:
         assert "-t 64 --numa distribute" in r["command"], r["command"]
         assert r["tokens_per_s"] > alone[(r["engine"], r["cpu_layers"], r["gpu"])]["tokens_per_s"]
@@ -301,7 +313,7 @@ def test_moesim_engines_lists_each_engine_with_its_figures(cli):
     rows = json.loads(out)
     assert [r["name"] for r in rows] == list(ENGINES)
     kt = next(r for r in rows if r["name"] == "kTransformers")
-    assert kt["runs"] == ["hybrid"] and kt["numa"] == PER_SOCKET and kt["cpu_ops"] == [3, 0] and kt["computes_on_cpu"]
+    assert kt["runs"] == ["hybrid"] and kt["numa"] == DISTRIBUTE and kt["cpu_ops"] == [3, 0] and kt["computes_on_cpu"]
     assert not next(r for r in rows if r["name"] == "Mixtral-offloading")["computes_on_cpu"]
 
 

@@ -90,9 +90,9 @@ class EngineSpec:
     changes durations, each with where the figure comes from (``sources``: (field, source) pairs):
 
     - ``numa``: how it spreads CPU work over sockets unless told (``moesim.sim.machine.ONE_POOL``: one thread pool
-      reading one socket's DRAM; ``PER_SOCKET``: a pool and a copy of the experts per socket; ``DISTRIBUTE``: one
-      pool pinned over the sockets, each reading its own share of one copy), and ``numa_options`` the other layouts
-      a run may set (``numa``), its command writing the flag of each;
+      reading one socket's DRAM; ``PER_SOCKET``: a pool and a copy of the experts per socket; ``DISTRIBUTE``: every
+      socket reading its share of one copy), and ``numa_options`` the other layouts a run may set (``numa``), its
+      command writing the flag of each;
     - ``shared_overlap``: it computes the shared experts on the GPU while the CPU computes the routed ones;
     - ``cpu_ops``: thread barriers a CPU layer's routed experts take, ``a + b · top_k`` (``expert_barriers``);
     - ``offload_min_tokens``: a row of at least this many tokens has its CPU layers' experts copied to the GPU and

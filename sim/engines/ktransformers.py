@@ -7,7 +7,7 @@ whole number a layer (up to layers - 1 slots of the simulated pool unused). Its 
 release lists; the archived local_chat stack's rules (Mixtral, Qwen2-MoE) place whole layers, not a pool."""
 
 from moesim.sim.engines.base import GGUF_FORMATS, EngineSpec, Launch
-from moesim.sim.machine import ONE_POOL, PER_SOCKET
+from moesim.sim.machine import DISTRIBUTE, ONE_POOL, PER_SOCKET
 
 # the expert distribution the frequency placement reads: SGLang's --init-expert-location takes a JSON file holding
 # {"logical_count": [[count per expert] per layer]} (sglang/srt/eplb/expert_location.py, init_by_eplb);
@@ -30,7 +30,10 @@ def _has_cache(config) -> bool:
 def command(launch: Launch) -> str:
     """SGLang with kt-kernel: the CPU's experts in the format's method, a thread pool a socket (one in all where the
     run lays them out as one pool), the pool's experts a layer placed by frequency, and the KV tokens memory was sized
-    for."""
+    for; none for a copy of the experts per socket, which kt-kernel does not keep."""
+    if launch.numa == PER_SOCKET:
+        return ("none: kt-kernel splits each expert over the NUMA nodes (--numa distribute); a copy per socket was the "
+                "archived local_chat built with USE_NUMA=1")
     method = METHODS.get(launch.fmt, "LLAMAFILE")
     weights = launch.gguf if method == "LLAMAFILE" else launch.checkpoint
     per_layer = launch.capacity // launch.model.num_layers if launch.capacity else 0
@@ -45,12 +48,14 @@ ENGINE = EngineSpec(
     name="kTransformers", summary="routed experts on the CPU, hot ones pinned on the GPU", command=command,
     takes=takes, source="github.com/kvcache-ai/ktransformers", release="pip install kt-kernel", runs=("hybrid",),
     families=("deepseek_v3", "qwen3_moe", "qwen3_next", "glm4_moe", "kimi_k2", "minimax_m2"),
-    formats=(*GGUF_FORMATS, *METHODS), loads_gguf=True, numa=PER_SOCKET, numa_options=(ONE_POOL,),
+    formats=(*GGUF_FORMATS, *METHODS), loads_gguf=True, numa=DISTRIBUTE, numa_options=(ONE_POOL, PER_SOCKET),
     shared_overlap=True, cpu_ops=(3, 0),
     layer_loop="python", layer_us=521.0,
-    sources=(("numa", "its NUMA build (USE_NUMA=1) keeps a thread pool and a copy of the experts per socket"),
-             ("numa_options", "built without USE_NUMA (the archived local_chat's default), or --kt-threadpool-count "
-                              "1: one pool, one copy"),
+    sources=(("numa", "kt-kernel's README: its converted weights split each expert over the NUMA nodes (a "
+                      "...numa.{idx}.weight tensor each), a thread pool a node (--kt-threadpool-count)"),
+             ("numa_options", "--kt-threadpool-count 1: one pool; the archived local_chat built with USE_NUMA=1 kept "
+                              "a pool and a copy of the experts per socket (its DeepSeek-V3 tutorial: 382 GB of DRAM "
+                              "on one socket, 1 TB on two), and without it one pool"),
              ("shared_overlap", "the shared experts run on the GPU while the CPU computes the routed ones"),
              ("cpu_ops", "its MoE operator synchronises once per projection stage"),
              ("families", "kt-kernel's README: DeepSeek-V3/R1/V3.2, GLM-4.7, Kimi-K2, MiniMax-M2, Qwen3, Qwen3-Next"),

@@ -50,7 +50,9 @@ ENGINE = EngineSpec(
                       "touched it (the loader), without --numa"),
              ("numa_options", "--numa distribute: the threads pinned evenly over the nodes, the model mapped without "
                               "read-ahead (src/llama-mmap.cpp: POSIX_MADV_RANDOM where numa), so with the page cache "
-                              "dropped first (its help says so) a page lands in the DRAM of the thread that reads it"),
+                              "dropped first (its help says so) the pages land in the DRAM of the threads that first "
+                              "read them: every socket's bandwidth, an upper bound (a thread's chunks of a matrix "
+                              "change from token to token)"),
              ("cpu_ops", "src/llama-graph.cpp build_moe_ffn on the CPU: gate, up, activation, down, the weights, "
                          "and an add per expert"),
              ("offload_min_tokens", "ggml-cuda.cu ggml_backend_cuda_device_offload_op: min_batch_size 32"),

@@ -20,7 +20,7 @@ the CPU: ``oracle`` at 2, 4 and 6 slots runs at 9.0, 10.4 and 21.7 (6.1, 9.7 and
 evicting residents that would have hit for experts the CPU computes anyway. With capacity 0 every routed expert
 runs on the CPU (kTransformers' DeepSeek setup: attention and shared experts on the GPU, routed experts on the
 CPU). HybriMoE also splits a layer's misses between CPU and GPU by cost; that is ``cpu-miss``'s rule, not
-modelled here. How the engine uses the CPU (kTransformers' NUMA build, its shared experts beside the routed
+modelled here. How the engine uses the CPU (its layout over the sockets, its shared experts beside the routed
 ones) is the engine's (``moesim.sim.engines``).
 """
 
