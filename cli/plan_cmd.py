@@ -197,8 +197,9 @@ def numa_note(result, typed) -> None:
     hw = result.machine_spec
     if hw is None or hw.cpu is None or hw.cpu.sockets < 2 or "numa" in typed:
         return
-    others = {ENGINES[r.engine].name: ENGINES[r.engine].numa_options for r in result.rows
-              if r.rank in read_by(result, "numa") and r.engine in ENGINES and ENGINES[r.engine].numa_options}
+    on_cpu = set(read_by(result, "numa"))
+    others = {r.engine: ENGINES[r.engine].numa_options for r in result.rows
+              if r.rank in on_cpu and r.engine in ENGINES and ENGINES[r.engine].numa_options}
     if others:
         console.print(f"{hw.cpu.sockets} sockets: each row runs its engine's own layout of the CPU threads over them "
                       f"({', '.join(f'{e}: {ENGINES[e].numa}' for e in others)}); "

@@ -518,12 +518,11 @@ class Config:
             raise SettingError("split_mode", f"tensor: {engine.name} has no split of every layer over GPUs; "
                                              f"{' and '.join(e.name for e in ENGINES.values() if e.tensor_mode)} have "
                                              "one", "[hardware]")
-        if engine is not None and self.hardware.numa not in (AUTO, engine.numa, *engine.numa_options):
-            raise SettingError("numa", f"{self.hardware.numa}: {engine.name} lays its threads out as "
-                                       f"{' or '.join((engine.numa, *engine.numa_options))}; the engines that run "
-                                       f"{self.hardware.numa}: " + ", ".join(
-                                           e.name for e in ENGINES.values()
-                                           if self.hardware.numa in (e.numa, *e.numa_options)), "[hardware]")
+        numa = self.hardware.numa
+        if engine is not None and numa not in (AUTO, *engine.layouts):
+            raise SettingError("numa", f"{numa}: {engine.name} lays its threads out as {' or '.join(engine.layouts)}; "
+                                       f"the engines that run {numa}: "
+                                       + ", ".join(e.name for e in ENGINES.values() if numa in e.layouts), "[hardware]")
         if engine is not None and not engine.takes(self):  # an engine has the mechanism for some settings only
             others = [e.name for e in ENGINES.values() if self.execution.strategy in e.runs and e.takes(self)]
             what = (engine.takes.__doc__ or "").strip().splitlines()[0].rstrip(".").replace("``", "")

@@ -456,10 +456,13 @@ def check(trace: Trace, model: ModelSpec, hardware: Hardware, config: Config) ->
         _check_whole_layers(hardware, strategy, engine)
         if hardware.more_gpus and config.hardware.split_mode == "tensor":
             _check_tensor_split(model, strategy, run_params(strategy, config.execution.params), engine)
-    numa, runs = config.hardware.numa, engines_for(config.replace(numa=AUTO))
-    if numa != AUTO and strategy.cpu and runs and not engines_for(config):
-        laid = "; ".join(f"{e.name}: {' or '.join((e.numa, *e.numa_options))}" for e in runs)
-        raise MoesimError(f"{named('numa', numa)}: no engine that runs strategy {name} lays its threads out so ({laid})")
+    numa = config.hardware.numa
+    if numa != AUTO and strategy.cpu and not engines_for(config):  # a layout no engine that runs it has
+        runs = engines_for(config.replace(numa=AUTO))
+        if runs:
+            laid = "; ".join(f"{e.name}: {' or '.join(e.layouts)}" for e in runs)
+            raise MoesimError(f"{named('numa', numa)}: no engine that runs strategy {name} lays its threads out so "
+                              f"({laid})")
     profile = ENGINES.get(config.execution.engine)
     why = profile.gpu_refusal(hardware.gpu.vendor if hardware.gpu is not None else None) if profile else ""
     if why:

@@ -56,5 +56,5 @@ def engines_for(config) -> list[EngineSpec]:
     laid_out = not STRATEGIES[config.execution.strategy].cpu  # (no expert on the CPU: any layout of its threads)
     return [e for e in ENGINES.values() if config.execution.strategy in e.runs and e.takes(config)
             and (config.hardware.split_mode == "layer" or e.tensor_mode)
-            and (laid_out or config.hardware.numa in (AUTO, e.numa, *e.numa_options))]
+            and (laid_out or config.hardware.numa in (AUTO, *e.layouts))]
 

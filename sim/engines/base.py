@@ -150,6 +150,11 @@ class EngineSpec:
     prompt_growth: float = PROMPT_GROWTH
     sources: tuple = ()
 
+    @property
+    def layouts(self) -> tuple:
+        """The layouts over the sockets it runs: its own (``numa``), then those a run may set (``numa_options``)."""
+        return (self.numa, *self.numa_options)
+
     def machine(self, hw):
         """``hw`` as this engine uses it: its CPU computing on the engine's own ``threads`` where it fixes them."""
         if not self.threads or hw.cpu is None:
